@@ -1,0 +1,67 @@
+// Package natsembed starts a nats-server with JetStream inside the process,
+// for ax dev and for tests.
+package natsembed
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Options configures an embedded server.
+type Options struct {
+	// Host and Port to listen on (defaults 127.0.0.1 and a random free port;
+	// -1 also means random).
+	Host string
+	Port int
+	// StoreDir holds JetStream's files. Required.
+	StoreDir string
+	// ServerName names the server (default "ax").
+	ServerName string
+	// Users, when set, replaces anonymous access (see server.User).
+	Users []*server.User
+	// Logs prints the server's own log lines to stderr.
+	Logs bool
+}
+
+// Start starts a server and waits until it accepts connections.
+// Stop it with Shutdown and WaitForShutdown.
+func Start(o Options) (*server.Server, error) {
+	if o.StoreDir == "" {
+		return nil, fmt.Errorf("start embedded nats: a JetStream store folder is required")
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	if o.Port == 0 {
+		o.Port = -1
+	}
+	if o.ServerName == "" {
+		o.ServerName = "ax"
+	}
+	opts := &server.Options{
+		ServerName: o.ServerName,
+		Host:       o.Host,
+		Port:       o.Port,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		NoSigs:     true,
+		Users:      o.Users,
+		// A task payload or output may be larger than NATS's 1 MiB default.
+		MaxPayload: 8 << 20,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded nats: %w", err)
+	}
+	if o.Logs {
+		s.ConfigureLogger()
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("start embedded nats: not ready for connections after 10s")
+	}
+	return s, nil
+}

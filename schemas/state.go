@@ -1,0 +1,43 @@
+package schemas
+
+// State is the state of a task instance. The state machine is
+//
+//	CREATED → DISPATCHED → RUNNING → SUCCEEDED | FAILED | RETRYING
+//	RETRYING → DISPATCHED (the next attempt)
+//
+// plus WAITING (held by max_running_instances with the serial strategy),
+// SKIPPED (discarded by strategy, disabled task, payload version mismatch)
+// and CANCELLED.
+type State string
+
+// The instance states.
+const (
+	StateCreated    State = "CREATED"
+	StateWaiting    State = "WAITING"
+	StateDispatched State = "DISPATCHED"
+	StateRunning    State = "RUNNING"
+	StateRetrying   State = "RETRYING"
+	StateSucceeded  State = "SUCCEEDED"
+	StateFailed     State = "FAILED"
+	StateSkipped    State = "SKIPPED"
+	StateCancelled  State = "CANCELLED"
+)
+
+// Terminal reports whether no transition leaves s.
+func (s State) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateSkipped, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the instance states.
+func (s State) Valid() bool {
+	switch s {
+	case StateCreated, StateWaiting, StateDispatched, StateRunning, StateRetrying,
+		StateSucceeded, StateFailed, StateSkipped, StateCancelled:
+		return true
+	}
+	return false
+}

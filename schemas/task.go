@@ -1,0 +1,164 @@
+package schemas
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Task is a task definition as a user applies it (JSON or YAML; see
+// task.schema.json for the authoritative rules and [ParseTask] to read one).
+// Zero values mean "use the default" where a default is stated.
+type Task struct {
+	// TaskName names the task. Lower-case letters, digits, '_' and '-', 1–64
+	// characters, starting with a letter or digit: it becomes a NATS subject token.
+	TaskName string `json:"task_name"`
+	// TaskType is a free label for grouping tasks (e.g. "report", "etl").
+	TaskType string `json:"task_type,omitempty"`
+	// Owner is who answers for the task (a person, a team, an email).
+	Owner       string `json:"owner,omitempty"`
+	Description string `json:"description,omitempty"`
+	// Triggers says how the task fires. Every task may be fired manually and
+	// by an event whatever this list says.
+	Triggers []Trigger `json:"triggers,omitempty"`
+	// Execution says what runs and how often it is tried.
+	Execution Execution `json:"execution"`
+	// Concurrency limits how many instances of the task run at once.
+	Concurrency Concurrency `json:"concurrency,omitzero"`
+	// Dispatch says which executors may run the task.
+	Dispatch DispatchPolicy `json:"dispatch,omitzero"`
+	// Priority is the default priority of the task's instances: "urgent",
+	// "normal" (default) or "low".
+	Priority Priority `json:"priority,omitempty"`
+	// MinWorkerVersion keeps executors older than this semantic version off the task.
+	MinWorkerVersion string `json:"min_worker_version,omitempty"`
+	// SchemaVersion is the version of the task's payload (default 1). A trigger
+	// event whose payload_version differs is refused.
+	SchemaVersion int `json:"schema_version,omitempty"`
+	// PayloadSchema, when set, is a JSON Schema that every event payload must satisfy.
+	PayloadSchema json.RawMessage `json:"payload_schema,omitempty"`
+}
+
+// TriggerType is the kind of a trigger in a task definition.
+type TriggerType string
+
+// The trigger types.
+const (
+	TriggerTypeEvent  TriggerType = "event"
+	TriggerTypeManual TriggerType = "manual"
+)
+
+// Trigger is one way a task fires.
+type Trigger struct {
+	Type TriggerType `json:"type"`
+}
+
+// Execution says which handler runs the task, for how long and how often.
+type Execution struct {
+	// Handler is the name an executor registered the handler under, e.g. "builtin.echo".
+	Handler string `json:"handler"`
+	// Timeout is how long one attempt may run, as a Go duration ("90s", "10m");
+	// default "1h". The handler's context ends at the timeout.
+	Timeout string `json:"timeout,omitempty"`
+	// Retry says how failed attempts are retried.
+	Retry Retry `json:"retry,omitzero"`
+}
+
+// Backoff is how the interval between attempts grows.
+type Backoff string
+
+// The backoff kinds.
+const (
+	BackoffFixed       Backoff = "fixed"
+	BackoffLinear      Backoff = "linear"
+	BackoffExponential Backoff = "exp"
+)
+
+// Retry is a task's retry policy.
+type Retry struct {
+	// MaxAttempts counts every attempt, the first included (default 1: no retry).
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Backoff is "fixed" (default), "linear" or "exp".
+	Backoff Backoff `json:"backoff,omitempty"`
+	// InitialIntervalSec is the wait before the second attempt (default 30; 0 retries at once).
+	InitialIntervalSec *float64 `json:"initial_interval_sec,omitempty"`
+	// MaxIntervalSec caps the wait between attempts (default 1800).
+	MaxIntervalSec *float64 `json:"max_interval_sec,omitempty"`
+}
+
+// BlockingStrategy says what happens to a firing when max_running_instances are running.
+type BlockingStrategy string
+
+// The blocking strategies.
+const (
+	BlockSerial      BlockingStrategy = "serial"
+	BlockDiscard     BlockingStrategy = "discard"
+	BlockCancelOther BlockingStrategy = "cancel_other"
+	BlockBufferOne   BlockingStrategy = "buffer_one"
+)
+
+// Concurrency limits a task's parallel instances.
+type Concurrency struct {
+	// MaxRunningInstances is the most instances running at once; 0 means no limit.
+	MaxRunningInstances int `json:"max_running_instances,omitempty"`
+	// BlockingStrategy applies when the limit is reached (default "serial").
+	BlockingStrategy BlockingStrategy `json:"blocking_strategy,omitempty"`
+}
+
+// DispatchStrategy says how an instance is routed to an executor.
+type DispatchStrategy string
+
+// The dispatch strategies.
+const (
+	DispatchPull DispatchStrategy = "pull"
+)
+
+// DispatchPolicy routes a task's instances.
+type DispatchPolicy struct {
+	// Strategy is "pull" (default): the executors of the pool pull when they have free slots.
+	Strategy DispatchStrategy `json:"strategy,omitempty"`
+	// Tags select the executor pool: the pool's name is the tags sorted and
+	// joined with "+" ("eu+gpu"); no tags is the pool "default".
+	Tags []string `json:"tags,omitempty"`
+}
+
+// Priority orders the work inside a pool.
+type Priority string
+
+// The priorities, highest first.
+const (
+	PriorityUrgent Priority = "urgent"
+	PriorityNormal Priority = "normal"
+	PriorityLow    Priority = "low"
+)
+
+// Priorities lists the priorities from the highest to the lowest.
+var Priorities = []Priority{PriorityUrgent, PriorityNormal, PriorityLow}
+
+// Valid reports whether p is one of the priorities.
+func (p Priority) Valid() bool {
+	return p == PriorityUrgent || p == PriorityNormal || p == PriorityLow
+}
+
+// Defaults of a task definition.
+const (
+	DefaultTimeout          = time.Hour
+	DefaultMaxAttempts      = 1
+	DefaultInitialInterval  = 30 * time.Second
+	DefaultMaxInterval      = 30 * time.Minute
+	DefaultPool             = "default"
+	DefaultSchemaVersion    = 1
+	DefaultBlockingStrategy = BlockSerial
+)
+
+// Pool returns the name of the executor pool that serves these tags: the tags
+// sorted, without repeats, joined with "+" ("eu+gpu"); no tags is [DefaultPool].
+func (d DispatchPolicy) Pool() string {
+	if len(d.Tags) == 0 {
+		return DefaultPool
+	}
+	s := slices.Clone(d.Tags)
+	slices.Sort(s)
+	return strings.Join(slices.Compact(s), "+")
+}

@@ -1,0 +1,156 @@
+package streams
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config sizes the topology. Zero fields take the stated defaults.
+type Config struct {
+	// Replicas of every stream and bucket (default 1; 3 on a cluster).
+	Replicas int
+	// Storage of every stream (default file).
+	Storage jetstream.StorageType
+	// DuplicateWindow is how long a Nats-Msg-Id is remembered (default 2m).
+	DuplicateWindow time.Duration
+	// TriggersMaxAge keeps fired triggers for inspection (default 24h).
+	TriggersMaxAge time.Duration
+	// LeaseTTL is how long a lease lives without renewal (default 30s).
+	LeaseTTL time.Duration
+	// WorkerTTL is how long a worker stays listed without a heartbeat (default 30s).
+	WorkerTTL time.Duration
+	// AuditMaxAge keeps audit records (default 30 days).
+	AuditMaxAge time.Duration
+	// LogsMaxAge and LogsMaxBytes bound the task logs (defaults 7 days, 1 GiB).
+	LogsMaxAge   time.Duration
+	LogsMaxBytes int64
+}
+
+// Defaults of [Config].
+const (
+	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultTriggersMaxAge  = 24 * time.Hour
+	DefaultLeaseTTL        = 30 * time.Second
+	DefaultWorkerTTL       = 30 * time.Second
+	DefaultAuditMaxAge     = 30 * 24 * time.Hour
+	DefaultLogsMaxAge      = 7 * 24 * time.Hour
+	DefaultLogsMaxBytes    = 1 << 30
+)
+
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	def(&c.DuplicateWindow, DefaultDuplicateWindow)
+	def(&c.TriggersMaxAge, DefaultTriggersMaxAge)
+	def(&c.LeaseTTL, DefaultLeaseTTL)
+	def(&c.WorkerTTL, DefaultWorkerTTL)
+	def(&c.AuditMaxAge, DefaultAuditMaxAge)
+	def(&c.LogsMaxAge, DefaultLogsMaxAge)
+	if c.LogsMaxBytes == 0 {
+		c.LogsMaxBytes = DefaultLogsMaxBytes
+	}
+	return c
+}
+
+// StreamConfigs returns the configuration of every stream of the topology.
+func (t Topology) StreamConfigs(c Config) []jetstream.StreamConfig {
+	c = c.withDefaults()
+	return []jetstream.StreamConfig{{
+		Name:              t.TriggersStream(),
+		Description:       "AX firings (" + t.prefix + ".trigger.<task>) and one-shot schedules of later firings",
+		Subjects:          []string{t.subject("trigger", ">"), t.subject("sched", ">")},
+		Retention:         jetstream.LimitsPolicy,
+		MaxAge:            c.TriggersMaxAge,
+		Duplicates:        c.DuplicateWindow,
+		AllowMsgSchedules: true,
+		Storage:           c.Storage,
+		Replicas:          c.Replicas,
+	}, {
+		Name:        t.DispatchStream(),
+		Description: "AX attempts routed to executor pools",
+		Subjects:    []string{t.subject("dispatch", ">")},
+		Retention:   jetstream.WorkQueuePolicy,
+		Duplicates:  c.DuplicateWindow,
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
+	}, {
+		Name:        t.ReportsStream(),
+		Description: "AX executors' reports on attempts",
+		Subjects:    []string{t.subject("report", ">")},
+		Retention:   jetstream.WorkQueuePolicy,
+		Duplicates:  c.DuplicateWindow,
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
+	}, {
+		Name:        t.AuditStream(),
+		Description: "AX audit trail: every instance transition and operator action",
+		Subjects:    []string{t.subject("audit", ">")},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      c.AuditMaxAge,
+		Duplicates:  c.DuplicateWindow,
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
+	}, {
+		Name:        t.LogsStream(),
+		Description: "AX task logs, one subject per instance",
+		Subjects:    []string{t.subject("log", ">")},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      c.LogsMaxAge,
+		MaxBytes:    c.LogsMaxBytes,
+		Discard:     jetstream.DiscardOld,
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
+	}}
+}
+
+// BucketConfigs returns the configuration of every KV bucket of the topology.
+func (t Topology) BucketConfigs(c Config) []jetstream.KeyValueConfig {
+	c = c.withDefaults()
+	return []jetstream.KeyValueConfig{{
+		Bucket:      t.WorkersBucket(),
+		Description: "AX live executors, one key per worker, put on every heartbeat",
+		TTL:         c.WorkerTTL,
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
+	}, {
+		// Every renewal is a new revision, so the bucket TTL restarts a
+		// lease's age; the limit markers make an expiry an event the
+		// dispatcher's reaper watches.
+		Bucket:         t.LeasesBucket(),
+		Description:    "AX attempt leases, key <instance_id>.<attempt>",
+		TTL:            c.LeaseTTL,
+		LimitMarkerTTL: max(c.LeaseTTL, time.Hour),
+		Storage:        c.Storage,
+		Replicas:       c.Replicas,
+	}, {
+		Bucket:      t.MutexBucket(),
+		Description: "AX task mutexes held by executors",
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
+	}}
+}
+
+// Ensure creates or updates every stream and bucket of the topology. It is
+// idempotent: every service calls it at start.
+func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
+	for _, sc := range t.StreamConfigs(c) {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kc := range t.BucketConfigs(c) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package streams
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Header names AX sets on its messages.
+const (
+	HeaderMsgID          = jetstream.MsgIDHeader // "Nats-Msg-Id"
+	HeaderSchedule       = "Nats-Schedule"
+	HeaderScheduleTarget = "Nats-Schedule-Target"
+)
+
+// NewMsg encodes v as JSON into a message for subject with msgID as its
+// Nats-Msg-Id, so that a retried publish is a no-op inside the duplicate window.
+func NewMsg(subject, msgID string, v any) (*nats.Msg, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode message for %s: %w", subject, err)
+	}
+	m := nats.NewMsg(subject)
+	m.Data = data
+	if msgID != "" {
+		m.Header.Set(HeaderMsgID, msgID)
+	}
+	return m, nil
+}
+
+// NewScheduleMsg returns a one-shot message schedule on subject (an
+// ax.sched.<event_id> subject) that makes the server publish v to target at
+// the given time. The time keeps its fractions of a second: the server honours
+// them, where whole seconds would fire up to a second early.
+func NewScheduleMsg(subject, target, msgID string, at time.Time, v any) (*nats.Msg, error) {
+	m, err := NewMsg(subject, msgID, v)
+	if err != nil {
+		return nil, err
+	}
+	m.Header.Set(HeaderSchedule, "@at "+at.UTC().Format(time.RFC3339Nano))
+	m.Header.Set(HeaderScheduleTarget, target)
+	return m, nil
+}
+
+// Publish publishes v to subject and waits for the stream's acknowledgement.
+func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, v any) (*jetstream.PubAck, error) {
+	m, err := NewMsg(subject, msgID, v)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := js.PublishMsg(ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("publish to %s: %w", subject, err)
+	}
+	return ack, nil
+}
+
+// AsyncBatch publishes messages without waiting for each acknowledgement and
+// then awaits them together: one round trip for a batch, not one a message.
+// It is not safe for concurrent use.
+type AsyncBatch struct {
+	js      jetstream.JetStream
+	futures []jetstream.PubAckFuture
+	err     error
+}
+
+// NewAsyncBatch returns an empty batch publishing on js.
+func NewAsyncBatch(js jetstream.JetStream) *AsyncBatch { return &AsyncBatch{js: js} }
+
+// Add publishes m asynchronously. An error is kept and returned by [AsyncBatch.Wait].
+func (b *AsyncBatch) Add(m *nats.Msg) {
+	f, err := b.js.PublishMsgAsync(m)
+	if err != nil {
+		b.err = errors.Join(b.err, fmt.Errorf("publish to %s: %w", m.Subject, err))
+		return
+	}
+	b.futures = append(b.futures, f)
+}
+
+// Len returns how many messages were added.
+func (b *AsyncBatch) Len() int { return len(b.futures) }
+
+// Wait awaits every acknowledgement and returns the first failures joined,
+// naming each subject. The batch is empty afterwards.
+func (b *AsyncBatch) Wait(ctx context.Context) error {
+	err := b.err
+	for _, f := range b.futures {
+		select {
+		case <-f.Ok():
+		case e := <-f.Err():
+			err = errors.Join(err, fmt.Errorf("publish to %s: %w", f.Msg().Subject, e))
+		case <-ctx.Done():
+			return errors.Join(err, fmt.Errorf("await publish acks: %w", ctx.Err()))
+		}
+	}
+	b.futures, b.err = b.futures[:0], nil
+	return err
+}
+
+// Decode unmarshals a message's JSON body into a T, naming the subject on error.
+func Decode[T any](subject string, data []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, fmt.Errorf("decode message on %s: %w", subject, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,111 @@
+package streams
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// DefaultPrefix is the subject prefix of a default installation.
+const DefaultPrefix = "ax"
+
+var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// Topology names every subject, stream, consumer and bucket of one
+// installation. The zero value is not usable; make one with [NewTopology].
+type Topology struct {
+	prefix string
+}
+
+// NewTopology returns the topology for prefix; "" means [DefaultPrefix].
+// A prefix is 1–32 lower-case letters, digits, '_' or '-', starting with a letter.
+func NewTopology(prefix string) (Topology, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !prefixRE.MatchString(prefix) {
+		return Topology{}, fmt.Errorf("subject prefix %q: use 1-32 lower-case letters, digits, '_' or '-', starting with a letter", prefix)
+	}
+	return Topology{prefix: prefix}, nil
+}
+
+// Default is the topology of [DefaultPrefix].
+func Default() Topology { return Topology{prefix: DefaultPrefix} }
+
+// Prefix returns the subject prefix.
+func (t Topology) Prefix() string { return t.prefix }
+
+func (t Topology) subject(parts ...string) string {
+	return t.prefix + "." + strings.Join(parts, ".")
+}
+
+// Trigger is the subject a firing of task is published to.
+func (t Topology) Trigger(task string) string { return t.subject("trigger", task) }
+
+// TriggerTask returns the task named by a trigger subject.
+func (t Topology) TriggerTask(subject string) (string, bool) {
+	return strings.CutPrefix(subject, t.prefix+".trigger.")
+}
+
+// Sched is the subject of a one-shot schedule that publishes a trigger later.
+func (t Topology) Sched(eventID string) string { return t.subject("sched", eventID) }
+
+// Dispatch is the subject of a pool's work at one priority.
+func (t Topology) Dispatch(pool string, p schemas.Priority) string {
+	return t.subject("dispatch", pool, string(p))
+}
+
+// Report is the subject of an executor's reports on one instance.
+func (t Topology) Report(instanceID int64) string {
+	return t.subject("report", strconv.FormatInt(instanceID, 10))
+}
+
+// Audit is the subject of a task's audit records.
+func (t Topology) Audit(task string) string { return t.subject("audit", task) }
+
+// Log is the subject of one instance's task log lines.
+func (t Topology) Log(instanceID int64) string {
+	return t.subject("log", strconv.FormatInt(instanceID, 10))
+}
+
+// Control is the core NATS subject a worker listens on for orders (cancel now).
+func (t Topology) Control(workerID string) string { return t.subject("control", workerID) }
+
+// Ready is the core NATS subject the dispatcher rings once per batch it
+// routes to a pool, so that idle executors fetch at once instead of polling.
+func (t Topology) Ready(pool string) string { return t.subject("ready", pool) }
+
+func (t Topology) stream(name string) string { return strings.ToUpper(t.prefix) + "_" + name }
+
+// Stream names.
+func (t Topology) TriggersStream() string { return t.stream("TRIGGERS") }
+func (t Topology) DispatchStream() string { return t.stream("DISPATCH") }
+func (t Topology) ReportsStream() string  { return t.stream("REPORTS") }
+func (t Topology) AuditStream() string    { return t.stream("AUDIT") }
+func (t Topology) LogsStream() string     { return t.stream("LOGS") }
+
+// Bucket names.
+func (t Topology) WorkersBucket() string { return t.prefix + "-workers" }
+func (t Topology) LeasesBucket() string  { return t.prefix + "-leases" }
+func (t Topology) MutexBucket() string   { return t.prefix + "-mutex" }
+
+// LeaseKey is the ax-leases key of one attempt of an instance. A key per
+// attempt makes creation a plain create-if-absent and lets an expiry name the
+// attempt it fences out.
+func LeaseKey(instanceID int64, attempt int) string {
+	return strconv.FormatInt(instanceID, 10) + "." + strconv.Itoa(attempt)
+}
+
+// ParseLeaseKey is the inverse of [LeaseKey].
+func ParseLeaseKey(key string) (instanceID int64, attempt int, ok bool) {
+	id, att, found := strings.Cut(key, ".")
+	if !found {
+		return 0, 0, false
+	}
+	i, err1 := strconv.ParseInt(id, 10, 64)
+	a, err2 := strconv.Atoi(att)
+	return i, a, err1 == nil && err2 == nil
+}
