@@ -1,0 +1,100 @@
+package schemas
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// FuzzParseTask feeds ParseTask arbitrary bytes. It must never panic; it
+// rejects with a *ValidationError; and a task it accepts encodes to JSON
+// that parses again to an equal task with sane defaults.
+func FuzzParseTask(f *testing.F) {
+	for _, tc := range taskAccepts {
+		f.Add([]byte(tc.in))
+	}
+	for _, tc := range taskRejects {
+		f.Add([]byte(tc.in))
+	}
+	if hello, err := os.ReadFile("../examples/hello.yaml"); err == nil {
+		f.Add(hello)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		task, err := ParseTask(data)
+		if err != nil {
+			var verr *ValidationError
+			if !errors.As(err, &verr) || len(verr.Problems) == 0 {
+				t.Fatalf("ParseTask error %v (%T) is not a *ValidationError with problems", err, err)
+			}
+			return
+		}
+		encoded, err := json.Marshal(task)
+		if err != nil {
+			t.Fatalf("encode accepted task %+v: %v", task, err)
+		}
+		again, err := ParseTask(encoded)
+		if err != nil {
+			t.Fatalf("ParseTask accepted %q but not its encoding %s: %v", data, encoded, err)
+		}
+		if !reflect.DeepEqual(task, again) {
+			t.Fatalf("%q parses to\n%+v\nits encoding %s to\n%+v", data, task, encoded, again)
+		}
+		d := task.WithDefaults()
+		if to := d.TimeoutDuration(); to <= 0 || to > MaxTimeout {
+			t.Fatalf("accepted timeout %q gives %v", task.Execution.Timeout, to)
+		}
+		if r := d.Execution.Retry; r.Initial() > r.Max() {
+			t.Fatalf("accepted retry intervals %v..%v", r.Initial(), r.Max())
+		}
+	})
+}
+
+// FuzzParseTriggerEvent feeds ParseTriggerEvent arbitrary bytes. It must
+// never panic; it rejects with a *ValidationError; and an event it accepts
+// encodes to JSON that parses again to an equal event.
+func FuzzParseTriggerEvent(f *testing.F) {
+	for _, tc := range triggerAccepts {
+		f.Add([]byte(tc.in))
+	}
+	for _, tc := range triggerRejects {
+		f.Add([]byte(tc.in))
+	}
+	if golden, err := os.ReadFile(goldenPath("trigger_event")); err == nil {
+		f.Add(golden)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev, err := ParseTriggerEvent(data)
+		if err != nil {
+			var verr *ValidationError
+			if !errors.As(err, &verr) || len(verr.Problems) == 0 {
+				t.Fatalf("ParseTriggerEvent error %v (%T) is not a *ValidationError with problems", err, err)
+			}
+			return
+		}
+		encoded, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatalf("encode accepted event %+v: %v", ev, err)
+		}
+		again, err := ParseTriggerEvent(encoded)
+		if err != nil {
+			t.Fatalf("ParseTriggerEvent accepted %q but not its encoding %s: %v", data, encoded, err)
+		}
+		// The payload passes as it was sent and is compacted when encoded; a
+		// time keeps its instant, not necessarily its *time.Location.
+		if !ev.FiredAt.Equal(again.FiredAt) {
+			t.Fatalf("fired_at %v became %v", ev.FiredAt, again.FiredAt)
+		}
+		ev.FiredAt, again.FiredAt = time.Time{}, time.Time{}
+		if len(ev.Payload) > 0 {
+			if ev.Payload, err = json.Marshal(ev.Payload); err != nil {
+				t.Fatalf("accepted payload %q is not JSON: %v", data, err)
+			}
+		}
+		if !reflect.DeepEqual(ev, again) {
+			t.Fatalf("%q parses to\n%+v\nits encoding %s to\n%+v", data, ev, encoded, again)
+		}
+	})
+}

@@ -1,0 +1,290 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
+
+// goldenMessage is a wire message, fully populated, with its golden file
+// (testdata/golden/<name>.json) and the schema it satisfies.
+type goldenMessage struct {
+	name   string
+	schema string // a location in JSONSchemas, "<file>#<JSON pointer>"
+	value  any
+}
+
+// golden lists every wire message of messages.go.
+var golden = []goldenMessage{
+	{"trigger_event", "trigger.schema.json#", &TriggerEvent{
+		EventID:        "cron:nightly-report:2024-05-01T02:00:00Z",
+		Task:           "nightly-report",
+		Source:         SourceRetry,
+		Operator:       "alice@example.com",
+		Payload:        json.RawMessage(`{"day":"2024-04-30","regions":["eu","us"]}`),
+		PayloadVersion: 2,
+		Priority:       PriorityUrgent,
+		FiredAt:        goldenTime(0),
+		Retry:          &RetryOf{InstanceID: 4711, Attempt: 3},
+	}},
+	{"retry_of", "trigger.schema.json#/$defs/retry_of", &RetryOf{InstanceID: 4711, Attempt: 3}},
+	{"dispatch", "json/dispatch.schema.json#", &Dispatch{
+		InstanceID:   4711,
+		Task:         "nightly-report",
+		TaskVersion:  5,
+		Handler:      "reports.nightly",
+		Attempt:      3,
+		MaxAttempts:  5,
+		EventID:      "cron:nightly-report:2024-05-01T02:00:00Z",
+		Priority:     PriorityUrgent,
+		Payload:      json.RawMessage(`{"day":"2024-04-30","regions":["eu","us"]}`),
+		TimeoutMS:    600000,
+		FiredAt:      goldenTime(0),
+		DispatchedAt: goldenTime(90 * time.Second),
+	}},
+	{"report", "json/report.schema.json#", &Report{
+		InstanceID: 4711,
+		Attempt:    3,
+		WorkerID:   "worker-eu-1",
+		Kind:       ReportFailed,
+		At:         goldenTime(5 * time.Minute),
+		StartedAt:  goldenTime(91 * time.Second),
+		Output:     json.RawMessage(`{"rows":1200}`),
+		Error:      "upload report: connection reset by peer",
+		Permanent:  true,
+	}},
+	{"worker", "json/worker.schema.json#", &Worker{
+		ID:          "worker-eu-1",
+		Hostname:    "eu-host-7",
+		Version:     "1.4.0",
+		Pools:       []string{"default", "eu+gpu"},
+		Handlers:    []string{"builtin.echo", "reports.nightly"},
+		Slots:       8,
+		Busy:        3,
+		StartedAt:   goldenTime(-time.Hour),
+		HeartbeatAt: goldenTime(10 * time.Second),
+	}},
+	{"lease", "json/lease.schema.json#", &Lease{
+		InstanceID: 4711,
+		Attempt:    3,
+		WorkerID:   "worker-eu-1",
+		AcquiredAt: goldenTime(91 * time.Second),
+	}},
+	{"control", "json/control.schema.json#", &Control{
+		Action:     ControlCancel,
+		InstanceID: 4711,
+		Attempt:    3,
+		Reason:     "cancelled by alice@example.com",
+	}},
+	{"transition", "json/transition.schema.json#", &Transition{
+		ID:         90210,
+		InstanceID: 4711,
+		Task:       "nightly-report",
+		From:       StateRunning,
+		To:         StateRetrying,
+		Attempt:    3,
+		Operator:   "dispatcher",
+		Reason:     "lease expired",
+		At:         goldenTime(5 * time.Minute),
+	}},
+	{"instance", "json/instance.schema.json#", &Instance{
+		ID:          4711,
+		Task:        "nightly-report",
+		TaskVersion: 5,
+		EventID:     "cron:nightly-report:2024-05-01T02:00:00Z",
+		Source:      SourceEvent,
+		State:       StateSucceeded,
+		Attempt:     3,
+		MaxAttempts: 5,
+		Priority:    PriorityNormal,
+		Pool:        "eu+gpu",
+		WorkerID:    "worker-eu-1",
+		Payload:     json.RawMessage(`{"day":"2024-04-30","regions":["eu","us"]}`),
+		Output:      json.RawMessage(`{"rows":1200}`),
+		Error:       "upload report: connection reset by peer",
+		FiredAt:     goldenTime(0),
+		CreatedAt:   goldenTime(time.Second),
+		StartedAt:   ptr(goldenTime(91 * time.Second)),
+		FinishedAt:  ptr(goldenTime(6 * time.Minute)),
+		Transitions: []Transition{
+			{ID: 90001, InstanceID: 4711, Task: "nightly-report", From: "", To: StateCreated, Attempt: 0, Operator: "dispatcher", At: goldenTime(time.Second)},
+			{ID: 90002, InstanceID: 4711, Task: "nightly-report", From: StateCreated, To: StateDispatched, Attempt: 1, Operator: "dispatcher", Reason: "pool eu+gpu", At: goldenTime(2 * time.Second)},
+		},
+	}},
+}
+
+// goldenTime is a fixed instant plus d, with fractions of a second to show
+// that they survive the wire.
+func goldenTime(d time.Duration) time.Time {
+	return time.Date(2024, 5, 1, 2, 0, 0, 123456789, time.UTC).Add(d)
+}
+
+func goldenPath(name string) string { return filepath.Join("testdata", "golden", name+".json") }
+
+// TestGolden compares each message's encoding with its golden file, so that
+// any change of the wire format shows in review. Run `go test ./schemas
+// -update` to rewrite the files after an intended change.
+func TestGolden(t *testing.T) {
+	for _, g := range golden {
+		t.Run(g.name, func(t *testing.T) {
+			got, err := json.MarshalIndent(g.value, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			path := goldenPath(g.name)
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./schemas -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("the encoding of %T differs from %s (run go test ./schemas -update if the change is intended):\ngot:\n%s\nwant:\n%s", g.value, path, got, want)
+			}
+		})
+	}
+}
+
+// TestGoldenDecodes decodes each golden file strictly back into its type and
+// expects the value it was written from.
+func TestGoldenDecodes(t *testing.T) {
+	t.Parallel()
+	for _, g := range golden {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			data, err := os.ReadFile(goldenPath(g.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := reflect.New(reflect.TypeOf(g.value).Elem())
+			dec := json.NewDecoder(bytes.NewReader(data))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(got.Interface()); err != nil {
+				t.Fatalf("decode %s: %v", goldenPath(g.name), err)
+			}
+			compactRaw(got)
+			if !reflect.DeepEqual(got.Interface(), g.value) {
+				t.Errorf("%s decodes to\n%+v\nwant\n%+v", goldenPath(g.name), got.Elem().Interface(), reflect.ValueOf(g.value).Elem().Interface())
+			}
+		})
+	}
+}
+
+// compactRaw compacts every json.RawMessage inside v: an indented golden
+// file keeps the indentation inside raw values.
+func compactRaw(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			compactRaw(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			compactRaw(v.Field(i))
+		}
+	case reflect.Slice:
+		if v.Type() == rawType {
+			if v.Len() > 0 {
+				var b bytes.Buffer
+				if err := json.Compact(&b, v.Bytes()); err == nil {
+					v.SetBytes(b.Bytes())
+				}
+			}
+			return
+		}
+		for i := range v.Len() {
+			compactRaw(v.Index(i))
+		}
+	}
+}
+
+// TestGoldenMatchesSchema validates each golden file against its JSON Schema.
+func TestGoldenMatchesSchema(t *testing.T) {
+	t.Parallel()
+	s, err := compiledSchemas()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCompiler()
+	for url, doc := range s.docs {
+		if err := c.AddResource(url, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range golden {
+		sch, err := c.Compile(schemaBaseURL + g.schema)
+		if err != nil {
+			t.Fatalf("compile %s: %v", g.schema, err)
+		}
+		data, err := os.ReadFile(goldenPath(g.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, problem := decodeJSON(data)
+		if problem != nil {
+			t.Fatalf("%s: %s", goldenPath(g.name), problem)
+		}
+		if err := sch.Validate(doc); err != nil {
+			t.Errorf("%s does not satisfy %s: %q", goldenPath(g.name), g.schema, s.problems(err, doc, ""))
+		}
+	}
+}
+
+// TestEverySchemaHasGolden keeps the golden list and the schemas in step.
+func TestEverySchemaHasGolden(t *testing.T) {
+	t.Parallel()
+	entries, err := JSONSchemas.ReadDir("json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		loc := "json/" + e.Name() + "#"
+		if !slices.ContainsFunc(golden, func(g goldenMessage) bool {
+			return g.schema == loc
+		}) {
+			t.Errorf("schema %s has no golden message", e.Name())
+		}
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "golden", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		if !slices.ContainsFunc(golden, func(g goldenMessage) bool {
+			return g.name == name
+		}) {
+			t.Errorf("golden file %s belongs to no message; remove it", f)
+		}
+	}
+}
+
+// TestGoldenFullyPopulated keeps every field of every golden message set, so
+// that each field's encoding is pinned down.
+func TestGoldenFullyPopulated(t *testing.T) {
+	t.Parallel()
+	for _, g := range golden {
+		v := reflect.ValueOf(g.value).Elem()
+		for i := range v.NumField() {
+			if v.Field(i).IsZero() {
+				t.Errorf("golden %s leaves %s.%s zero", g.name, v.Type().Name(), v.Type().Field(i).Name)
+			}
+		}
+	}
+}
