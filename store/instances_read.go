@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// Limits of [InstanceFilter.Limit].
+const (
+	DefaultInstanceLimit = 50
+	MaxInstanceLimit     = 500
+)
+
+// InstanceFilter selects instances for [Store.ListInstances]. Zero fields
+// select everything.
+type InstanceFilter struct {
+	// Task keeps the instances of one task.
+	Task string
+	// State keeps the instances in one state.
+	State schemas.State
+	// Limit is the most instances returned: 0 means [DefaultInstanceLimit],
+	// and more than [MaxInstanceLimit] is cut down to it.
+	Limit int
+	// BeforeID keeps the instances whose id is lower: pass the last id of a
+	// page to read the next one.
+	BeforeID int64
+}
+
+const instanceColumns = `id, task, task_version, event_id, source, state, attempt, max_attempts,
+	priority, pool, worker_id, payload, output, error, fired_at, created_at, started_at, finished_at`
+
+func scanInstance(row pgx.CollectableRow) (schemas.Instance, error) {
+	var in schemas.Instance
+	err := row.Scan(&in.ID, &in.Task, &in.TaskVersion, &in.EventID, &in.Source, &in.State, &in.Attempt,
+		&in.MaxAttempts, &in.Priority, &in.Pool, &in.WorkerID, &in.Payload, &in.Output, &in.Error,
+		&in.FiredAt, &in.CreatedAt, &in.StartedAt, &in.FinishedAt)
+	return in, err
+}
+
+// GetInstance returns the instance id with its transitions, oldest first, or
+// an error wrapping [ErrNotFound]. Both are read in one snapshot, so the
+// transitions end with the instance's current state.
+func (s *Store) GetInstance(ctx context.Context, id int64) (schemas.Instance, error) {
+	var in schemas.Instance
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+instanceColumns+` FROM instances WHERE id = $1`, id)
+		if err != nil {
+			return err
+		}
+		in, err = pgx.CollectExactlyOneRow(rows, scanInstance)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("instance %d: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `
+			SELECT id, instance_id, task, COALESCE(from_state, ''), to_state, attempt, operator, reason, at
+			FROM instance_transitions WHERE instance_id = $1 ORDER BY id`, id)
+		if err != nil {
+			return err
+		}
+		in.Transitions, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (schemas.Transition, error) {
+			var t schemas.Transition
+			err := row.Scan(&t.ID, &t.InstanceID, &t.Task, &t.From, &t.To, &t.Attempt, &t.Operator, &t.Reason, &t.At)
+			return t, err
+		})
+		return err
+	})
+	if err != nil {
+		return schemas.Instance{}, fmt.Errorf("get instance %d: %w", id, err)
+	}
+	return in, nil
+}
+
+// InstanceByEvent returns the instance that the firing eventID of task made,
+// without its transitions, or an error wrapping [ErrNotFound] when the
+// dispatcher has not created it (yet).
+func (s *Store) InstanceByEvent(ctx context.Context, task, eventID string) (schemas.Instance, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+instanceColumns+` FROM instances WHERE task = $1 AND event_id = $2`, task, eventID)
+	if err != nil {
+		return schemas.Instance{}, fmt.Errorf("get instance of task %s event %s: %w", task, eventID, err)
+	}
+	in, err := pgx.CollectExactlyOneRow(rows, scanInstance)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = fmt.Errorf("instance of task %q event %q: %w", task, eventID, ErrNotFound)
+	}
+	if err != nil {
+		return schemas.Instance{}, fmt.Errorf("get instance of task %s event %s: %w", task, eventID, err)
+	}
+	return in, nil
+}
+
+// ListInstances returns the instances that f selects, newest (highest id)
+// first, without their transitions.
+func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.Instance, error) {
+	limit := f.Limit
+	switch {
+	case limit <= 0:
+		limit = DefaultInstanceLimit
+	case limit > MaxInstanceLimit:
+		limit = MaxInstanceLimit
+	}
+	// The WHERE holds only the conditions in use, so that each shape of
+	// query gets a plan that uses the indexes.
+	var (
+		where []string
+		args  []any
+	)
+	cond := func(expr string, arg any) {
+		args = append(args, arg)
+		where = append(where, fmt.Sprintf(expr, len(args)))
+	}
+	if f.Task != "" {
+		cond("task = $%d", f.Task)
+	}
+	if f.State != "" {
+		cond("state = $%d", string(f.State))
+	}
+	if f.BeforeID > 0 {
+		cond("id < $%d", f.BeforeID)
+	}
+	sql := `SELECT ` + instanceColumns + ` FROM instances`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	args = append(args, limit)
+	sql += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list instances: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanInstance)
+	if err != nil {
+		return nil, fmt.Errorf("list instances: %w", err)
+	}
+	return out, nil
+}

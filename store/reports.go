@@ -1,0 +1,262 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// Outcome is what became of one report (or lease expiry) handed to
+// [Store.ApplyReports] or [Store.ExpireLeases].
+type Outcome struct {
+	InstanceID int64
+	// Attempt is the attempt the report spoke of.
+	Attempt int
+	// Applied is true when the report changed the instance; false when it was
+	// stale (another attempt is current) or already applied.
+	Applied bool
+	// The instance as it is now (when Applied) or was found (when not).
+	Task           string
+	State          schemas.State
+	CurrentAttempt int
+	MaxAttempts    int
+	RetryPolicy    schemas.Retry
+	WorkerID       string
+	// Found is false when no instance has that id.
+	Found bool
+}
+
+// ApplyReports records a batch of executor reports in one transaction: every
+// started report first (DISPATCHED → RUNNING), then every final one
+// (RUNNING → SUCCEEDED | RETRYING | FAILED). Each write is guarded by state
+// and attempt, so a report from a stale attempt, or one applied before,
+// changes nothing. A final report that arrives before its started report —
+// they may reach different dispatchers — also records the RUNNING transition.
+// Outcomes come in the order of started, then final.
+func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Report) ([]Outcome, error) {
+	var out []Outcome
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		o, err := applyStarted(ctx, tx, started)
+		if err != nil {
+			return err
+		}
+		out = append(out, o...)
+		rows := make([]finishRow, len(final))
+		for i, r := range final {
+			rows[i] = finishRow{
+				id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, operator: WorkerOperator(r.WorkerID),
+				ok: r.Kind == schemas.ReportSucceeded, output: r.Output, errText: r.Error, permanent: r.Permanent,
+				startedAt: r.StartedAt, finishedAt: r.At, impliesRunning: true,
+			}
+		}
+		o, err = finish(ctx, tx, rows)
+		if err != nil {
+			return err
+		}
+		out = append(out, o...)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply %d reports: %w", len(started)+len(final), err)
+	}
+	return out, nil
+}
+
+// LeaseExpiry is a lease that ran out: its worker stopped renewing it.
+type LeaseExpiry struct {
+	InstanceID int64
+	Attempt    int
+	At         time.Time
+}
+
+// ExpireLeases fails the attempts whose lease expired while they were
+// DISPATCHED or RUNNING: each moves to RETRYING, or FAILED when its attempts
+// are spent. An expiry of an attempt that already ended changes nothing.
+func (s *Store) ExpireLeases(ctx context.Context, in []LeaseExpiry) ([]Outcome, error) {
+	rows := make([]finishRow, len(in))
+	for i, e := range in {
+		rows[i] = finishRow{
+			id: e.InstanceID, attempt: e.Attempt, operator: OperatorReaper,
+			errText:    "lease expired: the worker stopped renewing it (it died, hung or lost its connection)",
+			finishedAt: e.At,
+		}
+	}
+	out, err := finish(ctx, s.pool, rows)
+	if err != nil {
+		return nil, fmt.Errorf("expire %d leases: %w", len(in), err)
+	}
+	return out, nil
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func applyStarted(ctx context.Context, q querier, in []schemas.Report) ([]Outcome, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	n := len(in)
+	ids, attempts, workers, startedAt := make([]int64, n), make([]int32, n), make([]string, n), make([]time.Time, n)
+	for i, r := range in {
+		ids[i], attempts[i], workers[i], startedAt[i] = r.InstanceID, int32(r.Attempt), r.WorkerID, r.StartedAt
+	}
+	rows, err := q.Query(ctx, `
+WITH r AS (
+	SELECT DISTINCT ON (id, attempt) * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[])
+	AS t(id, attempt, worker_id, started_at)
+), upd AS (
+	UPDATE instances i SET state = 'RUNNING', worker_id = r.worker_id, started_at = r.started_at, updated_at = now()
+	FROM r
+	WHERE i.id = r.id AND i.attempt = r.attempt AND i.state = 'DISPATCHED'
+	RETURNING i.*
+), tr AS (
+	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator)
+	SELECT id, task, 'DISPATCHED', 'RUNNING', attempt, 'worker:' || worker_id FROM upd
+)
+SELECT true, upd.id, upd.attempt, `+outcomeColumns("upd")+` FROM upd
+UNION ALL
+SELECT false, r.id, r.attempt, `+outcomeColumns("i")+`
+FROM r LEFT JOIN instances i ON i.id = r.id
+WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
+		ids, attempts, workers, startedAt)
+	if err != nil {
+		return nil, fmt.Errorf("record started: %w", err)
+	}
+	return collectOutcomes(rows)
+}
+
+// finishRow ends one attempt: it succeeded (ok), or failed with errText.
+type finishRow struct {
+	id         int64
+	attempt    int
+	workerID   string
+	operator   string
+	ok         bool
+	output     json.RawMessage
+	errText    string
+	permanent  bool
+	startedAt  time.Time
+	finishedAt time.Time
+	// impliesRunning records DISPATCHED → RUNNING before the end when the
+	// instance is still DISPATCHED (a final report overtook its started one).
+	impliesRunning bool
+}
+
+func finish(ctx context.Context, q querier, in []finishRow) ([]Outcome, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	n := len(in)
+	var (
+		ids, attempts            = make([]int64, n), make([]int32, n)
+		workers, operators, errs = make([]string, n), make([]string, n), make([]string, n)
+		oks, permanents, implies = make([]bool, n), make([]bool, n), make([]bool, n)
+		outputs                  = make([][]byte, n)
+		startedAt, finishedAt    = make([]*time.Time, n), make([]time.Time, n)
+	)
+	for i, r := range in {
+		ids[i], attempts[i], workers[i], operators[i], errs[i] = r.id, int32(r.attempt), r.workerID, r.operator, r.errText
+		oks[i], permanents[i], implies[i], finishedAt[i] = r.ok, r.permanent, r.impliesRunning, r.finishedAt
+		if len(r.output) > 0 {
+			outputs[i] = r.output
+		}
+		if !r.startedAt.IsZero() {
+			startedAt[i] = &r.startedAt
+		}
+	}
+	rows, err := q.Query(ctx, `
+WITH r AS (
+	SELECT DISTINCT ON (id, attempt) * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bool[],
+		$6::jsonb[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $11::bool[])
+	AS t(id, attempt, worker_id, operator, ok, output, error, permanent, started_at, finished_at, implies_running)
+), old AS (
+	SELECT i.id, i.state AS old_state FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
+	WHERE i.state IN ('DISPATCHED', 'RUNNING')
+	FOR UPDATE OF i
+), upd AS (
+	UPDATE instances i SET
+		state = CASE WHEN r.ok THEN 'SUCCEEDED'
+			WHEN NOT r.permanent AND i.attempt < i.max_attempts THEN 'RETRYING'
+			ELSE 'FAILED' END,
+		output = r.output,
+		error = r.error,
+		worker_id = CASE WHEN r.worker_id <> '' THEN r.worker_id ELSE i.worker_id END,
+		started_at = COALESCE(r.started_at, i.started_at),
+		finished_at = CASE WHEN r.ok OR r.permanent OR i.attempt >= i.max_attempts THEN r.finished_at END,
+		updated_at = now()
+	FROM r, old
+	WHERE i.id = r.id AND i.attempt = r.attempt AND old.id = i.id
+	RETURNING i.*, old.old_state, r.operator AS by, r.implies_running
+), tr AS (
+	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
+	SELECT id, task, 'DISPATCHED', 'RUNNING', attempt, by, 'the final report arrived before the started one'
+	FROM upd WHERE old_state = 'DISPATCHED' AND implies_running
+	UNION ALL
+	SELECT id, task, CASE WHEN old_state = 'DISPATCHED' AND implies_running THEN 'RUNNING' ELSE old_state END,
+		state, attempt, by, error
+	FROM upd
+)
+SELECT true, upd.id, upd.attempt, `+outcomeColumns("upd")+` FROM upd
+UNION ALL
+SELECT false, r.id, r.attempt, `+outcomeColumns("i")+`
+FROM r LEFT JOIN instances i ON i.id = r.id
+WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
+		ids, attempts, workers, operators, oks, outputs, errs, permanents, startedAt, finishedAt, implies)
+	if err != nil {
+		return nil, fmt.Errorf("record final: %w", err)
+	}
+	return collectOutcomes(rows)
+}
+
+func outcomeColumns(t string) string {
+	return fmt.Sprintf(`%[1]s.id IS NOT NULL, COALESCE(%[1]s.task, ''), COALESCE(%[1]s.state, ''), COALESCE(%[1]s.attempt, 0),
+	COALESCE(%[1]s.max_attempts, 0), COALESCE(%[1]s.retry_policy, '{}'), COALESCE(%[1]s.worker_id, '')`, t)
+}
+
+func collectOutcomes(rows pgx.Rows) ([]Outcome, error) {
+	defer rows.Close()
+	var out []Outcome
+	for rows.Next() {
+		var o Outcome
+		var retry []byte
+		if err := rows.Scan(&o.Applied, &o.InstanceID, &o.Attempt, &o.Found, &o.Task, &o.State, &o.CurrentAttempt,
+			&o.MaxAttempts, &retry, &o.WorkerID); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(retry, &o.RetryPolicy); err != nil {
+			return nil, fmt.Errorf("decode retry policy of instance %d: %w", o.InstanceID, err)
+		}
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// RunningAttempt names the current attempt of a RUNNING instance.
+type RunningAttempt struct {
+	InstanceID int64
+	Attempt    int
+}
+
+// RunningAttempts lists the RUNNING instances whose attempt started before since.
+func (s *Store) RunningAttempts(ctx context.Context, since time.Time) ([]RunningAttempt, error) {
+	rows, err := s.pool.Query(ctx,
+		`SELECT id, attempt FROM instances WHERE state = 'RUNNING' AND started_at < $1 ORDER BY id`, since)
+	if err != nil {
+		return nil, fmt.Errorf("list running attempts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunningAttempt, error) {
+		var r RunningAttempt
+		err := row.Scan(&r.InstanceID, &r.Attempt)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list running attempts: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// ErrNotFound is returned, wrapped with what was looked for, when a task or
+// an instance does not exist. Test for it with errors.Is.
+var ErrNotFound = errors.New("not found")
+
+// TaskRecord is a task definition as the store keeps it.
+type TaskRecord struct {
+	Name string
+	// Version starts at 1 and grows by one with every apply that changes
+	// the definition.
+	Version int
+	// Enabled says whether firings of the task make instances that run.
+	Enabled bool
+	// Definition is the definition of Version, with its defaults filled in.
+	Definition *schemas.Task
+	CreatedAt  time.Time
+	// UpdatedAt is when the definition or the enabled flag last changed.
+	UpdatedAt time.Time
+}
+
+const taskColumns = `name, version, enabled, definition, created_at, updated_at`
+
+// ApplyTask stores def (with its defaults filled in) as the definition of the
+// task def.TaskName and reports whether that changed anything. A new task
+// starts at version 1, enabled; a definition that differs from the stored one
+// (compared as JSON values, so key order and spacing do not count) becomes the
+// next version; an identical one keeps the stored version and changes nothing.
+// Every new version is also kept in task_versions with the operator who
+// applied it. def must already be valid (see [schemas.ParseTask]).
+//
+// ApplyTask is safe to call concurrently for the same task: the upsert locks
+// the row, so two different definitions applied at once become two versions.
+func (s *Store) ApplyTask(ctx context.Context, def *schemas.Task, operator string) (TaskRecord, bool, error) {
+	if def == nil || def.TaskName == "" {
+		return TaskRecord{}, false, errors.New("apply task: the definition has no task_name")
+	}
+	def = def.WithDefaults()
+	data, err := json.Marshal(def)
+	if err != nil {
+		return TaskRecord{}, false, fmt.Errorf("apply task %s: encode definition: %w", def.TaskName, err)
+	}
+	var (
+		rec     TaskRecord
+		changed bool
+	)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The WHERE of DO UPDATE leaves an identical definition alone, and
+		// then RETURNING yields no row.
+		rows, err := tx.Query(ctx, `
+			INSERT INTO tasks (name, version, definition)
+			VALUES ($1, 1, $2)
+			ON CONFLICT (name) DO UPDATE
+			SET version = tasks.version + 1, definition = EXCLUDED.definition, updated_at = now()
+			WHERE tasks.definition IS DISTINCT FROM EXCLUDED.definition
+			RETURNING `+taskColumns, def.TaskName, data)
+		if err != nil {
+			return err
+		}
+		recs, err := pgx.CollectRows(rows, scanTask)
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 {
+			rec, err = getTask(ctx, tx, def.TaskName)
+			return err
+		}
+		rec, changed = recs[0], true
+		_, err = tx.Exec(ctx, `
+			INSERT INTO task_versions (name, version, definition, operator)
+			VALUES ($1, $2, $3, $4)`, rec.Name, rec.Version, data, operator)
+		return err
+	})
+	if err != nil {
+		return TaskRecord{}, false, fmt.Errorf("apply task %s: %w", def.TaskName, err)
+	}
+	return rec, changed, nil
+}
+
+// GetTask returns the task called name, or an error wrapping [ErrNotFound].
+func (s *Store) GetTask(ctx context.Context, name string) (TaskRecord, error) {
+	rec, err := getTask(ctx, s.pool, name)
+	if err != nil {
+		return TaskRecord{}, fmt.Errorf("get task %s: %w", name, err)
+	}
+	return rec, nil
+}
+
+// getTask reads one task through q, a pool or a transaction.
+func getTask(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, name string) (TaskRecord, error) {
+	rows, err := q.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE name = $1`, name)
+	if err != nil {
+		return TaskRecord{}, err
+	}
+	rec, err := pgx.CollectExactlyOneRow(rows, scanTask)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return TaskRecord{}, fmt.Errorf("task %q: %w", name, ErrNotFound)
+	}
+	return rec, err
+}
+
+// ListTasks returns every task, ordered by name.
+func (s *Store) ListTasks(ctx context.Context) ([]TaskRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, scanTask)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return recs, nil
+}
+
+// GetTasks returns the tasks named in names, keyed by name, in one query.
+// Names that match no task are missing from the map; repeated names are fine.
+func (s *Store) GetTasks(ctx context.Context, names []string) (map[string]TaskRecord, error) {
+	out := make(map[string]TaskRecord, len(names))
+	if len(names) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE name = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("get tasks: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, scanTask)
+	if err != nil {
+		return nil, fmt.Errorf("get tasks: %w", err)
+	}
+	for _, r := range recs {
+		out[r.Name] = r
+	}
+	return out, nil
+}
+
+// SetTaskEnabled enables or disables the task called name and returns it.
+// Setting the flag it already has changes nothing, not even UpdatedAt. An
+// unknown task is an error wrapping [ErrNotFound].
+func (s *Store) SetTaskEnabled(ctx context.Context, name string, enabled bool) (TaskRecord, error) {
+	rows, err := s.pool.Query(ctx, `
+		UPDATE tasks
+		SET enabled = $2, updated_at = CASE WHEN enabled = $2 THEN updated_at ELSE now() END
+		WHERE name = $1
+		RETURNING `+taskColumns, name, enabled)
+	if err != nil {
+		return TaskRecord{}, fmt.Errorf("set task %s enabled=%t: %w", name, enabled, err)
+	}
+	rec, err := pgx.CollectExactlyOneRow(rows, scanTask)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = fmt.Errorf("task %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return TaskRecord{}, fmt.Errorf("set task %s enabled=%t: %w", name, enabled, err)
+	}
+	return rec, nil
+}
+
+func scanTask(row pgx.CollectableRow) (TaskRecord, error) {
+	var (
+		rec  TaskRecord
+		data []byte
+	)
+	if err := row.Scan(&rec.Name, &rec.Version, &rec.Enabled, &data, &rec.CreatedAt, &rec.UpdatedAt); err != nil {
+		return TaskRecord{}, err
+	}
+	rec.Definition = new(schemas.Task)
+	if err := json.Unmarshal(data, rec.Definition); err != nil {
+		return TaskRecord{}, fmt.Errorf("decode definition of task %s version %d: %w", rec.Name, rec.Version, err)
+	}
+	return rec, nil
+}
