@@ -1,0 +1,338 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// attempt is one attempt running on the worker.
+type attempt struct {
+	dispatch  schemas.Dispatch
+	key       string // the lease key
+	lease     []byte // the lease's value, put again on every renewal
+	handler   Handler
+	task      *Task
+	startedAt time.Time
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	log       zerolog.Logger
+
+	revision uint64 // the lease's last revision; guarded by Service.mu
+}
+
+// timeoutError is the cause of an attempt's context at its deadline.
+type timeoutError struct{ d time.Duration }
+
+func (e timeoutError) Error() string { return "timeout after " + e.d.String() }
+
+// cancelError is the cause of an attempt's context when a control message
+// cancels it.
+type cancelError struct{ reason string }
+
+func (e cancelError) Error() string {
+	if e.reason == "" {
+		return "cancelled"
+	}
+	return "cancelled: " + e.reason
+}
+
+// start starts a batch of fetched dispatch messages: it takes a lease for
+// each, reports them started, acks them and runs their handlers. Each step
+// publishes the whole batch and awaits the acknowledgements together.
+//
+// A message whose handler is not registered on this worker is started like
+// any other (lease, started report) and then fails permanently: the
+// instance's record stays consistent, RUNNING then FAILED with the reason.
+func (s *Service) start(ctx context.Context, msgs []jetstream.Msg) {
+	type pending struct {
+		msg   jetstream.Msg
+		d     schemas.Dispatch
+		key   string
+		lease []byte
+	}
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	now := s.opts.NowFunc()
+
+	// Take the leases.
+	var ps []pending
+	var leaseMsgs []*nats.Msg
+	for _, m := range msgs {
+		d, err := decodeDispatch(m)
+		if err != nil {
+			s.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable dispatch message; terminating it")
+			s.term(m)
+			continue
+		}
+		key := streams.LeaseKey(d.InstanceID, d.Attempt)
+		lease, _ := json.Marshal(schemas.Lease{InstanceID: d.InstanceID, Attempt: d.Attempt, WorkerID: s.opts.WorkerID, AcquiredAt: now})
+		ps = append(ps, pending{msg: m, d: d, key: key, lease: lease})
+		leaseMsgs = append(leaseMsgs, s.leaseMsg(key, lease, 0))
+	}
+	acks, errs := s.publishAll(opCtx, leaseMsgs)
+	leased := ps[:0]
+	revisions := make(map[string]uint64, len(ps))
+	for i, p := range ps {
+		switch {
+		case errs[i] == nil:
+			revisions[p.key] = acks[i].Sequence
+			leased = append(leased, p)
+		case isWrongLastSequence(errs[i]):
+			log := s.taskLogger(&p.d)
+			log.Info().Msg("attempt is leased already: another delivery runs or ran it; terminating this one")
+			s.term(p.msg)
+		default:
+			log := s.taskLogger(&p.d)
+			log.Error().Err(errs[i]).Msg("create lease; giving the dispatch message back for later")
+			// Later, not at once: the next fetch would take it back and
+			// likely fail the same way.
+			if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
+				log.Warn().Err(err).Msg("nak dispatch message")
+			}
+		}
+	}
+
+	// Register them before they are reported started, so that a cancel
+	// sent on seeing the report finds its attempt.
+	as := make([]*attempt, len(leased))
+	reports := make([]*nats.Msg, len(leased))
+	for i, p := range leased {
+		as[i] = s.register(p.d, p.key, p.lease, revisions[p.key], now)
+		rep := schemas.Report{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt, WorkerID: s.opts.WorkerID,
+			Kind: schemas.ReportStarted, At: now, StartedAt: now}
+		reports[i], _ = streams.NewMsg(s.opts.Topology.Report(p.d.InstanceID), reportID(p.d, rep.Kind), rep)
+	}
+	_, errs = s.publishAll(opCtx, reports)
+	for i, p := range leased {
+		a := as[i]
+		if errs[i] != nil {
+			if err := s.publishRetry(reports[i]); err != nil {
+				// The lease is left to expire: the dispatcher's reaper
+				// then moves the instance on to its next attempt.
+				a.log.Error().Err(err).Msg("report started; dropping the attempt and leaving its lease to expire")
+				s.release(a)
+				a.cancel(context.Canceled)
+				s.term(p.msg)
+				continue
+			}
+		}
+		if err := p.msg.Ack(); err != nil {
+			// The attempt runs; a redelivery of the message is fenced by its lease.
+			a.log.Warn().Err(err).Msg("ack dispatch message")
+		}
+		s.runners.Add(1)
+		go s.runAttempt(a)
+	}
+}
+
+// decodeDispatch decodes and checks a dispatch message.
+func decodeDispatch(m jetstream.Msg) (schemas.Dispatch, error) {
+	d, err := streams.Decode[schemas.Dispatch](m.Subject(), m.Data())
+	if err != nil {
+		return d, err
+	}
+	if d.InstanceID <= 0 || d.Attempt <= 0 {
+		return d, fmt.Errorf("dispatch message on %s: instance_id %d and attempt %d must be positive", m.Subject(), d.InstanceID, d.Attempt)
+	}
+	return d, nil
+}
+
+// reportID is the Nats-Msg-Id of a report: a retried publish of the same
+// report is a duplicate the stream drops.
+func reportID(d schemas.Dispatch, kind schemas.ReportKind) string {
+	if kind != schemas.ReportStarted {
+		kind = "final"
+	}
+	return strconv.FormatInt(d.InstanceID, 10) + "-" + strconv.Itoa(d.Attempt) + "-" + string(kind)
+}
+
+// register makes a leased attempt and adds it to the running set: from now
+// on its lease is renewed and a cancel reaches it.
+func (s *Service) register(d schemas.Dispatch, key string, lease []byte, revision uint64, startedAt time.Time) *attempt {
+	a := &attempt{dispatch: d, key: key, lease: lease, startedAt: startedAt, revision: revision}
+	a.log = s.taskLogger(&d)
+	if h, ok := s.opts.Mux.Handler(d.Handler); ok {
+		a.handler = h
+	} else {
+		err := Permanent(fmt.Errorf("handler %q is not registered on worker %s (it has: %s)",
+			d.Handler, s.opts.WorkerID, strings.Join(s.opts.Mux.Names(), ", ")))
+		a.handler = HandlerFunc(func(context.Context, *Task) (any, error) { return nil, err })
+	}
+
+	ctx, cancel := context.WithCancelCause(s.handlersCtx)
+	var deadline time.Time
+	if timeout := d.Timeout(); timeout > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, timeout, timeoutError{timeout})
+		deadline, _ = ctx.Deadline()
+		cancelAll := cancel
+		cancel = func(cause error) {
+			cancelAll(cause)
+			stop()
+		}
+	}
+	a.ctx, a.cancel = withLogger(ctx, a.log), cancel
+	a.task = &Task{
+		InstanceID:  d.InstanceID,
+		Name:        d.Task,
+		Attempt:     d.Attempt,
+		MaxAttempts: d.MaxAttempts,
+		EventID:     d.EventID,
+		Priority:    d.Priority,
+		Payload:     d.Payload,
+		FiredAt:     d.FiredAt,
+		Deadline:    deadline,
+		WorkerID:    s.opts.WorkerID,
+	}
+
+	s.mu.Lock()
+	s.running[key] = a
+	s.mu.Unlock()
+	return a
+}
+
+// taskLogger is the logger of one attempt. It is the one place where a
+// per-attempt writer (task logs shipped to AX_LOGS) joins the worker's logger.
+func (s *Service) taskLogger(d *schemas.Dispatch) zerolog.Logger {
+	return s.log.With().Str("task", d.Task).Int64("instance_id", d.InstanceID).Int("attempt", d.Attempt).Logger()
+}
+
+// runAttempt runs the handler, reports the outcome and releases the lease.
+func (s *Service) runAttempt(a *attempt) {
+	defer s.runners.Done()
+	a.log.Debug().Str("handler", a.dispatch.Handler).Msg("attempt started")
+	out, err := s.invoke(a)
+	cause := context.Cause(a.ctx)
+	a.cancel(context.Canceled) // release the context's resources; the cause is read
+	if errors.Is(cause, ErrLeaseLost) {
+		s.release(a)
+		a.log.Warn().Msg("lease lost; the dispatcher has moved on, so the attempt is not reported")
+		return
+	}
+	rep := s.outcome(a, out, err, cause)
+	m, encErr := streams.NewMsg(s.opts.Topology.Report(a.dispatch.InstanceID), reportID(a.dispatch, rep.Kind), rep)
+	if encErr == nil && int64(len(m.Data)) > s.opts.Conn.MaxPayload()-reportHeadroom {
+		size := len(rep.Output)
+		rep.Kind, rep.Output, rep.Permanent = schemas.ReportFailed, nil, true
+		rep.Error = fmt.Sprintf("output of %d bytes is larger than the NATS server's max payload of %d bytes allows; store large results elsewhere and return a reference",
+			size, s.opts.Conn.MaxPayload())
+		m, encErr = streams.NewMsg(m.Subject, m.Header.Get(streams.HeaderMsgID), rep)
+	}
+	if encErr == nil {
+		encErr = s.publishRetry(m)
+	}
+	if encErr != nil {
+		// Without a report the lease must expire for the dispatcher to move on.
+		s.release(a)
+		a.log.Error().Err(encErr).Str("outcome", string(rep.Kind)).Msg("report attempt; leaving its lease to expire")
+		return
+	}
+	ev := a.log.Info()
+	if rep.Kind == schemas.ReportFailed {
+		ev = a.log.Warn().Str("error", rep.Error).Bool("permanent", rep.Permanent)
+	}
+	ev.Str("outcome", string(rep.Kind)).Dur("duration", rep.At.Sub(rep.StartedAt)).Msg("attempt finished")
+	s.release(a)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	// A delete, never a purge: the reaper reads a purge as an expiry.
+	if err := s.leases.Delete(ctx, a.key); err != nil {
+		a.log.Warn().Err(err).Msg("delete lease; it will expire")
+	}
+}
+
+// reportHeadroom leaves room for a report's headers under the max payload.
+const reportHeadroom = 4 << 10
+
+// release takes the attempt off the running set: its lease is no longer
+// renewed and its slot is free.
+func (s *Service) release(a *attempt) {
+	s.mu.Lock()
+	if s.running[a.key] == a {
+		delete(s.running, a.key)
+	}
+	s.mu.Unlock()
+	signal(s.freed)
+}
+
+type result struct {
+	out any
+	err error
+}
+
+// invoke calls the handler on its own goroutine, recovering a panic. It
+// returns when the handler does, or abandonAfter after the attempt's context
+// ended if the handler ignores that.
+func (s *Service) invoke(a *attempt) (any, error) {
+	done := make(chan result, 1)
+	s.handlers.Add(1)
+	go func() {
+		defer s.handlers.Done()
+		defer func() {
+			if r := recover(); r != nil {
+				a.log.Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("handler panicked")
+				done <- result{err: fmt.Errorf("handler panicked: %v", r)}
+			}
+		}()
+		out, err := a.handler.HandleTask(a.ctx, a.task)
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-a.ctx.Done():
+	}
+	timer := time.NewTimer(abandonAfter)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-timer.C:
+		s.abandoned.Add(1)
+		a.log.Error().Err(context.Cause(a.ctx)).Dur("waited", abandonAfter).
+			Msg("handler did not return after its context ended; abandoning it and reporting the attempt")
+		return nil, context.Cause(a.ctx)
+	}
+}
+
+// outcome builds the final report of an attempt from the handler's result
+// and the cause of its context's end, if it ended.
+func (s *Service) outcome(a *attempt, out any, err error, cause error) schemas.Report {
+	rep := schemas.Report{InstanceID: a.dispatch.InstanceID, Attempt: a.dispatch.Attempt, WorkerID: s.opts.WorkerID,
+		StartedAt: a.startedAt, At: s.opts.NowFunc(), Kind: schemas.ReportFailed}
+	switch {
+	case err == nil:
+		output, encErr := encodeOutput(out)
+		if encErr != nil {
+			rep.Error, rep.Permanent = encErr.Error(), true
+			return rep
+		}
+		rep.Kind, rep.Output = schemas.ReportSucceeded, output
+	case cause != nil && !errors.Is(cause, context.Canceled):
+		// The deadline, an operator's cancel or the shutdown ended the
+		// attempt: that is the outcome, whatever the handler made of it.
+		rep.Error = cause.Error()
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, cause) {
+			rep.Error += " (handler returned: " + err.Error() + ")"
+		}
+	default:
+		rep.Error, rep.Permanent = err.Error(), IsPermanent(err)
+		if rep.Error == "" {
+			rep.Error = "the handler returned an error with an empty message"
+		}
+	}
+	return rep
+}

@@ -1,0 +1,41 @@
+package executor
+
+import (
+	"github.com/nats-io/nats.go"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// onControl handles a message on the worker's control subject. A cancel
+// names an attempt (attempt 0: whichever attempt of the instance runs here)
+// and ends its context; the attempt then fails with the reason, to be
+// retried by the task's policy.
+func (s *Service) onControl(m *nats.Msg) {
+	c, err := streams.Decode[schemas.Control](m.Subject, m.Data)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("undecodable control message; ignoring it")
+		return
+	}
+	if c.Action != schemas.ControlCancel {
+		s.log.Warn().Str("action", string(c.Action)).Msg("unknown control action; ignoring it")
+		return
+	}
+	var found []*attempt
+	s.mu.Lock()
+	for _, a := range s.running {
+		if a.dispatch.InstanceID == c.InstanceID && (c.Attempt == 0 || a.dispatch.Attempt == c.Attempt) {
+			found = append(found, a)
+		}
+	}
+	s.mu.Unlock()
+	if len(found) == 0 {
+		s.log.Info().Int64("instance_id", c.InstanceID).Int("attempt", c.Attempt).Str("reason", c.Reason).
+			Msg("cancel of an attempt that does not run here; ignoring it")
+		return
+	}
+	for _, a := range found {
+		a.log.Info().Str("reason", c.Reason).Msg("cancelling attempt")
+		a.cancel(cancelError{reason: c.Reason})
+	}
+}

@@ -1,0 +1,59 @@
+// Package executor is the SDK for AX handler authors and the executor daemon
+// that runs their handlers.
+//
+// # Handlers
+//
+// The SDK is shaped like net/http. A [Handler] runs one attempt of a task
+// instance; a [Mux] maps handler names (the execution.handler of a task
+// definition) to handlers; [JSON] adapts a function that takes a typed
+// payload:
+//
+//	type Resize struct {
+//		Image string `json:"image"`
+//		Width int    `json:"width"`
+//	}
+//
+//	mux := executor.NewMux()
+//	mux.Handle("images.resize", executor.JSON(func(ctx context.Context, t *executor.Task, p Resize) (any, error) {
+//		executor.Logger(ctx).Info().Str("image", p.Image).Msg("resizing")
+//		if p.Width <= 0 {
+//			return nil, executor.Permanent(fmt.Errorf("width %d: use a positive width", p.Width))
+//		}
+//		return map[string]any{"url": resize(ctx, p)}, nil
+//	}))
+//
+// The returned error is the outcome of the attempt: nil succeeds, an error
+// fails the attempt and the task's retry policy decides about the next one,
+// an error wrapped with [Permanent] fails without retry, and a panic is
+// recovered as an error. The output is JSON-encoded into the report.
+//
+// The handler's context carries the attempt's deadline (the task's timeout),
+// its cancellation (an operator's cancel, a lost lease, a worker shutting
+// down: see [context.Cause]) and a logger tagged with the attempt ([Logger]).
+// A handler should return soon after its context ends.
+//
+// # The daemon
+//
+// [New] and [Service.Run] make a worker: it registers in the ax-workers
+// bucket, pulls attempts from its pools' consumers on AX_DISPATCH only while
+// it has free slots (urgent work first), takes a lease in ax-leases for each,
+// reports started, runs the handler, reports the outcome and releases the
+// lease. It needs NATS credentials only; the dispatcher owns the topology and
+// PostgreSQL.
+//
+// One attempt's life on a worker:
+//
+//  1. fetch the dispatch message (one FetchNoWait per consumer, a batch at a time);
+//  2. create ax-leases/<instance>.<attempt> if absent; if it exists another
+//     delivery of the attempt ran or runs, so the message is terminated;
+//  3. publish the started report, await its acknowledgement, ack the dispatch message;
+//  4. run the handler under the attempt's deadline, renewing the lease every TTL/3;
+//  5. publish the succeeded or failed report, await its acknowledgement, delete the lease.
+//
+// A dispatch naming a handler the worker does not have goes the same way and
+// fails permanently at step 4 with an error that lists the worker's
+// handlers: the instance's record reads RUNNING then FAILED, with the reason.
+//
+// Publishes of one batch (leases, started reports, renewals) are
+// asynchronous and awaited together: one round trip per batch.
+package executor

@@ -1,0 +1,186 @@
+package executor_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/streamstest"
+)
+
+// leaseTTL is the lease TTL of the test servers.
+const leaseTTL = 2 * time.Second
+
+// wait bounds every wait of a test for a condition.
+const wait = 15 * time.Second
+
+// world is one test's NATS server, with the test playing the dispatcher.
+type world struct {
+	t       *testing.T
+	srv     *streamstest.Server
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	topo    streams.Topology
+	reports jetstream.Consumer
+	leases  jetstream.KeyValue
+	workers jetstream.KeyValue
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL})
+	nc, js := srv.Connect()
+	w := &world{t: t, srv: srv, nc: nc, js: js, topo: srv.Topology}
+	ctx := t.Context()
+	var err error
+	w.reports, err = js.CreateOrUpdateConsumer(ctx, w.topo.ReportsStream(), jetstream.ConsumerConfig{
+		Durable:       "test",
+		FilterSubject: w.topo.Prefix() + ".report.>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.leases, err = js.KeyValue(ctx, w.topo.LeasesBucket()); err != nil {
+		t.Fatal(err)
+	}
+	if w.workers, err = js.KeyValue(ctx, w.topo.WorkersBucket()); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// options returns worker options on the world's connection, logging to the test.
+func (w *world) options(mux *executor.Mux) executor.Options {
+	return executor.Options{
+		Conn:     w.nc,
+		WorkerID: "w1",
+		Mux:      mux,
+		Logger:   zerolog.New(zerolog.NewTestWriter(w.t)).Level(zerolog.DebugLevel),
+	}
+}
+
+// dispatch publishes one attempt to the default pool, as the dispatcher does.
+func (w *world) dispatch(p schemas.Priority, d schemas.Dispatch) {
+	w.t.Helper()
+	if d.Attempt == 0 {
+		d.Attempt = 1
+	}
+	if d.MaxAttempts == 0 {
+		d.MaxAttempts = 3
+	}
+	if d.Task == "" {
+		d.Task = "t"
+	}
+	if d.TimeoutMS == 0 {
+		d.TimeoutMS = time.Minute.Milliseconds()
+	}
+	d.Priority = p
+	d.EventID = "e" + time.Now().Format(time.RFC3339Nano)
+	d.FiredAt, d.DispatchedAt = time.Now(), time.Now()
+	if _, err := streams.Publish(w.t.Context(), w.js, w.topo.Dispatch(schemas.DefaultPool, p), "", d); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// report is a received report and its Nats-Msg-Id.
+type report struct {
+	schemas.Report
+	msgID string
+}
+
+// next returns the next report, failing the test when none comes in time.
+func (w *world) next() report {
+	w.t.Helper()
+	m, err := w.reports.Next(jetstream.FetchMaxWait(wait))
+	if err != nil {
+		w.t.Fatalf("await report: %v", err)
+	}
+	if err := m.DoubleAck(w.t.Context()); err != nil {
+		w.t.Fatal(err)
+	}
+	var r report
+	if err := json.Unmarshal(m.Data(), &r.Report); err != nil {
+		w.t.Fatal(err)
+	}
+	r.msgID = m.Headers().Get(streams.HeaderMsgID)
+	return r
+}
+
+// nextOf returns the next report, checking its kind and instance.
+func (w *world) nextOf(kind schemas.ReportKind, instanceID int64) report {
+	w.t.Helper()
+	r := w.next()
+	if r.Kind != kind || r.InstanceID != instanceID {
+		w.t.Fatalf("got report %+v, want %s of instance %d", r.Report, kind, instanceID)
+	}
+	return r
+}
+
+// noMoreReports checks that the reports stream holds nothing unread.
+func (w *world) noMoreReports() {
+	w.t.Helper()
+	info, err := w.reports.Info(w.t.Context())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if info.NumPending != 0 || info.NumAckPending != 0 {
+		w.t.Fatalf("%d unread reports, want none", info.NumPending+uint64(info.NumAckPending))
+	}
+}
+
+// dispatchEmpty waits until AX_DISPATCH holds no message: all were acked or terminated.
+func (w *world) dispatchEmpty() {
+	w.t.Helper()
+	eventually(w.t, "AX_DISPATCH is empty", func() bool {
+		s, err := w.js.Stream(w.t.Context(), w.topo.DispatchStream())
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		return s.CachedInfo().State.Msgs == 0
+	})
+}
+
+// eventually polls cond until it holds, failing the test after a while.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gate is a handler that blocks until it is opened or its context ends.
+type gate struct {
+	open    chan struct{}
+	entered chan int64 // receives the instance id of each call
+}
+
+func newGate() *gate { return &gate{open: make(chan struct{}), entered: make(chan int64, 100)} }
+
+func (g *gate) HandleTask(ctx context.Context, t *executor.Task) (any, error) {
+	g.entered <- t.InstanceID
+	select {
+	case <-g.open:
+		return map[string]int64{"instance": t.InstanceID}, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// isKeyMissing reports whether err says a KV key does not exist.
+func isKeyMissing(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
+}

@@ -1,0 +1,80 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+func TestPullOrder(t *testing.T) {
+	got := pullOrder([]string{"default", "gpu"}, schemas.Priorities)
+	want := []string{"default/urgent", "gpu/urgent", "default/normal", "gpu/normal", "default/low", "gpu/low"}
+	if len(got) != len(want) {
+		t.Fatalf("%d queues, want %d", len(got), len(want))
+	}
+	for i, q := range got {
+		if s := q.pool + "/" + string(q.priority); s != want[i] {
+			t.Errorf("queue %d is %s, want %s", i, s, want[i])
+		}
+	}
+}
+
+func TestEncodeOutput(t *testing.T) {
+	tests := []struct {
+		out  any
+		want string
+		err  bool
+	}{
+		{out: nil, want: ""},
+		{out: map[string]int{"n": 1}, want: `{"n":1}`},
+		{out: json.RawMessage(` {"a": 1} `), want: `{"a": 1}`},
+		{out: json.RawMessage(`{`), err: true},
+		{out: json.RawMessage(nil), want: ""},
+		{out: []byte(`[1, 2]`), want: `[1, 2]`},
+		{out: []byte("hi"), want: `"aGk="`},
+		{out: (*struct{})(nil), want: ""},
+		{out: "text", want: `"text"`},
+		{out: make(chan int), err: true},
+	}
+	for _, tt := range tests {
+		got, err := encodeOutput(tt.out)
+		if (err != nil) != tt.err || string(got) != tt.want {
+			t.Errorf("encodeOutput(%#v) = %s, %v; want %s (error %v)", tt.out, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	s := &Service{opts: Options{WorkerID: "w", NowFunc: func() time.Time { return time.Unix(0, 0) }}}
+	a := &attempt{dispatch: schemas.Dispatch{InstanceID: 1, Attempt: 1}}
+	timeout := timeoutError{d: time.Second}
+	tests := []struct {
+		name      string
+		out       any
+		err       error
+		cause     error
+		kind      schemas.ReportKind
+		msg       string
+		permanent bool
+	}{
+		{"success", "ok", nil, nil, schemas.ReportSucceeded, "", false},
+		{"success after the deadline", "ok", nil, timeout, schemas.ReportSucceeded, "", false},
+		{"error", nil, errors.New("no"), nil, schemas.ReportFailed, "no", false},
+		{"permanent", nil, Permanent(errors.New("no")), nil, schemas.ReportFailed, "no", true},
+		{"timeout", nil, context.DeadlineExceeded, timeout, schemas.ReportFailed, "timeout after 1s", false},
+		{"timeout with another error", nil, errors.New("db down"), timeout, schemas.ReportFailed, "timeout after 1s (handler returned: db down)", false},
+		{"permanent after cancel", nil, Permanent(context.Canceled), cancelError{"stop"}, schemas.ReportFailed, "cancelled: stop", false},
+		{"shutdown", nil, errShuttingDown, errShuttingDown, schemas.ReportFailed, "worker shutting down", false},
+		{"empty error", nil, errors.New(""), nil, schemas.ReportFailed, "the handler returned an error with an empty message", false},
+	}
+	for _, tt := range tests {
+		r := s.outcome(a, tt.out, tt.err, tt.cause)
+		if r.Kind != tt.kind || r.Error != tt.msg || r.Permanent != tt.permanent {
+			t.Errorf("%s: report %+v, want %s %q permanent %v", tt.name, r, tt.kind, tt.msg, tt.permanent)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// leaseMsg returns the message that writes the lease value under key in
+// the leases bucket if the key's last revision is revision. Revision 0
+// expects a key never written, nor deleted or expired within the bucket's
+// marker TTL: a key per attempt makes that "no one ever ran this attempt".
+func (s *Service) leaseMsg(key string, value []byte, revision uint64) *nats.Msg {
+	m := nats.NewMsg("$KV." + s.opts.Topology.LeasesBucket() + "." + key)
+	m.Data = value
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(revision, 10))
+	return m
+}
+
+// isWrongLastSequence reports whether err is the server refusing a write
+// because the key's last revision is not the one expected.
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// publishAll publishes msgs asynchronously and awaits every acknowledgement:
+// one round trip for the batch. acks[i] and errs[i] are the outcome of msgs[i].
+func (s *Service) publishAll(ctx context.Context, msgs []*nats.Msg) (acks []*jetstream.PubAck, errs []error) {
+	acks, errs = make([]*jetstream.PubAck, len(msgs)), make([]error, len(msgs))
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		f, err := s.js.PublishMsgAsync(m)
+		if err != nil {
+			errs[i] = fmt.Errorf("publish to %s: %w", m.Subject, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case acks[i] = <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = fmt.Errorf("publish to %s: %w", msgs[i].Subject, err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("publish to %s: await acknowledgement: %w", msgs[i].Subject, ctx.Err())
+		}
+	}
+	return acks, errs
+}
+
+// Retries of a report that failed to publish: the delays between tries.
+var publishBackoff = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second}
+
+// publishRetry publishes m and awaits its acknowledgement, trying again a
+// few times with backoff. m carries a Nats-Msg-Id, so a try that reached the
+// stream unacknowledged makes a later one a duplicate the stream drops.
+func (s *Service) publishRetry(m *nats.Msg) error {
+	var err error
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		_, err = s.js.PublishMsg(ctx, m)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if i == len(publishBackoff) {
+			return fmt.Errorf("publish to %s: %w (after %d tries)", m.Subject, err, i+1)
+		}
+		time.Sleep(publishBackoff[i])
+	}
+}
+
+// renewLeases renews the lease of every running attempt every third of the
+// lease TTL, until ctx ends.
+func (s *Service) renewLeases(ctx context.Context) {
+	ticker := time.NewTicker(s.leaseTTL / 3)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			s.renew()
+		}
+	}
+}
+
+// renew renews every running attempt's lease in one batch. Each write
+// expects the revision the worker last wrote: if the lease expired
+// meanwhile, the expiry moved it and the write fails, which cancels the
+// attempt with ErrLeaseLost.
+func (s *Service) renew() {
+	s.mu.Lock()
+	as := make([]*attempt, 0, len(s.running))
+	msgs := make([]*nats.Msg, 0, len(s.running))
+	for _, a := range s.running {
+		as = append(as, a)
+		msgs = append(msgs, s.leaseMsg(a.key, a.lease, a.revision))
+	}
+	s.mu.Unlock()
+	if len(msgs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	acks, errs := s.publishAll(ctx, msgs)
+	for i, a := range as {
+		s.mu.Lock()
+		current := s.running[a.key] == a
+		if current && errs[i] == nil {
+			a.revision = acks[i].Sequence
+		}
+		s.mu.Unlock()
+		switch {
+		case !current || errs[i] == nil:
+			// Renewed, or finished meanwhile (its delete moved the revision).
+		case isWrongLastSequence(errs[i]):
+			a.log.Warn().Msg("lease expired before its renewal; cancelling the attempt")
+			a.cancel(ErrLeaseLost)
+		default:
+			a.log.Warn().Err(errs[i]).Msg("renew lease; trying again at the next renewal")
+		}
+	}
+}

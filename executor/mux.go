@@ -1,0 +1,64 @@
+package executor
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// Mux maps handler names to handlers. A task definition's execution.handler
+// names the handler that runs it. Mux is safe for concurrent use; the zero
+// value is not usable, make one with [NewMux].
+type Mux struct {
+	mu       sync.RWMutex
+	handlers map[string]Handler
+}
+
+// NewMux returns an empty mux.
+func NewMux() *Mux { return &Mux{handlers: make(map[string]Handler)} }
+
+// Handle registers h under name. It panics when name is empty, h is nil or
+// name is already registered: these are programming mistakes to catch at
+// start-up.
+func (m *Mux) Handle(name string, h Handler) {
+	if name == "" {
+		panic("executor: Mux.Handle with an empty handler name")
+	}
+	if h == nil {
+		panic("executor: Mux.Handle(" + name + ") with a nil handler")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.handlers[name]; ok {
+		panic("executor: handler " + name + " is registered twice")
+	}
+	m.handlers[name] = h
+}
+
+// HandleFunc registers f under name, like [Mux.Handle].
+func (m *Mux) HandleFunc(name string, f func(ctx context.Context, t *Task) (any, error)) {
+	if f == nil {
+		panic("executor: Mux.HandleFunc(" + name + ") with a nil function")
+	}
+	m.Handle(name, HandlerFunc(f))
+}
+
+// Handler returns the handler registered under name.
+func (m *Mux) Handler(name string) (Handler, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	h, ok := m.handlers[name]
+	return h, ok
+}
+
+// Names returns the registered handler names, sorted.
+func (m *Mux) Names() []string {
+	m.mu.RLock()
+	names := make([]string, 0, len(m.handlers))
+	for name := range m.handlers {
+		names = append(names, name)
+	}
+	m.mu.RUnlock()
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,165 @@
+package executor
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// Defaults of [Options].
+const (
+	DefaultVersion           = "0.1.0"
+	DefaultSlots             = 16
+	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultIdleWait          = time.Second
+	DefaultShutdownTimeout   = 30 * time.Second
+)
+
+// Options configures a worker. Zero fields take the stated defaults.
+type Options struct {
+	// Conn is the NATS connection the worker uses. Required. The worker does
+	// not close it.
+	Conn *nats.Conn
+	// Topology names AX's subjects, streams and buckets (zero value:
+	// streams.Default()).
+	Topology streams.Topology
+	// WorkerID names the worker in ax-workers, in reports and in its control
+	// subject (default "<hostname>-<6 random characters>"). Letters, digits,
+	// '-' and '_' only: it is a NATS subject token and a KV key.
+	WorkerID string
+	// Version is the worker's semantic version, matched against a task's
+	// min_worker_version (default [DefaultVersion]).
+	Version string
+	// Pools are the executor pools the worker serves (default ["default"]).
+	// A pool's name is its tags sorted and joined with "+" ("eu+gpu").
+	Pools []string
+	// Slots is how many attempts the worker runs at once (default
+	// [DefaultSlots]). It pulls work only while a slot is free.
+	Slots int
+	// Mux holds the handlers the worker runs. Required, with at least one handler.
+	Mux *Mux
+	// HeartbeatInterval is how often the worker puts itself in ax-workers
+	// (default [DefaultHeartbeatInterval]). It must be shorter than the
+	// bucket's TTL.
+	HeartbeatInterval time.Duration
+	// IdleWait is how long an idle worker waits before polling its consumers
+	// again when no doorbell rings (default [DefaultIdleWait]).
+	IdleWait time.Duration
+	// ShutdownTimeout is how long running handlers may go on after Run's
+	// context ends before their contexts are cancelled (default
+	// [DefaultShutdownTimeout]).
+	ShutdownTimeout time.Duration
+	// Logger receives the worker's logs (zero value: no logs). Handlers get
+	// it, tagged with their attempt, through [Logger].
+	Logger zerolog.Logger
+	// NowFunc returns the current time for reports, leases and heartbeats
+	// (default time.Now). Deadlines run on the real clock.
+	NowFunc func() time.Time
+}
+
+var workerIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// withDefaults validates o and fills in its defaults.
+func (o Options) withDefaults() (Options, error) {
+	if o.Conn == nil {
+		return o, errors.New("executor options: Conn is required")
+	}
+	if o.Mux == nil || len(o.Mux.Names()) == 0 {
+		return o, errors.New("executor options: Mux is required and needs at least one handler (see RegisterBuiltins)")
+	}
+	if o.Topology.Prefix() == "" {
+		o.Topology = streams.Default()
+	}
+	if o.WorkerID == "" {
+		o.WorkerID = defaultWorkerID()
+	}
+	if !workerIDRE.MatchString(o.WorkerID) {
+		return o, fmt.Errorf("executor options: worker id %q: use 1-128 letters, digits, '-' or '_' (it becomes a NATS subject token and a KV key)", o.WorkerID)
+	}
+	if o.Version == "" {
+		o.Version = DefaultVersion
+	}
+	if len(o.Pools) == 0 {
+		o.Pools = []string{schemas.DefaultPool}
+	}
+	seen := make(map[string]bool, len(o.Pools))
+	for _, p := range o.Pools {
+		if p == "" || strings.ContainsAny(p, ".*>/\\ \t\r\n") {
+			return o, fmt.Errorf("executor options: pool %q: a pool is the task tags sorted and joined with '+', without '.', '*', '>', slashes or spaces", p)
+		}
+		if seen[p] {
+			return o, fmt.Errorf("executor options: pool %q is listed twice", p)
+		}
+		seen[p] = true
+	}
+	o.Pools = append([]string(nil), o.Pools...)
+	durations := []struct {
+		name string
+		d    *time.Duration
+		def  time.Duration
+	}{
+		{"HeartbeatInterval", &o.HeartbeatInterval, DefaultHeartbeatInterval},
+		{"IdleWait", &o.IdleWait, DefaultIdleWait},
+		{"ShutdownTimeout", &o.ShutdownTimeout, DefaultShutdownTimeout},
+	}
+	for _, f := range durations {
+		if *f.d < 0 {
+			return o, fmt.Errorf("executor options: %s is %s; use a positive duration or 0 for the default", f.name, *f.d)
+		}
+		if *f.d == 0 {
+			*f.d = f.def
+		}
+	}
+	if o.Slots < 0 {
+		return o, fmt.Errorf("executor options: Slots is %d; use a positive number or 0 for the default", o.Slots)
+	}
+	if o.Slots == 0 {
+		o.Slots = DefaultSlots
+	}
+	if o.NowFunc == nil {
+		o.NowFunc = time.Now
+	}
+	return o, nil
+}
+
+// defaultWorkerID returns "<hostname>-<6 random characters>", the host name
+// reduced to the characters a worker id allows.
+func defaultWorkerID() string {
+	host := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '-'
+	}, hostname())
+	host = strings.Trim(host, "-")
+	if len(host) > 100 {
+		host = host[:100]
+	}
+	if host == "" {
+		host = "worker"
+	}
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 6)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return host + "-" + string(b)
+}
+
+// hostname returns the machine's host name, "" when unknown.
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}

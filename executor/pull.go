@@ -1,0 +1,105 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// queue is one pool's work at one priority: a durable consumer on AX_DISPATCH.
+type queue struct {
+	pool     string
+	priority schemas.Priority
+	consumer jetstream.Consumer
+}
+
+// pullOrder returns the queues in the order a worker drains them: every
+// pool's work of the highest priority first, then the next priority, pools
+// in the order given.
+func pullOrder(pools []string, priorities []schemas.Priority) []queue {
+	qs := make([]queue, 0, len(pools)*len(priorities))
+	for _, p := range priorities {
+		for _, pool := range pools {
+			qs = append(qs, queue{pool: pool, priority: p})
+		}
+	}
+	return qs
+}
+
+// pull takes work while there are free slots, until ctx ends. It returns an
+// error only when the NATS connection closed under it.
+func (s *Service) pull(ctx context.Context) error {
+	idle := time.NewTimer(s.opts.IdleWait)
+	defer idle.Stop()
+	for ctx.Err() == nil {
+		if s.opts.Conn.IsClosed() {
+			return errors.New("run executor: the NATS connection was closed")
+		}
+		free := s.opts.Slots - s.Busy()
+		if free <= 0 {
+			select {
+			case <-s.freed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		msgs := s.fetch(free)
+		if len(msgs) == 0 {
+			idle.Reset(s.opts.IdleWait)
+			select {
+			case <-s.doorbell:
+			case <-s.freed:
+			case <-idle.C:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			// Fetched but not started: give them back at once.
+			for _, m := range msgs {
+				s.nak(m)
+			}
+			break
+		}
+		s.start(ctx, msgs)
+	}
+	return nil
+}
+
+// fetch takes up to n messages, without waiting, from the queues in pull order.
+func (s *Service) fetch(n int) []jetstream.Msg {
+	var msgs []jetstream.Msg
+	for _, q := range s.queues {
+		if len(msgs) >= n {
+			break
+		}
+		batch, err := q.consumer.FetchNoWait(n - len(msgs))
+		if err != nil {
+			s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Msg("fetch dispatch messages")
+			continue
+		}
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if err := batch.Error(); err != nil {
+			s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Msg("fetch dispatch messages")
+		}
+	}
+	return msgs
+}
+
+func (s *Service) nak(m jetstream.Msg) {
+	if err := m.Nak(); err != nil {
+		s.log.Warn().Err(err).Str("subject", m.Subject()).Msg("nak dispatch message")
+	}
+}
+
+func (s *Service) term(m jetstream.Msg) {
+	if err := m.Term(); err != nil {
+		s.log.Warn().Err(err).Str("subject", m.Subject()).Msg("terminate dispatch message")
+	}
+}

@@ -1,0 +1,276 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// Timings of the worker's own NATS operations.
+const (
+	// opTimeout bounds one request to the server (a publish acknowledgement,
+	// a KV delete) so that a worker never hangs on a lost reply.
+	opTimeout = 10 * time.Second
+	// abandonAfter is how long a handler may go on after its context ended
+	// before the worker reports the attempt without it and frees its slot.
+	abandonAfter = 10 * time.Second
+)
+
+// Service is one executor worker. Make it with [New] and start it with
+// [Service.Run]. Its methods are safe for concurrent use.
+type Service struct {
+	opts     Options
+	log      zerolog.Logger
+	hostname string
+
+	started  atomic.Bool
+	ready    chan struct{}
+	doorbell chan struct{} // rung by the dispatcher's ready messages
+	freed    chan struct{} // signalled when an attempt gives its slot back
+
+	mu      sync.Mutex
+	running map[string]*attempt // by lease key
+
+	runners   sync.WaitGroup // one per attempt, until it is reported
+	handlers  sync.WaitGroup // one per handler call
+	abandoned atomic.Int64   // handlers left running after their context ended
+
+	// Set by Run before any goroutine starts.
+	js        jetstream.JetStream
+	leases    jetstream.KeyValue
+	workers   jetstream.KeyValue
+	leaseTTL  time.Duration
+	queues    []queue
+	startedAt time.Time
+	// handlersCtx is the parent of every attempt's context: detached from
+	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
+	handlersCtx  context.Context
+	stopHandlers context.CancelCauseFunc
+}
+
+// errShuttingDown is the cause of the handlers' contexts when the worker
+// stops and ShutdownTimeout has passed.
+var errShuttingDown = errors.New("worker shutting down")
+
+// New validates opts and fills in their defaults. It does no I/O.
+func New(opts Options) (*Service, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Service{
+		opts:     o,
+		log:      o.Logger.With().Str("service", "executor").Str("worker_id", o.WorkerID).Logger(),
+		ready:    make(chan struct{}),
+		doorbell: make(chan struct{}, 1),
+		freed:    make(chan struct{}, 1),
+		running:  make(map[string]*attempt),
+		hostname: hostname(),
+	}, nil
+}
+
+// WorkerID returns the worker's id.
+func (s *Service) WorkerID() string { return s.opts.WorkerID }
+
+// Slots returns how many attempts the worker runs at once.
+func (s *Service) Slots() int { return s.opts.Slots }
+
+// Busy returns how many attempts the worker runs now.
+func (s *Service) Busy() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.running)
+}
+
+// Ready returns a channel that is closed once Run has registered the worker,
+// made its consumers and subscribed to its subjects: from then on, work
+// dispatched to its pools reaches it.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Run runs the worker until ctx ends. It blocks.
+//
+// Run does not create AX's streams and buckets (the dispatcher owns the
+// topology) and returns an error at once if they are missing. When ctx ends
+// it stops pulling work, lets running handlers finish for up to
+// ShutdownTimeout, then cancels them (they fail with "worker shutting down",
+// to be retried), removes the worker from ax-workers and returns once every
+// goroutine it started has exited; a handler that ignores its context's end
+// for longer than 10 s is abandoned, logged, and not waited for. It returns
+// nil on such a clean stop, and an error if it cannot start or the NATS
+// connection closes under it. Run may be called once.
+func (s *Service) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return errors.New("run executor: Run was already called")
+	}
+	js, err := jetstream.New(s.opts.Conn, jetstream.WithPublishAsyncTimeout(opTimeout))
+	if err != nil {
+		return fmt.Errorf("run executor: %w", err)
+	}
+	s.js = js
+	defer js.CleanupPublisher()
+	if err := s.setUp(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("run executor: %w", err)
+	}
+	s.handlersCtx, s.stopHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
+	defer s.stopHandlers(errShuttingDown)
+
+	nc := s.opts.Conn
+	control, err := nc.Subscribe(s.opts.Topology.Control(s.opts.WorkerID), s.onControl)
+	if err != nil {
+		return fmt.Errorf("run executor: subscribe to %s: %w", s.opts.Topology.Control(s.opts.WorkerID), err)
+	}
+	defer unsubscribe(control)
+	var doorbells []*nats.Subscription
+	defer func() {
+		for _, sub := range doorbells {
+			unsubscribe(sub)
+		}
+	}()
+	for _, pool := range s.opts.Pools {
+		sub, err := nc.Subscribe(s.opts.Topology.Ready(pool), func(*nats.Msg) { signal(s.doorbell) })
+		if err != nil {
+			return fmt.Errorf("run executor: subscribe to %s: %w", s.opts.Topology.Ready(pool), err)
+		}
+		doorbells = append(doorbells, sub)
+	}
+	if err := s.putWorker(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("run executor: %w", err)
+	}
+
+	var background sync.WaitGroup
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	background.Go(func() { s.heartbeat(bgCtx) })
+	background.Go(func() { s.renewLeases(bgCtx) })
+
+	s.log.Info().Strs("pools", s.opts.Pools).Int("slots", s.opts.Slots).Strs("handlers", s.opts.Mux.Names()).
+		Dur("lease_ttl", s.leaseTTL).Msg("worker started")
+	close(s.ready)
+
+	runErr := s.pull(ctx)
+
+	// Stop intake, drain, then take the worker off the list.
+	for _, sub := range doorbells {
+		unsubscribe(sub)
+	}
+	doorbells = nil
+	s.drain()
+	unsubscribe(control)
+	stopBackground()
+	background.Wait()
+	s.deleteWorker()
+	if s.abandoned.Load() == 0 {
+		s.handlers.Wait()
+	}
+	s.log.Info().Msg("worker stopped")
+	return runErr
+}
+
+// setUp looks up the topology and makes the worker's consumers.
+func (s *Service) setUp(ctx context.Context) error {
+	topo := s.opts.Topology
+	const hint = "AX's streams and buckets are made by the dispatcher: start `ax dispatcher` or `ax dev` first"
+	for _, name := range []string{topo.DispatchStream(), topo.ReportsStream()} {
+		if _, err := s.js.Stream(ctx, name); err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("look up stream %s: %w; %s", name, err, hint)
+			}
+			return fmt.Errorf("look up stream %s: %w", name, err)
+		}
+	}
+	bucket := func(name string) (jetstream.KeyValue, error) {
+		kv, err := s.js.KeyValue(ctx, name)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("look up bucket %s: %w; %s", name, err, hint)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("look up bucket %s: %w", name, err)
+		}
+		return kv, nil
+	}
+	var err error
+	if s.leases, err = bucket(topo.LeasesBucket()); err != nil {
+		return err
+	}
+	if s.workers, err = bucket(topo.WorkersBucket()); err != nil {
+		return err
+	}
+	status, err := s.leases.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("read status of bucket %s: %w", topo.LeasesBucket(), err)
+	}
+	if s.leaseTTL = status.TTL(); s.leaseTTL <= 0 {
+		return fmt.Errorf("bucket %s has no TTL, so a lease would never expire; %s", topo.LeasesBucket(), hint)
+	}
+	status, err = s.workers.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("read status of bucket %s: %w", topo.WorkersBucket(), err)
+	}
+	if ttl := status.TTL(); ttl > 0 && s.opts.HeartbeatInterval >= ttl {
+		return fmt.Errorf("heartbeat interval %s is not shorter than the TTL %s of bucket %s: the worker would drop off the list between heartbeats; use a shorter HeartbeatInterval",
+			s.opts.HeartbeatInterval, ttl, topo.WorkersBucket())
+	}
+	for _, q := range pullOrder(s.opts.Pools, schemas.Priorities) {
+		cfg := topo.PoolConsumer(q.pool, q.priority)
+		c, err := s.js.CreateOrUpdateConsumer(ctx, topo.DispatchStream(), cfg)
+		if err != nil {
+			return fmt.Errorf("create consumer %s on %s: %w", cfg.Durable, topo.DispatchStream(), err)
+		}
+		q.consumer = c
+		s.queues = append(s.queues, q)
+	}
+	s.startedAt = s.opts.NowFunc()
+	return nil
+}
+
+// drain waits for the running attempts up to ShutdownTimeout, then cancels
+// the rest and waits for them to be reported.
+func (s *Service) drain() {
+	done := make(chan struct{})
+	go func() {
+		s.runners.Wait()
+		close(done)
+	}()
+	if n := s.Busy(); n > 0 {
+		s.log.Info().Int("busy", n).Dur("shutdown_timeout", s.opts.ShutdownTimeout).Msg("waiting for running attempts")
+	}
+	timer := time.NewTimer(s.opts.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	s.log.Warn().Int("busy", s.Busy()).Msg("shutdown timeout passed; cancelling running attempts")
+	s.stopHandlers(errShuttingDown)
+	<-done
+}
+
+// signal wakes whoever waits on ch without ever blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// unsubscribe ends sub, which may already have ended.
+func unsubscribe(sub *nats.Subscription) {
+	if sub.IsValid() {
+		_ = sub.Unsubscribe()
+	}
+}

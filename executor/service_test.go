@@ -1,0 +1,580 @@
+package executor_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+func builtins() *executor.Mux {
+	mux := executor.NewMux()
+	executor.RegisterBuiltins(mux)
+	return mux
+}
+
+func TestEchoRunsOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	watch, err := w.leases.WatchAll(t.Context(), jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	executortest.Run(t, w.options(builtins()))
+
+	payload := json.RawMessage(`{"greeting":"hello","n":[1,2]}`)
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 42, Attempt: 2, Handler: executor.BuiltinEcho, Payload: payload})
+
+	started := w.nextOf(schemas.ReportStarted, 42)
+	if started.Attempt != 2 || started.WorkerID != "w1" || started.StartedAt.IsZero() || started.msgID != "42-2-started" {
+		t.Errorf("started report = %+v, msg id %q", started.Report, started.msgID)
+	}
+	done := w.nextOf(schemas.ReportSucceeded, 42)
+	if string(done.Output) != string(payload) {
+		t.Errorf("output = %s, want %s", done.Output, payload)
+	}
+	if done.msgID != "42-2-final" || !done.StartedAt.Equal(started.StartedAt) || done.At.Before(done.StartedAt) {
+		t.Errorf("final report = %+v, msg id %q", done.Report, done.msgID)
+	}
+
+	// The lease was created, then deleted (not purged).
+	put := <-watch.Updates()
+	if put.Key() != "42.2" || put.Operation() != jetstream.KeyValuePut {
+		t.Fatalf("first lease update: %s %s", put.Key(), put.Operation())
+	}
+	var lease schemas.Lease
+	if err := json.Unmarshal(put.Value(), &lease); err != nil || lease.InstanceID != 42 || lease.Attempt != 2 || lease.WorkerID != "w1" {
+		t.Errorf("lease = %+v (%v)", lease, err)
+	}
+	del := <-watch.Updates()
+	if del.Key() != "42.2" || del.Operation() != jetstream.KeyValueDelete {
+		t.Fatalf("second lease update: %s %s", del.Key(), del.Operation())
+	}
+	w.dispatchEmpty()
+	w.noMoreReports()
+}
+
+func TestFailures(t *testing.T) {
+	t.Parallel()
+	type order struct {
+		Item string `json:"item"`
+	}
+	tests := []struct {
+		name          string
+		handler       executor.Handler
+		payload       string
+		wantError     []string
+		wantPermanent bool
+	}{{
+		name: "payload does not decode",
+		handler: executor.JSON(func(context.Context, *executor.Task, order) (any, error) {
+			return nil, nil
+		}),
+		payload:       `{"item":"a","qty":3}`,
+		wantError:     []string{`task "t"`, `unknown field "qty"`},
+		wantPermanent: true,
+	}, {
+		name: "permanent",
+		handler: executor.HandlerFunc(func(context.Context, *executor.Task) (any, error) {
+			return nil, executor.Permanent(errors.New("account closed"))
+		}),
+		wantError:     []string{"account closed"},
+		wantPermanent: true,
+	}, {
+		name:      "plain error",
+		handler:   executor.HandlerFunc(func(context.Context, *executor.Task) (any, error) { return nil, errors.New("disk full") }),
+		wantError: []string{"disk full"},
+	}, {
+		name: "panic",
+		handler: executor.HandlerFunc(func(_ context.Context, t *executor.Task) (any, error) {
+			var items []int
+			return items[t.Attempt], nil
+		}),
+		wantError: []string{"handler panicked: runtime error: index out of range [1] with length 0"},
+	}, {
+		name:          "output that is not JSON",
+		handler:       executor.HandlerFunc(func(context.Context, *executor.Task) (any, error) { return json.RawMessage("{"), nil }),
+		wantError:     []string{"encode output"},
+		wantPermanent: true,
+	}}
+	w := newWorld(t)
+	mux := builtins()
+	for _, tt := range tests {
+		mux.Handle(tt.name, tt.handler)
+	}
+	executortest.Run(t, w.options(mux))
+	for i, tt := range tests {
+		w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: int64(i + 1), Handler: tt.name, Payload: json.RawMessage(tt.payload)})
+	}
+	finals := map[int64]report{}
+	for len(finals) < len(tests) {
+		if r := w.next(); r.Kind != schemas.ReportStarted {
+			finals[r.InstanceID] = r
+		}
+	}
+	for i, tt := range tests {
+		r := finals[int64(i+1)]
+		if r.Kind != schemas.ReportFailed || r.Permanent != tt.wantPermanent {
+			t.Errorf("%s: report %+v, want failed, permanent %v", tt.name, r.Report, tt.wantPermanent)
+		}
+		for _, want := range tt.wantError {
+			if !strings.Contains(r.Error, want) {
+				t.Errorf("%s: error %q does not contain %q", tt.name, r.Error, want)
+			}
+		}
+	}
+}
+
+func TestHandlerNotRegistered(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	executortest.Run(t, w.options(builtins()))
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "reports.monthly"})
+	w.nextOf(schemas.ReportStarted, 1)
+	r := w.nextOf(schemas.ReportFailed, 1)
+	want := `handler "reports.monthly" is not registered on worker w1 (it has: builtin.echo, builtin.fail, builtin.sleep)`
+	if r.Error != want || !r.Permanent {
+		t.Errorf("report %+v, want permanent %q", r.Report, want)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	executortest.Run(t, w.options(builtins()))
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinSleep,
+		Payload: json.RawMessage(`{"seconds": 60}`), TimeoutMS: 300})
+	w.nextOf(schemas.ReportStarted, 1)
+	r := w.nextOf(schemas.ReportFailed, 1)
+	if r.Error != "timeout after 300ms" || r.Permanent {
+		t.Errorf("report %+v, want not permanent \"timeout after 300ms\"", r.Report)
+	}
+	if took := r.At.Sub(r.StartedAt); took < 300*time.Millisecond || took > 5*time.Second {
+		t.Errorf("the attempt ended after %s, want about 300ms", took)
+	}
+}
+
+func TestControlCancel(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mux := executor.NewMux()
+	causes := make(chan error, 1)
+	mux.HandleFunc("wait", func(ctx context.Context, _ *executor.Task) (any, error) {
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return nil, ctx.Err()
+	})
+	executortest.Run(t, w.options(mux))
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 9, Attempt: 3, Handler: "wait"})
+	w.nextOf(schemas.ReportStarted, 9)
+
+	c := schemas.Control{Action: schemas.ControlCancel, InstanceID: 9, Attempt: 3, Reason: "cancelled by alice"}
+	data, _ := json.Marshal(c)
+	if err := w.nc.Publish(w.topo.Control("w1"), data); err != nil {
+		t.Fatal(err)
+	}
+	r := w.nextOf(schemas.ReportFailed, 9)
+	if r.Error != "cancelled: cancelled by alice" || r.Permanent || r.Attempt != 3 {
+		t.Errorf("report %+v, want a not permanent failure with the reason", r.Report)
+	}
+	if cause := <-causes; !strings.Contains(cause.Error(), "cancelled by alice") {
+		t.Errorf("context cause = %v", cause)
+	}
+}
+
+func TestLeaseRenewal(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	watch, err := w.leases.Watch(t.Context(), "5.1", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	mux := executor.NewMux()
+	g := newGate()
+	mux.Handle("gate", g)
+	executortest.Run(t, w.options(mux))
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 5, Handler: "gate"})
+	<-g.entered
+
+	// Watch the lease for more than two TTLs: every update is a renewal,
+	// never an expiry.
+	var first time.Time
+	renewals := 0
+	for first.IsZero() || time.Since(first) < 2*leaseTTL+leaseTTL/6 {
+		select {
+		case e := <-watch.Updates():
+			if e.Operation() != jetstream.KeyValuePut {
+				t.Fatalf("lease update %s after %d renewals", e.Operation(), renewals)
+			}
+			if first.IsZero() {
+				first = time.Now()
+			} else {
+				renewals++
+			}
+		case <-time.After(leaseTTL):
+			t.Fatalf("no lease update for a TTL after %d renewals", renewals)
+		}
+	}
+	if renewals < 6 {
+		t.Errorf("%d renewals in %s, want one every TTL/3", renewals, time.Since(first))
+	}
+	if _, err := w.leases.Get(t.Context(), "5.1"); err != nil {
+		t.Fatalf("lease after %s: %v", time.Since(first), err)
+	}
+	close(g.open)
+	w.nextOf(schemas.ReportStarted, 5)
+	w.nextOf(schemas.ReportSucceeded, 5)
+}
+
+func TestLeaseLost(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mux := executor.NewMux()
+	causes := make(chan error, 1)
+	mux.HandleFunc("wait", func(ctx context.Context, task *executor.Task) (any, error) {
+		if task.Attempt > 1 {
+			return nil, nil
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return nil, ctx.Err()
+	})
+	s := executortest.Run(t, w.options(mux))
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 6, Handler: "wait"})
+	w.nextOf(schemas.ReportStarted, 6)
+
+	// The dispatcher's side of an expiry: the lease's revision moves.
+	if err := w.leases.Delete(t.Context(), "6.1"); err != nil {
+		t.Fatal(err)
+	}
+	if cause := <-causes; !errors.Is(cause, executor.ErrLeaseLost) {
+		t.Fatalf("context cause = %v, want ErrLeaseLost", cause)
+	}
+	eventually(t, "the slot is free", func() bool { return s.Busy() == 0 })
+	// Nothing is reported for the lost attempt: the next report is the next attempt's.
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 6, Attempt: 2, Handler: "wait"})
+	if r := w.nextOf(schemas.ReportStarted, 6); r.Attempt != 2 {
+		t.Errorf("report of attempt %d, want 2", r.Attempt)
+	}
+	w.nextOf(schemas.ReportSucceeded, 6)
+}
+
+func TestSecondDeliveryIsNotRun(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	var calls sync.Map
+	mux := executor.NewMux()
+	mux.HandleFunc("count", func(_ context.Context, task *executor.Task) (any, error) {
+		n, _ := calls.LoadOrStore(task.InstanceID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return nil, nil
+	})
+	// Another worker holds attempt 1 of instance 7.
+	if _, err := w.leases.Create(t.Context(), streams.LeaseKey(7, 1), []byte(`{"worker_id":"other"}`)); err != nil {
+		t.Fatal(err)
+	}
+	opts := w.options(mux)
+	opts.Slots = 1
+	executortest.Run(t, opts)
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 7, Handler: "count"})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 8, Handler: "count"})
+	w.nextOf(schemas.ReportStarted, 8)
+	w.nextOf(schemas.ReportSucceeded, 8)
+	if _, ran := calls.Load(int64(7)); ran {
+		t.Error("the attempt leased by another worker ran")
+	}
+	w.dispatchEmpty()
+	w.noMoreReports()
+}
+
+func TestSlots(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mux := executor.NewMux()
+	g := newGate()
+	var inFlight, most atomic.Int32
+	mux.HandleFunc("gate", func(ctx context.Context, task *executor.Task) (any, error) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		return g.HandleTask(ctx, task)
+	})
+	opts := w.options(mux)
+	opts.Slots = 2
+	s := executortest.Run(t, opts)
+	if s.Slots() != 2 {
+		t.Fatalf("Slots() = %d", s.Slots())
+	}
+	for i := range 5 {
+		w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: int64(i + 1), Handler: "gate"})
+	}
+	<-g.entered
+	<-g.entered
+	if s.Busy() != 2 {
+		t.Errorf("Busy() = %d with two blocked attempts", s.Busy())
+	}
+	keys, err := w.leases.Keys(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 {
+		t.Errorf("leases %v while two attempts run", keys)
+	}
+	close(g.open)
+
+	// In stream order, no more than two attempts are ever between started and finished.
+	running, finished := 0, 0
+	for finished < 5 {
+		switch r := w.next(); r.Kind {
+		case schemas.ReportStarted:
+			if running++; running > 2 {
+				t.Fatalf("%d attempts started and not finished", running)
+			}
+		case schemas.ReportSucceeded:
+			running--
+			finished++
+		default:
+			t.Fatalf("report %+v", r.Report)
+		}
+	}
+	if most.Load() != 2 {
+		t.Errorf("at most %d handlers ran at once, want 2", most.Load())
+	}
+}
+
+func TestPriorities(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.dispatch(schemas.PriorityLow, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinEcho})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: executor.BuiltinEcho})
+	w.dispatch(schemas.PriorityUrgent, schemas.Dispatch{InstanceID: 3, Handler: executor.BuiltinEcho})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 4, Handler: executor.BuiltinEcho})
+	opts := w.options(builtins())
+	opts.Slots = 1
+	executortest.Run(t, opts)
+	for _, id := range []int64{3, 2, 4, 1} {
+		w.nextOf(schemas.ReportStarted, id)
+		w.nextOf(schemas.ReportSucceeded, id)
+	}
+}
+
+func TestDoorbell(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	opts := w.options(builtins())
+	opts.IdleWait = time.Hour
+	executortest.Run(t, opts)
+	// The worker polled once, found nothing and waits for an hour or a ring.
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinEcho})
+	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool), nil); err != nil {
+		t.Fatal(err)
+	}
+	w.nextOf(schemas.ReportStarted, 1)
+	w.nextOf(schemas.ReportSucceeded, 1)
+	// A freed slot is another reason to look again; the next attempt needs a ring.
+	w.dispatch(schemas.PriorityUrgent, schemas.Dispatch{InstanceID: 2, Handler: executor.BuiltinEcho})
+	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool), nil); err != nil {
+		t.Fatal(err)
+	}
+	w.nextOf(schemas.ReportStarted, 2)
+	w.nextOf(schemas.ReportSucceeded, 2)
+}
+
+func TestHeartbeat(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	opts := w.options(builtins())
+	opts.Pools = []string{"eu+gpu", "default"}
+	opts.Slots = 3
+	opts.Version = "1.2.3"
+	s, err := executor.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	<-s.Ready()
+
+	e, err := w.workers.Get(t.Context(), "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wk schemas.Worker
+	if err := json.Unmarshal(e.Value(), &wk); err != nil {
+		t.Fatal(err)
+	}
+	if wk.ID != "w1" || wk.Version != "1.2.3" || wk.Slots != 3 || strings.Join(wk.Pools, ",") != "eu+gpu,default" ||
+		strings.Join(wk.Handlers, ",") != "builtin.echo,builtin.fail,builtin.sleep" || wk.StartedAt.IsZero() || wk.HeartbeatAt.IsZero() {
+		t.Errorf("worker record %+v", wk)
+	}
+	// Both pools' work reaches the worker.
+	if _, err := streams.Publish(t.Context(), w.js, w.topo.Dispatch("eu+gpu", schemas.PriorityLow), "", schemas.Dispatch{
+		InstanceID: 1, Attempt: 1, Task: "t", Handler: executor.BuiltinEcho, TimeoutMS: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	w.nextOf(schemas.ReportStarted, 1)
+	w.nextOf(schemas.ReportSucceeded, 1)
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.workers.Get(t.Context(), "w1"); !isKeyMissing(err) {
+		t.Errorf("worker key after the stop: %v, want it deleted", err)
+	}
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mux := executor.NewMux()
+	g := newGate()
+	mux.Handle("gate", g)
+	s, err := executor.New(w.options(mux))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "gate"})
+	<-g.entered
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v while a handler ran", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(g.open)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	w.nextOf(schemas.ReportStarted, 1)
+	w.nextOf(schemas.ReportSucceeded, 1)
+	if _, err := w.leases.Get(t.Context(), "1.1"); !isKeyMissing(err) {
+		t.Errorf("lease after the stop: %v, want it deleted", err)
+	}
+}
+
+func TestShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mux := executor.NewMux()
+	g := newGate()
+	mux.Handle("gate", g)
+	opts := w.options(mux)
+	opts.ShutdownTimeout = 200 * time.Millisecond
+	s, err := executor.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "gate"})
+	<-g.entered
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	w.nextOf(schemas.ReportStarted, 1)
+	r := w.nextOf(schemas.ReportFailed, 1)
+	if r.Error != "worker shutting down" || r.Permanent {
+		t.Errorf("report %+v, want a not permanent \"worker shutting down\"", r.Report)
+	}
+}
+
+func TestMissingTopology(t *testing.T) {
+	t.Parallel()
+	srv, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s, err := executor.New(executor.Options{Conn: nc, Mux: builtins()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Run(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "ax dev") || !strings.Contains(err.Error(), "AX_DISPATCH") {
+		t.Errorf("Run = %v, want an error that says to start the dispatcher or ax dev", err)
+	}
+}
+
+// lines is a log writer that hands each line to the test.
+type lines chan []byte
+
+func (l lines) Write(p []byte) (int, error) {
+	select {
+	case l <- append([]byte(nil), p...):
+	default: // the test has read what it needed
+	}
+	return len(p), nil
+}
+
+func TestTaskAndLogger(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	tasks := make(chan executor.Task, 1)
+	mux := executor.NewMux()
+	mux.HandleFunc("inspect", func(ctx context.Context, task *executor.Task) (any, error) {
+		executor.Logger(ctx).Info().Str("step", "one").Msg("working")
+		if deadline, ok := ctx.Deadline(); !ok || !deadline.Equal(task.Deadline) {
+			t.Errorf("context deadline %v, task deadline %v", deadline, task.Deadline)
+		}
+		tasks <- *task
+		return nil, nil
+	})
+	logs := make(lines, 100)
+	opts := w.options(mux)
+	opts.Logger = zerolog.New(logs)
+	executortest.Run(t, opts)
+	w.dispatch(schemas.PriorityUrgent, schemas.Dispatch{InstanceID: 3, Attempt: 2, MaxAttempts: 5, Task: "billing",
+		Handler: "inspect", Payload: json.RawMessage(`{"a":1}`), TimeoutMS: 60000})
+	task := <-tasks
+	if task.InstanceID != 3 || task.Name != "billing" || task.Attempt != 2 || task.MaxAttempts != 5 ||
+		task.Priority != schemas.PriorityUrgent || string(task.Payload) != `{"a":1}` || task.WorkerID != "w1" ||
+		task.EventID == "" || task.FiredAt.IsZero() || time.Until(task.Deadline) < 50*time.Second {
+		t.Errorf("task %+v", task)
+	}
+	for line := range logs {
+		var entry map[string]any
+		if err := json.Unmarshal(line, &entry); err != nil {
+			t.Fatal(err)
+		}
+		if entry["message"] != "working" {
+			continue
+		}
+		if entry["task"] != "billing" || entry["instance_id"] != 3.0 || entry["attempt"] != 2.0 ||
+			entry["worker_id"] != "w1" || entry["step"] != "one" {
+			t.Errorf("handler log line %s", line)
+		}
+		break
+	}
+}

@@ -1,0 +1,64 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// Task is the facts of one attempt of a task instance, as its handler sees
+// them. The handler must not modify it.
+type Task struct {
+	// InstanceID identifies the instance. With Attempt it is a key for
+	// business idempotency: a retried attempt has the same InstanceID.
+	InstanceID int64
+	// Name is the task's name.
+	Name string
+	// Attempt counts the attempts of the instance, from 1.
+	Attempt int
+	// MaxAttempts is how many attempts the task's retry policy allows in all;
+	// Attempt == MaxAttempts is the last chance.
+	MaxAttempts int
+	// EventID identifies the firing the instance was made for.
+	EventID string
+	// Priority is the instance's priority.
+	Priority schemas.Priority
+	// Payload is the firing's payload as it was sent (empty when none).
+	Payload json.RawMessage
+	// FiredAt is when the trigger fired.
+	FiredAt time.Time
+	// Deadline is when the attempt's context ends (the task's timeout after
+	// the attempt started); zero when the attempt has no timeout.
+	Deadline time.Time
+	// WorkerID names the worker running the attempt.
+	WorkerID string
+}
+
+// Handler runs one attempt of a task.
+//
+// The returned error is the attempt's outcome: nil succeeds, an error fails
+// the attempt (retried by the task's policy), an error wrapped with
+// [Permanent] fails it without retry. The output is JSON-encoded into the
+// report when the attempt succeeds: nil means no output, and a
+// [json.RawMessage] or []byte holding valid JSON is passed as it is (any other
+// []byte is encoded the way encoding/json encodes bytes, as base64). An output
+// that cannot be encoded fails the attempt permanently.
+//
+// HandleTask is called on its own goroutine, concurrently with other
+// attempts. ctx ends at the attempt's deadline (the task's timeout), on an
+// operator's cancel, when the worker lost the attempt's lease or shuts down;
+// [context.Cause] tells which. The handler should return soon after: an
+// error then fails the attempt with that cause ("timeout after 1m0s"), while
+// nil still succeeds, since the work was done. A panic is recovered and
+// fails the attempt.
+type Handler interface {
+	HandleTask(ctx context.Context, t *Task) (output any, err error)
+}
+
+// HandlerFunc adapts an ordinary function to a [Handler].
+type HandlerFunc func(ctx context.Context, t *Task) (any, error)
+
+// HandleTask calls f(ctx, t).
+func (f HandlerFunc) HandleTask(ctx context.Context, t *Task) (any, error) { return f(ctx, t) }
