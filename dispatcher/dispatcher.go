@@ -1,0 +1,151 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// Options configures a [Service]. Zero fields take the stated defaults.
+type Options struct {
+	// Conn is the NATS connection. Required; the caller keeps ownership.
+	Conn *nats.Conn
+	// Store is the PostgreSQL store. Required.
+	Store *store.Store
+	// Topology names the subjects (default streams.Default()).
+	Topology streams.Topology
+	// Streams sizes the topology that Run ensures at start.
+	Streams streams.Config
+	// BatchSize is the most messages handled in one batch (default 500).
+	BatchSize int
+	// ShutdownTimeout bounds how long Run lets in-flight batches finish
+	// after its context ends (default 30s).
+	ShutdownTimeout time.Duration
+	// Logger receives the service's log lines (default: none).
+	Logger zerolog.Logger
+	// NowFunc tells the time (default time.Now).
+	NowFunc func() time.Time
+	// RandFunc returns a number in [0, 1) for retry jitter (default math/rand/v2).
+	RandFunc func() float64
+}
+
+// Service is a dispatcher. Make one with [New] and start it with [Service.Run].
+type Service struct {
+	opts Options
+	top  streams.Topology
+	log  zerolog.Logger
+	now  func() time.Time
+	js   jetstream.JetStream
+}
+
+// DefaultBatchSize is the default of [Options.BatchSize].
+const DefaultBatchSize = 500
+
+// New validates opts and fills the defaults. It does no I/O.
+func New(opts Options) (*Service, error) {
+	if opts.Conn == nil {
+		return nil, errors.New("new dispatcher: Options.Conn is required")
+	}
+	if opts.Store == nil {
+		return nil, errors.New("new dispatcher: Options.Store is required")
+	}
+	if opts.Topology == (streams.Topology{}) {
+		opts.Topology = streams.Default()
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.NowFunc == nil {
+		opts.NowFunc = time.Now
+	}
+	if opts.RandFunc == nil {
+		opts.RandFunc = randFloat
+	}
+	return &Service{
+		opts: opts,
+		top:  opts.Topology,
+		log:  opts.Logger.With().Str("service", "dispatcher").Logger(),
+		now:  opts.NowFunc,
+	}, nil
+}
+
+// Run ensures the topology and dispatches until ctx ends. Then it stops
+// taking messages, lets the batches in flight finish on a detached context
+// for up to ShutdownTimeout, leaves what is unfinished un-acked for
+// redelivery, and returns once every goroutine it started has exited.
+func (s *Service) Run(ctx context.Context) error {
+	err := s.run(ctx)
+	if ctx.Err() != nil {
+		// Whatever failed after ctx ended failed because of the stop.
+		return nil
+	}
+	return err
+}
+
+func (s *Service) run(ctx context.Context) error {
+	js, err := jetstream.New(s.opts.Conn)
+	if err != nil {
+		return fmt.Errorf("run dispatcher: %w", err)
+	}
+	s.js = js
+	if err := s.top.Ensure(ctx, js, s.opts.Streams); err != nil {
+		return fmt.Errorf("run dispatcher: %w", err)
+	}
+	triggers, err := js.CreateOrUpdateConsumer(ctx, s.top.TriggersStream(), s.top.DispatcherConsumer())
+	if err != nil {
+		return fmt.Errorf("run dispatcher: consumer on %s: %w", s.top.TriggersStream(), err)
+	}
+	reports, err := js.CreateOrUpdateConsumer(ctx, s.top.ReportsStream(), s.top.RecorderConsumer())
+	if err != nil {
+		return fmt.Errorf("run dispatcher: consumer on %s: %w", s.top.ReportsStream(), err)
+	}
+	leases, err := js.KeyValue(ctx, s.top.LeasesBucket())
+	if err != nil {
+		return fmt.Errorf("run dispatcher: bucket %s: %w", s.top.LeasesBucket(), err)
+	}
+
+	// A loop that fails stops the others: the service runs whole or not at all.
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	// work is the context batches run on: it outlives runCtx by up to
+	// ShutdownTimeout so that a batch in flight can finish.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stop := context.AfterFunc(runCtx, func() {
+		time.AfterFunc(s.opts.ShutdownTimeout, cancelWork)
+	})
+	defer stop()
+
+	s.log.Info().Msg("dispatcher started")
+	loops := []func() error{
+		func() error { return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, s.handleTriggers) },
+		func() error { return consumeBatches(runCtx, work, reports, s.opts.BatchSize, s.handleReports) },
+		func() error { return s.reap(runCtx, work, leases) },
+	}
+	var wg sync.WaitGroup
+	var once sync.Once
+	var runErr error
+	for _, loop := range loops {
+		wg.Go(func() {
+			if err := loop(); err != nil {
+				once.Do(func() { runErr = err })
+				cancelRun(err)
+			}
+		})
+	}
+	wg.Wait()
+	s.log.Info().Msg("dispatcher stopped")
+	return runErr
+}

@@ -1,0 +1,17 @@
+// Package dispatcher is AX's dispatcher service. It turns firings into
+// instances and attempts, and executors' reports into transitions:
+//
+//   - it consumes AX_TRIGGERS in batches, creates one instance per
+//     (task, event_id) in one statement, publishes each attempt to its pool's
+//     subject on AX_DISPATCH, awaits the acknowledgements together, and only
+//     then acknowledges the firings;
+//   - it consumes AX_REPORTS in batches and records them as guarded
+//     transitions, then schedules the next attempt of every failure that has
+//     attempts left (a one-shot JetStream message schedule: no polling);
+//   - its reaper watches the ax-leases bucket: an expired lease means the
+//     worker is gone, and the attempt moves to RETRYING or FAILED. The next
+//     attempt's higher number fences the old one out in PostgreSQL.
+//
+// Any number of dispatchers may run at once: they share the durable
+// consumers, and every write is guarded, so replicas never double an effect.
+package dispatcher

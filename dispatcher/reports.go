@@ -1,0 +1,118 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// retryDelay is how long a batch that failed waits before its redelivery.
+const retryDelay = time.Second
+
+// handleReports records a batch of executor reports in one transaction and
+// then acts on the outcomes: it schedules the next attempt of every failure
+// with attempts left, and tells a worker whose attempt was fenced out to stop.
+func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
+	var started, final []schemas.Report
+	workers := make(map[[2]int64]string)
+	for _, m := range msgs {
+		var r schemas.Report
+		if err := json.Unmarshal(m.Data(), &r); err != nil || r.InstanceID <= 0 || r.Attempt <= 0 {
+			s.log.Warn().Str("subject", m.Subject()).Msg("malformed report dropped")
+			_ = m.Term()
+			continue
+		}
+		workers[[2]int64{r.InstanceID, int64(r.Attempt)}] = r.WorkerID
+		switch r.Kind {
+		case schemas.ReportStarted:
+			started = append(started, r)
+		case schemas.ReportSucceeded, schemas.ReportFailed:
+			final = append(final, r)
+		default:
+			s.log.Warn().Str("subject", m.Subject()).Str("kind", string(r.Kind)).Msg("report of unknown kind dropped")
+			_ = m.Term()
+		}
+	}
+	outcomes, err := s.opts.Store.ApplyReports(ctx, started, final)
+	if err != nil {
+		s.retryLater(msgs, err)
+		return
+	}
+	batch := streams.NewAsyncBatch(s.js)
+	for i, o := range outcomes {
+		isStarted := i < len(started)
+		switch {
+		case isStarted && !o.Applied && o.Found && !(o.State == schemas.StateRunning && o.CurrentAttempt == o.Attempt):
+			// The attempt is no longer the instance's: stop it where it runs.
+			s.cancelAttempt(workers[[2]int64{o.InstanceID, int64(o.Attempt)}], o,
+				fmt.Sprintf("attempt %d is stale: the instance is %s at attempt %d", o.Attempt, o.State, o.CurrentAttempt))
+		case !isStarted && o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt:
+			// Applied now, or applied before a crash that may have lost the
+			// schedule: (re)schedule it; its message id makes that idempotent.
+			if err := s.scheduleRetry(batch, o, backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)); err != nil {
+				s.retryLater(msgs, err)
+				return
+			}
+		}
+	}
+	if err := batch.Wait(ctx); err != nil {
+		s.retryLater(msgs, err)
+		return
+	}
+	for _, m := range msgs {
+		_ = m.Ack()
+	}
+}
+
+// scheduleRetry adds to batch the firing of the attempt after o's, delayed by
+// wait: a one-shot message schedule when wait is positive, else the firing itself.
+func (s *Service) scheduleRetry(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration) error {
+	next := o.Attempt + 1
+	eventID := "retry-" + strconv.FormatInt(o.InstanceID, 10) + "-" + strconv.Itoa(next)
+	ev := schemas.TriggerEvent{
+		EventID: eventID,
+		Task:    o.Task,
+		Source:  schemas.SourceRetry,
+		FiredAt: s.now().Add(wait),
+		Retry:   &schemas.RetryOf{InstanceID: o.InstanceID, Attempt: next},
+	}
+	if wait <= 0 {
+		msg, err := streams.NewMsg(s.top.Trigger(o.Task), eventID, ev)
+		if err != nil {
+			return err
+		}
+		batch.Add(msg)
+		return nil
+	}
+	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.Trigger(o.Task), eventID, ev.FiredAt, ev)
+	if err != nil {
+		return err
+	}
+	batch.Add(msg)
+	return nil
+}
+
+// cancelAttempt tells a worker to stop an attempt (core NATS: if the worker
+// is gone there is nothing to stop).
+func (s *Service) cancelAttempt(workerID string, o store.Outcome, reason string) {
+	if workerID == "" {
+		return
+	}
+	data, err := json.Marshal(schemas.Control{
+		Action: schemas.ControlCancel, InstanceID: o.InstanceID, Attempt: o.Attempt, Reason: reason,
+	})
+	if err != nil {
+		return
+	}
+	if err := s.opts.Conn.Publish(s.top.Control(workerID), data); err != nil {
+		s.log.Warn().Err(err).Str("worker_id", workerID).Int64("instance_id", o.InstanceID).Msg("cancel not sent")
+	}
+}
