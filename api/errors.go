@@ -1,0 +1,165 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// Error is a refusal or failure of the API: the body {"error": …} of every
+// 4xx and 5xx answer, and what [Client] methods return for one. Its Error
+// method reads well on its own, for a CLI user.
+type Error struct {
+	// Status is the HTTP status of the answer.
+	Status int `json:"-"`
+	// Code names the kind of error for programs, e.g. "task_disabled".
+	Code string `json:"code"`
+	// Message says what was wrong and how to fix it.
+	Message string `json:"message"`
+	// Field names the offending request field or parameter, when there is one.
+	Field string `json:"field,omitempty"`
+	// Problems lists every rule a task definition or a firing broke.
+	Problems []schemas.Problem `json:"problems,omitempty"`
+}
+
+// Error returns the message. When there are several problems, it returns
+// the message's lead ("invalid task definition") followed by one line per
+// problem instead, which reads better in a terminal than the one-line
+// message that joins them.
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("the AX API answered %d %s", e.Status, http.StatusText(e.Status))
+	}
+	if len(e.Problems) < 2 {
+		return e.Message
+	}
+	lead, _, _ := strings.Cut(e.Message, ": ")
+	var b strings.Builder
+	b.WriteString(lead)
+	b.WriteString(":")
+	for _, p := range e.Problems {
+		b.WriteString("\n  - ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// errorBody is the JSON body of an error answer.
+type errorBody struct {
+	Error *Error `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	// A failed write means the client went away: nothing left to tell it.
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Status, errorBody{Error: e})
+}
+
+// internalError answers 500 for a failure that is not the caller's doing,
+// and logs the error behind it.
+func (s *Service) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
+	s.opts.Logger.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg(op)
+	writeError(w, &Error{Status: http.StatusInternalServerError, Code: "internal",
+		Message: op + " failed on the server; the API's log has the details"})
+}
+
+func badRequest(code, field, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// validationError answers 400 for a document that broke the rules of its
+// schema: the message lists every problem, and so does Problems.
+func validationError(code string, ve *schemas.ValidationError) *Error {
+	e := &Error{Status: http.StatusBadRequest, Code: code, Message: ve.Error(), Problems: ve.Problems}
+	if len(ve.Problems) == 1 {
+		e.Field = ve.Problems[0].Field
+	}
+	return e
+}
+
+// mediaType is what readBody learned of a body's Content-Type.
+type mediaType int
+
+const (
+	mediaUnset mediaType = iota
+	mediaJSON
+	mediaYAML
+)
+
+// readBody reads a request body of at most Options.MaxBodyBytes whose
+// Content-Type is JSON, or YAML when yamlOK, or unset.
+func (s *Service) readBody(w http.ResponseWriter, r *http.Request, yamlOK bool) ([]byte, mediaType, *Error) {
+	accepted := "application/json"
+	if yamlOK {
+		accepted = "application/json or application/yaml"
+	}
+	mt := mediaUnset
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		t, _, err := mime.ParseMediaType(ct)
+		switch {
+		case err != nil:
+			return nil, 0, &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+				Message: fmt.Sprintf("cannot parse Content-Type %q: %v; send Content-Type: %s", ct, err, accepted)}
+		case t == "application/json" || strings.HasSuffix(t, "+json"):
+			mt = mediaJSON
+		case yamlOK && (t == "application/yaml" || t == "text/yaml" || t == "application/x-yaml"):
+			mt = mediaYAML
+		default:
+			return nil, 0, &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+				Message: fmt.Sprintf("Content-Type %s is not accepted here; send Content-Type: %s", t, accepted)}
+		}
+	}
+	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+		Message: fmt.Sprintf("the request body is larger than the limit of %d bytes; send a smaller body", s.opts.MaxBodyBytes)}
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		return nil, 0, tooLarge
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, 0, tooLarge
+		}
+		return nil, 0, badRequest("unreadable_body", "", "cannot read the request body: %v", err)
+	}
+	return data, mt, nil
+}
+
+// jsonSyntaxError explains where data stops being JSON.
+func jsonSyntaxError(data []byte, err error) *Error {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		line, col := lineCol(data, se.Offset)
+		return badRequest("malformed_json", "", "the body is not valid JSON: line %d, column %d: %v", line, col, se)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return badRequest("malformed_json", "", "the body is not valid JSON: it ends too early; check for a missing closing bracket or quote")
+	}
+	return badRequest("malformed_json", "", "the body is not valid JSON: %v", err)
+}
+
+// lineCol gives the 1-based line and column of the byte a *json.SyntaxError
+// stopped at: its Offset counts the bytes read, the bad one included.
+func lineCol(data []byte, offset int64) (line, col int) {
+	pos := min(max(offset-1, 0), int64(len(data)))
+	line, col = 1, 1
+	for _, c := range data[:pos] {
+		if c == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
+}

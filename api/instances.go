@@ -1,0 +1,100 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+)
+
+// instanceList is the answer to GET /v1/instances.
+type instanceList struct {
+	Instances []schemas.Instance `json:"instances"`
+}
+
+func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		writeError(w, badRequest("invalid_instance_id", "id", "%q is not an instance id: use the positive number that ax fire or ax instance list printed", raw))
+		return
+	}
+	in, err := s.opts.Store.GetInstance(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "id",
+			Message: fmt.Sprintf("instance %d does not exist; list instances with GET /v1/instances (ax instance list)", id)})
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, in)
+}
+
+// listParams are the query parameters GET /v1/instances takes.
+var listParams = map[string]bool{"task": true, "state": true, "limit": true, "before": true}
+
+func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
+	f, e := instanceFilter(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	list, err := s.opts.Store.ListInstances(r.Context(), f)
+	if err != nil {
+		s.internalError(w, r, "list instances", err)
+		return
+	}
+	if list == nil {
+		list = []schemas.Instance{}
+	}
+	writeJSON(w, http.StatusOK, instanceList{Instances: list})
+}
+
+// instanceFilter reads the query of GET /v1/instances, refusing unknown
+// parameters: a misspelt filter must not silently list everything.
+func instanceFilter(r *http.Request) (store.InstanceFilter, *Error) {
+	var f store.InstanceFilter
+	q := r.URL.Query()
+	for k := range q {
+		if !listParams[k] {
+			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, state, limit and before", k)
+		}
+	}
+	if task := q.Get("task"); task != "" {
+		if !taskNameRE.MatchString(task) {
+			return f, badRequest("invalid_parameter", "task",
+				"task=%q is not a task name: use 1-64 lower-case letters, digits, '_' and '-', starting with a letter or digit", task)
+		}
+		f.Task = task
+	}
+	if state := q.Get("state"); state != "" {
+		f.State = schemas.State(strings.ToUpper(state))
+		if !f.State.Valid() {
+			return f, badRequest("invalid_parameter", "state",
+				"state=%q is not an instance state; use one of CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED", state)
+		}
+	}
+	if limit := q.Get("limit"); limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 || n > store.MaxInstanceLimit {
+			return f, badRequest("invalid_parameter", "limit",
+				"limit=%q is not a number from 1 to %d", limit, store.MaxInstanceLimit)
+		}
+		f.Limit = n
+	}
+	if before := q.Get("before"); before != "" {
+		id, err := strconv.ParseInt(before, 10, 64)
+		if err != nil || id < 1 {
+			return f, badRequest("invalid_parameter", "before",
+				"before=%q is not an instance id; pass the id of the last instance of the previous page", before)
+		}
+		f.BeforeID = id
+	}
+	return f, nil
+}

@@ -1,0 +1,170 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+)
+
+// HeaderOperator names who makes a change (a person or a program); the API
+// records it with every task version it stores.
+const HeaderOperator = "X-Ax-Operator"
+
+// TaskInfo is a task as the API shows it.
+type TaskInfo struct {
+	// Task is the definition of the current version, defaults filled in.
+	Task      *schemas.Task `json:"task"`
+	Version   int           `json:"version"`
+	Enabled   bool          `json:"enabled"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
+}
+
+// ApplyResult is the answer to POST /v1/tasks.
+type ApplyResult struct {
+	TaskInfo
+	// Changed is false when the definition equals the current version's,
+	// which then stays current.
+	Changed bool `json:"changed"`
+}
+
+// taskList is the answer to GET /v1/tasks.
+type taskList struct {
+	Tasks []TaskInfo `json:"tasks"`
+}
+
+func taskInfo(rec store.TaskRecord) TaskInfo {
+	return TaskInfo{Task: rec.Definition, Version: rec.Version, Enabled: rec.Enabled,
+		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
+}
+
+// taskNameRE is the rule of task.schema.json's task_name: a name becomes a
+// NATS subject token, so '.', '*', '>' and spaces must never pass.
+var taskNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// taskName returns the {name} of the path, or an answer saying why it
+// cannot name a task.
+func taskName(r *http.Request) (string, *Error) {
+	name := r.PathValue("name")
+	if !taskNameRE.MatchString(name) {
+		return "", badRequest("invalid_task_name", "name",
+			"%q is not a task name: use 1-64 lower-case letters, digits, '_' and '-', starting with a letter or digit", name)
+	}
+	return name, nil
+}
+
+func taskNotFound(name string) *Error {
+	return &Error{Status: http.StatusNotFound, Code: "task_not_found", Field: "name",
+		Message: fmt.Sprintf("task %q does not exist; check the name with GET /v1/tasks (ax task list) or apply its definition (ax task apply -f FILE)", name)}
+}
+
+// operator returns who makes the request, as the X-Ax-Operator header names them.
+func operator(r *http.Request) string {
+	op := r.Header.Get(HeaderOperator)
+	if len(op) > 256 {
+		op = op[:256]
+	}
+	return op
+}
+
+func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
+	data, mt, e := s.readBody(w, r, true)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		writeError(w, badRequest("empty_body", "", "the body is empty; send a task definition in JSON or YAML"))
+		return
+	}
+	if mt == mediaJSON || (mt == mediaUnset && trimmed[0] == '{') {
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil {
+			e := jsonSyntaxError(data, err)
+			if mt == mediaJSON {
+				e.Message += "; to send YAML, set Content-Type: application/yaml"
+			}
+			writeError(w, e)
+			return
+		}
+	}
+	def, err := schemas.ParseTask(data)
+	if ve, ok := errors.AsType[*schemas.ValidationError](err); ok {
+		writeError(w, validationError("invalid_task", ve))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "parse task definition", err)
+		return
+	}
+	rec, changed, err := s.opts.Store.ApplyTask(r.Context(), def, operator(r))
+	if err != nil {
+		s.internalError(w, r, "apply task "+def.TaskName, err)
+		return
+	}
+	status := http.StatusOK
+	if changed && rec.Version == 1 {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, ApplyResult{TaskInfo: taskInfo(rec), Changed: changed})
+}
+
+func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
+	recs, err := s.opts.Store.ListTasks(r.Context())
+	if err != nil {
+		s.internalError(w, r, "list tasks", err)
+		return
+	}
+	out := taskList{Tasks: make([]TaskInfo, 0, len(recs))}
+	for _, rec := range recs {
+		out.Tasks = append(out.Tasks, taskInfo(rec))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Service) getTask(w http.ResponseWriter, r *http.Request) {
+	name, e := taskName(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	rec, err := s.opts.Store.GetTask(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, taskNotFound(name))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "get task "+name, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, taskInfo(rec))
+}
+
+func (s *Service) setEnabled(enabled bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name, e := taskName(r)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		rec, err := s.opts.Store.SetTaskEnabled(r.Context(), name, enabled)
+		if errors.Is(err, store.ErrNotFound) {
+			writeError(w, taskNotFound(name))
+			return
+		}
+		if err != nil {
+			s.internalError(w, r, fmt.Sprintf("set task %s enabled=%t", name, enabled), err)
+			return
+		}
+		s.opts.Logger.Info().Str("task", name).Bool("enabled", enabled).Str("operator", operator(r)).Msg("task enabled flag set")
+		writeJSON(w, http.StatusOK, taskInfo(rec))
+	}
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// conn holds the connection settings every service command shares. Flags
+// default to the NATS CLI's environment names, so one environment serves
+// both ax and nats.
+type conn struct {
+	natsURL     string
+	natsCreds   string
+	databaseURL string
+	prefix      string
+	logLevel    string
+	logFormat   string
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (c *conn) natsFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&c.natsURL, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated (env NATS_URL)")
+	f.StringVar(&c.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
+	f.StringVar(&c.prefix, "prefix", envOr("AX_PREFIX", streams.DefaultPrefix), "subject prefix of this installation (env AX_PREFIX)")
+	c.logFlags(cmd)
+}
+
+func (c *conn) databaseFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&c.databaseURL, "database-url", os.Getenv("DATABASE_URL"),
+		"PostgreSQL URL, e.g. postgres://ax:secret@127.0.0.1:5432/ax (env DATABASE_URL)")
+}
+
+func (c *conn) logFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&c.logLevel, "log-level", envOr("AX_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env AX_LOG_LEVEL)")
+	f.StringVar(&c.logFormat, "log-format", envOr("AX_LOG_FORMAT", "console"), "log format: console or json (env AX_LOG_FORMAT)")
+}
+
+func (c *conn) logger() (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(c.logLevel)
+	if err != nil || c.logLevel == "" {
+		return zerolog.Logger{}, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.logLevel)
+	}
+	var log zerolog.Logger
+	switch c.logFormat {
+	case "json":
+		log = zerolog.New(os.Stderr)
+	case "console":
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+	default:
+		return zerolog.Logger{}, fmt.Errorf("--log-format %q: use console or json", c.logFormat)
+	}
+	return log.Level(level).With().Timestamp().Logger(), nil
+}
+
+func (c *conn) topology() (streams.Topology, error) { return streams.NewTopology(c.prefix) }
+
+// connectNATS opens a named connection that keeps reconnecting.
+func (c *conn) connectNATS(name string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("ax " + name), nats.MaxReconnects(-1)}
+	if c.natsCreds != "" {
+		opts = append(opts, nats.UserCredentials(c.natsCreds))
+	}
+	nc, err := nats.Connect(c.natsURL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (set --nats-url or NATS_URL)", c.natsURL, err)
+	}
+	return nc, nil
+}
+
+// openStore connects to PostgreSQL and applies pending migrations.
+func (c *conn) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, error) {
+	if strings.TrimSpace(c.databaseURL) == "" {
+		return nil, nil, fmt.Errorf("no database: set --database-url or DATABASE_URL (e.g. postgres://ax:secret@127.0.0.1:5432/ax)")
+	}
+	pool, err := store.Open(ctx, c.databaseURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := store.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, store.New(pool), nil
+}

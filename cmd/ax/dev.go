@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/pgcluster"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+func init() { extraCommands = append(extraCommands, newDevCmd) }
+
+func newDevCmd() *cobra.Command {
+	var (
+		c        conn
+		dataDir  string
+		httpAddr string
+		natsAddr string
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run every service in one process, with embedded NATS and a private PostgreSQL",
+		Long: `Run AX on one machine for development: an embedded NATS server with JetStream
+on disk under --data, PostgreSQL from DATABASE_URL or, where it is unset, a private
+cluster initialised inside --data from the machine's PostgreSQL installation, and
+the dispatcher, an executor with the built-in handlers, and the API — each on its
+own NATS connection, exactly as they run apart. Ctrl-C stops it cleanly; it starts
+again on the same data.`,
+		Example: `  ax dev
+  ax dev --data /tmp/ax --http 127.0.0.1:9090
+  DATABASE_URL=postgres://ax@127.0.0.1/ax ax dev`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			log, err := c.logger()
+			if err != nil {
+				return err
+			}
+			dir, err := filepath.Abs(dataDir)
+			if err != nil {
+				return fmt.Errorf("--data %q: %w", dataDir, err)
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("--data %q: %w", dataDir, err)
+			}
+			host, portText, err := net.SplitHostPort(natsAddr)
+			if err != nil {
+				return fmt.Errorf("--nats %q: want host:port: %w", natsAddr, err)
+			}
+			port, err := strconv.Atoi(portText)
+			if err != nil {
+				return fmt.Errorf("--nats %q: port %q is not a number", natsAddr, portText)
+			}
+
+			if c.databaseURL == "" {
+				cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(dir, "postgres"), Logger: log})
+				if err != nil {
+					return fmt.Errorf("start private PostgreSQL (or set DATABASE_URL): %w", err)
+				}
+				defer func() {
+					if err := cluster.Stop(context.WithoutCancel(ctx)); err != nil {
+						log.Error().Err(err).Msg("stop PostgreSQL")
+					}
+				}()
+				if err := createDatabase(ctx, cluster.URL("postgres"), "ax"); err != nil {
+					return err
+				}
+				c.databaseURL = cluster.URL("ax")
+			}
+			pool, st, err := c.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+
+			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats")})
+			if err != nil {
+				return fmt.Errorf("%w (is another NATS server on %s? choose another address with --nats)", err, natsAddr)
+			}
+			defer func() {
+				ns.Shutdown()
+				ns.WaitForShutdown()
+			}()
+			c.natsURL = ns.ClientURL()
+			top, err := c.topology()
+			if err != nil {
+				return err
+			}
+
+			// Every service gets its own connection, as it would apart.
+			dispatchConn, err := c.connectNATS("dispatcher")
+			if err != nil {
+				return err
+			}
+			defer dispatchConn.Close()
+			dsp, err := dispatcher.New(dispatcher.Options{Conn: dispatchConn, Store: st, Topology: top, Logger: log})
+			if err != nil {
+				return err
+			}
+			apiConn, err := c.connectNATS("api")
+			if err != nil {
+				return err
+			}
+			defer apiConn.Close()
+			apiSvc, err := api.New(api.Options{Store: st, Conn: apiConn, Topology: top, Addr: httpAddr, Logger: log})
+			if err != nil {
+				return err
+			}
+			execConn, err := c.connectNATS("executor")
+			if err != nil {
+				return err
+			}
+			defer execConn.Close()
+			mux := executor.NewMux()
+			executor.RegisterBuiltins(mux)
+			execSvc, err := executor.New(executor.Options{Conn: execConn, Topology: top, Mux: mux, Logger: log})
+			if err != nil {
+				return err
+			}
+
+			// The executor needs the topology the dispatcher ensures; ensure
+			// it here first so the services may start in any order.
+			js, err := jetstream.New(dispatchConn)
+			if err != nil {
+				return err
+			}
+			if err := top.Ensure(ctx, js, streams.Config{}); err != nil {
+				return err
+			}
+			runCtx, cancel := context.WithCancelCause(ctx)
+			defer cancel(nil)
+			var wg sync.WaitGroup
+			run := func(name string, f func(context.Context) error) {
+				wg.Go(func() {
+					if err := f(runCtx); err != nil {
+						cancel(fmt.Errorf("%s: %w", name, err))
+					}
+				})
+			}
+			run("dispatcher", dsp.Run)
+			run("executor", execSvc.Run)
+			run("api", apiSvc.Run)
+			fmt.Fprintf(cmd.OutOrStdout(), `AX is running (data in %s)
+  NATS     %s
+  API      http://%s
+Try it:
+  ax task apply -f examples/hello.yaml && ax fire hello --payload '{"greeting":"hi"}' --wait
+Ctrl-C stops it.
+`, dir, c.natsURL, httpAddr)
+			wg.Wait()
+			if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+	c.logFlags(cmd)
+	c.databaseFlags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data", envOr("AX_DATA", ".ax"), "data folder for NATS and the private PostgreSQL (env AX_DATA)")
+	f.StringVar(&httpAddr, "http", envOr("AX_HTTP", api.DefaultAddr), "API address (env AX_HTTP)")
+	f.StringVar(&natsAddr, "nats", envOr("AX_NATS_LISTEN", "127.0.0.1:4222"), "address of the embedded NATS server (env AX_NATS_LISTEN)")
+	return cmd
+}
+
+// createDatabase creates db on the server at url unless it exists.
+func createDatabase(ctx context.Context, url, db string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, db).Scan(&exists); err != nil {
+		return fmt.Errorf("look up database %s: %w", db, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", db, err)
+	}
+	return nil
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// Exit codes of ax fire --wait, besides 0 (SUCCEEDED) and 1 (any error).
+const (
+	exitNotSucceeded = 2 // the instance ended FAILED, SKIPPED or CANCELLED
+	exitTimeout      = 3 // the instance did not end within --timeout
+)
+
+func newFireCmd(g *cli) *cobra.Command {
+	var (
+		payload        string
+		payloadVersion int
+		priority       string
+		eventID        string
+		wait           bool
+		timeout        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "fire TASK",
+		Short: "Fire a task now and print its instance id",
+		Long: `Fire a task through the API, as a manual run by $AX_OPERATOR (or your user
+name), and print the id of the instance the dispatcher created for it (just the
+number, in table output). If the dispatcher has not created it within the API's
+wait, ax says so on standard error and prints nothing on standard output.
+
+--payload takes JSON, or @FILE to read it from a file (@- for standard input).
+Firing twice with the same --event-id makes one instance.
+
+With --wait, ax then follows the instance until it ends and prints its final
+state.
+
+Exit codes:
+  0  fired; with --wait, the instance SUCCEEDED
+  1  the firing was refused (unknown or disabled task, bad payload version, ...)
+     or ax could not reach the API; the error says which
+  2  with --wait: the instance ended FAILED, SKIPPED or CANCELLED
+  3  with --wait: the instance did not end within --timeout`,
+		Example: `  ax fire nightly-report
+  ax fire nightly-report --payload '{"day": "2025-03-01"}' --priority urgent
+  ax fire import --payload @batch.json --payload-version 2 --event-id import-2025-03-01
+  ax fire nightly-report --wait --timeout 10m && echo done`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			if wait && timeout <= 0 {
+				return fmt.Errorf("--timeout %s: use a positive duration such as 30s or 10m", timeout)
+			}
+			task := args[0]
+			req := api.FireRequest{PayloadVersion: payloadVersion, EventID: eventID,
+				Priority: schemas.Priority(priority), Operator: operatorName()}
+			if payload != "" {
+				if req.Payload, err = readPayload(cmd.InOrStdin(), payload); err != nil {
+					return err
+				}
+			}
+			client := g.client()
+			res, err := client.Fire(cmd.Context(), task, req)
+			if err != nil {
+				return g.apiError(err)
+			}
+			out := cmd.OutOrStdout()
+			if !wait {
+				if asJSON {
+					return printJSON(out, res)
+				}
+				if res.InstanceID == 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "fired %s as event %s, but the dispatcher has not created its instance yet (is it running?); look for it with: ax instance list --task %s\n",
+						task, res.EventID, task)
+					return nil
+				}
+				fmt.Fprintln(out, res.InstanceID)
+				return nil
+			}
+
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			w := waiter{client: client, g: g}
+			if res.InstanceID == 0 {
+				if res.InstanceID, err = w.instanceOf(ctx, task, res.EventID); err != nil {
+					return w.timedOut(err, fmt.Errorf("the dispatcher created no instance for event %s of task %s within %s; is it running?", res.EventID, task, timeout))
+				}
+			}
+			if !asJSON {
+				fmt.Fprintln(out, res.InstanceID)
+			}
+			in, err := w.end(ctx, res.InstanceID)
+			if err != nil {
+				return w.timedOut(err, fmt.Errorf("instance %d is still %s after %s; follow it with: ax instance get %d", res.InstanceID, w.last, timeout, res.InstanceID))
+			}
+			if asJSON {
+				if err := printJSON(out, in); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(out, in.State)
+			}
+			if in.State != schemas.StateSucceeded {
+				return &exitError{code: exitNotSucceeded, err: fmt.Errorf("instance %d ended %s%s", in.ID, in.State, why(in))}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&payload, "payload", "", "payload handed to the handler: JSON, or @FILE (@- for standard input)")
+	f.IntVar(&payloadVersion, "payload-version", 0, "version of the payload; must equal the task's schema_version (default 1)")
+	f.StringVar(&priority, "priority", "", "priority of this run: urgent, normal or low (default: the task's)")
+	f.StringVar(&eventID, "event-id", "", "id of the firing, to make retries of this command idempotent (default: a new random id)")
+	f.BoolVar(&wait, "wait", false, "wait until the instance ends; the exit code tells how it ended")
+	f.DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
+	return cmd
+}
+
+// readPayload returns the --payload value as JSON: the value itself, or the
+// contents of the file that @FILE names.
+func readPayload(stdin io.Reader, v string) (json.RawMessage, error) {
+	data, source := []byte(v), "--payload"
+	if name, ok := strings.CutPrefix(v, "@"); ok {
+		var err error
+		if name == "-" {
+			data, err = io.ReadAll(stdin)
+		} else {
+			data, err = os.ReadFile(name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read --payload: %w", err)
+		}
+		source = "the payload in " + name
+	}
+	var probe any
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("%s is not valid JSON (%v); quote it for the shell, e.g. --payload '{\"day\": \"2025-03-01\"}'", source, err)
+	}
+	return json.RawMessage(data), nil
+}
+
+// why explains a final state that is not SUCCEEDED: the instance's error,
+// or the reason of its last transition.
+func why(in schemas.Instance) string {
+	if in.Error != "" {
+		return ": " + in.Error
+	}
+	if n := len(in.Transitions); n > 0 && in.Transitions[n-1].Reason != "" {
+		return ": " + in.Transitions[n-1].Reason
+	}
+	return ""
+}
+
+// waiter polls the API for ax fire --wait.
+type waiter struct {
+	client *api.Client
+	g      *cli
+	// last is the state the instance was last seen in.
+	last schemas.State
+}
+
+// instanceOf waits until the instance of a firing exists and returns its id.
+func (w *waiter) instanceOf(ctx context.Context, task, eventID string) (int64, error) {
+	var id int64
+	err := poll(ctx, func() (bool, error) {
+		in, err := w.client.InstanceByEvent(ctx, task, eventID)
+		if api.IsNotFound(err) {
+			return false, nil
+		}
+		id = in.ID
+		return err == nil, err
+	})
+	return id, err
+}
+
+// end waits until instance id is in a terminal state and returns it.
+func (w *waiter) end(ctx context.Context, id int64) (schemas.Instance, error) {
+	var in schemas.Instance
+	err := poll(ctx, func() (bool, error) {
+		var err error
+		in, err = w.client.GetInstance(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		w.last = in.State
+		return in.State.Terminal(), nil
+	})
+	return in, err
+}
+
+// timedOut turns a wait that hit its deadline into exit code 3 with the
+// message msg; other errors pass.
+func (w *waiter) timedOut(err, msg error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &exitError{code: exitTimeout, err: msg}
+	}
+	return w.g.apiError(err)
+}
+
+// poll calls check at a growing interval until it reports done, fails, or
+// ctx ends.
+func poll(ctx context.Context, check func() (bool, error)) error {
+	interval := 100 * time.Millisecond
+	for {
+		done, err := check()
+		if done || err != nil {
+			if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		interval = min(interval*3/2, 2*time.Second)
+	}
+}

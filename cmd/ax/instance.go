@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+func newInstanceCmd(g *cli) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "instance",
+		Aliases: []string{"instances"},
+		Short:   "Inspect task instances: one firing of a task each",
+		Example: `  ax instance list --task nightly-report --state FAILED
+  ax instance get 42`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newInstanceGetCmd(g), newInstanceListCmd(g))
+	return cmd
+}
+
+func newInstanceGetCmd(g *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show an instance and its transitions",
+		Long: `Show an instance (task, state, attempt, worker, its error or output) and every
+transition it went through, oldest first: from and to state, attempt, who made
+it (operator) and why. -o json prints the instance as the API returns it.`,
+		Example: "  ax instance get 42\n  ax instance get 42 -o json | jq '.transitions[-1]'",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return fmt.Errorf("%q is not an instance id: use the number that ax fire or ax instance list printed", args[0])
+			}
+			in, err := g.client().GetInstance(cmd.Context(), id)
+			if err != nil {
+				return g.apiError(err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), in)
+			}
+			return printInstance(cmd.OutOrStdout(), in)
+		},
+	}
+}
+
+func printInstance(w io.Writer, in schemas.Instance) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "ID\t%d\n", in.ID)
+	fmt.Fprintf(tw, "TASK\t%s (version %d)\n", in.Task, in.TaskVersion)
+	fmt.Fprintf(tw, "STATE\t%s\n", in.State)
+	fmt.Fprintf(tw, "ATTEMPT\t%d of %d\n", in.Attempt, in.MaxAttempts)
+	fmt.Fprintf(tw, "WORKER\t%s\n", orDash(in.WorkerID))
+	fmt.Fprintf(tw, "POOL\t%s (%s)\n", in.Pool, in.Priority)
+	fmt.Fprintf(tw, "EVENT\t%s (%s)\n", in.EventID, in.Source)
+	fmt.Fprintf(tw, "FIRED\t%s\n", timeOrDash(&in.FiredAt))
+	fmt.Fprintf(tw, "STARTED\t%s\n", timeOrDash(in.StartedAt))
+	fmt.Fprintf(tw, "FINISHED\t%s\n", timeOrDash(in.FinishedAt))
+	if len(in.Payload) > 0 {
+		fmt.Fprintf(tw, "PAYLOAD\t%s\n", in.Payload)
+	}
+	if in.Error != "" {
+		fmt.Fprintf(tw, "ERROR\t%s\n", in.Error)
+	}
+	if len(in.Output) > 0 {
+		fmt.Fprintf(tw, "OUTPUT\t%s\n", in.Output)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = newTable(w)
+	fmt.Fprintln(tw, "FROM\tTO\tATTEMPT\tOPERATOR\tREASON\tAT")
+	for _, t := range in.Transitions {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", orDash(string(t.From)), t.To, t.Attempt,
+			orDash(t.Operator), orDash(t.Reason), t.At.Local().Format("2006-01-02 15:04:05.000"))
+	}
+	return tw.Flush()
+}
+
+func newInstanceListCmd(g *cli) *cobra.Command {
+	var (
+		q     api.InstanceQuery
+		state string
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List instances, newest first",
+		Long: `List instances, newest first, optionally of one task and in one state. To read
+the next page, pass the last id shown as --before.`,
+		Example: `  ax instance list
+  ax instance list --task nightly-report --state failed --limit 10
+  ax instance list --before 1200`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			q.State = schemas.State(state)
+			list, err := g.client().ListInstances(cmd.Context(), q)
+			if err != nil {
+				return g.apiError(err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), list)
+			}
+			tw := newTable(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ID\tTASK\tSTATE\tATTEMPT\tWORKER\tFIRED\tFINISHED")
+			for _, in := range list {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", in.ID, in.Task, in.State, in.Attempt, in.MaxAttempts,
+					orDash(in.WorkerID), timeOrDash(&in.FiredAt), timeOrDash(in.FinishedAt))
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&q.Task, "task", "", "only the instances of this task")
+	f.StringVar(&state, "state", "", "only the instances in this state (CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)")
+	f.IntVar(&q.Limit, "limit", 50, "most instances to show (1-500)")
+	f.Int64Var(&q.Before, "before", 0, "only the instances with a lower id (the next page)")
+	return cmd
+}

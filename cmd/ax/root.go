@@ -1,0 +1,129 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/api"
+)
+
+// extraCommands holds the constructors of the commands that other files of
+// this package add in their init (the services, ax dev): newRootCmd adds
+// one of each.
+var extraCommands []func() *cobra.Command
+
+// defaultAPIURL is where ax dev and ax api listen by default.
+const defaultAPIURL = "http://127.0.0.1:8080"
+
+// cli holds the persistent flags of the operator commands.
+type cli struct {
+	apiURL string
+	output string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &cli{}
+	root := &cobra.Command{
+		Use:   "ax",
+		Short: "AX, a distributed task scheduler",
+		Long: `AX registers tasks, fires them (cron, delay, chain, event, manual), dispatches
+each firing to an executor, retries it, and keeps every step auditable.
+
+Run every service in one process with "ax dev", or each one alone (ax dispatcher,
+ax executor, ax api). The operator commands (ax task, ax fire, ax instance) talk
+to the HTTP API at --api.`,
+		Example: `  ax dev                                   # everything in one process
+  ax task apply -f nightly-report.yaml     # register or update a task
+  ax fire nightly-report --wait            # run it now and wait for the outcome
+  ax instance list --task nightly-report   # its recent instances`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.apiURL, "api", envOr("AX_API_URL", defaultAPIURL), "base URL of the AX API (env AX_API_URL)")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	root.AddCommand(newTaskCmd(g), newFireCmd(g), newInstanceCmd(g))
+	for _, newCmd := range extraCommands {
+		root.AddCommand(newCmd())
+	}
+	return root
+}
+
+// json reports whether the output is JSON, or says how to fix --output.
+func (g *cli) json() (bool, error) {
+	switch g.output {
+	case "table":
+		return false, nil
+	case "json":
+		return true, nil
+	}
+	return false, fmt.Errorf("--output %q: use table or json", g.output)
+}
+
+// client returns an API client that records the operator with changes.
+func (g *cli) client() *api.Client {
+	c := api.NewClient(g.apiURL, &http.Client{Timeout: time.Minute})
+	c.Operator = operatorName()
+	return c
+}
+
+// apiError adds to an error that is not the API's answer (the API is not
+// there, say) where ax looked for it.
+func (g *cli) apiError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*api.Error](err); ok {
+		return err
+	}
+	return fmt.Errorf("%w\n(is the AX API running at %s? start it with \"ax dev\" or \"ax api\", or point --api or AX_API_URL at it)", err, g.apiURL)
+}
+
+// operatorName is who runs ax: $AX_OPERATOR, else the OS user name.
+func operatorName() string {
+	if op := os.Getenv("AX_OPERATOR"); op != "" {
+		return op
+	}
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return ""
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// newTable returns a tabwriter for a table; Flush it when done.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// timeOrDash formats a time in the local zone, or "-" for none.
+func timeOrDash(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// orDash returns s, or "-" when it is empty, so that table columns line up.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

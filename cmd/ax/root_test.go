@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/streamstest"
+)
+
+// cliEnv is an API over a real store and NATS server for the CLI to talk to.
+type cliEnv struct {
+	t    *testing.T
+	pool *pgxpool.Pool
+	js   jetstream.JetStream
+	url  string
+}
+
+func newCLIEnv(t *testing.T) *cliEnv {
+	t.Helper()
+	ns := streamstest.NewServer(t, streams.Config{})
+	nc, js := ns.Connect()
+	pool := storetest.NewDB(t)
+	svc, err := api.New(api.Options{Store: store.New(pool), Conn: nc, RunWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(srv.Close)
+	return &cliEnv{t: t, pool: pool, js: js, url: srv.URL}
+}
+
+// ax runs the command line args against the API with stdin as standard
+// input, and returns the exit code and what it printed.
+func (e *cliEnv) ax(stdin string, args ...string) (code int, stdout, stderr string) {
+	e.t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(e.t.Context(), append([]string{"--api", e.url}, args...), strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// mustAx runs args and fails the test unless ax exits 0.
+func (e *cliEnv) mustAx(args ...string) string {
+	e.t.Helper()
+	code, out, errOut := e.ax("", args...)
+	if code != 0 {
+		e.t.Fatalf("ax %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// insertInstance writes the instance the dispatcher would make for a firing.
+func (e *cliEnv) insertInstance(task, eventID string, state schemas.State, errMsg string) int64 {
+	e.t.Helper()
+	ctx := context.WithoutCancel(e.t.Context())
+	var id int64
+	err := e.pool.QueryRow(ctx, `
+		INSERT INTO instances (task, task_version, event_id, source, state, attempt, max_attempts, priority, pool, handler,
+			timeout_ms, error, worker_id, fired_at)
+		VALUES ($1, 1, $2, 'manual', $3, 2, 3, 'normal', 'default', 'builtin.echo', 60000, $4, 'w-7', now())
+		RETURNING id`, task, eventID, string(state), errMsg).Scan(&id)
+	if err != nil {
+		e.t.Fatalf("insert instance: %v", err)
+	}
+	_, err = e.pool.Exec(ctx, `
+		INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
+		VALUES ($1, $2, NULL, 'CREATED', 1, 'alice', ''), ($1, $2, 'CREATED', $3, 2, 'worker:w-7', 'handler said so')`,
+		id, task, string(state))
+	if err != nil {
+		e.t.Fatalf("insert transitions: %v", err)
+	}
+	return id
+}
+
+const reportTask = `task_name: nightly-report
+owner: data-team
+execution:
+  handler: builtin.echo
+  timeout: 10m
+`
+
+func TestRootFlags(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"-o", "yaml", "task", "list"}, strings.NewReader(""), &out, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), `ax: --output "yaml": use table or json`) {
+		t.Errorf("bad --output: exit %d, stderr %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := run(t.Context(), []string{"--api", "http://127.0.0.1:1", "task", "list"}, strings.NewReader(""), &out, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), "is the AX API running at http://127.0.0.1:1?") {
+		t.Errorf("API not there: exit %d, stderr %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := run(t.Context(), []string{"fire"}, strings.NewReader(""), &out, &errOut); code != 1 ||
+		!strings.HasPrefix(errOut.String(), "ax: accepts 1 arg(s)") {
+		t.Errorf("missing argument: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// TestEveryCommandHasAnExample walks the operator commands' tree.
+func TestEveryCommandHasAnExample(t *testing.T) {
+	t.Parallel()
+	var check func(c *cobra.Command)
+	check = func(c *cobra.Command) {
+		if c.Example == "" {
+			t.Errorf("%s has no Example in its --help", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			check(sub)
+		}
+	}
+	g := &cli{}
+	for _, c := range []*cobra.Command{newTaskCmd(g), newFireCmd(g), newInstanceCmd(g)} {
+		check(c)
+	}
+	if newRootCmd().Example == "" {
+		t.Error("ax has no Example in its --help")
+	}
+}

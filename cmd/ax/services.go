@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/executor"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newDispatcherCmd, newExecutorCmd, newAPICmd)
+}
+
+// signalContext ends on Ctrl-C or SIGTERM: services drain and return.
+func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+}
+
+func newDispatcherCmd() *cobra.Command {
+	var c conn
+	cmd := &cobra.Command{
+		Use:   "dispatcher",
+		Short: "Run the dispatcher: firings to instances, reports to transitions, the lease reaper",
+		Long: `Run the dispatcher service. It ensures the JetStream topology, applies pending
+database migrations, and runs until interrupted. Run as many replicas as you like.`,
+		Example: `  NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://ax@127.0.0.1/ax ax dispatcher`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			log, err := c.logger()
+			if err != nil {
+				return err
+			}
+			top, err := c.topology()
+			if err != nil {
+				return err
+			}
+			pool, st, err := c.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			nc, err := c.connectNATS("dispatcher")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			svc, err := dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log})
+			if err != nil {
+				return err
+			}
+			return svc.Run(ctx)
+		},
+	}
+	c.natsFlags(cmd)
+	c.databaseFlags(cmd)
+	return cmd
+}
+
+func newExecutorCmd() *cobra.Command {
+	var (
+		c        conn
+		workerID string
+		pools    []string
+		slots    int
+		version  string
+	)
+	cmd := &cobra.Command{
+		Use:   "executor",
+		Short: "Run an executor daemon with the built-in handlers",
+		Long: `Run an executor: it registers in the ax-workers bucket, pulls attempts of its
+pools while it has free slots, holds a lease on each, and reports to AX_REPORTS.
+It needs NATS only, never the database. This binary serves the built-in handlers
+builtin.echo, builtin.sleep and builtin.fail; link the executor package into your
+own binary to serve yours.`,
+		Example: `  ax executor --pool default --slots 32
+  NATS_URL=nats://nats.internal:4222 NATS_CREDS=executor.creds ax executor --pool gpu`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			log, err := c.logger()
+			if err != nil {
+				return err
+			}
+			top, err := c.topology()
+			if err != nil {
+				return err
+			}
+			nc, err := c.connectNATS("executor")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			mux := executor.NewMux()
+			executor.RegisterBuiltins(mux)
+			svc, err := executor.New(executor.Options{
+				Conn: nc, Topology: top, WorkerID: workerID, Pools: pools, Slots: slots,
+				Version: version, Mux: mux, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			return svc.Run(ctx)
+		},
+	}
+	c.natsFlags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&workerID, "worker-id", os.Getenv("AX_WORKER_ID"), "worker id, a subject token (default <hostname>-<random>; env AX_WORKER_ID)")
+	f.StringSliceVar(&pools, "pool", splitEnv("AX_POOLS"), "pools to serve, repeatable; a task's pool is its dispatch tags joined with + (default \"default\"; env AX_POOLS)")
+	f.IntVar(&slots, "slots", 0, "attempts run at once (default 16)")
+	f.StringVar(&version, "version", "", "worker version compared with tasks' min_worker_version (default "+executor.DefaultVersion+")")
+	return cmd
+}
+
+func splitEnv(name string) []string {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+func newAPICmd() *cobra.Command {
+	var (
+		c    conn
+		addr string
+	)
+	cmd := &cobra.Command{
+		Use:     "api",
+		Short:   "Run the HTTP API",
+		Example: `  ax api --http 0.0.0.0:8080`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			log, err := c.logger()
+			if err != nil {
+				return err
+			}
+			top, err := c.topology()
+			if err != nil {
+				return err
+			}
+			pool, st, err := c.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			nc, err := c.connectNATS("api")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			svc, err := api.New(api.Options{Store: st, Conn: nc, Topology: top, Addr: addr, Logger: log})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "ax api listening on http://%s\n", addr)
+			return svc.Run(ctx)
+		},
+	}
+	c.natsFlags(cmd)
+	c.databaseFlags(cmd)
+	cmd.Flags().StringVar(&addr, "http", envOr("AX_HTTP", api.DefaultAddr), "address to listen on (env AX_HTTP)")
+	return cmd
+}
