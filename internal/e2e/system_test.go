@@ -1,0 +1,202 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/streamstest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
+		if axBinary != "" && axBinaryErr == nil {
+			_ = os.RemoveAll(filepath.Dir(axBinary))
+		}
+	}))
+}
+
+// leaseTTL is short so that a lost worker is noticed within a test's patience.
+const leaseTTL = 2 * time.Second
+
+// system is one AX installation for a test: NATS, PostgreSQL, a dispatcher
+// and the API, each service on its own connection.
+type system struct {
+	t      testing.TB
+	srv    *streamstest.Server
+	js     jetstream.JetStream
+	store  *store.Store
+	pool   *pgxpool.Pool
+	client *api.Client
+	apiURL string
+	log    zerolog.Logger
+}
+
+func newSystem(t testing.TB) *system {
+	t.Helper()
+	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL})
+	_, js := srv.Connect()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	if os.Getenv("AX_TEST_LOG") != "" {
+		log = log.Level(zerolog.DebugLevel)
+	}
+	s := &system{t: t, srv: srv, js: js, store: st, pool: pool, log: log}
+
+	dispatchConn, _ := srv.Connect()
+	d, err := dispatcher.New(dispatcher.Options{
+		Conn: dispatchConn, Store: st, Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.run("dispatcher", d.Run)
+
+	apiConn, _ := srv.Connect()
+	a, err := api.New(api.Options{Store: st, Conn: apiConn, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(a.Handler())
+	t.Cleanup(hs.Close)
+	s.client = api.NewClient(hs.URL, hs.Client())
+	s.apiURL = hs.URL
+	return s
+}
+
+// run runs a service until the test ends and fails the test if it fails.
+func (s *system) run(name string, run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := run(ctx); err != nil {
+			s.t.Errorf("%s: %v", name, err)
+		}
+	}()
+	s.t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// executor starts an in-process executor serving mux on the default pool.
+func (s *system) executor(workerID string, mux *executor.Mux, slots int) *executor.Service {
+	conn, _ := s.srv.Connect()
+	return executortest.Run(s.t, executor.Options{
+		Conn: conn, WorkerID: workerID, Mux: mux, Slots: slots, Logger: s.log,
+	})
+}
+
+// apply applies a task definition given as YAML.
+func (s *system) apply(def string) {
+	s.t.Helper()
+	if _, err := s.client.ApplyTask(context.Background(), []byte(def), "application/yaml"); err != nil {
+		s.t.Fatalf("apply task: %v", err)
+	}
+}
+
+// fire fires a task through the API and returns the instance id.
+func (s *system) fire(task string, payload any) int64 {
+	s.t.Helper()
+	req := api.FireRequest{}
+	if payload != nil {
+		data, err := json.Marshal(payload)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		req.Payload = data
+	}
+	res, err := s.client.Fire(context.Background(), task, req)
+	if err != nil {
+		s.t.Fatalf("fire %s: %v", task, err)
+	}
+	if res.InstanceID == 0 {
+		s.t.Fatalf("fire %s: no instance yet (event %s)", task, res.EventID)
+	}
+	return res.InstanceID
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// waitState waits until the instance is in state and returns it.
+func (s *system) waitState(id int64, state schemas.State, timeout time.Duration) schemas.Instance {
+	s.t.Helper()
+	var inst schemas.Instance
+	waitFor(s.t, "instance to be "+string(state), timeout, func() (bool, error) {
+		var err error
+		inst, err = s.store.GetInstance(context.Background(), id)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if inst.State.Terminal() && inst.State != state {
+			s.t.Fatalf("instance %d ended %s (%s), want %s", id, inst.State, inst.Error, state)
+		}
+		return inst.State == state, nil
+	})
+	return inst
+}
+
+// drained waits until a consumer has handed out and seen acknowledged every message.
+func (s *system) drained(stream, consumer string) {
+	s.t.Helper()
+	waitFor(s.t, consumer+" to drain", 10*time.Second, func() (bool, error) {
+		c, err := s.js.Consumer(context.Background(), stream, consumer)
+		if err != nil {
+			return false, err
+		}
+		info, err := c.Info(context.Background())
+		if err != nil {
+			return false, err
+		}
+		return info.NumPending == 0 && info.NumAckPending == 0, nil
+	})
+}
+
+// path returns the transitions of an instance as "FROM→TO" strings.
+func path(inst schemas.Instance) []string {
+	var out []string
+	for _, tr := range inst.Transitions {
+		out = append(out, string(tr.From)+"→"+string(tr.To))
+	}
+	return out
+}
