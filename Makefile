@@ -17,10 +17,10 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test lint fuzz bench tidy
+.PHONY: help dev build test lint fuzz bench bench-pipeline tidy
 
 help: ## list the targets
-	@awk 'BEGIN { FS = ":.*## " } /^[a-z]+:.*## / { printf "  %-6s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 dev: ## run every service in one process (ax dev)
 	$(GO) run ./cmd/ax dev
@@ -49,6 +49,9 @@ fuzz: ## run every Fuzz* test for FUZZTIME (20s) each
 
 bench: ## run every benchmark once (private PostgreSQL unless TEST_DATABASE_URL is set)
 	$(WITHPG) $(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
+
+bench-pipeline: ## measure the whole pipeline: burst throughput and steady-load start latency
+	$(WITHPG) $(GO) test -run '^$$' -bench Pipeline -benchtime 1x ./internal/e2e
 
 tidy: ## go mod tidy, failing if it changed go.mod or go.sum
 	@before=$$(cat go.mod go.sum | cksum); \

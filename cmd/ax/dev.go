@@ -159,7 +159,7 @@ again on the same data.`,
   NATS     %s
   API      http://%s
 Try it:
-  ax task apply -f examples/hello.yaml && ax fire hello --payload '{"greeting":"hi"}' --wait
+  ax task apply -f examples/hello.yaml && ax fire hello --payload '{"name":"world"}' --wait
 Ctrl-C stops it.
 `, dir, c.natsURL, httpAddr)
 			wg.Wait()
