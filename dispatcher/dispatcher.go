@@ -45,6 +45,8 @@ type Service struct {
 	log  zerolog.Logger
 	now  func() time.Time
 	js   jetstream.JetStream
+	// ready is closed once Run has its consumers and watcher in place.
+	ready chan struct{}
 }
 
 // DefaultBatchSize is the default of [Options.BatchSize].
@@ -74,12 +76,17 @@ func New(opts Options) (*Service, error) {
 		opts.RandFunc = randFloat
 	}
 	return &Service{
-		opts: opts,
-		top:  opts.Topology,
-		log:  opts.Logger.With().Str("service", "dispatcher").Logger(),
-		now:  opts.NowFunc,
+		opts:  opts,
+		top:   opts.Topology,
+		log:   opts.Logger.With().Str("service", "dispatcher").Logger(),
+		now:   opts.NowFunc,
+		ready: make(chan struct{}),
 	}, nil
 }
+
+// Ready returns a channel that is closed once Run has ensured the topology
+// and its consumers exist: firings published from then on are handled.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // Run ensures the topology and dispatches until ctx ends. Then it stops
 // taking messages, lets the batches in flight finish on a detached context
@@ -129,6 +136,7 @@ func (s *Service) run(ctx context.Context) error {
 	defer stop()
 
 	s.log.Info().Msg("dispatcher started")
+	close(s.ready)
 	loops := []func() error{
 		func() error { return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, s.handleTriggers) },
 		func() error { return consumeBatches(runCtx, work, reports, s.opts.BatchSize, s.handleReports) },

@@ -70,6 +70,11 @@ func newSystem(t testing.TB) *system {
 		t.Fatal(err)
 	}
 	s.run("dispatcher", d.Run)
+	select {
+	case <-d.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("dispatcher not ready after 30s")
+	}
 
 	apiConn, _ := srv.Connect()
 	a, err := api.New(api.Options{Store: st, Conn: apiConn, Logger: log})
