@@ -101,3 +101,41 @@ func (c *conn) openStore(ctx context.Context) (*pgxpool.Pool, *store.Store, erro
 	}
 	return pool, store.New(pool), nil
 }
+
+// service is what a service command has opened for its service.
+type service struct {
+	log   zerolog.Logger
+	top   streams.Topology
+	nc    *nats.Conn
+	pool  *pgxpool.Pool // nil without a store
+	store *store.Store  // nil without a store
+}
+
+// open reads the logging and topology settings, connects to NATS as name and,
+// withStore, to PostgreSQL (applying pending migrations). closeAll undoes it.
+func (c *conn) open(ctx context.Context, name string, withStore bool) (svc *service, closeAll func(), err error) {
+	svc = &service{}
+	if svc.log, err = c.logger(); err != nil {
+		return nil, nil, err
+	}
+	if svc.top, err = c.topology(); err != nil {
+		return nil, nil, err
+	}
+	if withStore {
+		if svc.pool, svc.store, err = c.openStore(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	if svc.nc, err = c.connectNATS(name); err != nil {
+		if svc.pool != nil {
+			svc.pool.Close()
+		}
+		return nil, nil, err
+	}
+	return svc, func() {
+		svc.nc.Close()
+		if svc.pool != nil {
+			svc.pool.Close()
+		}
+	}, nil
+}

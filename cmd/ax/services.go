@@ -36,25 +36,12 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			log, err := c.logger()
+			o, closeAll, err := c.open(ctx, "dispatcher", true)
 			if err != nil {
 				return err
 			}
-			top, err := c.topology()
-			if err != nil {
-				return err
-			}
-			pool, st, err := c.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			nc, err := c.connectNATS("dispatcher")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			svc, err := dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log})
+			defer closeAll()
+			svc, err := dispatcher.New(dispatcher.Options{Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log})
 			if err != nil {
 				return err
 			}
@@ -88,24 +75,16 @@ own binary to serve yours.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			log, err := c.logger()
+			o, closeAll, err := c.open(ctx, "executor", false)
 			if err != nil {
 				return err
 			}
-			top, err := c.topology()
-			if err != nil {
-				return err
-			}
-			nc, err := c.connectNATS("executor")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+			defer closeAll()
 			mux := executor.NewMux()
 			executor.RegisterBuiltins(mux)
 			svc, err := executor.New(executor.Options{
-				Conn: nc, Topology: top, WorkerID: workerID, Pools: pools, Slots: slots,
-				Version: version, Mux: mux, Logger: log,
+				Conn: o.nc, Topology: o.top, WorkerID: workerID, Pools: pools, Slots: slots,
+				Version: version, Mux: mux, Logger: o.log,
 			})
 			if err != nil {
 				return err
@@ -143,25 +122,12 @@ func newAPICmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext(cmd)
 			defer stop()
-			log, err := c.logger()
+			o, closeAll, err := c.open(ctx, "api", true)
 			if err != nil {
 				return err
 			}
-			top, err := c.topology()
-			if err != nil {
-				return err
-			}
-			pool, st, err := c.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			nc, err := c.connectNATS("api")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			svc, err := api.New(api.Options{Store: st, Conn: nc, Topology: top, Addr: addr, Logger: log})
+			defer closeAll()
+			svc, err := api.New(api.Options{Store: o.store, Conn: o.nc, Topology: o.top, Addr: addr, Logger: o.log})
 			if err != nil {
 				return err
 			}
