@@ -30,6 +30,12 @@ type Options struct {
 	// ShutdownTimeout bounds how long Run lets in-flight batches finish
 	// after its context ends (default 30s).
 	ShutdownTimeout time.Duration
+	// TimeoutCheck is how often the reaper looks for attempts that outlived
+	// their timeout (default 1s); TimeoutGrace is how long past its deadline
+	// an attempt may stay RUNNING before it is failed (default 5s), time for
+	// the executor to stop it and report.
+	TimeoutCheck time.Duration
+	TimeoutGrace time.Duration
 	// Logger receives the service's log lines (default: none).
 	Logger zerolog.Logger
 	// NowFunc tells the time (default time.Now).
@@ -68,6 +74,12 @@ func New(opts Options) (*Service, error) {
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.TimeoutCheck <= 0 {
+		opts.TimeoutCheck = time.Second
+	}
+	if opts.TimeoutGrace <= 0 {
+		opts.TimeoutGrace = 5 * time.Second
 	}
 	if opts.NowFunc == nil {
 		opts.NowFunc = time.Now

@@ -12,7 +12,7 @@ import (
 )
 
 // Outcome is what became of one report (or lease expiry) handed to
-// [Store.ApplyReports] or [Store.ExpireLeases].
+// [Store.ApplyReports] or [Store.FailAttempts].
 type Outcome struct {
 	InstanceID int64
 	// Attempt is the attempt the report spoke of.
@@ -67,28 +67,29 @@ func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Repor
 	return out, nil
 }
 
-// LeaseExpiry is a lease that ran out: its worker stopped renewing it.
-type LeaseExpiry struct {
+// Failure is an attempt the dispatcher itself fails: its lease expired, or
+// it outlived its timeout.
+type Failure struct {
 	InstanceID int64
 	Attempt    int
-	At         time.Time
+	// Reason is recorded as the instance's error and the transition's reason.
+	Reason string
+	At     time.Time
 }
 
-// ExpireLeases fails the attempts whose lease expired while they were
-// DISPATCHED or RUNNING: each moves to RETRYING, or FAILED when its attempts
-// are spent. An expiry of an attempt that already ended changes nothing.
-func (s *Store) ExpireLeases(ctx context.Context, in []LeaseExpiry) ([]Outcome, error) {
+// FailAttempts fails attempts that are DISPATCHED or RUNNING, as the reaper:
+// each moves to RETRYING, or FAILED when its attempts are spent. A failure of
+// an attempt that already ended, or is no longer current, changes nothing.
+func (s *Store) FailAttempts(ctx context.Context, in []Failure) ([]Outcome, error) {
 	rows := make([]finishRow, len(in))
-	for i, e := range in {
+	for i, f := range in {
 		rows[i] = finishRow{
-			id: e.InstanceID, attempt: e.Attempt, operator: OperatorReaper,
-			errText:    "lease expired: the worker stopped renewing it (it died, hung or lost its connection)",
-			finishedAt: e.At,
+			id: f.InstanceID, attempt: f.Attempt, operator: OperatorReaper, errText: f.Reason, finishedAt: f.At,
 		}
 	}
 	out, err := finish(ctx, s.pool, rows)
 	if err != nil {
-		return nil, fmt.Errorf("expire %d leases: %w", len(in), err)
+		return nil, fmt.Errorf("fail %d attempts: %w", len(in), err)
 	}
 	return out, nil
 }
@@ -241,22 +242,45 @@ func collectOutcomes(rows pgx.Rows) ([]Outcome, error) {
 type RunningAttempt struct {
 	InstanceID int64
 	Attempt    int
+	WorkerID   string
+	Timeout    time.Duration
 }
 
 // RunningAttempts lists the RUNNING instances whose attempt started before since.
 func (s *Store) RunningAttempts(ctx context.Context, since time.Time) ([]RunningAttempt, error) {
 	rows, err := s.pool.Query(ctx,
-		`SELECT id, attempt FROM instances WHERE state = 'RUNNING' AND started_at < $1 ORDER BY id`, since)
+		`SELECT id, attempt, worker_id, timeout_ms FROM instances WHERE state = 'RUNNING' AND started_at < $1 ORDER BY id`, since)
 	if err != nil {
 		return nil, fmt.Errorf("list running attempts: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunningAttempt, error) {
-		var r RunningAttempt
-		err := row.Scan(&r.InstanceID, &r.Attempt)
-		return r, err
-	})
+	out, err := pgx.CollectRows(rows, scanRunning)
 	if err != nil {
 		return nil, fmt.Errorf("list running attempts: %w", err)
 	}
 	return out, nil
+}
+
+// OverdueAttempts lists the RUNNING attempts that have outlived their timeout
+// by more than grace. The query reads only the live instances' index.
+func (s *Store) OverdueAttempts(ctx context.Context, grace time.Duration) ([]RunningAttempt, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT id, attempt, worker_id, timeout_ms FROM instances
+WHERE state = 'RUNNING' AND started_at + (timeout_ms + $1::bigint) * interval '1 millisecond' < now()
+ORDER BY id LIMIT 1000`, grace.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("list overdue attempts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanRunning)
+	if err != nil {
+		return nil, fmt.Errorf("list overdue attempts: %w", err)
+	}
+	return out, nil
+}
+
+func scanRunning(row pgx.CollectableRow) (RunningAttempt, error) {
+	var r RunningAttempt
+	var timeoutMS int64
+	err := row.Scan(&r.InstanceID, &r.Attempt, &r.WorkerID, &timeoutMS)
+	r.Timeout = time.Duration(timeoutMS) * time.Millisecond
+	return r, err
 }

@@ -50,7 +50,8 @@ type system struct {
 	log    zerolog.Logger
 }
 
-func newSystem(t testing.TB) *system {
+// newSystem starts a system; tune adjusts the dispatcher's options.
+func newSystem(t testing.TB, tune ...func(*dispatcher.Options)) *system {
 	t.Helper()
 	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL})
 	_, js := srv.Connect()
@@ -63,9 +64,11 @@ func newSystem(t testing.TB) *system {
 	s := &system{t: t, srv: srv, js: js, store: st, pool: pool, log: log}
 
 	dispatchConn, _ := srv.Connect()
-	d, err := dispatcher.New(dispatcher.Options{
-		Conn: dispatchConn, Store: st, Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log,
-	})
+	opts := dispatcher.Options{Conn: dispatchConn, Store: st, Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log}
+	for _, f := range tune {
+		f(&opts)
+	}
+	d, err := dispatcher.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
