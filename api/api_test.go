@@ -537,7 +537,7 @@ func TestFireRejects(t *testing.T) {
 		{"malformed JSON", "nightly-report", "application/json", `{"payload": `, 400, "malformed_json", "", "not valid JSON"},
 		{"not an object", "nightly-report", "application/json", `[1]`, 400, "invalid_request", "", "JSON object"},
 		{"wrong field type", "nightly-report", "application/json", `{"payload_version": "1"}`, 400, "invalid_request", "payload_version", "whole number"},
-		{"unknown field", "nightly-report", "application/json", `{"payload": {}, "delay": 5}`, 400, "unknown_field", "delay", "payload, payload_version"},
+		{"unknown field", "nightly-report", "application/json", `{"payload": {}, "retries": 5}`, 400, "unknown_field", "retries", "payload, payload_version"},
 		{"two values", "nightly-report", "application/json", `{} {}`, 400, "malformed_json", "", "more than one JSON value"},
 		{"wrong content type", "nightly-report", "text/plain", `{}`, 415, "unsupported_media_type", "", "application/json"},
 		{"YAML content type", "nightly-report", "application/yaml", `{}`, 415, "unsupported_media_type", "", "application/json"},

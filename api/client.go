@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -78,8 +80,10 @@ func (c *Client) SetTaskEnabled(ctx context.Context, name string, enabled bool) 
 }
 
 // Fire fires task. The result has an InstanceID when the dispatcher created
-// the instance while the API waited, and only the EventID otherwise (then
-// see [Client.InstanceByEvent]).
+// the instance while the API waited (or an earlier firing with the same
+// idempotency key did: Existing), and only the EventID otherwise (then see
+// [Client.InstanceByEvent]); a delayed firing has only its EventID and RunAt.
+// A reused idempotency key with another payload is an *[Error] with Status 409.
 func (c *Client) Fire(ctx context.Context, task string, req FireRequest) (FireResult, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -87,6 +91,15 @@ func (c *Client) Fire(ctx context.Context, task string, req FireRequest) (FireRe
 	}
 	var out FireResult
 	err = c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/runs", "application/json", body, &out)
+	return out, err
+}
+
+// Rerun fires the task of instance id again as a new manual firing with the
+// instance's payload and priority, by the client's Operator, and answers
+// like [Client.Fire].
+func (c *Client) Rerun(ctx context.Context, id int64) (FireResult, error) {
+	var out FireResult
+	err := c.do(ctx, http.MethodPost, "/v1/instances/"+strconv.FormatInt(id, 10)+"/rerun", "", nil, &out)
 	return out, err
 }
 
@@ -200,4 +213,179 @@ func IsNotFound(err error) bool {
 func (c *Client) Health(ctx context.Context) error {
 	var out healthBody
 	return c.do(ctx, http.MethodGet, "/healthz", "", nil, &out)
+}
+
+// AuditQuery selects audit records for [Client.Audit]; zero fields select
+// everything.
+type AuditQuery struct {
+	Task       string
+	InstanceID int64
+	Operator   string
+	// Since keeps the records written at or after it.
+	Since time.Time
+	// Limit is the most records returned (the API's default is 100, its maximum 1000).
+	Limit int
+	// Before keeps the records after the one with this id, for paging.
+	Before string
+}
+
+// Audit returns the audit records q selects — instance transitions and
+// operator actions — newest first.
+func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]schemas.AuditRecord, error) {
+	v := url.Values{}
+	if q.Task != "" {
+		v.Set("task", q.Task)
+	}
+	if q.InstanceID != 0 {
+		v.Set("instance", strconv.FormatInt(q.InstanceID, 10))
+	}
+	if q.Operator != "" {
+		v.Set("operator", q.Operator)
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.Format(time.RFC3339Nano))
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Before != "" {
+		v.Set("before", q.Before)
+	}
+	path := "/v1/audit"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out auditList
+	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out.Records, err
+}
+
+// LogQuery selects task log lines for [Client.Logs] and
+// [Client.FollowLogs]; zero fields select every line.
+type LogQuery struct {
+	// Attempt keeps the lines of one attempt.
+	Attempt int
+	// Since keeps the lines written at or after it.
+	Since time.Time
+	// Limit is the most lines one page holds (the API's default is
+	// [DefaultLogLimit], its maximum [MaxLogLimit]); FollowLogs ignores it.
+	Limit int
+	// After keeps the lines stored after this AX_LOGS stream sequence: the
+	// Next of the previous page, or the id of the last event followed.
+	After uint64
+}
+
+func (q LogQuery) values() url.Values {
+	v := url.Values{}
+	if q.Attempt != 0 {
+		v.Set("attempt", strconv.Itoa(q.Attempt))
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.Format(time.RFC3339Nano))
+	}
+	if q.After != 0 {
+		v.Set("after", strconv.FormatUint(q.After, 10))
+	}
+	return v
+}
+
+// Logs returns one page of the task log lines of instance id, oldest first:
+// read on with After set to the page's Next while its More is true. An
+// instance that does not exist is an *[Error] with Status 404.
+func (c *Client) Logs(ctx context.Context, id int64, q LogQuery) (LogPage, error) {
+	v := q.values()
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	path := "/v1/instances/" + strconv.FormatInt(id, 10) + "/logs"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out LogPage
+	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out, err
+}
+
+// FollowLogs calls fn with each task log line of instance id, in order:
+// the lines stored, then each new one as it is stored. It returns the
+// state the instance ended in once its last line was passed to fn; the
+// error fn returns, which ends the stream; or an error when ctx ends or
+// the stream breaks off (follow again with After set to the last line's
+// sequence, which the error names). The client's http.Client must not
+// have a Timeout shorter than the run it follows.
+func (c *Client) FollowLogs(ctx context.Context, id int64, q LogQuery, fn func(schemas.LogLine) error) (schemas.State, error) {
+	v := q.values()
+	v.Set("follow", "true")
+	path := "/v1/instances/" + strconv.FormatInt(id, 10) + "/logs?" + v.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return "", fmt.Errorf("GET %s: %w", path, err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
+		return "", fmt.Errorf("GET %s: %w", c.base+path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return "", decodeError(resp, data)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	// Each event is "field: value" lines ended by a blank line; a line
+	// starting with ':' is a comment (the heartbeat).
+	var event, evID, data string
+	last := q.After
+	for sc.Scan() {
+		text := sc.Text()
+		if text != "" {
+			field, value, _ := strings.Cut(text, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "event":
+				event = value
+			case "id":
+				evID = value
+			case "data":
+				data = value
+			}
+			continue
+		}
+		ev, d, seq := event, data, evID
+		event, evID, data = "", "", ""
+		switch {
+		case d == "":
+		case ev == "end":
+			var end struct {
+				State schemas.State `json:"state"`
+			}
+			if err := json.Unmarshal([]byte(d), &end); err != nil {
+				return "", fmt.Errorf("follow the logs of instance %d: decode the end event %q: %w", id, d, err)
+			}
+			return end.State, nil
+		default:
+			var line schemas.LogLine
+			if err := json.Unmarshal([]byte(d), &line); err != nil {
+				return "", fmt.Errorf("follow the logs of instance %d: decode line %s: %w", id, seq, err)
+			}
+			if n, err := strconv.ParseUint(seq, 10, 64); err == nil {
+				last = n
+			}
+			if err := fn(line); err != nil {
+				return "", err
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("follow the logs of instance %d: %w", id, err)
+	}
+	err = sc.Err()
+	if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	return "", fmt.Errorf("follow the logs of instance %d: the stream broke off after line %d: %w", id, last, err)
 }

@@ -13,8 +13,13 @@
 // published — the task exists (404) and is enabled (409), payload_version
 // equals its schema_version and the payload satisfies its payload_schema
 // (422) — and then waits up to [Options].RunWait for the dispatcher to create
-// the instance (201), or answers 202 with the event id. [Client] is the Go client of the API; the
-// ax CLI is built on it.
+// the instance (201), or answers 202 with the event id. A firing with
+// run_at or delay answers 202 at once with its event id and run_at: it is
+// published as a one-shot JetStream message schedule (see docs/protocol.md).
+// A firing with an idempotency_key has the event id idem-<key>: the same key
+// again returns the original instance (200) when the payload is the same JSON
+// value, and 409 naming that instance when it is not. [Client] is the Go
+// client of the API; the ax CLI is built on it.
 //
 // Routes:
 //
@@ -27,5 +32,6 @@
 //	GET  /v1/tasks/{name}/runs/{event_id} the instance a firing made
 //	GET  /v1/instances                    list instances (?task=&state=&limit=&before=)
 //	GET  /v1/instances/{id}               one instance with its transitions
+//	POST /v1/instances/{id}/rerun         fire its task again with its payload and priority
 //	GET  /healthz                         PostgreSQL and NATS reachable
 package api

@@ -1,11 +1,15 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/nats-io/nuid"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -16,17 +20,31 @@ type instanceList struct {
 	Instances []schemas.Instance `json:"instances"`
 }
 
-func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) {
+// instanceID returns the {id} of the path, or an answer saying why it
+// cannot name an instance.
+func instanceID(r *http.Request) (int64, *Error) {
 	raw := r.PathValue("id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id <= 0 {
-		writeError(w, badRequest("invalid_instance_id", "id", "%q is not an instance id: use the positive number that ax fire or ax instance list printed", raw))
+		return 0, badRequest("invalid_instance_id", "id", "%q is not an instance id: use the positive number that ax fire or ax instance list printed", raw)
+	}
+	return id, nil
+}
+
+func instanceNotFound(id int64) *Error {
+	return &Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "id",
+		Message: fmt.Sprintf("instance %d does not exist; list instances with GET /v1/instances (ax instance list)", id)}
+}
+
+func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) {
+	id, e := instanceID(r)
+	if e != nil {
+		writeError(w, e)
 		return
 	}
 	in, err := s.opts.Store.GetInstance(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "id",
-			Message: fmt.Sprintf("instance %d does not exist; list instances with GET /v1/instances (ax instance list)", id)})
+		writeError(w, instanceNotFound(id))
 		return
 	}
 	if err != nil {
@@ -34,6 +52,72 @@ func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, in)
+}
+
+// RerunRequest is the optional body of POST /v1/instances/{id}/rerun.
+type RerunRequest struct {
+	// Operator names who reruns the instance; empty means the
+	// X-Ax-Operator header.
+	Operator string `json:"operator,omitempty"`
+}
+
+// rerun fires the task of an instance again, as a new manual firing with the
+// instance's payload, payload version and priority. The new instance's
+// CREATED transition names the operator and says "rerun of instance N".
+// It answers like POST /v1/tasks/{name}/runs.
+func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
+	id, e := instanceID(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	data, _, e := s.readBody(w, r, false)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req RerunRequest
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+				field = strings.Trim(field, `"`)
+				writeError(w, badRequest("unknown_field", field, "unknown field %q; a rerun takes only operator (the payload and priority are the instance's)", field))
+				return
+			}
+			if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+				writeError(w, badRequest("invalid_request", te.Field, "the body must be an object like {\"operator\": \"alice\"}, with a string operator"))
+				return
+			}
+			writeError(w, jsonSyntaxError(data, err))
+			return
+		}
+	}
+	f, err := s.opts.Store.InstanceFiring(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, instanceNotFound(id))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("get the firing of instance %d", id), err)
+		return
+	}
+	op := req.Operator
+	if op == "" {
+		op = operator(r)
+	}
+	s.publishFiring(w, r, schemas.TriggerEvent{
+		EventID:        fmt.Sprintf("rerun-%d-%s", id, nuid.Next()),
+		Task:           f.Task,
+		Source:         schemas.SourceManual,
+		Operator:       op,
+		Payload:        f.Payload,
+		PayloadVersion: f.PayloadVersion,
+		Priority:       f.Priority,
+		FiredAt:        s.opts.NowFunc().UTC(),
+		Reason:         fmt.Sprintf("rerun of instance %d", id),
+	})
 }
 
 // listParams are the query parameters GET /v1/instances takes.

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -28,23 +30,54 @@ type FireRequest struct {
 	// EventID identifies the firing: firing again with the same id makes no
 	// second instance. Empty means a new random id.
 	EventID string `json:"event_id,omitempty"`
+	// IdempotencyKey makes the firing's event id "idem-<key>": firing again
+	// with the same key and payload (compared as JSON values) returns the
+	// original instance, and with another payload is refused with 409. It
+	// excludes EventID.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Priority overrides the task's priority for this firing.
 	Priority schemas.Priority `json:"priority,omitempty"`
 	// Operator names who fires the task; when set, the firing is a manual one.
 	Operator string `json:"operator,omitempty"`
+	// RunAt delays the firing until then: its instance is created no
+	// earlier, with RunAt as its fired_at. It excludes Delay.
+	RunAt time.Time `json:"run_at,omitzero"`
+	// Delay delays the firing by a Go duration ("90s", "2h") from when the
+	// API receives it. It excludes RunAt.
+	Delay string `json:"delay,omitempty"`
 }
 
-// FireResult is the answer to POST /v1/tasks/{name}/runs: 201 with the
-// instance when the dispatcher created it within the API's RunWait, 202 with
-// only the event id (InstanceID 0) when it had not yet.
+// FireResult is the answer to POST /v1/tasks/{name}/runs and POST
+// /v1/instances/{id}/rerun: 201 with the instance when the dispatcher
+// created it within the API's RunWait; 200 with the instance an earlier
+// firing with the same idempotency key made (Existing); 202 with the event
+// id (InstanceID 0) when the instance is not there yet — a delayed firing,
+// which also tells its RunAt, or a dispatcher that did not keep up.
 type FireResult struct {
-	InstanceID int64         `json:"instance_id,omitempty"`
-	EventID    string        `json:"event_id"`
-	State      schemas.State `json:"state,omitempty"`
+	InstanceID int64 `json:"instance_id,omitempty"`
+	// Task is the task fired (for a rerun, the instance's task).
+	Task    string        `json:"task"`
+	EventID string        `json:"event_id"`
+	State   schemas.State `json:"state,omitempty"`
+	// RunAt is when a delayed firing is due.
+	RunAt time.Time `json:"run_at,omitzero"`
+	// Existing is true when an earlier firing with the same idempotency key
+	// made the instance (or is the delayed firing still waiting).
+	Existing bool `json:"existing,omitempty"`
 }
 
 // fireFields lists the fields of FireRequest for the unknown-field message.
-const fireFields = "payload, payload_version, event_id, priority, operator"
+const fireFields = "payload, payload_version, event_id, idempotency_key, priority, operator, run_at, delay"
+
+// Delayed firings: the API publishes one due within directWindow to
+// ax.trigger.<task> at once, with its run_at, and the dispatcher holds it
+// until then (it holds firings due within 2 s). One due later becomes a
+// one-shot message schedule set scheduleLead before run_at, since the server
+// publishes a schedule up to 250 ms late; the dispatcher holds the remainder.
+const (
+	directWindow = time.Second
+	scheduleLead = 500 * time.Millisecond
+)
 
 func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 	name, e := taskName(r)
@@ -59,6 +92,7 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 	}
 	ev := schemas.TriggerEvent{
 		EventID:        req.EventID,
+		IdempotencyKey: req.IdempotencyKey,
 		Task:           name,
 		Source:         schemas.SourceEvent,
 		Operator:       req.Operator,
@@ -66,13 +100,24 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 		PayloadVersion: req.PayloadVersion,
 		Priority:       req.Priority,
 		FiredAt:        s.opts.NowFunc().UTC(),
+		RunAt:          req.RunAt.UTC(),
+		Delay:          req.Delay,
 	}
-	if ev.EventID == "" {
+	if ev.EventID == "" && ev.IdempotencyKey == "" {
 		ev.EventID = nuid.Next()
 	}
 	if ev.Operator != "" {
 		ev.Source = schemas.SourceManual
 	}
+	s.publishFiring(w, r, ev)
+}
+
+// publishFiring checks a firing of ev.Task against the task and publishes
+// it: at once, delayed (a direct publish or a message schedule), or not at
+// all when its idempotency key was used before. It answers the request with
+// a FireResult or an error.
+func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schemas.TriggerEvent) {
+	name := ev.Task
 	if ev.PayloadVersion == 0 {
 		ev.PayloadVersion = schemas.DefaultSchemaVersion
 	}
@@ -115,25 +160,218 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The delay counts from now; what travels is the due time.
+	if ev.Delay != "" {
+		d, _ := time.ParseDuration(ev.Delay) // validateEvent checked it
+		ev.RunAt, ev.Delay = ev.FiredAt.Add(d), ""
+	}
+	eventID := ev.EventID
+	if ev.IdempotencyKey != "" {
+		eventID = schemas.IdempotencyEventIDPrefix + ev.IdempotencyKey
+		if s.answerRepeat(w, r, ev, eventID) {
+			return
+		}
+	}
+	log := s.opts.Logger.With().Str("task", name).Str("event_id", eventID).Str("operator", ev.Operator).Logger()
+
+	if ev.RunAt.After(ev.FiredAt) {
+		subject, err := s.publishDelayed(r.Context(), ev, eventID)
+		if err != nil {
+			log.Error().Err(err).Msg("publish delayed firing")
+			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
+				Message: fmt.Sprintf("cannot publish the delayed firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same idempotency_key or event_id", subject, err, s.opts.Topology.TriggersStream())})
+			return
+		}
+		log.Info().Time("run_at", ev.RunAt).Msg("task fired with a delay")
+		writeJSON(w, http.StatusAccepted, FireResult{Task: name, EventID: eventID, RunAt: ev.RunAt})
+		return
+	}
+
 	subject := s.opts.Topology.Trigger(name)
-	if _, err := streams.Publish(r.Context(), s.js, subject, ev.EventID, ev); err != nil {
-		s.opts.Logger.Error().Err(err).Str("task", name).Str("event_id", ev.EventID).Msg("publish trigger event")
+	if _, err := streams.Publish(r.Context(), s.js, subject, eventID, ev); err != nil {
+		log.Error().Err(err).Msg("publish trigger event")
 		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
 			Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.TriggersStream())})
 		return
 	}
-	s.opts.Logger.Info().Str("task", name).Str("event_id", ev.EventID).Str("operator", ev.Operator).Msg("task fired")
+	log.Info().Msg("task fired")
 
-	in, ok, err := s.awaitInstance(r.Context(), name, ev.EventID)
+	in, ok, err := s.awaitInstance(r.Context(), name, eventID)
 	if err != nil {
 		// The firing is in the stream: the instance will come. Say so.
-		s.opts.Logger.Warn().Err(err).Str("task", name).Str("event_id", ev.EventID).Msg("await instance")
+		log.Warn().Err(err).Msg("await instance")
 	}
 	if !ok {
-		writeJSON(w, http.StatusAccepted, FireResult{EventID: ev.EventID})
+		writeJSON(w, http.StatusAccepted, FireResult{Task: name, EventID: eventID})
 		return
 	}
-	writeJSON(w, http.StatusCreated, FireResult{InstanceID: in.ID, EventID: ev.EventID, State: in.State})
+	if ev.IdempotencyKey != "" && !sameJSON(in.Payload, ev.Payload) {
+		// Another request with the key won the race to the dispatcher.
+		writeError(w, idempotencyConflict(ev, in.ID))
+		return
+	}
+	writeJSON(w, http.StatusCreated, FireResult{InstanceID: in.ID, Task: name, EventID: eventID, State: in.State})
+}
+
+// answerRepeat answers a firing whose idempotency key was used before and
+// reports whether it did: with the instance that key made (200) or the
+// delayed firing still waiting for its time (202) when the payload is the
+// same, and 409 when it is not.
+func (s *Service) answerRepeat(w http.ResponseWriter, r *http.Request, ev schemas.TriggerEvent, eventID string) bool {
+	in, err := s.opts.Store.InstanceByEvent(r.Context(), ev.Task, eventID)
+	switch {
+	case err == nil:
+		if !sameJSON(in.Payload, ev.Payload) {
+			writeError(w, idempotencyConflict(ev, in.ID))
+			return true
+		}
+		writeJSON(w, http.StatusOK, FireResult{InstanceID: in.ID, Task: ev.Task, EventID: eventID, State: in.State, Existing: true})
+		return true
+	case !errors.Is(err, store.ErrNotFound):
+		s.internalError(w, r, "get instance of task "+ev.Task+" event "+eventID, err)
+		return true
+	}
+	pending, ok, err := s.pendingFiring(r.Context(), ev.Task, eventID)
+	if err != nil {
+		s.internalError(w, r, "look for a pending firing of task "+ev.Task+" event "+eventID, err)
+		return true
+	}
+	if !ok {
+		return false
+	}
+	if !sameJSON(pending.Payload, ev.Payload) {
+		writeError(w, &Error{Status: http.StatusConflict, Code: "idempotency_conflict", Field: "idempotency_key",
+			Message: fmt.Sprintf("idempotency_key %q of task %q belongs to a firing due at %s with another payload; send the same payload to get that firing back, or use a new key for a new firing",
+				ev.IdempotencyKey, ev.Task, pending.RunAt.Format(time.RFC3339Nano))})
+		return true
+	}
+	writeJSON(w, http.StatusAccepted, FireResult{Task: ev.Task, EventID: eventID, RunAt: pending.RunAt, Existing: true})
+	return true
+}
+
+func idempotencyConflict(ev schemas.TriggerEvent, instanceID int64) *Error {
+	return &Error{Status: http.StatusConflict, Code: "idempotency_conflict", Field: "idempotency_key",
+		Message: fmt.Sprintf("idempotency_key %q of task %q was used by instance %d with another payload; send the same payload to get instance %d back, or use a new key for a new firing",
+			ev.IdempotencyKey, ev.Task, instanceID, instanceID)}
+}
+
+// pendingFiring returns the delayed firing eventID of task whose schedule
+// waits in the triggers stream; ok is false when there is none.
+func (s *Service) pendingFiring(ctx context.Context, task, eventID string) (schemas.TriggerEvent, bool, error) {
+	stream, err := s.js.Stream(ctx, s.opts.Topology.TriggersStream())
+	if err != nil {
+		return schemas.TriggerEvent{}, false, err
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, s.opts.Topology.SchedFiring(task, eventID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return schemas.TriggerEvent{}, false, nil
+	}
+	if err != nil {
+		return schemas.TriggerEvent{}, false, err
+	}
+	if m.Header.Get(streams.HeaderSchedule) == "" {
+		return schemas.TriggerEvent{}, false, nil
+	}
+	ev, err := schemas.ParseTriggerEvent(m.Data)
+	if err != nil {
+		return schemas.TriggerEvent{}, false, fmt.Errorf("decode schedule %s: %w", m.Subject, err)
+	}
+	return ev, true, nil
+}
+
+// publishDelayed publishes a firing that is due later: at once, to be held
+// by the dispatcher, when it is due within directWindow; otherwise as a
+// one-shot message schedule on its own subject, which the server publishes
+// to ax.trigger.<task> scheduleLead before the due time — or, when that is
+// further off than half the triggers stream's MaxAge (which would drop the
+// schedule), then: the dispatcher schedules the rest. It returns the
+// subject it published to.
+func (s *Service) publishDelayed(ctx context.Context, ev schemas.TriggerEvent, eventID string) (string, error) {
+	if ev.RunAt.Sub(ev.FiredAt) <= directWindow {
+		subject := s.opts.Topology.Trigger(ev.Task)
+		_, err := streams.Publish(ctx, s.js, subject, eventID, ev)
+		return subject, err
+	}
+	subject := s.opts.Topology.SchedFiring(ev.Task, eventID)
+	stream, err := s.js.Stream(ctx, s.opts.Topology.TriggersStream())
+	if err != nil {
+		return subject, fmt.Errorf("stream %s: %w", s.opts.Topology.TriggersStream(), err)
+	}
+	at := ev.RunAt.Add(-scheduleLead)
+	if maxAge := stream.CachedInfo().Config.MaxAge; maxAge > 0 && at.After(ev.FiredAt.Add(maxAge/2)) {
+		at = ev.FiredAt.Add(maxAge / 2)
+	}
+	// The message id dedupes a repeated request; a schedule that comes again
+	// later replaces itself on its subject.
+	m, err := streams.NewScheduleMsg(subject, s.opts.Topology.Trigger(ev.Task), subject, at, ev)
+	if err != nil {
+		return subject, err
+	}
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		return subject, fmt.Errorf("publish to %s: %w", subject, err)
+	}
+	return subject, nil
+}
+
+// sameJSON reports whether two JSON documents are the same value: key order,
+// spacing and the spelling of numbers (1.0, 1e0) do not matter. An empty
+// document is null.
+func sameJSON(a, b json.RawMessage) bool {
+	va, okA := decodeValue(a)
+	vb, okB := decodeValue(b)
+	return okA && okB && equalValues(va, vb)
+}
+
+func decodeValue(data json.RawMessage) (any, bool) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, true
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false
+	}
+	return v, true
+}
+
+func equalValues(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, va := range a {
+			vb, ok := b[k]
+			if !ok || !equalValues(va, vb) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !equalValues(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		b, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		// Exact: numbers beyond float64's precision count digit by digit.
+		ra, okA := new(big.Rat).SetString(a.String())
+		rb, okB := new(big.Rat).SetString(b.String())
+		return okA && okB && ra.Cmp(rb) == 0
+	default:
+		return a == b
+	}
 }
 
 // readFireRequest decodes the optional body of a firing, refusing unknown
@@ -169,6 +407,10 @@ func fireDecodeError(data []byte, err error) *Error {
 		field = strings.Trim(field, `"`)
 		return badRequest("unknown_field", field, "unknown field %q; a firing takes only %s", field, fireFields)
 	}
+	if _, ok := errors.AsType[*time.ParseError](err); ok || strings.Contains(err.Error(), "Time.UnmarshalJSON") {
+		// run_at is the only time of a firing.
+		return badRequest("invalid_request", "run_at", "run_at must be an RFC 3339 time in quotes, such as \"2025-03-01T12:00:00Z\" or \"2025-03-01T13:00:00.5+01:00\"")
+	}
 	return jsonSyntaxError(data, err)
 }
 
@@ -182,9 +424,10 @@ func jsonKind(goKind string) string {
 	return goKind
 }
 
-// validateEvent checks a firing against trigger.schema.json, the rules the
-// dispatcher applies, so that the API never publishes what it would refuse.
-// The event is built from the request, so the problems name its fields.
+// validateEvent checks a firing against trigger.schema.json and the rules
+// ParseTriggerEvent adds, the rules the dispatcher applies, so that the API
+// never publishes what it would refuse. The event is built from the request,
+// so the problems name its fields.
 func validateEvent(ev schemas.TriggerEvent) *Error {
 	data, err := json.Marshal(ev)
 	if err != nil {
@@ -237,7 +480,7 @@ func (s *Service) instanceByEvent(w http.ResponseWriter, r *http.Request) {
 	in, err := s.opts.Store.InstanceByEvent(r.Context(), name, eventID)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, &Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "event_id",
-			Message: fmt.Sprintf("task %q has no instance for event %q (yet): the dispatcher creates it when it reads the firing; check the task name and event id, and that the dispatcher runs", name, eventID)})
+			Message: fmt.Sprintf("task %q has no instance for event %q (yet): the dispatcher creates it when it reads the firing, or at its run_at for a delayed one; check the task name and event id, and that the dispatcher runs", name, eventID)})
 		return
 	}
 	if err != nil {

@@ -144,6 +144,9 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tasks/{name}/runs/{event_id}", s.instanceByEvent)
 	mux.HandleFunc("GET /v1/instances", s.listInstances)
 	mux.HandleFunc("GET /v1/instances/{id}", s.getInstance)
+	mux.HandleFunc("GET /v1/instances/{id}/logs", s.instanceLogs)
+	mux.HandleFunc("GET /v1/audit", s.listAudit)
+	mux.HandleFunc("POST /v1/instances/{id}/rerun", s.rerun)
 	mux.HandleFunc("GET /healthz", s.health)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { noRoute(mux, w, r) })
 	return mux
@@ -167,7 +170,7 @@ func noRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(w, &Error{Status: http.StatusNotFound, Code: "route_not_found",
-		Message: fmt.Sprintf("%s %s is not a route of the AX API; the routes are under /v1/tasks and /v1/instances", r.Method, r.URL.Path)})
+		Message: fmt.Sprintf("%s %s is not a route of the AX API; the routes are under /v1/tasks, /v1/instances and /v1/audit", r.Method, r.URL.Path)})
 }
 
 // statusWriter remembers the status a handler wrote, for the access log.

@@ -14,7 +14,8 @@ import (
 )
 
 // HeaderOperator names who makes a change (a person or a program); the API
-// records it with every task version it stores.
+// records it with every task version it stores and with every operator
+// action in the audit trail.
 const HeaderOperator = "X-Ax-Operator"
 
 // TaskInfo is a task as the API shows it.
@@ -25,6 +26,9 @@ type TaskInfo struct {
 	Enabled   bool          `json:"enabled"`
 	CreatedAt time.Time     `json:"created_at"`
 	UpdatedAt time.Time     `json:"updated_at"`
+	// NextFireTimes lists the next 5 firings of each cron trigger (GET
+	// /v1/tasks/{name} only).
+	NextFireTimes []TriggerTimes `json:"next_fire_times,omitempty"`
 }
 
 // ApplyResult is the answer to POST /v1/tasks.
@@ -110,6 +114,9 @@ func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "apply task "+def.TaskName, err)
 		return
 	}
+	if changed {
+		s.announceTask(r.Context(), rec)
+	}
 	status := http.StatusOK
 	if changed && rec.Version == 1 {
 		status = http.StatusCreated
@@ -145,7 +152,9 @@ func (s *Service) getTask(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "get task "+name, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, taskInfo(rec))
+	info := taskInfo(rec)
+	info.NextFireTimes = nextFireTimes(rec.Definition, s.opts.NowFunc(), 5)
+	writeJSON(w, http.StatusOK, info)
 }
 
 func (s *Service) setEnabled(enabled bool) http.HandlerFunc {
@@ -155,7 +164,7 @@ func (s *Service) setEnabled(enabled bool) http.HandlerFunc {
 			writeError(w, e)
 			return
 		}
-		rec, err := s.opts.Store.SetTaskEnabled(r.Context(), name, enabled)
+		rec, err := s.opts.Store.SetTaskEnabled(r.Context(), name, enabled, operator(r))
 		if errors.Is(err, store.ErrNotFound) {
 			writeError(w, taskNotFound(name))
 			return
@@ -164,6 +173,7 @@ func (s *Service) setEnabled(enabled bool) http.HandlerFunc {
 			s.internalError(w, r, fmt.Sprintf("set task %s enabled=%t", name, enabled), err)
 			return
 		}
+		s.announceTask(r.Context(), rec)
 		s.opts.Logger.Info().Str("task", name).Bool("enabled", enabled).Str("operator", operator(r)).Msg("task enabled flag set")
 		writeJSON(w, http.StatusOK, taskInfo(rec))
 	}

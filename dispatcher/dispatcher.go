@@ -53,6 +53,8 @@ type Service struct {
 	js   jetstream.JetStream
 	// ready is closed once Run has its consumers and watcher in place.
 	ready chan struct{}
+	// held keeps the firings due within holdWindow until their time.
+	held *holder
 }
 
 // DefaultBatchSize is the default of [Options.BatchSize].
@@ -93,6 +95,7 @@ func New(opts Options) (*Service, error) {
 		log:   opts.Logger.With().Str("service", "dispatcher").Logger(),
 		now:   opts.NowFunc,
 		ready: make(chan struct{}),
+		held:  newHolder(),
 	}, nil
 }
 
@@ -153,6 +156,7 @@ func (s *Service) run(ctx context.Context) error {
 		func() error { return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, s.handleTriggers) },
 		func() error { return consumeBatches(runCtx, work, reports, s.opts.BatchSize, s.handleReports) },
 		func() error { return s.reap(runCtx, work, leases) },
+		func() error { return s.holdLoop(runCtx, work) },
 	}
 	var wg sync.WaitGroup
 	var once sync.Once

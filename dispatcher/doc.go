@@ -5,6 +5,13 @@
 //     (task, event_id) in one statement, publishes each attempt to its pool's
 //     subject on AX_DISPATCH, awaits the acknowledgements together, and only
 //     then acknowledges the firings;
+//   - a firing due later (run_at, delay) is not created early: one due
+//     within 2 s is held in memory, un-acked, until its time; one due later
+//     is re-published as a one-shot JetStream message schedule set half a
+//     second early, which the server publishes back at its time (no polling);
+//   - a payload that the task's payload_schema refuses (a plain NATS publish:
+//     the API checks before it publishes) makes a SKIPPED instance that says
+//     where the payload is wrong;
 //   - it consumes AX_REPORTS in batches and records them as guarded
 //     transitions, then schedules the next attempt of every failure that has
 //     attempts left (a one-shot JetStream message schedule: no polling);

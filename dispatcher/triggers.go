@@ -2,8 +2,10 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,27 +24,62 @@ type firing struct {
 	problem string
 }
 
-// handleTriggers turns a batch of trigger messages into instances and
-// attempts: one statement creates the new instances, one starts the retries,
-// then every attempt is published and the acknowledgements awaited together
-// before the trigger messages are acknowledged.
+// due returns when the firing's instance may be created: its run_at, or
+// the zero time for a firing that is due now (retries and malformed
+// messages never wait).
+func (f firing) due() time.Time {
+	if f.problem != "" || f.event.Retry != nil {
+		return time.Time{}
+	}
+	return f.event.RunAt
+}
+
+// handleTriggers sorts a batch of trigger messages by when they are due:
+// those due now are fired at once, those due within holdWindow are held in
+// memory until their time, and those due later are re-published as one-shot
+// message schedules (and acknowledged), so that no client has to schedule
+// its own delayed firings.
 func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg) {
-	var (
-		firings []firing
-		retries []store.RetryStart
-		names   []string
-	)
-	seen := make(map[string]bool)
+	var now, later []firing
+	t := s.now()
 	for _, m := range msgs {
 		f, ok := s.readFiring(m)
 		if !ok {
 			continue
 		}
+		switch due := f.due(); {
+		case !due.After(t):
+			now = append(now, f)
+		case due.Sub(t) <= holdWindow:
+			s.held.add(f)
+		default:
+			later = append(later, f)
+		}
+	}
+	s.schedule(ctx, later)
+	s.fire(ctx, now)
+}
+
+// fire turns firings that are due into instances and attempts: one
+// statement creates the new instances, one starts the retries, then every
+// attempt is published and the acknowledgements awaited together before the
+// trigger messages are acknowledged.
+func (s *Service) fire(ctx context.Context, firings []firing) {
+	if len(firings) == 0 {
+		return
+	}
+	var (
+		fresh   []firing
+		retries []store.RetryStart
+		names   []string
+	)
+	seen := make(map[string]bool)
+	for _, f := range firings {
 		if f.event.Retry != nil {
 			retries = append(retries, store.RetryStart{InstanceID: f.event.Retry.InstanceID, Attempt: f.event.Retry.Attempt})
 			continue
 		}
-		firings = append(firings, f)
+		fresh = append(fresh, f)
 		if !seen[f.task] {
 			seen[f.task] = true
 			names = append(names, f.task)
@@ -51,12 +88,12 @@ func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg) {
 
 	tasks, err := s.opts.Store.GetTasks(ctx, names)
 	if err != nil {
-		s.retryLater(msgs, err)
+		s.retryLater(msgsOf(firings), err)
 		return
 	}
 	var create []store.NewInstance
 	unique := make(map[[2]string]bool)
-	for _, f := range firings {
+	for _, f := range fresh {
 		rec, ok := tasks[f.task]
 		if !ok {
 			// Without a task there is no instance to record the firing on.
@@ -69,31 +106,92 @@ func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg) {
 			continue
 		}
 		unique[key] = true
-		create = append(create, s.newInstance(f, rec))
+		in, err := s.newInstance(f, rec)
+		if err != nil {
+			s.retryLater(msgsOf(firings), err)
+			return
+		}
+		create = append(create, in)
 	}
 
 	attempts, err := s.opts.Store.CreateInstances(ctx, create)
 	if err != nil {
-		s.retryLater(msgs, err)
+		s.retryLater(msgsOf(firings), err)
 		return
 	}
 	retried, err := s.opts.Store.StartRetries(ctx, retries)
 	if err != nil {
-		s.retryLater(msgs, err)
+		s.retryLater(msgsOf(firings), err)
 		return
 	}
 	if err := s.publishAttempts(ctx, append(attempts, retried...)); err != nil {
-		s.retryLater(msgs, err)
+		s.retryLater(msgsOf(firings), err)
 		return
 	}
-	for _, m := range msgs {
-		_ = m.Ack()
+	for _, f := range firings {
+		_ = f.msg.Ack()
 	}
+}
+
+// schedule re-publishes firings that are due later than holdWindow as
+// one-shot message schedules on their own ax.sched subject, due scheduleLead
+// before their run_at, and then acknowledges them. The schedule carries the
+// event with its event id spelt out and its delay resolved to run_at, so the
+// firing it publishes is the same one. It has no message id: a schedule
+// published twice replaces itself on its subject.
+func (s *Service) schedule(ctx context.Context, firings []firing) {
+	if len(firings) == 0 {
+		return
+	}
+	batch := streams.NewAsyncBatch(s.js)
+	for _, f := range firings {
+		ev := f.event
+		ev.IdempotencyKey, ev.Delay = "", ""
+		m, err := streams.NewScheduleMsg(s.top.SchedFiring(f.task, ev.EventID), s.top.Trigger(f.task), "",
+			s.scheduleAt(ev.RunAt), ev)
+		if err != nil {
+			s.retryLater(msgsOf(firings), err)
+			return
+		}
+		batch.Add(m)
+	}
+	if err := batch.Wait(ctx); err != nil {
+		s.retryLater(msgsOf(firings), err)
+		return
+	}
+	for _, f := range firings {
+		s.log.Debug().Str("task", f.task).Str("event_id", f.event.EventID).Time("run_at", f.event.RunAt).
+			Msg("delayed firing scheduled")
+		_ = f.msg.Ack()
+	}
+}
+
+// scheduleAt returns when a schedule of a firing due at due should publish
+// it: scheduleLead early, since the server publishes a schedule up to 250 ms
+// after its time and the dispatcher holds the remainder; and no later than
+// half the triggers stream's MaxAge from now, since the stream would drop a
+// schedule older than that. A firing due later comes back early and is
+// scheduled again.
+func (s *Service) scheduleAt(due time.Time) time.Time {
+	at := due.Add(-scheduleLead)
+	maxAge := s.opts.Streams.TriggersMaxAge
+	if maxAge <= 0 {
+		maxAge = streams.DefaultTriggersMaxAge
+	}
+	if limit := s.now().Add(maxAge / 2); at.After(limit) {
+		at = limit
+	}
+	return at
 }
 
 // readFiring decodes a trigger message. A message that names no task is
 // terminated; one whose body is malformed still fires, as a SKIPPED instance
 // that says what was wrong, so the sender can see it.
+//
+// The event comes back complete: its event id is the body's, idem-<key> for
+// an idempotency key, the Nats-Msg-Id header, or "seq-<stream sequence>", in
+// that order; a delay is resolved to run_at (after fired_at, or after the
+// message reached the stream); source and fired_at have their defaults.
 func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 	task, ok := s.top.TriggerTask(m.Subject())
 	if !ok || task == "" {
@@ -113,17 +211,31 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 	} else {
 		f.event = schemas.TriggerEvent{}
 	}
+	if f.event.IdempotencyKey != "" {
+		f.event.EventID = schemas.IdempotencyEventIDPrefix + f.event.IdempotencyKey
+	}
 	if f.event.EventID == "" {
 		f.event.EventID = m.Headers().Get(streams.HeaderMsgID)
 	}
-	if f.event.EventID == "" {
-		meta, err := m.Metadata()
-		if err != nil {
+	var meta *jetstream.MsgMetadata
+	if f.event.EventID == "" || (f.event.Delay != "" && f.event.FiredAt.IsZero()) {
+		if meta, err = m.Metadata(); err != nil {
 			s.log.Warn().Err(err).Str("subject", m.Subject()).Msg("trigger without metadata dropped")
 			_ = m.Term()
 			return firing{}, false
 		}
+	}
+	if f.event.EventID == "" {
 		f.event.EventID = "seq-" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	}
+	if f.event.Delay != "" {
+		// ParseTriggerEvent checked that it parses.
+		d, _ := time.ParseDuration(f.event.Delay)
+		base := f.event.FiredAt
+		if base.IsZero() {
+			base = meta.Timestamp
+		}
+		f.event.RunAt, f.event.Delay = base.Add(d), ""
 	}
 	if f.event.Source == "" {
 		f.event.Source = schemas.SourceEvent
@@ -134,25 +246,35 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 	return f, true
 }
 
-// newInstance fills an instance from a firing and its task's current version.
-func (s *Service) newInstance(f firing, rec store.TaskRecord) store.NewInstance {
+// newInstance fills an instance from a firing and its task's current
+// version. A firing the task cannot take (disabled, another payload
+// version, a payload its payload_schema refuses) makes a SKIPPED instance
+// that says why; the error is for a payload_schema that does not compile,
+// which the API never stores.
+func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance, error) {
 	def := rec.Definition.WithDefaults()
 	ev := f.event
 	in := store.NewInstance{
-		Task:        f.task,
-		TaskVersion: rec.Version,
-		EventID:     ev.EventID,
-		Source:      ev.Source,
-		Operator:    ev.Operator,
-		Priority:    def.Priority,
-		Pool:        def.Dispatch.Pool(),
-		Handler:     def.Execution.Handler,
-		TimeoutMS:   def.TimeoutDuration().Milliseconds(),
-		MaxAttempts: def.Execution.Retry.MaxAttempts,
-		RetryPolicy: def.Execution.Retry,
-		Payload:     ev.Payload,
-		FiredAt:     ev.FiredAt,
-		State:       schemas.StateDispatched,
+		Task:          f.task,
+		TaskVersion:   rec.Version,
+		EventID:       ev.EventID,
+		Source:        ev.Source,
+		Operator:      ev.Operator,
+		Priority:      def.Priority,
+		Pool:          def.Dispatch.Pool(),
+		Handler:       def.Execution.Handler,
+		TimeoutMS:     def.TimeoutDuration().Milliseconds(),
+		MutexTemplate: def.Concurrency.MutexKey,
+		MaxAttempts:   def.Execution.Retry.MaxAttempts,
+		RetryPolicy:   def.Execution.Retry,
+		Payload:       ev.Payload,
+		FiredAt:       ev.FiredAt,
+		State:         schemas.StateDispatched,
+		CreatedReason: ev.Reason,
+	}
+	if !ev.RunAt.IsZero() {
+		// A delayed firing's instance is the one due at RunAt.
+		in.FiredAt = ev.RunAt
 	}
 	if ev.Priority != "" {
 		in.Priority = ev.Priority
@@ -166,8 +288,17 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord) store.NewInstance 
 	case version != def.SchemaVersion:
 		in.State, in.Reason = schemas.StateSkipped, fmt.Sprintf(
 			"payload_version %d does not match the task's schema_version %d", version, def.SchemaVersion)
+	default:
+		// The API checks this before it publishes; a plain NATS publish
+		// is checked here, where it can only be recorded.
+		err := schemas.ValidatePayload(def.PayloadSchema, ev.Payload)
+		if ve, ok := errors.AsType[*schemas.ValidationError](err); ok {
+			in.State, in.Reason = schemas.StateSkipped, ve.Error()
+		} else if err != nil {
+			return in, fmt.Errorf("check the payload of task %s version %d: %w", f.task, rec.Version, err)
+		}
 	}
-	return in
+	return in, nil
 }
 
 // publishAttempts publishes every DISPATCHED attempt to its pool and awaits
@@ -181,18 +312,19 @@ func (s *Service) publishAttempts(ctx context.Context, attempts []store.Attempt)
 			continue
 		}
 		d := schemas.Dispatch{
-			InstanceID:   a.ID,
-			Task:         a.Task,
-			TaskVersion:  a.TaskVersion,
-			Handler:      a.Handler,
-			Attempt:      a.Attempt,
-			MaxAttempts:  a.MaxAttempts,
-			EventID:      a.EventID,
-			Priority:     a.Priority,
-			Payload:      a.Payload,
-			TimeoutMS:    a.TimeoutMS,
-			FiredAt:      a.FiredAt,
-			DispatchedAt: a.DispatchedAt,
+			InstanceID:    a.ID,
+			Task:          a.Task,
+			TaskVersion:   a.TaskVersion,
+			Handler:       a.Handler,
+			Attempt:       a.Attempt,
+			MaxAttempts:   a.MaxAttempts,
+			EventID:       a.EventID,
+			Priority:      a.Priority,
+			Payload:       a.Payload,
+			TimeoutMS:     a.TimeoutMS,
+			MutexTemplate: a.MutexTemplate,
+			FiredAt:       a.FiredAt,
+			DispatchedAt:  a.DispatchedAt,
 		}
 		m, err := streams.NewMsg(s.top.Dispatch(a.Pool, a.Priority), dispatchMsgID(a.ID, a.Attempt), d)
 		if err != nil {
@@ -223,4 +355,12 @@ func (s *Service) retryLater(msgs []jetstream.Msg, err error) {
 	for _, m := range msgs {
 		_ = m.NakWithDelay(retryDelay)
 	}
+}
+
+func msgsOf(firings []firing) []jetstream.Msg {
+	msgs := make([]jetstream.Msg, len(firings))
+	for i, f := range firings {
+		msgs[i] = f.msg
+	}
+	return msgs
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,13 +23,18 @@ type attempt struct {
 	key       string // the lease key
 	lease     []byte // the lease's value, put again on every renewal
 	handler   Handler
+	hs        *handlerState // nil when the worker has no such handler
+	mutexKey  string        // the mutex key the attempt holds, "" for none
+	mutexRev  uint64        // the mutex key's revision, the holder's
 	task      *Task
 	startedAt time.Time
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
-	log       zerolog.Logger
+	log       zerolog.Logger // the worker's lines about the attempt
+	hlog      zerolog.Logger // the handler's: shipped to AX_LOGS, copied to log
 
 	revision uint64 // the lease's last revision; guarded by Service.mu
+	released bool   // its slots were given back; guarded by Service.mu
 }
 
 // timeoutError is the cause of an attempt's context at its deadline.
@@ -49,54 +53,46 @@ func (e cancelError) Error() string {
 	return "cancelled: " + e.reason
 }
 
-// start starts a batch of fetched dispatch messages: it takes a lease for
-// each, reports them started, acks them and runs their handlers. Each step
-// publishes the whole batch and awaits the acknowledgements together.
-//
-// A message whose handler is not registered on this worker is started like
-// any other (lease, started report) and then fails permanently: the
-// instance's record stays consistent, RUNNING then FAILED with the reason.
-func (s *Service) start(ctx context.Context, msgs []jetstream.Msg) {
-	type pending struct {
-		msg   jetstream.Msg
-		d     schemas.Dispatch
-		key   string
-		lease []byte
+// start starts a batch of admitted attempts: it takes a lease for each,
+// reports them started, acks them and runs their handlers. Each step
+// publishes the whole batch and awaits the acknowledgements together. An
+// attempt that does not start gives its slots (and its mutex) back.
+func (s *Service) start(ctx context.Context, ps []*pending) {
+	if len(ps) == 0 {
+		return
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 	now := s.opts.NowFunc()
 
 	// Take the leases.
-	var ps []pending
-	var leaseMsgs []*nats.Msg
-	for _, m := range msgs {
-		d, err := decodeDispatch(m)
-		if err != nil {
-			s.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable dispatch message; terminating it")
-			s.term(m)
-			continue
-		}
-		key := streams.LeaseKey(d.InstanceID, d.Attempt)
-		lease, _ := json.Marshal(schemas.Lease{InstanceID: d.InstanceID, Attempt: d.Attempt, WorkerID: s.opts.WorkerID, AcquiredAt: now})
-		ps = append(ps, pending{msg: m, d: d, key: key, lease: lease})
-		leaseMsgs = append(leaseMsgs, s.leaseMsg(key, lease, 0))
+	keys := make([]string, len(ps))
+	values := make([][]byte, len(ps))
+	leaseMsgs := make([]*nats.Msg, len(ps))
+	for i, p := range ps {
+		keys[i] = streams.LeaseKey(p.d.InstanceID, p.d.Attempt)
+		values[i], _ = json.Marshal(schemas.Lease{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt, WorkerID: s.opts.WorkerID, AcquiredAt: now})
+		leaseMsgs[i] = s.leaseMsg(keys[i], values[i], 0)
 	}
 	acks, errs := s.publishAll(opCtx, leaseMsgs)
-	leased := ps[:0]
-	revisions := make(map[string]uint64, len(ps))
+	var as []*attempt
+	var msgs []jetstream.Msg
 	for i, p := range ps {
 		switch {
 		case errs[i] == nil:
-			revisions[p.key] = acks[i].Sequence
-			leased = append(leased, p)
+			// Register it before it is reported started, so that a cancel
+			// sent on seeing the report finds it.
+			as = append(as, s.register(p, keys[i], values[i], acks[i].Sequence, now))
+			msgs = append(msgs, p.msg)
 		case isWrongLastSequence(errs[i]):
 			log := s.taskLogger(&p.d)
 			log.Info().Msg("attempt is leased already: another delivery runs or ran it; terminating this one")
+			s.unadmit(p)
 			s.term(p.msg)
 		default:
 			log := s.taskLogger(&p.d)
 			log.Error().Err(errs[i]).Msg("create lease; giving the dispatch message back for later")
+			s.unadmit(p)
 			// Later, not at once: the next fetch would take it back and
 			// likely fail the same way.
 			if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
@@ -105,31 +101,27 @@ func (s *Service) start(ctx context.Context, msgs []jetstream.Msg) {
 		}
 	}
 
-	// Register them before they are reported started, so that a cancel
-	// sent on seeing the report finds its attempt.
-	as := make([]*attempt, len(leased))
-	reports := make([]*nats.Msg, len(leased))
-	for i, p := range leased {
-		as[i] = s.register(p.d, p.key, p.lease, revisions[p.key], now)
-		rep := schemas.Report{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt, WorkerID: s.opts.WorkerID,
+	reports := make([]*nats.Msg, len(as))
+	for i, a := range as {
+		rep := schemas.Report{InstanceID: a.dispatch.InstanceID, Attempt: a.dispatch.Attempt, WorkerID: s.opts.WorkerID,
 			Kind: schemas.ReportStarted, At: now, StartedAt: now}
-		reports[i], _ = streams.NewMsg(s.opts.Topology.Report(p.d.InstanceID), reportID(p.d, rep.Kind), rep)
+		reports[i], _ = streams.NewMsg(s.opts.Topology.Report(a.dispatch.InstanceID), reportID(a.dispatch, rep.Kind), rep)
 	}
 	_, errs = s.publishAll(opCtx, reports)
-	for i, p := range leased {
-		a := as[i]
+	for i, a := range as {
 		if errs[i] != nil {
 			if err := s.publishRetry(reports[i]); err != nil {
 				// The lease is left to expire: the dispatcher's reaper
 				// then moves the instance on to its next attempt.
 				a.log.Error().Err(err).Msg("report started; dropping the attempt and leaving its lease to expire")
+				s.unlockAttemptMutex(a)
 				s.release(a)
 				a.cancel(context.Canceled)
-				s.term(p.msg)
+				s.term(msgs[i])
 				continue
 			}
 		}
-		if err := p.msg.Ack(); err != nil {
+		if err := msgs[i].Ack(); err != nil {
 			// The attempt runs; a redelivery of the message is fenced by its lease.
 			a.log.Warn().Err(err).Msg("ack dispatch message")
 		}
@@ -160,17 +152,14 @@ func reportID(d schemas.Dispatch, kind schemas.ReportKind) string {
 }
 
 // register makes a leased attempt and adds it to the running set: from now
-// on its lease is renewed and a cancel reaches it.
-func (s *Service) register(d schemas.Dispatch, key string, lease []byte, revision uint64, startedAt time.Time) *attempt {
-	a := &attempt{dispatch: d, key: key, lease: lease, startedAt: startedAt, revision: revision}
+// on its lease is renewed and a cancel reaches it. The attempt takes over
+// the pending attempt's slots and mutex.
+func (s *Service) register(p *pending, key string, lease []byte, revision uint64, startedAt time.Time) *attempt {
+	d := p.d
+	a := &attempt{dispatch: d, key: key, lease: lease, startedAt: startedAt, revision: revision,
+		handler: p.handler, hs: p.hs, mutexKey: p.mutexKey, mutexRev: p.mutexRev}
 	a.log = s.taskLogger(&d)
-	if h, ok := s.opts.Mux.Handler(d.Handler); ok {
-		a.handler = h
-	} else {
-		err := Permanent(fmt.Errorf("handler %q is not registered on worker %s (it has: %s)",
-			d.Handler, s.opts.WorkerID, strings.Join(s.opts.Mux.Names(), ", ")))
-		a.handler = HandlerFunc(func(context.Context, *Task) (any, error) { return nil, err })
-	}
+	a.hlog = s.handlerLogger(&a.dispatch, a.log)
 
 	ctx, cancel := context.WithCancelCause(s.handlersCtx)
 	var deadline time.Time
@@ -184,7 +173,7 @@ func (s *Service) register(d schemas.Dispatch, key string, lease []byte, revisio
 			stop()
 		}
 	}
-	a.ctx, a.cancel = withLogger(ctx, a.log), cancel
+	a.ctx, a.cancel = withOnce(withLogger(ctx, a.hlog), &onceScope{s: s, dispatch: &a.dispatch, log: a.hlog}), cancel
 	a.task = &Task{
 		InstanceID:  d.InstanceID,
 		Name:        d.Task,
@@ -204,25 +193,37 @@ func (s *Service) register(d schemas.Dispatch, key string, lease []byte, revisio
 	return a
 }
 
-// taskLogger is the logger of one attempt. It is the one place where a
-// per-attempt writer (task logs shipped to AX_LOGS) joins the worker's logger.
+// taskLogger is the worker's logger of one attempt, for what the worker
+// says about it. The handler logs through [Service.handlerLogger], whose
+// lines ship to AX_LOGS and are copied here.
 func (s *Service) taskLogger(d *schemas.Dispatch) zerolog.Logger {
 	return s.log.With().Str("task", d.Task).Int64("instance_id", d.InstanceID).Int("attempt", d.Attempt).Logger()
 }
 
-// runAttempt runs the handler, reports the outcome and releases the lease.
+// runAttempt runs the handler, reports the outcome and releases the lease,
+// and the mutex once the handler has returned.
 func (s *Service) runAttempt(a *attempt) {
 	defer s.runners.Done()
 	a.log.Debug().Str("handler", a.dispatch.Handler).Msg("attempt started")
-	out, err := s.invoke(a)
+	out, err, returned := s.invoke(a)
+	// finish releases the mutex, before the slots so that the next attempt
+	// with the key may start at once. A handler that was abandoned may
+	// still run: its mutex expires with its TTL instead.
+	finish := func() {
+		if returned {
+			s.unlockAttemptMutex(a)
+		}
+		s.release(a)
+	}
 	cause := context.Cause(a.ctx)
 	a.cancel(context.Canceled) // release the context's resources; the cause is read
 	if errors.Is(cause, ErrLeaseLost) {
-		s.release(a)
+		finish()
 		a.log.Warn().Msg("lease lost; the dispatcher has moved on, so the attempt is not reported")
 		return
 	}
 	rep := s.outcome(a, out, err, cause)
+	s.flushLogs(a)
 	m, encErr := streams.NewMsg(s.opts.Topology.Report(a.dispatch.InstanceID), reportID(a.dispatch, rep.Kind), rep)
 	if encErr == nil && int64(len(m.Data)) > s.opts.Conn.MaxPayload()-reportHeadroom {
 		size := len(rep.Output)
@@ -236,7 +237,7 @@ func (s *Service) runAttempt(a *attempt) {
 	}
 	if encErr != nil {
 		// Without a report the lease must expire for the dispatcher to move on.
-		s.release(a)
+		finish()
 		a.log.Error().Err(encErr).Str("outcome", string(rep.Kind)).Msg("report attempt; leaving its lease to expire")
 		return
 	}
@@ -245,7 +246,7 @@ func (s *Service) runAttempt(a *attempt) {
 		ev = a.log.Warn().Str("error", rep.Error).Bool("permanent", rep.Permanent)
 	}
 	ev.Str("outcome", string(rep.Kind)).Dur("duration", rep.At.Sub(rep.StartedAt)).Msg("attempt finished")
-	s.release(a)
+	finish()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	// A delete, never a purge: the reaper reads a purge as an expiry.
@@ -258,14 +259,28 @@ func (s *Service) runAttempt(a *attempt) {
 const reportHeadroom = 4 << 10
 
 // release takes the attempt off the running set: its lease is no longer
-// renewed and its slot is free.
+// renewed and its slots are free. Releasing it again changes nothing.
 func (s *Service) release(a *attempt) {
 	s.mu.Lock()
 	if s.running[a.key] == a {
 		delete(s.running, a.key)
 	}
+	if !a.released {
+		a.released = true
+		s.held--
+		if a.hs != nil {
+			a.hs.busy--
+		}
+	}
 	s.mu.Unlock()
 	signal(s.freed)
+}
+
+// unlockAttemptMutex releases the attempt's mutex key, if it holds one.
+func (s *Service) unlockAttemptMutex(a *attempt) {
+	if a.mutexRev != 0 {
+		s.unlockMutex(a.mutexKey, a.mutexRev, a.log)
+	}
 }
 
 type result struct {
@@ -275,15 +290,15 @@ type result struct {
 
 // invoke calls the handler on its own goroutine, recovering a panic. It
 // returns when the handler does, or abandonAfter after the attempt's context
-// ended if the handler ignores that.
-func (s *Service) invoke(a *attempt) (any, error) {
+// ended if the handler ignores that; returned is false then.
+func (s *Service) invoke(a *attempt) (out any, err error, returned bool) {
 	done := make(chan result, 1)
 	s.handlers.Add(1)
 	go func() {
 		defer s.handlers.Done()
 		defer func() {
 			if r := recover(); r != nil {
-				a.log.Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("handler panicked")
+				a.hlog.Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("handler panicked")
 				done <- result{err: fmt.Errorf("handler panicked: %v", r)}
 			}
 		}()
@@ -292,19 +307,19 @@ func (s *Service) invoke(a *attempt) (any, error) {
 	}()
 	select {
 	case r := <-done:
-		return r.out, r.err
+		return r.out, r.err, true
 	case <-a.ctx.Done():
 	}
 	timer := time.NewTimer(abandonAfter)
 	defer timer.Stop()
 	select {
 	case r := <-done:
-		return r.out, r.err
+		return r.out, r.err, true
 	case <-timer.C:
 		s.abandoned.Add(1)
 		a.log.Error().Err(context.Cause(a.ctx)).Dur("waited", abandonAfter).
 			Msg("handler did not return after its context ended; abandoning it and reporting the attempt")
-		return nil, context.Cause(a.ctx)
+		return nil, context.Cause(a.ctx), false
 	}
 }
 

@@ -21,8 +21,9 @@ const (
 //
 //   - builtin.echo succeeds; its output is the payload as it is.
 //   - builtin.sleep sleeps for the payload's seconds ({"seconds": 1.5}, a
-//     number >= 0) and outputs {"slept_seconds": 1.5}. It fails, with the
-//     context's error wrapped, when its context ends first.
+//     number >= 0) and outputs {"slept_seconds": 1.5}. It logs a line when
+//     it starts and one per whole second slept ("slept 1s of 1.5s"). It
+//     fails, with the context's error wrapped, when its context ends first.
 //   - builtin.fail always fails, not permanently, with the payload's message
 //     ({"message": "disk full"}) as the error text, or a default text.
 //
@@ -57,15 +58,23 @@ func sleep(ctx context.Context, _ *Task, p sleepPayload) (any, error) {
 		return nil, Permanent(fmt.Errorf(`builtin.sleep: "seconds" is %v; use a number >= 0 and below 292 years`, sec))
 	}
 	d := time.Duration(sec * float64(time.Second))
+	log := Logger(ctx)
+	log.Info().Float64("seconds", sec).Msgf("sleeping %s", d)
 	start := time.Now()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return sleepOutput{SleptSeconds: sec}, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("builtin.sleep: interrupted after %s of %s: %w",
-			time.Since(start).Round(time.Millisecond), d, ctx.Err())
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for slept := 1; ; slept++ {
+		select {
+		case <-timer.C:
+			return sleepOutput{SleptSeconds: sec}, nil
+		case <-tick.C:
+			log.Info().Int("slept_seconds", slept).Float64("seconds", sec).Msgf("slept %ds of %s", slept, d)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("builtin.sleep: interrupted after %s of %s: %w",
+				time.Since(start).Round(time.Millisecond), d, ctx.Err())
+		}
 	}
 }
 

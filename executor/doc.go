@@ -32,6 +32,16 @@
 // down: see [context.Cause]) and a logger tagged with the attempt ([Logger]).
 // A handler should return soon after its context ends.
 //
+// # Isolation and idempotency
+//
+// Options of [Mux.Handle] bound how a worker runs a handler: [Concurrency]
+// gives it a pool of its own inside the worker's slots, so that a slow
+// handler never fills the worker, and [RateLimit] throttles how often its
+// attempts start. A task's concurrency.mutex_key keeps two attempts with the
+// same rendered key from running at once on any workers. [Once] records a
+// business step's success so that a retried attempt skips it. The rules,
+// and what each guarantees, are in docs/execution.md.
+//
 // # The daemon
 //
 // [New] and [Service.Run] make a worker: it registers in the ax-workers
@@ -43,15 +53,22 @@
 //
 // One attempt's life on a worker:
 //
-//  1. fetch the dispatch message (one FetchNoWait per consumer, a batch at a time);
-//  2. create ax-leases/<instance>.<attempt> if absent; if it exists another
+//  1. fetch the dispatch message (one FetchNoWait per consumer, a batch at a
+//     time, never more than the free slots) and take a slot; if the
+//     handler's own slots are full, give the message back for
+//     Options.RequeueDelay instead;
+//  2. wait for the handler's rate limit, if it has one, then take the
+//     mutex key, if the task has one; if another attempt holds it, give the
+//     message back for Options.RequeueDelay;
+//  3. create ax-leases/<instance>.<attempt> if absent; if it exists another
 //     delivery of the attempt ran or runs, so the message is terminated;
-//  3. publish the started report, await its acknowledgement, ack the dispatch message;
-//  4. run the handler under the attempt's deadline, renewing the lease every TTL/3;
-//  5. publish the succeeded or failed report, await its acknowledgement, delete the lease.
+//  4. publish the started report, await its acknowledgement, ack the dispatch message;
+//  5. run the handler under the attempt's deadline, renewing the lease every TTL/3;
+//  6. publish the succeeded or failed report, await its acknowledgement,
+//     release the mutex key, delete the lease.
 //
 // A dispatch naming a handler the worker does not have goes the same way and
-// fails permanently at step 4 with an error that lists the worker's
+// fails permanently at step 5 with an error that lists the worker's
 // handlers: the instance's record reads RUNNING then FAILED, with the reason.
 //
 // Publishes of one batch (leases, started reports, renewals) are

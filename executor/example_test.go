@@ -110,3 +110,55 @@ func ExampleNew() {
 		fmt.Fprintln(os.Stderr, err)
 	}
 }
+
+// Order is the payload of the task "orders.checkout".
+type Order struct {
+	ID    int64 `json:"id"`
+	Cents int64 `json:"cents"`
+}
+
+func charge(context.Context, Order) error      { return nil }
+func sendReceipt(context.Context, Order) error { return nil }
+
+// A checkout handler charges the order once, however often the attempt is
+// retried: the charge runs under Once with a key that names the order, so
+// a retry after a failed receipt skips it. A payload that no retry can fix
+// fails permanently, and every step logs through the context's logger,
+// tagged with the attempt.
+func ExampleOnce() {
+	mux := executor.NewMux()
+	mux.Handle("orders.checkout", executor.JSON(func(ctx context.Context, t *executor.Task, o Order) (any, error) {
+		log := executor.Logger(ctx)
+		if o.Cents <= 0 {
+			return nil, executor.Permanent(fmt.Errorf("order %d: %d cents; the amount must be positive", o.ID, o.Cents))
+		}
+		err := executor.Once(ctx, fmt.Sprintf("charge-order-%d", o.ID), func(ctx context.Context) error {
+			log.Info().Int64("order", o.ID).Int64("cents", o.Cents).Msg("charging")
+			return charge(ctx, o)
+		})
+		if err != nil {
+			return nil, err
+		}
+		// From here on a failure retries the attempt, never the charge.
+		if err := sendReceipt(ctx, o); err != nil {
+			log.Warn().Err(err).Int("attempt", t.Attempt).Msg("receipt not sent; retrying")
+			return nil, err
+		}
+		return map[string]int64{"charged_cents": o.Cents}, nil
+	}))
+}
+
+// Options bound how a worker runs a handler: a slow export takes at most
+// two of the worker's slots, so other handlers keep running beside it; a
+// partner's API is called at most 10 times a second, in bursts of 5.
+func ExampleMux_Handle() {
+	mux := executor.NewMux()
+	mux.HandleFunc("reports.export", func(ctx context.Context, t *executor.Task) (any, error) {
+		return nil, nil
+	}, executor.Concurrency(2))
+	mux.HandleFunc("partner.sync", func(ctx context.Context, t *executor.Task) (any, error) {
+		return nil, nil
+	}, executor.RateLimit(10, 5), executor.Concurrency(4))
+	fmt.Println(mux.Names())
+	// Output: [partner.sync reports.export]
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/streamstest"
@@ -183,4 +184,37 @@ func (g *gate) HandleTask(ctx context.Context, t *executor.Task) (any, error) {
 // isKeyMissing reports whether err says a KV key does not exist.
 func isKeyMissing(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
+}
+
+// collect reads reports until it has the final report of n attempts and
+// returns the started and final reports by instance id, failing the test
+// on a failed attempt.
+func (w *world) collect(n int) (started, finals map[int64]report) {
+	w.t.Helper()
+	started, finals = map[int64]report{}, map[int64]report{}
+	for len(finals) < n {
+		r := w.next()
+		switch r.Kind {
+		case schemas.ReportStarted:
+			started[r.InstanceID] = r
+		case schemas.ReportSucceeded:
+			finals[r.InstanceID] = r
+		default:
+			w.t.Fatalf("report %+v", r.Report)
+		}
+	}
+	return started, finals
+}
+
+// worker starts a worker with its own connection, as another process would.
+func (w *world) worker(id string, mux *executor.Mux, tune func(*executor.Options)) *executor.Service {
+	w.t.Helper()
+	nc, _ := w.srv.Connect()
+	opts := w.options(mux)
+	opts.Conn, opts.WorkerID = nc, id
+	opts.RequeueDelay = 50 * time.Millisecond
+	if tune != nil {
+		tune(&opts)
+	}
+	return executortest.Run(w.t, opts)
 }

@@ -11,16 +11,23 @@ import (
 // value is not usable, make one with [NewMux].
 type Mux struct {
 	mu       sync.RWMutex
-	handlers map[string]Handler
+	handlers map[string]muxEntry
+}
+
+// muxEntry is a registered handler and its options.
+type muxEntry struct {
+	handler Handler
+	limits  handlerLimits
 }
 
 // NewMux returns an empty mux.
-func NewMux() *Mux { return &Mux{handlers: make(map[string]Handler)} }
+func NewMux() *Mux { return &Mux{handlers: make(map[string]muxEntry)} }
 
-// Handle registers h under name. It panics when name is empty, h is nil or
-// name is already registered: these are programming mistakes to catch at
-// start-up.
-func (m *Mux) Handle(name string, h Handler) {
+// Handle registers h under name, with options that bound how a worker runs
+// it ([Concurrency], [RateLimit]); every worker serving the mux applies
+// them on its own. It panics when name is empty, h is nil or name is
+// already registered: these are programming mistakes to catch at start-up.
+func (m *Mux) Handle(name string, h Handler, opts ...HandlerOption) {
 	if name == "" {
 		panic("executor: Mux.Handle with an empty handler name")
 	}
@@ -32,23 +39,36 @@ func (m *Mux) Handle(name string, h Handler) {
 	if _, ok := m.handlers[name]; ok {
 		panic("executor: handler " + name + " is registered twice")
 	}
-	m.handlers[name] = h
+	e := muxEntry{handler: h}
+	for _, opt := range opts {
+		if opt == nil {
+			panic("executor: Mux.Handle(" + name + ") with a nil option")
+		}
+		opt(&e.limits)
+	}
+	m.handlers[name] = e
 }
 
 // HandleFunc registers f under name, like [Mux.Handle].
-func (m *Mux) HandleFunc(name string, f func(ctx context.Context, t *Task) (any, error)) {
+func (m *Mux) HandleFunc(name string, f func(ctx context.Context, t *Task) (any, error), opts ...HandlerOption) {
 	if f == nil {
 		panic("executor: Mux.HandleFunc(" + name + ") with a nil function")
 	}
-	m.Handle(name, HandlerFunc(f))
+	m.Handle(name, HandlerFunc(f), opts...)
 }
 
 // Handler returns the handler registered under name.
 func (m *Mux) Handler(name string) (Handler, bool) {
+	e, ok := m.entry(name)
+	return e.handler, ok
+}
+
+// entry returns the handler registered under name with its options.
+func (m *Mux) entry(name string) (muxEntry, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	h, ok := m.handlers[name]
-	return h, ok
+	e, ok := m.handlers[name]
+	return e, ok
 }
 
 // Names returns the registered handler names, sorted.

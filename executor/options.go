@@ -23,6 +23,9 @@ const (
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultIdleWait          = time.Second
 	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultRequeueDelay      = time.Second
+	DefaultLogBuffer         = 10000
+	DefaultLogFlushInterval  = 100 * time.Millisecond
 )
 
 // Options configures a worker. Zero fields take the stated defaults.
@@ -59,9 +62,27 @@ type Options struct {
 	// context ends before their contexts are cancelled (default
 	// [DefaultShutdownTimeout]).
 	ShutdownTimeout time.Duration
-	// Logger receives the worker's logs (zero value: no logs). Handlers get
-	// it, tagged with their attempt, through [Logger].
+	// RequeueDelay is how long an attempt that cannot start yet is given
+	// back to JetStream for, before this or another worker takes it again
+	// (default [DefaultRequeueDelay]): its handler's slots are full
+	// ([Concurrency]) or another attempt holds its mutex key.
+	RequeueDelay time.Duration
+	// Logger receives the worker's logs (zero value: no logs). The lines a
+	// handler logs through [Logger] are copied to it too, at their own
+	// level, tagged with the attempt; its level does not limit what ships
+	// to AX_LOGS.
 	Logger zerolog.Logger
+	// TaskLogLevel is the least level of the handler log lines the worker
+	// ships to AX_LOGS (zero value: zerolog.DebugLevel).
+	TaskLogLevel zerolog.Level
+	// LogBuffer is how many handler log lines the worker holds while they
+	// wait to be shipped to AX_LOGS (default [DefaultLogBuffer]). When it is
+	// full the oldest line is dropped and counted ([Service.LogLinesDropped]),
+	// so logging never blocks a handler nor grows memory without bound.
+	LogBuffer int
+	// LogFlushInterval is how often the worker ships the waiting handler log
+	// lines (default [DefaultLogFlushInterval]); 500 waiting lines ship at once.
+	LogFlushInterval time.Duration
 	// NowFunc returns the current time for reports, leases and heartbeats
 	// (default time.Now). Deadlines run on the real clock.
 	NowFunc func() time.Time
@@ -111,6 +132,8 @@ func (o Options) withDefaults() (Options, error) {
 		{"HeartbeatInterval", &o.HeartbeatInterval, DefaultHeartbeatInterval},
 		{"IdleWait", &o.IdleWait, DefaultIdleWait},
 		{"ShutdownTimeout", &o.ShutdownTimeout, DefaultShutdownTimeout},
+		{"RequeueDelay", &o.RequeueDelay, DefaultRequeueDelay},
+		{"LogFlushInterval", &o.LogFlushInterval, DefaultLogFlushInterval},
 	}
 	for _, f := range durations {
 		if *f.d < 0 {
@@ -125,6 +148,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Slots == 0 {
 		o.Slots = DefaultSlots
+	}
+	if o.LogBuffer < 0 {
+		return o, fmt.Errorf("executor options: LogBuffer is %d; use a positive number of lines or 0 for the default", o.LogBuffer)
+	}
+	if o.LogBuffer == 0 {
+		o.LogBuffer = DefaultLogBuffer
+	}
+	if o.TaskLogLevel < zerolog.TraceLevel || o.TaskLogLevel > zerolog.Disabled {
+		return o, fmt.Errorf("executor options: TaskLogLevel %d is not a zerolog level; use zerolog.TraceLevel to zerolog.Disabled", o.TaskLogLevel)
 	}
 	if o.NowFunc == nil {
 		o.NowFunc = time.Now

@@ -30,8 +30,10 @@ func pullOrder(pools []string, priorities []schemas.Priority) []queue {
 	return qs
 }
 
-// pull takes work while there are free slots, until ctx ends. It returns an
-// error only when the NATS connection closed under it.
+// pull takes work while there are free slots, until ctx ends: it fetches
+// no more messages than it has free slots, admits each (see admit), starts
+// the attempts that need not wait in one batch and hands the others to
+// prepare. It returns an error only when the NATS connection closed under it.
 func (s *Service) pull(ctx context.Context) error {
 	idle := time.NewTimer(s.opts.IdleWait)
 	defer idle.Stop()
@@ -65,7 +67,19 @@ func (s *Service) pull(ctx context.Context) error {
 			}
 			break
 		}
-		s.start(ctx, msgs)
+		var batch []*pending
+		for _, m := range msgs {
+			p := s.admit(m)
+			switch {
+			case p == nil:
+			case p.waits():
+				s.runners.Add(1)
+				go s.prepare(ctx, p)
+			default:
+				batch = append(batch, p)
+			}
+		}
+		s.start(ctx, batch)
 	}
 	return nil
 }

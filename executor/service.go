@@ -37,20 +37,31 @@ type Service struct {
 	doorbell chan struct{} // rung by the dispatcher's ready messages
 	freed    chan struct{} // signalled when an attempt gives its slot back
 
-	mu      sync.Mutex
-	running map[string]*attempt // by lease key
+	mu            sync.Mutex
+	running       map[string]*attempt      // by lease key
+	held          int                      // slots taken: attempts running or about to
+	handlerStates map[string]*handlerState // by handler name, made on first use
+
+	templates sync.Map // parsed mutex key templates by their text
+
+	logs *logShipper // ships the handlers' log lines to AX_LOGS
 
 	runners   sync.WaitGroup // one per attempt, until it is reported
 	handlers  sync.WaitGroup // one per handler call
 	abandoned atomic.Int64   // handlers left running after their context ended
 
 	// Set by Run before any goroutine starts.
-	js        jetstream.JetStream
-	leases    jetstream.KeyValue
-	workers   jetstream.KeyValue
-	leaseTTL  time.Duration
-	queues    []queue
-	startedAt time.Time
+	js       jetstream.JetStream
+	leases   jetstream.KeyValue
+	workers  jetstream.KeyValue
+	mutexes  jetstream.KeyValue
+	onces    jetstream.KeyValue
+	leaseTTL time.Duration
+	// The TTL of the markers a released mutex or once key leaves.
+	mutexMarkerTTL time.Duration
+	onceMarkerTTL  time.Duration
+	queues         []queue
+	startedAt      time.Time
 	// handlersCtx is the parent of every attempt's context: detached from
 	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
 	handlersCtx  context.Context
@@ -67,14 +78,17 @@ func New(opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := o.Logger.With().Str("service", "executor").Str("worker_id", o.WorkerID).Logger()
 	return &Service{
-		opts:     o,
-		log:      o.Logger.With().Str("service", "executor").Str("worker_id", o.WorkerID).Logger(),
-		ready:    make(chan struct{}),
-		doorbell: make(chan struct{}, 1),
-		freed:    make(chan struct{}, 1),
-		running:  make(map[string]*attempt),
-		hostname: hostname(),
+		opts:          o,
+		log:           log,
+		logs:          newLogShipper(o.WorkerID, o.Topology, o.LogBuffer, o.LogFlushInterval, log),
+		ready:         make(chan struct{}),
+		doorbell:      make(chan struct{}, 1),
+		freed:         make(chan struct{}, 1),
+		running:       make(map[string]*attempt),
+		handlerStates: make(map[string]*handlerState),
+		hostname:      hostname(),
 	}, nil
 }
 
@@ -84,11 +98,12 @@ func (s *Service) WorkerID() string { return s.opts.WorkerID }
 // Slots returns how many attempts the worker runs at once.
 func (s *Service) Slots() int { return s.opts.Slots }
 
-// Busy returns how many attempts the worker runs now.
+// Busy returns how many of the worker's slots are taken: attempts that
+// run, and attempts about to (waiting for their handler's rate limit).
 func (s *Service) Busy() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.running)
+	return s.held
 }
 
 // Ready returns a channel that is closed once Run has registered the worker,
@@ -156,6 +171,9 @@ func (s *Service) Run(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background.Go(func() { s.heartbeat(bgCtx) })
 	background.Go(func() { s.renewLeases(bgCtx) })
+	// Stopped with the others once every attempt is reported: it then
+	// ships what is left.
+	background.Go(func() { s.logs.run(bgCtx, s.js) })
 
 	s.log.Info().Strs("pools", s.opts.Pools).Int("slots", s.opts.Slots).Strs("handlers", s.opts.Mux.Names()).
 		Dur("lease_ttl", s.leaseTTL).Msg("worker started")
@@ -184,7 +202,7 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) setUp(ctx context.Context) error {
 	topo := s.opts.Topology
 	const hint = "AX's streams and buckets are made by the dispatcher: start `ax dispatcher` or `ax dev` first"
-	for _, name := range []string{topo.DispatchStream(), topo.ReportsStream()} {
+	for _, name := range []string{topo.DispatchStream(), topo.ReportsStream(), topo.LogsStream()} {
 		if _, err := s.js.Stream(ctx, name); err != nil {
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
 				return fmt.Errorf("look up stream %s: %w; %s", name, err, hint)
@@ -208,6 +226,26 @@ func (s *Service) setUp(ctx context.Context) error {
 	}
 	if s.workers, err = bucket(topo.WorkersBucket()); err != nil {
 		return err
+	}
+	if s.mutexes, err = bucket(topo.MutexBucket()); err != nil {
+		return err
+	}
+	if s.onces, err = bucket(topo.OnceBucket()); err != nil {
+		return err
+	}
+	// Mutex keys and running markers carry a per-key TTL, which a bucket
+	// allows only with limit markers on.
+	for _, b := range []struct {
+		kv  jetstream.KeyValue
+		ttl *time.Duration
+	}{{s.mutexes, &s.mutexMarkerTTL}, {s.onces, &s.onceMarkerTTL}} {
+		status, err := b.kv.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("read status of bucket %s: %w", b.kv.Bucket(), err)
+		}
+		if *b.ttl = status.LimitMarkerTTL(); *b.ttl <= 0 {
+			return fmt.Errorf("bucket %s has no limit markers, so its keys cannot carry a TTL; %s", b.kv.Bucket(), hint)
+		}
 	}
 	status, err := s.leases.Status(ctx)
 	if err != nil {

@@ -84,10 +84,11 @@ func FuzzParseTriggerEvent(f *testing.F) {
 		}
 		// The payload passes as it was sent and is compacted when encoded; a
 		// time keeps its instant, not necessarily its *time.Location.
-		if !ev.FiredAt.Equal(again.FiredAt) {
-			t.Fatalf("fired_at %v became %v", ev.FiredAt, again.FiredAt)
+		if !ev.FiredAt.Equal(again.FiredAt) || !ev.RunAt.Equal(again.RunAt) {
+			t.Fatalf("fired_at %v, run_at %v became %v, %v", ev.FiredAt, ev.RunAt, again.FiredAt, again.RunAt)
 		}
 		ev.FiredAt, again.FiredAt = time.Time{}, time.Time{}
+		ev.RunAt, again.RunAt = time.Time{}, time.Time{}
 		if len(ev.Payload) > 0 {
 			if ev.Payload, err = json.Marshal(ev.Payload); err != nil {
 				t.Fatalf("accepted payload %q is not JSON: %v", data, err)

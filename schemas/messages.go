@@ -2,6 +2,8 @@ package schemas
 
 import (
 	"encoding/json"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -13,6 +15,7 @@ const (
 	SourceEvent  Source = "event"  // an HTTP call or a plain NATS publish
 	SourceManual Source = "manual" // an operator (ax fire, the console)
 	SourceRetry  Source = "retry"  // the dispatcher, starting the next attempt
+	SourceCron   Source = "cron"   // the trigger service, at a cron trigger's tick
 )
 
 // TriggerEvent is the message on ax.trigger.<task>: one firing of a task.
@@ -41,6 +44,37 @@ type TriggerEvent struct {
 	FiredAt time.Time `json:"fired_at,omitzero"`
 	// Retry is set on the dispatcher's own trigger for a task's next attempt.
 	Retry *RetryOf `json:"retry,omitempty"`
+	// Reason says why the firing happens as it does when that is not plain:
+	// the trigger service sets it on a missed cron tick that its misfire
+	// policy fires late ("misfire catch_up: …"), the API on a rerun ("rerun
+	// of instance 42"). The dispatcher records it on the CREATED transition.
+	Reason string `json:"reason,omitempty"`
+	// IdempotencyKey makes the firing's event id "idem-<key>": firing again
+	// with the same key makes no second instance. It excludes EventID.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// RunAt is when the instance is due: the dispatcher creates it no
+	// earlier, and records RunAt as its fired_at. A time in the past fires
+	// at once. It excludes Delay.
+	RunAt time.Time `json:"run_at,omitzero"`
+	// Delay is RunAt as a Go duration ("90s", "2h") after FiredAt, or after
+	// the message reached the stream when FiredAt is zero. It excludes RunAt.
+	Delay string `json:"delay,omitempty"`
+}
+
+// IdempotencyEventIDPrefix prefixes an idempotency key to make the event id
+// of its firing.
+const IdempotencyEventIDPrefix = "idem-"
+
+// TaskEntry is the value of key <task> in the ax-tasks bucket, put by the API
+// after every change of a task (apply, enable, disable) and deleted with the
+// task. Services that plan ahead (the trigger service) watch the bucket and
+// reload the task from the store when its entry changes: the entry is a
+// signal, PostgreSQL stays the authority.
+type TaskEntry struct {
+	// Version is the task's definition version.
+	Version int `json:"version"`
+	// Enabled says whether the task's firings make instances that run.
+	Enabled bool `json:"enabled"`
 }
 
 // RetryOf names the attempt a retry trigger starts.
@@ -64,6 +98,9 @@ type Dispatch struct {
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	// TimeoutMS is how long the attempt may run, in milliseconds.
 	TimeoutMS int64 `json:"timeout_ms"`
+	// MutexTemplate is the task's concurrency.mutex_key, unrendered: the
+	// executor renders it over the payload (see [ParseMutexKey]).
+	MutexTemplate string `json:"mutex_template,omitempty"`
 	// FiredAt is when the trigger fired; DispatchedAt when this attempt was routed.
 	FiredAt      time.Time `json:"fired_at"`
 	DispatchedAt time.Time `json:"dispatched_at"`
@@ -127,6 +164,26 @@ type Lease struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 }
 
+// LogLine is the message on ax.log.<instance_id>: one line a handler logged
+// through its context's logger (executor.Logger), shipped by the executor to
+// AX_LOGS. The lines of one instance are stored in the order the worker
+// received them; one message holds one line.
+type LogLine struct {
+	InstanceID int64  `json:"instance_id"`
+	Task       string `json:"task"`
+	Attempt    int    `json:"attempt"`
+	WorkerID   string `json:"worker_id"`
+	// Level is zerolog's name of the line's level: "trace", "debug", "info",
+	// "warn", "error", "fatal", "panic", or "" for a line logged without one.
+	Level   string `json:"level"`
+	Message string `json:"message"`
+	// Time is when the handler wrote the line.
+	Time time.Time `json:"time"`
+	// Fields holds the line's other fields as a JSON object, in the order
+	// the handler added them; left out when there are none.
+	Fields json.RawMessage `json:"fields,omitempty"`
+}
+
 // ControlAction is what a control message asks of an executor.
 type ControlAction string
 
@@ -178,4 +235,85 @@ type Instance struct {
 	StartedAt   *time.Time      `json:"started_at,omitempty"`
 	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
 	Transitions []Transition    `json:"transitions,omitempty"`
+}
+
+// AuditKind says what an [AuditRecord] records.
+type AuditKind string
+
+// The audit record kinds.
+const (
+	AuditTransition AuditKind = "transition" // an instance changed state
+	AuditAction     AuditKind = "action"     // an operator acted on a task or an instance
+)
+
+// OperatorAction names what an operator did.
+type OperatorAction string
+
+// The operator actions the audit trail records.
+const (
+	ActionApply   OperatorAction = "apply"   // stored a new version of a task's definition
+	ActionEnable  OperatorAction = "enable"  // enabled a task
+	ActionDisable OperatorAction = "disable" // disabled a task
+	ActionPause   OperatorAction = "pause"   // paused a task's triggers
+	ActionResume  OperatorAction = "resume"  // resumed a task's triggers
+	ActionFire    OperatorAction = "fire"    // fired a task by hand
+	ActionRerun   OperatorAction = "rerun"   // fired an instance's firing again
+	ActionCancel  OperatorAction = "cancel"  // cancelled an instance
+	ActionDelete  OperatorAction = "delete"  // deleted a task
+)
+
+// AuditRecord is the message on ax.audit.<task>: one entry of the audit
+// trail, an instance transition or an operator action, with its ID as the
+// message's Nats-Msg-Id. The auditor relays each row of the outbox tables
+// exactly once; the records of one instance arrive in the order of its
+// transitions.
+type AuditRecord struct {
+	// ID is "t-<transition id>" for a transition, "o-<action id>" for an
+	// operator action (see [TransitionAuditID], [ActionAuditID]).
+	ID   string    `json:"id"`
+	Kind AuditKind `json:"kind"`
+	Task string    `json:"task"`
+	// InstanceID is the instance the record is about; 0 (left out) for an
+	// action on a task.
+	InstanceID int64 `json:"instance_id,omitempty"`
+	// From, To and Attempt describe a transition; From is empty for the creation.
+	From    State `json:"from,omitempty"`
+	To      State `json:"to,omitempty"`
+	Attempt int   `json:"attempt,omitempty"`
+	// Action is what an operator did, for an action.
+	Action OperatorAction `json:"action,omitempty"`
+	// Operator is who or what made the change: a person or program named by
+	// the X-Ax-Operator header, "dispatcher", "reaper", "worker:<id>", …
+	Operator string `json:"operator"`
+	// Reason says why, when that is known.
+	Reason string `json:"reason,omitempty"`
+	// Details holds what else an action changed (e.g. {"version": 3} for
+	// an apply): any JSON value.
+	Details json.RawMessage `json:"details,omitempty"`
+	// At is when the change was written.
+	At time.Time `json:"at"`
+}
+
+// TransitionAuditID is the audit record id of transition id.
+func TransitionAuditID(id int64) string { return "t-" + strconv.FormatInt(id, 10) }
+
+// ActionAuditID is the audit record id of operator action id.
+func ActionAuditID(id int64) string { return "o-" + strconv.FormatInt(id, 10) }
+
+// ParseAuditID is the inverse of [TransitionAuditID] and [ActionAuditID]:
+// it returns the record's kind and the id of its row. ok is false when s is
+// not such an id, exactly as they write it.
+func ParseAuditID(s string) (kind AuditKind, id int64, ok bool) {
+	prefix, num, _ := strings.Cut(s, "-")
+	id, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != num {
+		return "", 0, false
+	}
+	switch prefix {
+	case "t":
+		return AuditTransition, id, true
+	case "o":
+		return AuditAction, id, true
+	}
+	return "", 0, false
 }

@@ -105,7 +105,8 @@ func newValidationError(what string, problems []Problem) *ValidationError {
 // ParseTask reads a task definition in JSON (when its first non-space byte is
 // '{') or YAML, checks it against task.schema.json and the rules the schema
 // cannot express (timeout at most [MaxTimeout], max_interval_sec not below
-// initial_interval_sec, a payload_schema that compiles), and returns it as
+// initial_interval_sec, a payload_schema that compiles, a cron schedule and
+// time zone that [ParseCronSchedule] accepts), and returns it as
 // written: defaults are not filled in (see [Task.WithDefaults]), empty lists
 // are nil and payload_schema is compacted, so that the task's JSON encoding
 // parses to an equal task. Any
@@ -187,6 +188,14 @@ func (t *Task) semanticProblems() []Problem {
 				fmt.Sprintf("must not exceed max_interval_sec, which defaults to %s; lower it or set max_interval_sec", formatFloat(maxi))})
 		}
 	}
+	for i, tr := range t.Triggers {
+		problems = append(problems, tr.problems(fmt.Sprintf("triggers[%d]", i))...)
+	}
+	if k := t.Concurrency.MutexKey; k != "" {
+		if _, err := ParseMutexKey(k); err != nil {
+			problems = append(problems, Problem{"concurrency.mutex_key", mutexKeyMessage(err)})
+		}
+	}
 	if len(t.PayloadSchema) > 0 {
 		sch, err := compilePayloadSchema(t.PayloadSchema)
 		switch {
@@ -232,8 +241,9 @@ func (t *Task) normalize() {
 // WithDefaults returns a copy of t (which must not be nil) with every default
 // filled in: timeout "1h" ([DefaultTimeout]), max_attempts 1, backoff
 // "fixed", intervals 30 s and 1800 s, priority "normal", schema_version 1,
-// dispatch strategy "pull" and blocking strategy "serial". The copy shares
-// no memory with t.
+// dispatch strategy "pull", blocking strategy "serial", and for each cron
+// trigger timezone "UTC", misfire "skip" and, with "catch_up", max_catch_up
+// 10. The copy shares no memory with t.
 func (t *Task) WithDefaults() *Task {
 	c := *t
 	c.Triggers = slices.Clone(t.Triggers)
@@ -263,6 +273,9 @@ func (t *Task) WithDefaults() *Task {
 	}
 	if c.Concurrency.BlockingStrategy == "" {
 		c.Concurrency.BlockingStrategy = DefaultBlockingStrategy
+	}
+	for i := range c.Triggers {
+		c.Triggers[i] = c.Triggers[i].WithDefaults()
 	}
 	return &c
 }
@@ -317,8 +330,12 @@ func seconds(s float64) time.Duration {
 
 // ParseTriggerEvent reads a trigger event (JSON) strictly: it must satisfy
 // trigger.schema.json, and a field the event does not know is rejected by
-// name. Every field is optional, so an empty body and "{}" are valid events.
-// Any rejection is a *[ValidationError]. It is safe for concurrent use.
+// name. It also checks what the schema leaves to code: delay is a duration
+// Go can hold, and run_at and delay, like event_id and idempotency_key, are
+// alternatives (a golden message sets every field, so the schema cannot
+// forbid the pairs). Every field is optional, so an empty body and "{}" are
+// valid events. Any rejection is a *[ValidationError]. It is safe for
+// concurrent use.
 func ParseTriggerEvent(data []byte) (TriggerEvent, error) {
 	const what = "trigger event"
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -342,12 +359,51 @@ func ParseTriggerEvent(data []byte) (TriggerEvent, error) {
 		var perr *time.ParseError
 		if errors.As(err, &perr) {
 			// The schema's date-time accepts a few RFC 3339 forms Go does not
-			// (a leap second, a lower-case 't'); fired_at is the only time.
-			return TriggerEvent{}, newValidationError(what, []Problem{{"fired_at", "must be an RFC 3339 time such as 2024-05-01T12:00:00Z"}})
+			// (a leap second, a lower-case 't').
+			return TriggerEvent{}, newValidationError(what, timeProblems(doc, "fired_at", "run_at"))
 		}
 		return TriggerEvent{}, newValidationError(what, []Problem{decodeProblem(err)})
 	}
+	if problems := ev.problems(); len(problems) > 0 {
+		return TriggerEvent{}, newValidationError(what, problems)
+	}
 	return ev, nil
+}
+
+// problems checks the rules of a trigger event that its schema leaves to code.
+func (ev *TriggerEvent) problems() []Problem {
+	var out []Problem
+	if ev.Delay != "" {
+		if _, err := time.ParseDuration(ev.Delay); err != nil {
+			out = append(out, Problem{"delay", "must be a duration Go can hold, such as 90s, 15m or 2h (at most about 290 years)"})
+		}
+		if !ev.RunAt.IsZero() {
+			out = append(out, Problem{"delay", "must be left out when run_at is set: give run_at (a time) or delay (a duration), not both"})
+		}
+	}
+	if ev.IdempotencyKey != "" && ev.EventID != "" {
+		out = append(out, Problem{"event_id", "must be left out when idempotency_key is set: the firing's event id is then " +
+			IdempotencyEventIDPrefix + "<idempotency_key>; give one of them, not both"})
+	}
+	return out
+}
+
+// timeProblems names the fields of doc, among names, whose value Go cannot
+// read as an RFC 3339 time.
+func timeProblems(doc any, names ...string) []Problem {
+	obj, _ := doc.(map[string]any)
+	var out []Problem
+	for _, name := range names {
+		if v, ok := obj[name].(string); ok {
+			if _, err := time.Parse(time.RFC3339, v); err != nil {
+				out = append(out, Problem{name, "must be an RFC 3339 time such as 2024-05-01T12:00:00Z"})
+			}
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, Problem{"", "holds a time that is not RFC 3339; write times such as 2024-05-01T12:00:00Z"})
+	}
+	return out
 }
 
 // ValidatePayload checks payload against a task's payload_schema. An empty

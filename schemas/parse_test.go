@@ -204,8 +204,8 @@ var taskRejects = []struct {
 	{"triggers not a list", root(`"triggers":{"type":"event"}`), "triggers", "must be a list, not an object"},
 	{"trigger not an object", root(`"triggers":["event"]`), "triggers[0]", "must be an object, not a string"},
 	{"trigger type missing", root(`"triggers":[{}]`), "triggers[0].type", "is required"},
-	{"trigger type unknown", root(`"triggers":[{"type":"event"},{"type":"cron"}]`), "triggers[1].type", "must be one of event, manual"},
-	{"trigger unknown field", root(`"triggers":[{"type":"event","cron":"* * * * *"}]`), "triggers[0]", `unknown field "cron"; remove it (allowed: type)`},
+	{"trigger type unknown", root(`"triggers":[{"type":"event"},{"type":"interval"}]`), "triggers[1].type", "must be one of event, manual, cron"},
+	{"trigger unknown field", root(`"triggers":[{"type":"event","cron":"* * * * *"}]`), "triggers[0]", `unknown field "cron"; remove it (allowed: max_catch_up, misfire, schedule, timezone, type)`},
 	{"too many triggers", root(`"triggers":[` + strings.TrimSuffix(strings.Repeat(`{"type":"event"},`, 33), ",") + `]`), "triggers", "must have at most 32 items (it has 33)"},
 
 	// execution.
@@ -252,7 +252,7 @@ var taskRejects = []struct {
 	{"max_running_instances negative", root(`"concurrency":{"max_running_instances":-1}`), "concurrency.max_running_instances", "must be at least 0"},
 	{"max_running_instances huge", root(`"concurrency":{"max_running_instances":1e30}`), "concurrency.max_running_instances", "must be at most 1000000"},
 	{"blocking_strategy unknown", root(`"concurrency":{"blocking_strategy":"queue"}`), "concurrency.blocking_strategy", "must be one of serial, discard, cancel_other, buffer_one"},
-	{"concurrency unknown field", root(`"concurrency":{"limit":1}`), "concurrency", `unknown field "limit"; remove it (allowed: blocking_strategy, max_running_instances)`},
+	{"concurrency unknown field", root(`"concurrency":{"limit":1}`), "concurrency", `unknown field "limit"; remove it (allowed: blocking_strategy, max_running_instances, mutex_key)`},
 
 	// dispatch.
 	{"dispatch not an object", root(`"dispatch":"pull"`), "dispatch", "must be an object, not a string"},
@@ -581,6 +581,12 @@ var triggerAccepts = []struct {
 	{"event_id 200 chars", `{"event_id":"` + strings.Repeat("e", 200) + `"}`, TriggerEvent{EventID: strings.Repeat("e", 200)}},
 	{"event_id with punctuation", `{"event_id":"cron:nightly@2024-05-01T00:00:00Z"}`, TriggerEvent{EventID: "cron:nightly@2024-05-01T00:00:00Z"}},
 	{"fired_at with offset", `{"fired_at":"2024-05-01T14:00:00+02:00"}`, TriggerEvent{FiredAt: time.Date(2024, 5, 1, 14, 0, 0, 0, time.FixedZone("", 2*3600))}},
+	{"delayed by key", `{"idempotency_key":"order-42","delay":"1h30m","payload":{"order":42}}`,
+		TriggerEvent{IdempotencyKey: "order-42", Delay: "1h30m", Payload: json.RawMessage(`{"order":42}`)}},
+	{"delay fractions", `{"delay":"1.5s"}`, TriggerEvent{Delay: "1.5s"}},
+	{"delay zero", `{"delay":"0"}`, TriggerEvent{Delay: "0"}},
+	{"run_at", `{"run_at":"2024-05-01T12:00:00.25Z","reason":"rerun of instance 7"}`,
+		TriggerEvent{RunAt: time.Date(2024, 5, 1, 12, 0, 0, 25e7, time.UTC), Reason: "rerun of instance 7"}},
 }
 
 func TestParseTriggerEventAccepts(t *testing.T) {
@@ -611,14 +617,14 @@ var triggerRejects = []struct {
 	{"two values", `{} {}`, "", "unexpected data after the top-level value"},
 	{"array", `[]`, "", "must be an object, not a list"},
 	{"null", `null`, "", "must be an object, not null"},
-	{"unknown field", `{"event_id":"x","eventId":"y"}`, "", `unknown field "eventId"; remove it (allowed: event_id, fired_at, operator, payload, payload_version, priority, retry, source, task)`},
+	{"unknown field", `{"event_id":"x","eventId":"y"}`, "", `unknown field "eventId"; remove it (allowed: delay, event_id, fired_at, idempotency_key, operator, payload, payload_version, priority, reason, retry, run_at, source, task)`},
 	{"event_id empty", `{"event_id":""}`, "event_id", "must not be empty"},
 	{"event_id space", `{"event_id":"a b"}`, "event_id", "must not contain spaces, tabs or line breaks"},
 	{"event_id newline", `{"event_id":"a\nb"}`, "event_id", "must not contain spaces"},
 	{"event_id 201 chars", `{"event_id":"` + strings.Repeat("e", 201) + `"}`, "event_id", "must be at most 200 characters long (it has 201)"},
 	{"event_id number", `{"event_id":42}`, "event_id", "must be a string, not a number"},
 	{"task invalid", `{"task":"Ship Order"}`, "task", "must be a task name"},
-	{"source unknown", `{"source":"cron"}`, "source", "must be one of event, manual, retry"},
+	{"source unknown", `{"source":"timer"}`, "source", "must be one of event, manual, retry, cron"},
 	{"operator too long", `{"operator":"` + strings.Repeat("o", 257) + `"}`, "operator", "must be at most 256 characters long"},
 	{"priority unknown", `{"priority":"high"}`, "priority", "must be one of urgent, normal, low"},
 	{"payload_version zero", `{"payload_version":0}`, "payload_version", "must be at least 1"},
@@ -633,6 +639,18 @@ var triggerRejects = []struct {
 	{"retry instance zero", `{"retry":{"instance_id":0,"attempt":2}}`, "retry.instance_id", "must be at least 1"},
 	{"retry first attempt", `{"retry":{"instance_id":1,"attempt":1}}`, "retry.attempt", "must be at least 2"},
 	{"retry unknown field", `{"retry":{"instance_id":1,"attempt":2,"reason":"x"}}`, "retry", `unknown field "reason"; remove it (allowed: attempt, instance_id)`},
+	{"run_at and delay", `{"run_at":"2024-05-01T12:00:00Z","delay":"90s"}`, "delay", "must be left out when run_at is set: give run_at (a time) or delay (a duration), not both"},
+	{"run_at not a time", `{"run_at":"in an hour"}`, "run_at", "must be an RFC 3339 time such as 2024-05-01T12:00:00Z"},
+	{"run_at leap second", `{"run_at":"2024-06-30T23:59:60Z"}`, "run_at", "must be an RFC 3339 time"},
+	{"delay no unit", `{"delay":"90"}`, "delay", "must be a duration such as 90s, 15m, 1h30m or 250ms"},
+	{"delay negative", `{"delay":"-5s"}`, "delay", "must be a duration such as 90s"},
+	{"delay words", `{"delay":"2 hours"}`, "delay", "must be a duration such as 90s"},
+	{"delay too long", `{"delay":"9999999999h"}`, "delay", "must be a duration Go can hold"},
+	{"delay number", `{"delay":90}`, "delay", "must be a string, not a number"},
+	{"idempotency_key and event_id", `{"idempotency_key":"k","event_id":"e"}`, "event_id", "must be left out when idempotency_key is set: the firing's event id is then idem-<idempotency_key>"},
+	{"idempotency_key empty", `{"idempotency_key":""}`, "idempotency_key", "must not be empty"},
+	{"idempotency_key space", `{"idempotency_key":"order 42"}`, "idempotency_key", "must not contain spaces"},
+	{"idempotency_key 196 chars", `{"idempotency_key":"` + strings.Repeat("k", 196) + `"}`, "idempotency_key", "must be at most 195 characters long (it has 196)"},
 }
 
 func TestParseTriggerEventRejects(t *testing.T) {
@@ -752,6 +770,7 @@ func TestSchemasMatchGoTypes(t *testing.T) {
 		{"json/control.schema.json", Control{}},
 		{"json/transition.schema.json", Transition{}},
 		{"json/instance.schema.json", Instance{}},
+		{"json/task_entry.schema.json", TaskEntry{}},
 	} {
 		loc := schemaBaseURL + tc.schema + "#"
 		matchType(t, s.translator, loc, reflect.TypeOf(tc.v), tc.schema)

@@ -47,11 +47,41 @@ type TriggerType string
 const (
 	TriggerTypeEvent  TriggerType = "event"
 	TriggerTypeManual TriggerType = "manual"
+	// TriggerTypeCron fires the task on a schedule (see [CronSchedule]).
+	TriggerTypeCron TriggerType = "cron"
 )
 
-// Trigger is one way a task fires.
+// Misfire is what a cron trigger does with the ticks it missed: those the
+// trigger service saw more than a grace (1 s by default) after their time,
+// because no trigger service ran, the task was disabled, or the service stalled.
+type Misfire string
+
+// The misfire policies.
+const (
+	// MisfireSkip fires none of the missed ticks (the default).
+	MisfireSkip Misfire = "skip"
+	// MisfireFireOnce fires the latest missed tick once, for all of them.
+	MisfireFireOnce Misfire = "fire_once"
+	// MisfireCatchUp fires every missed tick, oldest first, at most
+	// max_catch_up of them: the latest ones; older ones are skipped.
+	MisfireCatchUp Misfire = "catch_up"
+)
+
+// Trigger is one way a task fires. Schedule, Timezone, Misfire and
+// MaxCatchUp belong to cron triggers only.
 type Trigger struct {
 	Type TriggerType `json:"type"`
+	// Schedule is a cron trigger's schedule: 5 fields ("0 2 * * *"), 6 with
+	// seconds first ("*/10 * * * * *"), or a descriptor (@yearly, @monthly,
+	// @weekly, @daily, @hourly, @every 30s). See [ParseCronSchedule].
+	Schedule string `json:"schedule,omitempty"`
+	// Timezone is the IANA time zone the schedule is read in (default "UTC").
+	Timezone string `json:"timezone,omitempty"`
+	// Misfire says what happens to missed ticks (default "skip").
+	Misfire Misfire `json:"misfire,omitempty"`
+	// MaxCatchUp bounds how many missed ticks "catch_up" fires (default 10,
+	// at most 1000); it is only allowed with misfire "catch_up".
+	MaxCatchUp int `json:"max_catch_up,omitempty"`
 }
 
 // Execution says which handler runs the task, for how long and how often.
@@ -104,6 +134,11 @@ type Concurrency struct {
 	MaxRunningInstances int `json:"max_running_instances,omitempty"`
 	// BlockingStrategy applies when the limit is reached (default "serial").
 	BlockingStrategy BlockingStrategy `json:"blocking_strategy,omitempty"`
+	// MutexKey, when set, keeps two attempts whose keys are equal from
+	// running at once, on any executors: a Go text/template rendered over
+	// the payload ("order-{{.shop_id}}"; see [ParseMutexKey]). A constant
+	// key ("nightly-report") makes the task's attempts run one at a time.
+	MutexKey string `json:"mutex_key,omitempty"`
 }
 
 // DispatchStrategy says how an instance is routed to an executor.
@@ -150,6 +185,11 @@ const (
 	DefaultPool             = "default"
 	DefaultSchemaVersion    = 1
 	DefaultBlockingStrategy = BlockSerial
+	DefaultTimezone         = "UTC"
+	DefaultMisfire          = MisfireSkip
+	DefaultMaxCatchUp       = 10
+	// MaxMaxCatchUp is the largest max_catch_up a cron trigger may declare.
+	MaxMaxCatchUp = 1000
 )
 
 // Pool returns the name of the executor pool that serves these tags: the tags

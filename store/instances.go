@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,24 +23,31 @@ func WorkerOperator(workerID string) string { return "worker:" + workerID }
 
 // NewInstance is one instance for [Store.CreateInstances] to create: a
 // firing of a task with the execution settings of the task's current version.
+// The JSON names are the instances table's columns: a batch travels to
+// PostgreSQL as one JSON array.
 type NewInstance struct {
-	Task        string
-	TaskVersion int
-	EventID     string
-	Source      schemas.Source
+	Task        string         `json:"task"`
+	TaskVersion int            `json:"task_version"`
+	EventID     string         `json:"event_id"`
+	Source      schemas.Source `json:"source"`
 	// Operator names who fired a manual run; it is recorded on the CREATED transition.
-	Operator    string
-	Priority    schemas.Priority
-	Pool        string
-	Handler     string
-	TimeoutMS   int64
-	MaxAttempts int
-	RetryPolicy schemas.Retry
-	Payload     json.RawMessage
-	FiredAt     time.Time
+	Operator    string           `json:"operator"`
+	Priority    schemas.Priority `json:"priority"`
+	Pool        string           `json:"pool"`
+	Handler     string           `json:"handler"`
+	TimeoutMS   int64            `json:"timeout_ms"`
+	MaxAttempts int              `json:"max_attempts"`
+	RetryPolicy schemas.Retry    `json:"retry_policy"`
+	Payload     json.RawMessage  `json:"payload,omitempty"`
+	FiredAt     time.Time        `json:"fired_at"`
+	// MutexTemplate is the task's concurrency.mutex_key, rendered by the executor.
+	MutexTemplate string `json:"mutex_template"`
 	// State is the state after CREATED: DISPATCHED, or SKIPPED with Reason.
-	State  schemas.State
-	Reason string
+	State  schemas.State `json:"state"`
+	Reason string        `json:"reason"`
+	// CreatedReason is recorded on the CREATED transition: why the firing
+	// happened as it did ("rerun of instance 42"), or empty.
+	CreatedReason string `json:"created_reason"`
 }
 
 // Attempt is an instance as the dispatcher needs it to route an attempt.
@@ -60,23 +68,23 @@ type Attempt struct {
 	FiredAt     time.Time
 	// DispatchedAt is when the current attempt was routed.
 	DispatchedAt time.Time
-	// Created is true when this call created the instance (false: it existed).
-	Created bool
+	// MutexTemplate is the task's concurrency.mutex_key at creation.
+	MutexTemplate string
 }
 
 // attemptColumns lists the columns scanAttempt reads, of the table named t.
 func attemptColumns(t string) string {
 	return fmt.Sprintf(`%[1]s.id, %[1]s.task, %[1]s.task_version, %[1]s.event_id, %[1]s.state, %[1]s.attempt,
 	%[1]s.max_attempts, %[1]s.retry_policy, %[1]s.priority, %[1]s.pool, %[1]s.handler, %[1]s.timeout_ms, %[1]s.payload,
-	%[1]s.fired_at, COALESCE(%[1]s.dispatched_at, %[1]s.created_at)`, t)
+	%[1]s.fired_at, COALESCE(%[1]s.dispatched_at, %[1]s.created_at), %[1]s.mutex_template`, t)
 }
 
-func scanAttempt(row pgx.Row, extra ...any) (Attempt, error) {
+func scanAttempt(row pgx.Row) (Attempt, error) {
 	var a Attempt
 	var retry []byte
-	dest := append([]any{&a.ID, &a.Task, &a.TaskVersion, &a.EventID, &a.State, &a.Attempt, &a.MaxAttempts,
-		&retry, &a.Priority, &a.Pool, &a.Handler, &a.TimeoutMS, &a.Payload, &a.FiredAt, &a.DispatchedAt}, extra...)
-	if err := row.Scan(dest...); err != nil {
+	if err := row.Scan(&a.ID, &a.Task, &a.TaskVersion, &a.EventID, &a.State, &a.Attempt, &a.MaxAttempts,
+		&retry, &a.Priority, &a.Pool, &a.Handler, &a.TimeoutMS, &a.Payload, &a.FiredAt, &a.DispatchedAt,
+		&a.MutexTemplate); err != nil {
 		return a, err
 	}
 	if err := json.Unmarshal(retry, &a.RetryPolicy); err != nil {
@@ -88,7 +96,7 @@ func scanAttempt(row pgx.Row, extra ...any) (Attempt, error) {
 // CreateInstances creates the instances of a batch of firings in one
 // statement, with their CREATED transition and the one after it. A firing
 // whose (task, event_id) already has an instance creates nothing: its
-// existing instance is returned with Created false. An instance that another
+// existing instance is returned. An instance that another
 // transaction is creating at the same moment is left out of the result: that
 // transaction owns it.
 func (s *Store) CreateInstances(ctx context.Context, in []NewInstance) ([]Attempt, error) {
@@ -96,38 +104,27 @@ func (s *Store) CreateInstances(ctx context.Context, in []NewInstance) ([]Attemp
 		return nil, nil
 	}
 	n := len(in)
-	var (
-		task, eventID, source, operator, priority, pool, handler, state, reason = make([]string, n), make([]string, n),
-			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		version, maxAttempts = make([]int32, n), make([]int32, n)
-		timeout              = make([]int64, n)
-		retry, payload       = make([][]byte, n), make([][]byte, n)
-		firedAt              = make([]time.Time, n)
-	)
-	for i, x := range in {
-		task[i], eventID[i], source[i], operator[i] = x.Task, x.EventID, string(x.Source), x.Operator
-		priority[i], pool[i], handler[i], state[i], reason[i] = string(x.Priority), x.Pool, x.Handler, string(x.State), x.Reason
-		version[i], maxAttempts[i], timeout[i], firedAt[i] = int32(x.TaskVersion), int32(x.MaxAttempts), x.TimeoutMS, x.FiredAt
-		r, err := json.Marshal(x.RetryPolicy)
-		if err != nil {
-			return nil, fmt.Errorf("create instances: encode retry policy: %w", err)
-		}
-		retry[i] = r
-		if len(x.Payload) > 0 {
-			payload[i] = x.Payload
-		}
+	// PostgreSQL keeps microseconds and rounds the text of a finer time;
+	// truncate as pgx's binary encoding does, so fired_at never moves later.
+	in = slices.Clone(in)
+	for i := range in {
+		in[i].FiredAt = in[i].FiredAt.Truncate(time.Microsecond)
+	}
+	batch, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("create %d instances: encode: %w", n, err)
 	}
 	rows, err := s.pool.Query(ctx, `
 WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-		$8::text[], $9::bigint[], $10::int[], $11::jsonb[], $12::jsonb[], $13::timestamptz[], $14::text[], $15::text[])
-	AS t(task, task_version, event_id, source, operator, priority, pool, handler, timeout_ms, max_attempts,
-		retry_policy, payload, fired_at, state, reason)
+	SELECT * FROM jsonb_to_recordset($1::jsonb) AS t(task text, task_version int, event_id text, source text,
+		operator text, priority text, pool text, handler text, timeout_ms bigint, max_attempts int,
+		retry_policy jsonb, payload jsonb, fired_at timestamptz, mutex_template text, state text, reason text,
+		created_reason text)
 ), ins AS (
 	INSERT INTO instances (task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
-		priority, pool, handler, timeout_ms, payload, fired_at, dispatched_at, finished_at)
+		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template, dispatched_at, finished_at)
 	SELECT task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
-		priority, pool, handler, timeout_ms, payload, fired_at,
+		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template,
 		CASE WHEN state = 'DISPATCHED' THEN now() END, CASE WHEN state = 'SKIPPED' THEN now() END
 	FROM input
 	ON CONFLICT (task, event_id) DO NOTHING
@@ -135,38 +132,31 @@ WITH input AS (
 ), created AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
 	SELECT ins.id, ins.task, NULL, 'CREATED', 1,
-		CASE WHEN ins.operator <> '' THEN ins.operator ELSE ins.source END, ''
-	FROM ins
+		CASE WHEN ins.operator <> '' THEN ins.operator ELSE ins.source END, input.created_reason
+	FROM ins JOIN input USING (task, event_id)
 	UNION ALL
 	SELECT ins.id, ins.task, 'CREATED', ins.state, 1, 'dispatcher', input.reason
 	FROM ins JOIN input USING (task, event_id)
 )
-SELECT `+attemptColumns("ins")+`, true FROM ins
+SELECT `+attemptColumns("ins")+` FROM ins
 UNION ALL
-SELECT `+attemptColumns("i")+`, false FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`,
-		task, version, eventID, source, operator, priority, pool, handler, timeout, maxAttempts, retry, payload,
-		firedAt, state, reason)
+SELECT `+attemptColumns("i")+` FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`,
+		batch)
 	if err != nil {
 		return nil, fmt.Errorf("create %d instances: %w", n, err)
 	}
-	out, err := collectAttempts(rows, true)
+	out, err := collectAttempts(rows)
 	if err != nil {
 		return nil, fmt.Errorf("create %d instances: %w", n, err)
 	}
 	return out, nil
 }
 
-func collectAttempts(rows pgx.Rows, withCreated bool) ([]Attempt, error) {
+func collectAttempts(rows pgx.Rows) ([]Attempt, error) {
 	defer rows.Close()
 	var out []Attempt
 	for rows.Next() {
-		var a Attempt
-		var err error
-		if withCreated {
-			a, err = scanAttempt(rows, &a.Created)
-		} else {
-			a, err = scanAttempt(rows)
-		}
+		a, err := scanAttempt(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -216,7 +206,7 @@ WHERE i.state = 'DISPATCHED'`,
 	if err != nil {
 		return nil, fmt.Errorf("start %d retries: %w", len(in), err)
 	}
-	out, err := collectAttempts(rows, false)
+	out, err := collectAttempts(rows)
 	if err != nil {
 		return nil, fmt.Errorf("start %d retries: %w", len(in), err)
 	}

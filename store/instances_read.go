@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -141,4 +142,33 @@ func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
 	return out, nil
+}
+
+// Firing is what fired an instance, as a rerun repeats it.
+type Firing struct {
+	InstanceID int64
+	Task       string
+	Payload    json.RawMessage
+	// PayloadVersion is the schema_version of the task version the instance
+	// ran under: the version its payload was accepted at.
+	PayloadVersion int
+	// Priority is the instance's priority, with the firing's override.
+	Priority schemas.Priority
+}
+
+// InstanceFiring returns the firing that made instance id, or an error
+// wrapping [ErrNotFound].
+func (s *Store) InstanceFiring(ctx context.Context, id int64) (Firing, error) {
+	f := Firing{InstanceID: id}
+	err := s.pool.QueryRow(ctx, `
+		SELECT i.task, i.payload, i.priority, COALESCE((v.definition->>'schema_version')::int, $2)
+		FROM instances i LEFT JOIN task_versions v ON v.name = i.task AND v.version = i.task_version
+		WHERE i.id = $1`, id, schemas.DefaultSchemaVersion).Scan(&f.Task, &f.Payload, &f.Priority, &f.PayloadVersion)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = fmt.Errorf("instance %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Firing{}, fmt.Errorf("get the firing of instance %d: %w", id, err)
+	}
+	return f, nil
 }

@@ -203,3 +203,32 @@ func TestListInstancesLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestInstanceFiring(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	// Version 1 takes payloads of version 2; version 2 of the task moves to 3.
+	for _, v := range []string{"2", "3"} {
+		def := parseTask(t, "task_name: etl\nschema_version: "+v+"\nexecution: {handler: builtin.echo}\n")
+		if _, _, err := st.ApplyTask(ctx, def, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := insertInstance(t, pool, "etl", "ev-1", schemas.StateSucceeded)
+	if _, err := pool.Exec(ctx, `UPDATE instances SET priority = 'urgent' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+
+	f, err := st.InstanceFiring(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.InstanceID != id || f.Task != "etl" || string(f.Payload) != `{"n": 1}` || f.PayloadVersion != 2 || f.Priority != schemas.PriorityUrgent {
+		t.Errorf("InstanceFiring = %+v, want etl's payload of version 2 at priority urgent", f)
+	}
+	if _, err := st.InstanceFiring(ctx, id+1000); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("InstanceFiring(unknown) error = %v, want ErrNotFound", err)
+	}
+}

@@ -39,7 +39,8 @@ const taskColumns = `name, version, enabled, definition, created_at, updated_at`
 // (compared as JSON values, so key order and spacing do not count) becomes the
 // next version; an identical one keeps the stored version and changes nothing.
 // Every new version is also kept in task_versions with the operator who
-// applied it. def must already be valid (see [schemas.ParseTask]).
+// applied it, and recorded in the audit trail as an apply action with
+// details {"version": N}. def must already be valid (see [schemas.ParseTask]).
 //
 // ApplyTask is safe to call concurrently for the same task: the upsert locks
 // the row, so two different definitions applied at once become two versions.
@@ -78,9 +79,13 @@ func (s *Store) ApplyTask(ctx context.Context, def *schemas.Task, operator strin
 			return err
 		}
 		rec, changed = recs[0], true
-		_, err = tx.Exec(ctx, `
+		if _, err := tx.Exec(ctx, `
 			INSERT INTO task_versions (name, version, definition, operator)
-			VALUES ($1, $2, $3, $4)`, rec.Name, rec.Version, data, operator)
+			VALUES ($1, $2, $3, $4)`, rec.Name, rec.Version, data, operator); err != nil {
+			return err
+		}
+		_, err = recordAction(ctx, tx, Action{Action: schemas.ActionApply, Task: rec.Name, Operator: operator,
+			Details: versionDetails(rec.Version)})
 		return err
 	})
 	if err != nil {
@@ -147,15 +152,28 @@ func (s *Store) GetTasks(ctx context.Context, names []string) (map[string]TaskRe
 	return out, nil
 }
 
-// SetTaskEnabled enables or disables the task called name and returns it.
-// Setting the flag it already has changes nothing, not even UpdatedAt. An
-// unknown task is an error wrapping [ErrNotFound].
-func (s *Store) SetTaskEnabled(ctx context.Context, name string, enabled bool) (TaskRecord, error) {
+// SetTaskEnabled enables or disables the task called name, as operator, and
+// returns it. A change is recorded in the audit trail as an enable or disable
+// action, in the same statement. Setting the flag it already has changes
+// nothing, not even UpdatedAt, and records nothing. An unknown task is an
+// error wrapping [ErrNotFound].
+func (s *Store) SetTaskEnabled(ctx context.Context, name string, enabled bool, operator string) (TaskRecord, error) {
+	action := schemas.ActionDisable
+	if enabled {
+		action = schemas.ActionEnable
+	}
 	rows, err := s.pool.Query(ctx, `
-		UPDATE tasks
-		SET enabled = $2, updated_at = CASE WHEN enabled = $2 THEN updated_at ELSE now() END
-		WHERE name = $1
-		RETURNING `+taskColumns, name, enabled)
+		WITH old AS (
+			SELECT name AS old_name, enabled AS was FROM tasks WHERE name = $1 FOR UPDATE
+		), upd AS (
+			UPDATE tasks SET enabled = $2, updated_at = CASE WHEN was = $2 THEN updated_at ELSE now() END
+			FROM old WHERE name = old_name
+			RETURNING `+taskColumns+`, was
+		), act AS (
+			INSERT INTO operator_actions (action, task, operator) SELECT $3, name, $4 FROM upd WHERE was <> $2
+		)
+		SELECT `+taskColumns+` FROM upd`,
+		name, enabled, string(action), operator)
 	if err != nil {
 		return TaskRecord{}, fmt.Errorf("set task %s enabled=%t: %w", name, enabled, err)
 	}

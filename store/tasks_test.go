@@ -199,14 +199,14 @@ func TestSetTaskEnabled(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	off, err := st.SetTaskEnabled(ctx, "t1", false)
+	off, err := st.SetTaskEnabled(ctx, "t1", false, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if off.Enabled || off.Version != rec.Version || !off.UpdatedAt.After(rec.UpdatedAt) {
 		t.Errorf("disabled = %+v, want disabled, same version, later updated_at", off)
 	}
-	offAgain, err := st.SetTaskEnabled(ctx, "t1", false)
+	offAgain, err := st.SetTaskEnabled(ctx, "t1", false, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,12 +220,12 @@ func TestSetTaskEnabled(t *testing.T) {
 	if rec.Enabled {
 		t.Error("applying a new version enabled a disabled task")
 	}
-	on, err := st.SetTaskEnabled(ctx, "t1", true)
+	on, err := st.SetTaskEnabled(ctx, "t1", true, "alice")
 	if err != nil || !on.Enabled {
 		t.Errorf("enable = %+v, %v; want enabled", on, err)
 	}
 
-	_, err = st.SetTaskEnabled(ctx, "missing", true)
+	_, err = st.SetTaskEnabled(ctx, "missing", true, "alice")
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("SetTaskEnabled(missing) error = %v, want ErrNotFound", err)
 	}

@@ -27,6 +27,10 @@ type Config struct {
 	// LogsMaxAge and LogsMaxBytes bound the task logs (defaults 7 days, 1 GiB).
 	LogsMaxAge   time.Duration
 	LogsMaxBytes int64
+	// OnceTTL is how long the ax-once bucket remembers that a business key's
+	// work succeeded (executor.Once; default 7 days): a repeat after that
+	// runs the work again.
+	OnceTTL time.Duration
 }
 
 // Defaults of [Config].
@@ -38,6 +42,10 @@ const (
 	DefaultAuditMaxAge     = 30 * 24 * time.Hour
 	DefaultLogsMaxAge      = 7 * 24 * time.Hour
 	DefaultLogsMaxBytes    = 1 << 30
+	DefaultOnceTTL         = 7 * 24 * time.Hour
+	// MarkerTTL is how long the mutex and once buckets keep the marker a
+	// key leaves when it expires or is released.
+	MarkerTTL = time.Minute
 )
 
 func (c Config) withDefaults() Config {
@@ -55,6 +63,7 @@ func (c Config) withDefaults() Config {
 	def(&c.WorkerTTL, DefaultWorkerTTL)
 	def(&c.AuditMaxAge, DefaultAuditMaxAge)
 	def(&c.LogsMaxAge, DefaultLogsMaxAge)
+	def(&c.OnceTTL, DefaultOnceTTL)
 	if c.LogsMaxBytes == 0 {
 		c.LogsMaxBytes = DefaultLogsMaxBytes
 	}
@@ -132,8 +141,29 @@ func (t Topology) BucketConfigs(c Config) []jetstream.KeyValueConfig {
 		Storage:        c.Storage,
 		Replicas:       c.Replicas,
 	}, {
-		Bucket:      t.MutexBucket(),
-		Description: "AX task mutexes held by executors",
+		// No bucket TTL: each key carries its own (twice its attempt's
+		// timeout), which the limit markers switch on.
+		Bucket:         t.MutexBucket(),
+		Description:    "AX task mutexes held by executors, key <rendered concurrency.mutex_key>",
+		LimitMarkerTTL: MarkerTTL,
+		Storage:        c.Storage,
+		Replicas:       c.Replicas,
+	}, {
+		// Completion records live for the bucket TTL; the short-lived
+		// "running" records carry a per-key TTL, which the limit markers
+		// switch on.
+		Bucket:         t.OnceBucket(),
+		Description:    "AX executor.Once records, key <business key>: running (short per-key TTL) or done",
+		TTL:            c.OnceTTL,
+		LimitMarkerTTL: MarkerTTL,
+		Storage:        c.Storage,
+		Replicas:       c.Replicas,
+	}, {
+		// A change signal, not a copy of the store: the api puts a task's
+		// schemas.TaskEntry after every change, and the trigger service
+		// watches the bucket and reloads the task from PostgreSQL.
+		Bucket:      t.TasksBucket(),
+		Description: "AX task versions, key <task>, put by the api after every change of a task",
 		Storage:     c.Storage,
 		Replicas:    c.Replicas,
 	}}

@@ -1,6 +1,8 @@
 package streams
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -53,6 +55,23 @@ func (t Topology) TriggerTask(subject string) (string, bool) {
 // Sched is the subject of a one-shot schedule that publishes a trigger later.
 func (t Topology) Sched(eventID string) string { return t.subject("sched", eventID) }
 
+// SchedFiring is the subject of the one-shot schedule that publishes the
+// firing eventID of task at its due time: ax.sched.<task>.<event_id>. A new
+// schedule on a subject replaces the one there, so each (task, event id) has
+// its own subject. An event id that is not a run of valid subject tokens
+// (an empty token, or a token "*" or ">") is replaced by the hex SHA-256 of it.
+func (t Topology) SchedFiring(task, eventID string) string {
+	token := eventID
+	for tok := range strings.SplitSeq(eventID, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			sum := sha256.Sum256([]byte(eventID))
+			token = hex.EncodeToString(sum[:])
+			break
+		}
+	}
+	return t.subject("sched", task, token)
+}
+
 // Dispatch is the subject of a pool's work at one priority.
 func (t Topology) Dispatch(pool string, p schemas.Priority) string {
 	return t.subject("dispatch", pool, string(p))
@@ -91,6 +110,8 @@ func (t Topology) LogsStream() string     { return t.stream("LOGS") }
 func (t Topology) WorkersBucket() string { return t.prefix + "-workers" }
 func (t Topology) LeasesBucket() string  { return t.prefix + "-leases" }
 func (t Topology) MutexBucket() string   { return t.prefix + "-mutex" }
+func (t Topology) OnceBucket() string    { return t.prefix + "-once" }
+func (t Topology) TasksBucket() string   { return t.prefix + "-tasks" }
 
 // LeaseKey is the ax-leases key of one attempt of an instance. A key per
 // attempt makes creation a plain create-if-absent and lets an expiry name the

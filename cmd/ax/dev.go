@@ -11,15 +11,18 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
 	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/trigger"
 )
 
 func init() { extraCommands = append(extraCommands, newDevCmd) }
@@ -37,9 +40,9 @@ func newDevCmd() *cobra.Command {
 		Long: `Run AX on one machine for development: an embedded NATS server with JetStream
 on disk under --data, PostgreSQL from DATABASE_URL or, where it is unset, a private
 cluster initialised inside --data from the machine's PostgreSQL installation, and
-the dispatcher, an executor with the built-in handlers, and the API — each on its
-own NATS connection, exactly as they run apart. Ctrl-C stops it cleanly; it starts
-again on the same data.`,
+the dispatcher, the trigger, an executor with the built-in handlers, the API and the auditor —
+each on its own NATS connection, exactly as they run apart. Ctrl-C stops it
+cleanly; it starts again on the same data.`,
 		Example: `  ax dev
   ax dev --data /tmp/ax --http 127.0.0.1:9090
   DATABASE_URL=postgres://ax@127.0.0.1/ax ax dev`,
@@ -102,40 +105,61 @@ again on the same data.`,
 				return err
 			}
 
+			var closeConns []func()
 			// Every service gets its own connection, as it would apart.
-			dispatchConn, err := c.connectNATS("dispatcher")
-			if err != nil {
-				return err
+			type runner interface{ Run(context.Context) error }
+			var services []func(context.Context) error
+			var names []string
+			add := func(name string, build func(nc *nats.Conn) (runner, error)) error {
+				nc, err := c.connectNATS(name)
+				if err != nil {
+					return err
+				}
+				closeConns = append(closeConns, nc.Close)
+				svc, err := build(nc)
+				if err != nil {
+					return err
+				}
+				services, names = append(services, svc.Run), append(names, name)
+				return nil
 			}
-			defer dispatchConn.Close()
-			dsp, err := dispatcher.New(dispatcher.Options{Conn: dispatchConn, Store: st, Topology: top, Logger: log})
-			if err != nil {
-				return err
-			}
-			apiConn, err := c.connectNATS("api")
-			if err != nil {
-				return err
-			}
-			defer apiConn.Close()
-			apiSvc, err := api.New(api.Options{Store: st, Conn: apiConn, Topology: top, Addr: httpAddr, Logger: log})
-			if err != nil {
-				return err
-			}
-			execConn, err := c.connectNATS("executor")
-			if err != nil {
-				return err
-			}
-			defer execConn.Close()
+			defer func() {
+				for _, closeConn := range closeConns {
+					closeConn()
+				}
+			}()
 			mux := executor.NewMux()
 			executor.RegisterBuiltins(mux)
-			execSvc, err := executor.New(executor.Options{Conn: execConn, Topology: top, Mux: mux, Logger: log})
-			if err != nil {
-				return err
+			for _, err := range []error{
+				add("dispatcher", func(nc *nats.Conn) (runner, error) {
+					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log})
+				}),
+				add("trigger", func(nc *nats.Conn) (runner, error) {
+					return trigger.New(trigger.Options{Conn: nc, Store: st, Topology: top, Logger: log})
+				}),
+				add("executor", func(nc *nats.Conn) (runner, error) {
+					return executor.New(executor.Options{Conn: nc, Topology: top, Mux: mux, Logger: log})
+				}),
+				add("api", func(nc *nats.Conn) (runner, error) {
+					return api.New(api.Options{Store: st, Conn: nc, Topology: top, Addr: httpAddr, Logger: log})
+				}),
+				add("auditor", func(nc *nats.Conn) (runner, error) {
+					return auditor.New(auditor.Options{Conn: nc, Store: st, Topology: top, Logger: log})
+				}),
+			} {
+				if err != nil {
+					return err
+				}
 			}
 
 			// The executor needs the topology the dispatcher ensures; ensure
 			// it here first so the services may start in any order.
-			js, err := jetstream.New(dispatchConn)
+			ensureConn, err := c.connectNATS("ensure")
+			if err != nil {
+				return err
+			}
+			defer ensureConn.Close()
+			js, err := jetstream.New(ensureConn)
 			if err != nil {
 				return err
 			}
@@ -152,9 +176,9 @@ again on the same data.`,
 					}
 				})
 			}
-			run("dispatcher", dsp.Run)
-			run("executor", execSvc.Run)
-			run("api", apiSvc.Run)
+			for i, svc := range services {
+				run(names[i], svc)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), `AX is running (data in %s)
   NATS     %s
   API      http://%s

@@ -28,32 +28,45 @@ func newFireCmd(g *cli) *cobra.Command {
 		payloadVersion int
 		priority       string
 		eventID        string
+		idempotencyKey string
+		runAt          string
+		delay          time.Duration
 		wait           bool
 		timeout        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "fire TASK",
-		Short: "Fire a task now and print its instance id",
+		Short: "Fire a task now or later and print its instance id",
 		Long: `Fire a task through the API, as a manual run by $AX_OPERATOR (or your user
 name), and print the id of the instance the dispatcher created for it (just the
 number, in table output). If the dispatcher has not created it within the API's
 wait, ax says so on standard error and prints nothing on standard output.
 
 --payload takes JSON, or @FILE to read it from a file (@- for standard input).
-Firing twice with the same --event-id makes one instance.
+Firing twice with the same --event-id makes one instance. Firing twice with the
+same --idempotency-key returns the first instance, and is refused when the
+payload differs.
+
+--delay or --run-at fire the task later: the instance is created at that time,
+not before, and ax prints nothing on standard output (it says when on standard
+error) unless it waits.
 
 With --wait, ax then follows the instance until it ends and prints its final
-state.
+state; --timeout must then cover any delay too.
 
 Exit codes:
   0  fired; with --wait, the instance SUCCEEDED
-  1  the firing was refused (unknown or disabled task, bad payload version, ...)
-     or ax could not reach the API; the error says which
+  1  the firing was refused (unknown or disabled task, bad payload version,
+     idempotency key used with another payload, ...) or ax could not reach the
+     API; the error says which
   2  with --wait: the instance ended FAILED, SKIPPED or CANCELLED
   3  with --wait: the instance did not end within --timeout`,
 		Example: `  ax fire nightly-report
   ax fire nightly-report --payload '{"day": "2025-03-01"}' --priority urgent
   ax fire import --payload @batch.json --payload-version 2 --event-id import-2025-03-01
+  ax fire charge --payload '{"order": 42}' --idempotency-key order-42
+  ax fire reminder --delay 2h
+  ax fire reminder --run-at 2025-03-01T09:00:00+01:00
   ax fire nightly-report --wait --timeout 10m && echo done`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -65,11 +78,23 @@ Exit codes:
 				return fmt.Errorf("--timeout %s: use a positive duration such as 30s or 10m", timeout)
 			}
 			task := args[0]
-			req := api.FireRequest{PayloadVersion: payloadVersion, EventID: eventID,
+			req := api.FireRequest{PayloadVersion: payloadVersion, EventID: eventID, IdempotencyKey: idempotencyKey,
 				Priority: schemas.Priority(priority), Operator: operatorName()}
 			if payload != "" {
 				if req.Payload, err = readPayload(cmd.InOrStdin(), payload); err != nil {
 					return err
+				}
+			}
+			switch {
+			case delay < 0:
+				return fmt.Errorf("--delay %s: use a positive duration such as 90s or 2h", delay)
+			case delay > 0 && runAt != "":
+				return errors.New("--delay and --run-at both say when to fire; give one of them")
+			case delay > 0:
+				req.Delay = delay.String()
+			case runAt != "":
+				if req.RunAt, err = time.Parse(time.RFC3339Nano, runAt); err != nil {
+					return fmt.Errorf("--run-at %q: use an RFC 3339 time such as 2025-03-01T09:00:00Z or 2025-03-01T09:00:00+01:00", runAt)
 				}
 			}
 			client := g.client()
@@ -77,46 +102,7 @@ Exit codes:
 			if err != nil {
 				return g.apiError(err)
 			}
-			out := cmd.OutOrStdout()
-			if !wait {
-				if asJSON {
-					return printJSON(out, res)
-				}
-				if res.InstanceID == 0 {
-					fmt.Fprintf(cmd.ErrOrStderr(), "fired %s as event %s, but the dispatcher has not created its instance yet (is it running?); look for it with: ax instance list --task %s\n",
-						task, res.EventID, task)
-					return nil
-				}
-				fmt.Fprintln(out, res.InstanceID)
-				return nil
-			}
-
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			w := waiter{client: client, g: g}
-			if res.InstanceID == 0 {
-				if res.InstanceID, err = w.instanceOf(ctx, task, res.EventID); err != nil {
-					return w.timedOut(err, fmt.Errorf("the dispatcher created no instance for event %s of task %s within %s; is it running?", res.EventID, task, timeout))
-				}
-			}
-			if !asJSON {
-				fmt.Fprintln(out, res.InstanceID)
-			}
-			in, err := w.end(ctx, res.InstanceID)
-			if err != nil {
-				return w.timedOut(err, fmt.Errorf("instance %d is still %s after %s; follow it with: ax instance get %d", res.InstanceID, w.last, timeout, res.InstanceID))
-			}
-			if asJSON {
-				if err := printJSON(out, in); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintln(out, in.State)
-			}
-			if in.State != schemas.StateSucceeded {
-				return &exitError{code: exitNotSucceeded, err: fmt.Errorf("instance %d ended %s%s", in.ID, in.State, why(in))}
-			}
-			return nil
+			return g.follow(cmd, client, res, wait, timeout, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -124,9 +110,70 @@ Exit codes:
 	f.IntVar(&payloadVersion, "payload-version", 0, "version of the payload; must equal the task's schema_version (default 1)")
 	f.StringVar(&priority, "priority", "", "priority of this run: urgent, normal or low (default: the task's)")
 	f.StringVar(&eventID, "event-id", "", "id of the firing, to make retries of this command idempotent (default: a new random id)")
+	f.StringVar(&idempotencyKey, "idempotency-key", "", "key that makes the firing happen once: the same key again returns the first instance (not with --event-id)")
+	f.DurationVar(&delay, "delay", 0, "fire after this long, e.g. 90s or 2h")
+	f.StringVar(&runAt, "run-at", "", "fire at this RFC 3339 time, e.g. 2025-03-01T09:00:00Z")
 	f.BoolVar(&wait, "wait", false, "wait until the instance ends; the exit code tells how it ended")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
 	return cmd
+}
+
+// follow reports a firing (of ax fire or ax instance rerun): the instance id,
+// or on standard error why there is none yet; with wait, it then follows the
+// instance until it ends, prints its final state and turns an end other than
+// SUCCEEDED, or the timeout, into an exit code.
+func (g *cli) follow(cmd *cobra.Command, client *api.Client, res api.FireResult, wait bool, timeout time.Duration, asJSON bool) error {
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if res.Existing {
+		if res.InstanceID != 0 {
+			fmt.Fprintf(errOut, "an earlier firing with this idempotency key made instance %d\n", res.InstanceID)
+		} else {
+			fmt.Fprintf(errOut, "an earlier firing with this idempotency key is waiting for its time\n")
+		}
+	}
+	if !wait {
+		switch {
+		case asJSON:
+			return printJSON(out, res)
+		case res.InstanceID != 0:
+			fmt.Fprintln(out, res.InstanceID)
+		case !res.RunAt.IsZero():
+			fmt.Fprintf(errOut, "fired %s as event %s, due at %s; the dispatcher creates its instance then; look for it with: ax instance list --task %s\n",
+				res.Task, res.EventID, res.RunAt.Local().Format(time.RFC3339Nano), res.Task)
+		default:
+			fmt.Fprintf(errOut, "fired %s as event %s, but the dispatcher has not created its instance yet (is it running?); look for it with: ax instance list --task %s\n",
+				res.Task, res.EventID, res.Task)
+		}
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	w := waiter{client: client, g: g}
+	if res.InstanceID == 0 {
+		var err error
+		if res.InstanceID, err = w.instanceOf(ctx, res.Task, res.EventID); err != nil {
+			return w.timedOut(err, fmt.Errorf("the dispatcher created no instance for event %s of task %s within %s; is it running?", res.EventID, res.Task, timeout))
+		}
+	}
+	if !asJSON {
+		fmt.Fprintln(out, res.InstanceID)
+	}
+	in, err := w.end(ctx, res.InstanceID)
+	if err != nil {
+		return w.timedOut(err, fmt.Errorf("instance %d is still %s after %s; follow it with: ax instance get %d", res.InstanceID, w.last, timeout, res.InstanceID))
+	}
+	if asJSON {
+		if err := printJSON(out, in); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(out, in.State)
+	}
+	if in.State != schemas.StateSucceeded {
+		return &exitError{code: exitNotSucceeded, err: fmt.Errorf("instance %d ended %s%s", in.ID, in.State, why(in))}
+	}
+	return nil
 }
 
 // readPayload returns the --payload value as JSON: the value itself, or the

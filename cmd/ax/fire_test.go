@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/schemas"
@@ -113,5 +114,74 @@ func TestFireWait(t *testing.T) {
 	if err := json.Unmarshal([]byte(e.mustAx("fire", "nightly-report", "--event-id", "ev-ok", "--wait", "-o", "json")), &in); err != nil ||
 		in.ID != ok || in.State != schemas.StateSucceeded || len(in.Transitions) != 2 {
 		t.Errorf("fire --wait -o json = %+v, %v", in, err)
+	}
+}
+
+func TestFireLater(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
+		t.Fatal(errOut)
+	}
+	s, err := e.js.Stream(t.Context(), "AX_TRIGGERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A delay: nothing on stdout, the due time on stderr, a schedule in the stream.
+	code, out, errOut := e.ax("", "fire", "nightly-report", "--delay", "2h", "--event-id", "later-1")
+	if code != 0 || out != "" || !strings.Contains(errOut, "fired nightly-report as event later-1, due at ") ||
+		!strings.Contains(errOut, "the dispatcher creates its instance then") {
+		t.Errorf("fire --delay: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.sched.nightly-report.later-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := schemas.ParseTriggerEvent(msg.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if until := time.Until(ev.RunAt); until < 119*time.Minute || until > 2*time.Hour || ev.Operator != operatorName() {
+		t.Errorf("scheduled firing = %+v, want one due in 2h by %s", ev, operatorName())
+	}
+
+	// A run_at, in JSON output.
+	var res api.FireResult
+	runAt := "2099-03-01T09:00:00.5+01:00"
+	if err := json.Unmarshal([]byte(e.mustAx("fire", "nightly-report", "--run-at", runAt, "--idempotency-key", "k-1", "-o", "json")), &res); err != nil ||
+		res.EventID != "idem-k-1" || res.InstanceID != 0 || res.RunAt.Format(time.RFC3339Nano) != "2099-03-01T08:00:00.5Z" {
+		t.Errorf("fire --run-at -o json = %+v, %v", res, err)
+	}
+	// The same key again: the waiting firing, said on stderr.
+	code, _, errOut = e.ax("", "fire", "nightly-report", "--run-at", runAt, "--idempotency-key", "k-1")
+	if code != 0 || !strings.Contains(errOut, "an earlier firing with this idempotency key is waiting for its time") {
+		t.Errorf("fire with the key again: exit %d, stderr %q", code, errOut)
+	}
+	// The key's instance exists: its id, and a note.
+	id := e.insertInstance("nightly-report", "idem-k-2", schemas.StateSucceeded, "")
+	code, out, errOut = e.ax("", "fire", "nightly-report", "--idempotency-key", "k-2")
+	if code != 0 || out != fmt.Sprintln(id) || !strings.Contains(errOut, fmt.Sprintf("an earlier firing with this idempotency key made instance %d", id)) {
+		t.Errorf("fire with a used key: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, _, errOut = e.ax("", "fire", "nightly-report", "--idempotency-key", "k-2", "--payload", `{"other": true}`)
+	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("was used by instance %d with another payload", id)) {
+		t.Errorf("fire with a used key and another payload: exit %d, stderr %q", code, errOut)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fire", "nightly-report", "--delay", "-5s"}, "ax: --delay -5s: use a positive duration"},
+		{[]string{"fire", "nightly-report", "--delay", "soon"}, `ax: invalid argument "soon" for "--delay" flag`},
+		{[]string{"fire", "nightly-report", "--delay", "1h", "--run-at", runAt}, "ax: --delay and --run-at both say when to fire; give one of them"},
+		{[]string{"fire", "nightly-report", "--run-at", "tomorrow"}, `ax: --run-at "tomorrow": use an RFC 3339 time`},
+		{[]string{"fire", "nightly-report", "--idempotency-key", "k", "--event-id", "e"}, "ax: invalid firing: event_id: must be left out when idempotency_key is set"},
+	} {
+		code, out, errOut := e.ax("", tt.args...)
+		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {
+			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), code, out, errOut, tt.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,10 +18,56 @@ func newInstanceCmd(g *cli) *cobra.Command {
 		Aliases: []string{"instances"},
 		Short:   "Inspect task instances: one firing of a task each",
 		Example: `  ax instance list --task nightly-report --state FAILED
-  ax instance get 42`,
+  ax instance get 42
+  ax instance rerun 42 --wait`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newInstanceGetCmd(g), newInstanceListCmd(g))
+	cmd.AddCommand(newInstanceGetCmd(g), newInstanceListCmd(g), newInstanceRerunCmd(g))
+	return cmd
+}
+
+func newInstanceRerunCmd(g *cli) *cobra.Command {
+	var (
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "rerun ID",
+		Short: "Fire an instance's task again, with the same payload and priority",
+		Long: `Fire the task of an instance again, as a new manual run by $AX_OPERATOR (or
+your user name) with the instance's payload, payload version and priority, and
+print the id of the new instance. Its CREATED transition names you and says
+"rerun of instance ID". The task must still exist and be enabled, and take the
+payload (its schema_version and payload_schema).
+
+With --wait, ax then follows the new instance until it ends and prints its
+final state; the exit codes are those of ax fire.`,
+		Example: `  ax instance rerun 42
+  ax instance rerun 42 --wait --timeout 10m && echo done`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return fmt.Errorf("%q is not an instance id: use the number that ax fire or ax instance list printed", args[0])
+			}
+			if wait && timeout <= 0 {
+				return fmt.Errorf("--timeout %s: use a positive duration such as 30s or 10m", timeout)
+			}
+			client := g.client()
+			res, err := client.Rerun(cmd.Context(), id)
+			if err != nil {
+				return g.apiError(err)
+			}
+			return g.follow(cmd, client, res, wait, timeout, asJSON)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&wait, "wait", false, "wait until the new instance ends; the exit code tells how it ended")
+	f.DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
 	return cmd
 }
 

@@ -85,3 +85,50 @@ func TestInstanceCommands(t *testing.T) {
 		}
 	}
 }
+
+func TestInstanceRerun(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
+		t.Fatal(errOut)
+	}
+	failed := e.insertInstance("nightly-report", "ev-1", schemas.StateFailed, "boom")
+
+	// No dispatcher runs, so no instance appears: ax says so on stderr.
+	code, out, errOut := e.ax("", "instance", "rerun", fmt.Sprint(failed))
+	if code != 0 || out != "" || !strings.Contains(errOut, fmt.Sprintf("fired nightly-report as event rerun-%d-", failed)) {
+		t.Errorf("instance rerun: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	s, err := e.js.Stream(t.Context(), "AX_TRIGGERS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := schemas.ParseTriggerEvent(msg.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Source != schemas.SourceManual || ev.Operator != operatorName() || ev.Reason != fmt.Sprintf("rerun of instance %d", failed) ||
+		ev.Priority != schemas.PriorityNormal || ev.PayloadVersion != 1 {
+		t.Errorf("published firing = %+v", ev)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"instance", "rerun", "abc"}, 1, `ax: "abc" is not an instance id`},
+		{[]string{"instance", "rerun", fmt.Sprint(failed + 100)}, 1, fmt.Sprintf("ax: instance %d does not exist", failed+100)},
+		{[]string{"instance", "rerun", fmt.Sprint(failed), "--wait", "--timeout", "0s"}, 1, "ax: --timeout 0s: use a positive duration"},
+		{[]string{"instance", "rerun", fmt.Sprint(failed), "--wait", "--timeout", "300ms"}, 3, "ax: the dispatcher created no instance for event rerun-"},
+	} {
+		code, out, errOut := e.ax("", tt.args...)
+		if code != tt.code || out != "" || !strings.HasPrefix(errOut, tt.want) {
+			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(tt.args, " "), code, out, errOut, tt.code, tt.want)
+		}
+	}
+}

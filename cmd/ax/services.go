@@ -7,16 +7,20 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/trigger"
 )
 
 func init() {
-	extraCommands = append(extraCommands, newDispatcherCmd, newExecutorCmd, newAPICmd)
+	extraCommands = append(extraCommands, newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd)
 }
 
 // signalContext ends on Ctrl-C or SIGTERM: services drain and return.
@@ -25,7 +29,11 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 }
 
 func newDispatcherCmd() *cobra.Command {
-	var c conn
+	var (
+		c        conn
+		replicas int
+		leaseTTL time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "dispatcher",
 		Short: "Run the dispatcher: firings to instances, reports to transitions, the lease reaper",
@@ -41,7 +49,10 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 				return err
 			}
 			defer closeAll()
-			svc, err := dispatcher.New(dispatcher.Options{Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log})
+			svc, err := dispatcher.New(dispatcher.Options{
+				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
+				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL},
+			})
 			if err != nil {
 				return err
 			}
@@ -50,6 +61,77 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	}
 	c.natsFlags(cmd)
 	c.databaseFlags(cmd)
+	f := cmd.Flags()
+	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
+	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL, "how long an attempt's lease lives without renewal")
+	return cmd
+}
+
+func newTriggerCmd() *cobra.Command {
+	var c conn
+	cmd := &cobra.Command{
+		Use:   "trigger",
+		Short: "Run the trigger service: fires cron schedules, with time zones and misfire policies",
+		Long: `Run the trigger service. It keeps every cron trigger of every enabled task in one
+min-heap, fires each tick to AX_TRIGGERS with an event id derived from the task, the
+trigger and the tick, follows each trigger's misfire policy for ticks missed while no
+trigger service ran, and re-plans a task as soon as it changes. Run several replicas:
+their duplicate firings collapse into one instance.`,
+		Example: `  NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://ax@127.0.0.1/ax ax trigger`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			o, closeAll, err := c.open(ctx, "trigger", true)
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			svc, err := trigger.New(trigger.Options{Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log})
+			if err != nil {
+				return err
+			}
+			return svc.Run(ctx)
+		},
+	}
+	c.natsFlags(cmd)
+	c.databaseFlags(cmd)
+	return cmd
+}
+
+func newAuditorCmd() *cobra.Command {
+	var (
+		c            conn
+		pollInterval time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "auditor",
+		Short: "Run the auditor: relays every transition and operator action to AX_AUDIT, exactly once",
+		Long: `Run the auditor service. It relays the audit trail's outbox tables of PostgreSQL
+(instance_transitions, operator_actions) to the AX_AUDIT stream, one record per
+row on ax.audit.<task>, exactly once even across crashes. Run as many replicas as
+you like: one leads, holding a PostgreSQL advisory lock, and the others take over
+within a few seconds when it goes. It needs the topology the dispatcher creates.`,
+		Example: `  NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://ax@127.0.0.1/ax ax auditor`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			o, closeAll, err := c.open(ctx, "auditor", true)
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			svc, err := auditor.New(auditor.Options{Conn: o.nc, Store: o.store, Topology: o.top, PollInterval: pollInterval, Logger: o.log})
+			if err != nil {
+				return err
+			}
+			return svc.Run(ctx)
+		},
+	}
+	c.natsFlags(cmd)
+	c.databaseFlags(cmd)
+	cmd.Flags().DurationVar(&pollInterval, "poll-interval", auditor.DefaultPollInterval, "how often the leader looks for new records when it is idle")
 	return cmd
 }
 

@@ -1,0 +1,113 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+)
+
+// auditList is the answer to GET /v1/audit.
+type auditList struct {
+	Records []schemas.AuditRecord `json:"records"`
+}
+
+// auditParams are the query parameters GET /v1/audit takes.
+var auditParams = map[string]bool{"task": true, "instance": true, "operator": true, "since": true, "limit": true, "before": true}
+
+// listAudit answers GET /v1/audit from PostgreSQL: instance transitions and
+// operator actions merged, newest first. The store holds a record from the
+// moment its change commits; AX_AUDIT once the auditor relayed it.
+func (s *Service) listAudit(w http.ResponseWriter, r *http.Request) {
+	f, e := s.auditFilter(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	recs, err := s.opts.Store.ListAudit(r.Context(), f)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, badRequest("invalid_parameter", "before",
+			"before=%q names no audit record; pass the id of the last record of the previous page", f.Before))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "list audit records", err)
+		return
+	}
+	if recs == nil {
+		recs = []schemas.AuditRecord{}
+	}
+	writeJSON(w, http.StatusOK, auditList{Records: recs})
+}
+
+// auditFilter reads the query of GET /v1/audit, refusing unknown
+// parameters: a misspelt filter must not silently list everything.
+func (s *Service) auditFilter(r *http.Request) (store.AuditFilter, *Error) {
+	var f store.AuditFilter
+	q := r.URL.Query()
+	for k := range q {
+		if !auditParams[k] {
+			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, instance, operator, since, limit and before", k)
+		}
+	}
+	if task := q.Get("task"); task != "" {
+		if !taskNameRE.MatchString(task) {
+			return f, badRequest("invalid_parameter", "task",
+				"task=%q is not a task name: use 1-64 lower-case letters, digits, '_' and '-', starting with a letter or digit", task)
+		}
+		f.Task = task
+	}
+	if inst := q.Get("instance"); inst != "" {
+		id, err := strconv.ParseInt(inst, 10, 64)
+		if err != nil || id < 1 {
+			return f, badRequest("invalid_parameter", "instance",
+				"instance=%q is not an instance id; use the positive number that ax fire or ax instance list printed", inst)
+		}
+		f.InstanceID = id
+	}
+	if op := q.Get("operator"); op != "" {
+		if len(op) > 256 {
+			return f, badRequest("invalid_parameter", "operator", "operator is %d bytes long; an operator name has at most 256", len(op))
+		}
+		f.Operator = op
+	}
+	if since := q.Get("since"); since != "" {
+		t, ok := s.parseSince(since)
+		if !ok {
+			return f, badRequest("invalid_parameter", "since",
+				"since=%q is neither an RFC 3339 time (2025-03-01T12:00:00Z) nor a positive duration back from now (90m, 24h)", since)
+		}
+		f.Since = t
+	}
+	if limit := q.Get("limit"); limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 || n > store.MaxAuditLimit {
+			return f, badRequest("invalid_parameter", "limit", "limit=%q is not a number from 1 to %d", limit, store.MaxAuditLimit)
+		}
+		f.Limit = n
+	}
+	if before := q.Get("before"); before != "" {
+		if _, _, ok := schemas.ParseAuditID(before); !ok {
+			return f, badRequest("invalid_parameter", "before",
+				"before=%q is not an audit record id (t-<id> or o-<id>); pass the id of the last record of the previous page", before)
+		}
+		f.Before = before
+	}
+	return f, nil
+}
+
+// parseSince reads an RFC 3339 time, or a positive Go duration that counts
+// back from now.
+func (s *Service) parseSince(v string) (time.Time, bool) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return time.Time{}, false
+	}
+	return s.opts.NowFunc().Add(-d), true
+}

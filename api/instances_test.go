@@ -1,0 +1,97 @@
+package api_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+func TestRerun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.apply(echoTask)
+	id := e.insertInstance("nightly-report", "ev-1", schemas.StateFailed)
+
+	// No dispatcher runs, so the answer is 202; the firing is in the stream.
+	alice := api.NewClient(e.srv.URL, e.srv.Client())
+	alice.Operator = "alice"
+	res, err := alice.Rerun(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("rerun-%d-", id)
+	if res.InstanceID != 0 || res.Task != "nightly-report" || !strings.HasPrefix(res.EventID, prefix) {
+		t.Errorf("Rerun = %+v, want task nightly-report and an event id %s…", res, prefix)
+	}
+	ev, hdr := e.lastTrigger("nightly-report")
+	want := schemas.TriggerEvent{EventID: res.EventID, Task: "nightly-report", Source: schemas.SourceManual, Operator: "alice",
+		Payload: []byte(`{"n":1}`), PayloadVersion: 1, Priority: schemas.PriorityUrgent, FiredAt: fixedNow,
+		Reason: fmt.Sprintf("rerun of instance %d", id)}
+	if fmt.Sprintf("%+v", ev) != fmt.Sprintf("%+v", want) || hdr.Get("Nats-Msg-Id") != res.EventID {
+		t.Errorf("published firing\n got %+v\nwant %+v", ev, want)
+	}
+
+	// The body names the operator over the header; each rerun is a new firing.
+	status, body := e.do("POST", fmt.Sprintf("/v1/instances/%d/rerun", id), "application/json", strings.NewReader(`{"operator": "carol"}`))
+	if status != http.StatusAccepted || body["event_id"] == res.EventID {
+		t.Errorf("rerun with a body: %d %v, want 202 with a new event id", status, body)
+	}
+	if ev, _ := e.lastTrigger("nightly-report"); ev.Operator != "carol" {
+		t.Errorf("operator = %q, want carol", ev.Operator)
+	}
+	if n := e.triggers(); n != 2 {
+		t.Errorf("AX_TRIGGERS holds %d messages, want 2", n)
+	}
+}
+
+func TestRerunRejects(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.apply(echoTask)
+	id := e.insertInstance("nightly-report", "ev-1", schemas.StateSucceeded)
+	e.apply("task_name: paused\nexecution: {handler: h}\n")
+	paused := e.insertInstance("paused", "ev-1", schemas.StateSucceeded)
+	if _, err := e.client.SetTaskEnabled(t.Context(), "paused", false); err != nil {
+		t.Fatal(err)
+	}
+	e.apply("task_name: strict\nexecution: {handler: h}\n")
+	strict := e.insertInstance("strict", "ev-1", schemas.StateSucceeded)
+	// The task now takes another payload than the instance ran with.
+	e.apply("task_name: strict\nexecution: {handler: h}\npayload_schema: {type: object, required: [day]}\n")
+
+	tests := []struct {
+		name, path, body string
+		status           int
+		code, field, msg string
+	}{
+		{"not an id", "/v1/instances/abc/rerun", "", 400, "invalid_instance_id", "id", `"abc" is not an instance id`},
+		{"zero id", "/v1/instances/0/rerun", "", 400, "invalid_instance_id", "id", ""},
+		{"unknown instance", fmt.Sprintf("/v1/instances/%d/rerun", strict+100), "", 404, "instance_not_found", "id", "does not exist"},
+		{"unknown field", fmt.Sprintf("/v1/instances/%d/rerun", id), `{"payload": {}}`, 400, "unknown_field", "payload", "a rerun takes only operator"},
+		{"operator not a string", fmt.Sprintf("/v1/instances/%d/rerun", id), `{"operator": 7}`, 400, "invalid_request", "operator", "string operator"},
+		{"malformed body", fmt.Sprintf("/v1/instances/%d/rerun", id), `{"operator": `, 400, "malformed_json", "", "not valid JSON"},
+		{"disabled task", fmt.Sprintf("/v1/instances/%d/rerun", paused), "", 409, "task_disabled", "name", "ax task enable paused"},
+		{"payload the task now refuses", fmt.Sprintf("/v1/instances/%d/rerun", strict), "", 422, "invalid_payload", "payload.day", "is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := e.do("POST", tt.path, "application/json", strings.NewReader(tt.body))
+			if status != tt.status {
+				t.Fatalf("status %d %v, want %d", status, body, tt.status)
+			}
+			er := errorOf(t, body)
+			msg, _ := er["message"].(string)
+			if er["code"] != tt.code || (er["field"] != nil && er["field"] != tt.field) || (er["field"] == nil && tt.field != "") ||
+				!strings.Contains(msg, tt.msg) {
+				t.Errorf("error = %v, want code %s, field %q, message with %q", er, tt.code, tt.field, tt.msg)
+			}
+		})
+	}
+	if n := e.triggers(); n != 0 {
+		t.Errorf("refused reruns published %d messages", n)
+	}
+}

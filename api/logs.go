@@ -1,0 +1,393 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+)
+
+// Limits of GET /v1/instances/{id}/logs.
+const (
+	// DefaultLogLimit is how many lines one answer holds when the request
+	// names no limit.
+	DefaultLogLimit = 1000
+	// MaxLogLimit is the largest limit a request may name.
+	MaxLogLimit = 10000
+)
+
+// Timings of a followed log (follow=true).
+const (
+	// followIdle is how long no line may arrive, once the instance has
+	// ended, before the stream ends.
+	followIdle = time.Second
+	// followHeartbeat is how often an idle stream sends a comment, so that
+	// proxies and clients do not take it for dead.
+	followHeartbeat = 15 * time.Second
+	// readLogsTimeout bounds reading one page of lines.
+	readLogsTimeout = 30 * time.Second
+)
+
+// LogPage is the answer to GET /v1/instances/{id}/logs: task log lines of
+// an instance, oldest first.
+type LogPage struct {
+	Lines []schemas.LogLine `json:"lines"`
+	// Next is the AX_LOGS stream sequence of the last line read (0 when
+	// none was): pass it as after to read the lines that come later.
+	Next uint64 `json:"next"`
+	// More says that the limit cut the answer: more lines follow Next.
+	More bool `json:"more,omitempty"`
+}
+
+// logQuery is what a request for an instance's logs asks for.
+type logQuery struct {
+	attempt int
+	since   time.Time
+	limit   int
+	after   uint64
+	follow  bool
+}
+
+// logParams are the query parameters GET /v1/instances/{id}/logs takes.
+var logParams = map[string]bool{"attempt": true, "since": true, "limit": true, "after": true, "follow": true}
+
+// instanceLogs answers GET /v1/instances/{id}/logs from AX_LOGS, so that
+// the logs of an attempt outlive its executor. With follow=true it answers
+// with server-sent events: the lines there are, then each new line as it is
+// stored, until the instance has ended and no line came for followIdle.
+func (s *Service) instanceLogs(w http.ResponseWriter, r *http.Request) {
+	id, e := instanceID(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	q, e := s.logQuery(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	in, err := s.opts.Store.GetInstance(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, instanceNotFound(id))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
+		return
+	}
+	if q.follow {
+		s.followLogs(w, r, in, q)
+		return
+	}
+	page, err := s.readLogs(r.Context(), id, q)
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("read the logs of instance %d", id), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// logQuery reads the query of GET /v1/instances/{id}/logs, refusing unknown
+// parameters: a misspelt filter must not silently show everything.
+func (s *Service) logQuery(r *http.Request) (logQuery, *Error) {
+	q := logQuery{limit: DefaultLogLimit}
+	v := r.URL.Query()
+	for k := range v {
+		if !logParams[k] {
+			return q, badRequest("unknown_parameter", k, "unknown query parameter %q; use attempt, since, limit, after and follow", k)
+		}
+	}
+	if a := v.Get("attempt"); a != "" {
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 1 {
+			return q, badRequest("invalid_parameter", "attempt", "attempt=%q is not an attempt number; attempts count from 1", a)
+		}
+		q.attempt = n
+	}
+	if since := v.Get("since"); since != "" {
+		t, ok := s.parseSince(since)
+		if !ok {
+			return q, badRequest("invalid_parameter", "since",
+				"since=%q is neither an RFC 3339 time (2025-03-01T12:00:00Z) nor a positive duration back from now (90m, 24h)", since)
+		}
+		q.since = t
+	}
+	if f := v.Get("follow"); f != "" {
+		b, err := strconv.ParseBool(f)
+		if err != nil {
+			return q, badRequest("invalid_parameter", "follow", "follow=%q is not a boolean; use follow=true to stream new lines as they come", f)
+		}
+		q.follow = b
+	}
+	if limit := v.Get("limit"); limit != "" {
+		if q.follow {
+			return q, badRequest("invalid_parameter", "limit", "limit does not apply to follow=true, which streams every line; leave it out")
+		}
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 || n > MaxLogLimit {
+			return q, badRequest("invalid_parameter", "limit", "limit=%q is not a number from 1 to %d", limit, MaxLogLimit)
+		}
+		q.limit = n
+	}
+	after := v.Get("after")
+	if after == "" && q.follow {
+		// An EventSource that reconnects says where it was.
+		after = r.Header.Get("Last-Event-ID")
+	}
+	if after != "" {
+		n, err := strconv.ParseUint(after, 10, 64)
+		if err != nil {
+			return q, badRequest("invalid_parameter", "after", "after=%q is not a stream sequence; pass the next of the previous answer", after)
+		}
+		q.after = n
+	}
+	return q, nil
+}
+
+// keep reports whether a line passes the query's filters.
+func (q *logQuery) keep(l *schemas.LogLine) bool {
+	return (q.attempt == 0 || l.Attempt == q.attempt) && !l.Time.Before(q.since)
+}
+
+// logReader reads the lines of one instance from AX_LOGS with an ordered
+// consumer filtered to its subject.
+type logReader struct {
+	s        *Service
+	consumer jetstream.Consumer
+	msgs     jetstream.MessagesContext
+	// start is the stream sequence before the first line the query wants.
+	start uint64
+	// pending is how many lines of the subject were there past start when
+	// the reader was made.
+	pending uint64
+}
+
+// openLogs starts reading the lines of instance id from where q says:
+// after a sequence, from a time, or from the first line. Close it when done.
+func (s *Service) openLogs(ctx context.Context, id int64, q logQuery) (*logReader, error) {
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{s.opts.Topology.Log(id)},
+		InactiveThreshold: time.Minute,
+	}
+	switch {
+	case q.after > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, q.after+1
+	case !q.since.IsZero():
+		// Stored after it was written: no line from since on is stored earlier.
+		since := q.since
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	c, err := s.js.OrderedConsumer(ctx, s.opts.Topology.LogsStream(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", cfg.FilterSubjects[0], err)
+	}
+	msgs, err := c.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", cfg.FilterSubjects[0], err)
+	}
+	lr := &logReader{s: s, consumer: c, msgs: msgs}
+	if info := c.CachedInfo(); info != nil {
+		lr.start, lr.pending = info.Delivered.Stream, info.NumPending
+	}
+	return lr, nil
+}
+
+// next returns the next line and its stream sequence, waiting for it until
+// ctx ends. ok is false for a message that is not a log line, which it skips.
+func (lr *logReader) next(ctx context.Context) (line schemas.LogLine, seq, pending uint64, ok bool, err error) {
+	m, err := lr.msgs.Next(jetstream.NextContext(ctx))
+	if err != nil {
+		return line, 0, 0, false, err
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return line, 0, 0, false, fmt.Errorf("read log line: %w", err)
+	}
+	if err := json.Unmarshal(m.Data(), &line); err != nil {
+		lr.s.opts.Logger.Warn().Err(err).Str("subject", m.Subject()).Uint64("seq", meta.Sequence.Stream).
+			Msg("message on a log subject is not a log line; skipping it")
+		return line, meta.Sequence.Stream, meta.NumPending, false, nil
+	}
+	return line, meta.Sequence.Stream, meta.NumPending, true, nil
+}
+
+// close stops the reader and deletes its consumer.
+func (lr *logReader) close() {
+	lr.msgs.Stop()
+	info := lr.consumer.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Left alone it would go after its inactive threshold.
+	_ = lr.s.js.DeleteConsumer(ctx, lr.s.opts.Topology.LogsStream(), info.Name)
+}
+
+// readLogs reads one page of the lines of instance id.
+func (s *Service) readLogs(ctx context.Context, id int64, q logQuery) (LogPage, error) {
+	page := LogPage{Lines: []schemas.LogLine{}, Next: q.after}
+	ctx, cancel := context.WithTimeout(ctx, readLogsTimeout)
+	defer cancel()
+	lr, err := s.openLogs(ctx, id, q)
+	if err != nil {
+		return page, err
+	}
+	defer lr.close()
+	for pending := lr.pending; pending > 0; {
+		if len(page.Lines) == q.limit {
+			page.More = true
+			break
+		}
+		line, seq, left, ok, err := lr.next(ctx)
+		if err != nil {
+			return page, fmt.Errorf("read %s: %w", s.opts.Topology.Log(id), err)
+		}
+		page.Next, pending = seq, left
+		if ok && q.keep(&line) {
+			page.Lines = append(page.Lines, line)
+		}
+	}
+	return page, nil
+}
+
+// followLogs streams the lines of instance in as server-sent events: each
+// line is an event "id: <seq>\ndata: <json>", and the stream ends with an
+// event "end" whose data names the instance's final state, once the
+// instance has ended and no line came for followIdle. A client that lost
+// the stream resumes with after (or the Last-Event-ID header) = the last id.
+func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.Instance, q logQuery) {
+	ctx := r.Context()
+	lr, err := s.openLogs(ctx, in.ID, q)
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("read the logs of instance %d", in.ID), err)
+		return
+	}
+	defer lr.close()
+
+	type msg struct {
+		line schemas.LogLine
+		seq  uint64
+		ok   bool
+	}
+	msgs := make(chan msg)
+	readCtx, stopReading := context.WithCancel(ctx)
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		defer close(msgs)
+		for {
+			line, seq, _, ok, err := lr.next(readCtx)
+			if err != nil {
+				if readCtx.Err() == nil {
+					s.opts.Logger.Warn().Err(err).Int64("instance_id", in.ID).Msg("follow task logs; ending the stream")
+				}
+				return
+			}
+			select {
+			case msgs <- msg{line, seq, ok}:
+			case <-readCtx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		stopReading()
+		<-read
+	}()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send := func(format string, args ...any) bool {
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send(": following the logs of instance %d\n\n", in.ID) {
+		return
+	}
+
+	heartbeat := time.NewTicker(followHeartbeat)
+	defer heartbeat.Stop()
+	idle := time.NewTicker(followIdle / 4)
+	defer idle.Stop()
+	last, lastAt := lr.start, time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, open := <-msgs:
+			if !open {
+				return
+			}
+			last, lastAt = m.seq, time.Now()
+			if !m.ok || !q.keep(&m.line) {
+				continue
+			}
+			data, _ := json.Marshal(m.line)
+			if !send("id: %d\ndata: %s\n\n", m.seq, data) {
+				return
+			}
+		case <-heartbeat.C:
+			if !send(": heartbeat\n\n") {
+				return
+			}
+		case <-idle.C:
+			if time.Since(lastAt) < followIdle {
+				continue
+			}
+			state, done, err := s.logsDone(ctx, in.ID, last)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.opts.Logger.Error().Err(err).Int64("instance_id", in.ID).Msg("follow task logs; ending the stream")
+				}
+				return
+			}
+			if done {
+				data, _ := json.Marshal(map[string]schemas.State{"state": state})
+				send("event: end\ndata: %s\n\n", data)
+				return
+			}
+			lastAt = time.Now()
+		}
+	}
+}
+
+// logsDone reports whether the instance id has ended and its last line,
+// if any, is at stream sequence last or before.
+func (s *Service) logsDone(ctx context.Context, id int64, last uint64) (schemas.State, bool, error) {
+	in, err := s.opts.Store.GetInstance(ctx, id)
+	if err != nil {
+		return "", false, err
+	}
+	if !in.State.Terminal() {
+		return in.State, false, nil
+	}
+	// The executor stores an attempt's lines before its final report, so
+	// once the instance has ended, the subject's last message is its last line.
+	stream, err := s.js.Stream(ctx, s.opts.Topology.LogsStream())
+	if err != nil {
+		return "", false, fmt.Errorf("look up stream %s: %w", s.opts.Topology.LogsStream(), err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, s.opts.Topology.Log(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return in.State, true, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the last message of %s: %w", s.opts.Topology.Log(id), err)
+	}
+	return in.State, m.Sequence <= last, nil
+}

@@ -1,0 +1,159 @@
+package auditor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// lead publishes the outbox while this auditor holds relay's lock, until
+// ctx ends (nil) or something fails (the error). A batch in flight when ctx
+// ends is published and its cursor saved on a context that outlives ctx by
+// up to ShutdownTimeout.
+func (s *Service) lead(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, relay *store.Relay, log zerolog.Logger) error {
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(s.opts.ShutdownTimeout, cancelWork) })
+	defer stop()
+
+	cur, err := relay.Cursor(ctx)
+	if err != nil {
+		return err
+	}
+	end, cur, err := s.resume(ctx, stream, relay, cur, log)
+	if err != nil {
+		return err
+	}
+	for {
+		recs, next, err := relay.Next(ctx, cur, s.opts.BatchSize)
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 {
+			cur = next
+			if !sleep(ctx, s.opts.PollInterval) {
+				return nil
+			}
+			continue
+		}
+		if end, err = s.publish(work, js, recs, end); err != nil {
+			return err
+		}
+		if s.afterPublish != nil {
+			if err := s.afterPublish(recs); err != nil {
+				return err
+			}
+		}
+		if err := relay.SaveCursor(work, next); err != nil {
+			return err
+		}
+		cur = next
+		log.Debug().Int("records", len(recs)).Str("last", recs[len(recs)-1].ID).Uint64("stream_seq", end.seq).
+			Msg("audit records published")
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// resume returns the tail of AX_AUDIT (its last sequence only: this leader
+// has published nothing) and the cursor past the stream's last record: a
+// leader that stopped between publishing a batch and saving its cursor left
+// records there that must not be published again.
+func (s *Service) resume(ctx context.Context, stream jetstream.Stream, relay *store.Relay, cur store.RelayCursor,
+	log zerolog.Logger) (tail, store.RelayCursor, error) {
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return tail{}, cur, fmt.Errorf("resume audit relay: stream %s: %w", s.top.AuditStream(), err)
+	}
+	end := tail{seq: info.State.LastSeq}
+	if info.State.Msgs == 0 {
+		return end, cur, nil
+	}
+	msg, err := stream.GetMsg(ctx, end.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// Deleted by hand: what it was cannot be known, and the records
+		// before it are all older than the cursor's batch or in it.
+		return end, cur, nil
+	}
+	if err != nil {
+		return tail{}, cur, fmt.Errorf("resume audit relay: read message %d of %s: %w", end.seq, s.top.AuditStream(), err)
+	}
+	id := msg.Header.Get(streams.HeaderMsgID)
+	next, skipped, err := relay.Skip(ctx, cur, id)
+	if err != nil {
+		return tail{}, cur, fmt.Errorf("resume audit relay: %w", err)
+	}
+	if skipped {
+		if err := relay.SaveCursor(ctx, next); err != nil {
+			return tail{}, cur, fmt.Errorf("resume audit relay: %w", err)
+		}
+		log.Info().Str("record", id).Uint64("stream_seq", end.seq).
+			Msg("audit relay resumed after records a previous leader published without saving its cursor")
+	}
+	return end, next, nil
+}
+
+// tail is where AX_AUDIT ends, as the leader knows it: its last sequence
+// and, once this leader published, the id of its last record.
+type tail struct {
+	seq uint64
+	id  string
+}
+
+// publish publishes recs asynchronously, awaits the acknowledgements
+// together, and returns the stream's new tail. Each message expects the
+// stream to end with the record before it (Nats-Expected-Last-Msg-Id); the
+// first after resume, when the leader has published nothing yet, expects
+// the stream's last sequence instead (Nats-Expected-Last-Sequence). A
+// publisher whose idea of the tail is stale — a deposed leader — stores
+// nothing, or only the records that do come next in the outbox's fixed order:
+// no record twice, none out of order. Any failure fails the batch; the
+// records stored before it are a prefix of recs, which the next leader finds
+// (see resume).
+func (s *Service) publish(ctx context.Context, js jetstream.JetStream, recs []schemas.AuditRecord, t tail) (tail, error) {
+	futures := make([]jetstream.PubAckFuture, 0, len(recs))
+	for i, r := range recs {
+		m, err := streams.NewMsg(s.top.Audit(r.Task), r.ID, r)
+		if err != nil {
+			return t, fmt.Errorf("publish audit record %s: %w", r.ID, err)
+		}
+		expect := jetstream.WithExpectLastMsgID(t.id)
+		switch {
+		case i > 0:
+			expect = jetstream.WithExpectLastMsgID(recs[i-1].ID)
+		case t.id == "":
+			expect = jetstream.WithExpectLastSequence(t.seq)
+		}
+		f, err := js.PublishMsgAsync(m, expect)
+		if err != nil {
+			return t, fmt.Errorf("publish audit record %s: %w", r.ID, err)
+		}
+		futures = append(futures, f)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.AckTimeout)
+	defer cancel()
+	for i, f := range futures {
+		want := t.seq + uint64(i) + 1
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate || ack.Sequence != want {
+				return t, fmt.Errorf("publish audit record %s: stored at sequence %d (duplicate %t), want %d: another relay publishes too",
+					recs[i].ID, ack.Sequence, ack.Duplicate, want)
+			}
+		case err := <-f.Err():
+			return t, fmt.Errorf("publish audit record %s to %s: %w", recs[i].ID, f.Msg().Subject, err)
+		case <-ctx.Done():
+			return t, fmt.Errorf("publish audit record %s: await acknowledgement: %w", recs[i].ID, ctx.Err())
+		}
+	}
+	return tail{seq: t.seq + uint64(len(recs)), id: recs[len(recs)-1].ID}, nil
+}

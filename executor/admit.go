@@ -1,0 +1,195 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// inProgressEvery is how often a fetched attempt that waits for its
+// handler's rate limit tells JetStream it is still being worked on, so that
+// the message is not redelivered to another worker meanwhile.
+const inProgressEvery = streams.DefaultAckWait / 3
+
+// pending is a fetched attempt that holds a slot of the worker (and one of
+// its handler's) but has not started: it may still wait for its rate limit
+// and its mutex, and it has no lease yet.
+type pending struct {
+	msg     jetstream.Msg
+	d       schemas.Dispatch
+	handler Handler       // what runs
+	hs      *handlerState // nil when the worker has no such handler
+	// doomed is set when the handler fails at once: the handler is not
+	// registered here, or the mutex key does not render.
+	doomed bool
+	// mutexKey is the rendered mutex key ("" when the task has none);
+	// mutexRev is its revision once the attempt holds it (0: not held).
+	mutexKey string
+	mutexRev uint64
+}
+
+// admit decodes a fetched message and takes a slot for it. It returns nil
+// when the message was handed back: undecodable (terminated), or its
+// handler's slots are full (requeued).
+//
+// A message whose handler is not registered here, or whose mutex key does
+// not render, is admitted with a handler that fails permanently: it is
+// started like any other (lease, started report) so that the instance's
+// record reads RUNNING then FAILED, with the reason.
+func (s *Service) admit(m jetstream.Msg) *pending {
+	d, err := decodeDispatch(m)
+	if err != nil {
+		s.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable dispatch message; terminating it")
+		s.term(m)
+		return nil
+	}
+	p := &pending{msg: m, d: d}
+	e, registered := s.opts.Mux.entry(d.Handler)
+	s.mu.Lock()
+	if registered {
+		hs := s.handlerState(d.Handler, e.limits)
+		if hs.full() {
+			s.mu.Unlock()
+			s.requeue(p, "the handler's slots are full")
+			return nil
+		}
+		hs.busy++
+		p.hs = hs
+	}
+	s.held++
+	s.mu.Unlock()
+
+	switch {
+	case !registered:
+		p.fail(fmt.Errorf("handler %q is not registered on worker %s (it has: %s)",
+			d.Handler, s.opts.WorkerID, strings.Join(s.opts.Mux.Names(), ", ")))
+	case d.MutexTemplate != "":
+		key, err := s.renderMutexKey(d.MutexTemplate, d.Payload)
+		if err != nil {
+			p.fail(err)
+			break
+		}
+		p.handler, p.mutexKey = e.handler, key
+	default:
+		p.handler = e.handler
+	}
+	return p
+}
+
+// fail makes the attempt fail permanently with err, without waiting.
+func (p *pending) fail(err error) {
+	err = Permanent(err)
+	p.handler = HandlerFunc(func(context.Context, *Task) (any, error) { return nil, err })
+	p.doomed = true
+}
+
+// handlerState returns the run-time state of the handler called name,
+// making it on first use. The caller holds s.mu.
+func (s *Service) handlerState(name string, l handlerLimits) *handlerState {
+	hs, ok := s.handlerStates[name]
+	if !ok {
+		hs = newHandlerState(l)
+		s.handlerStates[name] = hs
+	}
+	return hs
+}
+
+// waits reports whether the attempt must wait before it starts: for its
+// handler's rate limit or for its mutex.
+func (p *pending) waits() bool {
+	return !p.doomed && (p.mutexKey != "" || (p.hs != nil && p.hs.limiter != nil))
+}
+
+// unadmit gives back the slots of an attempt that will not start here, and
+// its mutex if it took it.
+func (s *Service) unadmit(p *pending) {
+	s.mu.Lock()
+	s.held--
+	if p.hs != nil {
+		p.hs.busy--
+	}
+	s.mu.Unlock()
+	signal(s.freed)
+	if p.mutexRev != 0 {
+		s.unlockMutex(p.mutexKey, p.mutexRev, s.taskLogger(&p.d))
+	}
+}
+
+// requeue gives a message that cannot start yet back to JetStream for
+// RequeueDelay: nothing is dropped, and meanwhile this worker goes on
+// pulling work for its other handlers.
+func (s *Service) requeue(p *pending, why string) {
+	log := s.taskLogger(&p.d)
+	log.Debug().Str("handler", p.d.Handler).Str("reason", why).Dur("delay", s.opts.RequeueDelay).Msg("attempt cannot start yet; requeueing it")
+	if err := p.msg.NakWithDelay(s.opts.RequeueDelay); err != nil {
+		log.Warn().Err(err).Msg("requeue dispatch message; it comes back after the ack wait")
+	}
+}
+
+// prepare waits for the attempt's rate limit, takes its mutex and starts
+// it, on its own goroutine. ctx is Run's: when it ends, a waiting attempt
+// is given back at once.
+func (s *Service) prepare(ctx context.Context, p *pending) {
+	defer s.runners.Done()
+	if p.hs.limiter != nil {
+		if err := s.waitRate(ctx, p); err != nil {
+			s.unadmit(p)
+			s.nak(p.msg)
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		s.unadmit(p)
+		s.nak(p.msg)
+		return
+	}
+	if p.mutexKey != "" {
+		held, err := s.lockMutex(p)
+		if err != nil {
+			log := s.taskLogger(&p.d)
+			log.Error().Err(err).Str("mutex_key", p.mutexKey).Msg("take mutex; requeueing the attempt")
+		}
+		if !held {
+			s.unadmit(p)
+			s.requeue(p, "another attempt holds mutex key "+p.mutexKey)
+			return
+		}
+	}
+	s.start(ctx, []*pending{p})
+}
+
+// waitRate waits until the handler's rate limit lets the attempt start,
+// telling JetStream every inProgressEvery that the message is being worked
+// on. It returns ctx's error if ctx ends first; the attempt's turn is then
+// given back to the limiter.
+func (s *Service) waitRate(ctx context.Context, p *pending) error {
+	r := p.hs.limiter.Reserve()
+	delay := r.Delay()
+	if delay == 0 {
+		return nil
+	}
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	progress := time.NewTicker(inProgressEvery)
+	defer progress.Stop()
+	for {
+		select {
+		case <-timer.C:
+			return nil
+		case <-progress.C:
+			if err := p.msg.InProgress(); err != nil {
+				log := s.taskLogger(&p.d)
+				log.Warn().Err(err).Msg("extend the ack wait of a rate-limited attempt")
+			}
+		case <-ctx.Done():
+			r.Cancel()
+			return ctx.Err()
+		}
+	}
+}

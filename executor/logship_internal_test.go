@@ -1,0 +1,245 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/streamstest"
+)
+
+// zerologLine returns the JSON line a handler's logger writes for i.
+func zerologLine(i int) []byte {
+	return fmt.Appendf(nil, `{"level":"info","task":"t","instance_id":7,"attempt":1,"worker_id":"w1","n":%d,"message":"line %d"}`+"\n", i, i)
+}
+
+// runShipper runs sh until the test ends.
+func runShipper(t *testing.T, sh *logShipper, js jetstream.JetStream) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sh.run(ctx, js)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// TestLogShipperDropsOldestAndNeverBlocks ships to a subject whose
+// publishes are never acknowledged until the test says so: the shipper's
+// goroutine is stuck awaiting a batch, and the handler's writes go on
+// without waiting, dropping the oldest lines of a full buffer.
+func TestLogShipperDropsOldestAndNeverBlocks(t *testing.T) {
+	t.Parallel()
+	srv := streamstest.NewServer(t, streams.Config{})
+	nc, _ := srv.Connect()
+	// No stream takes blocked.log.>: the test answers in the stream's place.
+	topo, err := streams.NewTopology("blocked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := nc.SubscribeSync(topo.Prefix() + ".log.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubConn, _ := srv.Connect()
+	js, err := jetstream.New(pubConn, jetstream.WithPublishAsyncTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := newLogShipper("w1", topo, 10, time.Hour, zerolog.Nop())
+	runShipper(t, sh, js)
+	d := &schemas.Dispatch{InstanceID: 7, Attempt: 1, Task: "t"}
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+	// Ten lines fill a batch: the shipper publishes them and waits.
+	for i := range 10 {
+		sh.add(d, zerolog.InfoLevel, at.Add(time.Duration(i)*time.Millisecond), zerologLine(i))
+	}
+	first := receive(t, held, 10)
+	for i, m := range first {
+		if l := decodeLine(t, m); l.Message != fmt.Sprintf("line %d", i) {
+			t.Fatalf("line %d of the first batch is %+v", i, l)
+		}
+	}
+
+	// A thousand more while it waits: none blocks, the buffer keeps the
+	// newest ten and counts the rest.
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		for i := 10; i < 1010; i++ {
+			sh.add(d, zerolog.InfoLevel, at.Add(time.Duration(i)*time.Millisecond), zerologLine(i))
+		}
+	}()
+	select {
+	case <-wrote:
+	case <-time.After(10 * time.Second):
+		t.Fatal("writes blocked while NATS held the shipper's batch")
+	}
+	if n := sh.dropped(); n != 990 {
+		t.Errorf("dropped = %d, want 990", n)
+	}
+
+	// Acknowledge the first batch: the next one says how many lines were
+	// lost, then carries the ten newest.
+	flushed := make(chan error, 1)
+	go func() { flushed <- sh.flush(t.Context()) }()
+	ack(t, first)
+	second := receive(t, held, 11)
+	warning := decodeLine(t, second[0])
+	if warning.Level != "warn" || warning.Message != "990 log lines dropped" || string(warning.Fields) != `{"dropped":990}` ||
+		warning.InstanceID != 7 || warning.Attempt != 1 || warning.Task != "t" || warning.WorkerID != "w1" ||
+		!warning.Time.Equal(at.Add(999*time.Millisecond)) {
+		t.Errorf("warning = %+v", warning)
+	}
+	for i, m := range second[1:] {
+		if l := decodeLine(t, m); l.Message != fmt.Sprintf("line %d", 1000+i) || string(l.Fields) != fmt.Sprintf(`{"n":%d}`, 1000+i) {
+			t.Errorf("line %d of the second batch is %+v", i, l)
+		}
+	}
+	ack(t, second)
+	select {
+	case err := <-flushed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("flush did not return once every line was acknowledged")
+	}
+}
+
+// receive returns the next n messages of sub.
+func receive(t *testing.T, sub *nats.Subscription, n int) []*nats.Msg {
+	t.Helper()
+	msgs := make([]*nats.Msg, n)
+	for i := range msgs {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("message %d of %d: %v", i+1, n, err)
+		}
+		msgs[i] = m
+	}
+	return msgs
+}
+
+// ack answers each message as JetStream would on storing it.
+func ack(t *testing.T, msgs []*nats.Msg) {
+	t.Helper()
+	for i, m := range msgs {
+		if err := m.Respond(fmt.Appendf(nil, `{"stream":"BLOCKED_LOGS","seq":%d}`, i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func decodeLine(t *testing.T, m *nats.Msg) schemas.LogLine {
+	t.Helper()
+	l, err := streams.Decode[schemas.LogLine](m.Subject, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "blocked.log.7"; m.Subject != want {
+		t.Errorf("subject %s, want %s", m.Subject, want)
+	}
+	return l
+}
+
+// TestLogShipperShipsTheRestOnStop stops the shipper with lines waiting:
+// they are in AX_LOGS when run returns, and NATS refusing lines counts them
+// as dropped.
+func TestLogShipperShipsTheRestOnStop(t *testing.T) {
+	t.Parallel()
+	srv := streamstest.NewServer(t, streams.Config{})
+	_, js := srv.Connect()
+	sh := newLogShipper("w1", srv.Topology, 100, time.Hour, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sh.run(ctx, js)
+	}()
+	d := &schemas.Dispatch{InstanceID: 7, Attempt: 1, Task: "t"}
+	for i := range 3 {
+		sh.add(d, zerolog.InfoLevel, time.Now(), zerologLine(i))
+	}
+	cancel()
+	<-done
+	s, err := js.Stream(t.Context(), srv.Topology.LogsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(srv.Topology.Log(7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 || sh.dropped() != 0 {
+		t.Errorf("AX_LOGS holds %d lines and %d were dropped, want 3 and 0", info.State.Msgs, sh.dropped())
+	}
+
+	// A line no stream takes is refused and counted, and the warning about
+	// it, refused too, is kept for a later batch.
+	other, err := streams.NewTopology("nostream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := newLogShipper("w1", other, 100, time.Hour, zerolog.Nop())
+	lost.add(d, zerolog.InfoLevel, time.Now(), zerologLine(0))
+	lost.ship(js)
+	if n := lost.dropped(); n != 1 {
+		t.Errorf("dropped = %d, want 1", n)
+	}
+	if dr := lost.drops[attemptKey{7, 1}]; dr == nil || dr.n != 1 {
+		t.Errorf("pending drop warning = %+v, want one line of 7/1", dr)
+	}
+}
+
+func TestSplitLine(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in, msg, fields string
+	}{
+		{`{"level":"info","task":"t","instance_id":7,"attempt":1,"worker_id":"w","order":42,"ok":true,"message":"charged"}`,
+			"charged", `{"order":42,"ok":true}`},
+		{`{"level":"warn","b":{"x": [1, 2]},"a":"z","time":"2025-03-01T12:00:00Z"}` + "\n", "", `{"b":{"x":[1,2]},"a":"z"}`},
+		{`{"message":"only"}`, "only", ``},
+		{`{"message":"big","n":12345678901234567890}`, "big", `{"n":12345678901234567890}`},
+		{`not json`, "not json", ``},
+		{`{"message":"cut", "n":`, `{"message":"cut", "n":`, ``},
+	}
+	for _, tt := range tests {
+		msg, fields := splitLine([]byte(tt.in))
+		if msg != tt.msg || string(encodeFields(fields)) != tt.fields {
+			t.Errorf("splitLine(%s) = %q, %s; want %q, %s", tt.in, msg, encodeFields(fields), tt.msg, tt.fields)
+		}
+	}
+}
+
+func TestTruncateLine(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", maxLogLine)
+	p, err := json.Marshal(map[string]string{"message": long, "blob": long})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := truncateLine(p)
+	if len(short) > maxLogLine {
+		t.Fatalf("truncated line is %d bytes, want at most %d", len(short), maxLogLine)
+	}
+	msg, fields := splitLine(short)
+	if !strings.HasPrefix(long, strings.TrimSuffix(msg, "…")) || !strings.HasSuffix(msg, "é…") ||
+		string(encodeFields(fields)) != fmt.Sprintf(`{"truncated_from_bytes":%d}`, len(p)) {
+		t.Errorf("truncated line: message of %d bytes, fields %s", len(msg), encodeFields(fields))
+	}
+}

@@ -1,0 +1,123 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// maxKeyLen bounds a mutex or once key: it becomes part of a NATS subject.
+const maxKeyLen = 1024
+
+var keyRE = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+
+// checkKey says what is wrong with key as a KV key, or returns nil.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("is empty")
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("is %d bytes long; use at most %d", len(key), maxKeyLen)
+	case !keyRE.MatchString(key) || key[0] == '.' || key[len(key)-1] == '.' || strings.Contains(key, ".."):
+		return errors.New("is not a KV key: use letters, digits, '-', '_', '=', '/' and '.' (not first, last or twice in a row)")
+	}
+	return nil
+}
+
+// renderMutexKey renders a task's mutex_key template over a payload. The
+// error says which template failed and why, naming the missing field when
+// the payload lacks one.
+func (s *Service) renderMutexKey(text string, payload json.RawMessage) (string, error) {
+	var t *template.Template
+	if v, ok := s.templates.Load(text); ok {
+		t = v.(*template.Template)
+	} else {
+		var err error
+		if t, err = schemas.ParseMutexKey(text); err != nil {
+			return "", fmt.Errorf("mutex key template %q does not parse: %w", text, err)
+		}
+		s.templates.Store(text, t)
+	}
+	var data any
+	if len(bytes.TrimSpace(payload)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(payload))
+		dec.UseNumber() // numbers render as they were written: 42, not 4.2e+01
+		if err := dec.Decode(&data); err != nil {
+			return "", fmt.Errorf("mutex key template %q: decode the payload: %w", text, err)
+		}
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("mutex key template %q: render over the payload: %w", text, err)
+	}
+	key := b.String()
+	if err := checkKey(key); err != nil {
+		return "", fmt.Errorf("mutex key template %q rendered %q, which %w", text, key, err)
+	}
+	return key, nil
+}
+
+// mutexTTL is the TTL of a mutex key taken for an attempt with this
+// timeout: twice the timeout, and at least the timeout plus the time a
+// worker waits for a handler that ignores its context's end, so that the
+// key outlives every run of the attempt even if the worker is cut off
+// from NATS and cannot release it. No timeout counts as the default one.
+func mutexTTL(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		timeout = schemas.DefaultTimeout
+	}
+	return max(2*timeout, timeout+abandonAfter+opTimeout)
+}
+
+// lockMutex takes the attempt's mutex key if no one holds it: a create
+// that expects the key absent (or a marker of its release or expiry), with
+// a per-key TTL of [mutexTTL]. It returns false, with no error, when another
+// attempt holds the key.
+func (s *Service) lockMutex(p *pending) (bool, error) {
+	value, err := json.Marshal(schemas.Lease{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt,
+		WorkerID: s.opts.WorkerID, AcquiredAt: s.opts.NowFunc()})
+	if err != nil {
+		return false, fmt.Errorf("encode mutex value: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	rev, err := s.mutexes.Create(ctx, p.mutexKey, value, jetstream.KeyTTL(mutexTTL(p.d.Timeout())))
+	switch {
+	case err == nil:
+		p.mutexRev = rev
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err):
+		// Held; or released and taken again between the create's two tries.
+		return false, nil
+	default:
+		return false, fmt.Errorf("create %s in %s: %w", p.mutexKey, s.opts.Topology.MutexBucket(), err)
+	}
+}
+
+// unlockMutex releases a mutex key if it is still at revision rev, the
+// holder's: a key that expired and was taken by another attempt stays
+// theirs. The release leaves a purge marker that expires with the bucket's
+// limit markers.
+func (s *Service) unlockMutex(key string, rev uint64, log zerolog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	err := s.mutexes.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(s.mutexMarkerTTL))
+	switch {
+	case err == nil:
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err):
+		log.Warn().Str("mutex_key", key).Msg("mutex expired before its release; another attempt may hold it now")
+	default:
+		log.Warn().Err(err).Str("mutex_key", key).Msg("release mutex; it expires with its TTL")
+	}
+}

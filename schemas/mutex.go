@@ -1,0 +1,23 @@
+package schemas
+
+import (
+	"strings"
+	"text/template"
+)
+
+// ParseMutexKey parses a task's concurrency.mutex_key: a Go text/template
+// that the executor renders over the attempt's payload, decoded from JSON
+// (objects as map[string]any, numbers as written), so that "{{.shop_id}}"
+// reads the payload's field shop_id. The template runs with
+// missingkey=error: a payload without a field the key names fails the
+// attempt instead of rendering "<no value>". The template is named
+// "mutex_key"; it has the standard template functions only.
+func ParseMutexKey(text string) (*template.Template, error) {
+	return template.New("mutex_key").Option("missingkey=error").Parse(text)
+}
+
+// mutexKeyMessage turns a template parse error into a Problem's message.
+func mutexKeyMessage(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "template: ")
+	return `must be a Go text/template over the payload, such as "order-{{.shop_id}}": ` + msg
+}

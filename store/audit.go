@@ -1,0 +1,219 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// Action is an operator action for the audit trail: what an operator did to
+// a task, or to one of its instances.
+type Action struct {
+	Action schemas.OperatorAction
+	Task   string
+	// InstanceID is the instance acted on; 0 for an action on the task.
+	InstanceID int64
+	// Operator names who acted, as the X-Ax-Operator header did.
+	Operator string
+	Reason   string
+	// Details is any JSON value that says what else the action changed
+	// (e.g. {"version": 3}); empty means none.
+	Details json.RawMessage
+}
+
+// RecordAction records a, an action that changes no table of its own (a
+// firing, say), in operator_actions, from where the auditor relays it to
+// AX_AUDIT. It returns the action's id. An action that does change a table
+// is recorded by the store function that makes the change, in the same
+// transaction ([Store.ApplyTask], [Store.SetTaskEnabled]).
+func (s *Store) RecordAction(ctx context.Context, a Action) (int64, error) {
+	id, err := recordAction(ctx, s.pool, a)
+	if err != nil {
+		return 0, fmt.Errorf("record action %s of task %s: %w", a.Action, a.Task, err)
+	}
+	return id, nil
+}
+
+// recordAction inserts a through q, a pool or a transaction.
+func recordAction(ctx context.Context, q querier, a Action) (int64, error) {
+	if a.Action == "" || a.Task == "" {
+		return 0, errors.New("an action needs its action and task")
+	}
+	var details []byte
+	if len(a.Details) > 0 {
+		if !json.Valid(a.Details) {
+			return 0, errors.New("details are not JSON")
+		}
+		details = a.Details
+	}
+	rows, err := q.Query(ctx, `
+		INSERT INTO operator_actions (action, task, instance_id, operator, reason, details)
+		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+		string(a.Action), a.Task, a.InstanceID, a.Operator, a.Reason, details)
+	if err != nil {
+		return 0, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+}
+
+// versionDetails are the details of an action that made version v of a task.
+func versionDetails(v int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"version":%d}`, v)) }
+
+// The columns every audit query returns, as scanAuditRecord reads them: one
+// list for both tables, so that they can be merged with UNION ALL.
+const (
+	transitionRecordColumns = `'transition' AS kind, id, task, instance_id, COALESCE(from_state, '') AS from_state,
+		to_state, attempt, '' AS action, operator, reason, NULL::jsonb AS details, at`
+	actionRecordColumns = `'action' AS kind, id, task, instance_id, '' AS from_state, '' AS to_state, 0 AS attempt,
+		action, operator, reason, details, at`
+)
+
+func scanAuditRecord(row pgx.CollectableRow) (schemas.AuditRecord, error) {
+	var (
+		r    schemas.AuditRecord
+		kind string
+		id   int64
+	)
+	if err := row.Scan(&kind, &id, &r.Task, &r.InstanceID, &r.From, &r.To, &r.Attempt, &r.Action,
+		&r.Operator, &r.Reason, &r.Details, &r.At); err != nil {
+		return r, err
+	}
+	r.Kind = schemas.AuditKind(kind)
+	if r.Kind == schemas.AuditTransition {
+		r.ID = schemas.TransitionAuditID(id)
+	} else {
+		r.ID = schemas.ActionAuditID(id)
+	}
+	return r, nil
+}
+
+// Limits of [AuditFilter.Limit].
+const (
+	DefaultAuditLimit = 100
+	MaxAuditLimit     = 1000
+)
+
+// AuditFilter selects audit records for [Store.ListAudit]. Zero fields
+// select everything.
+type AuditFilter struct {
+	// Task keeps the records of one task.
+	Task string
+	// InstanceID keeps the records of one instance: its transitions and the
+	// actions on it.
+	InstanceID int64
+	// Operator keeps the records of one operator ("alice", "dispatcher", "worker:w-1", …).
+	Operator string
+	// Since keeps the records written at or after it.
+	Since time.Time
+	// Limit is the most records returned: 0 means [DefaultAuditLimit], and
+	// more than [MaxAuditLimit] is cut down to it.
+	Limit int
+	// Before keeps the records that come after the record with this id in
+	// the listing's order: pass the last id of a page to read the next one.
+	// An id that names no record is an error wrapping [ErrNotFound].
+	Before string
+}
+
+// auditPos is a record's place in the listing's order: newest first, then
+// transitions before actions, then the higher id first.
+type auditPos struct {
+	at   time.Time
+	kind schemas.AuditKind
+	id   int64
+}
+
+// ListAudit returns the audit records f selects from both outbox tables,
+// merged newest first (by the time they were written; on a tie transitions
+// first, then by id, higher first). It reads PostgreSQL, which holds
+// every record at once, AX_AUDIT only once the auditor relayed it.
+func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]schemas.AuditRecord, error) {
+	limit := f.Limit
+	switch {
+	case limit <= 0:
+		limit = DefaultAuditLimit
+	case limit > MaxAuditLimit:
+		limit = MaxAuditLimit
+	}
+	var before *auditPos
+	if f.Before != "" {
+		kind, id, ok := schemas.ParseAuditID(f.Before)
+		if !ok {
+			return nil, fmt.Errorf("list audit: %q is not an audit record id (t-<id> or o-<id>)", f.Before)
+		}
+		table := "instance_transitions"
+		if kind == schemas.AuditAction {
+			table = "operator_actions"
+		}
+		p := auditPos{kind: kind, id: id}
+		err := s.pool.QueryRow(ctx, `SELECT at FROM `+table+` WHERE id = $1`, id).Scan(&p.at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("list audit: audit record %s: %w", f.Before, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list audit: find record %s: %w", f.Before, err)
+		}
+		before = &p
+	}
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	limitArg := arg(limit)
+	// Each table's conditions hold only the filters in use, so that each
+	// shape of query gets a plan that uses the indexes.
+	where := func(kind schemas.AuditKind) string {
+		var conds []string
+		if f.Task != "" {
+			conds = append(conds, "task = "+arg(f.Task))
+		}
+		if f.InstanceID != 0 {
+			conds = append(conds, "instance_id = "+arg(f.InstanceID))
+		}
+		if f.Operator != "" {
+			conds = append(conds, "operator = "+arg(f.Operator))
+		}
+		if !f.Since.IsZero() {
+			conds = append(conds, "at >= "+arg(f.Since))
+		}
+		if before != nil {
+			switch {
+			case kind == before.kind:
+				conds = append(conds, fmt.Sprintf("(at, id) < (%s, %s)", arg(before.at), arg(before.id)))
+			case kind < before.kind: // action after transition on a tie
+				conds = append(conds, "at <= "+arg(before.at))
+			default:
+				conds = append(conds, "at < "+arg(before.at))
+			}
+		}
+		if len(conds) == 0 {
+			return ""
+		}
+		return " WHERE " + strings.Join(conds, " AND ")
+	}
+	sql := `
+SELECT * FROM (
+	(SELECT ` + transitionRecordColumns + ` FROM instance_transitions` + where(schemas.AuditTransition) + `
+	ORDER BY at DESC, id DESC LIMIT ` + limitArg + `)
+	UNION ALL
+	(SELECT ` + actionRecordColumns + ` FROM operator_actions` + where(schemas.AuditAction) + `
+	ORDER BY at DESC, id DESC LIMIT ` + limitArg + `)
+) r
+ORDER BY at DESC, kind DESC, id DESC LIMIT ` + limitArg
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanAuditRecord)
+	if err != nil {
+		return nil, fmt.Errorf("list audit: %w", err)
+	}
+	return out, nil
+}

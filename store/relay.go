@@ -1,0 +1,278 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// The outbox relay reads instance_transitions and operator_actions and
+// publishes every row once, in batches that follow commit order. Rows do not
+// become visible in id order: a transaction that took id 10 may commit after
+// one that took id 11, so a cursor on ids would skip id 10. Each row carries
+// the id of the transaction that wrote it (xid), and the relay's cursor is a
+// pair of snapshots: every row visible in Done is published; the batch is
+// the rows visible in Current but not in Done, the operator actions and the
+// transitions each in id order, merged by the time they were written. A row
+// visible in Current
+// belongs to a transaction that committed before Current was taken, and so
+// did every transaction whose change it follows (an instance's transitions
+// are written under its row lock): the records of an instance are published
+// in the order of its transitions.
+
+// relayName names the audit relay's row of relay_cursor.
+const relayName = "audit"
+
+// relayLockKey is the pg_advisory_lock key the leading audit relay holds
+// ("ax_audit" in ASCII).
+const relayLockKey int64 = 0x61785f6175646974
+
+// noneVisible is a snapshot in which no transaction is visible: the
+// cursor of a relay that has published nothing.
+const noneVisible = "1:1:"
+
+// ErrRelayHeld is returned by [Store.AcquireRelay] when another session
+// holds the relay's lock: another auditor is leading.
+var ErrRelayHeld = errors.New("the audit relay is held by another session")
+
+// RelayCursor is how far the audit relay has published. The zero value
+// means nothing; [Relay.Cursor] returns the stored one.
+type RelayCursor struct {
+	// Done is a snapshot (pg_snapshot text): every outbox row of a
+	// transaction visible in it is published.
+	Done string
+	// Current is the snapshot of the batch in progress, or empty: the
+	// batch is the rows visible in Current but not in Done.
+	Current string
+	// LastActionID and LastTransitionID are the last rows of the batch in
+	// progress that are published.
+	LastActionID     int64
+	LastTransitionID int64
+}
+
+func (c RelayCursor) done() string {
+	if c.Done == "" {
+		return noneVisible
+	}
+	return c.Done
+}
+
+// Relay is the session of the leading audit relay: a connection of its own
+// that holds the relay's session-level advisory lock. While the connection
+// lives, no other session can hold the lock; when it dies, PostgreSQL
+// releases the lock and another auditor may take over. The cursor is written
+// on that connection only, so a relay that lost its lock can no longer move
+// it. A Relay is not safe for concurrent use.
+type Relay struct {
+	conn *pgx.Conn
+}
+
+// AcquireRelay opens a connection with the settings of the store's pool and
+// takes the relay's lock on it without waiting. It returns an error wrapping
+// [ErrRelayHeld] when another session holds the lock. Close the relay to
+// release the lock.
+func (s *Store) AcquireRelay(ctx context.Context) (*Relay, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("acquire audit relay: connect: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, relayLockKey).Scan(&ok); err != nil || !ok {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		if err == nil {
+			err = ErrRelayHeld
+		}
+		return nil, fmt.Errorf("acquire audit relay: %w", err)
+	}
+	return &Relay{conn: conn}, nil
+}
+
+// Close releases the relay's lock and closes its connection. The lock is
+// released explicitly first: a closed connection's lock is released only when
+// the server notices, which a new leader could race.
+func (r *Relay) Close(ctx context.Context) error {
+	_, unlockErr := r.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, relayLockKey)
+	if err := r.conn.Close(ctx); err != nil || unlockErr != nil {
+		if err == nil {
+			err = unlockErr
+		}
+		return fmt.Errorf("close audit relay: %w", err)
+	}
+	return nil
+}
+
+// PID returns the process id of the relay's PostgreSQL session.
+func (r *Relay) PID() uint32 { return r.conn.PgConn().PID() }
+
+// Cursor returns the stored cursor; the zero cursor when none is stored.
+func (r *Relay) Cursor(ctx context.Context) (RelayCursor, error) {
+	var c RelayCursor
+	err := r.conn.QueryRow(ctx, `
+		SELECT done::text, COALESCE(current::text, ''), last_action_id, last_transition_id
+		FROM relay_cursor WHERE name = $1`, relayName).Scan(&c.Done, &c.Current, &c.LastActionID, &c.LastTransitionID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return RelayCursor{}, nil
+	}
+	if err != nil {
+		return RelayCursor{}, fmt.Errorf("read audit relay cursor: %w", err)
+	}
+	return c, nil
+}
+
+// SaveCursor stores c. Call it once the records before c are on AX_AUDIT.
+func (r *Relay) SaveCursor(ctx context.Context, c RelayCursor) error {
+	_, err := r.conn.Exec(ctx, `
+		INSERT INTO relay_cursor (name, done, current, last_action_id, last_transition_id)
+		VALUES ($1, $2::pg_snapshot, NULLIF($3, '')::pg_snapshot, $4, $5)
+		ON CONFLICT (name) DO UPDATE SET done = EXCLUDED.done, current = EXCLUDED.current,
+			last_action_id = EXCLUDED.last_action_id, last_transition_id = EXCLUDED.last_transition_id,
+			updated_at = now()`,
+		relayName, c.done(), c.Current, c.LastActionID, c.LastTransitionID)
+	if err != nil {
+		return fmt.Errorf("save audit relay cursor: %w", err)
+	}
+	return nil
+}
+
+// Next returns up to limit records that come after c, in the order they
+// must be published, and the cursor that follows them; no records when
+// nothing new has committed. Save the cursor with [Relay.SaveCursor] once
+// the records are published. When c's batch is exhausted, Next stores its end
+// and begins the next batch: it takes a snapshot and stores it as the new
+// batch's Current before it returns the batch's first records, so that the
+// batch stays the same rows whoever publishes it.
+func (r *Relay) Next(ctx context.Context, c RelayCursor, limit int) ([]schemas.AuditRecord, RelayCursor, error) {
+	c.Done = c.done()
+	for {
+		if c.Current == "" {
+			var snap string
+			if err := r.conn.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
+				return nil, c, fmt.Errorf("next audit records: take snapshot: %w", err)
+			}
+			if snap == c.Done {
+				return nil, c, nil
+			}
+			begun := RelayCursor{Done: c.Done, Current: snap}
+			recs, next, err := r.page(ctx, begun, limit)
+			if err != nil || len(recs) == 0 {
+				return nil, c, err
+			}
+			if err := r.SaveCursor(ctx, begun); err != nil {
+				return nil, c, fmt.Errorf("next audit records: begin batch: %w", err)
+			}
+			return recs, next, nil
+		}
+		recs, next, err := r.page(ctx, c, limit)
+		if err != nil || len(recs) > 0 {
+			return recs, next, err
+		}
+		c = RelayCursor{Done: c.Current}
+		if err := r.SaveCursor(ctx, c); err != nil {
+			return nil, c, fmt.Errorf("next audit records: end batch: %w", err)
+		}
+	}
+}
+
+// inBatch is the condition that a row of an outbox table belongs to the batch
+// of snapshots $1 (done) and $2 (current). The xid range lets the index on
+// xid find the candidates.
+const inBatch = `xid >= pg_snapshot_xmin($1::pg_snapshot) AND xid < pg_snapshot_xmax($2::pg_snapshot)
+	AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot) AND pg_visible_in_snapshot(xid, $2::pg_snapshot)`
+
+// page reads up to limit records of c's batch after c: the operator actions
+// after LastActionID and the transitions after LastTransitionID, each in id
+// order, merged by the time they were written (an action first on a tie).
+// The merge looks only at the heads of the two lists, so pages read one
+// after another make the same sequence as one long page.
+func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.AuditRecord, RelayCursor, error) {
+	rows, err := r.conn.Query(ctx, `SELECT `+actionRecordColumns+` FROM operator_actions
+		WHERE `+inBatch+` AND id > $3 ORDER BY id LIMIT $4`, c.Done, c.Current, c.LastActionID, limit)
+	if err != nil {
+		return nil, c, fmt.Errorf("next audit records: read operator actions: %w", err)
+	}
+	acts, err := pgx.CollectRows(rows, scanAuditRecord)
+	if err != nil {
+		return nil, c, fmt.Errorf("next audit records: read operator actions: %w", err)
+	}
+	rows, err = r.conn.Query(ctx, `SELECT `+transitionRecordColumns+` FROM instance_transitions
+		WHERE `+inBatch+` AND id > $3 ORDER BY id LIMIT $4`, c.Done, c.Current, c.LastTransitionID, limit)
+	if err != nil {
+		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
+	}
+	trs, err := pgx.CollectRows(rows, scanAuditRecord)
+	if err != nil {
+		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
+	}
+	out := make([]schemas.AuditRecord, 0, min(limit, len(acts)+len(trs)))
+	for len(out) < limit && (len(acts) > 0 || len(trs) > 0) {
+		if len(trs) == 0 || (len(acts) > 0 && !trs[0].At.Before(acts[0].At)) {
+			out, acts = append(out, acts[0]), acts[1:]
+		} else {
+			out, trs = append(out, trs[0]), trs[1:]
+		}
+	}
+	return out, advance(c, out), nil
+}
+
+// advance returns c moved past recs, records of its batch read after it.
+func advance(c RelayCursor, recs []schemas.AuditRecord) RelayCursor {
+	for _, rec := range recs {
+		kind, id, _ := schemas.ParseAuditID(rec.ID)
+		if kind == schemas.AuditAction {
+			c.LastActionID = id
+		} else {
+			c.LastTransitionID = id
+		}
+	}
+	return c
+}
+
+// Skip returns the cursor past the record id when that record comes after c
+// in c's batch, and c unchanged otherwise (skipped false). A new leader
+// calls it with the id of the last record on AX_AUDIT: a relay that stopped
+// after publishing and before saving its cursor left those records there.
+// The batch fixes the order, so every record of it up to id is published.
+func (r *Relay) Skip(ctx context.Context, c RelayCursor, id string) (next RelayCursor, skipped bool, err error) {
+	kind, rowID, ok := schemas.ParseAuditID(id)
+	if !ok || c.Current == "" {
+		return c, false, nil
+	}
+	c.Done = c.done()
+	table, after := "instance_transitions", c.LastTransitionID
+	if kind == schemas.AuditAction {
+		table, after = "operator_actions", c.LastActionID
+	}
+	if rowID <= after {
+		return c, false, nil
+	}
+	var in bool
+	if err := r.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+table+` WHERE `+inBatch+` AND id = $3)`,
+		c.Done, c.Current, rowID).Scan(&in); err != nil {
+		return c, false, fmt.Errorf("skip audit record %s: %w", id, err)
+	}
+	if !in {
+		return c, false, nil
+	}
+	// The record is ahead in the batch: follow the batch's order up to it.
+	// A leader saves its cursor after every page, so it lies within the
+	// page the dead leader published last.
+	for cur := c; ; {
+		recs, nextCur, err := r.page(ctx, cur, 500)
+		if err != nil {
+			return c, false, fmt.Errorf("skip audit record %s: %w", id, err)
+		}
+		if len(recs) == 0 {
+			return c, false, fmt.Errorf("skip audit record %s: it is in the batch but not after the cursor", id)
+		}
+		for k, rec := range recs {
+			if rec.ID == id {
+				return advance(cur, recs[:k+1]), true, nil
+			}
+		}
+		cur = nextCur
+	}
+}

@@ -1,0 +1,282 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+)
+
+// acquire takes the relay and closes it when the test ends.
+func acquire(t *testing.T, st *store.Store) *store.Relay {
+	t.Helper()
+	r, err := st.AcquireRelay(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+	return r
+}
+
+// drain reads every record after c with pages of limit, saving the cursor
+// after each page as the auditor does, and returns their ids in order.
+func drain(t *testing.T, r *store.Relay, c store.RelayCursor, limit int) ([]string, store.RelayCursor) {
+	t.Helper()
+	var ids []string
+	for {
+		recs, next, err := r.Next(t.Context(), c, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) > limit {
+			t.Fatalf("Next returned %d records, limit %d", len(recs), limit)
+		}
+		if len(recs) == 0 {
+			return ids, next
+		}
+		ids = append(ids, auditIDs(recs)...)
+		if err := r.SaveCursor(t.Context(), next); err != nil {
+			t.Fatal(err)
+		}
+		c = next
+	}
+}
+
+// outboxIDs lists every row of the outbox as audit record ids, in the
+// order the relay publishes rows written one after another: by time, an
+// action first on a tie.
+func outboxIDs(t *testing.T, st *store.Store) []string {
+	t.Helper()
+	rows, err := st.Pool().Query(t.Context(), `
+		SELECT rid FROM (
+			SELECT at, 0 AS k, id, 'o-' || id AS rid FROM operator_actions
+			UNION ALL SELECT at, 1, id, 't-' || id FROM instance_transitions
+		) o ORDER BY at, k, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+func TestAcquireRelayIsExclusive(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	first, err := st.AcquireRelay(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AcquireRelay(ctx); !errors.Is(err, store.ErrRelayHeld) {
+		t.Fatalf("second AcquireRelay error = %v, want ErrRelayHeld", err)
+	}
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := acquire(t, st)
+
+	// A session that dies releases the lock: PostgreSQL ends it here.
+	if _, err := st.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, int32(second.PID())); err != nil {
+		t.Fatal(err)
+	}
+	third := acquire(t, st)
+	// The dead session can no longer move the cursor.
+	if err := second.SaveCursor(ctx, store.RelayCursor{}); err == nil {
+		t.Error("a terminated relay saved its cursor")
+	}
+	if err := third.SaveCursor(ctx, store.RelayCursor{}); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestRelayNextReadsEveryRecordOnceInOrder(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	r := acquire(t, st)
+	c, err := r.Cursor(ctx)
+	if err != nil || c != (store.RelayCursor{}) {
+		t.Fatalf("Cursor of a fresh database = %+v, %v; want the zero cursor", c, err)
+	}
+	if recs, _, err := r.Next(ctx, c, 10); err != nil || len(recs) != 0 {
+		t.Fatalf("Next on an empty outbox = %v, %v", recs, err)
+	}
+
+	applyTasks(t, st, "etl", "mail")
+	insertInstance(t, st.Pool(), "etl", "ev-1", schemas.StateDispatched, schemas.StateRunning)
+	insertInstance(t, st.Pool(), "mail", "ev-2", schemas.StateSkipped)
+	for range 3 {
+		if _, err := st.RecordAction(ctx, store.Action{Action: schemas.ActionFire, Task: "etl", Operator: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := outboxIDs(t, st) // 5 actions and 5 transitions
+	got, c := drain(t, r, c, 3)
+	if !slices.Equal(got, want) {
+		t.Errorf("records = %q, want %q", got, want)
+	}
+
+	// The cursor is stored: a new leader goes on from it.
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r = acquire(t, st)
+	stored, err := r.Cursor(ctx)
+	if err != nil || stored != c {
+		t.Fatalf("stored cursor = %+v, %v; want %+v", stored, err, c)
+	}
+	insertInstance(t, st.Pool(), "mail", "ev-3")
+	if _, err := st.SetTaskEnabled(ctx, "etl", false, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = drain(t, r, stored, 500)
+	if want := outboxIDs(t, st)[len(want):]; len(got) != 2 || !slices.Equal(got, want) || got[1] != "o-6" {
+		t.Errorf("records after the restart = %q, want the new transition then the disable (%q)", got, want)
+	}
+	var fields schemas.AuditRecord
+	recs, err := st.ListAudit(ctx, store.AuditFilter{Limit: 1})
+	if err == nil && len(recs) == 1 {
+		fields = recs[0]
+	}
+	if fields.Action != schemas.ActionDisable || fields.Operator != "bob" {
+		t.Errorf("newest record = %+v, want bob's disable", fields)
+	}
+}
+
+// TestRelayNextFollowsCommitOrder is why the cursor is a pair of snapshots
+// and not a transition id: a transaction that took the lower id commits last.
+func TestRelayNextFollowsCommitOrder(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	applyTasks(t, st, "etl")
+	r := acquire(t, st)
+	_, c := drain(t, r, store.RelayCursor{}, 10) // the apply
+
+	// The slow transaction takes transition id 1 and stays open.
+	slow, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = slow.Rollback(context.Background()) }()
+	var instance int64
+	if err := slow.QueryRow(ctx, `
+		INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms, fired_at)
+		VALUES ('etl', 1, 'slow', 'event', 'CREATED', 1, 'normal', 'default', 'h', 1000, now()) RETURNING id`).Scan(&instance); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slow.Exec(ctx, `INSERT INTO instance_transitions (instance_id, task, to_state, attempt, operator)
+		VALUES ($1, 'etl', 'CREATED', 1, 'dispatcher')`, instance); err != nil {
+		t.Fatal(err)
+	}
+	// A quick one takes id 2 and commits.
+	insertInstance(t, st.Pool(), "etl", "quick")
+	got, c := drain(t, r, c, 10)
+	if !slices.Equal(got, []string{"t-2"}) {
+		t.Fatalf("records while the slow transaction is open = %q, want [t-2]", got)
+	}
+	if err := slow.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, c = drain(t, r, c, 10)
+	if !slices.Equal(got, []string{"t-1"}) {
+		t.Errorf("records after the slow commit = %q, want [t-1]", got)
+	}
+	// An aborted transaction's rows never appear.
+	aborted, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aborted.Exec(ctx, `INSERT INTO operator_actions (action, task) VALUES ('fire', 'etl')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := aborted.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := drain(t, r, c, 10); len(got) != 0 {
+		t.Errorf("records after a rollback = %q, want none", got)
+	}
+}
+
+// TestRelaySkip plays a leader that published a page and died before saving
+// its cursor: the next leader skips what the stream already holds.
+func TestRelaySkip(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	fire := func() {
+		t.Helper()
+		if _, err := st.RecordAction(ctx, store.Action{Action: schemas.ActionFire, Task: "etl"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applyTasks(t, st, "etl")
+	insertInstance(t, st.Pool(), "etl", "ev-1", schemas.StateDispatched, schemas.StateRunning, schemas.StateSucceeded)
+	fire()
+	insertInstance(t, st.Pool(), "etl", "ev-2", schemas.StateSkipped)
+	fire()
+	all := outboxIDs(t, st)
+	if want := []string{"o-1", "t-1", "t-2", "t-3", "t-4", "o-2", "t-5", "t-6", "o-3"}; !slices.Equal(all, want) {
+		t.Fatalf("outbox = %q, want %q", all, want)
+	}
+
+	for published := range len(all) + 1 {
+		r := acquire(t, st)
+		if err := r.SaveCursor(ctx, store.RelayCursor{}); err != nil {
+			t.Fatal(err)
+		}
+		// The dead leader began the batch and published its first records.
+		recs, _, err := r.Next(ctx, store.RelayCursor{}, 3)
+		if err != nil || len(recs) != 3 {
+			t.Fatalf("Next = %v, %v", recs, err)
+		}
+		c, err := r.Cursor(ctx)
+		if err != nil || c.Current == "" {
+			t.Fatalf("cursor after beginning a batch = %+v, %v; want its snapshot stored", c, err)
+		}
+		if published > 0 {
+			var skipped bool
+			c, skipped, err = r.Skip(ctx, c, all[published-1])
+			if err != nil || !skipped {
+				t.Fatalf("Skip(%s) = %v, %v", all[published-1], skipped, err)
+			}
+			if _, again, err := r.Skip(ctx, c, all[published-1]); err != nil || again {
+				t.Errorf("Skip(%s) twice skipped again (%v)", all[published-1], err)
+			}
+		}
+		got, _ := drain(t, r, c, 2)
+		if want := all[published:]; !slices.Equal(got, want) {
+			t.Errorf("after %d published: records = %q, want %q", published, got, want)
+		}
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Ids that are not in the batch, or not ids, skip nothing.
+	r := acquire(t, st)
+	if err := r.SaveCursor(ctx, store.RelayCursor{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Next(ctx, store.RelayCursor{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.Cursor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"t-99", "o-99", "nonsense", ""} {
+		if next, skipped, err := r.Skip(ctx, c, id); err != nil || skipped || next != c {
+			t.Errorf("Skip(%q) = %+v, %v, %v; want nothing skipped", id, next, skipped, err)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package trigger_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/streamstest"
+	"github.com/ax-scheduler/ax/trigger"
+	"github.com/ax-scheduler/ax/trigger/triggertest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is one test's installation: NATS, PostgreSQL and a simulated clock
+// shared by the trigger services the test starts.
+type env struct {
+	t     *testing.T
+	srv   *streamstest.Server
+	js    jetstream.JetStream
+	kv    jetstream.KeyValue
+	db    *storetest.DB
+	st    *store.Store
+	clock *triggertest.Clock
+	logs  *logSink
+}
+
+func newEnv(t *testing.T, start time.Time) *env {
+	t.Helper()
+	srv := streamstest.NewServer(t, streams.Config{})
+	_, js := srv.Connect()
+	kv, err := js.KeyValue(t.Context(), srv.Topology.TasksBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := storetest.New(t)
+	e := &env{t: t, srv: srv, js: js, kv: kv, db: db, st: store.New(db.Pool), clock: triggertest.NewClock(start), logs: &logSink{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("trigger logs:\n%s", e.logs.String())
+		}
+	})
+	return e
+}
+
+// apply applies a task definition (YAML) and puts its entry in the tasks
+// bucket, as the api does.
+func (e *env) apply(def string) store.TaskRecord {
+	e.t.Helper()
+	task, err := schemas.ParseTask([]byte(def))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	rec, _, err := e.st.ApplyTask(context.Background(), task, "test")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.put(rec)
+	return rec
+}
+
+// setEnabled enables or disables a task and puts its entry.
+func (e *env) setEnabled(name string, enabled bool) {
+	e.t.Helper()
+	rec, err := e.st.SetTaskEnabled(context.Background(), name, enabled, "test")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.put(rec)
+}
+
+func (e *env) put(rec store.TaskRecord) {
+	e.t.Helper()
+	data, err := json.Marshal(schemas.TaskEntry{Version: rec.Version, Enabled: rec.Enabled})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.kv.Put(context.Background(), rec.Name, data); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// start runs a trigger service until the returned stop is called or the
+// test ends; stop waits for Run to return and fails the test on its error.
+func (e *env) start(opts trigger.Options) (stop func()) {
+	e.t.Helper()
+	conn, _ := e.srv.Connect()
+	opts.Conn, opts.Store, opts.Clock = conn, e.st, e.clock
+	opts.Logger = zerolog.New(e.logs).Level(zerolog.DebugLevel)
+	svc, err := trigger.New(opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("trigger: %v", err)
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+// events returns every trigger event in AX_TRIGGERS, in stream order.
+func (e *env) events() []schemas.TriggerEvent {
+	e.t.Helper()
+	ctx := context.Background()
+	s, err := e.js.Stream(ctx, e.srv.Topology.TriggersStream())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []schemas.TriggerEvent
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ev, err := schemas.ParseTriggerEvent(m.Data)
+		if err != nil {
+			e.t.Fatalf("message %d on %s: %v", seq, m.Subject, err)
+		}
+		if got := m.Header.Get(streams.HeaderMsgID); got != ev.EventID {
+			e.t.Errorf("message %d has Nats-Msg-Id %q, event id %q", seq, got, ev.EventID)
+		}
+		if task, _ := e.srv.Topology.TriggerTask(m.Subject); task != ev.Task {
+			e.t.Errorf("event of task %q published on %s", ev.Task, m.Subject)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// lastTick waits until the stored trigger state of (task, index) is tick.
+func (e *env) waitLastTick(task string, index int, tick time.Time) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		states, err := e.st.GetTriggerStates(context.Background(), []string{task})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		st, ok := states[store.TriggerKey{Task: task, TriggerIndex: index}]
+		if ok && st.LastTick.Equal(tick) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("trigger state of %s/%d is %+v (found %t), want last tick %v", task, index, st, ok, tick)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// logSink collects a service's JSON log lines.
+type logSink struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logSink) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// lines returns the log lines whose message is msg, decoded.
+func (l *logSink) lines(msg string) []map[string]any {
+	var out []map[string]any
+	for _, line := range bytes.Split([]byte(l.String()), []byte("\n")) {
+		var m map[string]any
+		if json.Unmarshal(line, &m) == nil && m["message"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func mustTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}

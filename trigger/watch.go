@@ -1,0 +1,107 @@
+package trigger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/store"
+)
+
+// reloadBatch is the most changed tasks reloaded in one round trip.
+const reloadBatch = 1000
+
+// reload is a set of tasks read again after their entries in the tasks
+// bucket changed, for the run loop to replan.
+type reload struct {
+	// names lists the tasks that changed; one missing from tasks is gone.
+	names  []string
+	tasks  map[string]store.TaskRecord
+	states map[store.TriggerKey]store.TriggerState
+}
+
+// watchTasks turns the updates of the tasks bucket into reloads: it gathers
+// the names that changed (a burst of changes becomes one batch), reads those
+// tasks and their trigger states from the store in two queries, and hands
+// them to the run loop. A store failure is logged and retried; the watcher
+// closing is an error.
+func (s *Service) watchTasks(ctx context.Context, w jetstream.KeyWatcher, out chan<- reload) error {
+	changed := make(map[string]bool)
+	add := func(e jetstream.KeyValueEntry, ok bool) error {
+		if !ok {
+			if ctx.Err() != nil {
+				return nil // the watcher stops with the context
+			}
+			return fmt.Errorf("watch %s: watcher closed", s.top.TasksBucket())
+		}
+		if e != nil {
+			changed[e.Key()] = true
+		}
+		return nil
+	}
+	for {
+		if len(changed) == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case e, ok := <-w.Updates():
+				if err := add(e, ok); err != nil {
+					return err
+				}
+			}
+		}
+	drain:
+		for len(changed) < reloadBatch {
+			select {
+			case e, ok := <-w.Updates():
+				if err := add(e, ok); err != nil {
+					return err
+				}
+			default:
+				break drain
+			}
+		}
+		if len(changed) == 0 {
+			continue
+		}
+		r, err := s.reloadTasks(ctx, changed)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Error().Err(err).Int("tasks", len(changed)).Msg("reloading changed tasks failed; trying again")
+			t := time.NewTimer(retryDelay) // the database recovers in real time
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			continue
+		}
+		select {
+		case out <- r:
+		case <-ctx.Done():
+			return nil
+		}
+		clear(changed)
+	}
+}
+
+// reloadTasks reads the named tasks and their trigger states.
+func (s *Service) reloadTasks(ctx context.Context, changed map[string]bool) (reload, error) {
+	r := reload{names: make([]string, 0, len(changed))}
+	for name := range changed {
+		r.names = append(r.names, name)
+	}
+	var err error
+	if r.tasks, err = s.opts.Store.GetTasks(ctx, r.names); err != nil {
+		return reload{}, err
+	}
+	if r.states, err = s.opts.Store.GetTriggerStates(ctx, r.names); err != nil {
+		return reload{}, err
+	}
+	return r, nil
+}
