@@ -30,6 +30,13 @@ func pullOrder(pools []string, priorities []schemas.Priority) []queue {
 	return qs
 }
 
+// lowFirstEvery is the anti-starvation rule: every lowFirstEvery-th round
+// that takes work drains the queues lowest priority first. Under sustained
+// urgent load, low-priority work thus still gets the first pick of one round
+// in five (and normal the second), so its backlog keeps moving; otherwise
+// higher priorities always go first.
+const lowFirstEvery = 5
+
 // pull takes work while there are free slots, until ctx ends: it fetches
 // no more messages than it has free slots, admits each (see admit), starts
 // the attempts that need not wait in one batch and hands the others to
@@ -37,6 +44,7 @@ func pullOrder(pools []string, priorities []schemas.Priority) []queue {
 func (s *Service) pull(ctx context.Context) error {
 	idle := time.NewTimer(s.opts.IdleWait)
 	defer idle.Stop()
+	rounds := 0 // rounds that took work
 	for ctx.Err() == nil {
 		if s.opts.Conn.IsClosed() {
 			return errors.New("run executor: the NATS connection was closed")
@@ -49,7 +57,7 @@ func (s *Service) pull(ctx context.Context) error {
 			}
 			continue
 		}
-		msgs := s.fetch(free)
+		msgs := s.fetch(free, rounds%lowFirstEvery == lowFirstEvery-1)
 		if len(msgs) == 0 {
 			idle.Reset(s.opts.IdleWait)
 			select {
@@ -67,6 +75,7 @@ func (s *Service) pull(ctx context.Context) error {
 			}
 			break
 		}
+		rounds++
 		var batch []*pending
 		for _, m := range msgs {
 			p := s.admit(m)
@@ -84,12 +93,17 @@ func (s *Service) pull(ctx context.Context) error {
 	return nil
 }
 
-// fetch takes up to n messages, without waiting, from the queues in pull order.
-func (s *Service) fetch(n int) []jetstream.Msg {
+// fetch takes up to n messages, without waiting, from the queues in pull
+// order, or in the reverse order (lowest priority first) when lowFirst.
+func (s *Service) fetch(n int, lowFirst bool) []jetstream.Msg {
 	var msgs []jetstream.Msg
-	for _, q := range s.queues {
+	for i := range s.queues {
 		if len(msgs) >= n {
 			break
+		}
+		q := s.queues[i]
+		if lowFirst {
+			q = s.queues[len(s.queues)-1-i]
 		}
 		batch, err := q.consumer.FetchNoWait(n - len(msgs))
 		if err != nil {

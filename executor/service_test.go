@@ -375,6 +375,28 @@ func TestPriorities(t *testing.T) {
 	}
 }
 
+// TestLowPriorityProgressesUnderUrgentLoad queues a long urgent backlog and
+// a little low-priority work: one round in five takes low-priority work
+// first, so it starts long before the urgent backlog is drained.
+func TestLowPriorityProgressesUnderUrgentLoad(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for i := range 12 {
+		w.dispatch(schemas.PriorityUrgent, schemas.Dispatch{InstanceID: int64(i + 1), Handler: executor.BuiltinEcho})
+	}
+	for i := range 3 {
+		w.dispatch(schemas.PriorityLow, schemas.Dispatch{InstanceID: int64(101 + i), Handler: executor.BuiltinEcho})
+	}
+	opts := w.options(builtins())
+	opts.Slots = 1
+	executortest.Run(t, opts)
+	// With one slot each round takes one attempt: rounds 5, 10 and 15 go low first.
+	for _, id := range []int64{1, 2, 3, 4, 101, 5, 6, 7, 8, 102, 9, 10, 11, 12, 103} {
+		w.nextOf(schemas.ReportStarted, id)
+		w.nextOf(schemas.ReportSucceeded, id)
+	}
+}
+
 func TestDoorbell(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -182,5 +183,55 @@ execution:
 		string(after.Output) != string(before.Output) {
 		t.Errorf("stale report changed the instance: before %s/%d/%d transitions, after %s/%d/%d",
 			before.State, before.Attempt, len(before.Transitions), after.State, after.Attempt, len(after.Transitions))
+	}
+}
+
+func TestTaskFailingTwiceThenSucceedsWithExponentialBackoff(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	mux := executor.NewMux()
+	mux.HandleFunc("test.third-time-lucky", func(_ context.Context, task *executor.Task) (any, error) {
+		if task.Attempt < 3 {
+			return nil, fmt.Errorf("attempt %d: not yet", task.Attempt)
+		}
+		return map[string]int{"attempt": task.Attempt}, nil
+	})
+	s.executor("w1", mux, 4)
+	s.apply(`
+task_name: lucky
+execution:
+  handler: test.third-time-lucky
+  retry:
+    max_attempts: 5
+    backoff: exp
+    initial_interval_sec: 0.2
+`)
+	id := s.fire("lucky", nil)
+	inst := s.waitState(id, schemas.StateSucceeded, 15*time.Second)
+	if inst.Attempt != 3 || string(inst.Output) != `{"attempt": 3}` {
+		t.Errorf("attempt %d, output %s; want attempt 3 with its output", inst.Attempt, inst.Output)
+	}
+	// The waits grow: 0.2 s, then 0.4 s, each less at most 10% jitter.
+	var failed, retried []time.Time
+	var reasons []string
+	for _, tr := range inst.Transitions {
+		switch {
+		case tr.To == schemas.StateRetrying:
+			failed = append(failed, tr.At)
+			reasons = append(reasons, tr.Reason)
+		case tr.From == schemas.StateRetrying:
+			retried = append(retried, tr.At)
+		}
+	}
+	if len(failed) != 2 || len(retried) != 2 {
+		t.Fatalf("transitions %v: want two failures and two retries", path(inst))
+	}
+	for i, min := range []time.Duration{180 * time.Millisecond, 360 * time.Millisecond} {
+		if wait := retried[i].Sub(failed[i]); wait < min {
+			t.Errorf("retry %d waited %v, want ≥ %v", i+1, wait, min)
+		}
+	}
+	if reasons[0] != "attempt 1: not yet" || reasons[1] != "attempt 2: not yet" {
+		t.Errorf("failure reasons = %q, want each attempt's error", reasons)
 	}
 }
