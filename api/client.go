@@ -79,6 +79,17 @@ func (c *Client) SetTaskEnabled(ctx context.Context, name string, enabled bool) 
 	return out, err
 }
 
+// SetTaskPaused pauses (paused) or resumes a task and returns it.
+func (c *Client) SetTaskPaused(ctx context.Context, name string, paused bool) (TaskInfo, error) {
+	action := "resume"
+	if paused {
+		action = "pause"
+	}
+	var out TaskInfo
+	err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(name)+"/"+action, "", nil, &out)
+	return out, err
+}
+
 // Fire fires task. The result has an InstanceID when the dispatcher created
 // the instance while the API waited (or an earlier firing with the same
 // idempotency key did: Existing), and only the EventID otherwise (then see

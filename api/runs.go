@@ -45,6 +45,10 @@ type FireRequest struct {
 	// Delay delays the firing by a Go duration ("90s", "2h") from when the
 	// API receives it. It excludes RunAt.
 	Delay string `json:"delay,omitempty"`
+	// RunID makes the firing part of that run, so that the tasks chained
+	// after it (their after) fire in it: e.g. the second root of a join
+	// fired into the run of the first. Empty starts a new run.
+	RunID string `json:"run_id,omitempty"`
 }
 
 // FireResult is the answer to POST /v1/tasks/{name}/runs and POST
@@ -67,7 +71,7 @@ type FireResult struct {
 }
 
 // fireFields lists the fields of FireRequest for the unknown-field message.
-const fireFields = "payload, payload_version, event_id, idempotency_key, priority, operator, run_at, delay"
+const fireFields = "payload, payload_version, event_id, idempotency_key, priority, operator, run_at, delay, run_id"
 
 // Delayed firings: the API publishes one due within directWindow to
 // ax.trigger.<task> at once, with its run_at, and the dispatcher holds it
@@ -102,6 +106,7 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 		FiredAt:        s.opts.NowFunc().UTC(),
 		RunAt:          req.RunAt.UTC(),
 		Delay:          req.Delay,
+		RunID:          req.RunID,
 	}
 	if ev.EventID == "" && ev.IdempotencyKey == "" {
 		ev.EventID = nuid.Next()
@@ -138,6 +143,11 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 	if !rec.Enabled {
 		writeError(w, &Error{Status: http.StatusConflict, Code: "task_disabled", Field: "name",
 			Message: fmt.Sprintf("task %q is disabled, so it cannot be fired; enable it with POST /v1/tasks/%s/enable (ax task enable %s)", name, name, name)})
+		return
+	}
+	if rec.Paused {
+		writeError(w, &Error{Status: http.StatusConflict, Code: "task_paused", Field: "name",
+			Message: fmt.Sprintf("task %q is paused, so it cannot be fired; resume it with POST /v1/tasks/%s/resume (ax task resume %s)", name, name, name)})
 		return
 	}
 	if want := max(rec.Definition.SchemaVersion, schemas.DefaultSchemaVersion); ev.PayloadVersion != want {

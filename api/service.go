@@ -140,6 +140,8 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /v1/tasks/{name}", s.getTask)
 	mux.HandleFunc("POST /v1/tasks/{name}/enable", s.setEnabled(true))
 	mux.HandleFunc("POST /v1/tasks/{name}/disable", s.setEnabled(false))
+	mux.HandleFunc("POST /v1/tasks/{name}/pause", s.setPaused(true))
+	mux.HandleFunc("POST /v1/tasks/{name}/resume", s.setPaused(false))
 	mux.HandleFunc("POST /v1/tasks/{name}/runs", s.fire)
 	mux.HandleFunc("GET /v1/tasks/{name}/runs/{event_id}", s.instanceByEvent)
 	mux.HandleFunc("GET /v1/instances", s.listInstances)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ type TaskInfo struct {
 	Task      *schemas.Task `json:"task"`
 	Version   int           `json:"version"`
 	Enabled   bool          `json:"enabled"`
+	Paused    bool          `json:"paused"`
 	CreatedAt time.Time     `json:"created_at"`
 	UpdatedAt time.Time     `json:"updated_at"`
 	// NextFireTimes lists the next 5 firings of each cron trigger (GET
@@ -45,7 +47,7 @@ type taskList struct {
 }
 
 func taskInfo(rec store.TaskRecord) TaskInfo {
-	return TaskInfo{Task: rec.Definition, Version: rec.Version, Enabled: rec.Enabled,
+	return TaskInfo{Task: rec.Definition, Version: rec.Version, Enabled: rec.Enabled, Paused: rec.Paused,
 		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
 }
 
@@ -110,6 +112,11 @@ func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, changed, err := s.opts.Store.ApplyTask(r.Context(), def, operator(r))
+	if ce, ok := errors.AsType[*store.ChainCycleError](err); ok {
+		writeError(w, badRequest("invalid_task", "after",
+			"%v: the tasks on it would wait for each other forever; remove one of these after entries", ce))
+		return
+	}
 	if err != nil {
 		s.internalError(w, r, "apply task "+def.TaskName, err)
 		return
@@ -158,23 +165,34 @@ func (s *Service) getTask(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) setEnabled(enabled bool) http.HandlerFunc {
+	return s.setFlag("enabled", enabled, s.opts.Store.SetTaskEnabled)
+}
+
+func (s *Service) setPaused(paused bool) http.HandlerFunc {
+	return s.setFlag("paused", paused, s.opts.Store.SetTaskPaused)
+}
+
+// setFlag answers a request that sets one of a task's flags with set, and
+// tells trigger services about the change.
+func (s *Service) setFlag(flag string, value bool,
+	set func(ctx context.Context, name string, value bool, operator string) (store.TaskRecord, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name, e := taskName(r)
 		if e != nil {
 			writeError(w, e)
 			return
 		}
-		rec, err := s.opts.Store.SetTaskEnabled(r.Context(), name, enabled, operator(r))
+		rec, err := set(r.Context(), name, value, operator(r))
 		if errors.Is(err, store.ErrNotFound) {
 			writeError(w, taskNotFound(name))
 			return
 		}
 		if err != nil {
-			s.internalError(w, r, fmt.Sprintf("set task %s enabled=%t", name, enabled), err)
+			s.internalError(w, r, fmt.Sprintf("set task %s %s=%t", name, flag, value), err)
 			return
 		}
 		s.announceTask(r.Context(), rec)
-		s.opts.Logger.Info().Str("task", name).Bool("enabled", enabled).Str("operator", operator(r)).Msg("task enabled flag set")
+		s.opts.Logger.Info().Str("task", name).Bool(flag, value).Str("operator", operator(r)).Msg("task flag set")
 		writeJSON(w, http.StatusOK, taskInfo(rec))
 	}
 }

@@ -114,8 +114,8 @@ func (s *Service) failOverdue(ctx context.Context) error {
 	return s.failAttempts(ctx, failures, workers, "timeout")
 }
 
-// failAttempts fails attempts as the reaper and fires the next attempt of
-// those with attempts left. A lost worker's next attempt starts at once —
+// failAttempts fails attempts as the reaper, fires the next attempt of
+// those with attempts left and the tasks chained after those that ended. A lost worker's next attempt starts at once —
 // the handler did not fail, so there is no reason to back off — while an
 // overdue one waits by the task's backoff. workers, when set, names the
 // worker of each attempt to tell to stop; cause is why, in a word.
@@ -125,7 +125,11 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 		return err
 	}
 	batch := streams.NewAsyncBatch(s.js)
+	var ended []store.RunEnd
 	for _, o := range outcomes {
+		if e, ok := outcomeEnd(o); ok {
+			ended = append(ended, e)
+		}
 		if o.Applied {
 			s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Str("task", o.Task).
 				Str("state", string(o.State)).Str("cause", cause).Msg("attempt failed by the reaper")
@@ -142,6 +146,9 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 				return err
 			}
 		}
+	}
+	if err := s.addChainFirings(ctx, batch, ended); err != nil {
+		return err
 	}
 	return batch.Wait(ctx)
 }

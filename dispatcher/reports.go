@@ -19,7 +19,8 @@ const retryDelay = time.Second
 
 // handleReports records a batch of executor reports in one transaction and
 // then acts on the outcomes: it schedules the next attempt of every failure
-// with attempts left, and tells a worker whose attempt was fenced out to stop.
+// with attempts left, fires the tasks chained after the instances that
+// ended, and tells a worker whose attempt was fenced out to stop.
 func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	var started, final []schemas.Report
 	workers := make(map[[2]int64]string)
@@ -47,8 +48,12 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 		return
 	}
 	batch := streams.NewAsyncBatch(s.js)
+	var ended []store.RunEnd
 	for i, o := range outcomes {
 		isStarted := i < len(started)
+		if e, ok := outcomeEnd(o); ok && !isStarted {
+			ended = append(ended, e)
+		}
 		switch {
 		case isStarted && !o.Applied && o.Found && !(o.State == schemas.StateRunning && o.CurrentAttempt == o.Attempt):
 			// The attempt is no longer the instance's: stop it where it runs.
@@ -62,6 +67,10 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 				return
 			}
 		}
+	}
+	if err := s.addChainFirings(ctx, batch, ended); err != nil {
+		s.retryLater(msgs, err)
+		return
 	}
 	if err := batch.Wait(ctx); err != nil {
 		s.retryLater(msgs, err)

@@ -124,7 +124,14 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 		s.retryLater(msgsOf(firings), err)
 		return
 	}
-	if err := s.publishAttempts(ctx, append(attempts, retried...)); err != nil {
+	// A SKIPPED instance ends its run's branch: the tasks chained after
+	// it fire (or are SKIPPED in turn) with the attempts.
+	batch := streams.NewAsyncBatch(s.js)
+	if err := s.addChainFirings(ctx, batch, attemptEnds(attempts)); err != nil {
+		s.retryLater(msgsOf(firings), err)
+		return
+	}
+	if err := s.publishAttempts(ctx, batch, append(attempts, retried...)); err != nil {
 		s.retryLater(msgsOf(firings), err)
 		return
 	}
@@ -248,7 +255,8 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 
 // newInstance fills an instance from a firing and its task's current
 // version. A firing the task cannot take (disabled, another payload
-// version, a payload its payload_schema refuses) makes a SKIPPED instance
+// version, a payload its payload_schema refuses, a chain firing whose
+// parent did not end as the task's after asks) makes a SKIPPED instance
 // that says why; the error is for a payload_schema that does not compile,
 // which the API never stores.
 func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance, error) {
@@ -271,6 +279,8 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance
 		FiredAt:       ev.FiredAt,
 		State:         schemas.StateDispatched,
 		CreatedReason: ev.Reason,
+		RunID:         ev.RunID,
+		Parents:       ev.Parents,
 	}
 	if !ev.RunAt.IsZero() {
 		// A delayed firing's instance is the one due at RunAt.
@@ -280,11 +290,21 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance
 		in.Priority = ev.Priority
 	}
 	version := max(ev.PayloadVersion, schemas.DefaultSchemaVersion)
+	var skip string
+	if ev.Source == schemas.SourceChain {
+		// A chain firing carries no payload, so no version can be wrong.
+		version = def.SchemaVersion
+		skip = chainSkip(def.After, ev.Parents)
+	}
 	switch {
 	case f.problem != "":
 		in.State, in.Reason = schemas.StateSkipped, f.problem
 	case !rec.Enabled:
 		in.State, in.Reason = schemas.StateSkipped, "task is disabled"
+	case rec.Paused:
+		in.State, in.Reason = schemas.StateSkipped, "task is paused"
+	case skip != "":
+		in.State, in.Reason = schemas.StateSkipped, skip
 	case version != def.SchemaVersion:
 		in.State, in.Reason = schemas.StateSkipped, fmt.Sprintf(
 			"payload_version %d does not match the task's schema_version %d", version, def.SchemaVersion)
@@ -301,11 +321,11 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance
 	return in, nil
 }
 
-// publishAttempts publishes every DISPATCHED attempt to its pool and awaits
-// the acknowledgements together, then rings each pool's doorbell once.
-// Re-publishing an attempt is harmless: its message id dedupes it.
-func (s *Service) publishAttempts(ctx context.Context, attempts []store.Attempt) error {
-	batch := streams.NewAsyncBatch(s.js)
+// publishAttempts publishes every DISPATCHED attempt to its pool, with
+// whatever batch holds already, and awaits the acknowledgements together,
+// then rings each pool's doorbell once. Re-publishing an attempt is
+// harmless: its message id dedupes it.
+func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch, attempts []store.Attempt) error {
 	pools := make(map[string]bool)
 	for _, a := range attempts {
 		if a.State != schemas.StateDispatched {
@@ -325,6 +345,8 @@ func (s *Service) publishAttempts(ctx context.Context, attempts []store.Attempt)
 			MutexTemplate: a.MutexTemplate,
 			FiredAt:       a.FiredAt,
 			DispatchedAt:  a.DispatchedAt,
+			RunID:         a.RunID,
+			Parents:       a.Parents,
 		}
 		m, err := streams.NewMsg(s.top.Dispatch(a.Pool, a.Priority), dispatchMsgID(a.ID, a.Attempt), d)
 		if err != nil {
@@ -335,7 +357,7 @@ func (s *Service) publishAttempts(ctx context.Context, attempts []store.Attempt)
 	}
 	n := batch.Len()
 	if err := batch.Wait(ctx); err != nil {
-		return fmt.Errorf("publish %d attempts: %w", n, err)
+		return fmt.Errorf("publish %d attempts and firings: %w", n, err)
 	}
 	for pool := range pools {
 		// The doorbell is a hint: an idle executor that misses it polls anyway.

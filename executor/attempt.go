@@ -185,6 +185,8 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 		FiredAt:     d.FiredAt,
 		Deadline:    deadline,
 		WorkerID:    s.opts.WorkerID,
+		RunID:       d.RunID,
+		Parents:     d.Parents,
 	}
 
 	s.mu.Lock()

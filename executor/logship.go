@@ -79,6 +79,11 @@ type logShipper struct {
 
 	urgent chan struct{} // a batch is full or a flush is awaited
 
+	// Used by run alone: what warnDropped has not told yet, and when it
+	// last told.
+	unwarnedDropped, unwarnedRefused int
+	warnedAt                         time.Time
+
 	mu       sync.Mutex
 	ring     []logEntry // circular, len(ring) is the capacity
 	head     int        // index of the oldest entry
@@ -218,16 +223,13 @@ func (sh *logShipper) ship(js jetstream.JetStream) {
 		for i := range entries {
 			lines = append(lines, sh.line(&entries[i]))
 		}
-		if lost > 0 {
-			sh.log.Warn().Int("dropped", lost).Int("buffer", len(sh.ring)).
-				Msg("task log lines dropped: the log buffer was full or NATS refused them")
-		}
 		failed := sh.publish(js, lines)
 		sh.mu.Lock()
 		for _, i := range failed {
 			if i < len(warnings) {
 				// Told again with the next batch.
 				w := warnings[i]
+				lost -= w.n
 				sh.addDropsLocked(attemptKey{w.line.InstanceID, w.line.Attempt}, w.line.Task, w.n, w.line.Time)
 				continue
 			}
@@ -241,16 +243,33 @@ func (sh *logShipper) ship(js jetstream.JetStream) {
 		close(sh.progress)
 		sh.progress = make(chan struct{})
 		sh.mu.Unlock()
+		sh.warnDropped(lost, len(failed))
 		if len(failed) > 0 {
 			// The rest waits for the next round rather than spinning
 			// against a NATS that refuses lines.
-			sh.log.Warn().Int("lines", len(failed)).Msg("publish task log lines; counted as dropped")
 			return
 		}
 		if len(entries) == 0 {
 			return
 		}
 	}
+}
+
+// warnEvery is how often at most the shipper logs that it lost lines.
+const warnEvery = 10 * time.Second
+
+// warnDropped tells the worker's log that lines were lost (dropped, told
+// in a batch that was just published) or refused (failed to publish now),
+// at most once per warnEvery with the sums since. Only run calls it.
+func (sh *logShipper) warnDropped(dropped, refused int) {
+	sh.unwarnedDropped += dropped
+	sh.unwarnedRefused += refused
+	if sh.unwarnedDropped+sh.unwarnedRefused == 0 || time.Since(sh.warnedAt) < warnEvery {
+		return
+	}
+	sh.log.Warn().Int("dropped", sh.unwarnedDropped).Int("refused", sh.unwarnedRefused).Int("buffer", len(sh.ring)).
+		Msg("task log lines lost: the log buffer was full, or NATS refused them (they count as dropped)")
+	sh.warnedAt, sh.unwarnedDropped, sh.unwarnedRefused = time.Now(), 0, 0
 }
 
 // dropWarning is the line that tells an attempt's log how many of its

@@ -34,6 +34,26 @@ type Task struct {
 	Deadline time.Time
 	// WorkerID names the worker running the attempt.
 	WorkerID string
+	// RunID names the run the instance belongs to: its root firing's run,
+	// shared by every task chained after it (see docs/triggers.md).
+	RunID string
+	// Parents tells, for a task that fired because the tasks in its after
+	// ended, how each of them ended in the run, by task name; nil for an
+	// instance no chain fired. See [Task.Parent].
+	Parents map[string]ParentResult
+}
+
+// ParentResult is how one parent of a chained task ended in the run: its
+// instance, its terminal state (SUCCEEDED, FAILED, SKIPPED or CANCELLED)
+// and, when it succeeded, the output its handler returned (empty for none).
+type ParentResult = schemas.ParentResult
+
+// Parent returns how the parent task called name ended in the instance's
+// run; ok is false when name is not a parent of this firing. Decode its
+// output with json.Unmarshal(p.Output, &v).
+func (t *Task) Parent(name string) (p ParentResult, ok bool) {
+	p, ok = t.Parents[name]
+	return p, ok
 }
 
 // Handler runs one attempt of a task.

@@ -94,6 +94,14 @@ func FuzzParseTriggerEvent(f *testing.F) {
 				t.Fatalf("accepted payload %q is not JSON: %v", data, err)
 			}
 		}
+		for name, p := range ev.Parents {
+			if len(p.Output) > 0 {
+				if p.Output, err = json.Marshal(p.Output); err != nil {
+					t.Fatalf("accepted output of parent %s in %q is not JSON: %v", name, data, err)
+				}
+				ev.Parents[name] = p
+			}
+		}
 		if !reflect.DeepEqual(ev, again) {
 			t.Fatalf("%q parses to\n%+v\nits encoding %s to\n%+v", data, ev, encoded, again)
 		}

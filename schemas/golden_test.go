@@ -39,6 +39,8 @@ var golden = []goldenMessage{
 		IdempotencyKey: "order-42",
 		RunAt:          goldenTime(90 * time.Minute),
 		Delay:          "1h30m",
+		RunID:          "run-4700",
+		Parents:        goldenParents,
 	}},
 	{"retry_of", "trigger.schema.json#/$defs/retry_of", &RetryOf{InstanceID: 4711, Attempt: 3}},
 	{"dispatch", "json/dispatch.schema.json#", &Dispatch{
@@ -55,6 +57,8 @@ var golden = []goldenMessage{
 		MutexTemplate: "report-{{.day}}",
 		FiredAt:       goldenTime(0),
 		DispatchedAt:  goldenTime(90 * time.Second),
+		RunID:         "run-4700",
+		Parents:       goldenParents,
 	}},
 	{"report", "json/report.schema.json#", &Report{
 		InstanceID: 4711,
@@ -145,11 +149,19 @@ var golden = []goldenMessage{
 		CreatedAt:   goldenTime(time.Second),
 		StartedAt:   ptr(goldenTime(91 * time.Second)),
 		FinishedAt:  ptr(goldenTime(6 * time.Minute)),
+		RunID:       "run-4700",
+		Parents:     goldenParents,
 		Transitions: []Transition{
 			{ID: 90001, InstanceID: 4711, Task: "nightly-report", From: "", To: StateCreated, Attempt: 0, Operator: "dispatcher", At: goldenTime(time.Second)},
 			{ID: 90002, InstanceID: 4711, Task: "nightly-report", From: StateCreated, To: StateDispatched, Attempt: 1, Operator: "dispatcher", Reason: "pool eu+gpu", At: goldenTime(2 * time.Second)},
 		},
 	}},
+}
+
+// goldenParents are the parents of a chained task in the golden messages.
+var goldenParents = map[string]ParentResult{
+	"extract": {InstanceID: 4700, State: StateSucceeded, Output: json.RawMessage(`{"rows":1200}`)},
+	"notify":  {InstanceID: 4701, State: StateFailed},
 }
 
 // goldenTime is a fixed instant plus d, with fractions of a second to show
@@ -227,6 +239,14 @@ func compactRaw(v reflect.Value) {
 	case reflect.Struct:
 		for i := range v.NumField() {
 			compactRaw(v.Field(i))
+		}
+	case reflect.Map:
+		// Map values are not addressable: compact a copy and put it back.
+		for _, k := range v.MapKeys() {
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(v.MapIndex(k))
+			compactRaw(e)
+			v.SetMapIndex(k, e)
 		}
 	case reflect.Slice:
 		if v.Type() == rawType {

@@ -16,6 +16,7 @@ const (
 	SourceManual Source = "manual" // an operator (ax fire, the console)
 	SourceRetry  Source = "retry"  // the dispatcher, starting the next attempt
 	SourceCron   Source = "cron"   // the trigger service, at a cron trigger's tick
+	SourceChain  Source = "chain"  // the dispatcher, once a chained task's parents ended
 )
 
 // TriggerEvent is the message on ax.trigger.<task>: one firing of a task.
@@ -59,7 +60,35 @@ type TriggerEvent struct {
 	// Delay is RunAt as a Go duration ("90s", "2h") after FiredAt, or after
 	// the message reached the stream when FiredAt is zero. It excludes RunAt.
 	Delay string `json:"delay,omitempty"`
+	// RunID names the run the firing belongs to: the tasks chained after
+	// this one (their after) fire in the same run. Empty starts a new run,
+	// "run-<instance id>"; a firing may join a run started elsewhere, e.g.
+	// the second root of a join.
+	RunID string `json:"run_id,omitempty"`
+	// Parents is set on the dispatcher's chain firings (Source "chain"):
+	// how each parent of the task ended in the run, by parent task name.
+	Parents map[string]ParentResult `json:"parents,omitempty"`
 }
+
+// ParentResult is how one parent of a chained task ended in a run: its
+// instance, its terminal state and, when it succeeded, its output.
+type ParentResult struct {
+	InstanceID int64 `json:"instance_id"`
+	State      State `json:"state"`
+	// Output is the parent's output (any JSON value); empty when it had none.
+	Output json.RawMessage `json:"output,omitempty"`
+}
+
+// RunIDPrefix prefixes the root instance's id to make the run id of a
+// firing that names none.
+const RunIDPrefix = "run-"
+
+// ChainEventID is the event id of the chain firing of task in run runID,
+// such as "chain:report:run-4711". One firing per task and run: every
+// parent that sees the others ended sends the same id, so JetStream's
+// duplicate window keeps one message and PostgreSQL one instance. The task
+// is part of it because the duplicate window spans all subjects.
+func ChainEventID(task, runID string) string { return "chain:" + task + ":" + runID }
 
 // IdempotencyEventIDPrefix prefixes an idempotency key to make the event id
 // of its firing.
@@ -104,6 +133,10 @@ type Dispatch struct {
 	// FiredAt is when the trigger fired; DispatchedAt when this attempt was routed.
 	FiredAt      time.Time `json:"fired_at"`
 	DispatchedAt time.Time `json:"dispatched_at"`
+	// RunID names the instance's run (see [TriggerEvent.RunID]).
+	RunID string `json:"run_id,omitempty"`
+	// Parents tells how the parents of a chained task ended, by task name.
+	Parents map[string]ParentResult `json:"parents,omitempty"`
 }
 
 // Timeout returns the attempt's time limit.
@@ -234,7 +267,11 @@ type Instance struct {
 	CreatedAt   time.Time       `json:"created_at"`
 	StartedAt   *time.Time      `json:"started_at,omitempty"`
 	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
-	Transitions []Transition    `json:"transitions,omitempty"`
+	// RunID names the instance's run; empty for instances older than runs.
+	RunID string `json:"run_id,omitempty"`
+	// Parents tells how the parents of a chained task ended, by task name.
+	Parents     map[string]ParentResult `json:"parents,omitempty"`
+	Transitions []Transition            `json:"transitions,omitempty"`
 }
 
 // AuditKind says what an [AuditRecord] records.

@@ -106,7 +106,8 @@ func newValidationError(what string, problems []Problem) *ValidationError {
 // '{') or YAML, checks it against task.schema.json and the rules the schema
 // cannot express (timeout at most [MaxTimeout], max_interval_sec not below
 // initial_interval_sec, a payload_schema that compiles, a cron schedule and
-// time zone that [ParseCronSchedule] accepts), and returns it as
+// time zone that [ParseCronSchedule] accepts, after entries that name each
+// parent once and never the task itself), and returns it as
 // written: defaults are not filled in (see [Task.WithDefaults]), empty lists
 // are nil and payload_schema is compacted, so that the task's JSON encoding
 // parses to an equal task. Any
@@ -124,6 +125,7 @@ func ParseTask(data []byte) (*Task, error) {
 		if jsonData, err = yaml.YAMLToJSONStrict(data); err != nil {
 			return nil, newValidationError(what, []Problem{{Message: yamlMessage(err)}})
 		}
+		jsonData = restoreOnKeys(jsonData)
 	}
 	doc, problem := decodeJSON(jsonData)
 	if problem != nil {
@@ -191,6 +193,7 @@ func (t *Task) semanticProblems() []Problem {
 	for i, tr := range t.Triggers {
 		problems = append(problems, tr.problems(fmt.Sprintf("triggers[%d]", i))...)
 	}
+	problems = append(problems, t.afterProblems()...)
 	if k := t.Concurrency.MutexKey; k != "" {
 		if _, err := ParseMutexKey(k); err != nil {
 			problems = append(problems, Problem{"concurrency.mutex_key", mutexKeyMessage(err)})
@@ -205,6 +208,63 @@ func (t *Task) semanticProblems() []Problem {
 			// A cycle on the path every value takes rejects every payload.
 			problems = append(problems, Problem{"payload_schema", "has a $ref cycle that no payload can pass; make every $ref lead to a schema"})
 		}
+	}
+	return problems
+}
+
+// restoreOnKeys gives the after entries of a task definition converted from
+// YAML their key "on" back. The YAML reader follows YAML 1.1, where a bare
+// on is the boolean true, so `on: failure` arrives as {"true": "failure"}.
+// Anything it does not recognise it leaves for the schema to judge.
+func restoreOnKeys(data []byte) []byte {
+	if !bytes.Contains(data, []byte(`"true":`)) {
+		return data
+	}
+	var doc map[string]json.RawMessage
+	var after []map[string]json.RawMessage
+	if json.Unmarshal(data, &doc) != nil || json.Unmarshal(doc["after"], &after) != nil {
+		return data
+	}
+	changed := false
+	for _, entry := range after {
+		if v, ok := entry["true"]; ok {
+			if _, taken := entry["on"]; !taken {
+				entry["on"] = v
+				delete(entry, "true")
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return data
+	}
+	var err error
+	if doc["after"], err = json.Marshal(after); err != nil {
+		return data
+	}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return data
+	}
+	return out
+}
+
+// afterProblems checks what the schema cannot say of after: no parent twice,
+// not the task itself. Cycles through other tasks need the stored tasks;
+// the store refuses them when the task is applied.
+func (t *Task) afterProblems() []Problem {
+	var problems []Problem
+	seen := make(map[string]int, len(t.After))
+	for i, a := range t.After {
+		field := fmt.Sprintf("after[%d].task", i)
+		if a.Task == t.TaskName {
+			problems = append(problems, Problem{field, fmt.Sprintf("must not name the task itself: %q cannot run after its own end; remove the entry", a.Task)})
+		}
+		if j, ok := seen[a.Task]; ok {
+			problems = append(problems, Problem{field, fmt.Sprintf("names %q again (after[%d] names it already); name each parent once, with one on condition", a.Task, j)})
+			continue
+		}
+		seen[a.Task] = i
 	}
 	return problems
 }
@@ -231,6 +291,9 @@ func (t *Task) normalize() {
 	if len(t.Dispatch.Tags) == 0 {
 		t.Dispatch.Tags = nil
 	}
+	if len(t.After) == 0 {
+		t.After = nil
+	}
 	if len(t.PayloadSchema) > 0 {
 		if b, err := json.Marshal(t.PayloadSchema); err == nil {
 			t.PayloadSchema = b
@@ -241,14 +304,15 @@ func (t *Task) normalize() {
 // WithDefaults returns a copy of t (which must not be nil) with every default
 // filled in: timeout "1h" ([DefaultTimeout]), max_attempts 1, backoff
 // "fixed", intervals 30 s and 1800 s, priority "normal", schema_version 1,
-// dispatch strategy "pull", blocking strategy "serial", and for each cron
+// dispatch strategy "pull", blocking strategy "serial", for each cron
 // trigger timezone "UTC", misfire "skip" and, with "catch_up", max_catch_up
-// 10. The copy shares no memory with t.
+// 10, and on "success" for each after entry. The copy shares no memory with t.
 func (t *Task) WithDefaults() *Task {
 	c := *t
 	c.Triggers = slices.Clone(t.Triggers)
 	c.Dispatch.Tags = slices.Clone(t.Dispatch.Tags)
 	c.PayloadSchema = slices.Clone(t.PayloadSchema)
+	c.After = slices.Clone(t.After)
 
 	if c.Execution.Timeout == "" {
 		c.Execution.Timeout = "1h"
@@ -276,6 +340,11 @@ func (t *Task) WithDefaults() *Task {
 	}
 	for i := range c.Triggers {
 		c.Triggers[i] = c.Triggers[i].WithDefaults()
+	}
+	for i := range c.After {
+		if c.After[i].On == "" {
+			c.After[i].On = DefaultAfterCondition
+		}
 	}
 	return &c
 }
@@ -366,6 +435,10 @@ func ParseTriggerEvent(data []byte) (TriggerEvent, error) {
 	}
 	if problems := ev.problems(); len(problems) > 0 {
 		return TriggerEvent{}, newValidationError(what, problems)
+	}
+	if len(ev.Parents) == 0 {
+		// An empty object is no parents, as its encoding (omitted) says.
+		ev.Parents = nil
 	}
 	return ev, nil
 }

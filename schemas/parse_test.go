@@ -3,6 +3,7 @@ package schemas
 import (
 	"encoding/json"
 	"errors"
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -293,7 +294,7 @@ var taskRejects = []struct {
 	{"payload_schema ref cycle", root(`"payload_schema":{"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}}`), "payload_schema", "has a $ref cycle"},
 
 	// Unknown fields at every level.
-	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: concurrency, description, dispatch, execution, min_worker_version, owner, payload_schema, priority, schema_version, task_name, task_type, triggers)`},
+	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, concurrency, description, dispatch, execution, min_worker_version, owner, payload_schema, priority, schema_version, task_name, task_type, triggers)`},
 	{"unknown root field yaml", "task_name: demo\nexecution: {handler: h}\ncron: '* * * * *'\n", "", `unknown field "cron"; remove it`},
 	{"unknown field with odd name", root(`"a b":1`), "", `unknown field "a b"; remove it`},
 }
@@ -617,7 +618,7 @@ var triggerRejects = []struct {
 	{"two values", `{} {}`, "", "unexpected data after the top-level value"},
 	{"array", `[]`, "", "must be an object, not a list"},
 	{"null", `null`, "", "must be an object, not null"},
-	{"unknown field", `{"event_id":"x","eventId":"y"}`, "", `unknown field "eventId"; remove it (allowed: delay, event_id, fired_at, idempotency_key, operator, payload, payload_version, priority, reason, retry, run_at, source, task)`},
+	{"unknown field", `{"event_id":"x","eventId":"y"}`, "", `unknown field "eventId"; remove it (allowed: delay, event_id, fired_at, idempotency_key, operator, parents, payload, payload_version, priority, reason, retry, run_at, run_id, source, task)`},
 	{"event_id empty", `{"event_id":""}`, "event_id", "must not be empty"},
 	{"event_id space", `{"event_id":"a b"}`, "event_id", "must not contain spaces, tabs or line breaks"},
 	{"event_id newline", `{"event_id":"a\nb"}`, "event_id", "must not contain spaces"},
@@ -826,6 +827,15 @@ func matchType(t *testing.T, tr translator, loc string, typ reflect.Type, path s
 		}
 	case typ.Kind() == reflect.Struct:
 		matchStruct(t, tr, loc, node, typ, path)
+	case typ.Kind() == reflect.Map && typ.Key().Kind() == reflect.String:
+		if !slices.Equal(types, []string{"object"}) {
+			t.Errorf("%s: a map wants an object, the schema has %v", path, types)
+		}
+		if _, ok := node["additionalProperties"].(map[string]any); !ok {
+			t.Errorf("%s: a map wants additionalProperties to be the schema of its values", path)
+			return
+		}
+		matchType(t, tr, loc+"/additionalProperties", typ.Elem(), path+"{}")
 	default:
 		t.Errorf("%s: no rule for %v", path, typ)
 	}
@@ -895,14 +905,17 @@ func schemaTypes(node map[string]any) []string {
 func resolveRef(t *testing.T, loc, ref string) string {
 	t.Helper()
 	base, _, _ := strings.Cut(loc, "#")
-	if strings.HasPrefix(ref, "#") {
-		return base + ref
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("schema location %s: %v", loc, err)
 	}
-	dir := base[:strings.LastIndexByte(base, '/')+1]
-	if !strings.Contains(ref, "#") {
-		ref += "#"
+	r, err := u.Parse(ref)
+	if err != nil {
+		t.Fatalf("$ref %q at %s: %v", ref, loc, err)
 	}
-	return dir + ref
+	r.Fragment, r.RawFragment = "", ""
+	_, frag, _ := strings.Cut(ref, "#")
+	return r.String() + "#" + frag
 }
 
 func TestSchemaAnnotations(t *testing.T) {

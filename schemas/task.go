@@ -38,6 +38,47 @@ type Task struct {
 	SchemaVersion int `json:"schema_version,omitempty"`
 	// PayloadSchema, when set, is a JSON Schema that every event payload must satisfy.
 	PayloadSchema json.RawMessage `json:"payload_schema,omitempty"`
+	// After chains the task to others: once every task it names has ended
+	// in a run, the task fires in that run when each parent's On condition
+	// holds, and is SKIPPED with the reason when one does not. At most 32
+	// parents, each named once, never the task itself; a definition that
+	// would close a cycle is refused when it is applied.
+	After []After `json:"after,omitempty"`
+}
+
+// AfterCondition says which end of a parent lets a chained task run.
+type AfterCondition string
+
+// The after conditions.
+const (
+	// OnSuccess runs the child after its parent SUCCEEDED (the default).
+	OnSuccess AfterCondition = "success"
+	// OnFailure runs the child after its parent FAILED.
+	OnFailure AfterCondition = "failure"
+	// OnAlways runs the child after its parent ended in any way:
+	// SUCCEEDED, FAILED, SKIPPED or CANCELLED.
+	OnAlways AfterCondition = "always"
+)
+
+// Holds reports whether a parent that ended in state s lets the child run.
+// An empty condition is [OnSuccess].
+func (c AfterCondition) Holds(s State) bool {
+	switch c {
+	case OnFailure:
+		return s == StateFailed
+	case OnAlways:
+		return s.Terminal()
+	}
+	return s == StateSucceeded
+}
+
+// After names a parent of a chained task (see [Task.After]).
+type After struct {
+	// Task names the parent task. It need not exist when the child is applied.
+	Task string `json:"task"`
+	// On is the parent's end that lets the child run: "success" (default),
+	// "failure" or "always".
+	On AfterCondition `json:"on,omitempty"`
 }
 
 // TriggerType is the kind of a trigger in a task definition.
@@ -188,8 +229,11 @@ const (
 	DefaultTimezone         = "UTC"
 	DefaultMisfire          = MisfireSkip
 	DefaultMaxCatchUp       = 10
+	DefaultAfterCondition   = OnSuccess
 	// MaxMaxCatchUp is the largest max_catch_up a cron trigger may declare.
 	MaxMaxCatchUp = 1000
+	// MaxAfter is the most parents a task may name in after.
+	MaxAfter = 32
 )
 
 // Pool returns the name of the executor pool that serves these tags: the tags

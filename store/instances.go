@@ -48,6 +48,11 @@ type NewInstance struct {
 	// CreatedReason is recorded on the CREATED transition: why the firing
 	// happened as it did ("rerun of instance 42"), or empty.
 	CreatedReason string `json:"created_reason"`
+	// RunID is the run the firing joins; empty starts a new one, named
+	// schemas.RunIDPrefix + the new instance's id.
+	RunID string `json:"run_id"`
+	// Parents tells how the parents of a chain firing ended; nil for others.
+	Parents map[string]schemas.ParentResult `json:"parents,omitempty"`
 }
 
 // Attempt is an instance as the dispatcher needs it to route an attempt.
@@ -70,33 +75,43 @@ type Attempt struct {
 	DispatchedAt time.Time
 	// MutexTemplate is the task's concurrency.mutex_key at creation.
 	MutexTemplate string
+	// RunID is the instance's run; Parents how the parents of a chained
+	// task ended in it (nil for an instance no chain fired).
+	RunID   string
+	Parents map[string]schemas.ParentResult
 }
 
 // attemptColumns lists the columns scanAttempt reads, of the table named t.
 func attemptColumns(t string) string {
 	return fmt.Sprintf(`%[1]s.id, %[1]s.task, %[1]s.task_version, %[1]s.event_id, %[1]s.state, %[1]s.attempt,
 	%[1]s.max_attempts, %[1]s.retry_policy, %[1]s.priority, %[1]s.pool, %[1]s.handler, %[1]s.timeout_ms, %[1]s.payload,
-	%[1]s.fired_at, COALESCE(%[1]s.dispatched_at, %[1]s.created_at), %[1]s.mutex_template`, t)
+	%[1]s.fired_at, COALESCE(%[1]s.dispatched_at, %[1]s.created_at), %[1]s.mutex_template, %[1]s.run_id, %[1]s.parents`, t)
 }
 
 func scanAttempt(row pgx.Row) (Attempt, error) {
 	var a Attempt
-	var retry []byte
+	var retry, parents []byte
 	if err := row.Scan(&a.ID, &a.Task, &a.TaskVersion, &a.EventID, &a.State, &a.Attempt, &a.MaxAttempts,
 		&retry, &a.Priority, &a.Pool, &a.Handler, &a.TimeoutMS, &a.Payload, &a.FiredAt, &a.DispatchedAt,
-		&a.MutexTemplate); err != nil {
+		&a.MutexTemplate, &a.RunID, &parents); err != nil {
 		return a, err
 	}
 	if err := json.Unmarshal(retry, &a.RetryPolicy); err != nil {
 		return a, fmt.Errorf("decode retry policy of instance %d: %w", a.ID, err)
+	}
+	if len(parents) > 0 {
+		if err := json.Unmarshal(parents, &a.Parents); err != nil {
+			return a, fmt.Errorf("decode parents of instance %d: %w", a.ID, err)
+		}
 	}
 	return a, nil
 }
 
 // CreateInstances creates the instances of a batch of firings in one
 // statement, with their CREATED transition and the one after it. A firing
-// whose (task, event_id) already has an instance creates nothing: its
-// existing instance is returned. An instance that another
+// without a RunID starts a run named after its new instance ("run-<id>").
+// A firing whose (task, event_id) already has an instance creates nothing:
+// its existing instance is returned. An instance that another
 // transaction is creating at the same moment is left out of the result: that
 // transaction owns it.
 func (s *Store) CreateInstances(ctx context.Context, in []NewInstance) ([]Attempt, error) {
@@ -119,14 +134,20 @@ WITH input AS (
 	SELECT * FROM jsonb_to_recordset($1::jsonb) AS t(task text, task_version int, event_id text, source text,
 		operator text, priority text, pool text, handler text, timeout_ms bigint, max_attempts int,
 		retry_policy jsonb, payload jsonb, fired_at timestamptz, mutex_template text, state text, reason text,
-		created_reason text)
+		created_reason text, run_id text, parents jsonb)
+), numbered AS (
+	-- The id is drawn first so that a new run can be named after it.
+	SELECT nextval(pg_get_serial_sequence('instances', 'id')) AS id, input.* FROM input
 ), ins AS (
-	INSERT INTO instances (task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
-		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template, dispatched_at, finished_at)
-	SELECT task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
+	INSERT INTO instances (id, task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
+		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template, dispatched_at, finished_at,
+		run_id, parents)
+	OVERRIDING SYSTEM VALUE
+	SELECT id, task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
 		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template,
-		CASE WHEN state = 'DISPATCHED' THEN now() END, CASE WHEN state = 'SKIPPED' THEN now() END
-	FROM input
+		CASE WHEN state = 'DISPATCHED' THEN now() END, CASE WHEN state = 'SKIPPED' THEN now() END,
+		CASE WHEN COALESCE(run_id, '') <> '' THEN run_id ELSE '`+schemas.RunIDPrefix+`' || id END, parents
+	FROM numbered
 	ON CONFLICT (task, event_id) DO NOTHING
 	RETURNING *
 ), created AS (

@@ -27,6 +27,8 @@ type Outcome struct {
 	MaxAttempts    int
 	RetryPolicy    schemas.Retry
 	WorkerID       string
+	// RunID is the instance's run (see [Store.ChainFirings]).
+	RunID string
 	// Found is false when no instance has that id.
 	Found bool
 }
@@ -217,7 +219,8 @@ WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.atte
 
 func outcomeColumns(t string) string {
 	return fmt.Sprintf(`%[1]s.id IS NOT NULL, COALESCE(%[1]s.task, ''), COALESCE(%[1]s.state, ''), COALESCE(%[1]s.attempt, 0),
-	COALESCE(%[1]s.max_attempts, 0), COALESCE(%[1]s.retry_policy, '{}'), COALESCE(%[1]s.worker_id, '')`, t)
+	COALESCE(%[1]s.max_attempts, 0), COALESCE(%[1]s.retry_policy, '{}'), COALESCE(%[1]s.worker_id, ''),
+	COALESCE(%[1]s.run_id, '')`, t)
 }
 
 func collectOutcomes(rows pgx.Rows) ([]Outcome, error) {
@@ -227,7 +230,7 @@ func collectOutcomes(rows pgx.Rows) ([]Outcome, error) {
 		var o Outcome
 		var retry []byte
 		if err := rows.Scan(&o.Applied, &o.InstanceID, &o.Attempt, &o.Found, &o.Task, &o.State, &o.CurrentAttempt,
-			&o.MaxAttempts, &retry, &o.WorkerID); err != nil {
+			&o.MaxAttempts, &retry, &o.WorkerID, &o.RunID); err != nil {
 			return nil, err
 		}
 		if err := json.Unmarshal(retry, &o.RetryPolicy); err != nil {

@@ -24,6 +24,9 @@ type TaskRecord struct {
 	Version int
 	// Enabled says whether firings of the task make instances that run.
 	Enabled bool
+	// Paused says whether the task is paused: like a disabled task its
+	// firings make no runs, until it is resumed.
+	Paused bool
 	// Definition is the definition of Version, with its defaults filled in.
 	Definition *schemas.Task
 	CreatedAt  time.Time
@@ -31,7 +34,7 @@ type TaskRecord struct {
 	UpdatedAt time.Time
 }
 
-const taskColumns = `name, version, enabled, definition, created_at, updated_at`
+const taskColumns = `name, version, enabled, paused, definition, created_at, updated_at`
 
 // ApplyTask stores def (with its defaults filled in) as the definition of the
 // task def.TaskName and reports whether that changed anything. A new task
@@ -41,6 +44,10 @@ const taskColumns = `name, version, enabled, definition, created_at, updated_at`
 // Every new version is also kept in task_versions with the operator who
 // applied it, and recorded in the audit trail as an apply action with
 // details {"version": N}. def must already be valid (see [schemas.ParseTask]).
+// A definition whose after would close a cycle with the stored tasks is
+// refused with a *[ChainCycleError], and nothing is stored; applies with
+// after are serialised for that check, so two applies cannot close a cycle
+// together.
 //
 // ApplyTask is safe to call concurrently for the same task: the upsert locks
 // the row, so two different definitions applied at once become two versions.
@@ -58,6 +65,9 @@ func (s *Store) ApplyTask(ctx context.Context, def *schemas.Task, operator strin
 		changed bool
 	)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := checkChainCycle(ctx, tx, def); err != nil {
+			return err
+		}
 		// The WHERE of DO UPDATE leaves an identical definition alone, and
 		// then RETURNING yields no row.
 		rows, err := tx.Query(ctx, `
@@ -158,31 +168,45 @@ func (s *Store) GetTasks(ctx context.Context, names []string) (map[string]TaskRe
 // nothing, not even UpdatedAt, and records nothing. An unknown task is an
 // error wrapping [ErrNotFound].
 func (s *Store) SetTaskEnabled(ctx context.Context, name string, enabled bool, operator string) (TaskRecord, error) {
-	action := schemas.ActionDisable
-	if enabled {
-		action = schemas.ActionEnable
+	return s.setFlag(ctx, name, "enabled", enabled, schemas.ActionEnable, schemas.ActionDisable, operator)
+}
+
+// SetTaskPaused pauses or resumes the task called name, as operator, and
+// returns it, as [Store.SetTaskEnabled] does: a change is audited as a pause
+// or resume action in the same statement; setting the flag it has is a no-op.
+func (s *Store) SetTaskPaused(ctx context.Context, name string, paused bool, operator string) (TaskRecord, error) {
+	return s.setFlag(ctx, name, "paused", paused, schemas.ActionPause, schemas.ActionResume, operator)
+}
+
+// setFlag sets a boolean column of a task (a constant of this file, never
+// input) and records onAction or offAction when it changes.
+func (s *Store) setFlag(ctx context.Context, name, column string, value bool, onAction, offAction schemas.OperatorAction,
+	operator string) (TaskRecord, error) {
+	action := offAction
+	if value {
+		action = onAction
 	}
 	rows, err := s.pool.Query(ctx, `
 		WITH old AS (
-			SELECT name AS old_name, enabled AS was FROM tasks WHERE name = $1 FOR UPDATE
+			SELECT name AS old_name, `+column+` AS was FROM tasks WHERE name = $1 FOR UPDATE
 		), upd AS (
-			UPDATE tasks SET enabled = $2, updated_at = CASE WHEN was = $2 THEN updated_at ELSE now() END
+			UPDATE tasks SET `+column+` = $2, updated_at = CASE WHEN was = $2 THEN updated_at ELSE now() END
 			FROM old WHERE name = old_name
 			RETURNING `+taskColumns+`, was
 		), act AS (
 			INSERT INTO operator_actions (action, task, operator) SELECT $3, name, $4 FROM upd WHERE was <> $2
 		)
 		SELECT `+taskColumns+` FROM upd`,
-		name, enabled, string(action), operator)
+		name, value, string(action), operator)
 	if err != nil {
-		return TaskRecord{}, fmt.Errorf("set task %s enabled=%t: %w", name, enabled, err)
+		return TaskRecord{}, fmt.Errorf("set task %s %s=%t: %w", name, column, value, err)
 	}
 	rec, err := pgx.CollectExactlyOneRow(rows, scanTask)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("task %q: %w", name, ErrNotFound)
 	}
 	if err != nil {
-		return TaskRecord{}, fmt.Errorf("set task %s enabled=%t: %w", name, enabled, err)
+		return TaskRecord{}, fmt.Errorf("set task %s %s=%t: %w", name, column, value, err)
 	}
 	return rec, nil
 }
@@ -192,7 +216,7 @@ func scanTask(row pgx.CollectableRow) (TaskRecord, error) {
 		rec  TaskRecord
 		data []byte
 	)
-	if err := row.Scan(&rec.Name, &rec.Version, &rec.Enabled, &data, &rec.CreatedAt, &rec.UpdatedAt); err != nil {
+	if err := row.Scan(&rec.Name, &rec.Version, &rec.Enabled, &rec.Paused, &data, &rec.CreatedAt, &rec.UpdatedAt); err != nil {
 		return TaskRecord{}, err
 	}
 	rec.Definition = new(schemas.Task)

@@ -24,7 +24,7 @@ func (s *Service) applyTask(rec *store.TaskRecord, states map[store.TriggerKey]s
 	}
 	var keep []*entry
 	for i, tr := range triggers {
-		if tr.Type != schemas.TriggerTypeCron || !rec.Enabled || i > 255 {
+		if tr.Type != schemas.TriggerTypeCron || !rec.Enabled || rec.Paused || i > 255 {
 			continue
 		}
 		tr = tr.WithDefaults()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,21 +10,23 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/api"
 	"sigs.k8s.io/yaml"
 )
 
 func newTaskCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "task",
-		Short: "Apply, list, inspect, enable and disable task definitions",
+		Short: "Apply, list, inspect, enable, disable, pause and resume task definitions",
 		Example: `  ax task apply -f nightly-report.yaml
   ax task list
   ax task get nightly-report -o json
   ax task disable nightly-report`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newTaskApplyCmd(g), newTaskListCmd(g), newTaskGetCmd(g),
-		newTaskEnableCmd(g, true), newTaskEnableCmd(g, false))
+	cmd.AddCommand(newTaskApplyCmd(g), newTaskListCmd(g), newTaskGetCmd(g))
+	cmd.AddCommand(newTaskFlagCmds(g)...)
 	return cmd
 }
 
@@ -166,10 +169,18 @@ with every default filled in (as YAML; -o json prints the API's JSON).`,
 			fmt.Fprintf(tw, "NAME\t%s\n", t.Task.TaskName)
 			fmt.Fprintf(tw, "VERSION\t%d\n", t.Version)
 			fmt.Fprintf(tw, "ENABLED\t%t\n", t.Enabled)
+			fmt.Fprintf(tw, "PAUSED\t%t\n", t.Paused)
 			fmt.Fprintf(tw, "CREATED\t%s\n", timeOrDash(&t.CreatedAt))
 			fmt.Fprintf(tw, "UPDATED\t%s\n", timeOrDash(&t.UpdatedAt))
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			for _, tt := range t.NextFireTimes {
+				fmt.Fprintf(cmd.OutOrStdout(), "\nNEXT FIRINGS of trigger %d (%s, %s)\n", tt.Trigger, tt.Schedule, tt.Timezone)
+				for i, at := range tt.Local {
+					fmt.Fprintf(cmd.OutOrStdout(), "  %s   %s\n", at.Format("2006-01-02 15:04:05 MST"),
+						tt.UTC[i].Format("2006-01-02 15:04:05Z"))
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "\n%s", def)
 			return nil
@@ -177,12 +188,9 @@ with every default filled in (as YAML; -o json prints the API's JSON).`,
 	}
 }
 
-func newTaskEnableCmd(g *cli, enabled bool) *cobra.Command {
-	verb, short, example := "disable", "Disable a task: its firings are skipped until it is enabled again",
-		"  ax task disable nightly-report"
-	if enabled {
-		verb, short, example = "enable", "Enable a task, so that its firings run", "  ax task enable nightly-report"
-	}
+// newTaskFlagCmd makes a command that sets one of a task's flags.
+func newTaskFlagCmd(g *cli, verb, done, short, example string,
+	set func(c *api.Client, ctx context.Context, name string) (api.TaskInfo, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:     verb + " NAME",
 		Short:   short,
@@ -193,15 +201,39 @@ func newTaskEnableCmd(g *cli, enabled bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err := g.client().SetTaskEnabled(cmd.Context(), args[0], enabled)
+			t, err := set(g.client(), cmd.Context(), args[0])
 			if err != nil {
 				return g.apiError(err)
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), t)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "task %s %sd\n", args[0], verb)
+			fmt.Fprintf(cmd.OutOrStdout(), "task %s %s\n", args[0], done)
 			return nil
 		},
+	}
+}
+
+func newTaskFlagCmds(g *cli) []*cobra.Command {
+	return []*cobra.Command{
+		newTaskFlagCmd(g, "enable", "enabled", "Enable a task, so that its firings run", "  ax task enable nightly-report",
+			func(c *api.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+				return c.SetTaskEnabled(ctx, name, true)
+			}),
+		newTaskFlagCmd(g, "disable", "disabled", "Disable a task: its firings are skipped until it is enabled again",
+			"  ax task disable nightly-report",
+			func(c *api.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+				return c.SetTaskEnabled(ctx, name, false)
+			}),
+		newTaskFlagCmd(g, "pause", "paused",
+			"Pause a task: running instances finish, new firings make no runs, missed cron ticks follow the misfire policy on resume",
+			"  ax task pause nightly-report",
+			func(c *api.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+				return c.SetTaskPaused(ctx, name, true)
+			}),
+		newTaskFlagCmd(g, "resume", "resumed", "Resume a paused task", "  ax task resume nightly-report",
+			func(c *api.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+				return c.SetTaskPaused(ctx, name, false)
+			}),
 	}
 }

@@ -1,0 +1,233 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// ChainCycleError is the error of [Store.ApplyTask] for a definition whose
+// after would close a cycle with the stored tasks: the tasks on it could
+// never fire. Cycle lists them in the order they would run, the applied task
+// first and last.
+type ChainCycleError struct {
+	Cycle []string
+}
+
+// Error names the cycle: "chain cycle: a → b → c → a".
+func (e *ChainCycleError) Error() string {
+	return "chain cycle: " + strings.Join(e.Cycle, " → ")
+}
+
+// chainLockKey is the transaction-level advisory lock that serialises the
+// applies of definitions with after: of two applies that would close a
+// cycle together, the second sees the first and refuses. Applies without
+// after cannot close a cycle and do not take it.
+const chainLockKey int64 = 0x61785f636861696e // "ax_chain"
+
+// checkChainCycle refuses def with a *[ChainCycleError] when its after
+// closes a cycle with the tasks stored. It runs in tx, the transaction that
+// stores def: it takes the chain lock first and reads in a later statement,
+// so that it sees every definition applied under the lock before.
+func checkChainCycle(ctx context.Context, tx pgx.Tx, def *schemas.Task) error {
+	if len(def.After) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, chainLockKey); err != nil {
+		return fmt.Errorf("lock chains: %w", err)
+	}
+	parents := afterNames(def.After)
+	// Every stored task that def's parents run after, however far up: the
+	// only tasks a cycle through def can pass. def's own stored row is left
+	// out, since its new after replaces it.
+	rows, err := tx.Query(ctx, `
+WITH RECURSIVE up(name) AS (
+	SELECT unnest($2::text[])
+	UNION
+	SELECT a->>'task'
+	FROM up JOIN tasks t ON t.name = up.name AND t.name <> $1
+	CROSS JOIN jsonb_array_elements(t.definition->'after') a
+	WHERE jsonb_typeof(t.definition->'after') = 'array'
+)
+SELECT t.name, t.definition->'after' FROM up JOIN tasks t ON t.name = up.name
+WHERE t.name <> $1 AND jsonb_typeof(t.definition->'after') = 'array'`, def.TaskName, parents)
+	if err != nil {
+		return fmt.Errorf("read chains: %w", err)
+	}
+	graph := map[string][]string{def.TaskName: parents}
+	var (
+		name string
+		data []byte
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &data}, func() error {
+		var after []schemas.After
+		if err := json.Unmarshal(data, &after); err != nil {
+			return fmt.Errorf("decode after of task %s: %w", name, err)
+		}
+		graph[name] = afterNames(after)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read chains: %w", err)
+	}
+	if cycle := findCycle(graph, def.TaskName); cycle != nil {
+		return &ChainCycleError{Cycle: cycle}
+	}
+	return nil
+}
+
+func afterNames(after []schemas.After) []string {
+	names := make([]string, len(after))
+	for i, a := range after {
+		names[i] = a.Task
+	}
+	return names
+}
+
+// findCycle looks for a way from start back to itself in graph, which maps
+// each task to the tasks it runs after, trying parents in the order given.
+// It returns the cycle in the order the tasks would run, start first and
+// last ("a → c → b → a" when a runs after b, b after c and c after a), or
+// nil when there is none. Every task is visited once.
+func findCycle(graph map[string][]string, start string) []string {
+	visited := make(map[string]bool)
+	var path []string // from start, each task running after the next
+	var walk func(task string) bool
+	walk = func(task string) bool {
+		for _, p := range graph[task] {
+			if p == start {
+				path = append(path, p)
+				return true
+			}
+			if visited[p] {
+				continue
+			}
+			visited[p] = true
+			path = append(path, p)
+			if walk(p) {
+				return true
+			}
+			path = path[:len(path)-1]
+		}
+		return false
+	}
+	path = append(path, start)
+	if !walk(start) {
+		return nil
+	}
+	// path runs against the order of execution: reverse it.
+	for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
+		path[i], path[j] = path[j], path[i]
+	}
+	return path
+}
+
+// RunEnd is an instance that reached a terminal state (SUCCEEDED, FAILED,
+// SKIPPED, CANCELLED) in a run, as [Store.ChainFirings] takes it.
+type RunEnd struct {
+	Task  string
+	RunID string
+}
+
+// ChainFiring is a chained task whose parents have all ended in a run: the
+// dispatcher fires it there, once (its event id is
+// [schemas.ChainEventID](Task, RunID)).
+type ChainFiring struct {
+	// Task is the chained task; RunID the run it fires in.
+	Task  string
+	RunID string
+	// Parents tells how each of the task's parents ended in the run: its
+	// latest instance there.
+	Parents map[string]schemas.ParentResult
+}
+
+// ChainFirings returns the chained tasks that the ends of a batch of
+// instances make due: every task whose after names one of the ended tasks,
+// and all of whose parents now have a terminal instance in the same run.
+// Each (task, run) comes back once, whether or not it fired before: a
+// chain firing is idempotent (see [schemas.ChainEventID]). Ends without a
+// run id are ignored.
+//
+// Call it after the transaction that recorded the ends has committed.
+// When two parents of a task end at the same moment in two dispatchers,
+// each calls it after its own commit, so the later of the two reads sees
+// both ends: one of them at least returns the firing.
+func (s *Store) ChainFirings(ctx context.Context, ended []RunEnd) ([]ChainFiring, error) {
+	var tasks, runs []string
+	seen := make(map[RunEnd]bool, len(ended))
+	for _, e := range ended {
+		if e.RunID == "" || seen[e] {
+			continue
+		}
+		seen[e] = true
+		tasks, runs = append(tasks, e.Task), append(runs, e.RunID)
+	}
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	// For each child of an ended task and each of the child's parents, the
+	// parent's latest instance in the run, if any.
+	rows, err := s.pool.Query(ctx, `
+WITH ended AS (
+	SELECT DISTINCT task, run_id FROM unnest($1::text[], $2::text[]) AS e(task, run_id)
+), children AS (
+	SELECT DISTINCT e.run_id, t.name AS child, t.definition->'after' AS after
+	FROM ended e JOIN tasks t
+	ON t.definition->'after' @> jsonb_build_array(jsonb_build_object('task', e.task))
+)
+SELECT c.run_id, c.child, p->>'task', i.id, i.state, i.output
+FROM children c CROSS JOIN jsonb_array_elements(c.after) p
+LEFT JOIN LATERAL (
+	SELECT id, state, output FROM instances
+	WHERE run_id = c.run_id AND task = p->>'task'
+	ORDER BY id DESC LIMIT 1
+) i ON true
+ORDER BY c.run_id, c.child`, tasks, runs)
+	if err != nil {
+		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
+	}
+	var (
+		out     []ChainFiring
+		ready   bool
+		runID   string
+		child   string
+		parent  string
+		id      *int64
+		state   *string
+		output  []byte
+		current *ChainFiring
+	)
+	flush := func() {
+		if current != nil && ready {
+			out = append(out, *current)
+		}
+	}
+	_, err = pgx.ForEachRow(rows, []any{&runID, &child, &parent, &id, &state, &output}, func() error {
+		if current == nil || current.RunID != runID || current.Task != child {
+			flush()
+			current = &ChainFiring{Task: child, RunID: runID, Parents: make(map[string]schemas.ParentResult)}
+			ready = true
+		}
+		if id == nil || !schemas.State(*state).Terminal() {
+			ready = false
+			return nil
+		}
+		r := schemas.ParentResult{InstanceID: *id, State: schemas.State(*state)}
+		if len(output) > 0 {
+			r.Output = slices.Clone(json.RawMessage(output))
+		}
+		current.Parents[parent] = r
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
+	}
+	flush()
+	return out, nil
+}
