@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -46,6 +47,11 @@ type env struct {
 	srv    *httptest.Server
 	client *api.Client
 	log    *syncBuffer
+	// admin is the secret of an admin token called apitest.AdminName,
+	// which client and http send.
+	admin string
+	// http sends requests made by hand, with the admin token.
+	http *http.Client
 }
 
 func newEnv(t *testing.T, tune func(*api.Options)) *env {
@@ -71,8 +77,17 @@ func newEnv(t *testing.T, tune func(*api.Options)) *env {
 	e.svc = svc
 	e.srv = httptest.NewServer(svc.Handler())
 	t.Cleanup(e.srv.Close)
-	e.client = api.NewClient(e.srv.URL, e.srv.Client())
+	e.admin = apitest.Admin(t, e.store)
+	e.client = e.as(e.admin)
+	e.http = apitest.HTTPClient(e.srv.Client(), e.admin)
 	return e
+}
+
+// as returns a client of the API that sends the token secret.
+func (e *env) as(secret string) *api.Client {
+	c := api.NewClient(e.srv.URL, e.srv.Client())
+	c.Token = secret
+	return c
 }
 
 // do sends a request and decodes the JSON answer into a map.
@@ -85,7 +100,7 @@ func (e *env) do(method, path, contentType string, body io.Reader) (int, map[str
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := e.srv.Client().Do(req)
+	resp, err := e.http.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -252,8 +267,8 @@ func TestApplyTask(t *testing.T) {
 		t.Errorf("task_versions has %d rows, want 2", n)
 	}
 
-	// The operator header is recorded with the version.
-	e.client.Operator = "alice"
+	// The name of the token is recorded with the version.
+	e.client = e.as(apitest.Token(t, e.store, "alice", store.RoleAdmin))
 	e.apply(echoTask + "description: third\n")
 	var op string
 	if err := e.pool.QueryRow(t.Context(), `SELECT operator FROM task_versions WHERE version = 3`).Scan(&op); err != nil || op != "alice" {
@@ -423,7 +438,8 @@ func TestFire(t *testing.T) {
 		t.Errorf("Fire = %+v, want event ev-1 without an instance", res)
 	}
 	ev, hdr := e.lastTrigger("nightly-report")
-	want := schemas.TriggerEvent{EventID: "ev-1", Task: "nightly-report", Source: schemas.SourceManual, Operator: "alice",
+	// A body's operator makes the firing manual; the token names the operator.
+	want := schemas.TriggerEvent{EventID: "ev-1", Task: "nightly-report", Source: schemas.SourceManual, Operator: apitest.AdminName,
 		Payload: json.RawMessage(`{"day":"2025-03-01"}`), PayloadVersion: 1, Priority: schemas.PriorityUrgent, FiredAt: fixedNow}
 	if fmt.Sprintf("%+v", ev) != fmt.Sprintf("%+v", want) {
 		t.Errorf("published firing\n got %+v\nwant %+v", ev, want)
@@ -439,7 +455,7 @@ func TestFire(t *testing.T) {
 	}
 	ev, hdr = e.lastTrigger("nightly-report")
 	if ev.EventID != body["event_id"] || hdr.Get("Nats-Msg-Id") != ev.EventID || ev.Source != schemas.SourceEvent ||
-		ev.Operator != "" || ev.Payload != nil || ev.PayloadVersion != 1 || ev.Priority != "" {
+		ev.Operator != apitest.AdminName || ev.Payload != nil || ev.PayloadVersion != 1 || ev.Priority != "" {
 		t.Errorf("published firing = %+v %v", ev, hdr)
 	}
 	if n := e.triggers(); n != 2 {
@@ -736,6 +752,7 @@ func TestRun(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	client2 := api.NewClient("http://"+addr+"/", nil)
+	client2.Token = e.admin
 	if _, err := client2.ListTasks(t.Context()); err != nil {
 		t.Errorf("ListTasks through a base URL with a slash: %v", err)
 	}

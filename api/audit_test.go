@@ -7,17 +7,17 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
 func TestAudit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := t.Context()
-	alice := api.NewClient(e.srv.URL, e.srv.Client())
-	alice.Operator = "alice"
-	bob := api.NewClient(e.srv.URL, e.srv.Client())
-	bob.Operator = "bob"
+	alice := e.as(apitest.Token(t, e.store, "alice", store.RoleAdmin))
+	bob := e.as(apitest.Token(t, e.store, "bob", store.RoleAdmin))
 
 	// Operator actions: every change, with who made it.
 	if _, err := alice.ApplyTask(ctx, []byte(echoTask), "application/yaml"); err != nil {

@@ -15,14 +15,20 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
-// Client calls the AX API. It is safe for concurrent use.
+// Client calls the AX API. It is safe for concurrent use once its fields
+// are set.
 type Client struct {
 	base string
 	http *http.Client
-	// Operator, when set, is sent as the X-Ax-Operator header, so that the
-	// API records who applied a task version.
+	// Token is the API token sent as Authorization: Bearer with every
+	// request; the API records its name as the operator of every change.
+	Token string
+	// Operator, when set, is sent as the X-Ax-Operator header.
+	//
+	// Deprecated: the API records the name of the token instead.
 	Operator string
 }
 
@@ -114,6 +120,19 @@ func (c *Client) Rerun(ctx context.Context, id int64) (FireResult, error) {
 	return out, err
 }
 
+// Cancel cancels an instance that has not ended, giving reason (optional).
+// It returns the instance: CANCELLED, or as it was when the dispatcher had
+// not applied the cancel within the API's RunWait.
+func (c *Client) Cancel(ctx context.Context, id int64, reason string) (schemas.Instance, error) {
+	body, err := json.Marshal(CancelRequest{Reason: reason})
+	if err != nil {
+		return schemas.Instance{}, err
+	}
+	var out schemas.Instance
+	err = c.do(ctx, http.MethodPost, "/v1/instances/"+strconv.FormatInt(id, 10)+"/cancel", "application/json", body, &out)
+	return out, err
+}
+
 // InstanceByEvent returns the instance that the firing eventID of task made,
 // or an *[Error] with Status 404 while there is none.
 func (c *Client) InstanceByEvent(ctx context.Context, task, eventID string) (schemas.Instance, error) {
@@ -168,9 +187,7 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 		req.Header.Set("Content-Type", contentType)
 	}
 	req.Header.Set("Accept", "application/json")
-	if c.Operator != "" {
-		req.Header.Set(HeaderOperator, c.Operator)
-	}
+	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// A *url.Error would repeat the method and the URL.
@@ -191,6 +208,58 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// authorize sets the headers that say who sends req.
+func (c *Client) authorize(req *http.Request) {
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if c.Operator != "" {
+		req.Header.Set(HeaderOperator, c.Operator)
+	}
+}
+
+// ListWorkers returns the live workers (those whose heartbeat has not
+// expired from the ax-workers bucket), by id.
+func (c *Client) ListWorkers(ctx context.Context) ([]schemas.Worker, error) {
+	var out workerList
+	err := c.do(ctx, http.MethodGet, "/v1/workers", "", nil, &out)
+	return out.Workers, err
+}
+
+// ListStreams returns AX's JetStream streams and buckets with their
+// consumers, and the names of the topology's streams that do not exist.
+func (c *Client) ListStreams(ctx context.Context) (streams []StreamInfo, missing []string, err error) {
+	var out streamList
+	err = c.do(ctx, http.MethodGet, "/v1/streams", "", nil, &out)
+	return out.Streams, out.Missing, err
+}
+
+// ListTokens returns every API token, the revoked ones too (admin only).
+func (c *Client) ListTokens(ctx context.Context) ([]store.Token, error) {
+	var out tokenList
+	err := c.do(ctx, http.MethodGet, "/v1/tokens", "", nil, &out)
+	return out.Tokens, err
+}
+
+// CreateToken makes an API token called name with role and returns it with
+// its secret, which cannot be read again (admin only).
+func (c *Client) CreateToken(ctx context.Context, name string, role store.Role) (CreatedToken, error) {
+	body, err := json.Marshal(CreateTokenRequest{Name: name, Role: role})
+	if err != nil {
+		return CreatedToken{}, fmt.Errorf("create token %s: encode request: %w", name, err)
+	}
+	var out CreatedToken
+	err = c.do(ctx, http.MethodPost, "/v1/tokens", "application/json", body, &out)
+	return out, err
+}
+
+// RevokeToken revokes the token id and returns it (admin only).
+func (c *Client) RevokeToken(ctx context.Context, id int64) (store.Token, error) {
+	var out store.Token
+	err := c.do(ctx, http.MethodDelete, "/v1/tokens/"+strconv.FormatInt(id, 10), "", nil, &out)
+	return out, err
 }
 
 // decodeError makes an *Error of a non-2xx answer, also one that did not
@@ -333,6 +402,7 @@ func (c *Client) FollowLogs(ctx context.Context, id int64, q LogQuery, fn func(s
 		return "", fmt.Errorf("GET %s: %w", path, err)
 	}
 	req.Header.Set("Accept", "text/event-stream")
+	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {

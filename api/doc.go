@@ -21,17 +21,11 @@
 // value, and 409 naming that instance when it is not. [Client] is the Go
 // client of the API; the ax CLI is built on it.
 //
-// Routes:
-//
-//	POST /v1/tasks                        apply a task definition (JSON or YAML)
-//	GET  /v1/tasks                        list the tasks
-//	GET  /v1/tasks/{name}                 one task
-//	POST /v1/tasks/{name}/enable          enable a task
-//	POST /v1/tasks/{name}/disable         disable a task
-//	POST /v1/tasks/{name}/runs            fire a task
-//	GET  /v1/tasks/{name}/runs/{event_id} the instance a firing made
-//	GET  /v1/instances                    list instances (?task=&state=&limit=&before=)
-//	GET  /v1/instances/{id}               one instance with its transitions
-//	POST /v1/instances/{id}/rerun         fire its task again with its payload and priority
-//	GET  /healthz                         PostgreSQL and NATS reachable
+// Every route but GET /healthz takes an API token, sent as Authorization:
+// Bearer <token>, whose role (viewer, operator, admin) must be at least the
+// route's: without a valid token the answer is 401, with too weak a role 403.
+// The name of the token is recorded as the operator of every change. The
+// routes and the role each needs are listed by [Routes] and described by the
+// OpenAPI document [OpenAPI], served at GET /v1/openapi.json; see
+// docs/security.md.
 package api

@@ -56,8 +56,8 @@ func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) {
 
 // RerunRequest is the optional body of POST /v1/instances/{id}/rerun.
 type RerunRequest struct {
-	// Operator names who reruns the instance; empty means the
-	// X-Ax-Operator header.
+	// Operator is accepted for older clients and not recorded: the
+	// operator of a rerun is the name of the request's token.
 	Operator string `json:"operator,omitempty"`
 }
 
@@ -103,15 +103,11 @@ func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, fmt.Sprintf("get the firing of instance %d", id), err)
 		return
 	}
-	op := req.Operator
-	if op == "" {
-		op = operator(r)
-	}
 	s.publishFiring(w, r, schemas.TriggerEvent{
 		EventID:        fmt.Sprintf("rerun-%d-%s", id, nuid.Next()),
 		Task:           f.Task,
 		Source:         schemas.SourceManual,
-		Operator:       op,
+		Operator:       operator(r),
 		Payload:        f.Payload,
 		PayloadVersion: f.PayloadVersion,
 		Priority:       f.Priority,

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
 func TestRerun(t *testing.T) {
@@ -17,8 +18,7 @@ func TestRerun(t *testing.T) {
 	id := e.insertInstance("nightly-report", "ev-1", schemas.StateFailed)
 
 	// No dispatcher runs, so the answer is 202; the firing is in the stream.
-	alice := api.NewClient(e.srv.URL, e.srv.Client())
-	alice.Operator = "alice"
+	alice := e.as(apitest.Token(t, e.store, "alice", store.RoleOperator))
 	res, err := alice.Rerun(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -35,13 +35,14 @@ func TestRerun(t *testing.T) {
 		t.Errorf("published firing\n got %+v\nwant %+v", ev, want)
 	}
 
-	// The body names the operator over the header; each rerun is a new firing.
+	// The body's operator is not recorded: the token's name is. Each
+	// rerun is a new firing.
 	status, body := e.do("POST", fmt.Sprintf("/v1/instances/%d/rerun", id), "application/json", strings.NewReader(`{"operator": "carol"}`))
 	if status != http.StatusAccepted || body["event_id"] == res.EventID {
 		t.Errorf("rerun with a body: %d %v, want 202 with a new event id", status, body)
 	}
-	if ev, _ := e.lastTrigger("nightly-report"); ev.Operator != "carol" {
-		t.Errorf("operator = %q, want carol", ev.Operator)
+	if ev, _ := e.lastTrigger("nightly-report"); ev.Operator != apitest.AdminName {
+		t.Errorf("operator = %q, want %s", ev.Operator, apitest.AdminName)
 	}
 	if n := e.triggers(); n != 2 {
 		t.Errorf("AX_TRIGGERS holds %d messages, want 2", n)

@@ -235,7 +235,7 @@ func TestFollowLogsEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Last-Event-ID", fmt.Sprint(first))
-	resp, err := e.srv.Client().Do(req)
+	resp, err := e.http.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,9 @@ type FireRequest struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Priority overrides the task's priority for this firing.
 	Priority schemas.Priority `json:"priority,omitempty"`
-	// Operator names who fires the task; when set, the firing is a manual one.
+	// Operator, when set, makes the firing a manual one (source "manual")
+	// rather than an event. Its value is not recorded: the operator of
+	// every firing through the API is the name of the request's token.
 	Operator string `json:"operator,omitempty"`
 	// RunAt delays the firing until then: its instance is created no
 	// earlier, with RunAt as its fired_at. It excludes Delay.
@@ -99,7 +101,7 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 		IdempotencyKey: req.IdempotencyKey,
 		Task:           name,
 		Source:         schemas.SourceEvent,
-		Operator:       req.Operator,
+		Operator:       operator(r),
 		Payload:        req.Payload,
 		PayloadVersion: req.PayloadVersion,
 		Priority:       req.Priority,
@@ -111,7 +113,7 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 	if ev.EventID == "" && ev.IdempotencyKey == "" {
 		ev.EventID = nuid.Next()
 	}
-	if ev.Operator != "" {
+	if req.Operator != "" {
 		ev.Source = schemas.SourceManual
 	}
 	s.publishFiring(w, r, ev)

@@ -11,8 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -51,12 +53,20 @@ type Options struct {
 	// NowFunc returns the current time (default time.Now); it stamps
 	// fired_at on the trigger events the API publishes.
 	NowFunc func() time.Time
+	// TokenCacheTTL is how long the API trusts what it learned of an API
+	// token (default DefaultTokenCacheTTL): a revoked token is refused
+	// within that time.
+	TokenCacheTTL time.Duration
+	// Metrics is what GET /metrics serves (default: the Go runtime and
+	// process metrics of this process).
+	Metrics prometheus.Gatherer
 }
 
 // Service is the HTTP API. Its handler is safe for concurrent use.
 type Service struct {
 	opts    Options
 	js      jetstream.JetStream
+	tokens  *tokenCache
 	handler http.Handler
 }
 
@@ -86,11 +96,17 @@ func New(opts Options) (*Service, error) {
 	if opts.NowFunc == nil {
 		opts.NowFunc = time.Now
 	}
+	if opts.TokenCacheTTL <= 0 {
+		opts.TokenCacheTTL = DefaultTokenCacheTTL
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.NewRegistry()
+	}
 	js, err := jetstream.New(opts.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("new api: jetstream: %w", err)
 	}
-	s := &Service{opts: opts, js: js}
+	s := &Service{opts: opts, js: js, tokens: newTokenCache(opts.Store, opts.TokenCacheTTL, opts.Logger)}
 	s.handler = s.accessLog(s.routes())
 	return s, nil
 }
@@ -102,8 +118,13 @@ func (s *Service) Handler() http.Handler { return s.handler }
 // Run serves the API on Options.Addr until ctx ends, then stops taking
 // connections, lets the requests in flight finish for up to
 // Options.ShutdownTimeout, and returns. It returns an error when it cannot
-// listen or the server fails; nil after a clean shutdown.
+// listen or the server fails; nil after a clean shutdown. It refuses to
+// start, with an error wrapping [ErrNoAdminToken] that says how to make
+// one, while no live admin token exists.
 func (s *Service) Run(ctx context.Context) error {
+	if err := s.checkAdminToken(ctx); err != nil {
+		return err
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.opts.Addr)
 	if err != nil {
@@ -131,27 +152,6 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	<-served // http.ErrServerClosed
 	return err
-}
-
-func (s *Service) routes() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/tasks", s.applyTask)
-	mux.HandleFunc("GET /v1/tasks", s.listTasks)
-	mux.HandleFunc("GET /v1/tasks/{name}", s.getTask)
-	mux.HandleFunc("POST /v1/tasks/{name}/enable", s.setEnabled(true))
-	mux.HandleFunc("POST /v1/tasks/{name}/disable", s.setEnabled(false))
-	mux.HandleFunc("POST /v1/tasks/{name}/pause", s.setPaused(true))
-	mux.HandleFunc("POST /v1/tasks/{name}/resume", s.setPaused(false))
-	mux.HandleFunc("POST /v1/tasks/{name}/runs", s.fire)
-	mux.HandleFunc("GET /v1/tasks/{name}/runs/{event_id}", s.instanceByEvent)
-	mux.HandleFunc("GET /v1/instances", s.listInstances)
-	mux.HandleFunc("GET /v1/instances/{id}", s.getInstance)
-	mux.HandleFunc("GET /v1/instances/{id}/logs", s.instanceLogs)
-	mux.HandleFunc("GET /v1/audit", s.listAudit)
-	mux.HandleFunc("POST /v1/instances/{id}/rerun", s.rerun)
-	mux.HandleFunc("GET /healthz", s.health)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { noRoute(mux, w, r) })
-	return mux
 }
 
 // noRoute answers a request that no route takes: 405 when the path has

@@ -14,9 +14,11 @@ import (
 	"github.com/ax-scheduler/ax/store"
 )
 
-// HeaderOperator names who makes a change (a person or a program); the API
-// records it with every task version it stores and with every operator
-// action in the audit trail.
+// HeaderOperator is the header that named who makes a change before the API
+// took tokens.
+//
+// Deprecated: the API records the name of the request's token as the
+// operator of every change, and ignores this header.
 const HeaderOperator = "X-Ax-Operator"
 
 // TaskInfo is a task as the API shows it.
@@ -69,15 +71,6 @@ func taskName(r *http.Request) (string, *Error) {
 func taskNotFound(name string) *Error {
 	return &Error{Status: http.StatusNotFound, Code: "task_not_found", Field: "name",
 		Message: fmt.Sprintf("task %q does not exist; check the name with GET /v1/tasks (ax task list) or apply its definition (ax task apply -f FILE)", name)}
-}
-
-// operator returns who makes the request, as the X-Ax-Operator header names them.
-func operator(r *http.Request) string {
-	op := r.Header.Get(HeaderOperator)
-	if len(op) > 256 {
-		op = op[:256]
-	}
-	return op
 }
 
 func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {

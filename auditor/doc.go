@@ -29,4 +29,25 @@
 //
 // The leader polls the outbox every Options.PollInterval while it is idle:
 // no service rings it after a commit.
+//
+// Its second duty is monitoring: the fleet metrics, the alert rules and
+// their notifications. One auditor at a time monitors, holding a PostgreSQL
+// advisory lock of its own (see [store.Store.AcquireMonitor]), so the two
+// duties may lead on different auditors; [Service.Monitoring] tells whether
+// this one does. The monitor reads three sources. The audit trail, through
+// the durable consumer [MonitorConsumer] on AX_AUDIT: every transition is
+// counted once (attempts and their outcomes, timeouts, lease expiries,
+// retries, ended instances, the latency histograms, whose start times it
+// reads from PostgreSQL in one query per batch) and feeds the rules about
+// failures in a row and run durations. The ax-workers bucket, watched:
+// slots and busy slots per pool and worker, and a worker's key expiring
+// (a purge marker) rather than being deleted counts as a lost heartbeat.
+// And PostgreSQL, every Options.RefreshInterval: the live instances by
+// state, the backlog, and the rules over a state (no live executor in a
+// pool, many tasks failing, timeout rate, backlog). Every judgement is read
+// from PostgreSQL, so a new leader judges alike. Alerts and their
+// notification throttle live in PostgreSQL too; a notification is claimed
+// there before a goroutine of its own sends it to every channel (a
+// webhook, a WeCom robot, a Slack webhook; see [Notification]). The metrics
+// are registered with Options.Metrics; docs/operations.md lists them.
 package auditor

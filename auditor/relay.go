@@ -55,6 +55,7 @@ func (s *Service) lead(ctx context.Context, js jetstream.JetStream, stream jetst
 		if err := relay.SaveCursor(work, next); err != nil {
 			return err
 		}
+		s.metrics.recordsRelayed.Add(float64(len(recs)))
 		cur = next
 		log.Debug().Int("records", len(recs)).Str("last", recs[len(recs)-1].ID).Uint64("stream_seq", end.seq).
 			Msg("audit records published")

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -23,6 +26,9 @@ const (
 	DefaultRetryInterval   = 3 * time.Second
 	DefaultAckTimeout      = 30 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultRefreshInterval = 15 * time.Second
+	DefaultConsoleURL      = "http://127.0.0.1:8080"
+	DefaultNotifyTimeout   = 10 * time.Second
 )
 
 // Options configures a [Service]. Zero fields take the stated defaults.
@@ -55,6 +61,24 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Logger receives the service's log lines (default: none).
 	Logger zerolog.Logger
+
+	// Metrics is where the auditor registers its metrics (see
+	// docs/operations.md); nil means a registry of its own that nobody
+	// serves; a registry takes one auditor. The fleet metrics are computed
+	// by the auditor that leads monitoring (see [Service.Monitoring]).
+	Metrics prometheus.Registerer
+	// RefreshInterval is how often the monitoring leader refreshes the
+	// gauges read from PostgreSQL and evaluates the alert rules over a
+	// state (default DefaultRefreshInterval).
+	RefreshInterval time.Duration
+	// ConsoleURL is the web console's base URL, for the links to an
+	// instance's logs in alert notifications (default DefaultConsoleURL).
+	ConsoleURL string
+	// HTTPClient sends the alert notifications (default: a client with a
+	// timeout of DefaultNotifyTimeout).
+	HTTPClient *http.Client
+	// NowFunc tells the time of alerts and of the backlog's age (default time.Now).
+	NowFunc func() time.Time
 }
 
 // Service is an auditor. Make one with [New] and start it with [Service.Run].
@@ -62,7 +86,14 @@ type Service struct {
 	opts    Options
 	top     streams.Topology
 	log     zerolog.Logger
+	now     func() time.Time
+	metrics *metrics
 	leading atomic.Bool
+	// monitoring is set while this auditor leads monitoring, with its
+	// consumer and watch in place.
+	monitoring atomic.Bool
+	// outbox holds the alert notifications the sender has yet to send.
+	outbox chan Notification
 	// afterPublish, set by tests only, runs once a batch is acknowledged
 	// and before its cursor is saved; an error stops the leader right
 	// there, as a crash would.
@@ -92,16 +123,42 @@ func New(opts Options) (*Service, error) {
 	def(&opts.RetryInterval, DefaultRetryInterval)
 	def(&opts.AckTimeout, DefaultAckTimeout)
 	def(&opts.ShutdownTimeout, DefaultShutdownTimeout)
+	def(&opts.RefreshInterval, DefaultRefreshInterval)
+	if opts.ConsoleURL == "" {
+		opts.ConsoleURL = DefaultConsoleURL
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: DefaultNotifyTimeout}
+	}
+	if opts.NowFunc == nil {
+		opts.NowFunc = time.Now
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(opts.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("new auditor: register metrics: %w", err)
+	}
 	return &Service{
-		opts: opts,
-		top:  opts.Topology,
-		log:  opts.Logger.With().Str("service", "auditor").Logger(),
+		opts:    opts,
+		top:     opts.Topology,
+		log:     opts.Logger.With().Str("service", "auditor").Logger(),
+		now:     opts.NowFunc,
+		metrics: m,
+		outbox:  make(chan Notification, notifyQueue),
 	}, nil
 }
 
 // Leading reports whether this auditor relays the outbox now. It is safe
 // to call from any goroutine.
 func (s *Service) Leading() bool { return s.leading.Load() }
+
+// Monitoring reports whether this auditor leads monitoring now — computes
+// the fleet metrics and evaluates the alert rules — with its consumer on
+// AX_AUDIT and its watch of ax-workers in place. It is safe to call from
+// any goroutine.
+func (s *Service) Monitoring() bool { return s.monitoring.Load() }
 
 // Run relays the outbox to AX_AUDIT while it leads, and tries to lead while
 // another auditor does, until ctx ends. Then it lets the batch in flight be
@@ -125,6 +182,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.log.Info().Msg("auditor started")
 	defer s.log.Info().Msg("auditor stopped")
+	// Monitoring and the notifications run beside the relay; Run returns
+	// once they have stopped.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.monitorLoop(ctx, js) })
+	wg.Go(func() { s.sender(ctx) })
 	for {
 		err := s.campaign(ctx, js, stream)
 		if ctx.Err() != nil {
@@ -148,10 +211,12 @@ func (s *Service) campaign(ctx context.Context, js jetstream.JetStream, stream j
 		return err
 	}
 	s.leading.Store(true)
+	s.metrics.relayLeader.Set(1)
 	log := s.log.With().Uint32("pg_pid", relay.PID()).Logger()
 	log.Info().Msg("audit relay leading")
 	defer func() {
 		s.leading.Store(false)
+		s.metrics.relayLeader.Set(0)
 		// Closing the session releases the lock.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

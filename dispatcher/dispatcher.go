@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/store"
@@ -42,6 +43,9 @@ type Options struct {
 	NowFunc func() time.Time
 	// RandFunc returns a number in [0, 1) for retry jitter (default math/rand/v2).
 	RandFunc func() float64
+	// Metrics is where the dispatcher registers its counters (default: a
+	// registry of its own that nobody serves).
+	Metrics prometheus.Registerer
 }
 
 // Service is a dispatcher. Make one with [New] and start it with [Service.Run].
@@ -55,6 +59,8 @@ type Service struct {
 	ready chan struct{}
 	// held keeps the firings due within holdWindow until their time.
 	held *holder
+	// metrics counts what the consumers handle.
+	metrics *metrics
 }
 
 // DefaultBatchSize is the default of [Options.BatchSize].
@@ -89,13 +95,21 @@ func New(opts Options) (*Service, error) {
 	if opts.RandFunc == nil {
 		opts.RandFunc = randFloat
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(opts.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("new dispatcher: register metrics: %w", err)
+	}
 	return &Service{
-		opts:  opts,
-		top:   opts.Topology,
-		log:   opts.Logger.With().Str("service", "dispatcher").Logger(),
-		now:   opts.NowFunc,
-		ready: make(chan struct{}),
-		held:  newHolder(),
+		opts:    opts,
+		top:     opts.Topology,
+		log:     opts.Logger.With().Str("service", "dispatcher").Logger(),
+		now:     opts.NowFunc,
+		ready:   make(chan struct{}),
+		held:    newHolder(),
+		metrics: m,
 	}, nil
 }
 
@@ -153,8 +167,12 @@ func (s *Service) run(ctx context.Context) error {
 	s.log.Info().Msg("dispatcher started")
 	close(s.ready)
 	loops := []func() error{
-		func() error { return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, s.handleTriggers) },
-		func() error { return consumeBatches(runCtx, work, reports, s.opts.BatchSize, s.handleReports) },
+		func() error {
+			return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, s.metrics.counted("triggers", s.handleTriggers))
+		},
+		func() error {
+			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, s.metrics.counted("reports", s.handleReports))
+		},
 		func() error { return s.reap(runCtx, work, leases) },
 		func() error { return s.holdLoop(runCtx, work) },
 	}

@@ -42,6 +42,9 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue) err
 	if err != nil {
 		return err
 	}
+	if err := s.promoteLeftovers(work); err != nil {
+		return err
+	}
 	timeouts := time.NewTicker(s.opts.TimeoutCheck)
 	defer timeouts.Stop()
 	retry := time.NewTimer(0)
@@ -147,10 +150,25 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 			}
 		}
 	}
-	if err := s.addChainFirings(ctx, batch, ended); err != nil {
+	promoted, err := s.afterEnds(ctx, batch, ended)
+	if err != nil {
 		return err
 	}
-	return batch.Wait(ctx)
+	return s.publishAttempts(ctx, batch, promoted)
+}
+
+// promoteLeftovers starts the waiting instances that a slot freed for while
+// no dispatcher ran (or whose promotion a crash lost).
+func (s *Service) promoteLeftovers(ctx context.Context) error {
+	tasks, err := s.opts.Store.WaitingTasks(ctx)
+	if err != nil || len(tasks) == 0 {
+		return err
+	}
+	promoted, err := s.opts.Store.PromoteWaiting(ctx, tasks)
+	if err != nil {
+		return err
+	}
+	return s.publishAttempts(ctx, streams.NewAsyncBatch(s.js), promoted)
 }
 
 // sweepLeases finds running attempts whose lease is gone — expired while no

@@ -68,11 +68,12 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 			}
 		}
 	}
-	if err := s.addChainFirings(ctx, batch, ended); err != nil {
+	promoted, err := s.afterEnds(ctx, batch, ended)
+	if err != nil {
 		s.retryLater(msgs, err)
 		return
 	}
-	if err := batch.Wait(ctx); err != nil {
+	if err := s.publishAttempts(ctx, batch, promoted); err != nil {
 		s.retryLater(msgs, err)
 		return
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -71,12 +73,17 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 	var (
 		fresh   []firing
 		retries []store.RetryStart
+		cancels []store.CancelRequest
 		names   []string
 	)
 	seen := make(map[string]bool)
 	for _, f := range firings {
 		if f.event.Retry != nil {
 			retries = append(retries, store.RetryStart{InstanceID: f.event.Retry.InstanceID, Attempt: f.event.Retry.Attempt})
+			continue
+		}
+		if c := f.event.Cancel; c != nil {
+			cancels = append(cancels, store.CancelRequest{InstanceID: c.InstanceID, Operator: f.event.Operator, Reason: c.Reason})
 			continue
 		}
 		fresh = append(fresh, f)
@@ -92,6 +99,7 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 		return
 	}
 	var create []store.NewInstance
+	limitedCreate := make(map[string][]store.NewInstance) // by task, for tasks with max_running_instances
 	unique := make(map[[2]string]bool)
 	for _, f := range fresh {
 		rec, ok := tasks[f.task]
@@ -111,6 +119,10 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 			s.retryLater(msgsOf(firings), err)
 			return
 		}
+		if n, _ := limited(rec.Definition); n > 0 {
+			limitedCreate[f.task] = append(limitedCreate[f.task], in)
+			continue
+		}
 		create = append(create, in)
 	}
 
@@ -119,19 +131,38 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 		s.retryLater(msgsOf(firings), err)
 		return
 	}
+	var victims []store.Victim
+	for _, task := range slices.Sorted(maps.Keys(limitedCreate)) {
+		n, strategy := limited(tasks[task].Definition)
+		a, v, err := s.opts.Store.CreateLimitedInstances(ctx, task, n, strategy, limitedCreate[task])
+		if err != nil {
+			s.retryLater(msgsOf(firings), err)
+			return
+		}
+		attempts, victims = append(attempts, a...), append(victims, v...)
+	}
+	cancelled, err := s.opts.Store.CancelInstances(ctx, cancels)
+	if err != nil {
+		s.retryLater(msgsOf(firings), err)
+		return
+	}
+	victims = append(victims, cancelled...)
 	retried, err := s.opts.Store.StartRetries(ctx, retries)
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
 		return
 	}
-	// A SKIPPED instance ends its run's branch: the tasks chained after
-	// it fire (or are SKIPPED in turn) with the attempts.
+	// A SKIPPED or cancelled instance ends its run's branch: the tasks
+	// chained after it fire (or are SKIPPED in turn), and its task's
+	// waiting instances may start.
 	batch := streams.NewAsyncBatch(s.js)
-	if err := s.addChainFirings(ctx, batch, attemptEnds(attempts)); err != nil {
+	promoted, err := s.afterEnds(ctx, batch, append(attemptEnds(attempts), s.stopVictims(victims)...))
+	if err != nil {
 		s.retryLater(msgsOf(firings), err)
 		return
 	}
-	if err := s.publishAttempts(ctx, batch, append(attempts, retried...)); err != nil {
+	attempts = append(append(attempts, retried...), promoted...)
+	if err := s.publishAttempts(ctx, batch, attempts); err != nil {
 		s.retryLater(msgsOf(firings), err)
 		return
 	}

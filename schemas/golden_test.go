@@ -35,6 +35,7 @@ var golden = []goldenMessage{
 		Priority:       PriorityUrgent,
 		FiredAt:        goldenTime(0),
 		Retry:          &RetryOf{InstanceID: 4711, Attempt: 3},
+		Cancel:         &CancelOf{InstanceID: 4711, Reason: "superseded by a manual run"},
 		Reason:         "misfire catch_up: missed tick fired late (3 of 7 missed ticks fired, oldest first)",
 		IdempotencyKey: "order-42",
 		RunAt:          goldenTime(90 * time.Minute),

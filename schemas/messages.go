@@ -45,6 +45,9 @@ type TriggerEvent struct {
 	FiredAt time.Time `json:"fired_at,omitzero"`
 	// Retry is set on the dispatcher's own trigger for a task's next attempt.
 	Retry *RetryOf `json:"retry,omitempty"`
+	// Cancel, when set, makes the message an order to cancel an instance of
+	// the task (the API's POST /v1/instances/{id}/cancel), not a firing.
+	Cancel *CancelOf `json:"cancel,omitempty"`
 	// Reason says why the firing happens as it does when that is not plain:
 	// the trigger service sets it on a missed cron tick that its misfire
 	// policy fires late ("misfire catch_up: …"), the API on a rerun ("rerun
@@ -111,6 +114,12 @@ type RetryOf struct {
 	InstanceID int64 `json:"instance_id"`
 	// Attempt is the number of the attempt to start (the failed one + 1).
 	Attempt int `json:"attempt"`
+}
+
+// CancelOf names an instance to cancel and says why.
+type CancelOf struct {
+	InstanceID int64  `json:"instance_id"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 // Dispatch is the message on ax.dispatch.<pool>.<priority>: one attempt of an

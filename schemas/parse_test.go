@@ -618,7 +618,7 @@ var triggerRejects = []struct {
 	{"two values", `{} {}`, "", "unexpected data after the top-level value"},
 	{"array", `[]`, "", "must be an object, not a list"},
 	{"null", `null`, "", "must be an object, not null"},
-	{"unknown field", `{"event_id":"x","eventId":"y"}`, "", `unknown field "eventId"; remove it (allowed: delay, event_id, fired_at, idempotency_key, operator, parents, payload, payload_version, priority, reason, retry, run_at, run_id, source, task)`},
+	{"unknown field", `{"event_id":"x","eventId":"y"}`, "", `unknown field "eventId"; remove it (allowed: cancel, delay, event_id, fired_at, idempotency_key, operator, parents, payload, payload_version, priority, reason, retry, run_at, run_id, source, task)`},
 	{"event_id empty", `{"event_id":""}`, "event_id", "must not be empty"},
 	{"event_id space", `{"event_id":"a b"}`, "event_id", "must not contain spaces, tabs or line breaks"},
 	{"event_id newline", `{"event_id":"a\nb"}`, "event_id", "must not contain spaces"},

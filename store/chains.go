@@ -43,37 +43,27 @@ func checkChainCycle(ctx context.Context, tx pgx.Tx, def *schemas.Task) error {
 		return fmt.Errorf("lock chains: %w", err)
 	}
 	parents := afterNames(def.After)
-	// Every stored task that def's parents run after, however far up: the
-	// only tasks a cycle through def can pass. def's own stored row is left
-	// out, since its new after replaces it.
+	// The after entries of every stored task that def's parents run after,
+	// however far up: the only tasks a cycle through def can pass. def's
+	// own stored entries are left out, since its new after replaces them.
 	rows, err := tx.Query(ctx, `
 WITH RECURSIVE up(name) AS (
 	SELECT unnest($2::text[])
 	UNION
-	SELECT a->>'task'
-	FROM up JOIN tasks t ON t.name = up.name AND t.name <> $1
-	CROSS JOIN jsonb_array_elements(t.definition->'after') a
-	WHERE jsonb_typeof(t.definition->'after') = 'array'
+	SELECT tp.parent FROM up JOIN task_parents tp ON tp.child = up.name AND tp.child <> $1
 )
-SELECT t.name, t.definition->'after' FROM up JOIN tasks t ON t.name = up.name
-WHERE t.name <> $1 AND jsonb_typeof(t.definition->'after') = 'array'`, def.TaskName, parents)
+SELECT tp.child, tp.parent FROM up JOIN task_parents tp ON tp.child = up.name
+WHERE tp.child <> $1
+ORDER BY tp.child, tp.position`, def.TaskName, parents)
 	if err != nil {
 		return fmt.Errorf("read chains: %w", err)
 	}
 	graph := map[string][]string{def.TaskName: parents}
-	var (
-		name string
-		data []byte
-	)
-	_, err = pgx.ForEachRow(rows, []any{&name, &data}, func() error {
-		var after []schemas.After
-		if err := json.Unmarshal(data, &after); err != nil {
-			return fmt.Errorf("decode after of task %s: %w", name, err)
-		}
-		graph[name] = afterNames(after)
+	var child, parent string
+	if _, err := pgx.ForEachRow(rows, []any{&child, &parent}, func() error {
+		graph[child] = append(graph[child], parent)
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		return fmt.Errorf("read chains: %w", err)
 	}
 	if cycle := findCycle(graph, def.TaskName); cycle != nil {
@@ -82,6 +72,24 @@ WHERE t.name <> $1 AND jsonb_typeof(t.definition->'after') = 'array'`, def.TaskN
 	return nil
 }
 
+// setTaskParents makes task_parents hold def's after entries, in tx, the
+// transaction that stores def as a new version.
+func setTaskParents(ctx context.Context, tx pgx.Tx, def *schemas.Task) error {
+	parents := afterNames(def.After)
+	_, err := tx.Exec(ctx, `
+WITH gone AS (
+	DELETE FROM task_parents WHERE child = $1 AND NOT (parent = ANY($2::text[]))
+)
+INSERT INTO task_parents (child, parent, position)
+SELECT $1, p, ord - 1 FROM unnest($2::text[]) WITH ORDINALITY AS u(p, ord)
+ON CONFLICT (child, parent) DO UPDATE SET position = EXCLUDED.position`, def.TaskName, parents)
+	if err != nil {
+		return fmt.Errorf("save the after of task %s: %w", def.TaskName, err)
+	}
+	return nil
+}
+
+// afterNames returns the parents an after names, in its order.
 func afterNames(after []schemas.After) []string {
 	names := make([]string, len(after))
 	for i, a := range after {
@@ -121,10 +129,8 @@ func findCycle(graph map[string][]string, start string) []string {
 	if !walk(start) {
 		return nil
 	}
-	// path runs against the order of execution: reverse it.
-	for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
-		path[i], path[j] = path[j], path[i]
-	}
+	// path runs against the order of execution.
+	slices.Reverse(path)
 	return path
 }
 
@@ -174,18 +180,15 @@ func (s *Store) ChainFirings(ctx context.Context, ended []RunEnd) ([]ChainFiring
 	// For each child of an ended task and each of the child's parents, the
 	// parent's latest instance in the run, if any.
 	rows, err := s.pool.Query(ctx, `
-WITH ended AS (
-	SELECT DISTINCT task, run_id FROM unnest($1::text[], $2::text[]) AS e(task, run_id)
-), children AS (
-	SELECT DISTINCT e.run_id, t.name AS child, t.definition->'after' AS after
-	FROM ended e JOIN tasks t
-	ON t.definition->'after' @> jsonb_build_array(jsonb_build_object('task', e.task))
+WITH children AS (
+	SELECT DISTINCT e.run_id, tp.child
+	FROM unnest($1::text[], $2::text[]) AS e(task, run_id) JOIN task_parents tp ON tp.parent = e.task
 )
-SELECT c.run_id, c.child, p->>'task', i.id, i.state, i.output
-FROM children c CROSS JOIN jsonb_array_elements(c.after) p
+SELECT c.run_id, c.child, p.parent, i.id, i.state, i.output
+FROM children c JOIN task_parents p ON p.child = c.child
 LEFT JOIN LATERAL (
 	SELECT id, state, output FROM instances
-	WHERE run_id = c.run_id AND task = p->>'task'
+	WHERE run_id = c.run_id AND task = p.parent
 	ORDER BY id DESC LIMIT 1
 ) i ON true
 ORDER BY c.run_id, c.child`, tasks, runs)

@@ -296,4 +296,27 @@ func TestChainFirings(t *testing.T) {
 	if !reflectEqualParents(firings[0].Parents, want) {
 		t.Errorf("d's parents = %+v, want %+v", firings[0].Parents, want)
 	}
+
+	// A new version's after replaces the old one: e no longer follows a,
+	// and d now follows b alone.
+	for _, def := range []*schemas.Task{chainTask(t, "e"), chainTask(t, "d", "b")} {
+		if _, _, err := st.ApplyTask(ctx, def, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	firings, err = st.ChainFirings(ctx, []store.RunEnd{{Task: "a", RunID: run}, {Task: "b", RunID: run}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks = tasks[:0]
+	for _, f := range firings {
+		tasks = append(tasks, f.Task)
+		if f.Task == "d" && len(f.Parents) != 1 {
+			t.Errorf("d fires with parents %+v, want b alone", f.Parents)
+		}
+	}
+	slices.Sort(tasks)
+	if want := []string{"b", "c", "d"}; !slices.Equal(tasks, want) {
+		t.Errorf("after the new versions, the ends of a and b fire %q, want %q", tasks, want)
+	}
 }

@@ -115,6 +115,10 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 // transaction is creating at the same moment is left out of the result: that
 // transaction owns it.
 func (s *Store) CreateInstances(ctx context.Context, in []NewInstance) ([]Attempt, error) {
+	return createInstances(ctx, s.pool, in)
+}
+
+func createInstances(ctx context.Context, q querier, in []NewInstance) ([]Attempt, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
@@ -129,7 +133,7 @@ func (s *Store) CreateInstances(ctx context.Context, in []NewInstance) ([]Attemp
 	if err != nil {
 		return nil, fmt.Errorf("create %d instances: encode: %w", n, err)
 	}
-	rows, err := s.pool.Query(ctx, `
+	rows, err := q.Query(ctx, `
 WITH input AS (
 	SELECT * FROM jsonb_to_recordset($1::jsonb) AS t(task text, task_version int, event_id text, source text,
 		operator text, priority text, pool text, handler text, timeout_ms bigint, max_attempts int,
@@ -145,7 +149,7 @@ WITH input AS (
 	OVERRIDING SYSTEM VALUE
 	SELECT id, task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
 		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template,
-		CASE WHEN state = 'DISPATCHED' THEN now() END, CASE WHEN state = 'SKIPPED' THEN now() END,
+		CASE WHEN state = 'DISPATCHED' THEN now() END, CASE WHEN state IN ('SKIPPED', 'CANCELLED') THEN now() END,
 		CASE WHEN COALESCE(run_id, '') <> '' THEN run_id ELSE '`+schemas.RunIDPrefix+`' || id END, parents
 	FROM numbered
 	ON CONFLICT (task, event_id) DO NOTHING

@@ -89,6 +89,9 @@ func (s *Store) ApplyTask(ctx context.Context, def *schemas.Task, operator strin
 			return err
 		}
 		rec, changed = recs[0], true
+		if err := setTaskParents(ctx, tx, def); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO task_versions (name, version, definition, operator)
 			VALUES ($1, $2, $3, $4)`, rec.Name, rec.Version, data, operator); err != nil {

@@ -125,11 +125,15 @@ func (t Topology) StreamConfigs(c Config) []jetstream.StreamConfig {
 func (t Topology) BucketConfigs(c Config) []jetstream.KeyValueConfig {
 	c = c.withDefaults()
 	return []jetstream.KeyValueConfig{{
-		Bucket:      t.WorkersBucket(),
-		Description: "AX live executors, one key per worker, put on every heartbeat",
-		TTL:         c.WorkerTTL,
-		Storage:     c.Storage,
-		Replicas:    c.Replicas,
+		// The limit markers make a worker that stopped heartbeating an
+		// event (a purge marker), told apart from a clean stop (a delete):
+		// the auditor counts heartbeat losses from them.
+		Bucket:         t.WorkersBucket(),
+		Description:    "AX live executors, one key per worker, put on every heartbeat",
+		TTL:            c.WorkerTTL,
+		LimitMarkerTTL: MarkerTTL,
+		Storage:        c.Storage,
+		Replicas:       c.Replicas,
 	}, {
 		// Every renewal is a new revision, so the bucket TTL restarts a
 		// lease's age; the limit markers make an expiry an event the

@@ -14,7 +14,7 @@ import (
 func init() { extraCommands = append(extraCommands, newAuditCmd) }
 
 // rootCLI returns the operator settings of the root's persistent flags
-// (--api, --output), for a command added through extraCommands.
+// (--api, --output, --token), for a command added through extraCommands.
 func rootCLI(cmd *cobra.Command) (*cli, error) {
 	g := &cli{}
 	var err error
@@ -22,6 +22,9 @@ func rootCLI(cmd *cobra.Command) (*cli, error) {
 		return nil, err
 	}
 	if g.output, err = cmd.Flags().GetString("output"); err != nil {
+		return nil, err
+	}
+	if g.token, err = cmd.Flags().GetString("token"); err != nil {
 		return nil, err
 	}
 	return g, nil

@@ -22,6 +22,13 @@ import (
 type conn struct {
 	natsURL     string
 	natsCreds   string
+	natsUser    string
+	natsPass    string
+	natsInbox   string
+	natsNKey    string
+	natsCA      string
+	natsCert    string
+	natsKey     string
 	databaseURL string
 	prefix      string
 	logLevel    string
@@ -39,6 +46,14 @@ func (c *conn) natsFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&c.natsURL, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated (env NATS_URL)")
 	f.StringVar(&c.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
+	f.StringVar(&c.natsUser, "nats-user", os.Getenv("NATS_USER"), "NATS user name (env NATS_USER)")
+	f.StringVar(&c.natsPass, "nats-password", "", "NATS password (env NATS_PASSWORD)")
+	f.StringVar(&c.natsInbox, "nats-inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"),
+		"prefix of the inboxes replies come to, when the NATS user may not subscribe to _INBOX.> (env NATS_INBOX_PREFIX; see docs/security.md)")
+	f.StringVar(&c.natsNKey, "nats-nkey", os.Getenv("NATS_NKEY"), "NATS NKey seed file (env NATS_NKEY)")
+	f.StringVar(&c.natsCA, "nats-ca", os.Getenv("NATS_CA"), "CA certificate file that signs the NATS server's TLS certificate (env NATS_CA)")
+	f.StringVar(&c.natsCert, "nats-cert", os.Getenv("NATS_CERT"), "client TLS certificate file, for a server that verifies clients (env NATS_CERT)")
+	f.StringVar(&c.natsKey, "nats-key", os.Getenv("NATS_KEY"), "client TLS key file (env NATS_KEY)")
 	f.StringVar(&c.prefix, "prefix", envOr("AX_PREFIX", streams.DefaultPrefix), "subject prefix of this installation (env AX_PREFIX)")
 	c.logFlags(cmd)
 }
@@ -78,6 +93,40 @@ func (c *conn) connectNATS(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("ax " + name), nats.MaxReconnects(-1)}
 	if c.natsCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.natsCreds))
+	}
+	if c.natsPass == "" {
+		// Not the flag's default: --help would print it.
+		c.natsPass = os.Getenv("NATS_PASSWORD")
+	}
+	if c.natsUser != "" {
+		opts = append(opts, nats.UserInfo(c.natsUser, c.natsPass))
+	}
+	if c.natsInbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.natsInbox))
+	}
+	if c.natsNKey != "" {
+		opt, err := nats.NkeyOptionFromSeed(c.natsNKey)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-nkey %s: %w", c.natsNKey, err)
+		}
+		opts = append(opts, opt)
+	}
+	if c.natsCA != "" {
+		opts = append(opts, nats.RootCAs(c.natsCA))
+	}
+	if c.natsCert != "" || c.natsKey != "" {
+		opts = append(opts, nats.ClientCert(c.natsCert, c.natsKey))
+	}
+	if log, err := c.logger(); err == nil {
+		// Without a handler, a refused publish or subscription (a missing
+		// permission) would go unseen.
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := log.Warn().Err(err).Str("connection", name)
+			if sub != nil {
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Msg("nats error")
+		}))
 	}
 	nc, err := nats.Connect(c.natsURL, opts...)
 	if err != nil {

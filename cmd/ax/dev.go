@@ -19,9 +19,11 @@ import (
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
 	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
 	"github.com/ax-scheduler/ax/trigger"
 )
 
@@ -30,6 +32,7 @@ func init() { extraCommands = append(extraCommands, newDevCmd) }
 func newDevCmd() *cobra.Command {
 	var (
 		c        conn
+		m        metricsServer
 		dataDir  string
 		httpAddr string
 		natsAddr string
@@ -90,8 +93,22 @@ cleanly; it starts again on the same data.`,
 				return err
 			}
 			defer pool.Close()
+			token, madeToken, err := devAdminToken(ctx, st, dir)
+			if err != nil {
+				return err
+			}
+			top, err := c.topology()
+			if err != nil {
+				return err
+			}
+			// One NATS user per service, each with only what it needs.
+			natsUsers, err := devNATSUsers(dir)
+			if err != nil {
+				return err
+			}
 
-			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats")})
+			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats"),
+				Users: natsauth.Users(top, natsUsers, natsauth.Scope{})})
 			if err != nil {
 				return fmt.Errorf("%w (is another NATS server on %s? choose another address with --nats)", err, natsAddr)
 			}
@@ -100,10 +117,6 @@ cleanly; it starts again on the same data.`,
 				ns.WaitForShutdown()
 			}()
 			c.natsURL = ns.ClientURL()
-			top, err := c.topology()
-			if err != nil {
-				return err
-			}
 
 			var closeConns []func()
 			// Every service gets its own connection, as it would apart.
@@ -111,7 +124,7 @@ cleanly; it starts again on the same data.`,
 			var services []func(context.Context) error
 			var names []string
 			add := func(name string, build func(nc *nats.Conn) (runner, error)) error {
-				nc, err := c.connectNATS(name)
+				nc, err := c.connectAs(natsauth.Role(name), natsUsers)
 				if err != nil {
 					return err
 				}
@@ -132,7 +145,7 @@ cleanly; it starts again on the same data.`,
 			executor.RegisterBuiltins(mux)
 			for _, err := range []error{
 				add("dispatcher", func(nc *nats.Conn) (runner, error) {
-					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log})
+					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry()})
 				}),
 				add("trigger", func(nc *nats.Conn) (runner, error) {
 					return trigger.New(trigger.Options{Conn: nc, Store: st, Topology: top, Logger: log})
@@ -141,10 +154,11 @@ cleanly; it starts again on the same data.`,
 					return executor.New(executor.Options{Conn: nc, Topology: top, Mux: mux, Logger: log})
 				}),
 				add("api", func(nc *nats.Conn) (runner, error) {
-					return api.New(api.Options{Store: st, Conn: nc, Topology: top, Addr: httpAddr, Logger: log})
+					return api.New(api.Options{Store: st, Conn: nc, Topology: top, Addr: httpAddr, Logger: log, Metrics: m.registry()})
 				}),
 				add("auditor", func(nc *nats.Conn) (runner, error) {
-					return auditor.New(auditor.Options{Conn: nc, Store: st, Topology: top, Logger: log})
+					return auditor.New(auditor.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(),
+						ConsoleURL: "http://" + httpAddr})
 				}),
 			} {
 				if err != nil {
@@ -154,7 +168,7 @@ cleanly; it starts again on the same data.`,
 
 			// The executor needs the topology the dispatcher ensures; ensure
 			// it here first so the services may start in any order.
-			ensureConn, err := c.connectNATS("ensure")
+			ensureConn, err := c.connectAs(natsauth.Dispatcher, natsUsers)
 			if err != nil {
 				return err
 			}
@@ -176,16 +190,29 @@ cleanly; it starts again on the same data.`,
 					}
 				})
 			}
+			metricsNote := "off (--metrics-addr)"
+			if m.addr != "" {
+				services = append(services, func(ctx context.Context) error { return metrics.Serve(ctx, m.addr, m.registry(), log) })
+				names = append(names, "metrics")
+				metricsNote = "http://" + m.addr + "/metrics"
+			}
 			for i, svc := range services {
 				run(names[i], svc)
 			}
+			tokenNote := "kept in " + filepath.Join(dir, "admin.token")
+			if madeToken {
+				tokenNote = "made now, " + tokenNote
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), `AX is running (data in %s)
-  NATS     %s
-  API      http://%s
+  NATS     %s (a user per service; passwords in %s)
+  API      http://%s (admin token %q %s)
+  Metrics  %s
+Use the API as admin:
+  export AX_TOKEN=%s
 Try it:
   ax task apply -f examples/hello.yaml && ax fire hello --payload '{"name":"world"}' --wait
 Ctrl-C stops it.
-`, dir, c.natsURL, httpAddr)
+`, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), httpAddr, devAdminName, tokenNote, metricsNote, token)
 			wg.Wait()
 			if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 				return err
@@ -199,6 +226,7 @@ Ctrl-C stops it.
 	f.StringVar(&dataDir, "data", envOr("AX_DATA", ".ax"), "data folder for NATS and the private PostgreSQL (env AX_DATA)")
 	f.StringVar(&httpAddr, "http", envOr("AX_HTTP", api.DefaultAddr), "API address (env AX_HTTP)")
 	f.StringVar(&natsAddr, "nats", envOr("AX_NATS_LISTEN", "127.0.0.1:4222"), "address of the embedded NATS server (env AX_NATS_LISTEN)")
+	m.flags(cmd, "127.0.0.1:9090")
 	return cmd
 }
 

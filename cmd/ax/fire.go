@@ -37,8 +37,8 @@ func newFireCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fire TASK",
 		Short: "Fire a task now or later and print its instance id",
-		Long: `Fire a task through the API, as a manual run by $AX_OPERATOR (or your user
-name), and print the id of the instance the dispatcher created for it (just the
+		Long: `Fire a task through the API, as a manual run by you (the name of your API
+token), and print the id of the instance the dispatcher created for it (just the
 number, in table output). If the dispatcher has not created it within the API's
 wait, ax says so on standard error and prints nothing on standard output.
 

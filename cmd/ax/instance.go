@@ -22,7 +22,7 @@ func newInstanceCmd(g *cli) *cobra.Command {
   ax instance rerun 42 --wait`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newInstanceGetCmd(g), newInstanceListCmd(g), newInstanceRerunCmd(g))
+	cmd.AddCommand(newInstanceGetCmd(g), newInstanceListCmd(g), newInstanceRerunCmd(g), newInstanceCancelCmd(g))
 	return cmd
 }
 
@@ -34,8 +34,8 @@ func newInstanceRerunCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rerun ID",
 		Short: "Fire an instance's task again, with the same payload and priority",
-		Long: `Fire the task of an instance again, as a new manual run by $AX_OPERATOR (or
-your user name) with the instance's payload, payload version and priority, and
+		Long: `Fire the task of an instance again, as a new manual run by you (the name of
+your API token) with the instance's payload, payload version and priority, and
 print the id of the new instance. Its CREATED transition names you and says
 "rerun of instance ID". The task must still exist and be enabled, and take the
 payload (its schema_version and payload_schema).
@@ -68,6 +68,41 @@ final state; the exit codes are those of ax fire.`,
 	f := cmd.Flags()
 	f.BoolVar(&wait, "wait", false, "wait until the new instance ends; the exit code tells how it ended")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
+	return cmd
+}
+
+func newInstanceCancelCmd(g *cli) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel an instance that has not ended; a running attempt is told to stop",
+		Long: `Cancel an instance: it becomes CANCELLED (recorded with you as the operator and
+the reason), a waiting or retrying one never runs again, and a running attempt's
+worker is told to stop it at once. An instance that already ended is refused.`,
+		Example: `  ax instance cancel 42
+  ax instance cancel 42 --reason "wrong input file"`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := g.json()
+			if err != nil {
+				return err
+			}
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id <= 0 {
+				return fmt.Errorf("%q is not an instance id: use the number that ax fire or ax instance list printed", args[0])
+			}
+			in, err := g.client().Cancel(cmd.Context(), id, reason)
+			if err != nil {
+				return g.apiError(err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), in)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "instance %d %s\n", id, in.State)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the CANCELLED transition (default \"cancelled by <you>\")")
 	return cmd
 }
 

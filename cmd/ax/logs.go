@@ -66,7 +66,7 @@ time, fields).`,
 			p := &logPrinter{w: cmd.OutOrStdout(), json: asJSON}
 			if follow {
 				// A followed run may last longer than any client timeout.
-				client := api.NewClient(g.apiURL, &http.Client{})
+				client := g.clientWith(&http.Client{})
 				state, err := client.FollowLogs(cmd.Context(), id, q, p.print)
 				if err != nil {
 					return g.apiError(err)

@@ -28,6 +28,7 @@ const defaultAPIURL = "http://127.0.0.1:8080"
 type cli struct {
 	apiURL string
 	output string
+	token  string
 }
 
 func newRootCmd() *cobra.Command {
@@ -51,7 +52,8 @@ to the HTTP API at --api.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.apiURL, "api", envOr("AX_API_URL", defaultAPIURL), "base URL of the AX API (env AX_API_URL)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
-	root.AddCommand(newTaskCmd(g), newFireCmd(g), newInstanceCmd(g))
+	pf.StringVar(&g.token, "token", "", "API token sent with every request (env AX_TOKEN; ax dev prints one)")
+	root.AddCommand(newTaskCmd(g), newFireCmd(g), newInstanceCmd(g), newWorkerCmd(g), newStreamCmd(g), newTokenCmd(g))
 	for _, newCmd := range extraCommands {
 		root.AddCommand(newCmd())
 	}
@@ -69,10 +71,17 @@ func (g *cli) json() (bool, error) {
 	return false, fmt.Errorf("--output %q: use table or json", g.output)
 }
 
-// client returns an API client that records the operator with changes.
-func (g *cli) client() *api.Client {
-	c := api.NewClient(g.apiURL, &http.Client{Timeout: time.Minute})
-	c.Operator = operatorName()
+// client returns an API client that sends the API token: --token, else
+// $AX_TOKEN. The API records the token's name as the operator of changes.
+func (g *cli) client() *api.Client { return g.clientWith(&http.Client{Timeout: time.Minute}) }
+
+// clientWith is client over hc.
+func (g *cli) clientWith(hc *http.Client) *api.Client {
+	c := api.NewClient(g.apiURL, hc)
+	c.Token = g.token
+	if c.Token == "" {
+		c.Token = os.Getenv("AX_TOKEN")
+	}
 	return c
 }
 
@@ -88,7 +97,8 @@ func (g *cli) apiError(err error) error {
 	return fmt.Errorf("%w\n(is the AX API running at %s? start it with \"ax dev\" or \"ax api\", or point --api or AX_API_URL at it)", err, g.apiURL)
 }
 
-// operatorName is who runs ax: $AX_OPERATOR, else the OS user name.
+// operatorName is who runs ax: $AX_OPERATOR, else the OS user name. It is
+// the default name of a token ax token create makes.
 func operatorName() string {
 	if op := os.Getenv("AX_OPERATOR"); op != "" {
 		return op

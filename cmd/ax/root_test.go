@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -26,6 +27,9 @@ type cliEnv struct {
 	pool *pgxpool.Pool
 	js   jetstream.JetStream
 	url  string
+	// token is the secret of an admin token named after the user running
+	// the tests (operatorName), which ax sends.
+	token string
 }
 
 func newCLIEnv(t *testing.T) *cliEnv {
@@ -39,7 +43,8 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(srv.Close)
-	return &cliEnv{t: t, pool: pool, js: js, url: srv.URL}
+	token := apitest.Token(t, store.New(pool), operatorName(), store.RoleAdmin)
+	return &cliEnv{t: t, pool: pool, js: js, url: srv.URL, token: token}
 }
 
 // ax runs the command line args against the API with stdin as standard
@@ -47,7 +52,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 func (e *cliEnv) ax(stdin string, args ...string) (code int, stdout, stderr string) {
 	e.t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(e.t.Context(), append([]string{"--api", e.url}, args...), strings.NewReader(stdin), &out, &errOut)
+	code = run(e.t.Context(), append([]string{"--api", e.url, "--token", e.token}, args...), strings.NewReader(stdin), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

@@ -31,6 +31,7 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 func newDispatcherCmd() *cobra.Command {
 	var (
 		c        conn
+		m        metricsServer
 		replicas int
 		leaseTTL time.Duration
 	)
@@ -51,12 +52,12 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 			defer closeAll()
 			svc, err := dispatcher.New(dispatcher.Options{
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
-				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL},
+				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, Metrics: m.registry(),
 			})
 			if err != nil {
 				return err
 			}
-			return svc.Run(ctx)
+			return m.run(ctx, o.log, svc.Run)
 		},
 	}
 	c.natsFlags(cmd)
@@ -64,11 +65,15 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	f := cmd.Flags()
 	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
 	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL, "how long an attempt's lease lives without renewal")
+	m.flags(cmd, "")
 	return cmd
 }
 
 func newTriggerCmd() *cobra.Command {
-	var c conn
+	var (
+		c conn
+		m metricsServer
+	)
 	cmd := &cobra.Command{
 		Use:   "trigger",
 		Short: "Run the trigger service: fires cron schedules, with time zones and misfire policies",
@@ -91,18 +96,21 @@ their duplicate firings collapse into one instance.`,
 			if err != nil {
 				return err
 			}
-			return svc.Run(ctx)
+			return m.run(ctx, o.log, svc.Run)
 		},
 	}
 	c.natsFlags(cmd)
 	c.databaseFlags(cmd)
+	m.flags(cmd, "")
 	return cmd
 }
 
 func newAuditorCmd() *cobra.Command {
 	var (
 		c            conn
+		m            metricsServer
 		pollInterval time.Duration
+		consoleURL   string
 	)
 	cmd := &cobra.Command{
 		Use:   "auditor",
@@ -111,7 +119,12 @@ func newAuditorCmd() *cobra.Command {
 (instance_transitions, operator_actions) to the AX_AUDIT stream, one record per
 row on ax.audit.<task>, exactly once even across crashes. Run as many replicas as
 you like: one leads, holding a PostgreSQL advisory lock, and the others take over
-within a few seconds when it goes. It needs the topology the dispatcher creates.`,
+within a few seconds when it goes. It needs the topology the dispatcher creates.
+
+It also monitors the fleet, one auditor at a time (a lock of its own): it computes
+the metrics of docs/operations.md from AX_AUDIT, ax-workers and PostgreSQL (serve
+them with --metrics-addr), evaluates the alert rules and sends the notifications
+to the alert channels (ax alert).`,
 		Example: `  NATS_URL=nats://127.0.0.1:4222 DATABASE_URL=postgres://ax@127.0.0.1/ax ax auditor`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -122,22 +135,27 @@ within a few seconds when it goes. It needs the topology the dispatcher creates.
 				return err
 			}
 			defer closeAll()
-			svc, err := auditor.New(auditor.Options{Conn: o.nc, Store: o.store, Topology: o.top, PollInterval: pollInterval, Logger: o.log})
+			svc, err := auditor.New(auditor.Options{Conn: o.nc, Store: o.store, Topology: o.top, PollInterval: pollInterval, Logger: o.log,
+				Metrics: m.registry(), ConsoleURL: consoleURL})
 			if err != nil {
 				return err
 			}
-			return svc.Run(ctx)
+			return m.run(ctx, o.log, svc.Run)
 		},
 	}
 	c.natsFlags(cmd)
 	c.databaseFlags(cmd)
 	cmd.Flags().DurationVar(&pollInterval, "poll-interval", auditor.DefaultPollInterval, "how often the leader looks for new records when it is idle")
+	cmd.Flags().StringVar(&consoleURL, "console-url", envOr("AX_CONSOLE_URL", auditor.DefaultConsoleURL),
+		"base URL of the web console, for the links to an instance's logs in alert notifications (env AX_CONSOLE_URL)")
+	m.flags(cmd, "")
 	return cmd
 }
 
 func newExecutorCmd() *cobra.Command {
 	var (
 		c        conn
+		m        metricsServer
 		workerID string
 		pools    []string
 		slots    int
@@ -171,7 +189,7 @@ own binary to serve yours.`,
 			if err != nil {
 				return err
 			}
-			return svc.Run(ctx)
+			return m.run(ctx, o.log, svc.Run)
 		},
 	}
 	c.natsFlags(cmd)
@@ -180,6 +198,7 @@ own binary to serve yours.`,
 	f.StringSliceVar(&pools, "pool", splitEnv("AX_POOLS"), "pools to serve, repeatable; a task's pool is its dispatch tags joined with + (default \"default\"; env AX_POOLS)")
 	f.IntVar(&slots, "slots", 0, "attempts run at once (default 16)")
 	f.StringVar(&version, "version", "", "worker version compared with tasks' min_worker_version (default "+executor.DefaultVersion+")")
+	m.flags(cmd, "")
 	return cmd
 }
 
@@ -194,6 +213,7 @@ func splitEnv(name string) []string {
 func newAPICmd() *cobra.Command {
 	var (
 		c    conn
+		m    metricsServer
 		addr string
 	)
 	cmd := &cobra.Command{
@@ -209,16 +229,18 @@ func newAPICmd() *cobra.Command {
 				return err
 			}
 			defer closeAll()
-			svc, err := api.New(api.Options{Store: o.store, Conn: o.nc, Topology: o.top, Addr: addr, Logger: o.log})
+			svc, err := api.New(api.Options{Store: o.store, Conn: o.nc, Topology: o.top, Addr: addr, Logger: o.log,
+				Metrics: m.registry()})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "ax api listening on http://%s\n", addr)
-			return svc.Run(ctx)
+			return m.run(ctx, o.log, svc.Run)
 		},
 	}
 	c.natsFlags(cmd)
 	c.databaseFlags(cmd)
-	cmd.Flags().StringVar(&addr, "http", envOr("AX_HTTP", api.DefaultAddr), "address to listen on (env AX_HTTP)")
+	cmd.Flags().StringVar(&addr, "http", envOr("AX_HTTP", api.DefaultAddr), "address to listen on (env AX_HTTP); GET /metrics there serves this process's metrics to a viewer token")
+	m.flags(cmd, "")
 	return cmd
 }

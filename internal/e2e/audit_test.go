@@ -75,8 +75,7 @@ func TestAuditTrailHoldsEveryTransitionAndActionOnce(t *testing.T) {
 	s.auditors(2)
 	var runs atomic.Int64
 	s.executor("w1", countingMux(&runs), 4)
-	alice := api.NewClient(s.apiURL, nil)
-	alice.Operator = "alice"
+	alice := s.clientAs("alice", store.RoleAdmin)
 	ctx := context.Background()
 	for _, def := range []string{
 		"task_name: hello\nexecution: {handler: test.count}\n",

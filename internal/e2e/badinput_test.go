@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ax-scheduler/ax/api/apitest"
 )
 
 func TestBadInputIsRefusedAndCreatesNothing(t *testing.T) {
@@ -43,7 +45,7 @@ execution:
 			t.Fatal(err)
 		}
 		req.Header.Set("Content-Type", c.contentType)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apitest.HTTPClient(nil, s.admin).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -283,7 +283,11 @@ func TestChainJoinUnderConcurrentEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.run("dispatcher-2", second.Run)
-	<-second.Ready()
+	select {
+	case <-second.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("second dispatcher not ready after 30s")
+	}
 
 	// Every middle attempt waits until all of them run, then they all end.
 	var arrived atomic.Int32

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
@@ -31,7 +32,7 @@ import (
 // post sends a JSON body to the API and returns the status and the answer.
 func (s *system) post(path, body string) (int, map[string]any) {
 	s.t.Helper()
-	resp, err := http.Post(s.apiURL+path, "application/json", strings.NewReader(body))
+	resp, err := apitest.HTTPClient(nil, s.admin).Post(s.apiURL+path, "application/json", strings.NewReader(body))
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -395,25 +396,25 @@ execution:
 		}
 	}
 
-	// The Go client, as operator alice.
-	alice := api.NewClient(s.apiURL, nil)
-	alice.Operator = "alice"
+	// The Go client, with alice's token.
+	alice := s.clientAs("alice", store.RoleOperator)
 	rerun, err := alice.Rerun(ctx, orig.ID)
 	if err != nil || rerun.InstanceID == 0 || rerun.Task != "report" {
 		t.Fatalf("rerun: %+v, %v", rerun, err)
 	}
 	check(rerun.InstanceID, "alice")
 
-	// The body names the operator.
+	// A body that names an operator does not change who is recorded: the
+	// token's name is.
 	status, body := s.post(fmt.Sprintf("/v1/instances/%d/rerun", orig.ID), `{"operator": "carol"}`)
 	if status != http.StatusCreated {
 		t.Fatalf("rerun with a body: %d %v", status, body)
 	}
-	check(int64(body["instance_id"].(float64)), "carol")
+	check(int64(body["instance_id"].(float64)), apitest.AdminName)
 
-	// ax instance rerun ID --wait, as $AX_OPERATOR.
+	// ax instance rerun ID --wait, with dave's token in $AX_TOKEN.
 	cmd := exec.Command(bin, "--api", s.apiURL, "instance", "rerun", strconv.FormatInt(orig.ID, 10), "--wait", "--timeout", "30s")
-	cmd.Env = append(os.Environ(), "AX_OPERATOR=dave")
+	cmd.Env = append(os.Environ(), "AX_TOKEN="+apitest.Token(t, s.store, "dave", store.RoleOperator))
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("ax instance rerun: %v\n%s", err, out)

@@ -141,7 +141,7 @@ execution:
 	// The lease expires, the only attempt fails; ax logs reads the same
 	// lines, and a follower ends with the instance.
 	s.waitState(id, schemas.StateFailed, 15*time.Second)
-	out, err := exec.Command(bin, "logs", fmt.Sprint(id), "--api", s.apiURL).Output()
+	out, err := exec.Command(bin, "logs", fmt.Sprint(id), "--api", s.apiURL, "--token", s.admin).Output()
 	if err != nil {
 		t.Fatalf("ax logs: %v", err)
 	}
@@ -150,7 +150,7 @@ execution:
 		!strings.HasSuffix(printed[1], " INFO  sleeping 1m0s seconds=60") || !strings.HasSuffix(printed[2], " INFO  slept 1s of 1m0s slept_seconds=1 seconds=60") {
 		t.Errorf("ax logs printed\n%s", out)
 	}
-	follow := exec.Command(bin, "logs", fmt.Sprint(id), "-f", "-o", "json", "--api", s.apiURL)
+	follow := exec.Command(bin, "logs", fmt.Sprint(id), "-f", "-o", "json", "--api", s.apiURL, "--token", s.admin)
 	var stderr strings.Builder
 	follow.Stderr = &stderr
 	out, err = follow.Output()

@@ -83,10 +83,17 @@ triggers:
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	s.drained(s.srv.Topology.TriggersStream(), "dispatcher")
-	skipped, err := s.store.InstanceByEvent(ctx, "pausable", "while-paused")
-	if err != nil || skipped.State != schemas.StateSkipped {
-		t.Errorf("plain firing while paused: %+v, %v; want SKIPPED", skipped, err)
+	var skipped schemas.Instance
+	waitFor(t, "the plain firing's instance", 10*time.Second, func() (bool, error) {
+		var err error
+		skipped, err = s.store.InstanceByEvent(ctx, "pausable", "while-paused")
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if skipped.State != schemas.StateSkipped {
+		t.Errorf("plain firing while paused: %s, want SKIPPED", skipped.State)
 	}
 	clock.Set(start.Add(3*time.Minute + 45*time.Second)) // ticks at 1:30, 2:30 and 3:30 missed
 

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
@@ -48,6 +49,9 @@ type system struct {
 	client *api.Client
 	apiURL string
 	log    zerolog.Logger
+	// admin is the secret of an admin token called apitest.AdminName,
+	// which client sends.
+	admin string
 }
 
 // newSystem starts a system; tune adjusts the dispatcher's options.
@@ -86,9 +90,18 @@ func newSystem(t testing.TB, tune ...func(*dispatcher.Options)) *system {
 	}
 	hs := httptest.NewServer(a.Handler())
 	t.Cleanup(hs.Close)
+	s.admin = apitest.Admin(t, st)
 	s.client = api.NewClient(hs.URL, hs.Client())
+	s.client.Token = s.admin
 	s.apiURL = hs.URL
 	return s
+}
+
+// clientAs returns a client of the API with a new token called name.
+func (s *system) clientAs(name string, role store.Role) *api.Client {
+	c := api.NewClient(s.apiURL, nil)
+	c.Token = apitest.Token(s.t, s.store, name, role)
+	return c
 }
 
 // run runs a service until the test ends and fails the test if it fails.
@@ -185,18 +198,32 @@ func (s *system) waitState(id int64, state schemas.State, timeout time.Duration)
 }
 
 // drained waits until a consumer has handed out and seen acknowledged every message.
+// The consumer's pending count may lag a message just stored, so it must
+// also have acknowledged the last message of its subjects.
 func (s *system) drained(stream, consumer string) {
 	s.t.Helper()
+	ctx := context.Background()
 	waitFor(s.t, consumer+" to drain", 10*time.Second, func() (bool, error) {
-		c, err := s.js.Consumer(context.Background(), stream, consumer)
+		c, err := s.js.Consumer(ctx, stream, consumer)
 		if err != nil {
 			return false, err
 		}
-		info, err := c.Info(context.Background())
+		info, err := c.Info(ctx)
 		if err != nil {
 			return false, err
 		}
-		return info.NumPending == 0 && info.NumAckPending == 0, nil
+		st, err := s.js.Stream(ctx, stream)
+		if err != nil {
+			return false, err
+		}
+		last, err := st.GetLastMsgForSubject(ctx, info.Config.FilterSubject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return info.NumPending == 0 && info.NumAckPending == 0, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= last.Sequence, nil
 	})
 }
 

@@ -1,0 +1,334 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/ax-scheduler/ax/store"
+)
+
+// Alerts: the auditor raises and resolves them; the API lists them, lets an
+// operator acknowledge one, and keeps the rules and the channels.
+
+// alertList is the answer to GET /v1/alerts.
+type alertList struct {
+	Alerts []store.Alert `json:"alerts"`
+}
+
+// alertParams are the query parameters GET /v1/alerts takes.
+var alertParams = map[string]bool{"state": true, "limit": true, "before": true}
+
+// listAlerts answers GET /v1/alerts?state=&limit=&before=, newest first.
+func (s *Service) listAlerts(w http.ResponseWriter, r *http.Request) {
+	var f store.AlertFilter
+	q := r.URL.Query()
+	for k := range q {
+		if !alertParams[k] {
+			writeError(w, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with state, limit and before", k))
+			return
+		}
+	}
+	if st := q.Get("state"); st != "" {
+		if !store.AlertState(st).Valid() {
+			writeError(w, badRequest("invalid_parameter", "state", "state=%q is not an alert state; use firing, acked or resolved", st))
+			return
+		}
+		f.State = store.AlertState(st)
+	}
+	if limit := q.Get("limit"); limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 || n > store.MaxAlertLimit {
+			writeError(w, badRequest("invalid_parameter", "limit", "limit=%q is not a number from 1 to %d", limit, store.MaxAlertLimit))
+			return
+		}
+		f.Limit = n
+	}
+	if before := q.Get("before"); before != "" {
+		id, err := strconv.ParseInt(before, 10, 64)
+		if err != nil || id < 1 {
+			writeError(w, badRequest("invalid_parameter", "before",
+				"before=%q is not an alert id; pass the id of the last alert of the previous page", before))
+			return
+		}
+		f.BeforeID = id
+	}
+	alerts, err := s.opts.Store.ListAlerts(r.Context(), f)
+	if err != nil {
+		s.internalError(w, r, "list alerts", err)
+		return
+	}
+	if alerts == nil {
+		alerts = []store.Alert{}
+	}
+	writeJSON(w, http.StatusOK, alertList{Alerts: alerts})
+}
+
+// pathID returns the positive number {id} of the path, or an answer
+// saying it does not name a thing of kind (listed by list).
+func pathID(r *http.Request, kind, list string) (int64, *Error) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badRequest("invalid_"+kind+"_id", "id", "%q is not an %s id: use the number %s shows", raw, kind, list)
+	}
+	return id, nil
+}
+
+// ackAlert answers POST /v1/alerts/{id}/ack: the alert stays open, without
+// further notifications, until it resolves.
+func (s *Service) ackAlert(w http.ResponseWriter, r *http.Request) {
+	id, e := pathID(r, "alert", "GET /v1/alerts (ax alert list)")
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	a, err := s.opts.Store.AckAlert(r.Context(), id, operator(r), s.opts.NowFunc())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "alert_not_found", Field: "id",
+			Message: fmt.Sprintf("alert %d does not exist; list alerts with GET /v1/alerts (ax alert list)", id)})
+	case errors.Is(err, store.ErrAlertResolved):
+		writeError(w, &Error{Status: http.StatusConflict, Code: "alert_resolved", Field: "id",
+			Message: fmt.Sprintf("alert %d has resolved, so there is nothing to acknowledge; a new occurrence opens a new alert", id)})
+	case err != nil:
+		s.internalError(w, r, fmt.Sprintf("acknowledge alert %d", id), err)
+	default:
+		s.opts.Logger.Info().Int64("alert_id", id).Str("operator", operator(r)).Msg("alert acknowledged")
+		writeJSON(w, http.StatusOK, a)
+	}
+}
+
+// alertRuleList is the answer to GET /v1/alert-rules.
+type alertRuleList struct {
+	Rules []store.AlertRule `json:"rules"`
+}
+
+func (s *Service) listAlertRules(w http.ResponseWriter, r *http.Request) {
+	rules, err := s.opts.Store.ListAlertRules(r.Context())
+	if err != nil {
+		s.internalError(w, r, "list alert rules", err)
+		return
+	}
+	if rules == nil {
+		rules = []store.AlertRule{}
+	}
+	writeJSON(w, http.StatusOK, alertRuleList{Rules: rules})
+}
+
+// AlertRuleRequest is the body of PUT /v1/alert-rules/{name}: the whole rule.
+type AlertRuleRequest struct {
+	// Kind is the check the rule makes (see store.AlertKind); a rule's
+	// kind never changes.
+	Kind  store.AlertKind  `json:"kind"`
+	Level store.AlertLevel `json:"level"`
+	// Params are the kind's parameters (see store.AlertParams); left out,
+	// every parameter takes its default.
+	Params json.RawMessage `json:"params,omitempty"`
+	// Enabled says whether the auditor checks the rule (default true).
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// putAlertRule answers PUT /v1/alert-rules/{name}: it creates the rule or
+// replaces its level, params and enabled flag.
+func (s *Service) putAlertRule(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	data, _, e := s.readBody(w, r, false)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req AlertRuleRequest
+	if e := decodeStrict(data, &req, "an alert rule, such as {\"kind\": \"backlog\", \"level\": \"P2\", \"params\": {\"age\": \"10m\"}}"); e != nil {
+		writeError(w, e)
+		return
+	}
+	rule := store.AlertRule{Name: name, Kind: req.Kind, Level: req.Level, Params: req.Params, Enabled: req.Enabled == nil || *req.Enabled}
+	out, err := s.opts.Store.PutAlertRule(r.Context(), rule)
+	if ce, ok := errors.AsType[*store.AlertConfigError](err); ok {
+		writeError(w, badRequest("invalid_alert_rule", ce.Field, "alert rule %s: %s", name, ce.Error()))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "put alert rule "+name, err)
+		return
+	}
+	s.opts.Logger.Info().Str("rule", name).Str("operator", operator(r)).Bool("enabled", out.Enabled).Msg("alert rule put")
+	writeJSON(w, http.StatusOK, out)
+}
+
+// decodeStrict decodes a JSON body into v, refusing unknown fields; what
+// says what the body should be.
+func decodeStrict(data []byte, v any, what string) *Error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return badRequest("empty_body", "", "the body is empty; send %s", what)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if _, ok := errors.AsType[*json.SyntaxError](err); ok {
+			return jsonSyntaxError(data, err)
+		}
+		return badRequest("invalid_body", "", "the body is not %s: %v", what, err)
+	}
+	return nil
+}
+
+// alertChannelList is the answer to GET /v1/alert-channels.
+type alertChannelList struct {
+	Channels []store.AlertChannel `json:"channels"`
+}
+
+func (s *Service) listAlertChannels(w http.ResponseWriter, r *http.Request) {
+	chs, err := s.opts.Store.ListAlertChannels(r.Context())
+	if err != nil {
+		s.internalError(w, r, "list alert channels", err)
+		return
+	}
+	if chs == nil {
+		chs = []store.AlertChannel{}
+	}
+	writeJSON(w, http.StatusOK, alertChannelList{Channels: chs})
+}
+
+// AlertChannelRequest is the body of POST /v1/alert-channels.
+type AlertChannelRequest struct {
+	// Kind is the payload shape: "webhook" (JSON), "wecom" (a WeCom group
+	// robot) or "slack" (a Slack incoming webhook, or one that takes its payload).
+	Kind store.AlertChannelKind `json:"kind"`
+	// URL is where the notifications are posted.
+	URL string `json:"url"`
+}
+
+// addAlertChannel answers POST /v1/alert-channels with 201 and the channel.
+func (s *Service) addAlertChannel(w http.ResponseWriter, r *http.Request) {
+	data, _, e := s.readBody(w, r, false)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req AlertChannelRequest
+	if e := decodeStrict(data, &req, `an alert channel, such as {"kind": "slack", "url": "https://hooks.slack.com/services/…"}`); e != nil {
+		writeError(w, e)
+		return
+	}
+	ch, err := s.opts.Store.AddAlertChannel(r.Context(), req.Kind, req.URL)
+	if ce, ok := errors.AsType[*store.AlertConfigError](err); ok {
+		writeError(w, badRequest("invalid_alert_channel", ce.Field, "alert channel: %s", ce.Error()))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "add alert channel", err)
+		return
+	}
+	s.opts.Logger.Info().Int64("channel_id", ch.ID).Str("kind", string(ch.Kind)).Str("operator", operator(r)).Msg("alert channel added")
+	writeJSON(w, http.StatusCreated, ch)
+}
+
+// deleteAlertChannel answers DELETE /v1/alert-channels/{id} with the
+// channel it deleted.
+func (s *Service) deleteAlertChannel(w http.ResponseWriter, r *http.Request) {
+	id, e := pathID(r, "alert channel", "GET /v1/alert-channels (ax alert channel list)")
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	ch, err := s.opts.Store.DeleteAlertChannel(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "alert_channel_not_found", Field: "id",
+			Message: fmt.Sprintf("alert channel %d does not exist; list them with GET /v1/alert-channels (ax alert channel list)", id)})
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("delete alert channel %d", id), err)
+		return
+	}
+	s.opts.Logger.Info().Int64("channel_id", id).Str("operator", operator(r)).Msg("alert channel deleted")
+	writeJSON(w, http.StatusOK, ch)
+}
+
+// AlertQuery selects alerts for [Client.ListAlerts]; zero fields select everything.
+type AlertQuery struct {
+	State store.AlertState
+	// Limit is the most alerts returned (the API's default is 100, its maximum 1000).
+	Limit int
+	// Before keeps the alerts whose id is lower, for paging.
+	Before int64
+}
+
+// ListAlerts returns alerts, newest first.
+func (c *Client) ListAlerts(ctx context.Context, q AlertQuery) ([]store.Alert, error) {
+	v := url.Values{}
+	if q.State != "" {
+		v.Set("state", string(q.State))
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Before != 0 {
+		v.Set("before", strconv.FormatInt(q.Before, 10))
+	}
+	path := "/v1/alerts"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out alertList
+	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out.Alerts, err
+}
+
+// AckAlert acknowledges alert id and returns it. A resolved alert is an
+// *[Error] with Status 409, an unknown one 404.
+func (c *Client) AckAlert(ctx context.Context, id int64) (store.Alert, error) {
+	var out store.Alert
+	err := c.do(ctx, http.MethodPost, "/v1/alerts/"+strconv.FormatInt(id, 10)+"/ack", "", nil, &out)
+	return out, err
+}
+
+// ListAlertRules returns every alert rule, by name.
+func (c *Client) ListAlertRules(ctx context.Context) ([]store.AlertRule, error) {
+	var out alertRuleList
+	err := c.do(ctx, http.MethodGet, "/v1/alert-rules", "", nil, &out)
+	return out.Rules, err
+}
+
+// PutAlertRule creates the rule name or replaces it, and returns it.
+func (c *Client) PutAlertRule(ctx context.Context, name string, req AlertRuleRequest) (store.AlertRule, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return store.AlertRule{}, fmt.Errorf("put alert rule %s: encode request: %w", name, err)
+	}
+	var out store.AlertRule
+	err = c.do(ctx, http.MethodPut, "/v1/alert-rules/"+url.PathEscape(name), "application/json", body, &out)
+	return out, err
+}
+
+// ListAlertChannels returns every alert channel, by id.
+func (c *Client) ListAlertChannels(ctx context.Context) ([]store.AlertChannel, error) {
+	var out alertChannelList
+	err := c.do(ctx, http.MethodGet, "/v1/alert-channels", "", nil, &out)
+	return out.Channels, err
+}
+
+// AddAlertChannel adds a channel and returns it.
+func (c *Client) AddAlertChannel(ctx context.Context, req AlertChannelRequest) (store.AlertChannel, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return store.AlertChannel{}, fmt.Errorf("add alert channel: encode request: %w", err)
+	}
+	var out store.AlertChannel
+	err = c.do(ctx, http.MethodPost, "/v1/alert-channels", "application/json", body, &out)
+	return out, err
+}
+
+// DeleteAlertChannel deletes channel id and returns it.
+func (c *Client) DeleteAlertChannel(ctx context.Context, id int64) (store.AlertChannel, error) {
+	var out store.AlertChannel
+	err := c.do(ctx, http.MethodDelete, "/v1/alert-channels/"+strconv.FormatInt(id, 10), "", nil, &out)
+	return out, err
+}

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// CancelRequest is the optional body of POST /v1/instances/{id}/cancel.
+type CancelRequest struct {
+	// Reason is recorded on the CANCELLED transition (default "cancelled by <operator>").
+	Reason string `json:"reason,omitempty"`
+}
+
+// cancel asks the dispatcher to cancel an instance: the API writes no
+// instance itself, so it publishes the order on the task's trigger subject,
+// which the dispatcher applies as a guarded transition (and tells a running
+// attempt's worker to stop). It answers with the instance once it is
+// CANCELLED, or 202 when the dispatcher has not applied it within RunWait.
+func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
+	id, e := instanceID(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	data, _, e := s.readBody(w, r, false)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req CancelRequest
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, badRequest("invalid_request", "", "the body must be empty or an object like {\"reason\": \"wrong input\"}: %v", err))
+			return
+		}
+	}
+	if len(req.Reason) > 1000 {
+		writeError(w, badRequest("invalid_request", "reason", "reason is %d characters; keep it under 1000", len(req.Reason)))
+		return
+	}
+	inst, err := s.opts.Store.GetInstance(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, instanceNotFound(id))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
+		return
+	}
+	if inst.State.Terminal() {
+		writeError(w, &Error{Status: http.StatusConflict, Code: "instance_ended", Field: "id",
+			Message: fmt.Sprintf("instance %d already ended %s; only an instance that has not ended can be cancelled", id, inst.State)})
+		return
+	}
+	who := operator(r)
+	if req.Reason == "" {
+		req.Reason = "cancelled by " + who
+	}
+	ev := schemas.TriggerEvent{
+		EventID:  fmt.Sprintf("cancel-%d", id),
+		Task:     inst.Task,
+		Source:   schemas.SourceManual,
+		Operator: who,
+		FiredAt:  s.opts.NowFunc().UTC(),
+		Cancel:   &schemas.CancelOf{InstanceID: id, Reason: req.Reason},
+	}
+	if _, err := streams.Publish(r.Context(), s.js, s.opts.Topology.Trigger(inst.Task), ev.EventID, ev); err != nil {
+		s.internalError(w, r, fmt.Sprintf("publish the cancel of instance %d", id), err)
+		return
+	}
+	deadline := time.Now().Add(s.opts.RunWait)
+	for wait := 5 * time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 100*time.Millisecond) {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(wait):
+		}
+		inst, err = s.opts.Store.GetInstance(r.Context(), id)
+		if err != nil {
+			s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
+			return
+		}
+		if inst.State.Terminal() {
+			writeJSON(w, http.StatusOK, inst)
+			return
+		}
+	}
+	writeJSON(w, http.StatusAccepted, inst)
+}

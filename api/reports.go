@@ -1,0 +1,125 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/ax-scheduler/ax/internal/metrics"
+	"github.com/ax-scheduler/ax/store"
+)
+
+// healthReportParams are the query parameters GET /v1/reports/health takes.
+var healthReportParams = map[string]bool{"min_failures": true, "grace": true, "runs": true, "min_runs": true, "factor": true}
+
+// healthReport answers GET /v1/reports/health with the fleet's health
+// report (see store.HealthReport); the query may move its thresholds.
+func (s *Service) healthReport(w http.ResponseWriter, r *http.Request) {
+	o, e := healthOptions(r.URL.Query())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	o.Now = s.opts.NowFunc()
+	rep, err := s.opts.Store.HealthReport(r.Context(), o)
+	if err != nil {
+		s.internalError(w, r, "make the health report", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// healthOptions reads the query of GET /v1/reports/health.
+func healthOptions(q url.Values) (store.HealthOptions, *Error) {
+	var o store.HealthOptions
+	for k := range q {
+		if !healthReportParams[k] {
+			return o, badRequest("unknown_parameter", k,
+				"unknown query parameter %q; the health report takes min_failures, grace, runs, min_runs and factor", k)
+		}
+	}
+	intParam := func(name string, lo, hi int, dst *int) *Error {
+		v := q.Get(name)
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return badRequest("invalid_parameter", name, "%s=%q is not a whole number from %d to %d", name, v, lo, hi)
+		}
+		*dst = n
+		return nil
+	}
+	for _, e := range []*Error{
+		intParam("min_failures", 1, 1000, &o.MinFailures),
+		intParam("runs", 2, 1000, &o.Runs),
+		intParam("min_runs", 2, 1000, &o.MinRuns),
+	} {
+		if e != nil {
+			return o, e
+		}
+	}
+	if v := q.Get("grace"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return o, badRequest("invalid_parameter", "grace", "grace=%q is not a positive duration, such as 1m or 1h", v)
+		}
+		o.Grace = d
+	}
+	if v := q.Get("factor"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 1 || f > 1000 {
+			return o, badRequest("invalid_parameter", "factor", "factor=%q is not a number above 1 and at most 1000", v)
+		}
+		o.Factor = f
+	}
+	if o.MinRuns > 0 && o.Runs > 0 && o.MinRuns > o.Runs {
+		return o, badRequest("invalid_parameter", "min_runs", "min_runs=%d is more than runs=%d; it must be at most runs", o.MinRuns, o.Runs)
+	}
+	return o, nil
+}
+
+// metrics answers GET /metrics with Options.Metrics in the Prometheus
+// exposition format.
+func (s *Service) metrics(w http.ResponseWriter, r *http.Request) {
+	metrics.Handler(s.opts.Metrics).ServeHTTP(w, r)
+}
+
+// HealthQuery moves the thresholds of [Client.HealthReport]; zero fields
+// keep the API's defaults.
+type HealthQuery struct {
+	MinFailures int
+	Grace       time.Duration
+	Runs        int
+	MinRuns     int
+	Factor      float64
+}
+
+// HealthReport returns the fleet's health report.
+func (c *Client) HealthReport(ctx context.Context, q HealthQuery) (store.HealthReport, error) {
+	v := url.Values{}
+	if q.MinFailures != 0 {
+		v.Set("min_failures", strconv.Itoa(q.MinFailures))
+	}
+	if q.Grace != 0 {
+		v.Set("grace", q.Grace.String())
+	}
+	if q.Runs != 0 {
+		v.Set("runs", strconv.Itoa(q.Runs))
+	}
+	if q.MinRuns != 0 {
+		v.Set("min_runs", strconv.Itoa(q.MinRuns))
+	}
+	if q.Factor != 0 {
+		v.Set("factor", strconv.FormatFloat(q.Factor, 'g', -1, 64))
+	}
+	path := "/v1/reports/health"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out store.HealthReport
+	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out, err
+}

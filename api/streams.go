@@ -1,0 +1,127 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// StreamInfo is one of AX's JetStream streams as GET /v1/streams shows it.
+type StreamInfo struct {
+	Name string `json:"name"`
+	// Bucket names the key-value bucket the stream holds; empty for a stream
+	// that is not a bucket.
+	Bucket   string   `json:"bucket,omitempty"`
+	Subjects []string `json:"subjects"`
+	// Retention is limits, interest or workqueue.
+	Retention string `json:"retention"`
+	Messages  uint64 `json:"messages"`
+	Bytes     uint64 `json:"bytes"`
+	FirstSeq  uint64 `json:"first_seq"`
+	LastSeq   uint64 `json:"last_seq"`
+	// Consumers lists the stream's consumers, by name.
+	Consumers []ConsumerInfo `json:"consumers"`
+}
+
+// ConsumerInfo is one consumer of a stream as GET /v1/streams shows it.
+type ConsumerInfo struct {
+	Name string `json:"name"`
+	// Durable is false for an ephemeral consumer (a watcher, a log reader).
+	Durable bool `json:"durable"`
+	// Pending counts the messages not yet delivered.
+	Pending uint64 `json:"pending"`
+	// AckPending counts the messages delivered and not yet acknowledged.
+	AckPending int `json:"ack_pending"`
+	// Redelivered counts the messages delivered more than once and not yet
+	// acknowledged.
+	Redelivered int `json:"redelivered"`
+	// Waiting counts the pull requests waiting for messages.
+	Waiting int `json:"waiting"`
+	// LastActive is when a message was last delivered, if ever.
+	LastActive *time.Time `json:"last_active,omitempty"`
+}
+
+// streamList is the answer to GET /v1/streams.
+type streamList struct {
+	Streams []StreamInfo `json:"streams"`
+	// Missing names the streams of the topology that do not exist.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// listStreams answers GET /v1/streams: each stream and bucket of AX's
+// topology with its state and its consumers.
+func (s *Service) listStreams(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), readNATSTimeout)
+	defer cancel()
+	out := streamList{Streams: []StreamInfo{}}
+	type name struct{ stream, bucket string }
+	var names []name
+	for _, c := range s.opts.Topology.StreamConfigs(streams.Config{}) {
+		names = append(names, name{stream: c.Name})
+	}
+	for _, c := range s.opts.Topology.BucketConfigs(streams.Config{}) {
+		names = append(names, name{stream: "KV_" + c.Bucket, bucket: c.Bucket})
+	}
+	for _, n := range names {
+		info, err := s.streamInfo(ctx, n.stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			out.Missing = append(out.Missing, n.stream)
+			continue
+		}
+		if err != nil {
+			s.natsUnavailable(w, r, "read the streams", err)
+			return
+		}
+		info.Bucket = n.bucket
+		out.Streams = append(out.Streams, info)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// streamInfo reads one stream's state and its consumers'.
+func (s *Service) streamInfo(ctx context.Context, name string) (StreamInfo, error) {
+	stream, err := s.js.Stream(ctx, name)
+	if err != nil {
+		return StreamInfo{}, fmt.Errorf("look up stream %s: %w", name, err)
+	}
+	si := stream.CachedInfo()
+	out := StreamInfo{
+		Name:      name,
+		Subjects:  si.Config.Subjects,
+		Retention: strings.ToLower(si.Config.Retention.String()),
+		Messages:  si.State.Msgs,
+		Bytes:     si.State.Bytes,
+		FirstSeq:  si.State.FirstSeq,
+		LastSeq:   si.State.LastSeq,
+		Consumers: []ConsumerInfo{},
+	}
+	lister := stream.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		c := ConsumerInfo{
+			Name:        ci.Name,
+			Durable:     ci.Config.Durable != "",
+			Pending:     ci.NumPending,
+			AckPending:  ci.NumAckPending,
+			Redelivered: ci.NumRedelivered,
+			Waiting:     ci.NumWaiting,
+		}
+		if ci.Delivered.Last != nil {
+			at := ci.Delivered.Last.UTC()
+			c.LastActive = &at
+		}
+		out.Consumers = append(out.Consumers, c)
+	}
+	if err := lister.Err(); err != nil {
+		return StreamInfo{}, fmt.Errorf("list the consumers of stream %s: %w", name, err)
+	}
+	slices.SortFunc(out.Consumers, func(a, b ConsumerInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}

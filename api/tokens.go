@@ -1,0 +1,107 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/ax-scheduler/ax/store"
+)
+
+// CreateTokenRequest is the body of POST /v1/tokens.
+type CreateTokenRequest struct {
+	// Name is recorded as the operator of every change made with the token;
+	// no other live token may have it.
+	Name string `json:"name"`
+	// Role is viewer, operator or admin.
+	Role store.Role `json:"role"`
+}
+
+// CreatedToken is the answer to POST /v1/tokens: the token and its secret,
+// which is shown this once and never again.
+type CreatedToken struct {
+	Token  store.Token `json:"token"`
+	Secret string      `json:"secret"`
+}
+
+// tokenList is the answer to GET /v1/tokens.
+type tokenList struct {
+	Tokens []store.Token `json:"tokens"`
+}
+
+func (s *Service) listTokens(w http.ResponseWriter, r *http.Request) {
+	toks, err := s.opts.Store.ListTokens(r.Context())
+	if err != nil {
+		s.internalError(w, r, "list tokens", err)
+		return
+	}
+	if toks == nil {
+		toks = []store.Token{}
+	}
+	writeJSON(w, http.StatusOK, tokenList{Tokens: toks})
+}
+
+func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
+	data, _, e := s.readBody(w, r, false)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req CreateTokenRequest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+			writeError(w, badRequest("invalid_request", te.Field, `the body must be an object like {"name": "ci", "role": "operator"}`))
+			return
+		}
+		e := jsonSyntaxError(data, err)
+		e.Message += `; send an object like {"name": "ci", "role": "operator"}`
+		writeError(w, e)
+		return
+	}
+	if err := store.ValidateTokenName(req.Name); err != nil {
+		writeError(w, badRequest("invalid_token_name", "name", "%v", err))
+		return
+	}
+	if _, err := store.ParseRole(string(req.Role)); err != nil {
+		writeError(w, badRequest("invalid_role", "role", "%v", err))
+		return
+	}
+	tok, secret, err := s.opts.Store.CreateToken(r.Context(), req.Name, req.Role)
+	if errors.Is(err, store.ErrTokenNameTaken) {
+		writeError(w, &Error{Status: http.StatusConflict, Code: "token_name_taken", Field: "name",
+			Message: fmt.Sprintf("a live token is already called %q; revoke it first (DELETE /v1/tokens/{id}, ax token revoke) or choose another name", req.Name)})
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "create token "+req.Name, err)
+		return
+	}
+	s.opts.Logger.Info().Str("token", tok.Name).Str("role", string(tok.Role)).Str("operator", operator(r)).Msg("token created")
+	writeJSON(w, http.StatusCreated, CreatedToken{Token: tok, Secret: secret})
+}
+
+func (s *Service) revokeToken(w http.ResponseWriter, r *http.Request) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		writeError(w, badRequest("invalid_token_id", "id", "%q is not a token id: use the number GET /v1/tokens (ax token list) shows", raw))
+		return
+	}
+	tok, err := s.opts.Store.RevokeToken(r.Context(), raw)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, &Error{Status: http.StatusNotFound, Code: "token_not_found", Field: "id",
+			Message: fmt.Sprintf("no live token has id %d; list them with GET /v1/tokens (ax token list)", id)})
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("revoke token %d", id), err)
+		return
+	}
+	s.opts.Logger.Info().Str("token", tok.Name).Str("operator", operator(r)).Msg("token revoked")
+	writeJSON(w, http.StatusOK, tok)
+}

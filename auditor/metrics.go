@@ -1,0 +1,223 @@
+package auditor
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+)
+
+// BacklogAge is how long an instance must have waited (DISPATCHED, WAITING
+// or RETRYING) to count in ax_backlog_instances.
+const BacklogAge = 5 * time.Minute
+
+// Buckets of the latency histograms, in seconds.
+var (
+	// delayBuckets cover scheduling and start delays: milliseconds to minutes.
+	delayBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900}
+	// runBuckets cover how long attempts run: a tenth of a second to hours.
+	runBuckets = []float64{.1, .5, 1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 12 * 3600}
+)
+
+// metrics are the auditor's Prometheus metrics. The fleet metrics are
+// computed by the auditor that leads monitoring only: from the audit
+// trail (counters and histograms, each record counted once by the durable
+// consumer), from PostgreSQL (gauges refreshed every RefreshInterval) and
+// from ax-workers (gauges and counters, on each change). Labels are
+// bounded: task (tasks exist in PostgreSQL), pool (the tasks' dispatch
+// tags), worker (the live workers only), state, level; never an instance.
+type metrics struct {
+	schedulingDelay *prometheus.HistogramVec
+	triggerToStart  *prometheus.HistogramVec
+	startToEnd      *prometheus.HistogramVec
+	instancesEnded  *prometheus.CounterVec
+	attempts        *prometheus.CounterVec
+	timeouts        *prometheus.CounterVec
+	leaseExpiries   *prometheus.CounterVec
+	retries         *prometheus.CounterVec
+	instances       *prometheus.GaugeVec
+	backlog         *prometheus.GaugeVec
+	heartbeatsLost  *prometheus.CounterVec
+	workersStopped  *prometheus.CounterVec
+	workers         *prometheus.GaugeVec
+	slots           *prometheus.GaugeVec
+	slotsBusy       *prometheus.GaugeVec
+	slotUtilization *prometheus.GaugeVec
+	workerSlotUtil  *prometheus.GaugeVec
+	alertsOpen      *prometheus.GaugeVec
+	notifications   *prometheus.CounterVec
+	recordsRelayed  prometheus.Counter
+	recordsSeen     prometheus.Counter
+	relayLeader     prometheus.Gauge
+	monitorLeader   prometheus.Gauge
+}
+
+// newMetrics makes the auditor's metrics and registers them with reg.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	hist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, []string{"task"})
+	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	}
+	m := &metrics{
+		schedulingDelay: hist("ax_scheduling_delay_seconds",
+			"Time from a firing's due time (fired_at) to its instance's creation.", delayBuckets),
+		triggerToStart: hist("ax_trigger_to_start_seconds",
+			"Time from a firing's due time to its first attempt running.", delayBuckets),
+		startToEnd: hist("ax_start_to_end_seconds",
+			"Time from an attempt running to its end (succeeded, failed or retrying).", runBuckets),
+		instancesEnded: counter("ax_instances_ended_total",
+			"Instances that ended, by final state (SUCCEEDED, FAILED, SKIPPED, CANCELLED).", "task", "state"),
+		attempts: counter("ax_attempts_total",
+			"Attempts that ended, by outcome (succeeded, failed).", "task", "outcome"),
+		timeouts: counter("ax_attempt_timeouts_total",
+			"Attempts that ended because they outlived the task's timeout.", "task"),
+		leaseExpiries: counter("ax_lease_expiries_total",
+			"Attempts the reaper failed because their lease expired (the worker died, hung or lost its connection).", "task"),
+		retries: counter("ax_retries_total",
+			"Attempts that ended RETRYING: a next attempt follows.", "task"),
+		instances: gauge("ax_instances",
+			"Instances in each live state (CREATED, WAITING, DISPATCHED, RUNNING, RETRYING).", "task", "state"),
+		backlog: gauge("ax_backlog_instances",
+			"Instances DISPATCHED, WAITING or RETRYING for longer than 5 minutes.", "task", "state"),
+		heartbeatsLost: counter("ax_worker_heartbeats_lost_total",
+			"Workers whose ax-workers key expired without the worker deleting it: heartbeats stopped.", "pool"),
+		workersStopped: counter("ax_workers_stopped_total",
+			"Workers that stopped cleanly, deleting their ax-workers key.", "pool"),
+		workers: gauge("ax_workers",
+			"Live workers serving each pool.", "pool"),
+		slots: gauge("ax_executor_slots",
+			"Slots of the live workers serving each pool.", "pool"),
+		slotsBusy: gauge("ax_executor_slots_busy",
+			"Busy slots of the live workers serving each pool, as of their last heartbeat.", "pool"),
+		slotUtilization: gauge("ax_executor_slot_utilization",
+			"Busy slots over slots of the live workers serving each pool (0-1).", "pool"),
+		workerSlotUtil: gauge("ax_worker_slot_utilization",
+			"Busy slots over slots of each live worker (0-1).", "worker"),
+		alertsOpen: gauge("ax_alerts_open",
+			"Alerts firing or acknowledged, by level.", "level", "state"),
+		notifications: counter("ax_alert_notifications_total",
+			"Alert notifications sent, by channel kind and result (ok, error).", "kind", "result"),
+		recordsRelayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_audit_records_relayed_total",
+			Help: "Audit records this auditor published to AX_AUDIT."}),
+		recordsSeen: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_audit_records_monitored_total",
+			Help: "Audit records this auditor's monitor consumed from AX_AUDIT."}),
+		relayLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_audit_relay_leader",
+			Help: "1 while this auditor relays the outbox to AX_AUDIT, else 0."}),
+		monitorLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_monitor_leader",
+			Help: "1 while this auditor computes the fleet metrics and evaluates alert rules, else 0."}),
+	}
+	for _, c := range []prometheus.Collector{m.schedulingDelay, m.triggerToStart, m.startToEnd, m.instancesEnded, m.attempts,
+		m.timeouts, m.leaseExpiries, m.retries, m.instances, m.backlog, m.heartbeatsLost, m.workersStopped, m.workers,
+		m.slots, m.slotsBusy, m.slotUtilization, m.workerSlotUtil, m.alertsOpen, m.notifications, m.recordsRelayed,
+		m.recordsSeen, m.relayLeader, m.monitorLeader} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// resetFleet drops the gauges that only the monitoring leader keeps, so an
+// auditor that stopped leading exports no stale values.
+func (m *metrics) resetFleet() {
+	for _, g := range []*prometheus.GaugeVec{m.instances, m.backlog, m.workers, m.slots, m.slotsBusy, m.slotUtilization,
+		m.workerSlotUtil, m.alertsOpen} {
+		g.Reset()
+	}
+}
+
+// attemptEnded reports whether a transition ends an attempt.
+func attemptEnded(r schemas.AuditRecord) bool {
+	return (r.From == schemas.StateRunning || r.From == schemas.StateDispatched) &&
+		(r.To == schemas.StateSucceeded || r.To == schemas.StateFailed || r.To == schemas.StateRetrying)
+}
+
+// timedInstances returns the instances whose times the latency histograms
+// need for recs: those created, first started, or ending a running attempt.
+func timedInstances(recs []schemas.AuditRecord) []int64 {
+	var ids []int64
+	for _, r := range recs {
+		if r.Kind != schemas.AuditTransition {
+			continue
+		}
+		if (r.From == "" && r.To == schemas.StateCreated) || (r.To == schemas.StateRunning && r.Attempt == 1) ||
+			(r.From == schemas.StateRunning && attemptEnded(r)) {
+			ids = append(ids, r.InstanceID)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// observe counts the transitions of recs; times holds the instances of
+// timedInstances(recs).
+func (m *metrics) observe(recs []schemas.AuditRecord, times map[int64]store.InstanceTimes) {
+	since := func(from time.Time, to time.Time) float64 { return max(to.Sub(from).Seconds(), 0) }
+	for _, r := range recs {
+		if r.Kind != schemas.AuditTransition {
+			continue
+		}
+		it, timed := times[r.InstanceID]
+		switch {
+		case r.From == "" && r.To == schemas.StateCreated:
+			if timed {
+				m.schedulingDelay.WithLabelValues(r.Task).Observe(since(it.FiredAt, r.At))
+			}
+		case r.To == schemas.StateRunning:
+			if timed && r.Attempt == 1 {
+				m.triggerToStart.WithLabelValues(r.Task).Observe(since(it.FiredAt, r.At))
+			}
+		}
+		if attemptEnded(r) {
+			outcome := "failed"
+			if r.To == schemas.StateSucceeded {
+				outcome = "succeeded"
+			}
+			m.attempts.WithLabelValues(r.Task, outcome).Inc()
+			if r.To != schemas.StateSucceeded && store.IsTimeoutReason(r.Reason) {
+				m.timeouts.WithLabelValues(r.Task).Inc()
+			}
+			if r.Operator == store.OperatorReaper && store.IsLeaseExpiredReason(r.Reason) {
+				m.leaseExpiries.WithLabelValues(r.Task).Inc()
+			}
+			if r.To == schemas.StateRetrying {
+				m.retries.WithLabelValues(r.Task).Inc()
+			}
+			if started, ok := it.Running[r.Attempt]; ok && r.From == schemas.StateRunning {
+				m.startToEnd.WithLabelValues(r.Task).Observe(since(started, r.At))
+			}
+		}
+		if r.To.Terminal() {
+			m.instancesEnded.WithLabelValues(r.Task, string(r.To)).Inc()
+		}
+	}
+}
+
+// setGauges sets vec to exactly the series of values (label values joined
+// by labelSep → value), deleting the series it had that values lacks.
+func setGauges(vec *prometheus.GaugeVec, prev map[string]bool, values map[string]float64) map[string]bool {
+	next := make(map[string]bool, len(values))
+	for k, v := range values {
+		vec.WithLabelValues(strings.Split(k, labelSep)...).Set(v)
+		next[k] = true
+	}
+	for k := range prev {
+		if !next[k] {
+			vec.DeleteLabelValues(strings.Split(k, labelSep)...)
+		}
+	}
+	return next
+}
+
+// labelSep joins label values into a map key; it never occurs in a task,
+// pool or state name.
+const labelSep = "\x00"

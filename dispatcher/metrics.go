@@ -1,0 +1,49 @@
+package dispatcher
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the dispatcher's own counters: how much each of its
+// consumers handles. The fleet's metrics (instances, latencies, failures)
+// are the auditor's, from the audit trail.
+type metrics struct {
+	batches  *prometheus.CounterVec
+	messages *prometheus.CounterVec
+	seconds  *prometheus.HistogramVec
+}
+
+// newMetrics makes the dispatcher's metrics and registers them with reg.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_batches_total",
+			Help: "Batches the dispatcher handled, by consumer (triggers, reports)."}, []string{"consumer"}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_messages_total",
+			Help: "Messages the dispatcher handled, by consumer (triggers, reports)."}, []string{"consumer"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ax_dispatcher_batch_seconds",
+			Help:    "Time the dispatcher took to handle a batch, by consumer (triggers, reports).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"consumer"}),
+	}
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// counted wraps handle so that its batches are counted under consumer.
+func (m *metrics) counted(consumer string, handle func(context.Context, []jetstream.Msg)) func(context.Context, []jetstream.Msg) {
+	batches, messages, seconds := m.batches.WithLabelValues(consumer), m.messages.WithLabelValues(consumer), m.seconds.WithLabelValues(consumer)
+	return func(ctx context.Context, msgs []jetstream.Msg) {
+		start := time.Now()
+		handle(ctx, msgs)
+		seconds.Observe(time.Since(start).Seconds())
+		batches.Inc()
+		messages.Add(float64(len(msgs)))
+	}
+}

@@ -1,0 +1,217 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// activeStates are the states that hold one of a task's
+// max_running_instances: an attempt routed, running, or about to retry.
+const activeStates = `('DISPATCHED', 'RUNNING', 'RETRYING')`
+
+// Victim is an instance that a cancel_other firing cancelled: if it was
+// running, its worker must be told to stop.
+type Victim struct {
+	InstanceID int64
+	Task       string
+	RunID      string
+	Attempt    int
+	WorkerID   string
+	// WasRunning is true when the instance was DISPATCHED or RUNNING.
+	WasRunning bool
+}
+
+// CreateLimitedInstances creates the instances of a batch of firings of one
+// task whose concurrency.max_running_instances is limit (> 0), deciding each
+// firing's state by strategy under a lock on the task's row, so that the
+// count and the inserts are one atomic step whatever other dispatchers do:
+//
+//   - serial: DISPATCHED while fewer than limit are active, else WAITING
+//     (started in order by [Store.PromoteWaiting] as slots free);
+//   - buffer_one: as serial, but at most one WAITING; later ones are SKIPPED;
+//   - discard: DISPATCHED while a slot is free, else SKIPPED;
+//   - cancel_other: always DISPATCHED; the oldest active instances are
+//     CANCELLED so that no more than limit are active (of firings that
+//     arrive together, the last ones win and the earlier are created
+//     CANCELLED).
+//
+// Firings given with a state other than DISPATCHED (disabled, malformed…)
+// keep it. It returns the attempts to route (as [Store.CreateInstances]) and
+// the instances cancel_other cancelled.
+func (s *Store) CreateLimitedInstances(ctx context.Context, task string, limit int,
+	strategy schemas.BlockingStrategy, in []NewInstance) ([]Attempt, []Victim, error) {
+	var (
+		attempts []Attempt
+		victims  []Victim
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM tasks WHERE name = $1 FOR UPDATE`, task); err != nil {
+			return err
+		}
+		// Counted after the lock, in a statement of its own: its snapshot
+		// sees every change the lock's previous holders committed.
+		var active, waiting int
+		eventIDs := make([]string, len(in))
+		for i, x := range in {
+			eventIDs[i] = x.EventID
+		}
+		var existing []string
+		if err := tx.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE state IN `+activeStates+`), count(*) FILTER (WHERE state = 'WAITING'),
+	COALESCE(array_agg(event_id) FILTER (WHERE event_id = ANY($2)), '{}')
+FROM instances WHERE task = $1 AND (state IN `+activeStates+` OR state = 'WAITING' OR event_id = ANY($2))`,
+			task, eventIDs).Scan(&active, &waiting, &existing); err != nil {
+			return err
+		}
+		decided := make([]NewInstance, 0, len(in))
+		// cancel_other: of the new firings, the last ones up to the limit
+		// run; an earlier one is replaced by a later one at once.
+		fresh := 0
+		for _, x := range in {
+			if !slices.Contains(existing, x.EventID) && x.State == schemas.StateDispatched {
+				fresh++
+			}
+		}
+		replaced := max(fresh-limit, 0)
+		cancels := 0
+		for _, x := range in {
+			if slices.Contains(existing, x.EventID) {
+				decided = append(decided, x) // returned as it is, nothing created
+				continue
+			}
+			if x.State == schemas.StateDispatched {
+				switch {
+				case strategy == schemas.BlockCancelOther && replaced > 0:
+					replaced--
+					x.State, x.Reason = schemas.StateCancelled, "a newer firing took its place (blocking_strategy cancel_other)"
+				case active < limit:
+					active++
+				case strategy == schemas.BlockCancelOther:
+					cancels++
+				case strategy == schemas.BlockDiscard:
+					x.State, x.Reason = schemas.StateSkipped, fmt.Sprintf(
+						"discarded: the task already runs its max_running_instances (%d)", limit)
+				case strategy == schemas.BlockBufferOne && waiting >= 1:
+					x.State, x.Reason = schemas.StateSkipped, fmt.Sprintf(
+						"discarded: the task runs its max_running_instances (%d) and one firing already waits (buffer_one)", limit)
+				default:
+					x.State = schemas.StateWaiting
+					x.Reason = fmt.Sprintf("waiting: the task runs its max_running_instances (%d)", limit)
+					waiting++
+				}
+			}
+			decided = append(decided, x)
+		}
+		var err error
+		if cancels > 0 {
+			if victims, err = cancelOldest(ctx, tx, task, cancels); err != nil {
+				return err
+			}
+		}
+		attempts, err = createInstances(ctx, tx, decided)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create %d instances of %s (max_running_instances %d): %w", len(in), task, limit, err)
+	}
+	return attempts, victims, nil
+}
+
+// cancelOldest cancels the n oldest active instances of task, for cancel_other.
+func cancelOldest(ctx context.Context, tx pgx.Tx, task string, n int) ([]Victim, error) {
+	rows, err := tx.Query(ctx, `
+WITH pick AS (
+	SELECT id, state AS old_state FROM instances WHERE task = $1 AND state IN `+activeStates+`
+	ORDER BY id LIMIT $2 FOR UPDATE
+), upd AS (
+	UPDATE instances i SET state = 'CANCELLED', finished_at = now(), updated_at = now(),
+		error = 'cancelled: a newer firing took its place (blocking_strategy cancel_other)'
+	FROM pick WHERE i.id = pick.id
+	RETURNING i.id, i.task, i.run_id, i.attempt, i.worker_id, pick.old_state
+), tr AS (
+	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
+	SELECT id, task, old_state, 'CANCELLED', attempt, 'dispatcher',
+		'a newer firing took its place (blocking_strategy cancel_other)'
+	FROM upd
+)
+SELECT id, task, run_id, attempt, worker_id, old_state IN ('DISPATCHED', 'RUNNING') FROM upd`, task, n)
+	if err != nil {
+		return nil, fmt.Errorf("cancel the oldest runs: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Victim, error) {
+		var v Victim
+		err := row.Scan(&v.InstanceID, &v.Task, &v.RunID, &v.Attempt, &v.WorkerID, &v.WasRunning)
+		return v, err
+	})
+}
+
+// PromoteWaiting starts the WAITING instances of tasks for which a slot of
+// max_running_instances is free, oldest first (WAITING → DISPATCHED), under
+// the lock on each task's row, and returns the attempts to route. Tasks
+// without a limit, or without waiting instances, cost one cheap look each.
+func (s *Store) PromoteWaiting(ctx context.Context, tasks []string) ([]Attempt, error) {
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	tasks = slices.Compact(slices.Sorted(slices.Values(tasks)))
+	var out []Attempt
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Lock in name order, as every locker does, so two never deadlock.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM tasks WHERE name = ANY($1)
+			AND EXISTS (SELECT 1 FROM instances WHERE task = tasks.name AND state = 'WAITING')
+			ORDER BY name FOR UPDATE`, tasks); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+WITH lim AS (
+	SELECT name, COALESCE((definition->'concurrency'->>'max_running_instances')::int, 0) AS n
+	FROM tasks WHERE name = ANY($1)
+), act AS (
+	SELECT task, count(*) AS c FROM instances WHERE task = ANY($1) AND state IN `+activeStates+` GROUP BY task
+), pick AS (
+	SELECT w.id FROM lim LEFT JOIN act ON act.task = lim.name
+	CROSS JOIN LATERAL (
+		SELECT id FROM instances WHERE task = lim.name AND state = 'WAITING' ORDER BY id
+		LIMIT CASE WHEN lim.n > 0 THEN GREATEST(lim.n - COALESCE(act.c, 0), 0) ELSE NULL END
+	) w
+), upd AS (
+	UPDATE instances i SET state = 'DISPATCHED', dispatched_at = now(), updated_at = now()
+	FROM pick WHERE i.id = pick.id AND i.state = 'WAITING'
+	RETURNING i.*
+), tr AS (
+	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
+	SELECT id, task, 'WAITING', 'DISPATCHED', attempt, 'dispatcher', 'a slot of max_running_instances freed'
+	FROM upd
+)
+SELECT `+attemptColumns("upd")+` FROM upd ORDER BY id`, tasks)
+		if err != nil {
+			return err
+		}
+		out, err = collectAttempts(rows)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)
+	}
+	return out, nil
+}
+
+// WaitingTasks lists the tasks that have WAITING instances: at start the
+// dispatcher promotes what it can of them, in case a slot freed while no
+// dispatcher ran.
+func (s *Store) WaitingTasks(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT task FROM instances WHERE state = 'WAITING'`)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks with waiting instances: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list tasks with waiting instances: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,368 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// FailureStreak is a task whose latest ended instances FAILED, one after another.
+type FailureStreak struct {
+	Task string `json:"task"`
+	// Failures is how many of the task's latest ended instances FAILED
+	// without a SUCCEEDED one between them (instances SKIPPED or CANCELLED
+	// do not count), at most the limit asked for.
+	Failures int `json:"failures"`
+	// LastInstanceID and LastError are the latest failure's; Since is when
+	// the first failure of the streak ended.
+	LastInstanceID int64     `json:"last_instance_id"`
+	LastError      string    `json:"last_error"`
+	Since          time.Time `json:"since,omitzero"`
+}
+
+// FailureStreaks returns, for each of tasks whose latest ended instance
+// FAILED, its streak of failures, counting at most limit of them. The
+// instances are taken in the order they were created, newest first, from the
+// index on (task, id): a retry that ends late does not reorder them.
+func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (map[string]FailureStreak, error) {
+	out := make(map[string]FailureStreak)
+	if len(tasks) == 0 || limit <= 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT t.task, r.id, r.state, r.error, r.finished_at
+		FROM unnest($1::text[]) AS t(task)
+		CROSS JOIN LATERAL (
+			SELECT id, state, error, finished_at FROM instances
+			WHERE task = t.task AND state IN ('SUCCEEDED', 'FAILED') ORDER BY id DESC LIMIT $2
+		) r
+		ORDER BY t.task, r.id DESC`, tasks, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read failure streaks: %w", err)
+	}
+	defer rows.Close()
+	broken := make(map[string]bool)
+	for rows.Next() {
+		var (
+			task, errText string
+			id            int64
+			state         schemas.State
+			finished      *time.Time
+		)
+		if err := rows.Scan(&task, &id, &state, &errText, &finished); err != nil {
+			return nil, fmt.Errorf("read failure streaks: %w", err)
+		}
+		if broken[task] {
+			continue
+		}
+		if state != schemas.StateFailed {
+			broken[task] = true
+			continue
+		}
+		st, ok := out[task]
+		if !ok {
+			st = FailureStreak{Task: task, LastInstanceID: id, LastError: errText}
+		}
+		st.Failures++
+		if finished != nil {
+			st.Since = *finished
+		}
+		out[task] = st
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read failure streaks: %w", err)
+	}
+	return out, nil
+}
+
+// Run is one SUCCEEDED run of a task: how long its last attempt took.
+type Run struct {
+	InstanceID int64
+	Duration   time.Duration
+	FinishedAt time.Time
+}
+
+// RecentRuns returns, for each of tasks, its latest n SUCCEEDED runs, newest
+// first; tasks without any are missing.
+func (s *Store) RecentRuns(ctx context.Context, tasks []string, n int) (map[string][]Run, error) {
+	out := make(map[string][]Run)
+	if len(tasks) == 0 || n <= 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT t.task, r.id, (extract(epoch FROM r.finished_at - r.started_at) * 1000000)::bigint, r.finished_at
+		FROM unnest($1::text[]) AS t(task)
+		CROSS JOIN LATERAL (
+			SELECT id, started_at, finished_at FROM instances
+			WHERE task = t.task AND state = 'SUCCEEDED' AND started_at IS NOT NULL AND finished_at IS NOT NULL
+			ORDER BY id DESC LIMIT $2
+		) r
+		ORDER BY t.task, r.id DESC`, tasks, n)
+	if err != nil {
+		return nil, fmt.Errorf("read recent runs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			task   string
+			r      Run
+			micros int64
+		)
+		if err := rows.Scan(&task, &r.InstanceID, &micros, &r.FinishedAt); err != nil {
+			return nil, fmt.Errorf("read recent runs: %w", err)
+		}
+		r.Duration = time.Duration(max(micros, 0)) * time.Microsecond
+		out[task] = append(out[task], r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read recent runs: %w", err)
+	}
+	return out, nil
+}
+
+// DurationStats describes the runs a latest run is compared with.
+type DurationStats struct {
+	// Runs is how many runs the statistics are over.
+	Runs int
+	// Median and P95 are the 50th and 95th percentiles by nearest rank.
+	Median time.Duration
+	P95    time.Duration
+}
+
+// DurationOutlier compares a task's latest run with the runs before it
+// (history, any order): it is an outlier when history holds at least
+// minRuns runs and the latest took more than factor times their p95. The
+// statistics are returned either way (zero without history).
+func DurationOutlier(latest time.Duration, history []time.Duration, factor float64, minRuns int) (DurationStats, bool) {
+	if len(history) == 0 {
+		return DurationStats{}, false
+	}
+	sorted := slices.Clone(history)
+	slices.Sort(sorted)
+	rank := func(p float64) time.Duration {
+		i := int(math.Ceil(p*float64(len(sorted)))) - 1
+		return sorted[min(max(i, 0), len(sorted)-1)]
+	}
+	st := DurationStats{Runs: len(sorted), Median: rank(0.5), P95: rank(0.95)}
+	return st, len(sorted) >= minRuns && float64(latest) > factor*float64(st.P95)
+}
+
+// HealthOptions sets the thresholds of [Store.HealthReport]; zero fields
+// take the stated defaults.
+type HealthOptions struct {
+	// Now is the report's time (default time.Now()).
+	Now time.Time
+	// MinFailures is the shortest streak of failures reported (default 2).
+	MinFailures int
+	// Grace is how long after its time a cron tick may still be unfired
+	// before it counts as missed (default 1m).
+	Grace time.Duration
+	// Runs is how many earlier SUCCEEDED runs a task's latest run is
+	// compared with (default 20); MinRuns how many it needs (default 5);
+	// Factor how many times their p95 the latest must exceed (default 2).
+	Runs    int
+	MinRuns int
+	Factor  float64
+}
+
+func (o HealthOptions) withDefaults() HealthOptions {
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	if o.MinFailures <= 0 {
+		o.MinFailures = 2
+	}
+	if o.Grace <= 0 {
+		o.Grace = time.Minute
+	}
+	if o.Runs <= 0 {
+		o.Runs = 20
+	}
+	if o.MinRuns <= 0 {
+		o.MinRuns = 5
+	}
+	if o.Factor <= 0 {
+		o.Factor = 2
+	}
+	return o
+}
+
+// maxStreak is the longest failure streak the health report counts.
+const maxStreak = 100
+
+// HealthReport is the fleet's health: what needs a look, by section, each
+// section with the rule that put a task there.
+type HealthReport struct {
+	GeneratedAt time.Time `json:"generated_at"`
+	// Rules states each section's rule in words, with the thresholds used.
+	Rules HealthRules `json:"rules"`
+	// ConsecutiveFailures lists the tasks whose latest ended instances
+	// failed in a row, longest streak first.
+	ConsecutiveFailures []FailureStreak `json:"consecutive_failures"`
+	// MissedSchedules lists the cron triggers that did not fire when their
+	// schedule says they should have.
+	MissedSchedules []MissedSchedule `json:"missed_schedules"`
+	// DurationOutliers lists the tasks whose latest run took far longer
+	// than their history.
+	DurationOutliers []SlowRun `json:"duration_outliers"`
+	// WithoutOwner names the tasks whose definition names no owner.
+	WithoutOwner []string `json:"tasks_without_owner"`
+}
+
+// HealthRules are the rules of a [HealthReport]'s sections, in words.
+type HealthRules struct {
+	ConsecutiveFailures string `json:"consecutive_failures"`
+	MissedSchedules     string `json:"missed_schedules"`
+	DurationOutliers    string `json:"duration_outliers"`
+	WithoutOwner        string `json:"tasks_without_owner"`
+}
+
+// MissedSchedule is a cron trigger of an enabled, unpaused task that has
+// not fired a tick that is past.
+type MissedSchedule struct {
+	Task string `json:"task"`
+	// TriggerIndex is the trigger's index in the task's triggers.
+	TriggerIndex int    `json:"trigger_index"`
+	Schedule     string `json:"schedule"`
+	Timezone     string `json:"timezone"`
+	// LastTick is the latest tick a trigger service settled for this
+	// schedule; nil when none has planned it since the task last changed.
+	LastTick *time.Time `json:"last_tick,omitempty"`
+	// ExpectedAt is the first tick after that (or after the task last
+	// changed) that should have fired.
+	ExpectedAt time.Time `json:"expected_at"`
+}
+
+// SlowRun is a task's latest SUCCEEDED run that took far longer than the
+// runs before it.
+type SlowRun struct {
+	Task            string  `json:"task"`
+	InstanceID      int64   `json:"instance_id"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	MedianSeconds   float64 `json:"median_seconds"`
+	P95Seconds      float64 `json:"p95_seconds"`
+	// Runs is how many earlier runs the median and p95 are over.
+	Runs int `json:"runs"`
+}
+
+// HealthReport reads the fleet's health (see [HealthReport] and its
+// sections' rules) with the thresholds of o.
+func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (HealthReport, error) {
+	o = o.withDefaults()
+	rep := HealthReport{
+		GeneratedAt: o.Now,
+		Rules: HealthRules{
+			ConsecutiveFailures: fmt.Sprintf("the task's latest %d or more ended instances FAILED, with no SUCCEEDED one between them "+
+				"(SKIPPED and CANCELLED instances do not count; streaks are counted up to %d)", o.MinFailures, maxStreak),
+			MissedSchedules: fmt.Sprintf("an enabled, unpaused task's cron trigger has a tick more than %v in the past that no trigger "+
+				"service has fired or settled: the first tick after the last one settled, or after the task last changed", o.Grace),
+			DurationOutliers: fmt.Sprintf("the task's latest SUCCEEDED run took more than %g × the p95 of the %d SUCCEEDED runs before it "+
+				"(judged with at least %d such runs)", o.Factor, o.Runs, o.MinRuns),
+			WithoutOwner: "the task's definition has no owner",
+		},
+		ConsecutiveFailures: []FailureStreak{},
+		MissedSchedules:     []MissedSchedule{},
+		DurationOutliers:    []SlowRun{},
+		WithoutOwner:        []string{},
+	}
+	tasks, err := s.ListTasks(ctx)
+	if err != nil {
+		return HealthReport{}, fmt.Errorf("health report: %w", err)
+	}
+	names := make([]string, len(tasks))
+	for i, t := range tasks {
+		names[i] = t.Name
+		if t.Definition.Owner == "" {
+			rep.WithoutOwner = append(rep.WithoutOwner, t.Name)
+		}
+	}
+
+	streaks, err := s.FailureStreaks(ctx, names, maxStreak)
+	if err != nil {
+		return HealthReport{}, fmt.Errorf("health report: %w", err)
+	}
+	for _, name := range names {
+		if st, ok := streaks[name]; ok && st.Failures >= o.MinFailures {
+			rep.ConsecutiveFailures = append(rep.ConsecutiveFailures, st)
+		}
+	}
+	slices.SortStableFunc(rep.ConsecutiveFailures, func(a, b FailureStreak) int { return b.Failures - a.Failures })
+
+	if rep.MissedSchedules, err = s.missedSchedules(ctx, tasks, o); err != nil {
+		return HealthReport{}, fmt.Errorf("health report: %w", err)
+	}
+
+	runs, err := s.RecentRuns(ctx, names, o.Runs+1)
+	if err != nil {
+		return HealthReport{}, fmt.Errorf("health report: %w", err)
+	}
+	for _, name := range names {
+		rs := runs[name]
+		if len(rs) < 2 {
+			continue
+		}
+		history := make([]time.Duration, len(rs)-1)
+		for i, r := range rs[1:] {
+			history[i] = r.Duration
+		}
+		if st, slow := DurationOutlier(rs[0].Duration, history, o.Factor, o.MinRuns); slow {
+			rep.DurationOutliers = append(rep.DurationOutliers, SlowRun{Task: name, InstanceID: rs[0].InstanceID,
+				DurationSeconds: rs[0].Duration.Seconds(), MedianSeconds: st.Median.Seconds(), P95Seconds: st.P95.Seconds(), Runs: st.Runs})
+		}
+	}
+	return rep, nil
+}
+
+// missedSchedules finds the cron triggers of tasks that have a tick more
+// than o.Grace past that no trigger service settled.
+func (s *Store) missedSchedules(ctx context.Context, tasks []TaskRecord, o HealthOptions) ([]MissedSchedule, error) {
+	var names []string
+	for _, t := range tasks {
+		if t.Enabled && !t.Paused {
+			names = append(names, t.Name)
+		}
+	}
+	states, err := s.GetTriggerStates(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := []MissedSchedule{}
+	for _, t := range tasks {
+		if !t.Enabled || t.Paused {
+			continue
+		}
+		for i, tr := range t.Definition.Triggers {
+			if tr.Type != schemas.TriggerTypeCron {
+				continue
+			}
+			tr = tr.WithDefaults()
+			sched, err := schemas.ParseCronSchedule(tr.Schedule, tr.Timezone)
+			if err != nil {
+				// Stored definitions were validated; one that no longer
+				// parses cannot fire, which the trigger service reports.
+				continue
+			}
+			// Ticks before the task last changed (created, enabled,
+			// resumed, given this schedule) were not due.
+			ref := t.UpdatedAt
+			var last *time.Time
+			if st, ok := states[TriggerKey{Task: t.Name, TriggerIndex: i}]; ok && st.Schedule == tr.Schedule && st.Timezone == tr.Timezone {
+				last = &st.LastTick
+				if st.LastTick.After(ref) {
+					ref = st.LastTick
+				}
+			}
+			next := sched.Next(ref)
+			if next.IsZero() || o.Now.Sub(next) <= o.Grace {
+				continue
+			}
+			out = append(out, MissedSchedule{Task: t.Name, TriggerIndex: i, Schedule: tr.Schedule, Timezone: tr.Timezone,
+				LastTick: last, ExpectedAt: next.UTC()})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,190 @@
+package store_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+)
+
+// addRun writes an ended instance of task that ran for d and ended at
+// finished, with its transitions.
+func addRun(t *testing.T, pool *pgxpool.Pool, task string, state schemas.State, finished time.Time, d time.Duration, errText string) int64 {
+	t.Helper()
+	var id int64
+	err := pool.QueryRow(t.Context(), `
+		INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler,
+			timeout_ms, fired_at, started_at, finished_at, error)
+		VALUES ($1, 1, gen_random_uuid()::text, 'event', $2, 1, 'normal', 'default', 'h', 60000, $3, $3, $4, $5)
+		RETURNING id`, task, string(state), finished.Add(-d), finished, errText).Scan(&id)
+	if err != nil {
+		t.Fatalf("insert instance: %v", err)
+	}
+	_, err = pool.Exec(t.Context(), `
+		INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason, at)
+		VALUES ($1, $2, NULL, 'CREATED', 1, 'event', '', $3), ($1, $2, 'CREATED', 'DISPATCHED', 1, 'dispatcher', '', $3),
+			($1, $2, 'DISPATCHED', 'RUNNING', 1, 'worker:w', '', $3), ($1, $2, 'RUNNING', $4, 1, 'worker:w', $5, $6)`,
+		id, task, finished.Add(-d), string(state), errText, finished)
+	if err != nil {
+		t.Fatalf("insert transitions: %v", err)
+	}
+	return id
+}
+
+func TestFailureStreaks(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	applyTasks(t, st, "a", "b", "c")
+	now := time.Now()
+	addRun(t, pool, "a", schemas.StateFailed, now, time.Second, "old")
+	addRun(t, pool, "a", schemas.StateSucceeded, now, time.Second, "")
+	first := addRun(t, pool, "a", schemas.StateFailed, now.Add(-time.Minute), time.Second, "one")
+	addRun(t, pool, "a", schemas.StateSkipped, now, 0, "")
+	last := addRun(t, pool, "a", schemas.StateFailed, now, time.Second, "two")
+	addRun(t, pool, "b", schemas.StateFailed, now, time.Second, "")
+	addRun(t, pool, "b", schemas.StateSucceeded, now, time.Second, "")
+	for range 4 {
+		addRun(t, pool, "c", schemas.StateFailed, now, time.Second, "c")
+	}
+	got, err := st.FailureStreaks(t.Context(), []string{"a", "b", "c", "none"}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := got["a"]
+	if len(got) != 2 || a.Failures != 2 || a.LastInstanceID != last || a.LastError != "two" ||
+		!a.Since.Equal(now.Add(-time.Minute).Truncate(time.Microsecond)) {
+		t.Errorf("streaks = %+v; want a with 2 failures since the first (%d) and c", got, first)
+	}
+	if got["c"].Failures != 3 {
+		t.Errorf("streak of c = %+v, want 3: counted up to the limit", got["c"])
+	}
+}
+
+func TestDurationOutlier(t *testing.T) {
+	t.Parallel()
+	sec := func(ns ...int) []time.Duration {
+		out := make([]time.Duration, len(ns))
+		for i, n := range ns {
+			out[i] = time.Duration(n) * time.Second
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		latest  time.Duration
+		history []time.Duration
+		minRuns int
+		median  time.Duration
+		p95     time.Duration
+		slow    bool
+	}{
+		{21 * time.Second, sec(10, 9, 11, 10, 10), 5, 10 * time.Second, 11 * time.Second, false},
+		{23 * time.Second, sec(10, 9, 11, 10, 10), 5, 10 * time.Second, 11 * time.Second, true},
+		{23 * time.Second, sec(10, 9, 11, 10), 5, 10 * time.Second, 11 * time.Second, false}, // too little history
+		{time.Minute, nil, 1, 0, 0, false},
+		// 20 runs: the p95 is the 19th, so one wild run is forgiven.
+		{50 * time.Second, append(sec(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 20), 100*time.Second), 5,
+			10 * time.Second, 20 * time.Second, true},
+		{40 * time.Second, append(sec(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 20), 100*time.Second), 5,
+			10 * time.Second, 20 * time.Second, false},
+	} {
+		st, slow := store.DurationOutlier(tt.latest, tt.history, 2, tt.minRuns)
+		if slow != tt.slow || st.Median != tt.median || st.P95 != tt.p95 || st.Runs != len(tt.history) {
+			t.Errorf("DurationOutlier(%v, %v) = %+v, %t; want median %v, p95 %v, %t", tt.latest, tt.history, st, slow,
+				tt.median, tt.p95, tt.slow)
+		}
+	}
+}
+
+func TestHealthReport(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	apply := func(def string) {
+		t.Helper()
+		if _, _, err := st.ApplyTask(ctx, parseTask(t, def), "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply("task_name: owned\nowner: data-team\nexecution: {handler: h}\n")
+	apply("task_name: orphan\nexecution: {handler: h}\n")
+	apply("task_name: flaky\nowner: ops\nexecution: {handler: h}\n")
+	apply("task_name: slow\nowner: ops\nexecution: {handler: h}\n")
+	// Cron triggers: one settled recently, one far behind, one never
+	// planned, and one of a disabled task.
+	apply("task_name: on-time\nowner: ops\nexecution: {handler: h}\ntriggers: [{type: cron, schedule: '@hourly'}]\n")
+	apply("task_name: behind\nowner: ops\nexecution: {handler: h}\ntriggers: [{type: manual}, {type: cron, schedule: '*/5 * * * *', timezone: Europe/Berlin}]\n")
+	apply("task_name: unplanned\nowner: ops\nexecution: {handler: h}\ntriggers: [{type: cron, schedule: '@every 10s'}]\n")
+	apply("task_name: stopped\nowner: ops\nexecution: {handler: h}\ntriggers: [{type: cron, schedule: '@every 10s'}]\n")
+	if _, err := st.SetTaskEnabled(ctx, "stopped", false, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	// The tasks changed a day ago, so every tick since then was due.
+	if _, err := pool.Exec(ctx, `UPDATE tasks SET updated_at = now() - interval '1 day'`); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	behindTick := now.Add(-time.Hour).Truncate(5 * time.Minute)
+	if err := st.SaveTriggerStates(ctx, []store.TriggerState{
+		{Task: "on-time", TriggerIndex: 0, Schedule: "@hourly", Timezone: "UTC", LastTick: now.Truncate(time.Hour)},
+		{Task: "behind", TriggerIndex: 1, Schedule: "*/5 * * * *", Timezone: "Europe/Berlin", LastTick: behindTick},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	for range 3 {
+		addRun(t, pool, "flaky", schemas.StateFailed, now, time.Second, "boom")
+	}
+	addRun(t, pool, "owned", schemas.StateFailed, now, time.Second, "once") // a streak of one is not reported
+	for i := range 6 {
+		addRun(t, pool, "slow", schemas.StateSucceeded, now.Add(-time.Duration(10-i)*time.Minute), time.Duration(10+i)*time.Second, "")
+	}
+	slowID := addRun(t, pool, "slow", schemas.StateSucceeded, now, time.Minute, "")
+
+	rep, err := st.HealthReport(ctx, store.HealthOptions{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.ConsecutiveFailures) != 1 || rep.ConsecutiveFailures[0].Task != "flaky" || rep.ConsecutiveFailures[0].Failures != 3 {
+		t.Errorf("consecutive failures = %+v", rep.ConsecutiveFailures)
+	}
+	if fmt.Sprint(rep.WithoutOwner) != "[orphan]" {
+		t.Errorf("without owner = %v", rep.WithoutOwner)
+	}
+	if len(rep.MissedSchedules) != 2 {
+		t.Fatalf("missed schedules = %+v, want behind and unplanned", rep.MissedSchedules)
+	}
+	behind, unplanned := rep.MissedSchedules[0], rep.MissedSchedules[1]
+	if behind.Task != "behind" || behind.TriggerIndex != 1 || behind.LastTick == nil || !behind.LastTick.Equal(behindTick) ||
+		!behind.ExpectedAt.Equal(behindTick.Add(5*time.Minute)) || behind.Timezone != "Europe/Berlin" {
+		t.Errorf("behind = %+v", behind)
+	}
+	if unplanned.Task != "unplanned" || unplanned.LastTick != nil || now.Sub(unplanned.ExpectedAt) < 23*time.Hour {
+		t.Errorf("unplanned = %+v, want its first tick a day ago", unplanned)
+	}
+	if len(rep.DurationOutliers) != 1 {
+		t.Fatalf("duration outliers = %+v", rep.DurationOutliers)
+	}
+	if o := rep.DurationOutliers[0]; o.Task != "slow" || o.InstanceID != slowID || o.DurationSeconds != 60 || o.P95Seconds != 15 ||
+		o.MedianSeconds != 12 || o.Runs != 6 {
+		t.Errorf("outlier = %+v", o)
+	}
+	if rep.Rules.DurationOutliers == "" || rep.Rules.MissedSchedules == "" || rep.Rules.ConsecutiveFailures == "" {
+		t.Errorf("rules = %+v", rep.Rules)
+	}
+
+	// Thresholds move what is reported.
+	rep, err = st.HealthReport(ctx, store.HealthOptions{Now: now, MinFailures: 1, Factor: 10, Grace: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.ConsecutiveFailures) != 2 || len(rep.DurationOutliers) != 0 || len(rep.MissedSchedules) != 0 {
+		t.Errorf("with other thresholds: %+v", rep)
+	}
+}

@@ -1,0 +1,184 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// The queries the auditor's metrics and alert rules read. Each reads the
+// live instances' partial index, an instance's transitions by their index,
+// or a window of instance_transitions by its time index: none scans the
+// instances that ended long ago.
+
+// Reason prefixes of the failures the fleet metrics tell apart. An attempt
+// that timed out ends with a reason starting with TimeoutReasonPrefix
+// (the executor's "timeout after 1m0s", the reaper's "timeout: …"); one
+// whose lease expired with LeaseExpiredReasonPrefix, by the reaper.
+const (
+	TimeoutReasonPrefix      = "timeout"
+	LeaseExpiredReasonPrefix = "lease expired"
+)
+
+// IsTimeoutReason reports whether a transition's reason says the attempt timed out.
+func IsTimeoutReason(reason string) bool { return strings.HasPrefix(reason, TimeoutReasonPrefix) }
+
+// IsLeaseExpiredReason reports whether a transition's reason says the
+// attempt's lease expired.
+func IsLeaseExpiredReason(reason string) bool {
+	return strings.HasPrefix(reason, LeaseExpiredReasonPrefix)
+}
+
+// InstanceTimes are the times of an instance that its latencies are measured from.
+type InstanceTimes struct {
+	// FiredAt is when its firing was due (the cron tick, the run_at of a
+	// delayed firing, the moment of a manual one).
+	FiredAt time.Time
+	// Running holds when each attempt was recorded RUNNING, by attempt.
+	Running map[int]time.Time
+}
+
+// InstanceTimes returns the times of the instances ids, by id, in one query;
+// ids that name no instance are missing.
+func (s *Store) InstanceTimes(ctx context.Context, ids []int64) (map[int64]InstanceTimes, error) {
+	out := make(map[int64]InstanceTimes, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT i.id, i.fired_at, t.attempt, t.at
+		FROM instances i LEFT JOIN instance_transitions t ON t.instance_id = i.id AND t.to_state = 'RUNNING'
+		WHERE i.id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read instance times: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id      int64
+			fired   time.Time
+			attempt *int
+			at      *time.Time
+		)
+		if err := rows.Scan(&id, &fired, &attempt, &at); err != nil {
+			return nil, fmt.Errorf("read instance times: %w", err)
+		}
+		it, ok := out[id]
+		if !ok {
+			it = InstanceTimes{FiredAt: fired, Running: map[int]time.Time{}}
+			out[id] = it
+		}
+		if attempt != nil && at != nil {
+			it.Running[*attempt] = *at
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read instance times: %w", err)
+	}
+	return out, nil
+}
+
+// LiveStates are the states an instance has before it ends.
+var LiveStates = []schemas.State{schemas.StateCreated, schemas.StateWaiting, schemas.StateDispatched,
+	schemas.StateRunning, schemas.StateRetrying}
+
+// StateCount is how many instances of a task are in a state.
+type StateCount struct {
+	Task  string
+	State schemas.State
+	Count int
+}
+
+// LiveInstanceCounts counts the instances in each live state ([LiveStates])
+// by task. Tasks with none are left out.
+func (s *Store) LiveInstanceCounts(ctx context.Context) ([]StateCount, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT task, state, count(*) FROM instances
+		WHERE state IN ('CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING')
+		GROUP BY task, state ORDER BY task, state`)
+	if err != nil {
+		return nil, fmt.Errorf("count live instances: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[StateCount])
+	if err != nil {
+		return nil, fmt.Errorf("count live instances: %w", err)
+	}
+	return out, nil
+}
+
+// BacklogCount is how many instances of a task have waited in a state
+// longer than the age asked for.
+type BacklogCount struct {
+	Task  string
+	Pool  string
+	State schemas.State
+	Count int
+	// OldestID is the instance that has waited longest.
+	OldestID int64
+}
+
+// Backlog counts, by task, pool and state, the instances that have been
+// DISPATCHED (not yet taken by an executor), WAITING (held by the task's
+// concurrency limit) or RETRYING (waiting for their next attempt) since
+// before now - age.
+func (s *Store) Backlog(ctx context.Context, age time.Duration, now time.Time) ([]BacklogCount, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT task, pool, state, count(*), (array_agg(id ORDER BY updated_at))[1] FROM instances
+		WHERE state IN ('DISPATCHED', 'WAITING', 'RETRYING') AND updated_at < $1
+		GROUP BY task, pool, state ORDER BY task, pool, state`, now.Add(-age))
+	if err != nil {
+		return nil, fmt.Errorf("count backlog: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[BacklogCount])
+	if err != nil {
+		return nil, fmt.Errorf("count backlog: %w", err)
+	}
+	return out, nil
+}
+
+// TaskEnds is what became of a task's attempts within a window.
+type TaskEnds struct {
+	Task string
+	// Attempts is how many attempts ended (SUCCEEDED, FAILED or RETRYING).
+	Attempts int
+	// Timeouts is how many of them timed out, and LastTimeoutID the latest
+	// instance that did (0 for none).
+	Timeouts      int
+	LastTimeoutID int64
+	// Failed is how many instances ended FAILED, and LastFailedID the
+	// latest of them (0 for none).
+	Failed       int
+	LastFailedID int64
+}
+
+// RecentEnds sums up, by task, the attempts that ended at or after since,
+// from the transitions' time index. Tasks without any are left out.
+func (s *Store) RecentEnds(ctx context.Context, since time.Time) ([]TaskEnds, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT task,
+			count(*) FILTER (WHERE attempt_end),
+			count(*) FILTER (WHERE attempt_end AND timed_out),
+			COALESCE(max(instance_id) FILTER (WHERE attempt_end AND timed_out), 0),
+			count(*) FILTER (WHERE to_state = 'FAILED'),
+			COALESCE(max(instance_id) FILTER (WHERE to_state = 'FAILED'), 0)
+		FROM (
+			SELECT task, instance_id, to_state,
+				to_state IN ('SUCCEEDED', 'FAILED', 'RETRYING') AND from_state IN ('DISPATCHED', 'RUNNING') AS attempt_end,
+				starts_with(reason, $2) AS timed_out
+			FROM instance_transitions WHERE at >= $1
+		) t
+		GROUP BY task ORDER BY task`, since, TimeoutReasonPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("sum up recent attempts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[TaskEnds])
+	if err != nil {
+		return nil, fmt.Errorf("sum up recent attempts: %w", err)
+	}
+	return out, nil
+}

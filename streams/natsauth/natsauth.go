@@ -1,0 +1,293 @@
+// Package natsauth gives each AX service a NATS user of its own with only
+// the permissions its work needs, derived from the topology: the users of
+// ax dev's embedded server, and the same as a nats-server configuration
+// block for a real deployment (see docs/security.md).
+//
+// The executor runs handler code on many machines, so it is the one held
+// tightest: it may pull only its pools' dispatch consumers, publish only
+// reports, task logs and its worker's heartbeat, and write only the
+// leases, mutex and once buckets. It cannot read another pool's work,
+// publish firings, write the tasks bucket, or create, purge or delete a
+// stream. Every user but the dispatcher receives replies on an inbox
+// prefix of its own ([InboxPrefix]), so that no user can read the replies
+// — the pulled messages — of another.
+//
+// The package lives under streams, not internal: the permissions are
+// subjects of the topology, and internal/ may not import streams. It is
+// not imported by the executor SDK, so handler binaries do not link the
+// NATS server.
+package natsauth
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// Role names the kind of AX service a NATS user is for.
+type Role string
+
+// The roles of NATS users.
+const (
+	// Dispatcher owns the topology (it creates and updates every stream,
+	// consumer and bucket) and may do anything in the account.
+	Dispatcher Role = "dispatcher"
+	// Trigger publishes firings and watches the tasks bucket; it also
+	// ensures the topology at start (creates and updates streams, never
+	// purges or deletes them).
+	Trigger Role = "trigger"
+	// Executor pulls its pools' work and reports on it.
+	Executor Role = "executor"
+	// API publishes firings, announces task changes, and reads every
+	// stream (logs, workers, stream state).
+	API Role = "api"
+	// Auditor relays the audit trail to AX_AUDIT and reads the streams'
+	// state, the workers and the leases for metrics and alerts.
+	Auditor Role = "auditor"
+)
+
+// Roles lists every role, the order of [Users].
+var Roles = []Role{Dispatcher, Trigger, Executor, API, Auditor}
+
+// Scope narrows the executor's permissions.
+type Scope struct {
+	// Pools are the pools the executor serves (default
+	// schemas.DefaultPool).
+	Pools []string
+	// WorkerID, when set, is the only worker id whose heartbeat key and
+	// control subject the executor may use; empty allows any worker id.
+	WorkerID string
+}
+
+// InboxPrefix is the inbox prefix that a connection of user must use
+// (nats.CustomInboxPrefix): replies to its requests, pulled messages
+// included, come there, where no other user may subscribe.
+func InboxPrefix(user string) string { return "_INBOX_" + user }
+
+// Permissions returns the permissions of user, a user of role in topology
+// top; scope narrows an executor. The dispatcher's are nil: everything.
+func Permissions(top streams.Topology, role Role, user string, scope Scope) *server.Permissions {
+	if role == Dispatcher {
+		return nil
+	}
+	var pub, sub []string
+	inbox := InboxPrefix(user) + ".>"
+	// Flow control of push consumers (key-value watchers) is answered on
+	// $JS.FC subjects; a stray answer only unblocks a consumer.
+	const flowControl = "$JS.FC.>"
+	info := func(streams ...string) []string {
+		out := []string{"$JS.API.INFO"}
+		for _, s := range streams {
+			out = append(out, "$JS.API.STREAM.INFO."+s)
+		}
+		return out
+	}
+	// watch lets a user read a stream through consumers of its own
+	// (ordered consumers, key-value watchers, direct gets).
+	watch := func(stream string) []string {
+		return []string{
+			"$JS.API.CONSUMER.CREATE." + stream + ".>",
+			"$JS.API.CONSUMER.DELETE." + stream + ".>",
+			"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
+			"$JS.API.DIRECT.GET." + stream,
+			"$JS.API.DIRECT.GET." + stream + ".>",
+			"$JS.API.STREAM.MSG.GET." + stream,
+		}
+	}
+	kv := func(bucket string) string { return "KV_" + bucket }
+	// observe lets a user read the state of every stream and consumer.
+	observe := []string{
+		"$JS.API.STREAM.INFO.>", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+		"$JS.API.CONSUMER.INFO.>", "$JS.API.CONSUMER.NAMES.>", "$JS.API.CONSUMER.LIST.>",
+	}
+	switch role {
+	case Trigger:
+		pub = append(pub, top.Trigger(">"))
+		// The trigger service ensures the topology at start, as the
+		// dispatcher does: it may create and update AX's streams, by
+		// name, but not purge or delete them.
+		var all []string
+		for _, c := range top.StreamConfigs(streams.Config{}) {
+			all = append(all, c.Name)
+		}
+		for _, c := range top.BucketConfigs(streams.Config{}) {
+			all = append(all, kv(c.Bucket))
+		}
+		pub = append(pub, info(all...)...)
+		for _, s := range all {
+			pub = append(pub, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s)
+		}
+		pub = append(pub, watch(kv(top.TasksBucket()))...)
+		pub = append(pub, flowControl)
+	case API:
+		pub = append(pub, top.Trigger(">"), top.Sched(">"), top.Control(">"), kvKey(top.TasksBucket(), ">"))
+		pub = append(pub, "$JS.API.INFO")
+		pub = append(pub, observe...)
+		for _, s := range []string{top.LogsStream(), top.TriggersStream(), kv(top.WorkersBucket()), kv(top.TasksBucket())} {
+			pub = append(pub, watch(s)...)
+		}
+		pub = append(pub, flowControl)
+	case Auditor:
+		pub = append(pub, top.Audit(">"), "$JS.API.INFO")
+		pub = append(pub, observe...)
+		for _, s := range []string{top.AuditStream(), kv(top.WorkersBucket()), kv(top.LeasesBucket()), kv(top.TasksBucket())} {
+			pub = append(pub, watch(s)...)
+		}
+		pub = append(pub, ack(top.AuditStream(), "*")...)
+		pub = append(pub, flowControl)
+	case Executor:
+		pools := scope.Pools
+		if len(pools) == 0 {
+			pools = []string{schemas.DefaultPool}
+		}
+		worker := scope.WorkerID
+		if worker == "" {
+			worker = "*"
+		}
+		pub = append(pub, top.Prefix()+".report.>", top.Prefix()+".log.>")
+		pub = append(pub, info(top.DispatchStream(), top.ReportsStream(), top.LogsStream(),
+			kv(top.LeasesBucket()), kv(top.WorkersBucket()), kv(top.MutexBucket()), kv(top.OnceBucket()))...)
+		for _, pool := range pools {
+			for _, p := range schemas.Priorities {
+				c := top.PoolConsumer(pool, p)
+				stream := top.DispatchStream()
+				pub = append(pub,
+					"$JS.API.CONSUMER.CREATE."+stream+"."+c.Durable+"."+c.FilterSubject,
+					"$JS.API.CONSUMER.INFO."+stream+"."+c.Durable,
+					"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+c.Durable)
+				pub = append(pub, ack(stream, c.Durable)...)
+			}
+			sub = append(sub, top.Ready(pool))
+		}
+		pub = append(pub, kvKey(top.WorkersBucket(), worker), kvKey(top.LeasesBucket(), ">"),
+			kvKey(top.MutexBucket(), ">"), kvKey(top.OnceBucket(), ">"))
+		pub = append(pub, watch(kv(top.OnceBucket()))...)
+		pub = append(pub, flowControl)
+		sub = append(sub, top.Control(worker))
+	default:
+		// An unknown role may do nothing but ask.
+		pub = append(pub, "$JS.API.INFO")
+	}
+	sub = append(sub, inbox)
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: pub},
+		Subscribe: &server.SubjectPermission{Allow: sub},
+	}
+}
+
+// ack returns the subjects that acknowledge messages of consumer on
+// stream, in both formats of ack subjects the server may use.
+func ack(stream, consumer string) []string {
+	return []string{
+		"$JS.ACK." + stream + "." + consumer + ".>",
+		"$JS.ACK.*.*." + stream + "." + consumer + ".>",
+	}
+}
+
+// kvKey is the subject that writes key of bucket.
+func kvKey(bucket, key string) string { return "$KV." + bucket + "." + key }
+
+// Users returns one user per role, each called by its role, with the
+// password passwords holds for it; scope narrows the executor. A role
+// without a password is left out.
+func Users(top streams.Topology, passwords map[Role]string, scope Scope) []*server.User {
+	var out []*server.User
+	for _, role := range Roles {
+		pw, ok := passwords[role]
+		if !ok {
+			continue
+		}
+		out = append(out, &server.User{Username: string(role), Password: pw,
+			Permissions: Permissions(top, role, string(role), scope)})
+	}
+	return out
+}
+
+// ServerConfig renders the users of [Users] as the authorization block of
+// a nats-server configuration file. Each password is read from an
+// environment variable, <ROLE>_NATS_PASSWORD (e.g. EXECUTOR_NATS_PASSWORD),
+// so that the file holds no secret.
+func ServerConfig(top streams.Topology, scope Scope) string {
+	var b strings.Builder
+	b.WriteString("authorization {\n  users = [\n")
+	for _, role := range Roles {
+		fmt.Fprintf(&b, "    {\n      user: %q\n      password: $%s\n", role, PasswordEnv(role))
+		if p := Permissions(top, role, string(role), scope); p != nil {
+			b.WriteString("      permissions: {\n")
+			writeList(&b, "publish", p.Publish.Allow)
+			writeList(&b, "subscribe", p.Subscribe.Allow)
+			b.WriteString("      }\n")
+		}
+		b.WriteString("    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+// PasswordEnv names the environment variable [ServerConfig] reads the
+// password of role from.
+func PasswordEnv(role Role) string { return strings.ToUpper(string(role)) + "_NATS_PASSWORD" }
+
+func writeList(b *strings.Builder, name string, subjects []string) {
+	fmt.Fprintf(b, "        %s: { allow: [\n", name)
+	for _, s := range subjects {
+		fmt.Fprintf(b, "          %q\n", s)
+	}
+	b.WriteString("        ] }\n")
+}
+
+// LoadOrCreatePasswords reads the passwords of every role from the JSON
+// file at path, makes a random one for each role it lacks, and writes the
+// file back (mode 0600) when it made any: ax dev's users keep their
+// passwords across restarts, and only the owner of the data folder can
+// read them.
+func LoadOrCreatePasswords(path string) (map[Role]string, error) {
+	passwords := map[Role]string{}
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("read NATS passwords: %w", err)
+	default:
+		if err := json.Unmarshal(data, &passwords); err != nil {
+			return nil, fmt.Errorf("read NATS passwords from %s: %w; delete the file to make new ones", path, err)
+		}
+	}
+	changed := false
+	for _, role := range Roles {
+		if passwords[role] != "" {
+			continue
+		}
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("make NATS password: %w", err)
+		}
+		passwords[role] = base64.RawURLEncoding.EncodeToString(b)
+		changed = true
+	}
+	if !changed {
+		return passwords, nil
+	}
+	out, err := json.MarshalIndent(passwords, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("write NATS passwords: %w", err)
+	}
+	if err := os.WriteFile(path, append(out, '\n'), 0o600); err != nil {
+		return nil, fmt.Errorf("write NATS passwords: %w", err)
+	}
+	// WriteFile keeps the mode of a file that was there.
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, fmt.Errorf("write NATS passwords: %w", err)
+	}
+	return passwords, nil
+}
