@@ -123,7 +123,7 @@ triggers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !catchUp.FiredAt.Equal(start.Add(3*time.Minute + 30*time.Second)) || !strings.Contains(catchUp.Transitions[0].Reason, "misfire") {
+	if !catchUp.FiredAt.Equal(start.Add(3*time.Minute+30*time.Second)) || !strings.Contains(catchUp.Transitions[0].Reason, "misfire") {
 		t.Errorf("catch-up fired for %v with reason %q, want the latest missed tick 10:03:30 with a misfire reason",
 			catchUp.FiredAt, catchUp.Transitions[0].Reason)
 	}
