@@ -174,7 +174,7 @@ func decodeStrict(data []byte, v any, what string) *Error {
 		if _, ok := errors.AsType[*json.SyntaxError](err); ok {
 			return jsonSyntaxError(data, err)
 		}
-		return badRequest("invalid_body", "", "the body is not %s: %v", what, err)
+		return badRequest("invalid_body", decodeErrorField(err), "the body is not %s: %v", what, err)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			writeError(w, badRequest("invalid_request", "", "the body must be empty or an object like {\"reason\": \"wrong input\"}: %v", err))
+			writeError(w, badRequest("invalid_request", decodeErrorField(err), "the body must be empty or an object like {\"reason\": \"wrong input\"}: %v", err))
 			return
 		}
 	}

@@ -163,3 +163,15 @@ func lineCol(data []byte, offset int64) (line, col int) {
 	}
 	return line, col
 }
+
+// decodeErrorField names the field a json.Decoder error is about: the
+// field of a value of the wrong type, or an unknown field; "" for others.
+func decodeErrorField(err error) string {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		return te.Field
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return strings.Trim(field, `"`)
+	}
+	return ""
+}

@@ -72,6 +72,10 @@ type FireResult struct {
 	Existing bool `json:"existing,omitempty"`
 }
 
+// maxOperatorLen is the maxLength of a firing's operator in
+// trigger.schema.json.
+const maxOperatorLen = 256
+
 // fireFields lists the fields of FireRequest for the unknown-field message.
 const fireFields = "payload, payload_version, event_id, idempotency_key, priority, operator, run_at, delay, run_id"
 
@@ -94,6 +98,13 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 	req, e := s.readFireRequest(w, r)
 	if e != nil {
 		writeError(w, e)
+		return
+	}
+	// The operator is not recorded, but a value the firing's own operator
+	// could not hold is a mistake worth telling.
+	if len(req.Operator) > maxOperatorLen {
+		writeError(w, badRequest("invalid_request", "operator", "operator is %d bytes long; keep it to %d (any non-empty value makes the firing manual)",
+			len(req.Operator), maxOperatorLen))
 		return
 	}
 	ev := schemas.TriggerEvent{

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -41,6 +42,34 @@ type ApplyResult struct {
 	// Changed is false when the definition equals the current version's,
 	// which then stays current.
 	Changed bool `json:"changed"`
+	// Warnings lists what may keep the task from running although its
+	// definition is valid, e.g. a handler no live worker serves. Workers
+	// come and go, so these never refuse a definition.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// handlerCheckTimeout bounds the look at the live workers that apply makes
+// to warn of a handler none of them serves.
+const handlerCheckTimeout = 2 * time.Second
+
+// handlerWarnings warns when no live worker serves the task's handler. It
+// is a hint, not a rule: a worker may start later, and when
+// the workers cannot be read it says nothing rather than fail the apply.
+func (s *Service) handlerWarnings(ctx context.Context, def *schemas.Task) []string {
+	ctx, cancel := context.WithTimeout(ctx, handlerCheckTimeout)
+	defer cancel()
+	workers, err := s.readWorkers(ctx)
+	if err != nil {
+		s.opts.Logger.Debug().Err(err).Str("task", def.TaskName).Msg("cannot read workers to check the handler")
+		return nil
+	}
+	handler := def.Execution.Handler
+	for _, wk := range workers {
+		if slices.Contains(wk.Handlers, handler) {
+			return nil
+		}
+	}
+	return []string{fmt.Sprintf("no live worker serves handler %q: the task's instances will wait until an executor that registered it starts (see GET /v1/workers, ax worker list)", handler)}
 }
 
 // taskList is the answer to GET /v1/tasks.
@@ -121,7 +150,7 @@ func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
 	if changed && rec.Version == 1 {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, ApplyResult{TaskInfo: taskInfo(rec), Changed: changed})
+	writeJSON(w, status, ApplyResult{TaskInfo: taskInfo(rec), Changed: changed, Warnings: s.handlerWarnings(r.Context(), def)})
 }
 
 func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {

@@ -58,6 +58,10 @@ func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
 			writeError(w, badRequest("invalid_request", te.Field, `the body must be an object like {"name": "ci", "role": "operator"}`))
 			return
 		}
+		if field := decodeErrorField(err); field != "" {
+			writeError(w, badRequest("unknown_field", field, `unknown field %q; send an object like {"name": "ci", "role": "operator"}`, field))
+			return
+		}
 		e := jsonSyntaxError(data, err)
 		e.Message += `; send an object like {"name": "ci", "role": "operator"}`
 		writeError(w, e)

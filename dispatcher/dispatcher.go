@@ -61,6 +61,10 @@ type Service struct {
 	held *holder
 	// metrics counts what the consumers handle.
 	metrics *metrics
+	// workers is the live view of ax-workers that routing reads.
+	workers *liveWorkers
+	// hashKeys holds the parsed hash_key templates by their text.
+	hashKeys sync.Map
 }
 
 // DefaultBatchSize is the default of [Options.BatchSize].
@@ -110,6 +114,7 @@ func New(opts Options) (*Service, error) {
 		ready:   make(chan struct{}),
 		held:    newHolder(),
 		metrics: m,
+		workers: newLiveWorkers(opts.NowFunc),
 	}, nil
 }
 
@@ -151,6 +156,15 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dispatcher: bucket %s: %w", s.top.LeasesBucket(), err)
 	}
+	workersKV, err := js.KeyValue(ctx, s.top.WorkersBucket())
+	if err != nil {
+		return fmt.Errorf("run dispatcher: bucket %s: %w", s.top.WorkersBucket(), err)
+	}
+	status, err := workersKV.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("run dispatcher: bucket %s: %w", s.top.WorkersBucket(), err)
+	}
+	s.workers.setTTL(status.TTL())
 
 	// A loop that fails stops the others: the service runs whole or not at all.
 	runCtx, cancelRun := context.WithCancelCause(ctx)
@@ -164,6 +178,11 @@ func (s *Service) run(ctx context.Context) error {
 	})
 	defer stop()
 
+	watch, err := s.watchWorkers(runCtx, workersKV)
+	if err != nil {
+		return fmt.Errorf("run dispatcher: %w", err)
+	}
+
 	s.log.Info().Msg("dispatcher started")
 	close(s.ready)
 	loops := []func() error{
@@ -175,6 +194,7 @@ func (s *Service) run(ctx context.Context) error {
 		},
 		func() error { return s.reap(runCtx, work, leases) },
 		func() error { return s.holdLoop(runCtx, work) },
+		watch,
 	}
 	var wg sync.WaitGroup
 	var once sync.Once

@@ -9,7 +9,8 @@ import (
 )
 
 // afterEnds acts on instances that ended, after their ends were committed:
-// it adds to batch the firings of the tasks chained after them, and starts
+// it ends the parents of sharded and broadcast firings whose children have
+// all ended (see [store.Store.EndParents]), adds to batch the firings of the tasks chained after them, and starts
 // the WAITING instances of their tasks that a freed slot of
 // max_running_instances lets run, adding those attempts to batch too (and
 // to the pools whose doorbell publishAttempts rings). Both are idempotent,
@@ -18,6 +19,16 @@ func (s *Service) afterEnds(ctx context.Context, batch *streams.AsyncBatch, ende
 	if len(ended) == 0 {
 		return nil, nil
 	}
+	// A shard's end may end its parent, whose end counts as any other's.
+	runs := make([]string, 0, len(ended))
+	for _, e := range ended {
+		runs = append(runs, e.RunID)
+	}
+	parents, err := s.opts.Store.EndParents(ctx, runs)
+	if err != nil {
+		return nil, err
+	}
+	ended = append(ended, parents...)
 	if err := s.addChainFirings(ctx, batch, ended); err != nil {
 		return nil, err
 	}

@@ -312,6 +312,17 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance
 		CreatedReason: ev.Reason,
 		RunID:         ev.RunID,
 		Parents:       ev.Parents,
+		Route: store.Route{
+			Strategy:         def.Dispatch.Strategy,
+			MinWorkerVersion: def.MinWorkerVersion,
+		},
+		Shard: store.Shard{ShardCount: def.Execution.Shards},
+	}
+	switch def.Dispatch.Strategy {
+	case schemas.DispatchHash:
+		in.Route.Key = def.Dispatch.HashKey
+	case schemas.DispatchWorker:
+		in.Route.Key = def.Dispatch.Worker
 	}
 	if !ev.RunAt.IsZero() {
 		// A delayed firing's instance is the one due at RunAt.
@@ -352,14 +363,43 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance
 	return in, nil
 }
 
-// publishAttempts publishes every DISPATCHED attempt to its pool, with
-// whatever batch holds already, and awaits the acknowledgements together,
-// then rings each pool's doorbell once. Re-publishing an attempt is
-// harmless: its message id dedupes it.
+// publishAttempts fans out the firings of sharded and broadcast tasks into
+// their children (see [Service.fanOut]), routes every DISPATCHED attempt
+// (see [Service.route]) and publishes it, with whatever batch holds
+// already, awaits the acknowledgements together, then rings each doorbell
+// once. Re-publishing an attempt is harmless: its message id dedupes it. An attempt that no
+// live worker may take now is routed again after rerouteDelay, with a
+// warning naming its pool and min_worker_version.
 func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch, attempts []store.Attempt) error {
-	pools := make(map[string]bool)
+	var parents, routed []store.Attempt
 	for _, a := range attempts {
+		switch {
+		case a.Coordinates() && (a.State == schemas.StateDispatched || a.State == schemas.StateRunning):
+			// A RUNNING parent comes back when its batch is retried:
+			// its children may not have been published.
+			parents = append(parents, a)
+		case a.State == schemas.StateDispatched && !a.Coordinates():
+			routed = append(routed, a)
+		}
+	}
+	children, err := s.fanOut(ctx, batch, parents)
+	if err != nil {
+		return fmt.Errorf("fan out %d firings: %w", len(parents), err)
+	}
+	rings := make(map[string]bool)
+	load := make(map[string]int) // attempts this batch routed to each worker
+	for _, a := range append(routed, children...) {
 		if a.State != schemas.StateDispatched {
+			continue
+		}
+		r, err := s.route(a, load)
+		if err != nil {
+			s.log.Warn().Err(err).Int64("instance_id", a.ID).Int("attempt", a.Attempt).Str("task", a.Task).
+				Str("pool", a.Pool).Str("min_worker_version", a.MinWorkerVersion).Dur("retry_in", rerouteDelay).
+				Msg("no live worker may take the attempt; routing it again later")
+			if err := s.addReroute(batch, a); err != nil {
+				return err
+			}
 			continue
 		}
 		d := schemas.Dispatch{
@@ -378,21 +418,23 @@ func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch
 			DispatchedAt:  a.DispatchedAt,
 			RunID:         a.RunID,
 			Parents:       a.Parents,
+			ShardIndex:    a.ShardIndex,
+			ShardCount:    a.ShardCount,
 		}
-		m, err := streams.NewMsg(s.top.Dispatch(a.Pool, a.Priority), dispatchMsgID(a.ID, a.Attempt), d)
+		m, err := streams.NewMsg(r.subject, dispatchMsgID(a.ID, a.Attempt), d)
 		if err != nil {
 			return err
 		}
 		batch.Add(m)
-		pools[a.Pool] = true
+		rings[r.ring] = true
 	}
 	n := batch.Len()
 	if err := batch.Wait(ctx); err != nil {
 		return fmt.Errorf("publish %d attempts and firings: %w", n, err)
 	}
-	for pool := range pools {
+	for ring := range rings {
 		// The doorbell is a hint: an idle executor that misses it polls anyway.
-		_ = s.opts.Conn.Publish(s.top.Ready(pool), nil)
+		_ = s.opts.Conn.Publish(ring, nil)
 	}
 	return nil
 }

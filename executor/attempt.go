@@ -187,6 +187,8 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 		WorkerID:    s.opts.WorkerID,
 		RunID:       d.RunID,
 		Parents:     d.Parents,
+		ShardIndex:  d.ShardIndex,
+		ShardCount:  d.ShardCount,
 	}
 
 	s.mu.Lock()

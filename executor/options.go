@@ -118,6 +118,9 @@ func (o Options) withDefaults() (Options, error) {
 		if p == "" || strings.ContainsAny(p, ".*>/\\ \t\r\n") {
 			return o, fmt.Errorf("executor options: pool %q: a pool is the task tags sorted and joined with '+', without '.', '*', '>', slashes or spaces", p)
 		}
+		if p == streams.WorkerPool {
+			return o, fmt.Errorf("executor options: pool %q is reserved for the subjects that address one worker; choose another pool", p)
+		}
 		if seen[p] {
 			return o, fmt.Errorf("executor options: pool %q is listed twice", p)
 		}

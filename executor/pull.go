@@ -93,17 +93,23 @@ func (s *Service) pull(ctx context.Context) error {
 	return nil
 }
 
-// fetch takes up to n messages, without waiting, from the queues in pull
-// order, or in the reverse order (lowest priority first) when lowFirst.
+// fetch takes up to n messages, without waiting, from the worker's own
+// queue and then the pool queues in pull order, or in the reverse order
+// (lowest priority first) when lowFirst.
 func (s *Service) fetch(n int, lowFirst bool) []jetstream.Msg {
 	var msgs []jetstream.Msg
-	for i := range s.queues {
+	for i := -1; i < len(s.queues); i++ {
 		if len(msgs) >= n {
 			break
 		}
-		q := s.queues[i]
-		if lowFirst {
+		var q queue
+		switch {
+		case i < 0:
+			q = s.own
+		case lowFirst:
 			q = s.queues[len(s.queues)-1-i]
+		default:
+			q = s.queues[i]
 		}
 		batch, err := q.consumer.FetchNoWait(n - len(msgs))
 		if err != nil {

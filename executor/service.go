@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // Timings of the worker's own NATS operations.
@@ -60,6 +61,7 @@ type Service struct {
 	// The TTL of the markers a released mutex or once key leaves.
 	mutexMarkerTTL time.Duration
 	onceMarkerTTL  time.Duration
+	own            queue // the worker's own subject, drained first
 	queues         []queue
 	startedAt      time.Time
 	// handlersCtx is the parent of every attempt's context: detached from
@@ -153,10 +155,14 @@ func (s *Service) Run(ctx context.Context) error {
 			unsubscribe(sub)
 		}
 	}()
+	rings := []string{s.opts.Topology.ReadyWorker(s.opts.WorkerID)}
 	for _, pool := range s.opts.Pools {
-		sub, err := nc.Subscribe(s.opts.Topology.Ready(pool), func(*nats.Msg) { signal(s.doorbell) })
+		rings = append(rings, s.opts.Topology.Ready(pool))
+	}
+	for _, subject := range rings {
+		sub, err := nc.Subscribe(subject, func(*nats.Msg) { signal(s.doorbell) })
 		if err != nil {
-			return fmt.Errorf("run executor: subscribe to %s: %w", s.opts.Topology.Ready(pool), err)
+			return fmt.Errorf("run executor: subscribe to %s: %w", subject, err)
 		}
 		doorbells = append(doorbells, sub)
 	}
@@ -262,6 +268,14 @@ func (s *Service) setUp(ctx context.Context) error {
 		return fmt.Errorf("heartbeat interval %s is not shorter than the TTL %s of bucket %s: the worker would drop off the list between heartbeats; use a shorter HeartbeatInterval",
 			s.opts.HeartbeatInterval, ttl, topo.WorkersBucket())
 	}
+	// The worker's own subject comes first: the dispatcher routed that
+	// work to this worker alone, so no other can take it.
+	own := queue{pool: streams.WorkerPool}
+	cfg := topo.WorkerConsumer(s.opts.WorkerID)
+	if own.consumer, err = s.js.CreateOrUpdateConsumer(ctx, topo.DispatchStream(), cfg); err != nil {
+		return fmt.Errorf("create consumer %s on %s: %w", cfg.Durable, topo.DispatchStream(), err)
+	}
+	s.own = own
 	for _, q := range pullOrder(s.opts.Pools, schemas.Priorities) {
 		cfg := topo.PoolConsumer(q.pool, q.priority)
 		c, err := s.js.CreateOrUpdateConsumer(ctx, topo.DispatchStream(), cfg)

@@ -41,6 +41,12 @@ type Task struct {
 	// ended, how each of them ended in the run, by task name; nil for an
 	// instance no chain fired. See [Task.Parent].
 	Parents map[string]ParentResult
+	// ShardIndex and ShardCount place the attempt among the children of a
+	// sharded firing (execution.shards) or a broadcast: it is shard
+	// ShardIndex, from 0, of ShardCount. Both are 0 when the task is
+	// neither sharded nor broadcast.
+	ShardIndex int
+	ShardCount int
 }
 
 // ParentResult is how one parent of a chained task ended in the run: its

@@ -22,6 +22,9 @@ func FuzzParseTask(f *testing.F) {
 	if hello, err := os.ReadFile("../examples/hello.yaml"); err == nil {
 		f.Add(hello)
 	}
+	for _, seed := range taskFuzzSeeds {
+		f.Add([]byte(seed))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		task, err := ParseTask(data)
 		if err != nil {
@@ -65,6 +68,9 @@ func FuzzParseTriggerEvent(f *testing.F) {
 	if golden, err := os.ReadFile(goldenPath("trigger_event")); err == nil {
 		f.Add(golden)
 	}
+	for _, seed := range triggerFuzzSeeds {
+		f.Add([]byte(seed))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ev, err := ParseTriggerEvent(data)
 		if err != nil {
@@ -106,4 +112,32 @@ func FuzzParseTriggerEvent(f *testing.F) {
 			t.Fatalf("%q parses to\n%+v\nits encoding %s to\n%+v", data, ev, encoded, again)
 		}
 	})
+}
+
+// taskFuzzSeeds make sure FuzzParseTask starts from cron triggers (good
+// and bad schedules, zones, misfire policies) and after entries, whatever
+// the table tests hold.
+var taskFuzzSeeds = []string{
+	`{"task_name":"c","execution":{"handler":"h"},"triggers":[{"type":"cron","schedule":"0 2 * * *","timezone":"Europe/Paris","misfire":"run_once","max_catch_up":3}]}`,
+	`{"task_name":"c","execution":{"handler":"h"},"triggers":[{"type":"cron","schedule":"*/5 * * * * *"}]}`,
+	`{"task_name":"c","execution":{"handler":"h"},"triggers":[{"type":"cron","schedule":"@every 1h"}]}`,
+	`{"task_name":"c","execution":{"handler":"h"},"triggers":[{"type":"cron","schedule":"61 25 * * *","timezone":"Mars/Olympus"}]}`,
+	"task_name: c\nexecution: {handler: h}\ntriggers:\n  - type: cron\n    schedule: '30 9 * * MON-FRI'\n  - type: manual\n",
+	`{"task_name":"d","execution":{"handler":"h"},"after":[{"task":"a","on":"failure"},{"task":"b"}]}`,
+	`{"task_name":"d","execution":{"handler":"h"},"after":[{"task":"d"}]}`,
+	"task_name: d\nexecution: {handler: h}\nafter:\n  - {task: c, on: always}\n",
+}
+
+// triggerFuzzSeeds make sure FuzzParseTriggerEvent starts from delays,
+// run_at times and idempotency keys, good and bad.
+var triggerFuzzSeeds = []string{
+	`{"task":"t","delay":"90s","idempotency_key":"order-42"}`,
+	`{"task":"t","delay":"-1s"}`,
+	`{"task":"t","delay":"9999999999h"}`,
+	`{"task":"t","run_at":"2025-03-01T09:00:00+01:00","idempotency_key":"k"}`,
+	`{"task":"t","run_at":"2025-03-01T09:00:00Z","delay":"1m"}`,
+	`{"task":"t","idempotency_key":"k","event_id":"e"}`,
+	`{"task":"t","idempotency_key":"with space"}`,
+	`{"task":"t","source":"cron","event_id":"cron:t@2025-03-01T02:00:00Z","fired_at":"2025-03-01T02:00:00Z"}`,
+	`{"task":"t","source":"chain","parents":[{"task":"a","instance_id":1,"state":"SUCCEEDED"}]}`,
 }

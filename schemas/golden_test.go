@@ -60,6 +60,8 @@ var golden = []goldenMessage{
 		DispatchedAt:  goldenTime(90 * time.Second),
 		RunID:         "run-4700",
 		Parents:       goldenParents,
+		ShardIndex:    2,
+		ShardCount:    4,
 	}},
 	{"report", "json/report.schema.json#", &Report{
 		InstanceID: 4711,

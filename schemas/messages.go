@@ -109,10 +109,13 @@ type TaskEntry struct {
 	Enabled bool `json:"enabled"`
 }
 
-// RetryOf names the attempt a retry trigger starts.
+// RetryOf names the attempt a retry trigger starts, or routes again: the
+// dispatcher fires the attempt an instance is DISPATCHED at when no live
+// worker could take it, to route it once more.
 type RetryOf struct {
 	InstanceID int64 `json:"instance_id"`
-	// Attempt is the number of the attempt to start (the failed one + 1).
+	// Attempt is the number of the attempt to start (the failed one + 1),
+	// or of the DISPATCHED attempt to route again.
 	Attempt int `json:"attempt"`
 }
 
@@ -146,6 +149,11 @@ type Dispatch struct {
 	RunID string `json:"run_id,omitempty"`
 	// Parents tells how the parents of a chained task ended, by task name.
 	Parents map[string]ParentResult `json:"parents,omitempty"`
+	// ShardIndex and ShardCount place a child instance of a sharded or
+	// broadcast firing: shard ShardIndex of ShardCount. Both are 0 for an
+	// instance that is not a shard.
+	ShardIndex int `json:"shard_index,omitempty"`
+	ShardCount int `json:"shard_count,omitempty"`
 }
 
 // Timeout returns the attempt's time limit.

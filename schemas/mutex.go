@@ -21,3 +21,10 @@ func mutexKeyMessage(err error) string {
 	msg := strings.TrimPrefix(err.Error(), "template: ")
 	return `must be a Go text/template over the payload, such as "order-{{.shop_id}}": ` + msg
 }
+
+// ParseHashKey parses a task's dispatch.hash_key: a Go text/template that
+// the dispatcher renders over the attempt's payload exactly as the executor
+// renders a mutex key (see [ParseMutexKey]). The template is named "hash_key".
+func ParseHashKey(text string) (*template.Template, error) {
+	return template.New("hash_key").Option("missingkey=error").Parse(text)
+}

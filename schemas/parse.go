@@ -199,6 +199,10 @@ func (t *Task) semanticProblems() []Problem {
 			problems = append(problems, Problem{"concurrency.mutex_key", mutexKeyMessage(err)})
 		}
 	}
+	problems = append(problems, t.Dispatch.problems()...)
+	if t.Execution.Shards > 0 && t.Dispatch.Strategy == DispatchBroadcast {
+		problems = append(problems, Problem{"execution.shards", `cannot be combined with dispatch strategy "broadcast", which makes one child per live executor; remove one of them`})
+	}
 	if len(t.PayloadSchema) > 0 {
 		sch, err := compilePayloadSchema(t.PayloadSchema)
 		switch {
@@ -208,6 +212,30 @@ func (t *Task) semanticProblems() []Problem {
 			// A cycle on the path every value takes rejects every payload.
 			problems = append(problems, Problem{"payload_schema", "has a $ref cycle that no payload can pass; make every $ref lead to a schema"})
 		}
+	}
+	return problems
+}
+
+// problems checks what the schema cannot say of a dispatch policy: each
+// strategy's own field is present, and only with its strategy.
+func (d DispatchPolicy) problems() []Problem {
+	var problems []Problem
+	switch {
+	case d.Strategy == DispatchHash && d.HashKey == "":
+		problems = append(problems, Problem{"dispatch.hash_key", `is required with strategy "hash": name the payload field to pin on, e.g. "{{.customer_id}}"`})
+	case d.Strategy != DispatchHash && d.HashKey != "":
+		problems = append(problems, Problem{"dispatch.hash_key", `is only allowed with strategy "hash"; set strategy: hash or remove hash_key`})
+	case d.HashKey != "":
+		if _, err := ParseHashKey(d.HashKey); err != nil {
+			problems = append(problems, Problem{"dispatch.hash_key", `must be a Go text/template over the payload, such as "{{.customer_id}}": ` +
+				strings.TrimPrefix(err.Error(), "template: ")})
+		}
+	}
+	switch {
+	case d.Strategy == DispatchWorker && d.Worker == "":
+		problems = append(problems, Problem{"dispatch.worker", `is required with strategy "worker": name the worker id to run on`})
+	case d.Strategy != DispatchWorker && d.Worker != "":
+		problems = append(problems, Problem{"dispatch.worker", `is only allowed with strategy "worker"; set strategy: worker or remove worker`})
 	}
 	return problems
 }

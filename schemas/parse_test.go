@@ -100,6 +100,12 @@ var taskAccepts = []struct {
 	{"dispatch tag 32 chars", root(`"dispatch":{"tags":["` + strings.Repeat("t", 32) + `"]}`), with(func(t *Task) { t.Dispatch.Tags = []string{strings.Repeat("t", 32)} })},
 	{"dispatch tag containing worker", root(`"dispatch":{"tags":["workers"]}`), with(func(t *Task) { t.Dispatch.Tags = []string{"workers"} })},
 	{"dispatch empty tags", root(`"dispatch":{"tags":[]}`), minimal()},
+	{"dispatch hash", root(`"dispatch":{"strategy":"hash","hash_key":"{{.customer}}"}`), with(func(t *Task) {
+		t.Dispatch.Strategy, t.Dispatch.HashKey = DispatchHash, "{{.customer}}"
+	})},
+	{"dispatch worker", root(`"dispatch":{"strategy":"worker","worker":"box-1"}`), with(func(t *Task) {
+		t.Dispatch.Strategy, t.Dispatch.Worker = DispatchWorker, "box-1"
+	})},
 	{"priority urgent", root(`"priority":"urgent"`), with(func(t *Task) { t.Priority = PriorityUrgent })},
 	{"priority low", root(`"priority":"low"`), with(func(t *Task) { t.Priority = PriorityLow })},
 	{"min_worker_version", root(`"min_worker_version":"1.4.0"`), with(func(t *Task) { t.MinWorkerVersion = "1.4.0" })},
@@ -218,7 +224,7 @@ var taskRejects = []struct {
 	{"handler slash", exec(`"handler":"a/b"`), "execution.handler", "must match"},
 	{"handler 129 chars", exec(`"handler":"` + strings.Repeat("h", 129) + `"`), "execution.handler", "must match"},
 	{"handler number", "task_name: demo\nexecution: {handler: 42}\n", "execution.handler", "must be a string, not a number"},
-	{"execution unknown field", exec(`"command":"rm -rf /"`), "execution", `unknown field "command"; remove it (allowed: handler, retry, timeout)`},
+	{"execution unknown field", exec(`"command":"rm -rf /"`), "execution", `unknown field "command"; remove it (allowed: handler, retry, shards, timeout)`},
 
 	// execution.timeout.
 	{"timeout without unit", exec(`"timeout":"90"`), "execution.timeout", `must be a Go duration such as "90s", "10m" or "1h30m"`},
@@ -257,7 +263,15 @@ var taskRejects = []struct {
 
 	// dispatch.
 	{"dispatch not an object", root(`"dispatch":"pull"`), "dispatch", "must be an object, not a string"},
-	{"dispatch strategy unknown", root(`"dispatch":{"strategy":"hash"}`), "dispatch.strategy", "must be pull"},
+	{"dispatch strategy unknown", root(`"dispatch":{"strategy":"random"}`), "dispatch.strategy", "must be one of pull, hash, worker, broadcast"},
+	{"shards zero", exec(`"shards":0`), "execution.shards", "must be at least 1"},
+	{"shards with broadcast", `{"task_name":"t","execution":{"handler":"h","shards":2},"dispatch":{"strategy":"broadcast"}}`, "execution.shards", `cannot be combined with dispatch strategy "broadcast"`},
+	{"dispatch hash without key", root(`"dispatch":{"strategy":"hash"}`), "dispatch.hash_key", `is required with strategy "hash"`},
+	{"dispatch hash key without hash", root(`"dispatch":{"hash_key":"{{.a}}"}`), "dispatch.hash_key", `is only allowed with strategy "hash"`},
+	{"dispatch hash key malformed", root(`"dispatch":{"strategy":"hash","hash_key":"{{.a"}`), "dispatch.hash_key", "must be a Go text/template over the payload"},
+	{"dispatch worker without worker", root(`"dispatch":{"strategy":"worker"}`), "dispatch.worker", `is required with strategy "worker"`},
+	{"dispatch worker without strategy", root(`"dispatch":{"worker":"w1"}`), "dispatch.worker", `is only allowed with strategy "worker"`},
+	{"dispatch worker malformed", root(`"dispatch":{"strategy":"worker","worker":"w.1"}`), "dispatch.worker", "must be a worker id"},
 	{"dispatch tags not a list", root(`"dispatch":{"tags":"gpu"}`), "dispatch.tags", "must be a list, not a string"},
 	{"dispatch tag repeated", root(`"dispatch":{"tags":["gpu","eu","gpu"]}`), "dispatch.tags", "must not repeat a value: items 0 and 2 are equal"},
 	{"dispatch tag reserved", root(`"dispatch":{"tags":["eu","worker"]}`), "dispatch.tags[1]", `must not be "worker", which is reserved`},
@@ -267,7 +281,7 @@ var taskRejects = []struct {
 	{"dispatch tag 33 chars", root(`"dispatch":{"tags":["` + strings.Repeat("t", 33) + `"]}`), "dispatch.tags[0]", "must match"},
 	{"dispatch tag number", root(`"dispatch":{"tags":[1]}`), "dispatch.tags[0]", "must be a string, not a number"},
 	{"dispatch nine tags", root(`"dispatch":{"tags":["a","b","c","d","e","f","g","h","i"]}`), "dispatch.tags", "must have at most 8 items (it has 9)"},
-	{"dispatch unknown field", root(`"dispatch":{"pool":"gpu"}`), "dispatch", `unknown field "pool"; remove it (allowed: strategy, tags)`},
+	{"dispatch unknown field", root(`"dispatch":{"pool":"gpu"}`), "dispatch", `unknown field "pool"; remove it (allowed: hash_key, strategy, tags, worker)`},
 
 	// priority, min_worker_version, schema_version.
 	{"priority unknown", root(`"priority":"high"`), "priority", "must be one of urgent, normal, low"},
@@ -638,7 +652,7 @@ var triggerRejects = []struct {
 	{"retry instance missing", `{"retry":{"attempt":2}}`, "retry.instance_id", "is required"},
 	{"retry attempt missing", `{"retry":{"instance_id":1}}`, "retry.attempt", "is required"},
 	{"retry instance zero", `{"retry":{"instance_id":0,"attempt":2}}`, "retry.instance_id", "must be at least 1"},
-	{"retry first attempt", `{"retry":{"instance_id":1,"attempt":1}}`, "retry.attempt", "must be at least 2"},
+	{"retry attempt zero", `{"retry":{"instance_id":1,"attempt":0}}`, "retry.attempt", "must be at least 1"},
 	{"retry unknown field", `{"retry":{"instance_id":1,"attempt":2,"reason":"x"}}`, "retry", `unknown field "reason"; remove it (allowed: attempt, instance_id)`},
 	{"run_at and delay", `{"run_at":"2024-05-01T12:00:00Z","delay":"90s"}`, "delay", "must be left out when run_at is set: give run_at (a time) or delay (a duration), not both"},
 	{"run_at not a time", `{"run_at":"in an hour"}`, "run_at", "must be an RFC 3339 time such as 2024-05-01T12:00:00Z"},

@@ -134,6 +134,11 @@ type Execution struct {
 	Timeout string `json:"timeout,omitempty"`
 	// Retry says how failed attempts are retried.
 	Retry Retry `json:"retry,omitzero"`
+	// Shards, when above 0, fans each firing out into that many child
+	// instances, shard 0 to Shards-1, that run (and retry) on their own;
+	// the firing's instance ends SUCCEEDED when every child did, FAILED
+	// when one did not. Not with dispatch strategy "broadcast".
+	Shards int `json:"shards,omitempty"`
 }
 
 // Backoff is how the interval between attempts grows.
@@ -187,13 +192,32 @@ type DispatchStrategy string
 
 // The dispatch strategies.
 const (
+	// DispatchPull lets the executors of the pool pull the attempts when
+	// they have free slots: the least loaded take the most.
 	DispatchPull DispatchStrategy = "pull"
+	// DispatchHash pins the attempts whose hash_key renders the same to
+	// one live executor of the pool, by rendezvous hashing: when executors
+	// join or leave, only the keys they win or lose move.
+	DispatchHash DispatchStrategy = "hash"
+	// DispatchWorker sends every attempt to the executor named by worker.
+	DispatchWorker DispatchStrategy = "worker"
+	// DispatchBroadcast fans each firing out into one child instance per
+	// live executor of the pool, each sent to its executor, like shards.
+	DispatchBroadcast DispatchStrategy = "broadcast"
 )
 
 // DispatchPolicy routes a task's instances.
 type DispatchPolicy struct {
-	// Strategy is "pull" (default): the executors of the pool pull when they have free slots.
+	// Strategy is "pull" (default), "hash", "worker" or "broadcast" (see
+	// [DispatchPull], [DispatchHash], [DispatchWorker], [DispatchBroadcast]).
 	Strategy DispatchStrategy `json:"strategy,omitempty"`
+	// HashKey is the key that strategy "hash" pins to an executor: a Go
+	// text/template rendered over the payload ("{{.customer_id}}"; see
+	// [ParseHashKey]). Required with "hash", refused otherwise.
+	HashKey string `json:"hash_key,omitempty"`
+	// Worker is the worker id that strategy "worker" sends the attempts
+	// to. Required with "worker", refused otherwise.
+	Worker string `json:"worker,omitempty"`
 	// Tags select the executor pool: the pool's name is the tags sorted and
 	// joined with "+" ("eu+gpu"); no tags is the pool "default".
 	Tags []string `json:"tags,omitempty"`

@@ -188,7 +188,7 @@ SELECT c.run_id, c.child, p.parent, i.id, i.state, i.output
 FROM children c JOIN task_parents p ON p.child = c.child
 LEFT JOIN LATERAL (
 	SELECT id, state, output FROM instances
-	WHERE run_id = c.run_id AND task = p.parent
+	WHERE run_id = c.run_id AND task = p.parent AND parent_id IS NULL -- a shard's end is its parent's
 	ORDER BY id DESC LIMIT 1
 ) i ON true
 ORDER BY c.run_id, c.child`, tasks, runs)

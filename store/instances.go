@@ -42,6 +42,8 @@ type NewInstance struct {
 	FiredAt     time.Time        `json:"fired_at"`
 	// MutexTemplate is the task's concurrency.mutex_key, rendered by the executor.
 	MutexTemplate string `json:"mutex_template"`
+	// Route is how the instance's attempts reach an executor.
+	Route
 	// State is the state after CREATED: DISPATCHED, or SKIPPED with Reason.
 	State  schemas.State `json:"state"`
 	Reason string        `json:"reason"`
@@ -53,6 +55,32 @@ type NewInstance struct {
 	RunID string `json:"run_id"`
 	// Parents tells how the parents of a chain firing ended; nil for others.
 	Parents map[string]schemas.ParentResult `json:"parents,omitempty"`
+	// Shard places a child instance of a sharded or broadcast firing;
+	// a parent has only its ShardCount (0 for broadcast until its
+	// children are made).
+	Shard
+}
+
+// Shard places an instance among the children of a sharded or broadcast
+// firing: ParentID is the firing's instance (0: not a child), ShardIndex
+// counts from 0 to ShardCount-1.
+type Shard struct {
+	ParentID   int64 `json:"parent_id,omitempty"`
+	ShardIndex int   `json:"shard_index"`
+	ShardCount int   `json:"shard_count"`
+}
+
+// Route is how an instance's attempts reach an executor, fixed at its
+// creation from the task's dispatch policy and min_worker_version.
+type Route struct {
+	// Strategy is the task's dispatch.strategy ("pull", "hash" or "worker").
+	Strategy schemas.DispatchStrategy `json:"dispatch_strategy"`
+	// Key is the hash_key template with "hash", the worker id with
+	// "worker", and empty with "pull".
+	Key string `json:"dispatch_key"`
+	// MinWorkerVersion keeps older executors off the attempts; empty
+	// admits every executor.
+	MinWorkerVersion string `json:"min_worker_version"`
 }
 
 // Attempt is an instance as the dispatcher needs it to route an attempt.
@@ -75,17 +103,25 @@ type Attempt struct {
 	DispatchedAt time.Time
 	// MutexTemplate is the task's concurrency.mutex_key at creation.
 	MutexTemplate string
+	// Route is how the attempts reach an executor.
+	Route
 	// RunID is the instance's run; Parents how the parents of a chained
 	// task ended in it (nil for an instance no chain fired).
 	RunID   string
 	Parents map[string]schemas.ParentResult
+	// Source says what fired the instance.
+	Source schemas.Source
+	// Shard places a child of a sharded or broadcast firing.
+	Shard
 }
 
 // attemptColumns lists the columns scanAttempt reads, of the table named t.
 func attemptColumns(t string) string {
 	return fmt.Sprintf(`%[1]s.id, %[1]s.task, %[1]s.task_version, %[1]s.event_id, %[1]s.state, %[1]s.attempt,
 	%[1]s.max_attempts, %[1]s.retry_policy, %[1]s.priority, %[1]s.pool, %[1]s.handler, %[1]s.timeout_ms, %[1]s.payload,
-	%[1]s.fired_at, COALESCE(%[1]s.dispatched_at, %[1]s.created_at), %[1]s.mutex_template, %[1]s.run_id, %[1]s.parents`, t)
+	%[1]s.fired_at, COALESCE(%[1]s.dispatched_at, %[1]s.created_at), %[1]s.mutex_template, %[1]s.run_id, %[1]s.parents,
+	%[1]s.dispatch_strategy, %[1]s.dispatch_key, %[1]s.min_worker_version, %[1]s.source,
+	COALESCE(%[1]s.parent_id, 0), %[1]s.shard_index, %[1]s.shard_count`, t)
 }
 
 func scanAttempt(row pgx.Row) (Attempt, error) {
@@ -93,7 +129,8 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 	var retry, parents []byte
 	if err := row.Scan(&a.ID, &a.Task, &a.TaskVersion, &a.EventID, &a.State, &a.Attempt, &a.MaxAttempts,
 		&retry, &a.Priority, &a.Pool, &a.Handler, &a.TimeoutMS, &a.Payload, &a.FiredAt, &a.DispatchedAt,
-		&a.MutexTemplate, &a.RunID, &parents); err != nil {
+		&a.MutexTemplate, &a.RunID, &parents, &a.Strategy, &a.Key, &a.MinWorkerVersion, &a.Source,
+		&a.ParentID, &a.ShardIndex, &a.ShardCount); err != nil {
 		return a, err
 	}
 	if err := json.Unmarshal(retry, &a.RetryPolicy); err != nil {
@@ -138,19 +175,22 @@ WITH input AS (
 	SELECT * FROM jsonb_to_recordset($1::jsonb) AS t(task text, task_version int, event_id text, source text,
 		operator text, priority text, pool text, handler text, timeout_ms bigint, max_attempts int,
 		retry_policy jsonb, payload jsonb, fired_at timestamptz, mutex_template text, state text, reason text,
-		created_reason text, run_id text, parents jsonb)
+		created_reason text, run_id text, parents jsonb, dispatch_strategy text, dispatch_key text,
+		min_worker_version text, parent_id bigint, shard_index int, shard_count int)
 ), numbered AS (
 	-- The id is drawn first so that a new run can be named after it.
 	SELECT nextval(pg_get_serial_sequence('instances', 'id')) AS id, input.* FROM input
 ), ins AS (
 	INSERT INTO instances (id, task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
 		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template, dispatched_at, finished_at,
-		run_id, parents)
+		run_id, parents, dispatch_strategy, dispatch_key, min_worker_version, parent_id, shard_index, shard_count)
 	OVERRIDING SYSTEM VALUE
 	SELECT id, task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
 		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template,
 		CASE WHEN state = 'DISPATCHED' THEN now() END, CASE WHEN state IN ('SKIPPED', 'CANCELLED') THEN now() END,
-		CASE WHEN COALESCE(run_id, '') <> '' THEN run_id ELSE '`+schemas.RunIDPrefix+`' || id END, parents
+		CASE WHEN COALESCE(run_id, '') <> '' THEN run_id ELSE '`+schemas.RunIDPrefix+`' || id END, parents,
+		COALESCE(NULLIF(dispatch_strategy, ''), 'pull'), COALESCE(dispatch_key, ''), COALESCE(min_worker_version, ''),
+		parent_id, COALESCE(shard_index, 0), COALESCE(shard_count, 0)
 	FROM numbered
 	ON CONFLICT (task, event_id) DO NOTHING
 	RETURNING *
@@ -175,6 +215,12 @@ SELECT `+attemptColumns("i")+` FROM instances i JOIN input ON i.task = input.tas
 		return nil, fmt.Errorf("create %d instances: %w", n, err)
 	}
 	return out, nil
+}
+
+// Coordinates reports whether the instance is the parent of a sharded or
+// broadcast firing: it runs no handler, its children do.
+func (a Attempt) Coordinates() bool {
+	return a.ParentID == 0 && (a.ShardCount > 0 || a.Strategy == schemas.DispatchBroadcast)
 }
 
 func collectAttempts(rows pgx.Rows) ([]Attempt, error) {

@@ -58,3 +58,25 @@ func (t Topology) PoolConsumer(pool string, p schemas.Priority) jetstream.Consum
 		Metadata:      map[string]string{"ax_pool": pool, "ax_priority": string(p)},
 	}
 }
+
+// WorkerConsumerInactiveThreshold is how long a worker's own consumer
+// outlives the worker's last fetch: a worker that left for good takes its
+// consumer with it after that long.
+const WorkerConsumerInactiveThreshold = time.Hour
+
+// WorkerConsumer is the durable consumer of one executor's own subject
+// (see [Topology.DispatchWorker]), named "worker_<worker_id>". It is
+// removed WorkerConsumerInactiveThreshold after the worker stopped pulling,
+// together with any messages still waiting on it.
+func (t Topology) WorkerConsumer(workerID string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:           "worker_" + workerID,
+		Description:       "AX executor " + workerID + ": the work routed to it alone",
+		FilterSubject:     t.DispatchWorker(workerID),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           DefaultAckWait,
+		MaxAckPending:     -1,
+		InactiveThreshold: WorkerConsumerInactiveThreshold,
+		Metadata:          map[string]string{"ax_worker": workerID},
+	}
+}

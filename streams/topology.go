@@ -77,6 +77,18 @@ func (t Topology) Dispatch(pool string, p schemas.Priority) string {
 	return t.subject("dispatch", pool, string(p))
 }
 
+// WorkerPool is the reserved pool name whose dispatch and ready subjects
+// address one executor: no task's tags may name it.
+const WorkerPool = "worker"
+
+// DispatchWorker is the subject of the work routed to one executor, by its
+// worker id: ax.dispatch.worker.<worker_id>. The dispatcher publishes there
+// the attempts that strategies "hash" and "worker", and min_worker_version,
+// route to that executor.
+func (t Topology) DispatchWorker(workerID string) string {
+	return t.subject("dispatch", WorkerPool, workerID)
+}
+
 // Report is the subject of an executor's reports on one instance.
 func (t Topology) Report(instanceID int64) string {
 	return t.subject("report", strconv.FormatInt(instanceID, 10))
@@ -96,6 +108,12 @@ func (t Topology) Control(workerID string) string { return t.subject("control", 
 // Ready is the core NATS subject the dispatcher rings once per batch it
 // routes to a pool, so that idle executors fetch at once instead of polling.
 func (t Topology) Ready(pool string) string { return t.subject("ready", pool) }
+
+// ReadyWorker is the core NATS subject the dispatcher rings once per batch
+// that routes work to one executor's own subject.
+func (t Topology) ReadyWorker(workerID string) string {
+	return t.subject("ready", WorkerPool, workerID)
+}
 
 func (t Topology) stream(name string) string { return strings.ToUpper(t.prefix) + "_" + name }
 

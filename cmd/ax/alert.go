@@ -65,7 +65,7 @@ func newAlertListCmd() *cobra.Command {
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), alerts)
+				return g.printData(cmd.OutOrStdout(), alerts)
 			}
 			return printAlerts(cmd.OutOrStdout(), alerts)
 		},
@@ -122,7 +122,7 @@ resolution is still notified.`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), a)
+				return g.printData(cmd.OutOrStdout(), a)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "alert %d (%s %s %s) acknowledged by %s\n", a.ID, a.Level, a.Rule, orDash(a.Key), a.AckedBy)
 			return nil
@@ -140,7 +140,9 @@ func newAlertRuleCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the alert rules",
-		Args:  cobra.NoArgs,
+		Example: `  ax alert rule list
+  ax alert rule list -o yaml`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g, err := rootCLI(cmd)
 			if err != nil {
@@ -155,7 +157,7 @@ func newAlertRuleCmd() *cobra.Command {
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), rules)
+				return g.printData(cmd.OutOrStdout(), rules)
 			}
 			tw := newTable(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "NAME\tKIND\tLEVEL\tENABLED\tPARAMS")
@@ -242,7 +244,7 @@ notifications of one alert.`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), r)
+				return g.printData(cmd.OutOrStdout(), r)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "rule %s: %s %s, enabled %t, params %s\n", r.Name, r.Kind, r.Level, r.Enabled, r.Params)
 			return nil
@@ -293,7 +295,7 @@ func newAlertChannelCmd() *cobra.Command {
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), ch)
+				return g.printData(cmd.OutOrStdout(), ch)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "channel %d added: %s %s\n", ch.ID, ch.Kind, ch.URL)
 			return nil
@@ -304,7 +306,9 @@ func newAlertChannelCmd() *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the alert channels",
-		Args:  cobra.NoArgs,
+		Example: `  ax alert channel list
+  ax alert channel list -o json | jq -r '.[].url'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g, err := rootCLI(cmd)
 			if err != nil {
@@ -319,7 +323,7 @@ func newAlertChannelCmd() *cobra.Command {
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), chs)
+				return g.printData(cmd.OutOrStdout(), chs)
 			}
 			tw := newTable(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "ID\tKIND\tURL\tCREATED")
@@ -332,9 +336,15 @@ func newAlertChannelCmd() *cobra.Command {
 	del := &cobra.Command{
 		Use:   "delete ID",
 		Short: "Delete an alert channel",
-		Args:  cobra.ExactArgs(1),
+		Example: `  ax alert channel delete 3
+  ax alert channel delete 3 -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g, err := rootCLI(cmd)
+			if err != nil {
+				return err
+			}
+			structured, err := g.json()
 			if err != nil {
 				return err
 			}
@@ -345,6 +355,9 @@ func newAlertChannelCmd() *cobra.Command {
 			ch, err := g.client().DeleteAlertChannel(cmd.Context(), id)
 			if err != nil {
 				return g.apiError(err)
+			}
+			if structured {
+				return g.printData(cmd.OutOrStdout(), ch)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "channel %d deleted: %s %s\n", ch.ID, ch.Kind, ch.URL)
 			return nil

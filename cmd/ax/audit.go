@@ -67,7 +67,7 @@ page, pass the last id shown as --before.`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), recs)
+				return g.printData(cmd.OutOrStdout(), recs)
 			}
 			return printAudit(cmd.OutOrStdout(), recs)
 		},

@@ -63,7 +63,7 @@ func TestAuditCommand(t *testing.T) {
 		{[]string{"audit", "--since", "yesterday"}, `ax: --since "yesterday": use a duration back from now`},
 		{[]string{"audit", "--limit", "5000"}, `ax: limit="5000" is not a number from 1 to 1000`},
 		{[]string{"audit", "--before", "42"}, `ax: before="42" is not an audit record id`},
-		{[]string{"audit", "-o", "yaml"}, `ax: --output "yaml": use table or json`},
+		{[]string{"audit", "-o", "xml"}, `ax: --output "xml": use table, json or yaml`},
 	} {
 		code, out, errOut := e.ax("", tt.args...)
 		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {

@@ -206,13 +206,14 @@ cleanly; it starts again on the same data.`,
 			fmt.Fprintf(cmd.OutOrStdout(), `AX is running (data in %s)
   NATS     %s (a user per service; passwords in %s)
   API      http://%s (admin token %q %s)
+  Console  http://%s (log in with the admin token)
   Metrics  %s
 Use the API as admin:
   export AX_TOKEN=%s
 Try it:
   ax task apply -f examples/hello.yaml && ax fire hello --payload '{"name":"world"}' --wait
 Ctrl-C stops it.
-`, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), httpAddr, devAdminName, tokenNote, metricsNote, token)
+`, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), httpAddr, devAdminName, tokenNote, httpAddr, metricsNote, token)
 			wg.Wait()
 			if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 				return err

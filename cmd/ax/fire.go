@@ -16,12 +16,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-// Exit codes of ax fire --wait, besides 0 (SUCCEEDED) and 1 (any error).
-const (
-	exitNotSucceeded = 2 // the instance ended FAILED, SKIPPED or CANCELLED
-	exitTimeout      = 3 // the instance did not end within --timeout
-)
-
 func newFireCmd(g *cli) *cobra.Command {
 	var (
 		payload        string
@@ -33,6 +27,7 @@ func newFireCmd(g *cli) *cobra.Command {
 		delay          time.Duration
 		wait           bool
 		timeout        time.Duration
+		count          int
 	)
 	cmd := &cobra.Command{
 		Use:   "fire TASK",
@@ -54,6 +49,12 @@ error) unless it waits.
 With --wait, ax then follows the instance until it ends and prints its final
 state; --timeout must then cover any delay too.
 
+--count N fires the task N times (each firing its own event, so not with
+--event-id or --idempotency-key) and prints the instance ids. With --wait it
+waits for all of them: on a terminal it draws a progress bar, elsewhere it
+prints "ID STATE" as each instance ends; then it prints how many ended in
+each state, and exits 2 if any ended other than SUCCEEDED.
+
 Exit codes:
   0  fired; with --wait, the instance SUCCEEDED
   1  the firing was refused (unknown or disabled task, bad payload version,
@@ -67,7 +68,8 @@ Exit codes:
   ax fire charge --payload '{"order": 42}' --idempotency-key order-42
   ax fire reminder --delay 2h
   ax fire reminder --run-at 2025-03-01T09:00:00+01:00
-  ax fire nightly-report --wait --timeout 10m && echo done`,
+  ax fire nightly-report --wait --timeout 10m && echo done
+  ax fire resize-image --count 100 --wait`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := g.json()
@@ -76,6 +78,12 @@ Exit codes:
 			}
 			if wait && timeout <= 0 {
 				return fmt.Errorf("--timeout %s: use a positive duration such as 30s or 10m", timeout)
+			}
+			switch {
+			case count < 1:
+				return fmt.Errorf("--count %d: fire at least once", count)
+			case count > 1 && (eventID != "" || idempotencyKey != ""):
+				return errors.New("--count fires several times, each with its own event; drop --event-id and --idempotency-key")
 			}
 			task := args[0]
 			req := api.FireRequest{PayloadVersion: payloadVersion, EventID: eventID, IdempotencyKey: idempotencyKey,
@@ -98,6 +106,9 @@ Exit codes:
 				}
 			}
 			client := g.client()
+			if count > 1 {
+				return g.fireCount(cmd, client, task, req, count, wait, timeout)
+			}
 			res, err := client.Fire(cmd.Context(), task, req)
 			if err != nil {
 				return g.apiError(err)
@@ -115,7 +126,97 @@ Exit codes:
 	f.StringVar(&runAt, "run-at", "", "fire at this RFC 3339 time, e.g. 2025-03-01T09:00:00Z")
 	f.BoolVar(&wait, "wait", false, "wait until the instance ends; the exit code tells how it ended")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
+	f.IntVarP(&count, "count", "n", 1, "fire this many times, each its own event")
 	return cmd
+}
+
+// fireCount is ax fire --count: it fires task count times and prints the
+// instance ids; with wait, it waits for them all, showing progress, prints
+// how many ended in each state, and turns any end other than SUCCEEDED, or
+// the timeout, into an exit code.
+func (g *cli) fireCount(cmd *cobra.Command, client *api.Client, task string, req api.FireRequest, count int, wait bool, timeout time.Duration) error {
+	structured, err := g.json()
+	if err != nil {
+		return err
+	}
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	res, err := fireMany(cmd.Context(), client, task, req, count)
+	if err != nil {
+		return g.apiError(err)
+	}
+	if !wait {
+		if structured {
+			return g.printData(out, res)
+		}
+		pending := 0
+		for _, r := range res {
+			if r.InstanceID == 0 {
+				pending++
+				continue
+			}
+			fmt.Fprintln(out, r.InstanceID)
+		}
+		if pending > 0 {
+			fmt.Fprintf(errOut, "%d of the %d firings have no instance yet (delayed, or the dispatcher is behind); look for them with: ax instance list --task %s\n",
+				pending, count, task)
+		}
+		return nil
+	}
+
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	progressOut := out
+	if structured {
+		progressOut = errOut
+	}
+	bar := newProgressBar(progressOut, isTerminal(out), count, "ended")
+	ins, err := g.waitMany(ctx, client, res, func(in schemas.Instance) {
+		bar.Step(fmt.Sprintf("%d %s", in.ID, in.State))
+	})
+	bar.Finish()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return &exitError{code: exitTimeout, err: fmt.Errorf("%d of the %d instances of %s did not end within %s; look for them with: ax instance list --task %s",
+				count-bar.done, count, task, timeout, task)}
+		}
+		return g.apiError(err)
+	}
+	if structured {
+		if err := g.printData(out, ins); err != nil {
+			return err
+		}
+	} else if err := printStateCounts(out, ins); err != nil {
+		return err
+	}
+	var failed []string
+	for _, in := range ins {
+		if in.State != schemas.StateSucceeded {
+			failed = append(failed, fmt.Sprint(in.ID))
+		}
+	}
+	if len(failed) > 0 {
+		return &exitError{code: exitNotSucceeded, err: fmt.Errorf("%d of the %d instances ended other than SUCCEEDED: %s; see why with: ax instance get ID",
+			len(failed), count, strings.Join(failed, ", "))}
+	}
+	return nil
+}
+
+// printStateCounts prints how many of ins ended in each state, as a table.
+func printStateCounts(w io.Writer, ins []schemas.Instance) error {
+	counts := map[schemas.State]int{}
+	var order []schemas.State
+	for _, in := range ins {
+		if counts[in.State] == 0 {
+			order = append(order, in.State)
+		}
+		counts[in.State]++
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "STATE\tINSTANCES")
+	for _, st := range order {
+		fmt.Fprintf(tw, "%s\t%d\n", st, counts[st])
+	}
+	return tw.Flush()
 }
 
 // follow reports a firing (of ax fire or ax instance rerun): the instance id,
@@ -134,7 +235,7 @@ func (g *cli) follow(cmd *cobra.Command, client *api.Client, res api.FireResult,
 	if !wait {
 		switch {
 		case asJSON:
-			return printJSON(out, res)
+			return g.printData(out, res)
 		case res.InstanceID != 0:
 			fmt.Fprintln(out, res.InstanceID)
 		case !res.RunAt.IsZero():
@@ -164,7 +265,7 @@ func (g *cli) follow(cmd *cobra.Command, client *api.Client, res api.FireResult,
 		return w.timedOut(err, fmt.Errorf("instance %d is still %s after %s; follow it with: ax instance get %d", res.InstanceID, w.last, timeout, res.InstanceID))
 	}
 	if asJSON {
-		if err := printJSON(out, in); err != nil {
+		if err := g.printData(out, in); err != nil {
 			return err
 		}
 	} else {

@@ -96,7 +96,7 @@ worker is told to stop it at once. An instance that already ended is refused.`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), in)
+				return g.printData(cmd.OutOrStdout(), in)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "instance %d %s\n", id, in.State)
 			return nil
@@ -129,7 +129,7 @@ it (operator) and why. -o json prints the instance as the API returns it.`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), in)
+				return g.printData(cmd.OutOrStdout(), in)
 			}
 			return printInstance(cmd.OutOrStdout(), in)
 		},
@@ -195,7 +195,7 @@ the next page, pass the last id shown as --before.`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), list)
+				return g.printData(cmd.OutOrStdout(), list)
 			}
 			tw := newTable(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "ID\tTASK\tSTATE\tATTEMPT\tWORKER\tFIRED\tFINISHED")

@@ -63,7 +63,7 @@ time, fields).`,
 					return err
 				}
 			}
-			p := &logPrinter{w: cmd.OutOrStdout(), json: asJSON}
+			p := &logPrinter{w: cmd.OutOrStdout(), json: asJSON, yaml: g.output == outputYAML}
 			if follow {
 				// A followed run may last longer than any client timeout.
 				client := g.clientWith(&http.Client{})
@@ -101,16 +101,24 @@ time, fields).`,
 	return cmd
 }
 
-// logPrinter prints task log lines as text or JSON lines.
+// logPrinter prints task log lines as text, JSON lines or YAML documents.
 type logPrinter struct {
 	w    io.Writer
 	json bool
+	// yaml, with json, prints each line as a YAML document after "---".
+	yaml bool
 	// attempt and worker are those of the last line printed.
 	attempt int
 	worker  string
 }
 
 func (p *logPrinter) print(l schemas.LogLine) error {
+	if p.yaml {
+		if _, err := io.WriteString(p.w, "---\n"); err != nil {
+			return err
+		}
+		return printYAML(p.w, l)
+	}
 	if p.json {
 		data, err := json.Marshal(l)
 		if err != nil {

@@ -26,14 +26,32 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
-		return 0
+		return exitOK
 	}
 	fmt.Fprintf(stderr, "ax: %v\n", err)
 	if ee, ok := errors.AsType[*exitError](err); ok {
 		return ee.code
 	}
-	return 1
+	return exitFailed
 }
+
+// The exit codes of ax, in one place: ax --help lists them (exitCodesHelp)
+// and so does docs/cli.md. Keep the three in step.
+const (
+	exitOK           = 0 // the command did what it was asked
+	exitFailed       = 1 // any error: bad flags, a refusal of the API, the API not reachable
+	exitNotSucceeded = 2 // with --wait: an instance ended FAILED, SKIPPED or CANCELLED
+	exitTimeout      = 3 // with --wait: an instance did not end within --timeout
+)
+
+// exitCodesHelp is the exit codes' part of ax --help.
+const exitCodesHelp = `Exit codes:
+  0  success
+  1  any error: bad flags or arguments, a refusal of the API (the message says
+     why), or the API could not be reached
+  2  with --wait (ax fire, ax instance rerun): an instance ended FAILED, SKIPPED
+     or CANCELLED
+  3  with --wait: an instance did not end within --timeout`
 
 // exitError is an error that ends ax with a given exit code.
 type exitError struct {

@@ -52,7 +52,7 @@ its thresholds.`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), rep)
+				return g.printData(cmd.OutOrStdout(), rep)
 			}
 			return printHealth(cmd.OutOrStdout(), rep)
 		},

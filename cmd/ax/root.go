@@ -1,14 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/user"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,34 +38,31 @@ each firing to an executor, retries it, and keeps every step auditable.
 
 Run every service in one process with "ax dev", or each one alone (ax dispatcher,
 ax executor, ax api). The operator commands (ax task, ax fire, ax instance) talk
-to the HTTP API at --api.`,
+to the HTTP API at --api; -o picks their output: table, json or yaml.
+
+Shell completion: "ax completion bash|zsh|fish|powershell" prints a script;
+see "ax completion bash --help" for where to put it.
+
+` + exitCodesHelp,
 		Example: `  ax dev                                   # everything in one process
   ax task apply -f nightly-report.yaml     # register or update a task
   ax fire nightly-report --wait            # run it now and wait for the outcome
-  ax instance list --task nightly-report   # its recent instances`,
+  ax instance list --task nightly-report   # its recent instances
+  ax bench --count 1000                    # measure throughput and latency
+  source <(ax completion bash)             # tab completion in this shell`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.apiURL, "api", envOr("AX_API_URL", defaultAPIURL), "base URL of the AX API (env AX_API_URL)")
-	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
 	pf.StringVar(&g.token, "token", "", "API token sent with every request (env AX_TOKEN; ax dev prints one)")
 	root.AddCommand(newTaskCmd(g), newFireCmd(g), newInstanceCmd(g), newWorkerCmd(g), newStreamCmd(g), newTokenCmd(g))
 	for _, newCmd := range extraCommands {
 		root.AddCommand(newCmd())
 	}
+	addCompletionExamples(root)
 	return root
-}
-
-// json reports whether the output is JSON, or says how to fix --output.
-func (g *cli) json() (bool, error) {
-	switch g.output {
-	case "table":
-		return false, nil
-	case "json":
-		return true, nil
-	}
-	return false, fmt.Errorf("--output %q: use table or json", g.output)
 }
 
 // client returns an API client that sends the API token: --token, else
@@ -109,19 +103,6 @@ func operatorName() string {
 	return ""
 }
 
-// printJSON writes v as indented JSON.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
-
-// newTable returns a tabwriter for a table; Flush it when done.
-func newTable(w io.Writer) *tabwriter.Writer {
-	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-}
-
 // timeOrDash formats a time in the local zone, or "-" for none.
 func timeOrDash(t *time.Time) string {
 	if t == nil || t.IsZero() {
@@ -136,4 +117,23 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// addCompletionExamples adds cobra's completion command now rather than
+// when the root runs, so that its --help carries examples like every other
+// command's.
+func addCompletionExamples(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Example = `  source <(ax completion bash)                    # this shell only
+  ax completion bash > /etc/bash_completion.d/ax  # every bash
+  ax completion zsh > "${fpath[1]}/_ax"           # zsh
+  ax completion fish > ~/.config/fish/completions/ax.fish`
+		for _, sh := range c.Commands() {
+			sh.Example = fmt.Sprintf("  ax completion %s --help   # where to install it\n  ax completion %s > ax.%s", sh.Name(), sh.Name(), sh.Name())
+		}
+	}
 }

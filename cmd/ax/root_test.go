@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apitest"
@@ -99,8 +102,8 @@ execution:
 func TestRootFlags(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
-	if code := run(t.Context(), []string{"-o", "yaml", "task", "list"}, strings.NewReader(""), &out, &errOut); code != 1 ||
-		!strings.Contains(errOut.String(), `ax: --output "yaml": use table or json`) {
+	if code := run(t.Context(), []string{"-o", "xml", "task", "list"}, strings.NewReader(""), &out, &errOut); code != 1 ||
+		!strings.Contains(errOut.String(), `ax: --output "xml": use table, json or yaml`) {
 		t.Errorf("bad --output: exit %d, stderr %q", code, errOut.String())
 	}
 	errOut.Reset()
@@ -115,23 +118,81 @@ func TestRootFlags(t *testing.T) {
 	}
 }
 
-// TestEveryCommandHasAnExample walks the operator commands' tree.
-func TestEveryCommandHasAnExample(t *testing.T) {
+// serviceCommands run services rather than talk to the API: they take no
+// -o, and running them in a test would start them.
+var serviceCommands = map[string]bool{
+	"ax dev": true, "ax dispatcher": true, "ax trigger": true, "ax executor": true, "ax api": true, "ax auditor": true,
+}
+
+// TestCommandTree walks the whole command tree: every runnable command has
+// an Example in its --help, and every operator command takes -o table,
+// json and yaml and refuses any other format.
+func TestCommandTree(t *testing.T) {
 	t.Parallel()
-	var check func(c *cobra.Command)
-	check = func(c *cobra.Command) {
-		if c.Example == "" {
-			t.Errorf("%s has no Example in its --help", c.CommandPath())
+	var runnable []*cobra.Command
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() {
+			runnable = append(runnable, c)
+			if c.Example == "" {
+				t.Errorf("%s has no Example in its --help", c.CommandPath())
+			}
 		}
 		for _, sub := range c.Commands() {
-			check(sub)
+			walk(sub)
 		}
 	}
-	g := &cli{}
-	for _, c := range []*cobra.Command{newTaskCmd(g), newFireCmd(g), newInstanceCmd(g)} {
-		check(c)
+	walk(newRootCmd())
+	if len(runnable) < 30 {
+		t.Fatalf("found %d runnable commands; is the tree built?", len(runnable))
 	}
-	if newRootCmd().Example == "" {
-		t.Error("ax has no Example in its --help")
+
+	file := filepath.Join(t.TempDir(), "task.yaml")
+	if err := os.WriteFile(file, []byte(reportTask), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range runnable {
+		path := c.CommandPath()
+		if serviceCommands[path] || strings.HasPrefix(path, "ax completion") || path == "ax" {
+			continue
+		}
+		// An argument for each placeholder of Use, so that the command gets
+		// as far as reading -o.
+		args := strings.Fields(strings.TrimPrefix(path, "ax "))
+		for _, word := range strings.Fields(c.Use)[1:] {
+			if word == "-f" || word == "FILE" {
+				continue
+			}
+			args = append(args, "1")
+		}
+		if c.Flag("file") != nil {
+			args = append(args, "--file", file)
+		}
+		// Nothing listens at port 1, so each command stops at the API or
+		// at PostgreSQL.
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if _, required := f.Annotations[cobra.BashCompOneRequiredFlag]; required {
+				value := "1"
+				if f.Name == "role" {
+					value = "viewer"
+				}
+				args = append(args, "--"+f.Name, value)
+			}
+		})
+		if c.Flag("database-url") != nil {
+			args = append(args, "--database-url", "postgres://127.0.0.1:1/none?connect_timeout=1")
+		}
+		args = append([]string{"--api", "http://127.0.0.1:1"}, args...)
+		for _, format := range []string{"table", "json", "yaml", "xml"} {
+			var out, errOut bytes.Buffer
+			code := run(t.Context(), append(args, "-o", format), strings.NewReader(""), &out, &errOut)
+			refused := strings.Contains(errOut.String(), `--output "`+format+`"`)
+			if format == "xml" && (code != 1 || !refused) {
+				t.Errorf("%s -o xml: exit %d, stderr %q; want --output refused", path, code, errOut.String())
+			}
+			if format != "xml" && refused {
+				t.Errorf("%s -o %s: refused: %s", path, format, errOut.String())
+			}
+		}
 	}
 }

@@ -40,7 +40,7 @@ not keep up; a growing ACK PENDING, that attempts are slow or stuck.`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"streams": streams, "missing": missing})
+				return g.printData(cmd.OutOrStdout(), map[string]any{"streams": streams, "missing": missing})
 			}
 			printStreams(cmd.OutOrStdout(), streams)
 			if len(missing) > 0 {

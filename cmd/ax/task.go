@@ -59,8 +59,11 @@ standard input) a definition starting with '{' is JSON and anything else YAML.`,
 			if err != nil {
 				return g.apiError(err)
 			}
+			for _, warning := range res.Warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", warning)
+			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), res)
+				return g.printData(cmd.OutOrStdout(), res)
 			}
 			name := res.Task.TaskName
 			switch {
@@ -127,7 +130,7 @@ func newTaskListCmd(g *cli) *cobra.Command {
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), tasks)
+				return g.printData(cmd.OutOrStdout(), tasks)
 			}
 			tw := newTable(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "NAME\tVERSION\tENABLED\tHANDLER\tPOOL\tPRIORITY\tUPDATED")
@@ -159,7 +162,7 @@ with every default filled in (as YAML; -o json prints the API's JSON).`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), t)
+				return g.printData(cmd.OutOrStdout(), t)
 			}
 			def, err := yaml.Marshal(t.Task)
 			if err != nil {
@@ -206,7 +209,7 @@ func newTaskFlagCmd(g *cli, verb, done, short, example string,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), t)
+				return g.printData(cmd.OutOrStdout(), t)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "task %s %s\n", args[0], done)
 			return nil

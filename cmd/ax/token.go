@@ -83,7 +83,7 @@ made with the token; no two live tokens share a name.`,
 					return err
 				}
 				if asJSON {
-					return printJSON(cmd.OutOrStdout(), map[string]any{"token": tok, "secret": secret})
+					return g.printData(cmd.OutOrStdout(), map[string]any{"token": tok, "secret": secret})
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "token %d %q (%s) made; its secret, shown only now:\n", tok.ID, tok.Name, tok.Role)
 				fmt.Fprintln(cmd.OutOrStdout(), secret)
@@ -121,7 +121,7 @@ func newTokenListCmd(g *cli) *cobra.Command {
 					if toks == nil {
 						toks = []store.Token{}
 					}
-					return printJSON(cmd.OutOrStdout(), toks)
+					return g.printData(cmd.OutOrStdout(), toks)
 				}
 				printTokens(cmd.OutOrStdout(), toks)
 				return nil
@@ -167,7 +167,7 @@ in ax token list, and its name may be given to a new token.`,
 					return err
 				}
 				if asJSON {
-					return printJSON(cmd.OutOrStdout(), tok)
+					return g.printData(cmd.OutOrStdout(), tok)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "revoked token %d %q (%s)\n", tok.ID, tok.Name, tok.Role)
 				return nil

@@ -39,7 +39,7 @@ heartbeat came. A worker that stops beating drops off within the bucket's TTL.`,
 				return g.apiError(err)
 			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), workers)
+				return g.printData(cmd.OutOrStdout(), workers)
 			}
 			printWorkers(cmd.OutOrStdout(), workers, time.Now())
 			return nil

@@ -52,6 +52,8 @@ type system struct {
 	// admin is the secret of an admin token called apitest.AdminName,
 	// which client sends.
 	admin string
+	// dispatcher is the system's dispatcher.
+	dispatcher *dispatcher.Service
 }
 
 // newSystem starts a system; tune adjusts the dispatcher's options.
@@ -76,6 +78,7 @@ func newSystem(t testing.TB, tune ...func(*dispatcher.Options)) *system {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.dispatcher = d
 	s.run("dispatcher", d.Run)
 	select {
 	case <-d.Ready():

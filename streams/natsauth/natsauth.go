@@ -169,6 +169,20 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 			}
 			sub = append(sub, top.Ready(pool))
 		}
+		// The worker's own consumer, by its worker id: "worker_<id>" on
+		// ax.dispatch.worker.<id>. With any worker id, any worker consumer
+		// on a worker subject (a durable name is one token, so "*").
+		own := top.WorkerConsumer(worker)
+		if scope.WorkerID == "" {
+			own.Durable = "*"
+		}
+		stream := top.DispatchStream()
+		pub = append(pub,
+			"$JS.API.CONSUMER.CREATE."+stream+"."+own.Durable+"."+own.FilterSubject,
+			"$JS.API.CONSUMER.INFO."+stream+"."+own.Durable,
+			"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+own.Durable)
+		pub = append(pub, ack(stream, own.Durable)...)
+		sub = append(sub, top.ReadyWorker(worker))
 		pub = append(pub, kvKey(top.WorkersBucket(), worker), kvKey(top.LeasesBucket(), ">"),
 			kvKey(top.MutexBucket(), ">"), kvKey(top.OnceBucket(), ">"))
 		pub = append(pub, watch(kv(top.OnceBucket()))...)

@@ -95,6 +95,14 @@ func TestExecutorPermissions(t *testing.T) {
 		{p.Subscribe.Allow, "ax.control.w-9", true},
 		{p.Subscribe.Allow, "ax.ready.gpu", true},
 		{p.Subscribe.Allow, "ax.ready.default", false},
+		// Its own subject, and no other worker's.
+		{p.Publish.Allow, "$JS.API.CONSUMER.CREATE.AX_DISPATCH.worker_w-9.ax.dispatch.worker.w-9", true},
+		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH.worker_w-9", true},
+		{p.Publish.Allow, "$JS.ACK.AX_DISPATCH.worker_w-9.>", true},
+		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH.worker_w-8", false},
+		{p.Publish.Allow, "$JS.API.CONSUMER.CREATE.AX_DISPATCH.worker_w-8.ax.dispatch.worker.w-8", false},
+		{p.Subscribe.Allow, "ax.ready.worker.w-9", true},
+		{p.Subscribe.Allow, "ax.ready.worker.w-8", false},
 	} {
 		if got := slices.Contains(c.subjects, c.subject); got != c.want {
 			t.Errorf("executor may use %s: %t, want %t", c.subject, got, c.want)

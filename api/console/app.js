@@ -1,0 +1,624 @@
+// app.js: the AX web console, a single-page application with hash routes.
+// Every view reads the API with the token the user logged in with; the
+// page itself holds no data.
+
+import { APIError, call, follow, get, onUnauthorized, parseMetrics, text, token } from './api.js';
+
+const main = document.getElementById('main');
+const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED']);
+
+// ---- DOM helpers ----
+
+/** h builds an element: h('a', {href: '#/'}, 'text', child, ...). */
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+function table(headers, rows, empty = 'Nothing to show.') {
+  if (rows.length === 0) return h('p', { class: 'muted' }, empty);
+  return h('table', {},
+    h('thead', {}, h('tr', {}, headers.map((x) => h('th', {}, x)))),
+    h('tbody', {}, rows.map((r) => h('tr', {}, r.map((c) => h('td', {}, c))))));
+}
+
+function badge(state) {
+  return h('span', { class: 'badge state-' + String(state).toLowerCase() }, state);
+}
+
+function card(title, ...body) {
+  return h('section', { class: 'card' }, h('h2', {}, title), ...body);
+}
+
+function stat(label, value, note) {
+  return h('div', { class: 'stat' }, h('div', { class: 'stat-value' }, value), h('div', { class: 'stat-label' }, label),
+    note ? h('div', { class: 'stat-note' }, note) : null);
+}
+
+function fmtTime(t) {
+  if (!t) return '—';
+  const d = new Date(t);
+  return isNaN(d) || d.getFullYear() < 2 ? '—' : d.toLocaleString();
+}
+
+function fmtDur(ms) {
+  if (ms === null || ms === undefined || isNaN(ms)) return '—';
+  if (ms < 1000) return Math.round(ms) + ' ms';
+  if (ms < 60000) return (ms / 1000).toFixed(ms < 10000 ? 2 : 1) + ' s';
+  if (ms < 3600000) return Math.floor(ms / 60000) + 'm ' + Math.round((ms % 60000) / 1000) + 's';
+  return Math.floor(ms / 3600000) + 'h ' + Math.round((ms % 3600000) / 60000) + 'm';
+}
+
+function fmtAgo(t) {
+  if (!t) return '—';
+  const s = Math.round((Date.now() - new Date(t)) / 1000);
+  if (isNaN(s)) return '—';
+  if (s < 60) return s + 's ago';
+  if (s < 3600) return Math.floor(s / 60) + 'm ago';
+  if (s < 86400) return Math.floor(s / 3600) + 'h ago';
+  return Math.floor(s / 86400) + 'd ago';
+}
+
+function fmtPct(x) { return x === null || isNaN(x) ? '—' : (100 * x).toFixed(1) + ' %'; }
+
+function duration(inst) {
+  if (!inst.started_at || !inst.finished_at) return null;
+  return new Date(inst.finished_at) - new Date(inst.started_at);
+}
+
+function taskLink(name) { return h('a', { href: '#/tasks/' + encodeURIComponent(name) }, name); }
+function instLink(id) { return h('a', { href: '#/instances/' + id }, '#' + id); }
+
+function errorBox(err) {
+  return h('div', { class: 'error', role: 'alert' }, err instanceof APIError ? err.message : String(err && err.message || err));
+}
+
+/** flash shows a message above the view for a few seconds. */
+function flash(msg, kind = 'ok') {
+  const el = h('div', { class: 'flash flash-' + kind, role: 'status' }, msg);
+  document.body.append(el);
+  setTimeout(() => el.remove(), kind === 'ok' ? 3000 : 8000);
+}
+
+/** act runs an operator action and reports its failure. */
+async function act(what, f) {
+  try {
+    const out = await f();
+    flash(what + ': done');
+    return out;
+  } catch (err) {
+    flash(what + ': ' + (err.message || err), 'error');
+    return undefined;
+  }
+}
+
+// ---- charts ----
+
+/**
+ * view is the state of the view on screen: its charts, timers and streams.
+ * Each route makes a new one, so a view that finds, once its data came,
+ * that view is no longer the one it started with draws nothing.
+ */
+let view = { charts: [], timers: [], abort: new AbortController() };
+
+function chart(canvas, config) {
+  config.options = Object.assign({ animation: false, responsive: true, maintainAspectRatio: false }, config.options);
+  const c = new Chart(canvas, config);
+  view.charts.push(c);
+  return c;
+}
+
+function chartBox(id) {
+  return h('div', { class: 'chart' }, h('canvas', { id }));
+}
+
+function every(ms, f) { view.timers.push(setInterval(f, ms)); }
+
+function leaveView() {
+  view.charts.forEach((c) => c.destroy());
+  view.timers.forEach(clearInterval);
+  view.abort.abort();
+  view = { charts: [], timers: [], abort: new AbortController() };
+}
+
+// ---- views ----
+
+function loginView() {
+  document.body.classList.add('anon');
+  const input = h('input', { id: 'token', type: 'password', autocomplete: 'off', required: true, placeholder: 'axt_…' });
+  const out = h('div');
+  const form = h('form', { id: 'login', class: 'login' },
+    h('h1', {}, 'AX console'),
+    h('label', { for: 'token' }, 'API token'),
+    input,
+    h('p', { class: 'muted' }, 'A viewer token reads; an operator token also fires, pauses and cancels; an admin token also applies tasks. ',
+      'Make one with ', h('code', {}, 'ax token create --role viewer'), '; ', h('code', {}, 'ax dev'), ' prints an admin token.'),
+    h('button', { type: 'submit' }, 'Log in'),
+    out);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    token.set(input.value.trim());
+    try {
+      await get('/v1/tasks');
+      document.body.classList.remove('anon');
+      const next = sessionStorage.getItem('ax.next');
+      sessionStorage.removeItem('ax.next');
+      location.hash = next && !next.startsWith('#/login') ? next : '#/';
+    } catch (err) {
+      token.clear();
+      out.replaceChildren(errorBox(err));
+    }
+  });
+  main.replaceChildren(form);
+  input.focus();
+}
+
+async function dashboardView() {
+  const mine = view;
+  const [insts, workers, streams, alerts, health, metrics] = await Promise.all([
+    get('/v1/instances', { limit: 500 }),
+    get('/v1/workers'),
+    get('/v1/streams'),
+    get('/v1/alerts', { state: 'firing', limit: 100 }),
+    get('/v1/reports/health').catch(() => null),
+    text('/metrics').then(parseMetrics).catch(() => []),
+  ]);
+  const list = insts.instances || [];
+  const now = Date.now();
+  const hour = list.filter((i) => now - new Date(i.created_at) < 3600e3);
+  const ended = list.filter((i) => i.state === 'SUCCEEDED' || i.state === 'FAILED');
+  const ok = ended.filter((i) => i.state === 'SUCCEEDED').length;
+  const durs = list.map(duration).filter((d) => d !== null).sort((a, b) => a - b);
+  const q = (p) => (durs.length ? durs[Math.min(durs.length - 1, Math.floor(p * durs.length))] : null);
+  const slots = (workers.workers || []).reduce((a, w) => a + w.slots, 0);
+  const busy = (workers.workers || []).reduce((a, w) => a + w.busy, 0);
+
+  if (mine !== view) return;
+  main.replaceChildren(
+    h('h1', {}, 'Dashboard'),
+    h('div', { class: 'stats' },
+      stat('runs in the last hour', hour.length, (hour.length / 60).toFixed(1) + ' per minute'),
+      stat('success rate', fmtPct(ended.length ? ok / ended.length : null), `${ok} of ${ended.length} recent ended runs`),
+      stat('latency p50 / p95', fmtDur(q(0.5)) + ' / ' + fmtDur(q(0.95)), 'run time of recent runs'),
+      stat('workers', (workers.workers || []).length, `${busy} of ${slots} slots busy`),
+      stat('firing alerts', (alerts.alerts || []).length, h('a', { href: '#/alerts' }, 'see alerts'))),
+    h('div', { class: 'grid' },
+      card('Throughput (runs per minute, last hour)', chartBox('throughput')),
+      card('Latency of recent runs', chartBox('latency'))),
+    h('div', { class: 'grid' },
+      card('Fleet measures', metricsTable(metrics)),
+      card('Consumer lag', chartBox('lag'), lagTable(streams.streams || []))),
+    health ? card('Health report', healthSummary(health)) : null,
+  );
+
+  const perMin = new Array(60).fill(0);
+  const perMinFailed = new Array(60).fill(0);
+  for (const i of hour) {
+    const m = 59 - Math.floor((now - new Date(i.created_at)) / 60e3);
+    if (m >= 0 && m < 60) (i.state === 'FAILED' ? perMinFailed : perMin)[m]++;
+  }
+  const labels = perMin.map((_, i) => (i === 59 ? 'now' : `-${59 - i}m`));
+  chart(document.getElementById('throughput'), {
+    type: 'bar',
+    data: { labels, datasets: [
+      { label: 'runs', data: perMin, backgroundColor: '#3b82f6', stack: 's' },
+      { label: 'failed', data: perMinFailed, backgroundColor: '#ef4444', stack: 's' }] },
+    options: { scales: { x: { stacked: true, ticks: { maxTicksLimit: 12 } }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 } } } },
+  });
+  const timed = list.filter((i) => duration(i) !== null).reverse();
+  chart(document.getElementById('latency'), {
+    type: 'line',
+    data: { labels: timed.map((i) => '#' + i.id), datasets: [{ label: 'run time (ms)', data: timed.map(duration), borderColor: '#8b5cf6', pointRadius: 1 }] },
+    options: { scales: { x: { ticks: { maxTicksLimit: 10 } }, y: { beginAtZero: true } } },
+  });
+  const consumers = (streams.streams || []).flatMap((s) => (s.consumers || []).map((c) => ({ s, c })));
+  chart(document.getElementById('lag'), {
+    type: 'bar',
+    data: { labels: consumers.map(({ s, c }) => s.name + '/' + c.name), datasets: [
+      { label: 'pending', data: consumers.map(({ c }) => c.pending), backgroundColor: '#f59e0b' },
+      { label: 'ack pending', data: consumers.map(({ c }) => c.ack_pending), backgroundColor: '#10b981' }] },
+    options: { indexAxis: 'y', scales: { x: { beginAtZero: true, ticks: { precision: 0 } } } },
+  });
+  every(10000, () => { if (location.hash === '' || location.hash === '#/') route(); });
+}
+
+/** metricsTable shows the eight fleet measures from this process's /metrics. */
+function metricsTable(samples) {
+  const sum = (name, f = () => true) => samples.filter((s) => s.name === name && f(s.labels)).reduce((a, s) => a + s.value, 0);
+  const has = (name) => samples.some((s) => s.name === name || s.name.startsWith(name + '_'));
+  const ratio = (a, b) => (b > 0 ? a / b : null);
+  const buckets = new Map();
+  for (const s of samples) {
+    if (s.name === 'ax_scheduling_delay_seconds_bucket') buckets.set(s.labels.le, (buckets.get(s.labels.le) || 0) + s.value);
+  }
+  let p99 = null;
+  const les = [...buckets.keys()].sort((a, b) => Number(a) - Number(b));
+  const total = buckets.get('+Inf') || 0;
+  if (total > 0) p99 = Number(les.find((le) => buckets.get(le) >= 0.99 * total)) * 1000;
+  const attempts = sum('ax_attempts_total');
+  const succeeded = sum('ax_instances_ended_total', (l) => l.state === 'SUCCEEDED');
+  const failed = sum('ax_instances_ended_total', (l) => l.state === 'FAILED');
+  const util = samples.filter((s) => s.name === 'ax_executor_slot_utilization').map((s) => s.value);
+  const rows = [
+    ['scheduling delay p99', has('ax_scheduling_delay_seconds') ? (p99 === Infinity ? '> largest bucket' : fmtDur(p99)) : '—'],
+    ['dispatch success rate', has('ax_instances_ended_total') ? fmtPct(ratio(succeeded, succeeded + failed)) : '—'],
+    ['timeout rate', has('ax_attempts_total') ? fmtPct(ratio(sum('ax_attempt_timeouts_total'), attempts)) : '—'],
+    ['backlog older than 5 minutes', has('ax_backlog_instances') ? sum('ax_backlog_instances') : '—'],
+    ['heartbeats lost', has('ax_worker_heartbeats_lost_total') ? sum('ax_worker_heartbeats_lost_total') : '—'],
+    ['retry rate', has('ax_attempts_total') ? fmtPct(ratio(sum('ax_retries_total'), attempts)) : '—'],
+    ['lease expiries', has('ax_lease_expiries_total') ? sum('ax_lease_expiries_total') : '—'],
+    ['executor slot utilisation', util.length ? fmtPct(Math.max(...util)) : '—'],
+  ];
+  return h('div', {}, table(['measure', 'value'], rows),
+    h('p', { class: 'muted small' }, 'Since this process started, from its /metrics; "—" where this process does not export the series (run the dispatcher and auditor in it, as ax dev does).'));
+}
+
+function lagTable(streams) {
+  const rows = streams.flatMap((s) => (s.consumers || []).map((c) => [s.name, c.name, c.pending, c.ack_pending, c.redelivered, fmtAgo(c.last_active)]));
+  return table(['stream', 'consumer', 'pending', 'ack pending', 'redelivered', 'last active'], rows, 'No consumers.');
+}
+
+function healthSummary(r) {
+  return h('div', {},
+    h('p', { class: 'muted small' }, 'Generated ' + fmtTime(r.generated_at)),
+    h('h3', {}, 'Consecutive failures'),
+    table(['task', 'failures', 'last instance', 'last error'], (r.consecutive_failures || []).map((f) =>
+      [taskLink(f.task), f.failures, f.last_instance_id ? instLink(f.last_instance_id) : '—', f.last_error || '']), 'None.'),
+    h('h3', {}, 'Missed schedules'),
+    table(['task', 'schedule', 'timezone', 'last tick'], (r.missed_schedules || []).map((m) =>
+      [taskLink(m.task), m.schedule, m.timezone, fmtTime(m.last_tick)]), 'None.'),
+    h('h3', {}, 'Duration outliers'),
+    table(['task', 'instance', 'details'], (r.duration_outliers || []).map((o) =>
+      [taskLink(o.task), o.instance_id ? instLink(o.instance_id) : '—', JSON.stringify(o)]), 'None.'),
+    h('h3', {}, 'Tasks without an owner'),
+    (r.tasks_without_owner || []).length ? h('p', {}, (r.tasks_without_owner || []).map((t) => [taskLink(t), ' '])) : h('p', { class: 'muted' }, 'None.'));
+}
+
+function nextFire(info) {
+  const times = (info.next_fire_times || []).flatMap((t) => t.utc || []).sort();
+  return times.length ? fmtTime(times[0]) : '—';
+}
+
+function taskActions(info, after) {
+  const name = info.task.task_name;
+  const post = (what, path) => h('button', { type: 'button', class: 'small', 'data-action': what,
+    onclick: async () => { if (await act(what + ' ' + name, () => call('POST', `/v1/tasks/${encodeURIComponent(name)}/${path}`)) !== undefined) after(); } }, what);
+  return h('span', { class: 'actions' },
+    info.enabled ? post('disable', 'disable') : post('enable', 'enable'),
+    info.paused ? post('resume', 'resume') : post('pause', 'pause'));
+}
+
+function taskStatus(info) {
+  return [info.enabled ? badge('enabled') : badge('disabled'), info.paused ? [' ', badge('paused')] : null];
+}
+
+async function tasksView() {
+  const mine = view;
+  const { tasks = [] } = await get('/v1/tasks');
+  const search = h('input', { id: 'search', type: 'search', placeholder: 'Search by name, handler, owner…', value: sessionStorage.getItem('ax.search') || '' });
+  const body = h('div');
+  const render = () => {
+    const q = search.value.trim().toLowerCase();
+    sessionStorage.setItem('ax.search', search.value);
+    const shown = tasks.filter((t) => !q || [t.task.task_name, t.task.execution.handler, t.task.owner, t.task.description]
+      .some((x) => x && x.toLowerCase().includes(q)));
+    body.replaceChildren(table(['task', 'status', 'handler', 'triggers', 'next fire', 'version', 'actions'], shown.map((t) => [
+      taskLink(t.task.task_name), taskStatus(t), h('code', {}, t.task.execution.handler),
+      (t.task.triggers || []).map((tr) => tr.schedule ? tr.type + ' ' + tr.schedule : tr.type).join(', ') || '—',
+      nextFire(t), t.version, [taskActions(t, route), ' ', h('a', { class: 'button small', href: '#/tasks/' + encodeURIComponent(t.task.task_name) + '?fire' }, 'fire')],
+    ]), tasks.length ? 'No task matches.' : 'No tasks yet: apply one below.'));
+  };
+  search.addEventListener('input', render);
+  render();
+  // The list has no next fire times; each cron task's own answer has them.
+  const fillNextFires = () => {
+    const crons = tasks.filter((t) => (t.task.triggers || []).some((tr) => tr.type === 'cron')).slice(0, 100);
+    Promise.all(crons.map((t) => get('/v1/tasks/' + encodeURIComponent(t.task.task_name))
+      .then((info) => { t.next_fire_times = info.next_fire_times; }).catch(() => {})))
+      .then(() => { if (crons.length && body.isConnected) render(); });
+  };
+  fillNextFires();
+
+  const def = h('textarea', { id: 'definition', rows: 12, spellcheck: 'false',
+    placeholder: 'task_name: nightly-report\nexecution:\n  handler: builtin.echo\ntriggers:\n  - type: cron\n    schedule: "0 2 * * *"' });
+  const out = h('div');
+  const form = h('form', { id: 'apply', class: 'stack' },
+    h('label', { for: 'definition' }, 'Task definition, YAML or JSON (needs an admin token)'), def,
+    h('div', {}, h('button', { type: 'submit' }, 'Apply')), out);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const src = def.value.trim();
+    const type = src.startsWith('{') ? 'application/json' : 'application/yaml';
+    try {
+      const res = await call('POST', '/v1/tasks', src, type);
+      const name = res.task.task_name;
+      out.replaceChildren(h('p', { class: 'ok' }, res.changed ? 'Applied ' : 'Unchanged: ', taskLink(name), ` (version ${res.version})`),
+        (res.warnings || []).map((w) => h('p', { class: 'warn' }, 'Warning: ' + (w.message || w))));
+      def.value = '';
+      const again = await get('/v1/tasks');
+      tasks.splice(0, tasks.length, ...(again.tasks || []));
+      render();
+      fillNextFires();
+    } catch (err) {
+      out.replaceChildren(errorBox(err));
+    }
+  });
+
+  if (mine !== view) return;
+  main.replaceChildren(h('h1', {}, 'Tasks'), card('Tasks', search, body), card('Apply a task', form));
+}
+
+async function taskView(name, query) {
+  const mine = view;
+  const path = '/v1/tasks/' + encodeURIComponent(name);
+  const [info, insts] = await Promise.all([get(path), get('/v1/instances', { task: name, limit: 100 })]);
+  const list = insts.instances || [];
+  const payload = h('textarea', { id: 'payload', rows: 4, spellcheck: 'false', placeholder: '{"key": "value"}' });
+  const out = h('div');
+  const fire = h('form', { id: 'fire', class: 'stack' },
+    h('label', { for: 'payload' }, 'Payload (JSON, optional)'), payload,
+    h('div', {}, h('button', { type: 'submit' }, 'Fire now')), out);
+  fire.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const req = {};
+    if (payload.value.trim()) {
+      try { req.payload = JSON.parse(payload.value); } catch (err) { out.replaceChildren(errorBox('the payload is not JSON: ' + err.message)); return; }
+    }
+    try {
+      const res = await call('POST', path + '/runs', req);
+      if (res.instance_id) location.hash = '#/instances/' + res.instance_id;
+      else out.replaceChildren(h('p', { class: 'ok' }, `Fired: event ${res.event_id}` + (res.run_at ? ', runs at ' + fmtTime(res.run_at) : ', the instance is not made yet')));
+    } catch (err) {
+      out.replaceChildren(errorBox(err));
+    }
+  });
+  const t = info.task;
+  const nexts = (info.next_fire_times || []).map((nt) => h('div', {},
+    h('h3', {}, `trigger ${nt.trigger}: `, h('code', {}, nt.schedule), ' ', nt.timezone),
+    h('ol', {}, (nt.utc || []).map((u) => h('li', {}, fmtTime(u), h('span', { class: 'muted' }, ' (' + u + ')'))))));
+  if (mine !== view) return;
+  main.replaceChildren(
+    h('h1', {}, 'Task ', h('span', { id: 'task-name' }, t.task_name), ' ', taskStatus(info), ' ', taskActions(info, route)),
+    t.description ? h('p', {}, t.description) : null,
+    h('div', { class: 'grid' },
+      card('Fire now', fire),
+      card('Next fire times', nexts.length ? nexts : h('p', { class: 'muted' }, 'No cron trigger.'))),
+    card('Duration of recent runs', chartBox('durations')),
+    card('Recent instances', table(['instance', 'state', 'source', 'attempt', 'worker', 'created', 'run time'], list.map((i) => [
+      instLink(i.id), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.created_at), fmtDur(duration(i))]))),
+    card('Definition', h('p', { class: 'muted small' }, `version ${info.version}, updated ${fmtTime(info.updated_at)}`),
+      h('pre', { class: 'code' }, JSON.stringify(t, null, 2))),
+  );
+  const timed = list.filter((i) => duration(i) !== null).reverse();
+  chart(document.getElementById('durations'), {
+    type: 'bar',
+    data: { labels: timed.map((i) => '#' + i.id), datasets: [{ label: 'run time (ms)', data: timed.map(duration),
+      backgroundColor: timed.map((i) => (i.state === 'SUCCEEDED' ? '#10b981' : '#ef4444')) }] },
+    options: { plugins: { legend: { display: false } }, scales: { y: { beginAtZero: true } },
+      onClick: (_, els) => { if (els.length) location.hash = '#/instances/' + timed[els[0].index].id; } },
+  });
+  if (query === 'fire') payload.focus();
+}
+
+async function instancesView(query) {
+  const mine = view;
+  const params = new URLSearchParams(query);
+  const task = h('input', { name: 'task', placeholder: 'task', value: params.get('task') || '' });
+  const state = h('select', { name: 'state' }, ['', 'CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED']
+    .map((s) => h('option', { value: s, selected: s === (params.get('state') || '') }, s || 'any state')));
+  const filter = h('form', { class: 'filters' }, task, state, h('button', { type: 'submit' }, 'Filter'));
+  filter.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    if (task.value) q.set('task', task.value);
+    if (state.value) q.set('state', state.value);
+    location.hash = '#/instances' + (q.toString() ? '?' + q : '');
+  });
+  const { instances = [] } = await get('/v1/instances', { task: params.get('task'), state: params.get('state'), limit: 200 });
+  if (mine !== view) return;
+  main.replaceChildren(h('h1', {}, 'Instances'), card('Instances', filter,
+    table(['instance', 'task', 'state', 'source', 'attempt', 'worker', 'created', 'run time'], instances.map((i) => [
+      instLink(i.id), taskLink(i.task), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.created_at), fmtDur(duration(i))]))));
+}
+
+async function instanceView(id, toLogs) {
+  const mine = view;
+  const inst = await get('/v1/instances/' + id);
+  const state = h('span', { id: 'state' });
+  const facts = h('div');
+  const timeline = h('div');
+  const logs = h('pre', { id: 'logs', class: 'logs' });
+  const logState = h('span', { id: 'log-state', class: 'muted' }, terminal.has(inst.state) ? 'reading…' : 'following…');
+  const buttons = h('span', { class: 'actions' },
+    h('button', { type: 'button', id: 'rerun', onclick: async () => {
+      const res = await act('rerun #' + id, () => call('POST', `/v1/instances/${id}/rerun`, {}));
+      if (res && res.instance_id) location.hash = '#/instances/' + res.instance_id;
+      else if (res) flash(`rerun #${id}: event ${res.event_id}, the instance is not made yet`);
+    } }, 'Rerun'),
+    h('button', { type: 'button', id: 'cancel', class: 'danger', onclick: async () => {
+      if (confirm(`Cancel instance ${id}?`)) { await act('cancel #' + id, () => call('POST', `/v1/instances/${id}/cancel`, {})); refresh(); }
+    } }, 'Cancel'));
+
+  const render = (i) => {
+    state.replaceChildren(badge(i.state));
+    buttons.querySelector('#cancel').disabled = terminal.has(i.state);
+    facts.replaceChildren(table(['field', 'value'], [
+      ['task', [taskLink(i.task), ` (version ${i.task_version})`]],
+      ['source', i.source], ['event', h('code', {}, i.event_id)],
+      ['attempt', `${i.attempt} of ${i.max_attempts}`], ['priority', i.priority], ['pool', i.pool || '—'], ['worker', i.worker_id || '—'],
+      ['fired', fmtTime(i.fired_at)], ['created', fmtTime(i.created_at)], ['started', fmtTime(i.started_at)], ['finished', fmtTime(i.finished_at)],
+      ['run time', fmtDur(duration(i))],
+      ['payload', i.payload ? h('pre', { class: 'code' }, JSON.stringify(i.payload, null, 2)) : '—'],
+      ['output', i.output ? h('pre', { class: 'code' }, JSON.stringify(i.output, null, 2)) : '—'],
+      ['error', i.error ? h('span', { class: 'err' }, i.error) : '—'],
+    ]));
+    const tr = i.transitions || [];
+    timeline.replaceChildren(tr.length ? h('ol', { class: 'timeline' }, tr.map((t, k) => h('li', {},
+      h('div', { class: 'when' }, fmtTime(t.at), k > 0 ? h('span', { class: 'muted' }, ' +' + fmtDur(new Date(t.at) - new Date(tr[k - 1].at))) : null),
+      h('div', {}, t.from ? [badge(t.from), ' → '] : null, badge(t.to), t.attempt ? ` attempt ${t.attempt}` : '',
+        ' by ', h('code', {}, t.operator || 'system'), t.reason ? h('div', { class: 'muted' }, t.reason) : null)))) : h('p', { class: 'muted' }, 'No transitions yet.'));
+  };
+  const refresh = async () => {
+    try { render(await get('/v1/instances/' + id)); } catch (err) { flash(err.message, 'error'); }
+  };
+  render(inst);
+
+  if (mine !== view) return;
+  main.replaceChildren(
+    h('h1', {}, 'Instance #' + id + ' ', state, ' ', buttons),
+    h('div', { class: 'grid' }, card('Instance', facts), card('State timeline', timeline)),
+    h('section', { class: 'card', id: 'logs-card' }, h('h2', {}, 'Log ', logState), logs),
+  );
+  every(1000, () => { if (!terminal.has(state.textContent)) refresh(); });
+
+  const signal = view.abort.signal;
+  const addLine = (l) => {
+    const fields = l.fields && Object.keys(l.fields).length ? ' ' + JSON.stringify(l.fields) : '';
+    logs.append(h('div', { class: 'line level-' + l.level },
+      h('span', { class: 'muted' }, new Date(l.time).toLocaleTimeString() + ` a${l.attempt} `),
+      h('span', { class: 'lvl' }, l.level.toUpperCase().padEnd(5) + ' '), l.message, h('span', { class: 'fields' }, fields)));
+    if (logs.scrollHeight - logs.scrollTop - logs.clientHeight < 80) logs.scrollTop = logs.scrollHeight;
+  };
+  follow(`/v1/instances/${id}/logs?follow=true`, (ev) => {
+    if (ev.event === 'end') {
+      logState.textContent = 'ended: ' + JSON.parse(ev.data).state;
+      refresh();
+      return;
+    }
+    addLine(JSON.parse(ev.data));
+  }, signal).then(() => {
+    if (!logs.childElementCount) logs.append(h('div', { class: 'muted' }, 'No log lines.'));
+    if (logState.textContent.endsWith('…')) logState.textContent = 'stream closed';
+  }).catch((err) => {
+    if (!signal.aborted) logState.textContent = 'error: ' + err.message;
+  });
+  if (toLogs) document.getElementById('logs-card').scrollIntoView();
+}
+
+async function workersView() {
+  const mine = view;
+  const { workers = [] } = await get('/v1/workers');
+  if (mine !== view) return;
+  main.replaceChildren(h('h1', {}, 'Workers'), card('Live workers', table(
+    ['worker', 'host', 'version', 'pools', 'handlers', 'slots busy', 'started', 'last heartbeat'],
+    workers.map((w) => [h('code', {}, w.id), w.hostname || '—', w.version, (w.pools || []).join(', '),
+      h('span', { class: 'small' }, (w.handlers || []).join(', ')), `${w.busy} / ${w.slots}`, fmtTime(w.started_at), fmtAgo(w.heartbeat_at)]),
+    'No live worker.')));
+}
+
+async function streamsView() {
+  const mine = view;
+  const { streams = [], missing = [] } = await get('/v1/streams');
+  if (mine !== view) return;
+  main.replaceChildren(h('h1', {}, 'Streams and consumers'),
+    missing.length ? errorBox('Missing streams: ' + missing.join(', ')) : null,
+    ...streams.map((s) => card(s.name + (s.bucket ? ` (bucket ${s.bucket})` : ''),
+      h('p', { class: 'muted small' }, `${s.retention} retention · ${s.messages} messages · ${s.bytes} bytes · seq ${s.first_seq}–${s.last_seq} · subjects `,
+        h('code', {}, (s.subjects || []).join(' '))),
+      table(['consumer', 'durable', 'pending', 'ack pending', 'redelivered', 'waiting', 'last active'], (s.consumers || []).map((c) =>
+        [h('code', {}, c.name), c.durable ? 'yes' : 'no', c.pending, c.ack_pending, c.redelivered, c.waiting, fmtTime(c.last_active)]), 'No consumers.'))));
+}
+
+async function alertsView(query) {
+  const mine = view;
+  const params = new URLSearchParams(query);
+  const st = params.get('state') || '';
+  const { alerts = [] } = await get('/v1/alerts', { state: st, limit: 200 });
+  const tabs = h('p', { class: 'tabs' }, ['', 'firing', 'acked', 'resolved'].map((s) =>
+    h('a', { href: '#/alerts' + (s ? '?state=' + s : ''), class: s === st ? 'active' : '' }, s || 'all')));
+  if (mine !== view) return;
+  main.replaceChildren(h('h1', {}, 'Alerts'), card('Alerts', tabs, table(
+    ['level', 'rule', 'state', 'task', 'instance', 'reason', 'count', 'first seen', 'last seen', ''],
+    alerts.map((a) => [badge(a.level), a.rule, badge(a.state), a.task ? taskLink(a.task) : '—', a.instance_id ? instLink(a.instance_id) : '—',
+      a.reason, a.count, fmtTime(a.first_seen), fmtTime(a.last_seen),
+      a.state === 'firing' ? h('button', { type: 'button', class: 'small', onclick: async () => {
+        if (await act('acknowledge alert ' + a.id, () => call('POST', `/v1/alerts/${a.id}/ack`, {})) !== undefined) route();
+      } }, 'Acknowledge') : '']), 'No alerts.')));
+}
+
+async function auditView(query) {
+  const mine = view;
+  const params = new URLSearchParams(query);
+  const fields = ['task', 'instance', 'operator'].map((n) => h('input', { name: n, placeholder: n, value: params.get(n) || '' }));
+  const filter = h('form', { class: 'filters' }, fields, h('button', { type: 'submit' }, 'Filter'));
+  filter.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    for (const f of fields) if (f.value) q.set(f.name, f.value);
+    location.hash = '#/audit' + (q.toString() ? '?' + q : '');
+  });
+  const { records = [] } = await get('/v1/audit', { task: params.get('task'), instance: params.get('instance'), operator: params.get('operator'), limit: 200 });
+  if (mine !== view) return;
+  main.replaceChildren(h('h1', {}, 'Audit'), card('Audit records', filter, table(
+    ['time', 'kind', 'task', 'instance', 'what', 'operator', 'reason'],
+    records.map((r) => [fmtTime(r.at), r.kind, r.task ? taskLink(r.task) : '—', r.instance_id ? instLink(r.instance_id) : '—',
+      r.action ? r.action : [r.from ? badge(r.from) : null, r.from ? ' → ' : null, r.to ? badge(r.to) : null],
+      h('code', {}, r.operator), r.reason || '']), 'No audit records.')));
+}
+
+// ---- routing ----
+
+const routes = [
+  [/^#\/?$/, () => dashboardView()],
+  [/^#\/tasks$/, () => tasksView()],
+  [/^#\/tasks\/([^/]+)$/, (m, q) => taskView(decodeURIComponent(m[1]), q)],
+  [/^#\/instances$/, (m, q) => instancesView(q)],
+  [/^#\/instances\/(\d+)$/, (m) => instanceView(m[1], false)],
+  [/^#\/instances\/(\d+)\/logs$/, (m) => instanceView(m[1], true)],
+  [/^#\/workers$/, () => workersView()],
+  [/^#\/streams$/, () => streamsView()],
+  [/^#\/alerts$/, (m, q) => alertsView(q)],
+  [/^#\/audit$/, (m, q) => auditView(q)],
+];
+
+async function route() {
+  leaveView();
+  const hash = location.hash || '#/';
+  const [path, query = ''] = hash.split('?');
+  if (path === '#/login') { loginView(); return; }
+  if (!token.get()) {
+    sessionStorage.setItem('ax.next', hash);
+    location.hash = '#/login';
+    return;
+  }
+  document.body.classList.remove('anon');
+  for (const a of document.querySelectorAll('#nav a')) {
+    const href = a.getAttribute('href');
+    a.classList.toggle('active', href === '#/' ? path === '#/' || path === '#' : path.startsWith(href));
+  }
+  for (const [re, show] of routes) {
+    const m = re.exec(path);
+    if (!m) continue;
+    const mine = view;
+    try {
+      await show(m, query);
+    } catch (err) {
+      if (mine === view && !(err instanceof APIError && err.status === 401)) main.replaceChildren(errorBox(err));
+    }
+    return;
+  }
+  main.replaceChildren(h('h1', {}, 'Not found'), h('p', {}, 'No page at ', h('code', {}, hash), '. ', h('a', { href: '#/' }, 'Go to the dashboard.')));
+}
+
+onUnauthorized(() => {
+  token.clear();
+  sessionStorage.setItem('ax.next', location.hash);
+  location.hash = '#/login';
+});
+document.getElementById('logout').addEventListener('click', () => { token.clear(); location.hash = '#/login'; });
+window.addEventListener('hashchange', route);
+route();

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+func init() { extraCommands = append(extraCommands, newBenchCmd) }
+
+// benchTask is the task ax bench applies when not given --task: a no-op
+// that builtin.echo, which every executor serves, runs.
+const benchTask = `task_name: ax-bench
+owner: ax-bench
+description: No-op task that ax bench fires; safe to delete.
+execution:
+  handler: builtin.echo
+  timeout: 1m
+`
+
+// benchTaskName is the task_name of benchTask.
+const benchTaskName = "ax-bench"
+
+// benchResult is what ax bench measured; -o json and -o yaml print it.
+type benchResult struct {
+	Task      string `json:"task"`
+	Instances int    `json:"instances"`
+	Succeeded int    `json:"succeeded"`
+	// FireSeconds is how long firing them all took, as ax saw it.
+	FireSeconds float64 `json:"fire_seconds"`
+	// FiresPerSecond is the rate the API took firings at.
+	FiresPerSecond float64 `json:"fires_per_second"`
+	// Seconds is from the first instance's fired_at to the last one's
+	// finished_at, by the system's own clock.
+	Seconds float64 `json:"seconds"`
+	// InstancesPerSecond is Instances over Seconds.
+	InstancesPerSecond float64 `json:"instances_per_second"`
+	// LatencyP50MS and LatencyP99MS are percentiles of fired_at → started_at.
+	LatencyP50MS float64 `json:"latency_p50_ms"`
+	LatencyP99MS float64 `json:"latency_p99_ms"`
+}
+
+func newBenchCmd() *cobra.Command {
+	var (
+		count   int
+		task    string
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput and firing-to-start latency against a running AX",
+		Long: `Fire a task many times as fast as the API takes it (from a few connections at
+once), wait until every instance has ended, and print instances per second and
+the p50 and p99 latency from each instance's fired_at to its started_at.
+
+Without --task, ax bench applies (creates or updates) the task ax-bench, a no-op
+bound to builtin.echo, which the executor of "ax dev" serves. Point it at a
+running system: ax dev, or the services on their own. It needs an operator
+token, and an admin one to apply ax-bench.
+
+On a terminal it draws a progress bar; elsewhere it prints "ID STATE" as each
+instance ends. It exits 2 if an instance ended other than SUCCEEDED and 3 if
+they did not all end within --timeout.`,
+		Example: `  ax dev &                                  # in another terminal
+  ax bench
+  ax bench --count 5000 -o json
+  ax bench --task resize-image --count 200`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			g, err := rootCLI(cmd)
+			if err != nil {
+				return err
+			}
+			structured, err := g.json()
+			if err != nil {
+				return err
+			}
+			if count < 1 {
+				return fmt.Errorf("--count %d: fire at least once", count)
+			}
+			if timeout <= 0 {
+				return fmt.Errorf("--timeout %s: use a positive duration such as 30s or 10m", timeout)
+			}
+			ctx := cmd.Context()
+			client := g.client()
+			if task == "" {
+				task = benchTaskName
+				if _, err := client.ApplyTask(ctx, []byte(benchTask), "application/yaml"); err != nil {
+					return g.apiError(fmt.Errorf("apply %s: %w", benchTaskName, err))
+				}
+			}
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			start := time.Now()
+			res, err := fireMany(ctx, client, task, api.FireRequest{Operator: operatorName()}, count)
+			if err != nil {
+				return g.apiError(err)
+			}
+			fired := time.Since(start)
+			fmt.Fprintf(errOut, "fired %s %d times in %s; waiting for the instances to end\n", task, count, fired.Round(time.Millisecond))
+
+			waitCtx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			progressOut := out
+			if structured {
+				progressOut = errOut
+			}
+			bar := newProgressBar(progressOut, isTerminal(out), count, "ended")
+			ins, err := g.waitMany(waitCtx, client, res, func(in schemas.Instance) {
+				bar.Step(fmt.Sprintf("%d %s", in.ID, in.State))
+			})
+			bar.Finish()
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					return &exitError{code: exitTimeout, err: fmt.Errorf("%d of the %d instances did not end within %s; are the dispatcher and an executor serving the task's handler running?",
+						count-bar.done, count, timeout)}
+				}
+				return g.apiError(err)
+			}
+			r := measure(task, ins, fired)
+			if structured {
+				err = g.printData(out, r)
+			} else {
+				err = printBench(cmd, r)
+			}
+			if err != nil {
+				return err
+			}
+			if r.Succeeded < r.Instances {
+				return &exitError{code: exitNotSucceeded, err: fmt.Errorf("%d of the %d instances ended other than SUCCEEDED; see them with: ax instance list --task %s",
+					r.Instances-r.Succeeded, r.Instances, task)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&count, "count", "n", 1000, "how many firings")
+	f.StringVar(&task, "task", "", "fire this task instead of applying and firing ax-bench")
+	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the instances to end")
+	return cmd
+}
+
+// measure computes the bench's result from the ended instances and the
+// time it took to fire them.
+func measure(task string, ins []schemas.Instance, fired time.Duration) benchResult {
+	r := benchResult{Task: task, Instances: len(ins), FireSeconds: fired.Seconds()}
+	if fired > 0 {
+		r.FiresPerSecond = float64(len(ins)) / fired.Seconds()
+	}
+	var first, last time.Time
+	var latencies []time.Duration
+	for _, in := range ins {
+		if in.State == schemas.StateSucceeded {
+			r.Succeeded++
+		}
+		if first.IsZero() || in.FiredAt.Before(first) {
+			first = in.FiredAt
+		}
+		if in.FinishedAt != nil && in.FinishedAt.After(last) {
+			last = *in.FinishedAt
+		}
+		if in.StartedAt != nil {
+			latencies = append(latencies, in.StartedAt.Sub(in.FiredAt))
+		}
+	}
+	if last.After(first) {
+		r.Seconds = last.Sub(first).Seconds()
+		r.InstancesPerSecond = float64(len(ins)) / r.Seconds
+	}
+	slices.Sort(latencies)
+	r.LatencyP50MS = milliseconds(percentile(latencies, 50))
+	r.LatencyP99MS = milliseconds(percentile(latencies, 99))
+	return r
+}
+
+// percentile returns the p-th percentile of sorted by the nearest-rank
+// method, or 0 for none.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 × n)
+	return sorted[max(rank, 1)-1]
+}
+
+func milliseconds(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// printBench prints a bench result as a two-column table.
+func printBench(cmd *cobra.Command, r benchResult) error {
+	tw := newTable(cmd.OutOrStdout())
+	fmt.Fprintf(tw, "task\t%s\n", r.Task)
+	fmt.Fprintf(tw, "instances\t%d (%d succeeded)\n", r.Instances, r.Succeeded)
+	fmt.Fprintf(tw, "fired in\t%.3fs (%.1f firings/s)\n", r.FireSeconds, r.FiresPerSecond)
+	fmt.Fprintf(tw, "ended in\t%.3fs, first fired_at to last finished_at\n", r.Seconds)
+	fmt.Fprintf(tw, "throughput\t%.1f instances/s\n", r.InstancesPerSecond)
+	fmt.Fprintf(tw, "latency p50\t%.1f ms, fired_at to started_at\n", r.LatencyP50MS)
+	fmt.Fprintf(tw, "latency p99\t%.1f ms\n", r.LatencyP99MS)
+	return tw.Flush()
+}

@@ -1,0 +1,178 @@
+package dispatcher
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"text/template"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// rerouteDelay is how long an attempt that no live worker may take waits
+// before the dispatcher routes it again.
+const rerouteDelay = 2 * time.Second
+
+// route is where one attempt goes: the subject it is published to and the
+// doorbell rung for it.
+type route struct {
+	subject, ring string
+}
+
+// errNoWorker says that no live worker may take an attempt now.
+type errNoWorker struct {
+	pool, handler, minVersion string
+}
+
+func (e errNoWorker) Error() string {
+	msg := fmt.Sprintf("no live worker of pool %q has handler %q", e.pool, e.handler)
+	if e.minVersion != "" {
+		msg += " at version " + e.minVersion + " or newer"
+	}
+	return msg
+}
+
+// route decides where an attempt goes, by its instance's route:
+//
+//   - "pull" without min_worker_version: the pool's subject at the
+//     attempt's priority, where the pool's workers pull it.
+//   - "pull" with min_worker_version: the own subject of the least busy
+//     eligible live worker (busy/slots from its heartbeat, plus what this
+//     batch routed to it: load), so that no older worker ever sees it.
+//   - "worker": the named worker's own subject, live or not: the message
+//     waits in the worker's consumer until it comes (back). A live worker
+//     older than min_worker_version is not given it.
+//   - "hash": the own subject of the eligible live worker that wins the
+//     rendered hash_key by rendezvous hashing (see [rendezvous]). A key
+//     that does not render falls back to "pull" with a warning.
+//
+// Eligible workers serve the pool, have the handler registered and run
+// min_worker_version or newer. errNoWorker says none is live.
+func (s *Service) route(a store.Attempt, load map[string]int) (route, error) {
+	pool := route{subject: s.top.Dispatch(a.Pool, a.Priority), ring: s.top.Ready(a.Pool)}
+	to := func(id string) route {
+		load[id]++
+		return route{subject: s.top.DispatchWorker(id), ring: s.top.ReadyWorker(id)}
+	}
+	noWorker := errNoWorker{pool: a.Pool, handler: a.Handler, minVersion: a.MinWorkerVersion}
+	switch a.Strategy {
+	case schemas.DispatchWorker:
+		if w, ok := s.workers.live(a.Key); ok && !schemas.VersionAtLeast(w.Version, a.MinWorkerVersion) {
+			return route{}, noWorker
+		}
+		return to(a.Key), nil
+	case schemas.DispatchHash:
+		key, err := s.renderHashKey(a.Key, a.Payload)
+		if err != nil {
+			s.log.Warn().Err(err).Int64("instance_id", a.ID).Str("task", a.Task).
+				Msg("hash_key does not render over the payload; the attempt is routed as pull")
+			break
+		}
+		workers := s.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion)
+		if len(workers) == 0 {
+			return route{}, noWorker
+		}
+		return to(rendezvous(key, workers)), nil
+	}
+	if a.MinWorkerVersion == "" {
+		return pool, nil
+	}
+	workers := s.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion)
+	if len(workers) == 0 {
+		return route{}, noWorker
+	}
+	best, bestLoad := "", 0.0
+	for _, w := range workers {
+		l := float64(w.Busy+load[w.ID]) / float64(max(w.Slots, 1))
+		if best == "" || l < bestLoad {
+			best, bestLoad = w.ID, l
+		}
+	}
+	return to(best), nil
+}
+
+// rendezvous returns the id of the worker that wins key by highest random
+// weight: each worker scores hash(key, worker id) and the highest score
+// wins. A worker that joins takes only the keys it now wins; one that leaves
+// gives up only its own keys, each to the runner-up. workers is not empty.
+func rendezvous(key string, workers []schemas.Worker) string {
+	best, bestScore := "", uint64(0)
+	for _, w := range workers {
+		if sc := score(key, w.ID); best == "" || sc > bestScore || (sc == bestScore && w.ID < best) {
+			best, bestScore = w.ID, sc
+		}
+	}
+	return best
+}
+
+// score hashes a key and a worker id together: FNV-1a, then the
+// SplitMix64 finalizer so that close ids score far apart.
+func score(key, workerID string) uint64 {
+	h := fnv.New64a()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(key)))
+	_, _ = h.Write(n[:])
+	_, _ = h.Write([]byte(key))
+	_, _ = h.Write([]byte(workerID))
+	z := h.Sum64() + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// renderHashKey renders a hash_key template over a payload, as the
+// executor renders a mutex key: the payload decoded with numbers as written.
+func (s *Service) renderHashKey(text string, payload json.RawMessage) (string, error) {
+	var tmpl *template.Template
+	if t, ok := s.hashKeys.Load(text); ok {
+		tmpl = t.(*template.Template)
+	} else {
+		t, err := schemas.ParseHashKey(text)
+		if err != nil {
+			return "", fmt.Errorf("parse hash_key %q: %w", text, err)
+		}
+		s.hashKeys.Store(text, t)
+		tmpl = t
+	}
+	var data any
+	if len(bytes.TrimSpace(payload)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(payload))
+		dec.UseNumber()
+		if err := dec.Decode(&data); err != nil {
+			return "", fmt.Errorf("decode the payload: %w", err)
+		}
+	}
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, data); err != nil {
+		return "", fmt.Errorf("render hash_key %q: %w", text, err)
+	}
+	return b.String(), nil
+}
+
+// addReroute adds to batch a firing that routes an attempt again after
+// rerouteDelay: a retry firing of the attempt it is at, which the store
+// finds DISPATCHED and hands back to be published (see
+// [store.Store.StartRetries]). Its schedule replaces any earlier one for
+// the same attempt.
+func (s *Service) addReroute(batch *streams.AsyncBatch, a store.Attempt) error {
+	eventID := "route-" + strconv.FormatInt(a.ID, 10) + "-" + strconv.Itoa(a.Attempt)
+	ev := schemas.TriggerEvent{
+		EventID: eventID,
+		Task:    a.Task,
+		Source:  schemas.SourceRetry,
+		FiredAt: s.now().Add(rerouteDelay),
+		Retry:   &schemas.RetryOf{InstanceID: a.ID, Attempt: a.Attempt},
+	}
+	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.Trigger(a.Task), "", ev.FiredAt, ev)
+	if err != nil {
+		return err
+	}
+	batch.Add(msg)
+	return nil
+}

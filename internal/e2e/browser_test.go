@@ -1,0 +1,323 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/metrics"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// chromiumPath is where Debian's chromium package puts the browser.
+const chromiumPath = "/usr/bin/chromium"
+
+// chromium returns the path of the Chromium the browser tests drive; the
+// test fails, saying how to install it, when it is missing.
+func chromium(t *testing.T) string {
+	t.Helper()
+	path := chromiumPath
+	if p := os.Getenv("AX_CHROMIUM"); p != "" {
+		path = p
+	}
+	if _, err := exec.LookPath(path); err != nil {
+		t.Fatalf("the browser tests need Chromium at %s (set AX_CHROMIUM to use another): install it with `apt-get install -y chromium` (.ci/run does): %v", path, err)
+	}
+	return path
+}
+
+// browser starts the headless Chromium at path for the test, with a fresh
+// profile, and returns a chromedp context of its first tab. It stops the
+// browser when the test ends: register it after the servers the pages talk
+// to, so that it stops first.
+func browser(t *testing.T, path string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1360, 900),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(allocCtx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc()
+	})
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start Chromium at %s: %v", path, err)
+	}
+	return ctx
+}
+
+// do runs browser steps under a deadline and fails the test, naming step
+// and showing the page, when they fail.
+func do(t *testing.T, ctx context.Context, step string, timeout time.Duration, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	read(t, ctx, step, timeout, chromedp.Steps(steps...))
+}
+
+// click clicks the element sel names once it is visible. It finds the
+// element again at the moment of the click: the console re-renders a page
+// when its data changes, which leaves a node found earlier stale.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => { const el = document.querySelector(%q); if (!el) return false; el.click(); return true; })()`, sel)),
+	)
+}
+
+// read runs one browser action under a deadline and returns its value; it
+// fails the test like do.
+func read[T any](t *testing.T, ctx context.Context, step string, timeout time.Duration, action chromedp.Action[T]) T {
+	t.Helper()
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	v, err := chromedp.Run(actx, action)
+	if err != nil {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		page, _ := chromedp.Run(pctx, chromedp.Text(chromedp.CSS("body")))
+		t.Fatalf("browser: %s: %v; the page shows:\n%s", step, err, page)
+	}
+	return v
+}
+
+// TestConsoleInBrowser drives the web console in headless Chromium as an
+// operator would: log in with a token (a wrong one is refused), apply a
+// task with the tasks page's form, pause and resume it, fire it with a
+// payload from the task's page, watch the instance reach SUCCEEDED on its
+// page and read its log lines there, rerun it, cancel a running instance,
+// and open every other page. With AX_SCREENSHOTS=1 it also writes the
+// screenshots of docs/screenshots.
+func TestConsoleInBrowser(t *testing.T) {
+	path := chromium(t)
+	// The dispatcher, an auditor and the console's API share one registry,
+	// as in ax dev, so that the dashboard shows the fleet measures.
+	reg := metrics.NewRegistry()
+	s := newSystem(t, func(o *dispatcher.Options) { o.Metrics = reg })
+	s.monitor(reg)
+	consoleURL := s.consoleAPI(reg)
+	mux := executor.NewMux()
+	executor.RegisterBuiltins(mux)
+	mux.HandleFunc("test.greet", func(ctx context.Context, task *executor.Task) (any, error) {
+		var p struct {
+			Who string `json:"who"`
+		}
+		if err := json.Unmarshal(task.Payload, &p); err != nil {
+			return nil, executor.Permanent(fmt.Errorf("decode the payload: %w", err))
+		}
+		log := executor.Logger(ctx)
+		for i := range 3 {
+			log.Info().Int("step", i+1).Msgf("greeting %s", p.Who)
+		}
+		log.Warn().Msg("greeted everyone")
+		time.Sleep(200 * time.Millisecond) // a run time that shows in the charts
+		return map[string]string{"greeted": p.Who}, nil
+	})
+	s.executor("worker-1", mux, 4)
+	ctx := browser(t, path)
+
+	do(t, ctx, "log in with a wrong token", 15*time.Second,
+		chromedp.Navigate(consoleURL+"/"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "not-a-token"),
+		click("#login button[type=submit]"),
+		chromedp.WaitVisible(chromedp.Search(`//form[@id="login"]//div[@role="alert"][contains(., "not valid")]`)),
+	)
+	do(t, ctx, "log in", 10*time.Second,
+		chromedp.SetValue(chromedp.ID("token"), s.admin),
+		click("#login button[type=submit]"),
+		chromedp.WaitVisible(chromedp.CSS("canvas#throughput")),
+	)
+
+	def := "task_name: greet\nowner: browser-test\ndescription: Greets whoever the payload names.\n" +
+		"execution:\n  handler: test.greet\n  timeout: 30s\ntriggers:\n  - type: cron\n    schedule: \"0 3 * * *\"\n"
+	do(t, ctx, "apply a task", 10*time.Second,
+		chromedp.Navigate(consoleURL+"/#/tasks"),
+		chromedp.WaitVisible(chromedp.ID("definition")),
+		chromedp.SetValue(chromedp.ID("definition"), def),
+		click("#apply button[type=submit]"),
+		chromedp.WaitVisible(chromedp.Search(`//p[contains(., "Applied")]/a[text()="greet"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//td/a[@href="#/tasks/greet"]`)),
+		// The next fire time of its cron trigger fills in.
+		chromedp.WaitVisible(chromedp.Search(`//tr[td/a[@href="#/tasks/greet"]]/td[5][normalize-space(.) != "—"]`)),
+	)
+
+	do(t, ctx, "pause and resume the task", 10*time.Second,
+		chromedp.Navigate(consoleURL+"/#/tasks/greet"),
+		chromedp.WaitVisible(chromedp.CSS(`h1 button[data-action="pause"]`)),
+		click(`h1 button[data-action="pause"]`),
+		chromedp.WaitVisible(chromedp.Search(`//h1/span[text()="paused"]`)),
+		click(`h1 button[data-action="resume"]`),
+		chromedp.WaitVisible(chromedp.CSS(`h1 button[data-action="pause"]`)),
+		chromedp.WaitVisible(chromedp.ID("payload")),
+	)
+	if info, err := s.client.GetTask(context.Background(), "greet"); err != nil || info.Paused || !info.Enabled {
+		t.Fatalf("after pause and resume in the console, the task is %+v (%v), want enabled and not paused", info, err)
+	}
+	if name := read(t, ctx, "read the task's name", 5*time.Second, chromedp.Text(chromedp.ID("task-name"))); name != "greet" {
+		t.Errorf("the task page names %q, want greet", name)
+	}
+	do(t, ctx, "fire the task with a payload", 10*time.Second,
+		chromedp.SetValue(chromedp.ID("payload"), `{"who": "the browser"}`),
+		click("#fire button[type=submit]"),
+		chromedp.WaitVisible(chromedp.ID("state")),
+	)
+
+	do(t, ctx, "watch the instance succeed and read its log", 20*time.Second,
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="SUCCEEDED"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "greeted everyone")]`)),
+	)
+	if state := read(t, ctx, "read the state", 5*time.Second, chromedp.Text(chromedp.ID("state"))); state != string(schemas.StateSucceeded) {
+		t.Errorf("the instance page shows state %q, want SUCCEEDED", state)
+	}
+	logs := read(t, ctx, "read the log tail", 5*time.Second, chromedp.Text(chromedp.ID("logs")))
+	for i := range 3 {
+		if want := fmt.Sprintf(`greeting the browser {"step":%d}`, i+1); !strings.Contains(logs, want) {
+			t.Errorf("the log tail lacks %q:\n%s", want, logs)
+		}
+	}
+
+	// The instance the console made is the one the API reports, with the
+	// payload typed into the console.
+	hash := read(t, ctx, "read the location", 5*time.Second, chromedp.Evaluate[string](`location.hash`))
+	var id int64
+	if _, err := fmt.Sscanf(hash, "#/instances/%d", &id); err != nil {
+		t.Fatalf("the console is at %q after firing, want #/instances/<id>", hash)
+	}
+	inst := s.waitState(id, schemas.StateSucceeded, 5*time.Second)
+	var payload map[string]string
+	if err := json.Unmarshal(inst.Payload, &payload); err != nil || payload["who"] != "the browser" {
+		t.Errorf("instance %d has payload %s, want the one typed into the console", id, inst.Payload)
+	}
+
+	// The alert notifications link to the log of an instance.
+	do(t, ctx, "open the log link", 10*time.Second,
+		chromedp.Navigate(fmt.Sprintf("%s/#/instances/%d/logs", consoleURL, id)),
+		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "greeted everyone")]`)),
+	)
+
+	// Rerun makes another instance, which the console opens.
+	do(t, ctx, "rerun the instance", 20*time.Second,
+		click("#rerun"),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//h1[contains(., "Instance #%d")]`, id+1))),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="SUCCEEDED"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "greeted everyone")]`)),
+	)
+
+	// Cancel stops a running instance.
+	s.apply("task_name: sleeper\nexecution: {handler: builtin.sleep}\n")
+	sleeper := s.fire("sleeper", map[string]float64{"seconds": 60})
+	do(t, ctx, "cancel a running instance", 20*time.Second,
+		chromedp.Navigate(fmt.Sprintf("%s/#/instances/%d", consoleURL, sleeper)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="RUNNING"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "sleeping")]`)),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool](`window.confirm = () => true; true`)(ctx, tg)
+			return err
+		}),
+		click("#cancel"),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="CANCELLED"]`)),
+	)
+
+	// Every other page shows what the API holds, without an error.
+	for _, p := range []struct{ hash, shows string }{
+		{"#/instances", fmt.Sprintf(`//td/a[@href="#/instances/%d"]`, id)},
+		{"#/workers", `//td/code[text()="worker-1"]`},
+		{"#/streams", `//td/code[text()="dispatcher"]`},
+		{"#/alerts", `//h1[text()="Alerts"]`},
+		{"#/audit", `//td/code[text()="worker:worker-1"]`},
+		{"#/", `//h2[text()="Fleet measures"]`},
+	} {
+		do(t, ctx, "open "+p.hash, 10*time.Second,
+			chromedp.Navigate(consoleURL+"/"+p.hash),
+			chromedp.WaitVisible(chromedp.Search(p.shows)),
+		)
+		if n := read(t, ctx, "look for errors on "+p.hash, 5*time.Second, chromedp.Evaluate[int](`document.querySelectorAll("main .error").length`)); n != 0 {
+			t.Errorf("%s shows %d errors", p.hash, n)
+		}
+	}
+
+	if os.Getenv("AX_SCREENSHOTS") != "" {
+		screenshots(t, ctx, s, consoleURL, id)
+	}
+}
+
+// consoleAPI starts another API of the system, which serves the metrics
+// of reg, and returns its URL.
+func (s *system) consoleAPI(reg *prometheus.Registry) string {
+	s.t.Helper()
+	conn, _ := s.srv.Connect()
+	a, err := api.New(api.Options{Store: s.store, Conn: conn, Logger: s.log, Metrics: reg})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	hs := httptest.NewServer(a.Handler())
+	s.t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// screenshots writes docs/screenshots/{dashboard,tasks,task,instance,workers}.png.
+func screenshots(t *testing.T, ctx context.Context, s *system, consoleURL string, id int64) {
+	t.Helper()
+	s.apply("task_name: nightly-report\nowner: finance\nexecution: {handler: builtin.sleep}\n" +
+		"triggers: [{type: cron, schedule: \"30 1 * * *\", timezone: Europe/Paris}]\n")
+	s.apply("task_name: sync-crm\nowner: sales\nexecution: {handler: builtin.fail}\n")
+	for range 4 {
+		s.fire("greet", map[string]string{"who": "the screenshots"})
+		s.fire("nightly-report", map[string]float64{"seconds": 0.1})
+	}
+	s.waitState(s.fire("sync-crm", map[string]string{"message": "the CRM answered 503"}), schemas.StateFailed, 10*time.Second)
+	s.waitState(s.fire("greet", map[string]string{"who": "everyone"}), schemas.StateSucceeded, 10*time.Second)
+	dir := filepath.Join("..", "..", "docs", "screenshots")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pages := []struct{ name, hash, ready string }{
+		{"dashboard", "#/", "canvas#lag"},
+		{"tasks", "#/tasks", "#definition"},
+		{"task", "#/tasks/greet", "canvas#durations"},
+		{"instance", fmt.Sprintf("#/instances/%d", id), `#logs .line`},
+		{"workers", "#/workers", "main table"},
+	}
+	for _, p := range pages {
+		do(t, ctx, "open "+p.name, 15*time.Second,
+			chromedp.Navigate(consoleURL+"/"+p.hash),
+			chromedp.WaitVisible(chromedp.CSS(p.ready)),
+			chromedp.Sleep(300*time.Millisecond), // let the charts and the log tail settle
+			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				// Messages of the actions before are no part of the page.
+				_, err := chromedp.Evaluate[bool](`document.querySelectorAll(".flash").forEach((e) => e.remove()); true`)(ctx, tg)
+				return err
+			}),
+		)
+		png := read(t, ctx, "screenshot "+p.name, 15*time.Second, chromedp.FullScreenshot(100))
+		path := filepath.Join(dir, p.name+".png")
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", path)
+	}
+}

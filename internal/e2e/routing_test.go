@@ -1,0 +1,253 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// calls counts the attempts each worker ran, by worker id.
+type calls struct {
+	mu    sync.Mutex
+	count map[string]int
+}
+
+// mux serves "test.where" for worker id: it succeeds and counts the call.
+func (c *calls) mux(id string) *executor.Mux {
+	m := executor.NewMux()
+	m.HandleFunc("test.where", func(context.Context, *executor.Task) (any, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.count == nil {
+			c.count = make(map[string]int)
+		}
+		c.count[id]++
+		return nil, nil
+	})
+	return m
+}
+
+func (c *calls) of(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.count[id]
+}
+
+// worker starts a worker with its own connection and returns a function
+// that stops it (also called when the test ends).
+func (s *system) worker(opts executor.Options) (stop func()) {
+	s.t.Helper()
+	conn, _ := s.srv.Connect()
+	opts.Conn, opts.Logger = conn, s.log
+	if opts.Slots == 0 {
+		opts.Slots = 4
+	}
+	w, err := executor.New(opts)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := w.Run(ctx); err != nil {
+			s.t.Errorf("worker %s: %v", opts.WorkerID, err)
+		}
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	s.t.Cleanup(stop)
+	select {
+	case <-w.Ready():
+	case <-done:
+		s.t.FailNow()
+	}
+	return stop
+}
+
+// routedTo waits until the dispatcher routes over exactly the workers ids.
+func (s *system) routedTo(ids ...string) {
+	s.t.Helper()
+	waitFor(s.t, fmt.Sprintf("the dispatcher to see workers %v", ids), 10*time.Second, func() (bool, error) {
+		var live []string
+		for _, w := range s.dispatcher.Workers() {
+			live = append(live, w.ID)
+		}
+		return slices.Equal(live, ids), nil
+	})
+}
+
+// ranOn fires task once per payload and returns the worker each instance ran on.
+func (s *system) ranOn(task string, payloads ...any) []string {
+	s.t.Helper()
+	ids := make([]int64, len(payloads))
+	for i, p := range payloads {
+		ids[i] = s.fire(task, p)
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = s.waitState(id, schemas.StateSucceeded, 20*time.Second).WorkerID
+	}
+	return out
+}
+
+func TestRoutingPullSpreads(t *testing.T) {
+	s := newSystem(t)
+	release := make(chan struct{})
+	for _, id := range []string{"w1", "w2"} {
+		s.worker(executor.Options{WorkerID: id, Mux: gated(release), Slots: 2})
+	}
+	s.apply("task_name: spread\nexecution: {handler: test.gate}\n")
+	ids := make([]int64, 4)
+	for i := range ids {
+		ids[i] = s.fire("spread", nil)
+	}
+	// Each worker has two slots, so four attempts run only if both pull.
+	on := make(map[string]int)
+	for _, id := range ids {
+		on[s.waitState(id, schemas.StateRunning, 20*time.Second).WorkerID]++
+	}
+	close(release)
+	if on["w1"] != 2 || on["w2"] != 2 {
+		t.Fatalf("attempts ran on %v, want two on each of w1 and w2", on)
+	}
+}
+
+func TestRoutingWorker(t *testing.T) {
+	s := newSystem(t)
+	var c calls
+	for _, id := range []string{"w1", "w2", "w3"} {
+		s.worker(executor.Options{WorkerID: id, Mux: c.mux(id)})
+	}
+	s.apply("task_name: named\nexecution: {handler: test.where}\ndispatch: {strategy: worker, worker: w2}\n")
+	for i, w := range s.ranOn("named", nil, nil, nil, nil, nil, nil, nil, nil, nil, nil) {
+		if w != "w2" {
+			t.Errorf("instance %d ran on %s, want w2", i, w)
+		}
+	}
+	if c.of("w1")+c.of("w3") != 0 {
+		t.Errorf("w1 ran %d attempts and w3 %d, want none", c.of("w1"), c.of("w3"))
+	}
+
+	// A worker that is not live gets its work when it comes.
+	s.apply("task_name: later\nexecution: {handler: test.where}\ndispatch: {strategy: worker, worker: w9}\n")
+	id := s.fire("later", nil)
+	s.waitState(id, schemas.StateDispatched, 10*time.Second)
+	s.worker(executor.Options{WorkerID: "w9", Mux: c.mux("w9")})
+	if w := s.waitState(id, schemas.StateSucceeded, 20*time.Second).WorkerID; w != "w9" {
+		t.Fatalf("instance ran on %s, want w9", w)
+	}
+}
+
+func TestRoutingHash(t *testing.T) {
+	s := newSystem(t)
+	var c calls
+	stops := make(map[string]func())
+	for _, id := range []string{"w1", "w2", "w3"} {
+		stops[id] = s.worker(executor.Options{WorkerID: id, Mux: c.mux(id)})
+	}
+	s.routedTo("w1", "w2", "w3")
+	s.apply("task_name: pinned\nexecution: {handler: test.where}\ndispatch: {strategy: hash, hash_key: 'c-{{.customer}}'}\n")
+	var payloads []any
+	for i := range 24 {
+		payloads = append(payloads, map[string]any{"customer": i})
+	}
+	mapping := func() map[int]string {
+		m := make(map[int]string)
+		for i, w := range s.ranOn("pinned", payloads...) {
+			m[i] = w
+		}
+		return m
+	}
+
+	three := mapping()
+	spread := make(map[string]int)
+	for _, w := range three {
+		spread[w]++
+	}
+	if len(spread) != 3 {
+		t.Fatalf("24 keys landed on %v, want all three workers", spread)
+	}
+	if again := mapping(); !mapsEqual(again, three) {
+		t.Fatalf("keys moved while the workers stayed the same: %v, then %v", three, again)
+	}
+
+	// A fourth worker joins: only the keys it wins move, all to it.
+	stops["w4"] = s.worker(executor.Options{WorkerID: "w4", Mux: c.mux("w4")})
+	s.routedTo("w1", "w2", "w3", "w4")
+	four := mapping()
+	moved := 0
+	for k, w := range four {
+		if w != three[k] {
+			moved++
+			if w != "w4" {
+				t.Errorf("key %d moved from %s to %s when w4 joined, want it kept or on w4", k, three[k], w)
+			}
+		}
+	}
+	if moved == 0 {
+		t.Errorf("w4 took no key: %v", four)
+	}
+
+	// w2 leaves: only its keys move.
+	stops["w2"]()
+	s.routedTo("w1", "w3", "w4")
+	left := mapping()
+	for k, w := range left {
+		switch {
+		case w == "w2":
+			t.Errorf("key %d still ran on w2, which left", k)
+		case four[k] != "w2" && w != four[k]:
+			t.Errorf("key %d moved from %s to %s when w2 left, want it kept", k, four[k], w)
+		}
+	}
+}
+
+func mapsEqual(a, b map[int]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestRoutingMinWorkerVersion(t *testing.T) {
+	s := newSystem(t)
+	var c calls
+	s.worker(executor.Options{WorkerID: "old", Version: "1.9.0", Mux: c.mux("old")})
+	s.routedTo("old")
+	s.apply("task_name: modern\nexecution: {handler: test.where}\nmin_worker_version: 2.0.0\n")
+	// No live worker may take it: it waits, routed again until one comes.
+	first := s.fire("modern", nil)
+	s.worker(executor.Options{WorkerID: "new", Version: "2.0.0", Mux: c.mux("new")})
+	if w := s.waitState(first, schemas.StateSucceeded, 20*time.Second).WorkerID; w != "new" {
+		t.Fatalf("the first instance ran on %s, want new", w)
+	}
+	var payloads []any
+	for range 12 {
+		payloads = append(payloads, nil)
+	}
+	for i, w := range s.ranOn("modern", payloads...) {
+		if w != "new" {
+			t.Errorf("instance %d ran on %s, want new", i, w)
+		}
+	}
+	if n := c.of("old"); n != 0 {
+		t.Fatalf("the old worker ran %d attempts of a task that needs 2.0.0", n)
+	}
+}
