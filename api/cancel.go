@@ -1,8 +1,6 @@
 package api
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -36,13 +34,9 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req CancelRequest
-	if len(bytes.TrimSpace(data)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeError(w, badRequest("invalid_request", decodeErrorField(err), "the body must be empty or an object like {\"reason\": \"wrong input\"}: %v", err))
-			return
-		}
+	if e := decodeOptionalBody(data, &req, `{"reason": "wrong input"}`); e != nil {
+		writeError(w, e)
+		return
 	}
 	if len(req.Reason) > 1000 {
 		writeError(w, badRequest("invalid_request", "reason", "reason is %d characters; keep it under 1000", len(req.Reason)))

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -174,4 +175,27 @@ func decodeErrorField(err error) string {
 		return strings.Trim(field, `"`)
 	}
 	return ""
+}
+
+// decodeOptionalBody decodes an optional JSON object body into v, refusing
+// unknown fields. An error names the field and shows example, the shape the
+// body should have.
+func decodeOptionalBody(data []byte, v any, example string) *Error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		return nil
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		field = strings.Trim(field, `"`)
+		return badRequest("unknown_field", field, "unknown field %q; the body must be empty or an object like %s", field, example)
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		return badRequest("invalid_request", te.Field, "the body must be empty or an object like %s", example)
+	}
+	return jsonSyntaxError(data, err)
 }

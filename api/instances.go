@@ -1,8 +1,6 @@
 package api
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -77,22 +75,9 @@ func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req RerunRequest
-	if len(bytes.TrimSpace(data)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-				field = strings.Trim(field, `"`)
-				writeError(w, badRequest("unknown_field", field, "unknown field %q; a rerun takes only operator (the payload and priority are the instance's)", field))
-				return
-			}
-			if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-				writeError(w, badRequest("invalid_request", te.Field, "the body must be an object like {\"operator\": \"alice\"}, with a string operator"))
-				return
-			}
-			writeError(w, jsonSyntaxError(data, err))
-			return
-		}
+	if e := decodeOptionalBody(data, &req, `{"operator": "alice"}`); e != nil {
+		writeError(w, e)
+		return
 	}
 	f, err := s.opts.Store.InstanceFiring(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {

@@ -50,9 +50,9 @@ final state; the exit codes are those of ax fire.`,
 			if err != nil {
 				return err
 			}
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return fmt.Errorf("%q is not an instance id: use the number that ax fire or ax instance list printed", args[0])
+			id, err := parseInstanceID(args[0])
+			if err != nil {
+				return err
 			}
 			if wait && timeout <= 0 {
 				return fmt.Errorf("--timeout %s: use a positive duration such as 30s or 10m", timeout)
@@ -87,9 +87,9 @@ worker is told to stop it at once. An instance that already ended is refused.`,
 			if err != nil {
 				return err
 			}
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return fmt.Errorf("%q is not an instance id: use the number that ax fire or ax instance list printed", args[0])
+			id, err := parseInstanceID(args[0])
+			if err != nil {
+				return err
 			}
 			in, err := g.client().Cancel(cmd.Context(), id, reason)
 			if err != nil {
@@ -120,9 +120,9 @@ it (operator) and why. -o json prints the instance as the API returns it.`,
 			if err != nil {
 				return err
 			}
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return fmt.Errorf("%q is not an instance id: use the number that ax fire or ax instance list printed", args[0])
+			id, err := parseInstanceID(args[0])
+			if err != nil {
+				return err
 			}
 			in, err := g.client().GetInstance(cmd.Context(), id)
 			if err != nil {
@@ -212,4 +212,13 @@ the next page, pass the last id shown as --before.`,
 	f.IntVar(&q.Limit, "limit", 50, "most instances to show (1-500)")
 	f.Int64Var(&q.Before, "before", 0, "only the instances with a lower id (the next page)")
 	return cmd
+}
+
+// parseInstanceID reads an instance id given on the command line.
+func parseInstanceID(arg string) (int64, error) {
+	id, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("%q is not an instance id: use the number that ax fire or ax instance list printed", arg)
+	}
+	return id, nil
 }

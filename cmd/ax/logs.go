@@ -51,9 +51,9 @@ time, fields).`,
 			if err != nil {
 				return err
 			}
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return fmt.Errorf("%q is not an instance id: use the number that ax fire or ax instance list printed", args[0])
+			id, err := parseInstanceID(args[0])
+			if err != nil {
+				return err
 			}
 			if q.Attempt < 0 {
 				return fmt.Errorf("--attempt %d: attempts count from 1", q.Attempt)
