@@ -113,9 +113,9 @@ resolution is still notified.`,
 			if err != nil {
 				return err
 			}
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return fmt.Errorf("%q is not an alert id: use the number ax alert list shows", args[0])
+			id, err := parseID(args[0], "an alert", "ax alert list shows")
+			if err != nil {
+				return err
 			}
 			a, err := g.client().AckAlert(cmd.Context(), id)
 			if err != nil {
@@ -348,9 +348,9 @@ func newAlertChannelCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id <= 0 {
-				return fmt.Errorf("%q is not a channel id: use the number ax alert channel list shows", args[0])
+			id, err := parseID(args[0], "a channel", "ax alert channel list shows")
+			if err != nil {
+				return err
 			}
 			ch, err := g.client().DeleteAlertChannel(cmd.Context(), id)
 			if err != nil {

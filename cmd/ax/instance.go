@@ -216,9 +216,15 @@ the next page, pass the last id shown as --before.`,
 
 // parseInstanceID reads an instance id given on the command line.
 func parseInstanceID(arg string) (int64, error) {
+	return parseID(arg, "an instance", "that ax fire or ax instance list printed")
+}
+
+// parseID reads the id of what (e.g. "an alert") given on the command line;
+// where says where the user finds one.
+func parseID(arg, what, where string) (int64, error) {
 	id, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil || id <= 0 {
-		return 0, fmt.Errorf("%q is not an instance id: use the number that ax fire or ax instance list printed", arg)
+		return 0, fmt.Errorf("%q is not %s id: use the number %s", arg, what, where)
 	}
 	return id, nil
 }
