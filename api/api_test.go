@@ -403,7 +403,8 @@ func TestTasks(t *testing.T) {
 		{"GET", "/v1/tasks/a.b", 400, "invalid_task_name"},
 		{"POST", "/v1/tasks/a%20b/disable", 400, "invalid_task_name"},
 		{"GET", "/v2/tasks", 404, "route_not_found"},
-		{"DELETE", "/v1/tasks/nightly-report", 405, "method_not_allowed"},
+		{"PUT", "/v1/tasks/nightly-report", 405, "method_not_allowed"},
+		{"DELETE", "/v1/tasks/missing", 404, "task_not_found"},
 	} {
 		status, body := e.do(tt.method, tt.path, "", nil)
 		if status != tt.status || errorOf(t, body)["code"] != tt.code {
@@ -799,5 +800,39 @@ func TestClientErrors(t *testing.T) {
 	}
 	if got := (&api.Error{Status: 503}).Error(); !strings.Contains(got, "503 Service Unavailable") {
 		t.Errorf("Error() without a message = %q", got)
+	}
+}
+
+func TestDeleteTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.client.ApplyTask(ctx, []byte("task_name: doomed\nexecution:\n  handler: builtin.echo\n"), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.DeleteTask(ctx, "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.GetTask(ctx, "doomed"); !api.IsNotFound(err) {
+		t.Errorf("get after delete: %v, want not found", err)
+	}
+	if _, err := e.client.Fire(ctx, "doomed", api.FireRequest{}); !api.IsNotFound(err) {
+		t.Errorf("fire after delete: %v, want not found", err)
+	}
+	if _, err := e.client.DeleteTask(ctx, "doomed"); !api.IsNotFound(err) {
+		t.Errorf("delete twice: %v, want not found", err)
+	}
+	list, err := e.client.ListTasks(ctx)
+	if err != nil || len(list) != 0 {
+		t.Errorf("list after delete: %d tasks (%v), want none", len(list), err)
+	}
+	// Applying the name again revives it as a new version.
+	res, err := e.client.ApplyTask(ctx, []byte("task_name: doomed\nexecution:\n  handler: builtin.echo\n"), "application/yaml")
+	if err != nil || res.Version != 2 || !res.Changed {
+		t.Errorf("apply after delete: %+v, %v; want version 2, changed", res, err)
+	}
+	var actions int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM operator_actions WHERE action = 'delete' AND task = 'doomed'`).Scan(&actions); err != nil || actions != 1 {
+		t.Errorf("%d delete actions audited (%v), want 1", actions, err)
 	}
 }

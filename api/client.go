@@ -50,6 +50,8 @@ type InstanceQuery struct {
 	Limit int
 	// Before keeps the instances whose id is lower, for paging.
 	Before int64
+	// Since and Until keep the instances fired in [Since, Until).
+	Since, Until time.Time
 }
 
 // ApplyTask sends a task definition; contentType is "application/json" or
@@ -82,6 +84,13 @@ func (c *Client) SetTaskEnabled(ctx context.Context, name string, enabled bool) 
 	}
 	var out TaskInfo
 	err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(name)+"/"+action, "", nil, &out)
+	return out, err
+}
+
+// DeleteTask deletes a task and returns it as it was.
+func (c *Client) DeleteTask(ctx context.Context, name string) (TaskInfo, error) {
+	var out TaskInfo
+	err := c.do(ctx, http.MethodDelete, "/v1/tasks/"+url.PathEscape(name), "", nil, &out)
 	return out, err
 }
 
@@ -162,6 +171,12 @@ func (c *Client) ListInstances(ctx context.Context, q InstanceQuery) ([]schemas.
 	}
 	if q.Before != 0 {
 		v.Set("before", strconv.FormatInt(q.Before, 10))
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.Until.IsZero() {
+		v.Set("until", q.Until.UTC().Format(time.RFC3339Nano))
 	}
 	path := "/v1/instances"
 	if len(v) > 0 {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nuid"
 
@@ -102,10 +103,10 @@ func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 }
 
 // listParams are the query parameters GET /v1/instances takes.
-var listParams = map[string]bool{"task": true, "state": true, "limit": true, "before": true}
+var listParams = map[string]bool{"task": true, "state": true, "limit": true, "before": true, "since": true, "until": true}
 
 func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
-	f, e := instanceFilter(r)
+	f, e := s.instanceFilter(r)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -123,12 +124,12 @@ func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
 
 // instanceFilter reads the query of GET /v1/instances, refusing unknown
 // parameters: a misspelt filter must not silently list everything.
-func instanceFilter(r *http.Request) (store.InstanceFilter, *Error) {
+func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error) {
 	var f store.InstanceFilter
 	q := r.URL.Query()
 	for k := range q {
 		if !listParams[k] {
-			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, state, limit and before", k)
+			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, state, since, until, limit and before", k)
 		}
 	}
 	if task := q.Get("task"); task != "" {
@@ -152,6 +153,16 @@ func instanceFilter(r *http.Request) (store.InstanceFilter, *Error) {
 				"limit=%q is not a number from 1 to %d", limit, store.MaxInstanceLimit)
 		}
 		f.Limit = n
+	}
+	for name, at := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
+		if v := q.Get(name); v != "" {
+			t, ok := s.parseSince(v)
+			if !ok {
+				return f, badRequest("invalid_parameter", name,
+					"%s=%q is neither an RFC 3339 time (2026-11-29T08:00:00Z) nor a duration back from now (90m)", name, v)
+			}
+			*at = t
+		}
 	}
 	if before := q.Get("before"); before != "" {
 		id, err := strconv.ParseInt(before, 10, 64)

@@ -37,6 +37,7 @@ var routeTable = []route{
 	{Route{"POST", "/v1/tasks", store.RoleAdmin, "Apply a task definition (JSON or YAML)"}, (*Service).applyTask},
 	{Route{"GET", "/v1/tasks", store.RoleViewer, "List the tasks"}, (*Service).listTasks},
 	{Route{"GET", "/v1/tasks/{name}", store.RoleViewer, "Get a task with its next cron firings"}, (*Service).getTask},
+	{Route{"DELETE", "/v1/tasks/{name}", store.RoleAdmin, "Delete a task: it takes no more firings; its history stays"}, (*Service).deleteTask},
 	{Route{"POST", "/v1/tasks/{name}/enable", store.RoleOperator, "Enable a task"},
 		func(s *Service, w http.ResponseWriter, r *http.Request) { s.setEnabled(true)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/disable", store.RoleOperator, "Disable a task"},

@@ -218,3 +218,26 @@ func (s *Service) setFlag(flag string, value bool,
 		writeJSON(w, http.StatusOK, taskInfo(rec))
 	}
 }
+
+// deleteTask deletes a task: it leaves every list and takes no firings, its
+// running instances finish, and its history stays. Trigger services drop its
+// schedules when its key leaves the tasks bucket.
+func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
+	name, e := taskName(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	rec, err := s.opts.Store.DeleteTask(r.Context(), name, operator(r))
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, taskNotFound(name))
+		return
+	}
+	if err != nil {
+		s.internalError(w, r, "delete task "+name, err)
+		return
+	}
+	s.forgetTask(r.Context(), name)
+	s.opts.Logger.Info().Str("task", name).Str("operator", operator(r)).Msg("task deleted")
+	writeJSON(w, http.StatusOK, taskInfo(rec))
+}

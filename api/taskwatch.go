@@ -29,6 +29,18 @@ func (s *Service) announceTask(ctx context.Context, rec store.TaskRecord) {
 	}
 }
 
+// forgetTask deletes a deleted task's key from the tasks bucket, so that
+// trigger services drop its schedules at once (at their next start otherwise).
+func (s *Service) forgetTask(ctx context.Context, name string) {
+	kv, err := s.js.KeyValue(ctx, s.opts.Topology.TasksBucket())
+	if err == nil {
+		err = kv.Delete(ctx, name)
+	}
+	if err != nil {
+		s.opts.Logger.Error().Err(err).Str("task", name).Msg("announce task deletion to trigger services")
+	}
+}
+
 // TriggerTimes is when one cron trigger of a task fires next.
 type TriggerTimes struct {
 	// Trigger is the trigger's index in the task's triggers.

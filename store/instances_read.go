@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,6 +32,9 @@ type InstanceFilter struct {
 	// BeforeID keeps the instances whose id is lower: pass the last id of a
 	// page to read the next one.
 	BeforeID int64
+	// Since and Until keep the instances fired in [Since, Until); zero
+	// times do not filter.
+	Since, Until time.Time
 }
 
 const instanceColumns = `id, task, task_version, event_id, source, state, attempt, max_attempts,
@@ -130,6 +134,12 @@ func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.
 	}
 	if f.State != "" {
 		cond("state = $%d", string(f.State))
+	}
+	if !f.Since.IsZero() {
+		cond("fired_at >= $%d", f.Since)
+	}
+	if !f.Until.IsZero() {
+		cond("fired_at < $%d", f.Until)
 	}
 	if f.BeforeID > 0 {
 		cond("id < $%d", f.BeforeID)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -129,6 +130,13 @@ func TestListInstances(t *testing.T) {
 		}
 		ids = append(ids, insertInstance(t, pool, task, fmt.Sprint("ev-", i), state))
 	}
+	// Instance i fired i hours after base.
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, id := range ids {
+		if _, err := pool.Exec(ctx, `UPDATE instances SET fired_at = $2 WHERE id = $1`, id, base.Add(time.Duration(i)*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	idsOf := func(list []schemas.Instance) string {
 		var out []int64
 		for _, in := range list {
@@ -160,6 +168,9 @@ func TestListInstances(t *testing.T) {
 		{"next page", store.InstanceFilter{Limit: 2, BeforeID: ids[7]}, want(6, 5)},
 		{"page of a task", store.InstanceFilter{Task: "a", BeforeID: ids[4]}, want(2, 0)},
 		{"unknown task", store.InstanceFilter{Task: "zzz"}, "[]"},
+		{"since", store.InstanceFilter{Since: base.Add(6 * time.Hour)}, want(8, 7, 6)},
+		{"until", store.InstanceFilter{Until: base.Add(2 * time.Hour)}, want(1, 0)},
+		{"a window of a task", store.InstanceFilter{Task: "a", Since: base.Add(2 * time.Hour), Until: base.Add(7 * time.Hour)}, want(6, 4, 2)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -74,8 +74,8 @@ func (s *Store) ApplyTask(ctx context.Context, def *schemas.Task, operator strin
 			INSERT INTO tasks (name, version, definition)
 			VALUES ($1, 1, $2)
 			ON CONFLICT (name) DO UPDATE
-			SET version = tasks.version + 1, definition = EXCLUDED.definition, updated_at = now()
-			WHERE tasks.definition IS DISTINCT FROM EXCLUDED.definition
+			SET version = tasks.version + 1, definition = EXCLUDED.definition, updated_at = now(), deleted_at = NULL
+			WHERE tasks.definition IS DISTINCT FROM EXCLUDED.definition OR tasks.deleted_at IS NOT NULL
 			RETURNING `+taskColumns, def.TaskName, data)
 		if err != nil {
 			return err
@@ -120,7 +120,7 @@ func (s *Store) GetTask(ctx context.Context, name string) (TaskRecord, error) {
 func getTask(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }, name string) (TaskRecord, error) {
-	rows, err := q.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE name = $1`, name)
+	rows, err := q.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE name = $1 AND deleted_at IS NULL`, name)
 	if err != nil {
 		return TaskRecord{}, err
 	}
@@ -133,7 +133,7 @@ func getTask(ctx context.Context, q interface {
 
 // ListTasks returns every task, ordered by name.
 func (s *Store) ListTasks(ctx context.Context) ([]TaskRecord, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks ORDER BY name`)
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE deleted_at IS NULL ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
@@ -151,7 +151,7 @@ func (s *Store) GetTasks(ctx context.Context, names []string) (map[string]TaskRe
 	if len(names) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE name = ANY($1)`, names)
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE name = ANY($1) AND deleted_at IS NULL`, names)
 	if err != nil {
 		return nil, fmt.Errorf("get tasks: %w", err)
 	}
@@ -191,7 +191,7 @@ func (s *Store) setFlag(ctx context.Context, name, column string, value bool, on
 	}
 	rows, err := s.pool.Query(ctx, `
 		WITH old AS (
-			SELECT name AS old_name, `+column+` AS was FROM tasks WHERE name = $1 FOR UPDATE
+			SELECT name AS old_name, `+column+` AS was FROM tasks WHERE name = $1 AND deleted_at IS NULL FOR UPDATE
 		), upd AS (
 			UPDATE tasks SET `+column+` = $2, updated_at = CASE WHEN was = $2 THEN updated_at ELSE now() END
 			FROM old WHERE name = old_name
@@ -210,6 +210,35 @@ func (s *Store) setFlag(ctx context.Context, name, column string, value bool, on
 	}
 	if err != nil {
 		return TaskRecord{}, fmt.Errorf("set task %s %s=%t: %w", name, column, value, err)
+	}
+	return rec, nil
+}
+
+// DeleteTask deletes the task called name, as operator, and returns it as it
+// was. The row, its versions and its instances stay for the record; the task
+// leaves every list, takes no firings, and its running instances finish.
+// Applying the name again revives it as a new version. The deletion is
+// audited in the same statement. An unknown or already deleted task is an
+// error wrapping [ErrNotFound].
+func (s *Store) DeleteTask(ctx context.Context, name, operator string) (TaskRecord, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH del AS (
+			UPDATE tasks SET deleted_at = now(), updated_at = now()
+			WHERE name = $1 AND deleted_at IS NULL
+			RETURNING `+taskColumns+`
+		), act AS (
+			INSERT INTO operator_actions (action, task, operator) SELECT $2, name, $3 FROM del
+		)
+		SELECT * FROM del`, name, string(schemas.ActionDelete), operator)
+	if err != nil {
+		return TaskRecord{}, fmt.Errorf("delete task %s: %w", name, err)
+	}
+	rec, err := pgx.CollectExactlyOneRow(rows, scanTask)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = fmt.Errorf("task %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return TaskRecord{}, fmt.Errorf("delete task %s: %w", name, err)
 	}
 	return rec, nil
 }

@@ -297,9 +297,15 @@ function taskActions(info, after) {
   const name = info.task.task_name;
   const post = (what, path) => h('button', { type: 'button', class: 'small', 'data-action': what,
     onclick: async () => { if (await act(what + ' ' + name, () => call('POST', `/v1/tasks/${encodeURIComponent(name)}/${path}`)) !== undefined) after(); } }, what);
+  const del = h('button', { type: 'button', class: 'small danger', 'data-action': 'delete',
+    onclick: async () => {
+      if (!confirm(`Delete task ${name}? It takes no more firings; its history stays.`)) return;
+      if (await act('delete ' + name, () => call('DELETE', `/v1/tasks/${encodeURIComponent(name)}`)) === undefined) return;
+      if (location.hash.startsWith('#/tasks/')) location.hash = '#/tasks'; else after();
+    } }, 'delete');
   return h('span', { class: 'actions' },
     info.enabled ? post('disable', 'disable') : post('enable', 'enable'),
-    info.paused ? post('resume', 'resume') : post('pause', 'pause'));
+    info.paused ? post('resume', 'resume') : post('pause', 'pause'), del);
 }
 
 function taskStatus(info) {

@@ -59,7 +59,7 @@ page, pass the last id shown as --before.`,
 			}
 			if since != "" {
 				if q.Since, err = parseSince(since, time.Now()); err != nil {
-					return err
+					return fmt.Errorf("--since %q: %w", since, err)
 				}
 			}
 			recs, err := g.client().Audit(cmd.Context(), q)
@@ -91,7 +91,7 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil && d > 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, fmt.Errorf("--since %q: use a duration back from now (90m, 24h) or an RFC 3339 time (2025-03-01T12:00:00Z)", v)
+	return time.Time{}, fmt.Errorf("use a duration back from now (90m, 24h) or an RFC 3339 time (2025-03-01T12:00:00Z)")
 }
 
 func printAudit(w io.Writer, recs []schemas.AuditRecord) error {

@@ -172,8 +172,9 @@ func printInstance(w io.Writer, in schemas.Instance) error {
 
 func newInstanceListCmd(g *cli) *cobra.Command {
 	var (
-		q     api.InstanceQuery
-		state string
+		q            api.InstanceQuery
+		state        string
+		since, until string
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -182,6 +183,7 @@ func newInstanceListCmd(g *cli) *cobra.Command {
 the next page, pass the last id shown as --before.`,
 		Example: `  ax instance list
   ax instance list --task nightly-report --state failed --limit 10
+  ax instance list --since 2h --state failed
   ax instance list --before 1200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -190,6 +192,17 @@ the next page, pass the last id shown as --before.`,
 				return err
 			}
 			q.State = schemas.State(state)
+			for _, f := range []struct {
+				flag, value string
+				at          *time.Time
+			}{{"--since", since, &q.Since}, {"--until", until, &q.Until}} {
+				if f.value == "" {
+					continue
+				}
+				if *f.at, err = parseSince(f.value, time.Now()); err != nil {
+					return fmt.Errorf("%s %q: %w", f.flag, f.value, err)
+				}
+			}
 			list, err := g.client().ListInstances(cmd.Context(), q)
 			if err != nil {
 				return g.apiError(err)
@@ -211,6 +224,8 @@ the next page, pass the last id shown as --before.`,
 	f.StringVar(&state, "state", "", "only the instances in this state (CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)")
 	f.IntVar(&q.Limit, "limit", 50, "most instances to show (1-500)")
 	f.Int64Var(&q.Before, "before", 0, "only the instances with a lower id (the next page)")
+	f.StringVar(&since, "since", "", "only the instances fired since this time: RFC 3339, or a duration back from now (2h)")
+	f.StringVar(&until, "until", "", "only the instances fired before this time: RFC 3339, or a duration back from now")
 	return cmd
 }
 

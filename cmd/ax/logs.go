@@ -60,7 +60,7 @@ time, fields).`,
 			}
 			if since != "" {
 				if q.Since, err = parseSince(since, time.Now()); err != nil {
-					return err
+					return fmt.Errorf("--since %q: %w", since, err)
 				}
 			}
 			p := &logPrinter{w: cmd.OutOrStdout(), json: asJSON, yaml: g.output == outputYAML}

@@ -238,5 +238,11 @@ func newTaskFlagCmds(g *cli) []*cobra.Command {
 			func(c *api.Client, ctx context.Context, name string) (api.TaskInfo, error) {
 				return c.SetTaskPaused(ctx, name, false)
 			}),
+		newTaskFlagCmd(g, "delete", "deleted",
+			"Delete a task (admin): it takes no more firings, running instances finish, its history stays",
+			"  ax task delete nightly-report",
+			func(c *api.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+				return c.DeleteTask(ctx, name)
+			}),
 	}
 }

@@ -71,3 +71,39 @@ triggers:
 		return len(list) == 1, err
 	})
 }
+
+// TestDeletedTaskStopsFiring deletes a task with a cron trigger: the trigger
+// service drops its schedule at once, and its next tick fires nothing.
+func TestDeletedTaskStopsFiring(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	start := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
+	clock := triggertest.NewClock(start)
+	conn, _ := s.srv.Connect()
+	tr, err := trigger.New(trigger.Options{Conn: conn, Store: s.store, Clock: clock, Logger: s.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.run("trigger", tr.Run)
+	<-tr.Ready()
+	s.apply(`
+task_name: doomed
+execution:
+  handler: builtin.echo
+triggers:
+  - type: cron
+    schedule: "30 * * * * *"
+`)
+	tick := start.Add(30 * time.Second)
+	clock.WaitFor(t, func(_ time.Time, deadlines []time.Time) bool { return slices.ContainsFunc(deadlines, tick.Equal) })
+	if _, err := s.client.DeleteTask(context.Background(), "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	// Once the schedule is gone, no timer waits for the tick any more.
+	clock.WaitFor(t, func(_ time.Time, deadlines []time.Time) bool { return !slices.ContainsFunc(deadlines, tick.Equal) })
+	clock.Set(tick.Add(time.Minute))
+	list, err := s.store.ListInstances(context.Background(), store.InstanceFilter{Task: "doomed"})
+	if err != nil || len(list) != 0 {
+		t.Errorf("%d instances of the deleted task (%v), want none", len(list), err)
+	}
+}
