@@ -478,6 +478,9 @@ func TestFireWaitsForInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	type result struct {
 		res api.FireResult
 		err error

@@ -53,6 +53,12 @@ func TestLogShipperDropsOldestAndNeverBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The server must know of the subscription before the shipper
+	// publishes on another connection: a publish that finds no responder is
+	// retried later by the client, behind the lines published after it.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	pubConn, _ := srv.Connect()
 	js, err := jetstream.New(pubConn, jetstream.WithPublishAsyncTimeout(time.Minute))
 	if err != nil {
