@@ -1,10 +1,10 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -23,19 +23,9 @@ type CancelRequest struct {
 // attempt's worker to stop). It answers with the instance once it is
 // CANCELLED, or 202 when the dispatcher has not applied it within RunWait.
 func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
-	id, e := instanceID(r)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	data, _, e := s.readBody(w, r, false)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
 	var req CancelRequest
-	if e := decodeOptionalBody(data, &req, `{"reason": "wrong input"}`); e != nil {
-		writeError(w, e)
+	id, ok := s.instanceRequest(w, r, &req, `{"reason": "wrong input"}`)
+	if !ok {
 		return
 	}
 	if len(req.Reason) > 1000 {
@@ -72,22 +62,18 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, fmt.Sprintf("publish the cancel of instance %d", id), err)
 		return
 	}
-	deadline := time.Now().Add(s.opts.RunWait)
-	for wait := 5 * time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 100*time.Millisecond) {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-time.After(wait):
-		}
-		inst, err = s.opts.Store.GetInstance(r.Context(), id)
-		if err != nil {
-			s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
-			return
-		}
-		if inst.State.Terminal() {
-			writeJSON(w, http.StatusOK, inst)
-			return
-		}
+	ended, err := s.awaitDispatcher(r.Context(), func(ctx context.Context) (bool, error) {
+		var err error
+		inst, err = s.opts.Store.GetInstance(ctx, id)
+		return err == nil && inst.State.Terminal(), err
+	})
+	if err != nil {
+		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
+		return
 	}
-	writeJSON(w, http.StatusAccepted, inst)
+	status := http.StatusOK
+	if !ended {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, status, inst)
 }

@@ -65,19 +65,9 @@ type RerunRequest struct {
 // CREATED transition names the operator and says "rerun of instance N".
 // It answers like POST /v1/tasks/{name}/runs.
 func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
-	id, e := instanceID(r)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	data, _, e := s.readBody(w, r, false)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
 	var req RerunRequest
-	if e := decodeOptionalBody(data, &req, `{"operator": "alice"}`); e != nil {
-		writeError(w, e)
+	id, ok := s.instanceRequest(w, r, &req, `{"operator": "alice"}`)
+	if !ok {
 		return
 	}
 	f, err := s.opts.Store.InstanceFiring(r.Context(), id)
@@ -173,4 +163,22 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error)
 		f.BeforeID = id
 	}
 	return f, nil
+}
+
+// instanceRequest reads the {id} of a POST on an instance and its optional
+// JSON body into req (example shows the body's shape in errors). When it
+// returns false it has answered the request with the error.
+func (s *Service) instanceRequest(w http.ResponseWriter, r *http.Request, req any, example string) (int64, bool) {
+	id, e := instanceID(r)
+	if e == nil {
+		var data []byte
+		if data, _, e = s.readBody(w, r, false); e == nil {
+			e = decodeOptionalBody(data, req, example)
+		}
+	}
+	if e != nil {
+		writeError(w, e)
+		return 0, false
+	}
+	return id, true
 }

@@ -465,31 +465,41 @@ func validateEvent(ev schemas.TriggerEvent) *Error {
 	return nil
 }
 
-// awaitInstance polls for the instance of (task, eventID), at a growing
-// interval, for up to Options.RunWait. ok is false when it did not appear.
-func (s *Service) awaitInstance(ctx context.Context, task, eventID string) (schemas.Instance, bool, error) {
+// awaitInstance polls for the instance of (task, eventID) for up to
+// Options.RunWait. ok is false when it did not appear.
+func (s *Service) awaitInstance(ctx context.Context, task, eventID string) (in schemas.Instance, ok bool, err error) {
+	ok, err = s.awaitDispatcher(ctx, func(ctx context.Context) (bool, error) {
+		var err error
+		in, err = s.opts.Store.InstanceByEvent(ctx, task, eventID)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	return in, ok, err
+}
+
+// awaitDispatcher waits for the dispatcher to apply what the API published:
+// it calls check at a growing interval until check says done, fails, or
+// Options.RunWait (or ctx) ends, which is not an error: done is then false.
+func (s *Service) awaitDispatcher(ctx context.Context, check func(context.Context) (done bool, err error)) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.RunWait)
 	defer cancel()
-	interval := 5 * time.Millisecond
-	for {
-		in, err := s.opts.Store.InstanceByEvent(ctx, task, eventID)
-		if err == nil {
-			return in, true, nil
+	for interval := 5 * time.Millisecond; ; interval = min(interval*2, 250*time.Millisecond) {
+		done, err := check(ctx)
+		if err != nil && ctx.Err() != nil {
+			return false, nil
 		}
-		if !errors.Is(err, store.ErrNotFound) {
-			if ctx.Err() != nil {
-				return schemas.Instance{}, false, nil
-			}
-			return schemas.Instance{}, false, err
+		if done || err != nil {
+			return done, err
 		}
 		t := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return schemas.Instance{}, false, nil
+			return false, nil
 		case <-t.C:
 		}
-		interval = min(interval*2, 250*time.Millisecond)
 	}
 }
 

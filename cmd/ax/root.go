@@ -37,8 +37,9 @@ func newRootCmd() *cobra.Command {
 each firing to an executor, retries it, and keeps every step auditable.
 
 Run every service in one process with "ax dev", or each one alone (ax dispatcher,
-ax executor, ax api). The operator commands (ax task, ax fire, ax instance) talk
-to the HTTP API at --api; -o picks their output: table, json or yaml.
+ax trigger, ax executor, ax auditor, ax api). The operator commands (ax task,
+ax fire, ax instance, …) talk to the HTTP API at --api; -o picks their output:
+table, json or yaml.
 
 Shell completion: "ax completion bash|zsh|fish|powershell" prints a script;
 see "ax completion bash --help" for where to put it.
