@@ -179,9 +179,13 @@ WITH lim AS (
 		SELECT id FROM instances WHERE task = lim.name AND state = 'WAITING' ORDER BY id
 		LIMIT CASE WHEN lim.n > 0 THEN GREATEST(lim.n - COALESCE(act.c, 0), 0) ELSE NULL END
 	) w
+), lk AS (
+	-- In id order, as every batch statement locks (see lockInstances).
+	SELECT i.id FROM instances i JOIN pick USING (id) WHERE i.state = 'WAITING'
+	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
 	UPDATE instances i SET state = 'DISPATCHED', dispatched_at = now(), updated_at = now()
-	FROM pick WHERE i.id = pick.id AND i.state = 'WAITING'
+	FROM lk WHERE i.id = lk.id AND i.state = 'WAITING'
 	RETURNING i.*
 ), tr AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)

@@ -192,6 +192,9 @@ WITH input AS (
 		COALESCE(NULLIF(dispatch_strategy, ''), 'pull'), COALESCE(dispatch_key, ''), COALESCE(min_worker_version, ''),
 		parent_id, COALESCE(shard_index, 0), COALESCE(shard_count, 0)
 	FROM numbered
+	-- A conflicting insert waits for the transaction that inserted the key
+	-- first: in one global order, two batches never wait for each other.
+	ORDER BY task COLLATE "C", event_id COLLATE "C"
 	ON CONFLICT (task, event_id) DO NOTHING
 	RETURNING *
 ), created AS (
@@ -258,11 +261,16 @@ func (s *Store) StartRetries(ctx context.Context, in []RetryStart) ([]Attempt, e
 	rows, err := s.pool.Query(ctx, `
 WITH input AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[]) AS t(id, attempt)
+), lk AS (
+	-- In id order, as every batch statement locks (see lockInstances).
+	SELECT i.id FROM instances i JOIN input ON i.id = input.id AND i.attempt = input.attempt - 1
+	WHERE i.state = 'RETRYING'
+	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
 	UPDATE instances i SET state = 'DISPATCHED', attempt = input.attempt, dispatched_at = now(),
 		worker_id = '', updated_at = now()
-	FROM input
-	WHERE i.id = input.id AND i.state = 'RETRYING' AND i.attempt = input.attempt - 1
+	FROM input, lk
+	WHERE i.id = input.id AND i.state = 'RETRYING' AND i.attempt = input.attempt - 1 AND lk.id = i.id
 	RETURNING i.*
 ), tr AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)

@@ -42,7 +42,19 @@ type Outcome struct {
 // Outcomes come in the order of started, then final.
 func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Report) ([]Outcome, error) {
 	var out []Outcome
+	ids := make([]int64, 0, len(started)+len(final))
+	for _, r := range started {
+		ids = append(ids, r.InstanceID)
+	}
+	for _, r := range final {
+		ids = append(ids, r.InstanceID)
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Two statements follow, each locking in id order; the union is
+		// locked first, so that the transaction as a whole does too.
+		if err := lockInstances(ctx, tx, ids); err != nil {
+			return err
+		}
 		o, err := applyStarted(ctx, tx, started)
 		if err != nil {
 			return err
@@ -100,6 +112,32 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
+// lockInstances locks the rows of the instances among ids, in id
+// order, for a transaction that writes them with more than one statement.
+//
+// Every batch statement that writes instances locks its rows in one global
+// order — by id — before it changes them: a CTE "SELECT … ORDER BY id FOR
+// UPDATE" (PostgreSQL sorts before it locks, so the locks follow the sort)
+// that the UPDATE joins. Two batches over the same rows then wait for one
+// another instead of deadlocking, whatever order their input came in. A
+// transaction of several such statements locks the union first, since two
+// statements each in order are not in order together.
+func lockInstances(ctx context.Context, q querier, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := q.Query(ctx, `
+SELECT id FROM instances WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`, ids)
+	if err != nil {
+		return fmt.Errorf("lock %d instances: %w", len(ids), err)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("lock %d instances: %w", len(ids), err)
+	}
+	return nil
+}
+
 func applyStarted(ctx context.Context, q querier, in []schemas.Report) ([]Outcome, error) {
 	if len(in) == 0 {
 		return nil, nil
@@ -113,10 +151,14 @@ func applyStarted(ctx context.Context, q querier, in []schemas.Report) ([]Outcom
 WITH r AS (
 	SELECT DISTINCT ON (id, attempt) * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[])
 	AS t(id, attempt, worker_id, started_at)
+), lk AS (
+	SELECT i.id FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
+	WHERE i.state = 'DISPATCHED'
+	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
 	UPDATE instances i SET state = 'RUNNING', worker_id = r.worker_id, started_at = r.started_at, updated_at = now()
-	FROM r
-	WHERE i.id = r.id AND i.attempt = r.attempt AND i.state = 'DISPATCHED'
+	FROM r, lk
+	WHERE i.id = r.id AND i.attempt = r.attempt AND i.state = 'DISPATCHED' AND lk.id = i.id
 	RETURNING i.*
 ), tr AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator)
@@ -181,7 +223,7 @@ WITH r AS (
 ), old AS (
 	SELECT i.id, i.state AS old_state FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
 	WHERE i.state IN ('DISPATCHED', 'RUNNING')
-	FOR UPDATE OF i
+	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
 	UPDATE instances i SET
 		state = CASE WHEN r.ok THEN 'SUCCEEDED'

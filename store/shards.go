@@ -30,10 +30,15 @@ func (s *Store) StartParents(ctx context.Context, in []ParentStart) ([]int64, er
 	rows, err := s.pool.Query(ctx, `
 WITH input AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[]) AS t(id, shard_count)
+), lk AS (
+	-- In id order, as every batch statement locks (see lockInstances).
+	SELECT i.id FROM instances i JOIN input USING (id)
+	WHERE i.state = 'DISPATCHED' AND i.parent_id IS NULL
+	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
 	UPDATE instances i SET state = 'RUNNING', shard_count = input.shard_count, updated_at = now()
-	FROM input
-	WHERE i.id = input.id AND i.state = 'DISPATCHED' AND i.parent_id IS NULL
+	FROM input, lk
+	WHERE i.id = input.id AND i.state = 'DISPATCHED' AND i.parent_id IS NULL AND lk.id = i.id
 	RETURNING i.id, i.task, i.attempt, i.shard_count
 ), tr AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
@@ -69,13 +74,17 @@ WITH done AS (
 	WHERE p.run_id = ANY($1::text[]) AND p.parent_id IS NULL AND p.shard_count > 0 AND p.state = 'RUNNING'
 	GROUP BY p.id, p.shard_count
 	HAVING count(*) = p.shard_count AND bool_and(c.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'))
+), lk AS (
+	-- In id order, as every batch statement locks (see lockInstances).
+	SELECT i.id FROM instances i JOIN done USING (id) WHERE i.state = 'RUNNING'
+	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
 	UPDATE instances i SET
 		state = CASE WHEN done.ok THEN 'SUCCEEDED' ELSE 'FAILED' END,
 		error = CASE WHEN done.ok THEN '' ELSE 'shards did not succeed: ' || done.failed END,
 		finished_at = now(), updated_at = now()
-	FROM done
-	WHERE i.id = done.id AND i.state = 'RUNNING'
+	FROM done, lk
+	WHERE i.id = done.id AND i.state = 'RUNNING' AND lk.id = i.id
 	RETURNING i.id, i.task, i.run_id, i.state, i.attempt, i.error
 ), tr AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)

@@ -121,9 +121,14 @@ func (s *Store) DeleteTriggerStates(ctx context.Context, keys []TriggerKey) erro
 		task[i], index[i] = k.Task, int32(k.TriggerIndex)
 	}
 	_, err := s.pool.Exec(ctx, `
-		DELETE FROM trigger_state s
-		USING unnest($1::text[], $2::int[]) AS u (task, trigger_index)
-		WHERE s.task = u.task AND s.trigger_index = u.trigger_index`, task, index)
+		WITH lk AS (
+			-- In the upsert's order, so that two trigger replicas never deadlock.
+			SELECT s.task, s.trigger_index FROM trigger_state s
+			JOIN unnest($1::text[], $2::int[]) AS u (task, trigger_index) USING (task, trigger_index)
+			ORDER BY s.task, s.trigger_index FOR UPDATE OF s
+		)
+		DELETE FROM trigger_state s USING lk
+		WHERE s.task = lk.task AND s.trigger_index = lk.trigger_index`, task, index)
 	if err != nil {
 		return fmt.Errorf("delete %d trigger states: %w", len(keys), err)
 	}
