@@ -92,17 +92,22 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		}
 		return out
 	}
-	// watch lets a user read a stream through consumers of its own
-	// (ordered consumers, key-value watchers, direct gets).
-	watch := func(stream string) []string {
+	// read lets a user get messages of a stream by subject or sequence.
+	read := func(stream string) []string {
 		return []string{
-			"$JS.API.CONSUMER.CREATE." + stream + ".>",
-			"$JS.API.CONSUMER.DELETE." + stream + ".>",
-			"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
 			"$JS.API.DIRECT.GET." + stream,
 			"$JS.API.DIRECT.GET." + stream + ".>",
 			"$JS.API.STREAM.MSG.GET." + stream,
 		}
+	}
+	// watch lets a user read a stream through consumers of its own
+	// (ordered consumers, key-value watchers, direct gets).
+	watch := func(stream string) []string {
+		return append([]string{
+			"$JS.API.CONSUMER.CREATE." + stream + ".>",
+			"$JS.API.CONSUMER.DELETE." + stream + ".>",
+			"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
+		}, read(stream)...)
 	}
 	kv := func(bucket string) string { return "KV_" + bucket }
 	// observe lets a user read the state of every stream and consumer.
@@ -133,9 +138,15 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		pub = append(pub, top.Trigger(">"), top.Sched(">"), top.Control(">"), kvKey(top.TasksBucket(), ">"))
 		pub = append(pub, "$JS.API.INFO")
 		pub = append(pub, observe...)
-		for _, s := range []string{top.LogsStream(), top.TriggersStream(), kv(top.WorkersBucket()), kv(top.TasksBucket())} {
+		// Consumers of its own on streams where no other service has one:
+		// the task logs, and watchers of the workers and tasks buckets.
+		for _, s := range []string{top.LogsStream(), kv(top.WorkersBucket()), kv(top.TasksBucket())} {
 			pub = append(pub, watch(s)...)
 		}
+		// AX_TRIGGERS holds the dispatcher's consumer: the api reads a
+		// pending schedule by subject, and makes, pulls from or deletes no
+		// consumer there.
+		pub = append(pub, read(top.TriggersStream())...)
 		pub = append(pub, flowControl)
 	case Auditor:
 		pub = append(pub, top.Audit(">"), "$JS.API.INFO")

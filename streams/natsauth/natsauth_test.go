@@ -158,3 +158,17 @@ func TestLoadOrCreatePasswords(t *testing.T) {
 		t.Errorf("a damaged file: %v", err)
 	}
 }
+
+// TestDocsGiveTheMatrix checks that docs/security.md shows the permission
+// matrix natsauth renders from the permissions themselves.
+func TestDocsGiveTheMatrix(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := natsauth.Matrix(streams.Default())
+	if !strings.Contains(string(doc), m) {
+		t.Errorf("docs/security.md does not hold the permission matrix natsauth renders; replace its table with:\n%s", m)
+	}
+}

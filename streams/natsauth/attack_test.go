@@ -1,0 +1,259 @@
+package natsauth_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+// refusals collects the permission violations a connection is told of.
+type refusals struct {
+	mu   sync.Mutex
+	errs []string
+	seen chan struct{} // gets a value on every error
+}
+
+func (r *refusals) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
+	r.mu.Lock()
+	r.errs = append(r.errs, err.Error())
+	r.mu.Unlock()
+	select {
+	case r.seen <- struct{}{}:
+	default:
+	}
+}
+
+// refused reports whether the server refused a publish to subject.
+func (r *refusals) refused(subject string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.errs, func(e string) bool {
+		return strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, `"`+subject+`"`)
+	})
+}
+
+// bed is a server with the users natsauth makes, and the topology and the
+// dispatcher's consumers made by the dispatcher's user.
+type bed struct {
+	top       streams.Topology
+	srv       *server.Server
+	passwords map[natsauth.Role]string
+	djs       jetstream.JetStream
+}
+
+func newBed(t *testing.T) *bed {
+	t.Helper()
+	b := &bed{top: streams.Default(), passwords: map[natsauth.Role]string{}}
+	for _, role := range natsauth.Roles {
+		b.passwords[role] = "pw-" + string(role)
+	}
+	srv, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(),
+		Users: natsauth.Users(b.top, b.passwords, natsauth.Scope{Pools: []string{schemas.DefaultPool}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	b.srv = srv
+	nc, _ := b.connect(t, natsauth.Dispatcher)
+	b.djs, err = jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := b.top.Ensure(ctx, b.djs, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		stream string
+		cfg    jetstream.ConsumerConfig
+	}{
+		{b.top.TriggersStream(), b.top.DispatcherConsumer()},
+		{b.top.ReportsStream(), b.top.RecorderConsumer()},
+		{b.top.DispatchStream(), b.top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal)},
+	} {
+		if _, err := b.djs.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// connect connects as role on its own inbox prefix.
+func (b *bed) connect(t *testing.T, role natsauth.Role) (*nats.Conn, *refusals) {
+	t.Helper()
+	r := &refusals{seen: make(chan struct{}, 1)}
+	nc, err := nats.Connect(b.srv.ClientURL(), nats.UserInfo(string(role), b.passwords[role]),
+		nats.CustomInboxPrefix(natsauth.InboxPrefix(string(role))), nats.ErrorHandler(r.handler))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", role, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, r
+}
+
+// attempt runs action until it returns or the server refuses subject to
+// the connection r watches. Whether it worked is for the caller to check
+// by its effect.
+func attempt(t *testing.T, r *refusals, subject string, action func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- action(ctx) }()
+	for {
+		select {
+		case <-done:
+			return
+		case <-r.seen:
+			if r.refused(subject) {
+				cancel()
+				<-done
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: neither answered nor refused", subject)
+		}
+	}
+}
+
+// state is what the attacks must leave as it was.
+type state struct {
+	streams   map[string]jetstream.StreamConfig
+	msgs      map[string]uint64
+	consumers map[string]jetstream.ConsumerConfig
+	pending   map[string]uint64
+}
+
+func (b *bed) state(t *testing.T) state {
+	t.Helper()
+	ctx := t.Context()
+	s := state{streams: map[string]jetstream.StreamConfig{}, msgs: map[string]uint64{},
+		consumers: map[string]jetstream.ConsumerConfig{}, pending: map[string]uint64{}}
+	for name := range b.djs.StreamNames(ctx).Name() {
+		st, err := b.djs.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := st.CachedInfo()
+		s.streams[name] = info.Config
+		s.msgs[name] = info.State.Msgs
+		for c := range st.ListConsumers(ctx).Info() {
+			s.consumers[name+"/"+c.Name] = c.Config
+			s.pending[name+"/"+c.Name] = c.NumPending + uint64(c.NumAckPending)
+		}
+	}
+	return s
+}
+
+// TestServiceUsersCannotReconfigure acts as each service user but the
+// dispatcher, the topology's owner: none may delete, pull from or change
+// the dispatcher's consumers, nor create, update, seal, purge or delete a
+// stream; every stream, consumer and message is as it was afterwards.
+func TestServiceUsersCannotReconfigure(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	ctx := t.Context()
+	top := b.top
+	for _, subject := range []string{top.Trigger("a"), top.Trigger("b"), top.Audit("a"), top.Audit("b"), top.Log(1), top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal)} {
+		if _, err := b.djs.Publish(ctx, subject, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := b.state(t)
+	if before.msgs[top.AuditStream()] != 2 || before.pending[top.TriggersStream()+"/dispatcher"] != 2 {
+		t.Fatalf("the bed is not set: %+v", before)
+	}
+
+	for _, role := range []natsauth.Role{natsauth.API, natsauth.Auditor, natsauth.Executor} {
+		nc, r := b.connect(t, role)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		request := func(subject, body string) func(context.Context) error {
+			return func(ctx context.Context) error {
+				_, err := nc.RequestWithContext(ctx, subject, []byte(body))
+				return err
+			}
+		}
+		update := func(stream string, change func(*jetstream.StreamConfig)) func(context.Context) error {
+			return func(ctx context.Context) error {
+				cfg := before.streams[stream]
+				change(&cfg)
+				_, err := js.UpdateStream(ctx, cfg)
+				return err
+			}
+		}
+		api := "$JS.API."
+		dispatcher := top.DispatcherConsumer()
+		changed := dispatcher
+		changed.MaxAckPending = 1
+		pool := top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal)
+		for _, a := range []struct {
+			subject string
+			action  func(context.Context) error
+		}{
+			{api + "CONSUMER.DELETE." + top.TriggersStream() + ".dispatcher", request(api+"CONSUMER.DELETE."+top.TriggersStream()+".dispatcher", "")},
+			{api + "CONSUMER.MSG.NEXT." + top.TriggersStream() + ".dispatcher", request(api+"CONSUMER.MSG.NEXT."+top.TriggersStream()+".dispatcher", `{"batch":1,"no_wait":true}`)},
+			{api + "CONSUMER.CREATE." + top.TriggersStream() + ".dispatcher." + dispatcher.FilterSubject, func(ctx context.Context) error {
+				_, err := js.UpdateConsumer(ctx, top.TriggersStream(), changed)
+				return err
+			}},
+			{api + "CONSUMER.DELETE." + top.ReportsStream() + ".recorder", request(api+"CONSUMER.DELETE."+top.ReportsStream()+".recorder", "")},
+			{api + "CONSUMER.DELETE." + top.DispatchStream() + "." + pool.Durable, request(api+"CONSUMER.DELETE."+top.DispatchStream()+"."+pool.Durable, "")},
+			{api + "STREAM.UPDATE." + top.AuditStream(), update(top.AuditStream(), func(c *jetstream.StreamConfig) { c.MaxMsgs = 1 })},
+			{api + "STREAM.UPDATE." + top.LogsStream(), update(top.LogsStream(), func(c *jetstream.StreamConfig) { c.Sealed = true })},
+			{api + "STREAM.UPDATE.KV_" + top.LeasesBucket(), update("KV_"+top.LeasesBucket(), func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })},
+			{api + "STREAM.PURGE." + top.AuditStream(), request(api+"STREAM.PURGE."+top.AuditStream(), "")},
+			{api + "STREAM.DELETE." + top.LogsStream(), request(api+"STREAM.DELETE."+top.LogsStream(), "")},
+			{api + "STREAM.CREATE.EVIL", func(ctx context.Context) error {
+				_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
+				return err
+			}},
+		} {
+			attempt(t, r, a.subject, a.action)
+			if !r.refused(a.subject) {
+				t.Errorf("%s was not refused %s", role, a.subject)
+			}
+		}
+	}
+
+	after := b.state(t)
+	if !reflect.DeepEqual(after.streams, before.streams) {
+		for name, cfg := range after.streams {
+			if !reflect.DeepEqual(cfg, before.streams[name]) {
+				t.Errorf("stream %s is now %+v, was %+v", name, cfg, before.streams[name])
+			}
+		}
+	}
+	if !reflect.DeepEqual(after.msgs, before.msgs) {
+		t.Errorf("messages per stream = %v, were %v", after.msgs, before.msgs)
+	}
+	if !reflect.DeepEqual(after.consumers, before.consumers) {
+		t.Errorf("consumers = %+v, were %+v", after.consumers, before.consumers)
+	}
+	if !reflect.DeepEqual(after.pending, before.pending) {
+		t.Errorf("messages waiting per consumer = %v, were %v", after.pending, before.pending)
+	}
+	// The owner still may: the permissions did not stop the dispatcher.
+	if err := b.djs.DeleteConsumer(ctx, top.ReportsStream(), "recorder"); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Errorf("the dispatcher cannot delete its consumer: %v", err)
+	}
+}
