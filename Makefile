@@ -12,12 +12,15 @@ STATICCHECK_VERSION ?= v0.8.2
 # WITHPG runs a command with TEST_DATABASE_URL set, starting a private
 # PostgreSQL from the local installation unless it is already set.
 WITHPG = $(GO) run ./internal/tools/withpg --
+# CHROMIUM is the browser the console's browser test (internal/e2e) drives;
+# the test reads AX_CHROMIUM too.
+CHROMIUM ?= $(or $(AX_CHROMIUM),/usr/bin/chromium)
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test lint fuzz bench bench-pipeline tidy
+.PHONY: help dev build test chromium lint fuzz bench bench-pipeline tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -28,8 +31,20 @@ dev: ## run every service in one process (ax dev)
 build: ## build the ax binary into bin/ax
 	$(GO) build -o bin/ax ./cmd/ax
 
-test: ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
-	$(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+test: chromium ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
+	AX_CHROMIUM=$(CHROMIUM) $(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+chromium: ## make sure the browser test has Chromium: installs Debian's chromium as root, else says how
+	@case "$(PKGS)" in *...*|*e2e*) ;; *) exit 0 ;; esac; \
+	if [ -x "$(CHROMIUM)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's chromium for the browser test (internal/e2e/browser_test.go)"; \
+		apt-get update -qq >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "make test needs Chromium at $(CHROMIUM) for the browser test: run 'sudo apt-get install -y chromium' (or set AX_CHROMIUM to a Chromium elsewhere)"; \
+		exit 1; \
+	fi
 
 lint: ## check formatting (gofmt), go vet and staticcheck
 	@unformatted=$$($(GOFMT) -l .); \
