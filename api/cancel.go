@@ -21,7 +21,8 @@ type CancelRequest struct {
 // instance itself, so it publishes the order on the task's trigger subject,
 // which the dispatcher applies as a guarded transition (and tells a running
 // attempt's worker to stop). It answers with the instance once it is
-// CANCELLED, or 202 when the dispatcher has not applied it within RunWait.
+// CANCELLED, or 202 with the instance as it is when the dispatcher has not
+// applied it within RunWait.
 func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 	var req CancelRequest
 	id, ok := s.instanceRequest(w, r, &req, `{"reason": "wrong input"}`)
@@ -62,10 +63,9 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, fmt.Sprintf("publish the cancel of instance %d", id), err)
 		return
 	}
-	ended, err := s.awaitDispatcher(r.Context(), func(ctx context.Context) (bool, error) {
-		var err error
-		inst, err = s.opts.Store.GetInstance(ctx, id)
-		return err == nil && inst.State.Terminal(), err
+	inst, ended, err := awaitDispatcher(r.Context(), s.opts.RunWait, func(ctx context.Context) (schemas.Instance, bool, error) {
+		in, err := s.opts.Store.GetInstance(ctx, id)
+		return in, err == nil && in.State.Terminal(), err
 	})
 	if err != nil {
 		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)

@@ -467,40 +467,48 @@ func validateEvent(ev schemas.TriggerEvent) *Error {
 
 // awaitInstance polls for the instance of (task, eventID) for up to
 // Options.RunWait. ok is false when it did not appear.
-func (s *Service) awaitInstance(ctx context.Context, task, eventID string) (in schemas.Instance, ok bool, err error) {
-	ok, err = s.awaitDispatcher(ctx, func(ctx context.Context) (bool, error) {
-		var err error
-		in, err = s.opts.Store.InstanceByEvent(ctx, task, eventID)
+func (s *Service) awaitInstance(ctx context.Context, task, eventID string) (schemas.Instance, bool, error) {
+	return awaitDispatcher(ctx, s.opts.RunWait, func(ctx context.Context) (schemas.Instance, bool, error) {
+		in, err := s.opts.Store.InstanceByEvent(ctx, task, eventID)
 		if errors.Is(err, store.ErrNotFound) {
-			return false, nil
+			return in, false, nil
 		}
-		return err == nil, err
+		return in, err == nil, err
 	})
-	return in, ok, err
 }
 
-// awaitDispatcher waits for the dispatcher to apply what the API published:
-// it calls check at a growing interval until check says done, fails, or
-// Options.RunWait (or ctx) ends, which is not an error: done is then false.
-func (s *Service) awaitDispatcher(ctx context.Context, check func(context.Context) (done bool, err error)) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.RunWait)
+// awaitDispatcher waits up to wait for the dispatcher to apply what the API
+// published: it calls check, backing off from 5 ms to 250 ms, until check
+// says done or fails. When the wait ends first, which is not an error, it
+// calls check once more on ctx itself and returns what that read, with done
+// as it says: a read the wait's deadline cut short is never an answer (it
+// once answered a cancel with a zeroed instance), and the answer is the
+// state as it is when the wait ends. Only ctx's own end fails that last read.
+func awaitDispatcher[T any](ctx context.Context, wait time.Duration, check func(context.Context) (v T, done bool, err error)) (T, bool, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for interval := 5 * time.Millisecond; ; interval = min(interval*2, 250*time.Millisecond) {
-		done, err := check(ctx)
-		if err != nil && ctx.Err() != nil {
-			return false, nil
+		v, done, err := check(waitCtx)
+		if err == nil && done {
+			return v, true, nil
 		}
-		if done || err != nil {
-			return done, err
+		if waitCtx.Err() != nil {
+			break
+		}
+		if err != nil {
+			return v, false, err
 		}
 		t := time.NewTimer(interval)
 		select {
-		case <-ctx.Done():
+		case <-waitCtx.Done():
 			t.Stop()
-			return false, nil
 		case <-t.C:
 		}
+		if waitCtx.Err() != nil {
+			break
+		}
 	}
+	return check(ctx)
 }
 
 func (s *Service) instanceByEvent(w http.ResponseWriter, r *http.Request) {
