@@ -34,8 +34,12 @@ async function failure(res) {
     if (body && body.error) {
       code = body.error.code || code;
       message = body.error.message || message;
-      if (body.error.problems) {
-        message += ': ' + body.error.problems.map((p) => (p.path ? p.path + ': ' : '') + p.message).join('; ');
+      // The message lists every problem already; several read better one
+      // a line after the message's lead, as the CLI shows them.
+      const problems = body.error.problems || [];
+      if (problems.length > 1) {
+        const lead = message.split(': ')[0];
+        message = lead + ':' + problems.map((p) => '\n  - ' + (p.field ? p.field + ': ' : '') + p.message).join('');
       }
     }
   } catch { /* not JSON */ }

@@ -29,6 +29,19 @@ function append(el, children) {
   }
 }
 
+/**
+ * fill puts children into el in place of what it held. Like h, it flattens
+ * arrays and leaves out the null, undefined and false that a view passes
+ * for what it does not show, where replaceChildren would print them as text.
+ */
+function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+}
+
+/** showPage shows children as the page. */
+function showPage(...children) { fill(main, ...children); }
+
 function table(headers, rows, empty = 'Nothing to show.') {
   if (rows.length === 0) return h('p', { class: 'muted' }, empty);
   return h('table', {},
@@ -160,10 +173,10 @@ function loginView() {
       location.hash = next && !next.startsWith('#/login') ? next : '#/';
     } catch (err) {
       token.clear();
-      out.replaceChildren(errorBox(err));
+      fill(out, errorBox(err));
     }
   });
-  main.replaceChildren(form);
+  showPage(form);
   input.focus();
 }
 
@@ -188,7 +201,7 @@ async function dashboardView() {
   const busy = (workers.workers || []).reduce((a, w) => a + w.busy, 0);
 
   if (mine !== view) return;
-  main.replaceChildren(
+  showPage(
     h('h1', {}, 'Dashboard'),
     h('div', { class: 'stats' },
       stat('runs in the last hour', hour.length, (hour.length / 60).toFixed(1) + ' per minute'),
@@ -322,7 +335,7 @@ async function tasksView() {
     sessionStorage.setItem('ax.search', search.value);
     const shown = tasks.filter((t) => !q || [t.task.task_name, t.task.execution.handler, t.task.owner, t.task.description]
       .some((x) => x && x.toLowerCase().includes(q)));
-    body.replaceChildren(table(['task', 'status', 'handler', 'triggers', 'next fire', 'version', 'actions'], shown.map((t) => [
+    fill(body, table(['task', 'status', 'handler', 'triggers', 'next fire', 'version', 'actions'], shown.map((t) => [
       taskLink(t.task.task_name), taskStatus(t), h('code', {}, t.task.execution.handler),
       (t.task.triggers || []).map((tr) => tr.schedule ? tr.type + ' ' + tr.schedule : tr.type).join(', ') || '—',
       nextFire(t), t.version, [taskActions(t, route), ' ', h('a', { class: 'button small', href: '#/tasks/' + encodeURIComponent(t.task.task_name) + '?fire' }, 'fire')],
@@ -352,7 +365,7 @@ async function tasksView() {
     try {
       const res = await call('POST', '/v1/tasks', src, type);
       const name = res.task.task_name;
-      out.replaceChildren(h('p', { class: 'ok' }, res.changed ? 'Applied ' : 'Unchanged: ', taskLink(name), ` (version ${res.version})`),
+      fill(out, h('p', { class: 'ok' }, res.changed ? 'Applied ' : 'Unchanged: ', taskLink(name), ` (version ${res.version})`),
         (res.warnings || []).map((w) => h('p', { class: 'warn' }, 'Warning: ' + (w.message || w))));
       def.value = '';
       const again = await get('/v1/tasks');
@@ -360,12 +373,12 @@ async function tasksView() {
       render();
       fillNextFires();
     } catch (err) {
-      out.replaceChildren(errorBox(err));
+      fill(out, errorBox(err));
     }
   });
 
   if (mine !== view) return;
-  main.replaceChildren(h('h1', {}, 'Tasks'), card('Tasks', search, body), card('Apply a task', form));
+  showPage(h('h1', {}, 'Tasks'), card('Tasks', search, body), card('Apply a task', form));
 }
 
 async function taskView(name, query) {
@@ -380,16 +393,17 @@ async function taskView(name, query) {
     h('div', {}, h('button', { type: 'submit' }, 'Fire now')), out);
   fire.addEventListener('submit', async (e) => {
     e.preventDefault();
-    const req = {};
+    // An operator fires from the console: a manual firing, as ax fire makes.
+    const req = { operator: 'console' };
     if (payload.value.trim()) {
-      try { req.payload = JSON.parse(payload.value); } catch (err) { out.replaceChildren(errorBox('the payload is not JSON: ' + err.message)); return; }
+      try { req.payload = JSON.parse(payload.value); } catch (err) { fill(out, errorBox('the payload is not JSON: ' + err.message)); return; }
     }
     try {
       const res = await call('POST', path + '/runs', req);
       if (res.instance_id) location.hash = '#/instances/' + res.instance_id;
-      else out.replaceChildren(h('p', { class: 'ok' }, `Fired: event ${res.event_id}` + (res.run_at ? ', runs at ' + fmtTime(res.run_at) : ', the instance is not made yet')));
+      else fill(out, h('p', { class: 'ok' }, `Fired: event ${res.event_id}` + (res.run_at ? ', runs at ' + fmtTime(res.run_at) : ', the instance is not made yet')));
     } catch (err) {
-      out.replaceChildren(errorBox(err));
+      fill(out, errorBox(err));
     }
   });
   const t = info.task;
@@ -397,7 +411,7 @@ async function taskView(name, query) {
     h('h3', {}, `trigger ${nt.trigger}: `, h('code', {}, nt.schedule), ' ', nt.timezone),
     h('ol', {}, (nt.utc || []).map((u) => h('li', {}, fmtTime(u), h('span', { class: 'muted' }, ' (' + u + ')'))))));
   if (mine !== view) return;
-  main.replaceChildren(
+  showPage(
     h('h1', {}, 'Task ', h('span', { id: 'task-name' }, t.task_name), ' ', taskStatus(info), ' ', taskActions(info, route)),
     t.description ? h('p', {}, t.description) : null,
     h('div', { class: 'grid' },
@@ -436,7 +450,7 @@ async function instancesView(query) {
   });
   const { instances = [] } = await get('/v1/instances', { task: params.get('task'), state: params.get('state'), limit: 200 });
   if (mine !== view) return;
-  main.replaceChildren(h('h1', {}, 'Instances'), card('Instances', filter,
+  showPage(h('h1', {}, 'Instances'), card('Instances', filter,
     table(['instance', 'task', 'state', 'source', 'attempt', 'worker', 'created', 'run time'], instances.map((i) => [
       instLink(i.id), taskLink(i.task), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.created_at), fmtDur(duration(i))]))));
 }
@@ -460,9 +474,9 @@ async function instanceView(id, toLogs) {
     } }, 'Cancel'));
 
   const render = (i) => {
-    state.replaceChildren(badge(i.state));
+    fill(state, badge(i.state));
     buttons.querySelector('#cancel').disabled = terminal.has(i.state);
-    facts.replaceChildren(table(['field', 'value'], [
+    fill(facts, table(['field', 'value'], [
       ['task', [taskLink(i.task), ` (version ${i.task_version})`]],
       ['source', i.source], ['event', h('code', {}, i.event_id)],
       ['attempt', `${i.attempt} of ${i.max_attempts}`], ['priority', i.priority], ['pool', i.pool || '—'], ['worker', i.worker_id || '—'],
@@ -473,7 +487,7 @@ async function instanceView(id, toLogs) {
       ['error', i.error ? h('span', { class: 'err' }, i.error) : '—'],
     ]));
     const tr = i.transitions || [];
-    timeline.replaceChildren(tr.length ? h('ol', { class: 'timeline' }, tr.map((t, k) => h('li', {},
+    fill(timeline, tr.length ? h('ol', { class: 'timeline' }, tr.map((t, k) => h('li', {},
       h('div', { class: 'when' }, fmtTime(t.at), k > 0 ? h('span', { class: 'muted' }, ' +' + fmtDur(new Date(t.at) - new Date(tr[k - 1].at))) : null),
       h('div', {}, t.from ? [badge(t.from), ' → '] : null, badge(t.to), t.attempt ? ` attempt ${t.attempt}` : '',
         ' by ', h('code', {}, t.operator || 'system'), t.reason ? h('div', { class: 'muted' }, t.reason) : null)))) : h('p', { class: 'muted' }, 'No transitions yet.'));
@@ -484,7 +498,7 @@ async function instanceView(id, toLogs) {
   render(inst);
 
   if (mine !== view) return;
-  main.replaceChildren(
+  showPage(
     h('h1', {}, 'Instance #' + id + ' ', state, ' ', buttons),
     h('div', { class: 'grid' }, card('Instance', facts), card('State timeline', timeline)),
     h('section', { class: 'card', id: 'logs-card' }, h('h2', {}, 'Log ', logState), logs),
@@ -519,7 +533,7 @@ async function workersView() {
   const mine = view;
   const { workers = [] } = await get('/v1/workers');
   if (mine !== view) return;
-  main.replaceChildren(h('h1', {}, 'Workers'), card('Live workers', table(
+  showPage(h('h1', {}, 'Workers'), card('Live workers', table(
     ['worker', 'host', 'version', 'pools', 'handlers', 'slots busy', 'started', 'last heartbeat'],
     workers.map((w) => [h('code', {}, w.id), w.hostname || '—', w.version, (w.pools || []).join(', '),
       h('span', { class: 'small' }, (w.handlers || []).join(', ')), `${w.busy} / ${w.slots}`, fmtTime(w.started_at), fmtAgo(w.heartbeat_at)]),
@@ -530,7 +544,7 @@ async function streamsView() {
   const mine = view;
   const { streams = [], missing = [] } = await get('/v1/streams');
   if (mine !== view) return;
-  main.replaceChildren(h('h1', {}, 'Streams and consumers'),
+  showPage(h('h1', {}, 'Streams and consumers'),
     missing.length ? errorBox('Missing streams: ' + missing.join(', ')) : null,
     ...streams.map((s) => card(s.name + (s.bucket ? ` (bucket ${s.bucket})` : ''),
       h('p', { class: 'muted small' }, `${s.retention} retention · ${s.messages} messages · ${s.bytes} bytes · seq ${s.first_seq}–${s.last_seq} · subjects `,
@@ -547,7 +561,7 @@ async function alertsView(query) {
   const tabs = h('p', { class: 'tabs' }, ['', 'firing', 'acked', 'resolved'].map((s) =>
     h('a', { href: '#/alerts' + (s ? '?state=' + s : ''), class: s === st ? 'active' : '' }, s || 'all')));
   if (mine !== view) return;
-  main.replaceChildren(h('h1', {}, 'Alerts'), card('Alerts', tabs, table(
+  showPage(h('h1', {}, 'Alerts'), card('Alerts', tabs, table(
     ['level', 'rule', 'state', 'task', 'instance', 'reason', 'count', 'first seen', 'last seen', ''],
     alerts.map((a) => [badge(a.level), a.rule, badge(a.state), a.task ? taskLink(a.task) : '—', a.instance_id ? instLink(a.instance_id) : '—',
       a.reason, a.count, fmtTime(a.first_seen), fmtTime(a.last_seen),
@@ -569,7 +583,7 @@ async function auditView(query) {
   });
   const { records = [] } = await get('/v1/audit', { task: params.get('task'), instance: params.get('instance'), operator: params.get('operator'), limit: 200 });
   if (mine !== view) return;
-  main.replaceChildren(h('h1', {}, 'Audit'), card('Audit records', filter, table(
+  showPage(h('h1', {}, 'Audit'), card('Audit records', filter, table(
     ['time', 'kind', 'task', 'instance', 'what', 'operator', 'reason'],
     records.map((r) => [fmtTime(r.at), r.kind, r.task ? taskLink(r.task) : '—', r.instance_id ? instLink(r.instance_id) : '—',
       r.action ? r.action : [r.from ? badge(r.from) : null, r.from ? ' → ' : null, r.to ? badge(r.to) : null],
@@ -613,11 +627,11 @@ async function route() {
     try {
       await show(m, query);
     } catch (err) {
-      if (mine === view && !(err instanceof APIError && err.status === 401)) main.replaceChildren(errorBox(err));
+      if (mine === view && !(err instanceof APIError && err.status === 401)) showPage(errorBox(err));
     }
     return;
   }
-  main.replaceChildren(h('h1', {}, 'Not found'), h('p', {}, 'No page at ', h('code', {}, hash), '. ', h('a', { href: '#/' }, 'Go to the dashboard.')));
+  showPage(h('h1', {}, 'Not found'), h('p', {}, 'No page at ', h('code', {}, hash), '. ', h('a', { href: '#/' }, 'Go to the dashboard.')));
 }
 
 onUnauthorized(() => {

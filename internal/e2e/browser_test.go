@@ -165,6 +165,20 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.Search(`//tr[td/a[@href="#/tasks/greet"]]/td[5][normalize-space(.) != "—"]`)),
 	)
 
+	// A refused definition shows each of its problems once.
+	bad := "task_name: bad\nexecution:\n  handler: test.greet\n  retry:\n    max_attempts: 0\npriority: whenever\n"
+	do(t, ctx, "apply a refused task", 10*time.Second,
+		chromedp.SetValue(chromedp.ID("definition"), bad),
+		click("#apply button[type=submit]"),
+		chromedp.WaitVisible(chromedp.CSS(`#apply div[role="alert"]`)),
+	)
+	refusal := read(t, ctx, "read the refusal", 5*time.Second, chromedp.Text(chromedp.CSS(`#apply div[role="alert"]`)))
+	for field, problem := range map[string]string{"execution.retry.max_attempts": "must be at least 1", "priority": "must be one of urgent, normal, low"} {
+		if n := strings.Count(refusal, problem); n != 1 || !strings.Contains(refusal, field+": "+problem) {
+			t.Errorf("the refusal shows %q %d times, want once, after its field %s:\n%s", problem, n, field, refusal)
+		}
+	}
+
 	do(t, ctx, "pause and resume the task", 10*time.Second,
 		chromedp.Navigate(consoleURL+"/#/tasks/greet"),
 		chromedp.WaitVisible(chromedp.CSS(`h1 button[data-action="pause"]`)),
@@ -212,6 +226,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err := json.Unmarshal(inst.Payload, &payload); err != nil || payload["who"] != "the browser" {
 		t.Errorf("instance %d has payload %s, want the one typed into the console", id, inst.Payload)
 	}
+	// A firing from the console is an operator's, as one from ax fire is.
+	if inst.Source != schemas.SourceManual {
+		t.Errorf("instance %d fired from the console has source %q, want %q", id, inst.Source, schemas.SourceManual)
+	}
+	if src := read(t, ctx, "read the source", 5*time.Second,
+		chromedp.Text(chromedp.Search(`//tr[td[1][text()="source"]]/td[2]`))); src != string(schemas.SourceManual) {
+		t.Errorf("the instance page shows source %q, want %q", src, schemas.SourceManual)
+	}
 
 	// The alert notifications link to the log of an instance.
 	do(t, ctx, "open the log link", 10*time.Second,
@@ -241,9 +263,25 @@ func TestConsoleInBrowser(t *testing.T) {
 		click("#cancel"),
 		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="CANCELLED"]`)),
 	)
+	// The CANCELLED badge has a look of its own: neither the plain badge's
+	// nor that of SKIPPED, which the system decides.
+	colours := read(t, ctx, "read the badge colours", 5*time.Second, chromedp.Evaluate[map[string]string](`(() => {
+		const bg = (el) => getComputedStyle(el).backgroundColor;
+		const probe = (cls) => { const el = document.createElement('span'); el.className = cls; document.body.append(el); const c = bg(el); el.remove(); return c; };
+		const el = document.querySelector('#state .badge');
+		return { class: el.className, cancelled: bg(el), plain: probe('badge'), skipped: probe('badge state-skipped') };
+	})()`))
+	if colours["class"] != "badge state-cancelled" {
+		t.Errorf("the CANCELLED badge has class %q, want \"badge state-cancelled\"", colours["class"])
+	}
+	if c := colours["cancelled"]; c == colours["plain"] || c == colours["skipped"] {
+		t.Errorf("the CANCELLED badge's background is %s, the plain badge's %s and SKIPPED's %s: want one of its own", c, colours["plain"], colours["skipped"])
+	}
 
-	// Every other page shows what the API holds, without an error.
+	// Every other page shows what the API holds, without an error and
+	// without a value the script failed to turn into text.
 	for _, p := range []struct{ hash, shows string }{
+		{"#/tasks/sleeper", `//h2[text()="Definition"]`},
 		{"#/instances", fmt.Sprintf(`//td/a[@href="#/instances/%d"]`, id)},
 		{"#/workers", `//td/code[text()="worker-1"]`},
 		{"#/streams", `//td/code[text()="dispatcher"]`},
@@ -257,6 +295,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		)
 		if n := read(t, ctx, "look for errors on "+p.hash, 5*time.Second, chromedp.Evaluate[int](`document.querySelectorAll("main .error").length`)); n != 0 {
 			t.Errorf("%s shows %d errors", p.hash, n)
+		}
+		if junk := read(t, ctx, "look for junk on "+p.hash, 5*time.Second, chromedp.Evaluate[[]string](
+			`document.querySelector("main").innerText.match(/\b(null|undefined|NaN)\b|\[object \w+\]/g) || []`)); len(junk) != 0 {
+			t.Errorf("%s shows %q as text", p.hash, junk)
 		}
 	}
 
