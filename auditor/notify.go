@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -125,28 +127,43 @@ func (s *Service) send(ctx context.Context, ch store.AlertChannel, n Notificatio
 	if err != nil {
 		return fmt.Errorf("notify channel %d: encode: %w", ch.ID, err)
 	}
+	u, err := url.Parse(ch.URL)
+	if err != nil {
+		return fmt.Errorf("notify channel %d: %w", ch.ID, err)
+	}
+	if err := s.dest.checkURL(u); err != nil {
+		return fmt.Errorf("notify channel %d: %w", ch.ID, err)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ch.URL, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("notify channel %d: %w", ch.ID, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "ax-auditor")
-	resp, err := s.opts.HTTPClient.Do(req)
+	resp, err := s.http.Do(req)
 	if err != nil {
+		// A *url.Error would repeat the URL, and with it the secret a
+		// channel's URL holds (a Slack or WeCom key).
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return fmt.Errorf("notify channel %d: %w", ch.ID, err)
 	}
 	defer resp.Body.Close()
+	// The answer is never logged: a receiver the policy allows may still
+	// answer with what it should not, and the log is read by others.
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("notify channel %d: %s answered %s: %.200s", ch.ID, ch.Kind, resp.Status, answer)
+		return fmt.Errorf("notify channel %d: %s answered %s", ch.ID, ch.Kind, resp.Status)
 	}
 	if ch.Kind == store.ChannelWeCom {
 		var r struct {
-			ErrCode int    `json:"errcode"`
-			ErrMsg  string `json:"errmsg"`
+			ErrCode int `json:"errcode"`
 		}
 		if err := json.Unmarshal(answer, &r); err != nil || r.ErrCode != 0 {
-			return fmt.Errorf("notify channel %d: the WeCom robot refused the message: errcode %d: %s", ch.ID, r.ErrCode, r.ErrMsg)
+			// The errcode alone: the WeCom documentation explains each.
+			return fmt.Errorf("notify channel %d: the WeCom robot refused the message: errcode %d", ch.ID, r.ErrCode)
 		}
 	}
 	return nil

@@ -52,7 +52,8 @@ func TestNotificationPayloads(t *testing.T) {
 func TestSendReportsRefusals(t *testing.T) {
 	t.Parallel()
 	r := newReceiver(t)
-	svc := &Service{opts: Options{HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}}
+	svc := &Service{}
+	allowLoopback(t, svc)
 	n := Notification{Status: StatusFiring, Rule: "backlog", Level: store.AlertP2, Reason: "r"}
 	if err := svc.send(context.Background(), store.AlertChannel{ID: 1, Kind: store.ChannelWeCom, URL: r.URL}, n); err != nil {
 		t.Errorf("send to a WeCom robot that took it: %v", err)
@@ -61,7 +62,7 @@ func TestSendReportsRefusals(t *testing.T) {
 	r.answer = `{"errcode":93000,"errmsg":"invalid webhook url"}`
 	r.mu.Unlock()
 	if err := svc.send(context.Background(), store.AlertChannel{ID: 1, Kind: store.ChannelWeCom, URL: r.URL}, n); err == nil ||
-		!strings.Contains(err.Error(), "the WeCom robot refused the message: errcode 93000: invalid webhook url") {
+		!strings.Contains(err.Error(), "the WeCom robot refused the message: errcode 93000") || strings.Contains(err.Error(), "invalid webhook url") {
 		t.Errorf("send to a WeCom robot that refused it = %v", err)
 	}
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -69,11 +70,22 @@ func TestSendReportsRefusals(t *testing.T) {
 	}))
 	defer down.Close()
 	if err := svc.send(context.Background(), store.AlertChannel{ID: 2, Kind: store.ChannelSlack, URL: down.URL}, n); err == nil ||
-		!strings.Contains(err.Error(), "notify channel 2: slack answered 404 Not Found: no_service") {
+		err.Error() != "notify channel 2: slack answered 404 Not Found" {
 		t.Errorf("send to a Slack webhook that is gone = %v", err)
 	}
 	if err := svc.send(context.Background(), store.AlertChannel{ID: 3, Kind: store.ChannelWebhook, URL: "http://127.0.0.1:1/x"}, n); err == nil ||
 		!strings.HasPrefix(err.Error(), "notify channel 3: ") {
 		t.Errorf("send to nowhere = %v", err)
 	}
+}
+
+// allowLoopback lets s send to the loopback test receivers, as an
+// operator would name an internal receiver in the allow list.
+func allowLoopback(t *testing.T, s *Service) {
+	t.Helper()
+	dest, err := DestinationPolicy{Allow: []string{"127.0.0.1"}}.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.dest, s.http = dest, dest.client(5*time.Second)
 }

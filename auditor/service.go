@@ -74,9 +74,13 @@ type Options struct {
 	// ConsoleURL is the web console's base URL, for the links to an
 	// instance's logs in alert notifications (default DefaultConsoleURL).
 	ConsoleURL string
-	// HTTPClient sends the alert notifications (default: a client with a
-	// timeout of DefaultNotifyTimeout).
-	HTTPClient *http.Client
+	// Destinations decides which addresses alert notifications may reach
+	// (default: public addresses only, no credentials in URLs; see
+	// [DestinationPolicy]).
+	Destinations DestinationPolicy
+	// NotifyTimeout bounds one notification request (default
+	// DefaultNotifyTimeout).
+	NotifyTimeout time.Duration
 	// NowFunc tells the time of alerts and of the backlog's age (default time.Now).
 	NowFunc func() time.Time
 }
@@ -94,6 +98,9 @@ type Service struct {
 	monitoring atomic.Bool
 	// outbox holds the alert notifications the sender has yet to send.
 	outbox chan Notification
+	// dest is the destination policy; http sends under it.
+	dest *compiled
+	http *http.Client
 	// afterPublish, set by tests only, runs once a batch is acknowledged
 	// and before its cursor is saved; an error stops the leader right
 	// there, as a crash would.
@@ -127,8 +134,10 @@ func New(opts Options) (*Service, error) {
 	if opts.ConsoleURL == "" {
 		opts.ConsoleURL = DefaultConsoleURL
 	}
-	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{Timeout: DefaultNotifyTimeout}
+	def(&opts.NotifyTimeout, DefaultNotifyTimeout)
+	dest, err := opts.Destinations.compile()
+	if err != nil {
+		return nil, fmt.Errorf("new auditor: Options.Destinations: %w", err)
 	}
 	if opts.NowFunc == nil {
 		opts.NowFunc = time.Now
@@ -147,6 +156,8 @@ func New(opts Options) (*Service, error) {
 		now:     opts.NowFunc,
 		metrics: m,
 		outbox:  make(chan Notification, notifyQueue),
+		dest:    dest,
+		http:    dest.client(opts.NotifyTimeout),
 	}, nil
 }
 

@@ -31,11 +31,12 @@ func init() { extraCommands = append(extraCommands, newDevCmd) }
 
 func newDevCmd() *cobra.Command {
 	var (
-		c        conn
-		m        metricsServer
-		dataDir  string
-		httpAddr string
-		natsAddr string
+		c          conn
+		m          metricsServer
+		dataDir    string
+		httpAddr   string
+		natsAddr   string
+		alertAllow string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -158,7 +159,7 @@ cleanly; it starts again on the same data.`,
 				}),
 				add("auditor", func(nc *nats.Conn) (runner, error) {
 					return auditor.New(auditor.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(),
-						ConsoleURL: "http://" + httpAddr})
+						ConsoleURL: "http://" + httpAddr, Destinations: alertDestinations(alertAllow)})
 				}),
 			} {
 				if err != nil {
@@ -227,6 +228,7 @@ Ctrl-C stops it.
 	f.StringVar(&dataDir, "data", envOr("AX_DATA", ".ax"), "data folder for NATS and the private PostgreSQL (env AX_DATA)")
 	f.StringVar(&httpAddr, "http", envOr("AX_HTTP", api.DefaultAddr), "API address (env AX_HTTP)")
 	f.StringVar(&natsAddr, "nats", envOr("AX_NATS_LISTEN", "127.0.0.1:4222"), "address of the embedded NATS server (env AX_NATS_LISTEN)")
+	alertAllowFlag(cmd, &alertAllow)
 	m.flags(cmd, "127.0.0.1:9090")
 	return cmd
 }

@@ -111,6 +111,7 @@ func newAuditorCmd() *cobra.Command {
 		m            metricsServer
 		pollInterval time.Duration
 		consoleURL   string
+		alertAllow   string
 	)
 	cmd := &cobra.Command{
 		Use:   "auditor",
@@ -136,7 +137,7 @@ to the alert channels (ax alert).`,
 			}
 			defer closeAll()
 			svc, err := auditor.New(auditor.Options{Conn: o.nc, Store: o.store, Topology: o.top, PollInterval: pollInterval, Logger: o.log,
-				Metrics: m.registry(), ConsoleURL: consoleURL})
+				Metrics: m.registry(), ConsoleURL: consoleURL, Destinations: alertDestinations(alertAllow)})
 			if err != nil {
 				return err
 			}
@@ -148,8 +149,27 @@ to the alert channels (ax alert).`,
 	cmd.Flags().DurationVar(&pollInterval, "poll-interval", auditor.DefaultPollInterval, "how often the leader looks for new records when it is idle")
 	cmd.Flags().StringVar(&consoleURL, "console-url", envOr("AX_CONSOLE_URL", auditor.DefaultConsoleURL),
 		"base URL of the web console, for the links to an instance's logs in alert notifications (env AX_CONSOLE_URL)")
+	alertAllowFlag(cmd, &alertAllow)
 	m.flags(cmd, "")
 	return cmd
+}
+
+// alertAllowFlag adds --alert-allow, the allow list of the alert
+// destination policy.
+func alertAllowFlag(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "alert-allow", envOr("AX_ALERT_ALLOW", ""),
+		"hosts, addresses and CIDR networks alert channels may reach although they are not public (loopback, private, link-local), comma-separated; a URL with credentials needs its host here (env AX_ALERT_ALLOW)")
+}
+
+// alertDestinations is the destination policy of a --alert-allow value.
+func alertDestinations(allow string) auditor.DestinationPolicy {
+	var p auditor.DestinationPolicy
+	for a := range strings.SplitSeq(allow, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			p.Allow = append(p.Allow, a)
+		}
+	}
+	return p
 }
 
 func newExecutorCmd() *cobra.Command {
