@@ -152,6 +152,10 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dispatcher: consumer on %s: %w", s.top.ReportsStream(), err)
 	}
+	reportStream, err := js.Stream(ctx, s.top.ReportsStream())
+	if err != nil {
+		return fmt.Errorf("run dispatcher: stream %s: %w", s.top.ReportsStream(), err)
+	}
 	leases, err := js.KeyValue(ctx, s.top.LeasesBucket())
 	if err != nil {
 		return fmt.Errorf("run dispatcher: bucket %s: %w", s.top.LeasesBucket(), err)
@@ -192,7 +196,7 @@ func (s *Service) run(ctx context.Context) error {
 		func() error {
 			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, s.metrics.counted("reports", s.handleReports))
 		},
-		func() error { return s.reap(runCtx, work, leases) },
+		func() error { return s.reap(runCtx, work, leases, reportStream) },
 		func() error { return s.holdLoop(runCtx, work) },
 		watch,
 	}

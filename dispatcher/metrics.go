@@ -15,6 +15,12 @@ type metrics struct {
 	batches  *prometheus.CounterVec
 	messages *prometheus.CounterVec
 	seconds  *prometheus.HistogramVec
+	// stale counts the reports refused because their attempt was no
+	// longer the instance's, by kind.
+	stale *prometheus.CounterVec
+	// reaperLeft counts the expired leases and overdue attempts the reaper
+	// did not fail because their final report waited in AX_REPORTS.
+	reaperLeft *prometheus.CounterVec
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -27,8 +33,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ax_dispatcher_batch_seconds",
 			Help:    "Time the dispatcher took to handle a batch, by consumer (triggers, reports).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"consumer"}),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_stale_reports_total",
+			Help: "Executor reports refused as stale (their attempt was fenced out), by kind (started, succeeded, failed)."}, []string{"kind"}),
+		reaperLeft: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_reaper_left_to_report_total",
+			Help: "Expired leases and overdue attempts the reaper did not fail because their final report waited in AX_REPORTS, by cause (lease expired, timeout)."}, []string{"cause"}),
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.reaperLeft} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -2,8 +2,10 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,38 +22,58 @@ const leaseLost = "lease expired: the worker stopped renewing it (it died, hung 
 //
 // Lost workers: the reaper watches the leases bucket, where an expiry reaches
 // the watcher as a purge marker (the bucket has limit markers on), so it waits
-// on events instead of polling. A deleted lease (the executor finished) also
-// ages into such a marker later; the store's guard makes that a no-op. At
-// start it also sweeps the running attempts whose lease vanished while no
-// dispatcher was watching.
+// on events instead of polling. At start it also sweeps the running attempts
+// whose lease vanished while no dispatcher was watching.
+//
+// A lease the executor deleted after its final report was stored ages into
+// the same marker one TTL later, and that report may still wait, unrecorded,
+// in AX_REPORTS (a dispatcher died holding it, PostgreSQL is down, a
+// backlog). So a marker is only a candidate: [Service.expireLeases] reads
+// PostgreSQL, then looks in AX_REPORTS, and fails only an attempt that is
+// still unfinished and whose final report is not there.
 //
 // Timeouts: the executor ends a handler's context at its deadline and reports
 // the failure itself. An attempt still RUNNING TimeoutGrace after its
 // deadline is one whose executor did not (it hangs but renews its lease): once
 // a TimeoutCheck the reaper looks for such attempts with one indexed query,
-// fails them and tells their worker to stop, so the old run cannot go on
-// beside a retry.
-func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue) error {
+// fails them — unless their final report waits in AX_REPORTS — and tells
+// their worker to stop, so the old run cannot go on beside a retry.
+//
+// Whatever the reaper could not apply (PostgreSQL or the stream failing) it
+// keeps and tries again every retryDelay; it never drops an expiry.
+func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, reports jetstream.Stream) error {
 	w, err := leases.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", s.top.LeasesBucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
 
-	lost, err := s.sweepLeases(ctx, leases)
-	if err != nil {
-		return err
-	}
-	if err := s.promoteLeftovers(work); err != nil {
-		return err
-	}
+	var lost []store.Failure
+	swept, promoted := false, false
 	timeouts := time.NewTicker(s.opts.TimeoutCheck)
 	defer timeouts.Stop()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
+		if !swept {
+			if gone, err := s.sweepLeases(work, leases); err != nil {
+				s.log.Error().Err(err).Msg("sweeping leases failed; trying again")
+				retry.Reset(retryDelay)
+			} else {
+				lost = append(lost, gone...)
+				swept = true
+			}
+		}
+		if !promoted {
+			if err := s.promoteLeftovers(work); err != nil {
+				s.log.Error().Err(err).Msg("promoting waiting instances failed; trying again")
+				retry.Reset(retryDelay)
+			} else {
+				promoted = true
+			}
+		}
 		if len(lost) > 0 {
-			if err := s.failAttempts(work, lost, nil, "lease expired"); err != nil {
+			if err := s.expireLeases(work, reports, lost); err != nil {
 				s.log.Error().Err(err).Int("leases", len(lost)).Msg("expiring leases failed; trying again")
 				retry.Reset(retryDelay)
 			} else {
@@ -64,7 +86,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue) err
 		case <-retry.C:
 			continue
 		case <-timeouts.C:
-			if err := s.failOverdue(work); err != nil {
+			if err := s.failOverdue(work, reports); err != nil {
 				s.log.Error().Err(err).Msg("failing overdue attempts failed; trying again")
 			}
 			continue
@@ -89,6 +111,25 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue) err
 	}
 }
 
+// expireLeases fails the attempts whose lease expired, except those that
+// ended meanwhile and those whose final report waits in AX_REPORTS. The
+// order is what makes a concurrent recording safe: PostgreSQL first (only
+// unfinished attempts cost a stream lookup), then the stream, then the
+// guarded write. The recorder acknowledges a report only after its
+// transaction committed, so a report gone from the stream between the read
+// and the lookup was recorded, and the guard turns the write into a no-op.
+func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lost []store.Failure) error {
+	live, err := s.opts.Store.UnfinishedAttempts(ctx, lost)
+	if err != nil || len(live) == 0 {
+		return err
+	}
+	dead, err := s.withoutFinalReport(ctx, reports, live, "lease expired")
+	if err != nil || len(dead) == 0 {
+		return err
+	}
+	return s.failAttempts(ctx, dead, nil, "lease expired")
+}
+
 func (s *Service) appendExpiry(lost []store.Failure, e jetstream.KeyValueEntry) []store.Failure {
 	if e == nil || e.Operation() != jetstream.KeyValuePurge {
 		return lost
@@ -102,7 +143,9 @@ func (s *Service) appendExpiry(lost []store.Failure, e jetstream.KeyValueEntry) 
 
 // failOverdue fails the attempts that outlived their timeout and tells their
 // workers to stop them.
-func (s *Service) failOverdue(ctx context.Context) error {
+// An overdue attempt whose final report waits in AX_REPORTS is left to
+// that report: its executor did stop it.
+func (s *Service) failOverdue(ctx context.Context, reports jetstream.Stream) error {
 	overdue, err := s.opts.Store.OverdueAttempts(ctx, s.opts.TimeoutGrace)
 	if err != nil || len(overdue) == 0 {
 		return err
@@ -114,7 +157,100 @@ func (s *Service) failOverdue(ctx context.Context) error {
 			Reason: fmt.Sprintf("timeout: the attempt outlived its timeout of %v and its executor did not stop it", o.Timeout)}
 		workers[[2]int64{o.InstanceID, int64(o.Attempt)}] = o.WorkerID
 	}
+	failures, err = s.withoutFinalReport(ctx, reports, failures, "timeout")
+	if err != nil || len(failures) == 0 {
+		return err
+	}
 	return s.failAttempts(ctx, failures, workers, "timeout")
+}
+
+// reportLookups bounds the concurrent AX_REPORTS lookups of one reaper pass.
+const reportLookups = 16
+
+// withoutFinalReport returns those of in whose final report is not in
+// AX_REPORTS. The others are counted and logged as left to their report;
+// cause names the reaper's reason to look at them. Any failed lookup fails
+// the whole pass: an attempt is never failed on a guess.
+func (s *Service) withoutFinalReport(ctx context.Context, reports jetstream.Stream, in []store.Failure, cause string) ([]store.Failure, error) {
+	waiting := make([]bool, len(in))
+	errs := make([]error, len(in))
+	sem := make(chan struct{}, reportLookups)
+	var wg sync.WaitGroup
+	for i, f := range in {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			waiting[i], errs[i] = s.finalReportWaits(ctx, reports, f.InstanceID, f.Attempt)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("look for final reports in %s: %w", s.top.ReportsStream(), err)
+		}
+	}
+	out := make([]store.Failure, 0, len(in))
+	left := 0
+	for i, f := range in {
+		if !waiting[i] {
+			out = append(out, f)
+			continue
+		}
+		left++
+		s.log.Debug().Int64("instance_id", f.InstanceID).Int("attempt", f.Attempt).Str("cause", cause).
+			Msg("final report waits in AX_REPORTS; the attempt is left to it")
+	}
+	if left > 0 {
+		s.metrics.reaperLeft.WithLabelValues(cause).Add(float64(left))
+		s.log.Info().Int("attempts", left).Str("cause", cause).
+			Msg("attempts not failed: their final reports wait in AX_REPORTS to be recorded")
+	}
+	return out, nil
+}
+
+// finalReportWaits reports whether AX_REPORTS holds a final report of the
+// attempt. The reports of an instance share its subject, and the stream, a
+// work queue, holds only those not yet recorded: the last one is looked at
+// first (usually the answer), then, if it is another, each one in turn.
+func (s *Service) finalReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int) (bool, error) {
+	subject := s.top.Report(instanceID)
+	last, err := reports.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if isFinalReport(last.Data, instanceID, attempt) {
+		return true, nil
+	}
+	for seq := uint64(1); seq < last.Sequence; {
+		m, err := reports.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if m.Sequence >= last.Sequence {
+			return false, nil
+		}
+		if isFinalReport(m.Data, instanceID, attempt) {
+			return true, nil
+		}
+		seq = m.Sequence + 1
+	}
+	return false, nil
+}
+
+// isFinalReport reports whether data is a final report of the attempt.
+func isFinalReport(data []byte, instanceID int64, attempt int) bool {
+	var r schemas.Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return false
+	}
+	return r.InstanceID == instanceID && r.Attempt == attempt &&
+		(r.Kind == schemas.ReportSucceeded || r.Kind == schemas.ReportFailed)
 }
 
 // failAttempts fails attempts as the reaper, fires the next attempt of
@@ -172,7 +308,9 @@ func (s *Service) promoteLeftovers(ctx context.Context) error {
 }
 
 // sweepLeases finds running attempts whose lease is gone — expired while no
-// dispatcher watched, past the bucket's marker retention.
+// dispatcher watched, past the bucket's marker retention, or deleted by an
+// executor that finished: they are candidates, which [Service.expireLeases]
+// checks like any expiry.
 func (s *Service) sweepLeases(ctx context.Context, leases jetstream.KeyValue) ([]store.Failure, error) {
 	status, err := leases.Status(ctx)
 	if err != nil {

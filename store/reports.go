@@ -108,6 +108,47 @@ func (s *Store) FailAttempts(ctx context.Context, in []Failure) ([]Outcome, erro
 	return out, nil
 }
 
+// UnfinishedAttempts returns those of in whose instance is still DISPATCHED
+// or RUNNING at that attempt, in the order of in: the reaper's candidates
+// that it must look at before failing them. One query.
+func (s *Store) UnfinishedAttempts(ctx context.Context, in []Failure) ([]Failure, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	ids, attempts := make([]int64, len(in)), make([]int32, len(in))
+	for i, f := range in {
+		ids[i], attempts[i] = f.InstanceID, int32(f.Attempt)
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT DISTINCT i.id, i.attempt FROM unnest($1::bigint[], $2::int[]) AS r(id, attempt)
+JOIN instances i ON i.id = r.id AND i.attempt = r.attempt
+WHERE i.state IN ('DISPATCHED', 'RUNNING')`, ids, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished attempts: %w", err)
+	}
+	live := make(map[[2]int64]bool)
+	for rows.Next() {
+		var id int64
+		var attempt int32
+		if err := rows.Scan(&id, &attempt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list unfinished attempts: %w", err)
+		}
+		live[[2]int64{id, int64(attempt)}] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list unfinished attempts: %w", err)
+	}
+	var out []Failure
+	for _, f := range in {
+		if k := [2]int64{f.InstanceID, int64(f.Attempt)}; live[k] {
+			out = append(out, f)
+			delete(live, k)
+		}
+	}
+	return out, nil
+}
+
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
