@@ -26,10 +26,12 @@ var (
 // metrics are the auditor's Prometheus metrics. The fleet metrics are
 // computed by the auditor that leads monitoring only: from the audit
 // trail (counters and histograms, each record counted once by the durable
-// consumer), from PostgreSQL (gauges refreshed every RefreshInterval) and
-// from ax-workers (gauges and counters, on each change). Labels are
-// bounded: task (tasks exist in PostgreSQL), pool (the tasks' dispatch
-// tags), worker (the live workers only), state, level; never an instance.
+// consumer), from PostgreSQL (gauges refreshed every RefreshInterval),
+// from ax-workers (gauges and counters, on each change) and from
+// JetStream's consumer infos (gauges refreshed every LagInterval). Labels
+// are bounded: task (tasks exist in PostgreSQL), pool (the tasks' dispatch
+// tags), worker (the live workers only), stream and consumer (durable
+// consumers only), state, level; never an instance.
 type metrics struct {
 	schedulingDelay *prometheus.HistogramVec
 	triggerToStart  *prometheus.HistogramVec
@@ -54,6 +56,13 @@ type metrics struct {
 	recordsSeen     prometheus.Counter
 	relayLeader     prometheus.Gauge
 	monitorLeader   prometheus.Gauge
+
+	consumerPending     *prometheus.GaugeVec
+	consumerAckPending  *prometheus.GaugeVec
+	consumerRedelivered *prometheus.GaugeVec
+	consumerLastActive  *prometheus.GaugeVec
+	poolWaiting         *prometheus.GaugeVec
+	poolOldest          *prometheus.GaugeVec
 }
 
 // newMetrics makes the auditor's metrics and registers them with reg.
@@ -114,11 +123,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "1 while this auditor relays the outbox to AX_AUDIT, else 0."}),
 		monitorLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_monitor_leader",
 			Help: "1 while this auditor computes the fleet metrics and evaluates alert rules, else 0."}),
+		consumerPending: gauge("ax_consumer_pending",
+			"Messages of the stream that the durable consumer has yet to deliver (JetStream's num_pending).", "stream", "consumer"),
+		consumerAckPending: gauge("ax_consumer_ack_pending",
+			"Messages the durable consumer delivered that are not acknowledged yet (num_ack_pending).", "stream", "consumer"),
+		consumerRedelivered: gauge("ax_consumer_redelivered",
+			"Messages the durable consumer delivered more than once that are not acknowledged yet (num_redelivered).", "stream", "consumer"),
+		consumerLastActive: gauge("ax_consumer_last_active_seconds",
+			"Seconds since the durable consumer last delivered a message or had one acknowledged (since its creation when never).", "stream", "consumer"),
+		poolWaiting: gauge("ax_pool_waiting",
+			"Attempts waiting on AX_DISPATCH for a worker of the pool at the priority: not yet delivered to any.", "pool", "priority"),
+		poolOldest: gauge("ax_pool_oldest_waiting_seconds",
+			"Age of the oldest attempt waiting for the pool at the priority, in seconds (0 when none waits).", "pool", "priority"),
 	}
 	for _, c := range []prometheus.Collector{m.schedulingDelay, m.triggerToStart, m.startToEnd, m.instancesEnded, m.attempts,
 		m.timeouts, m.leaseExpiries, m.retries, m.instances, m.backlog, m.heartbeatsLost, m.workersStopped, m.workers,
 		m.slots, m.slotsBusy, m.slotUtilization, m.workerSlotUtil, m.alertsOpen, m.notifications, m.recordsRelayed,
-		m.recordsSeen, m.relayLeader, m.monitorLeader} {
+		m.recordsSeen, m.relayLeader, m.monitorLeader, m.consumerPending, m.consumerAckPending, m.consumerRedelivered,
+		m.consumerLastActive, m.poolWaiting, m.poolOldest} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -130,9 +152,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // auditor that stopped leading exports no stale values.
 func (m *metrics) resetFleet() {
 	for _, g := range []*prometheus.GaugeVec{m.instances, m.backlog, m.workers, m.slots, m.slotsBusy, m.slotUtilization,
-		m.workerSlotUtil, m.alertsOpen} {
+		m.workerSlotUtil, m.alertsOpen, m.poolWaiting, m.poolOldest} {
 		g.Reset()
 	}
+	for _, g := range m.consumerGauges() {
+		g.Reset()
+	}
+}
+
+// consumerGauges returns the gauges labelled by stream and consumer.
+func (m *metrics) consumerGauges() []*prometheus.GaugeVec {
+	return []*prometheus.GaugeVec{m.consumerPending, m.consumerAckPending, m.consumerRedelivered, m.consumerLastActive}
 }
 
 // attemptEnded reports whether a transition ends an attempt.

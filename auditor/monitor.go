@@ -123,6 +123,17 @@ func (m *monitor) run(ctx context.Context, js jetstream.JetStream) error {
 		<-consumed
 	}()
 
+	lagCtx, stopLag := context.WithCancel(ctx)
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		(&lag{Service: m.Service, js: js, streams: map[string]jetstream.Stream{}}).loop(lagCtx)
+	}()
+	defer func() {
+		stopLag()
+		<-lagDone
+	}()
+
 	ticker := time.NewTicker(m.opts.RefreshInterval)
 	defer ticker.Stop()
 	for {

@@ -27,6 +27,7 @@ const (
 	DefaultAckTimeout      = 30 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultRefreshInterval = 15 * time.Second
+	DefaultLagInterval     = 5 * time.Second
 	DefaultConsoleURL      = "http://127.0.0.1:8080"
 	DefaultNotifyTimeout   = 10 * time.Second
 )
@@ -71,6 +72,11 @@ type Options struct {
 	// gauges read from PostgreSQL and evaluates the alert rules over a
 	// state (default DefaultRefreshInterval).
 	RefreshInterval time.Duration
+	// LagInterval is how often the monitoring leader reads the consumers'
+	// state from JetStream for the consumer and pool lag gauges: one
+	// consumer list per stream, and one message read per pool consumer
+	// with attempts waiting (default DefaultLagInterval).
+	LagInterval time.Duration
 	// ConsoleURL is the web console's base URL, for the links to an
 	// instance's logs in alert notifications (default DefaultConsoleURL).
 	ConsoleURL string
@@ -131,6 +137,7 @@ func New(opts Options) (*Service, error) {
 	def(&opts.AckTimeout, DefaultAckTimeout)
 	def(&opts.ShutdownTimeout, DefaultShutdownTimeout)
 	def(&opts.RefreshInterval, DefaultRefreshInterval)
+	def(&opts.LagInterval, DefaultLagInterval)
 	if opts.ConsoleURL == "" {
 		opts.ConsoleURL = DefaultConsoleURL
 	}

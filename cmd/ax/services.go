@@ -110,6 +110,7 @@ func newAuditorCmd() *cobra.Command {
 		c            conn
 		m            metricsServer
 		pollInterval time.Duration
+		lagInterval  time.Duration
 		consoleURL   string
 		alertAllow   string
 	)
@@ -137,7 +138,7 @@ to the alert channels (ax alert).`,
 			}
 			defer closeAll()
 			svc, err := auditor.New(auditor.Options{Conn: o.nc, Store: o.store, Topology: o.top, PollInterval: pollInterval, Logger: o.log,
-				Metrics: m.registry(), ConsoleURL: consoleURL, Destinations: alertDestinations(alertAllow)})
+				Metrics: m.registry(), ConsoleURL: consoleURL, Destinations: alertDestinations(alertAllow), LagInterval: lagInterval})
 			if err != nil {
 				return err
 			}
@@ -147,6 +148,7 @@ to the alert channels (ax alert).`,
 	c.natsFlags(cmd)
 	c.databaseFlags(cmd)
 	cmd.Flags().DurationVar(&pollInterval, "poll-interval", auditor.DefaultPollInterval, "how often the leader looks for new records when it is idle")
+	cmd.Flags().DurationVar(&lagInterval, "lag-interval", auditor.DefaultLagInterval, "how often the monitoring auditor reads the consumers' lag from JetStream")
 	cmd.Flags().StringVar(&consoleURL, "console-url", envOr("AX_CONSOLE_URL", auditor.DefaultConsoleURL),
 		"base URL of the web console, for the links to an instance's logs in alert notifications (env AX_CONSOLE_URL)")
 	alertAllowFlag(cmd, &alertAllow)

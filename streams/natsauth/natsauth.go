@@ -51,8 +51,9 @@ const (
 	// API publishes firings, announces task changes, and reads every
 	// stream (logs, workers, stream state).
 	API Role = "api"
-	// Auditor relays the audit trail to AX_AUDIT and reads the streams'
-	// state, the workers and the leases for metrics and alerts.
+	// Auditor relays the audit trail to AX_AUDIT, and reads the workers,
+	// the leases and the consumers' state (one list per stream) for
+	// metrics and alerts.
 	Auditor Role = "auditor"
 )
 
@@ -149,8 +150,19 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		pub = append(pub, read(top.TriggersStream())...)
 		pub = append(pub, flowControl)
 	case Auditor:
-		pub = append(pub, top.Audit(">"), "$JS.API.INFO")
-		pub = append(pub, observe...)
+		pub = append(pub, top.Audit(">"))
+		// The state it reads: the streams and buckets it uses, its own
+		// consumer, and for the consumer lag one consumer list per
+		// stream with durable consumers and the oldest waiting dispatch
+		// message of a pool (auditor.LagStreams) — no consumer's info
+		// one by one, no stream it does not read.
+		pub = append(pub, info(top.AuditStream(), top.TriggersStream(), top.DispatchStream(), top.ReportsStream(),
+			kv(top.WorkersBucket()), kv(top.LeasesBucket()), kv(top.TasksBucket()))...)
+		pub = append(pub, "$JS.API.CONSUMER.INFO."+top.AuditStream()+".>")
+		for _, s := range []string{top.TriggersStream(), top.DispatchStream(), top.ReportsStream(), top.AuditStream()} {
+			pub = append(pub, "$JS.API.CONSUMER.LIST."+s)
+		}
+		pub = append(pub, "$JS.API.STREAM.MSG.GET."+top.DispatchStream())
 		for _, s := range []string{top.AuditStream(), kv(top.WorkersBucket()), kv(top.LeasesBucket()), kv(top.TasksBucket())} {
 			pub = append(pub, watch(s)...)
 		}

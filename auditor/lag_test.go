@@ -1,0 +1,296 @@
+package auditor
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/rs/zerolog"
+
+	axmetrics "github.com/ax-scheduler/ax/internal/metrics"
+	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+// TestMonitorReportsConsumerLag builds a backlog on AX_DISPATCH and
+// AX_TRIGGERS — waiting, delivered and unacknowledged, redelivered — and
+// scrapes the monitoring auditor's /metrics until its consumer and pool
+// figures are those of the consumers' info in JetStream. The auditor runs
+// as its own NATS user, so the test also shows that its permissions allow
+// what the figures need and that it was refused nothing.
+func TestMonitorReportsConsumerLag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	top := streams.Default()
+	passwords := map[natsauth.Role]string{natsauth.Dispatcher: "pw-dispatcher", natsauth.Auditor: "pw-auditor"}
+	ns, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(), Users: natsauth.Users(top, passwords, natsauth.Scope{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	var mu sync.Mutex
+	var refused []string
+	connect := func(role natsauth.Role) *nats.Conn {
+		t.Helper()
+		nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(string(role), passwords[role]),
+			nats.CustomInboxPrefix(natsauth.InboxPrefix(string(role))),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				refused = append(refused, fmt.Sprintf("%s: %v", role, err))
+			}))
+		if err != nil {
+			t.Fatalf("connect as %s: %v", role, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	js, err := jetstream.New(connect(natsauth.Dispatcher))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := top.Ensure(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The backlog: consumers of two pools, and the dispatchers' consumer
+	// on AX_TRIGGERS, with messages in every condition.
+	publish := func(subject string, n int) {
+		t.Helper()
+		for i := range n {
+			if _, err := js.Publish(ctx, subject, fmt.Appendf(nil, `{"n": %d}`, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	consumer := func(stream string, cfg jetstream.ConsumerConfig) jetstream.Consumer {
+		t.Helper()
+		c, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dispatch := top.DispatchStream()
+	for _, p := range schemas.Priorities {
+		consumer(dispatch, top.PoolConsumer(schemas.DefaultPool, p))
+	}
+	normal := consumer(dispatch, top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal))
+	consumer(dispatch, top.PoolConsumer("gpu", schemas.PriorityNormal))
+	publish(top.Dispatch("gpu", schemas.PriorityNormal), 3)
+	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal), 6)
+	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityUrgent), 2)
+	// Two of default/normal are taken; one comes back and is taken again:
+	// two unacknowledged, one of them redelivered, four waiting.
+	batch, err := normal.FetchNoWait(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var taken []jetstream.Msg
+	for m := range batch.Messages() {
+		taken = append(taken, m)
+	}
+	if len(taken) != 2 {
+		t.Fatalf("fetched %d messages, want 2", len(taken))
+	}
+	if err := taken[0].Nak(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := normal.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range again.Messages() {
+		if md, _ := m.Metadata(); md == nil || md.NumDelivered != 2 {
+			t.Fatalf("the message fetched again is not the redelivery: %+v", md)
+		}
+	}
+	triggers := consumer(top.TriggersStream(), top.DispatcherConsumer())
+	publish(top.Trigger("etl"), 4)
+	// An ephemeral reader makes no series.
+	ordered, err := js.OrderedConsumer(ctx, top.TriggersStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ordered.Fetch(1); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := axmetrics.NewRegistry()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	svc, err := New(Options{Conn: connect(natsauth.Auditor), Store: store.New(storetest.NewDB(t)), Metrics: reg,
+		LagInterval: 50 * time.Millisecond, RetryInterval: 50 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("auditor: %v", err)
+		}
+	})
+	srv := httptest.NewServer(axmetrics.Handler(reg))
+	t.Cleanup(srv.Close)
+
+	// What JetStream says, consumer by consumer.
+	type key struct{ stream, consumer string }
+	watched := map[key]jetstream.Consumer{{top.TriggersStream(), "dispatcher"}: triggers}
+	for _, pool := range []string{schemas.DefaultPool, "gpu"} {
+		for _, p := range schemas.Priorities {
+			if c, err := js.Consumer(ctx, dispatch, top.PoolConsumer(pool, p).Durable); err == nil {
+				watched[key{dispatch, c.CachedInfo().Name}] = c
+			}
+		}
+	}
+	// The auditor's own consumer on AX_AUDIT counts too.
+	waitUntil(t, "the auditor to monitor", svc.Monitoring)
+	monitor, err := js.Consumer(ctx, top.AuditStream(), MonitorConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched[key{top.AuditStream(), MonitorConsumer}] = monitor
+	if len(watched) != 6 {
+		t.Fatalf("%d consumers to check, want 6", len(watched))
+	}
+	var mismatch string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		families := scrapeMetrics(t, srv)
+		mismatch = ""
+		waiting := map[[2]string]float64{}
+		for k, c := range watched {
+			info, err := c.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			labels := map[string]string{"stream": k.stream, "consumer": k.consumer}
+			for name, want := range map[string]float64{
+				"ax_consumer_pending":     float64(info.NumPending),
+				"ax_consumer_ack_pending": float64(info.NumAckPending),
+				"ax_consumer_redelivered": float64(info.NumRedelivered),
+			} {
+				if got, ok := gaugeValue(families, name, labels); !ok || got != want {
+					mismatch += fmt.Sprintf("%s%v = %v (found %t), JetStream says %v; ", name, labels, got, ok, want)
+				}
+			}
+			if got, ok := gaugeValue(families, "ax_consumer_last_active_seconds", labels); !ok || got < 0 || got > time.Since(info.Created).Seconds()+1 {
+				mismatch += fmt.Sprintf("ax_consumer_last_active_seconds%v = %v (found %t); ", labels, got, ok)
+			}
+			if pool := info.Config.Metadata["ax_pool"]; pool != "" {
+				waiting[[2]string{pool, info.Config.Metadata["ax_priority"]}] += float64(info.NumPending)
+				// The oldest waiting attempt is the first message after
+				// the last the consumer delivered.
+				stream, err := js.Stream(ctx, dispatch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				age := 0.0
+				if info.NumPending > 0 {
+					first, err := stream.GetMsg(ctx, info.Delivered.Stream+1, jetstream.WithGetMsgSubject(info.Config.FilterSubject))
+					if err != nil {
+						t.Fatal(err)
+					}
+					age = time.Since(first.Time).Seconds()
+				}
+				plabels := map[string]string{"pool": pool, "priority": info.Config.Metadata["ax_priority"]}
+				got, ok := gaugeValue(families, "ax_pool_oldest_waiting_seconds", plabels)
+				if !ok || (age == 0) != (got == 0) || got > age+0.05 || got < age-1 {
+					mismatch += fmt.Sprintf("ax_pool_oldest_waiting_seconds%v = %v (found %t), the oldest is %.3fs old; ", plabels, got, ok, age)
+				}
+			}
+		}
+		for k, want := range waiting {
+			labels := map[string]string{"pool": k[0], "priority": k[1]}
+			if got, ok := gaugeValue(families, "ax_pool_waiting", labels); !ok || got != want {
+				mismatch += fmt.Sprintf("ax_pool_waiting%v = %v (found %t), JetStream says %v; ", labels, got, ok, want)
+			}
+		}
+		// Only durable consumers have series.
+		if f := families["ax_consumer_pending"]; f == nil || len(f.GetMetric()) != len(watched) {
+			mismatch += fmt.Sprintf("ax_consumer_pending has %d series, want %d (the durable consumers); ", len(f.GetMetric()), len(watched))
+		}
+		if mismatch == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the metrics do not match the consumers' info: %s", mismatch)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The figures are the backlog built above.
+	families := scrapeMetrics(t, srv)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"ax_pool_waiting", map[string]string{"pool": "default", "priority": "normal"}, 4},
+		{"ax_pool_waiting", map[string]string{"pool": "default", "priority": "urgent"}, 2},
+		{"ax_pool_waiting", map[string]string{"pool": "default", "priority": "low"}, 0},
+		{"ax_pool_waiting", map[string]string{"pool": "gpu", "priority": "normal"}, 3},
+		{"ax_consumer_ack_pending", map[string]string{"stream": dispatch, "consumer": "pool_default_normal"}, 2},
+		{"ax_consumer_redelivered", map[string]string{"stream": dispatch, "consumer": "pool_default_normal"}, 1},
+		{"ax_consumer_pending", map[string]string{"stream": top.TriggersStream(), "consumer": "dispatcher"}, 4},
+	} {
+		if got, ok := gaugeValue(families, c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %t), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refused) > 0 {
+		t.Errorf("the server refused: %q", refused)
+	}
+}
+
+// scrapeMetrics reads the metrics srv serves, as Prometheus would.
+func scrapeMetrics(t *testing.T, srv *httptest.Server) map[string]*dto.MetricFamily {
+	t.Helper()
+	r, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return families
+}
+
+// gaugeValue returns the value of the gauge name with exactly labels.
+func gaugeValue(families map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	f, ok := families[name]
+	if !ok {
+		return 0, false
+	}
+	for _, m := range f.GetMetric() {
+		if len(m.GetLabel()) != len(labels) {
+			continue
+		}
+		if slices.IndexFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return labels[l.GetName()] != l.GetValue() }) < 0 {
+			return m.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
