@@ -177,9 +177,36 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 
 func (r *recorder) Unregister(prometheus.Collector) bool { return false }
 
+// exporterMetrics are the JetStream metrics prometheus-nats-exporter
+// exports with -jsz=all (collector/jsz.go of nats-io/prometheus-nats-exporter:
+// system "jetstream", subsystems server, stream and consumer).
+var exporterMetrics = map[string]bool{
+	"jetstream_server_jetstream_disabled": true, "jetstream_server_total_streams": true,
+	"jetstream_server_total_consumers": true, "jetstream_server_total_messages": true,
+	"jetstream_server_total_message_bytes": true, "jetstream_server_max_memory": true,
+	"jetstream_server_max_storage": true, "jetstream_stream_total_messages": true,
+	"jetstream_stream_total_bytes": true, "jetstream_stream_first_seq": true, "jetstream_stream_last_seq": true,
+	"jetstream_stream_consumer_count": true, "jetstream_consumer_delivered_consumer_seq": true,
+	"jetstream_consumer_delivered_stream_seq": true, "jetstream_consumer_num_ack_pending": true,
+	"jetstream_consumer_num_redelivered": true, "jetstream_consumer_num_waiting": true,
+	"jetstream_consumer_num_pending": true, "jetstream_consumer_ack_floor_stream_seq": true,
+	"jetstream_consumer_ack_floor_consumer_seq": true,
+}
+
+// lagFallbacks maps each lag metric of AX's auditor to the exporter's
+// metric a dashboard query falls back to.
+var lagFallbacks = map[string]string{
+	"ax_consumer_pending":     "jetstream_consumer_num_pending",
+	"ax_consumer_ack_pending": "jetstream_consumer_num_ack_pending",
+	"ax_consumer_redelivered": "jetstream_consumer_num_redelivered",
+	"ax_pool_waiting":         "jetstream_consumer_num_pending",
+}
+
 // TestDashboardQueriesRegisteredMetrics reads the Grafana dashboard and
 // checks that every ax_ metric its queries use is one the services
-// register, and that it shows the NATS exporter's consumer metrics.
+// register, that every jetstream_ metric is one prometheus-nats-exporter
+// exports, that each lag figure falls back to the exporter's, and that it
+// shows every fleet metric and the exporter's consumer metrics.
 func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 	t.Parallel()
 	data, err := os.ReadFile("../../deploy/grafana/ax.json")
@@ -226,15 +253,26 @@ func TestDashboardQueriesRegisteredMetrics(t *testing.T) {
 	if _, err := dispatcher.New(dispatcher.Options{Conn: conn, Store: st, Metrics: rec}); err != nil {
 		t.Fatal(err)
 	}
-	metricRE := regexp.MustCompile(`\b(ax_[a-z0-9_]+|jetstream_consumer_[a-z_]+)`)
+	metricRE := regexp.MustCompile(`\b(ax_[a-z0-9_]+|jetstream_[a-z_]+)`)
 	used := map[string]bool{}
 	for _, e := range exprs {
-		for _, name := range metricRE.FindAllString(e, -1) {
+		names := metricRE.FindAllString(e, -1)
+		for _, name := range names {
 			used[name] = true
+		}
+		// A lag figure works with AX's metrics and with the exporter's:
+		// AX's where it is, the exporter's otherwise.
+		for ax, exp := range lagFallbacks {
+			if slices.Contains(names, ax) && !slices.Contains(names, exp) {
+				t.Errorf("the query %q shows %s without the exporter's %s for when AX's is absent", e, ax, exp)
+			}
 		}
 	}
 	for name := range used {
-		if !strings.HasPrefix(name, "ax_") {
+		if strings.HasPrefix(name, "jetstream_") {
+			if !exporterMetrics[name] {
+				t.Errorf("the dashboard queries %s, which prometheus-nats-exporter -jsz=all does not export", name)
+			}
 			continue
 		}
 		base := name
