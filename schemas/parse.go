@@ -43,6 +43,18 @@ const (
 	payloadSchemaURL = "https://ax.invalid/payload.schema.json"
 )
 
+// Bounds of a task's payload_schema. Compiling a schema and checking the
+// metaschema against it take time and memory that grow faster than its
+// nesting (5,000 nested "items" kept a core busy for minutes), so a schema
+// deeper or larger than these is refused before it is compiled.
+const (
+	// MaxPayloadSchemaDepth is the deepest nesting of objects and arrays
+	// inside payload_schema.
+	MaxPayloadSchemaDepth = 64
+	// MaxPayloadSchemaBytes is the largest payload_schema, compacted.
+	MaxPayloadSchemaBytes = 64 << 10
+)
+
 // MaxTimeout is the longest execution.timeout a task may declare (168h).
 // The schema cannot compare durations; [ParseTask] checks it.
 const MaxTimeout = 7 * 24 * time.Hour
@@ -133,6 +145,11 @@ func ParseTask(data []byte) (*Task, error) {
 			problem.Message += " (a definition that starts with '{' is read as JSON; for YAML, start with a key)"
 		}
 		return nil, newValidationError(what, []Problem{*problem})
+	}
+	if m, ok := doc.(map[string]any); ok {
+		if problem := payloadSchemaBounds(m["payload_schema"]); problem != nil {
+			return nil, newValidationError(what, []Problem{*problem})
+		}
 	}
 	s, err := compiledSchemas()
 	if err != nil {
@@ -574,6 +591,43 @@ func (c *payloadCache) get(schema []byte) (compiledPayload, error) {
 	c.entries[string(schema)] = p
 	c.mu.Unlock()
 	return p, nil
+}
+
+// payloadSchemaBounds refuses a payload_schema deeper than
+// MaxPayloadSchemaDepth or larger than MaxPayloadSchemaBytes. It takes
+// time linear in the schema's size.
+func payloadSchemaBounds(schema any) *Problem {
+	if schema == nil {
+		return nil
+	}
+	if jsonDepth(schema, 0) > MaxPayloadSchemaDepth {
+		return &Problem{"payload_schema", fmt.Sprintf("nests objects and arrays more than %d deep; flatten it, or move repeated parts under $defs and $ref them", MaxPayloadSchemaDepth)}
+	}
+	b, err := json.Marshal(schema)
+	if err == nil && len(b) > MaxPayloadSchemaBytes {
+		return &Problem{"payload_schema", fmt.Sprintf("is %d bytes long; keep it to %d (64 KiB), e.g. by checking the details in the handler", len(b), MaxPayloadSchemaBytes)}
+	}
+	return nil
+}
+
+// jsonDepth returns the nesting of objects and arrays in v, a decoded JSON
+// value, at most one past MaxPayloadSchemaDepth.
+func jsonDepth(v any, d int) int {
+	if d > MaxPayloadSchemaDepth {
+		return d
+	}
+	deepest := d
+	switch v := v.(type) {
+	case map[string]any:
+		for _, e := range v {
+			deepest = max(deepest, jsonDepth(e, d+1))
+		}
+	case []any:
+		for _, e := range v {
+			deepest = max(deepest, jsonDepth(e, d+1))
+		}
+	}
+	return deepest
 }
 
 // compilePayloadSchema compiles a task's payload_schema without touching the
