@@ -209,7 +209,8 @@ func (s *Service) taskLogger(d *schemas.Dispatch) zerolog.Logger {
 func (s *Service) runAttempt(a *attempt) {
 	defer s.runners.Done()
 	a.log.Debug().Str("handler", a.dispatch.Handler).Msg("attempt started")
-	out, err, returned := s.invoke(a)
+	out, err, returnedAt := s.invoke(a)
+	returned := !returnedAt.IsZero()
 	// finish releases the mutex, before the slots so that the next attempt
 	// with the key may start at once. A handler that was abandoned may
 	// still run: its mutex expires with its TTL instead.
@@ -226,7 +227,7 @@ func (s *Service) runAttempt(a *attempt) {
 		a.log.Warn().Msg("lease lost; the dispatcher has moved on, so the attempt is not reported")
 		return
 	}
-	rep := s.outcome(a, out, err, cause)
+	rep := s.outcome(a, out, err, cause, returnedAt)
 	s.flushLogs(a)
 	m, encErr := streams.NewMsg(s.opts.Topology.Report(a.dispatch.InstanceID), reportID(a.dispatch, rep.Kind), rep)
 	if encErr == nil && int64(len(m.Data)) > s.opts.Conn.MaxPayload()-reportHeadroom {
@@ -290,12 +291,14 @@ func (s *Service) unlockAttemptMutex(a *attempt) {
 type result struct {
 	out any
 	err error
+	at  time.Time // when the handler returned
 }
 
 // invoke calls the handler on its own goroutine, recovering a panic. It
-// returns when the handler does, or abandonAfter after the attempt's context
-// ended if the handler ignores that; returned is false then.
-func (s *Service) invoke(a *attempt) (out any, err error, returned bool) {
+// returns when the handler does, with the time it did, or abandonAfter
+// after the attempt's context ended if the handler ignores that; returnedAt
+// is zero then.
+func (s *Service) invoke(a *attempt) (out any, err error, returnedAt time.Time) {
 	done := make(chan result, 1)
 	s.handlers.Add(1)
 	go func() {
@@ -303,36 +306,44 @@ func (s *Service) invoke(a *attempt) (out any, err error, returned bool) {
 		defer func() {
 			if r := recover(); r != nil {
 				a.hlog.Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("handler panicked")
-				done <- result{err: fmt.Errorf("handler panicked: %v", r)}
+				done <- result{err: fmt.Errorf("handler panicked: %v", r), at: time.Now()}
 			}
 		}()
 		out, err := a.handler.HandleTask(a.ctx, a.task)
-		done <- result{out, err}
+		done <- result{out, err, time.Now()}
 	}()
 	select {
 	case r := <-done:
-		return r.out, r.err, true
+		return r.out, r.err, r.at
 	case <-a.ctx.Done():
 	}
 	timer := time.NewTimer(abandonAfter)
 	defer timer.Stop()
 	select {
 	case r := <-done:
-		return r.out, r.err, true
+		return r.out, r.err, r.at
 	case <-timer.C:
 		s.abandoned.Add(1)
 		a.log.Error().Err(context.Cause(a.ctx)).Dur("waited", abandonAfter).
 			Msg("handler did not return after its context ended; abandoning it and reporting the attempt")
-		return nil, context.Cause(a.ctx), false
+		return nil, context.Cause(a.ctx), time.Time{}
 	}
 }
 
-// outcome builds the final report of an attempt from the handler's result
-// and the cause of its context's end, if it ended.
-func (s *Service) outcome(a *attempt, out any, err error, cause error) schemas.Report {
+// outcome builds the final report of an attempt from the handler's result,
+// the cause of its context's end, if it ended, and when the handler
+// returned (zero if it was abandoned). A result returned after the
+// attempt's deadline is a timeout, whatever it is: the attempt failed at
+// its timeout, as the task says, and a handler that ignores its deadline
+// must not succeed inside the grace the dispatcher gives the executor.
+func (s *Service) outcome(a *attempt, out any, err error, cause error, returnedAt time.Time) schemas.Report {
 	rep := schemas.Report{InstanceID: a.dispatch.InstanceID, Attempt: a.dispatch.Attempt, WorkerID: s.opts.WorkerID,
 		StartedAt: a.startedAt, At: s.opts.NowFunc(), Kind: schemas.ReportFailed}
+	var timeout timeoutError
 	switch {
+	case err == nil && errors.As(cause, &timeout) && returnedAt.After(a.task.Deadline):
+		rep.Error = fmt.Sprintf("%s (the handler ignored its deadline and returned a result %v after it)",
+			timeout.Error(), returnedAt.Sub(a.task.Deadline).Round(time.Millisecond))
 	case err == nil:
 		output, encErr := encodeOutput(out)
 		if encErr != nil {

@@ -50,29 +50,36 @@ func TestEncodeOutput(t *testing.T) {
 
 func TestOutcome(t *testing.T) {
 	s := &Service{opts: Options{WorkerID: "w", NowFunc: func() time.Time { return time.Unix(0, 0) }}}
-	a := &attempt{dispatch: schemas.Dispatch{InstanceID: 1, Attempt: 1}}
+	deadline := time.Unix(100, 0)
+	a := &attempt{dispatch: schemas.Dispatch{InstanceID: 1, Attempt: 1}, task: &Task{Deadline: deadline}}
 	timeout := timeoutError{d: time.Second}
+	inTime, late := deadline.Add(-time.Millisecond), deadline.Add(1500*time.Millisecond)
 	tests := []struct {
 		name      string
 		out       any
 		err       error
 		cause     error
+		at        time.Time
 		kind      schemas.ReportKind
 		msg       string
 		permanent bool
 	}{
-		{"success", "ok", nil, nil, schemas.ReportSucceeded, "", false},
-		{"success after the deadline", "ok", nil, timeout, schemas.ReportSucceeded, "", false},
-		{"error", nil, errors.New("no"), nil, schemas.ReportFailed, "no", false},
-		{"permanent", nil, Permanent(errors.New("no")), nil, schemas.ReportFailed, "no", true},
-		{"timeout", nil, context.DeadlineExceeded, timeout, schemas.ReportFailed, "timeout after 1s", false},
-		{"timeout with another error", nil, errors.New("db down"), timeout, schemas.ReportFailed, "timeout after 1s (handler returned: db down)", false},
-		{"permanent after cancel", nil, Permanent(context.Canceled), cancelError{"stop"}, schemas.ReportFailed, "cancelled: stop", false},
-		{"shutdown", nil, errShuttingDown, errShuttingDown, schemas.ReportFailed, "worker shutting down", false},
-		{"empty error", nil, errors.New(""), nil, schemas.ReportFailed, "the handler returned an error with an empty message", false},
+		{"success", "ok", nil, nil, inTime, schemas.ReportSucceeded, "", false},
+		{"success returned just before the deadline", "ok", nil, timeout, inTime, schemas.ReportSucceeded, "", false},
+		{"success after the deadline", "ok", nil, timeout, late, schemas.ReportFailed,
+			"timeout after 1s (the handler ignored its deadline and returned a result 1.5s after it)", false},
+		{"error", nil, errors.New("no"), nil, inTime, schemas.ReportFailed, "no", false},
+		{"permanent", nil, Permanent(errors.New("no")), nil, inTime, schemas.ReportFailed, "no", true},
+		{"timeout", nil, context.DeadlineExceeded, timeout, late, schemas.ReportFailed, "timeout after 1s", false},
+		{"timeout with another error", nil, errors.New("db down"), timeout, late, schemas.ReportFailed, "timeout after 1s (handler returned: db down)", false},
+		{"abandoned after the timeout", nil, timeout, timeout, time.Time{}, schemas.ReportFailed, "timeout after 1s", false},
+		{"permanent after cancel", nil, Permanent(context.Canceled), cancelError{"stop"}, inTime, schemas.ReportFailed, "cancelled: stop", false},
+		{"shutdown", nil, errShuttingDown, errShuttingDown, inTime, schemas.ReportFailed, "worker shutting down", false},
+		{"success after shutdown", "ok", nil, errShuttingDown, late, schemas.ReportSucceeded, "", false},
+		{"empty error", nil, errors.New(""), nil, inTime, schemas.ReportFailed, "the handler returned an error with an empty message", false},
 	}
 	for _, tt := range tests {
-		r := s.outcome(a, tt.out, tt.err, tt.cause)
+		r := s.outcome(a, tt.out, tt.err, tt.cause, tt.at)
 		if r.Kind != tt.kind || r.Error != tt.msg || r.Permanent != tt.permanent {
 			t.Errorf("%s: report %+v, want %s %q permanent %v", tt.name, r, tt.kind, tt.msg, tt.permanent)
 		}
