@@ -416,6 +416,10 @@ func (s *Service) readFireRequest(w http.ResponseWriter, r *http.Request) (FireR
 	if _, err := dec.Token(); err != io.EOF {
 		return req, badRequest("malformed_json", "", "the body holds more than one JSON value; send one object like {\"payload\": {...}}")
 	}
+	// Decoding replaced what is not UTF-8 already: the bytes tell.
+	if problems := schemas.TextProblems(data); len(problems) > 0 {
+		return req, validationError("invalid_request", &schemas.ValidationError{What: "firing", Problems: problems})
+	}
 	return req, nil
 }
 

@@ -21,6 +21,8 @@ type metrics struct {
 	// reaperLeft counts the expired leases and overdue attempts the reaper
 	// did not fail because their final report waited in AX_REPORTS.
 	reaperLeft *prometheus.CounterVec
+	// refused counts firings refused for what they hold, by stage and action.
+	refused *prometheus.CounterVec
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -37,8 +39,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Executor reports refused as stale (their attempt was fenced out), by kind (started, succeeded, failed)."}, []string{"kind"}),
 		reaperLeft: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_reaper_left_to_report_total",
 			Help: "Expired leases and overdue attempts the reaper did not fail because their final report waited in AX_REPORTS, by cause (lease expired, timeout)."}, []string{"cause"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_refused_firings_total",
+			Help: "Firings refused for what they hold, by stage (validate: the dispatcher's checks; postgres: a value " +
+				"PostgreSQL refused, found by splitting the batch) and action (skipped: recorded as a SKIPPED instance " +
+				"with the reason; terminated: not recordable, logged and dropped)."}, []string{"stage", "action"}),
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.reaperLeft} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.reaperLeft, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

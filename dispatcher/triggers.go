@@ -100,7 +100,7 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 	}
 	var create []store.NewInstance
 	limitedCreate := make(map[string][]store.NewInstance) // by task, for tasks with max_running_instances
-	unique := make(map[[2]string]bool)
+	byKey := make(map[[2]string][]jetstream.Msg)          // the messages of each (task, event id)
 	for _, f := range fresh {
 		rec, ok := tasks[f.task]
 		if !ok {
@@ -110,10 +110,13 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 			continue
 		}
 		key := [2]string{f.task, f.event.EventID}
-		if unique[key] {
+		byKey[key] = append(byKey[key], f.msg)
+		if len(byKey[key]) > 1 {
 			continue
 		}
-		unique[key] = true
+		if f.problem != "" {
+			s.metrics.refused.WithLabelValues("validate", "skipped").Inc()
+		}
 		in, err := s.newInstance(f, rec)
 		if err != nil {
 			s.retryLater(msgsOf(firings), err)
@@ -126,21 +129,34 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 		create = append(create, in)
 	}
 
-	attempts, err := s.opts.Store.CreateInstances(ctx, create)
+	// A firing PostgreSQL refuses is split off and recorded (refused.go).
+	attempts, victims, refused, err := createIsolating(ctx, create,
+		func(ctx context.Context, in []store.NewInstance) ([]store.Attempt, []store.Victim, error) {
+			a, err := s.opts.Store.CreateInstances(ctx, in)
+			return a, nil, err
+		})
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
 		return
 	}
-	var victims []store.Victim
 	for _, task := range slices.Sorted(maps.Keys(limitedCreate)) {
 		n, strategy := limited(tasks[task].Definition)
-		a, v, err := s.opts.Store.CreateLimitedInstances(ctx, task, n, strategy, limitedCreate[task])
+		a, v, r, err := createIsolating(ctx, limitedCreate[task],
+			func(ctx context.Context, in []store.NewInstance) ([]store.Attempt, []store.Victim, error) {
+				return s.opts.Store.CreateLimitedInstances(ctx, task, n, strategy, in)
+			})
 		if err != nil {
 			s.retryLater(msgsOf(firings), err)
 			return
 		}
-		attempts, victims = append(attempts, a...), append(victims, v...)
+		attempts, victims, refused = append(attempts, a...), append(victims, v...), append(refused, r...)
 	}
+	skipped, termed, err := s.recordRefused(ctx, refused, byKey)
+	if err != nil {
+		s.retryLater(msgsOf(firings), err)
+		return
+	}
+	attempts = append(attempts, skipped...)
 	cancelled, err := s.opts.Store.CancelInstances(ctx, cancels)
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
@@ -167,7 +183,9 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 		return
 	}
 	for _, f := range firings {
-		_ = f.msg.Ack()
+		if !termed[f.msg] {
+			_ = f.msg.Ack()
+		}
 	}
 }
 
@@ -232,8 +250,10 @@ func (s *Service) scheduleAt(due time.Time) time.Time {
 // message reached the stream); source and fired_at have their defaults.
 func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 	task, ok := s.top.TriggerTask(m.Subject())
-	if !ok || task == "" {
-		s.log.Warn().Str("subject", m.Subject()).Msg("trigger on an unexpected subject dropped")
+	if !ok || task == "" || !schemas.ValidText(task) {
+		// No task of that name can exist: there is nothing to record it on.
+		s.log.Warn().Str("subject", storableText(m.Subject())).Msg("trigger on an unexpected subject dropped")
+		s.metrics.refused.WithLabelValues("validate", "terminated").Inc()
 		_ = m.Term()
 		return firing{}, false
 	}
@@ -253,7 +273,15 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 		f.event.EventID = schemas.IdempotencyEventIDPrefix + f.event.IdempotencyKey
 	}
 	if f.event.EventID == "" {
-		f.event.EventID = m.Headers().Get(streams.HeaderMsgID)
+		if id := m.Headers().Get(streams.HeaderMsgID); schemas.ValidText(id) {
+			f.event.EventID = id
+		} else if f.problem == "" {
+			// The header is no event id PostgreSQL can store; the firing
+			// is recorded under its stream sequence instead.
+			f.problem = "the Nats-Msg-Id header is not UTF-8 text without NUL characters, so it cannot be the event id; " +
+				"set event_id in the body, or a header of plain text"
+			f.event = schemas.TriggerEvent{}
+		}
 	}
 	var meta *jetstream.MsgMetadata
 	if f.event.EventID == "" || (f.event.Delay != "" && f.event.FiredAt.IsZero()) {

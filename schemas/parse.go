@@ -447,9 +447,10 @@ func seconds(s float64) time.Duration {
 // name. It also checks what the schema leaves to code: delay is a duration
 // Go can hold, and run_at and delay, like event_id and idempotency_key, are
 // alternatives (a golden message sets every field, so the schema cannot
-// forbid the pairs). Every field is optional, so an empty body and "{}" are
-// valid events. Any rejection is a *[ValidationError]. It is safe for
-// concurrent use.
+// forbid the pairs), and no string, the payload's included, holds text
+// PostgreSQL cannot store (see [TextProblems]). Every field is optional, so
+// an empty body and "{}" are valid events. Any rejection is a
+// *[ValidationError]. It is safe for concurrent use.
 func ParseTriggerEvent(data []byte) (TriggerEvent, error) {
 	const what = "trigger event"
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -458,6 +459,10 @@ func ParseTriggerEvent(data []byte) (TriggerEvent, error) {
 	doc, problem := decodeJSON(data)
 	if problem != nil {
 		return TriggerEvent{}, newValidationError(what, []Problem{*problem})
+	}
+	if problems := TextProblems(data); len(problems) > 0 {
+		// PostgreSQL would refuse the instance; Go would alter the text.
+		return TriggerEvent{}, newValidationError(what, problems)
 	}
 	s, err := compiledSchemas()
 	if err != nil {

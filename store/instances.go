@@ -168,7 +168,7 @@ func createInstances(ctx context.Context, q querier, in []NewInstance) ([]Attemp
 	}
 	batch, err := json.Marshal(in)
 	if err != nil {
-		return nil, fmt.Errorf("create %d instances: encode: %w", n, err)
+		return nil, fmt.Errorf("create %d instances: encode: %w", n, &DataError{err: err})
 	}
 	rows, err := q.Query(ctx, `
 WITH input AS (
