@@ -28,8 +28,8 @@ func (s *system) publishWithID(task, msgID, body string) {
 	}
 }
 
-// counterValue returns the value of the counter name with labels in reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+// labelledCounter returns the value of the counter name with labels in reg.
+func labelledCounter(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -116,10 +116,10 @@ func TestRefusedFiringsDelayNoOther(t *testing.T) {
 	s.drained(s.srv.Topology.TriggersStream(), "dispatcher")
 
 	const name = "ax_dispatcher_refused_firings_total"
-	if n := counterValue(t, reg, name, map[string]string{"stage": "validate", "action": "skipped"}); n != 3 {
+	if n := labelledCounter(t, reg, name, map[string]string{"stage": "validate", "action": "skipped"}); n != 3 {
 		t.Errorf("%s{stage=validate,action=skipped} = %v, want 3", name, n)
 	}
-	if n := counterValue(t, reg, name, map[string]string{"stage": "postgres", "action": "skipped"}); n != 1 {
+	if n := labelledCounter(t, reg, name, map[string]string{"stage": "postgres", "action": "skipped"}); n != 1 {
 		t.Errorf("%s{stage=postgres,action=skipped} = %v, want 1", name, n)
 	}
 }
