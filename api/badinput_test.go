@@ -175,6 +175,8 @@ func badInputs() []badInput {
 		{"/v1/instances/1/logs", "attempt", false}, {"/v1/instances/1/logs", "since", false},
 		{"/v1/instances/1/logs", "after", false}, {"/v1/instances/1/logs", "limit", false},
 		{"/v1/reports/health", "grace", false}, {"/v1/reports/health", "factor", false},
+		{"/v1/reports/summary", "task", false}, {"/v1/reports/summary", "since", false},
+		{"/v1/reports/summary", "until", false}, {"/v1/reports/summary", "step", false},
 	} {
 		for _, v := range []string{sqlName, hugeName} {
 			cases = append(cases, badInput{name: fmt.Sprintf("GET %s?%s=%.20q", q.path, q.param, v), method: "GET",

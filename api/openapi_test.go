@@ -618,6 +618,9 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	c.check("DELETE", "/v1/alert-channels/{id}", fmt.Sprint("/v1/alert-channels/", ch["id"]), "")
 	c.check("GET", "/v1/reports/health", "/v1/reports/health", "")
 	c.check("GET", "/v1/reports/health", "/v1/reports/health?factor=0", "")
+	c.check("GET", "/v1/reports/summary", "/v1/reports/summary", "")
+	c.check("GET", "/v1/reports/summary", "/v1/reports/summary?since=2h&step=10m&task=nightly-report", "")
+	c.check("GET", "/v1/reports/summary", "/v1/reports/summary?step=1s&since=24h", "")
 	if c.n < 30 {
 		t.Errorf("checked %d answers", c.n)
 	}

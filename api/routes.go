@@ -67,6 +67,7 @@ var routeTable = []route{
 	{Route{"POST", "/v1/alert-channels", store.RoleAdmin, "Add an alert channel: a webhook, WeCom robot or Slack webhook"}, (*Service).addAlertChannel},
 	{Route{"DELETE", "/v1/alert-channels/{id}", store.RoleAdmin, "Delete an alert channel"}, (*Service).deleteAlertChannel},
 	{Route{"GET", "/v1/reports/health", store.RoleViewer, "The fleet's health report"}, (*Service).healthReport},
+	{Route{"GET", "/v1/reports/summary", store.RoleViewer, "Instances of a time window summed up: counts by state, success rate, run time percentiles"}, (*Service).instanceSummary},
 	{Route{"GET", "/metrics", store.RoleViewer, "Prometheus metrics of this process"}, (*Service).metrics},
 
 	{Route{"GET", "/v1/tokens", store.RoleAdmin, "List the API tokens, the revoked ones too"}, (*Service).listTokens},

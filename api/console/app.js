@@ -180,63 +180,66 @@ function loginView() {
   input.focus();
 }
 
+/** states lists the instance states in the order of the state machine. */
+const states = ['CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'];
+
+/**
+ * dashboardView shows the last hour from the API's summary, which
+ * PostgreSQL counts over every instance of the hour, and the fleet's state
+ * from the workers, streams, alerts and metrics.
+ */
 async function dashboardView() {
   const mine = view;
-  const [insts, workers, streams, alerts, health, metrics] = await Promise.all([
-    get('/v1/instances', { limit: 500 }),
+  const [sum, workers, streams, alerts, health, metrics] = await Promise.all([
+    get('/v1/reports/summary', { since: '1h', step: '1m' }),
     get('/v1/workers'),
     get('/v1/streams'),
     get('/v1/alerts', { state: 'firing', limit: 100 }),
     get('/v1/reports/health').catch(() => null),
     text('/metrics').then(parseMetrics).catch(() => []),
   ]);
-  const list = insts.instances || [];
-  const now = Date.now();
-  const hour = list.filter((i) => now - new Date(i.created_at) < 3600e3);
-  const ended = list.filter((i) => i.state === 'SUCCEEDED' || i.state === 'FAILED');
-  const ok = ended.filter((i) => i.state === 'SUCCEEDED').length;
-  const durs = list.map(duration).filter((d) => d !== null).sort((a, b) => a - b);
-  const q = (p) => (durs.length ? durs[Math.min(durs.length - 1, Math.floor(p * durs.length))] : null);
+  const succeeded = sum.states.SUCCEEDED, ended = succeeded + sum.states.FAILED;
+  const rt = sum.run_time;
   const slots = (workers.workers || []).reduce((a, w) => a + w.slots, 0);
   const busy = (workers.workers || []).reduce((a, w) => a + w.busy, 0);
+  const ofHour = (state) => '#/instances?' + new URLSearchParams(state ? { state, since: '1h' } : { since: '1h' });
 
   if (mine !== view) return;
   showPage(
     h('h1', {}, 'Dashboard'),
     h('div', { class: 'stats' },
-      stat('runs in the last hour', hour.length, (hour.length / 60).toFixed(1) + ' per minute'),
-      stat('success rate', fmtPct(ended.length ? ok / ended.length : null), `${ok} of ${ended.length} recent ended runs`),
-      stat('latency p50 / p95', fmtDur(q(0.5)) + ' / ' + fmtDur(q(0.95)), 'run time of recent runs'),
+      stat('runs in the last hour', h('a', { id: 'stat-runs', href: ofHour() }, sum.total), (sum.total / 60).toFixed(1) + ' per minute'),
+      stat('success rate', h('span', { id: 'stat-success' }, fmtPct(sum.success_rate)), `${succeeded} of ${ended} runs of the hour that ended`),
+      stat('latency p50 / p95', h('span', { id: 'stat-latency' }, fmtDur(rt.p50_ms) + ' / ' + fmtDur(rt.p95_ms)),
+        `run time (start to end), p99 ${fmtDur(rt.p99_ms)}, over ${rt.count} runs of the hour`),
       stat('workers', (workers.workers || []).length, `${busy} of ${slots} slots busy`),
       stat('firing alerts', (alerts.alerts || []).length, h('a', { href: '#/alerts' }, 'see alerts'))),
+    h('p', { class: 'states', id: 'states' }, states.map((st) => h('a', { href: ofHour(st), 'data-state': st },
+      badge(st), ' ', h('span', { class: 'count' }, sum.states[st])))),
     h('div', { class: 'grid' },
       card('Throughput (runs per minute, last hour)', chartBox('throughput')),
-      card('Latency of recent runs', chartBox('latency'))),
+      card('Run time per minute, last hour', chartBox('latency'))),
     h('div', { class: 'grid' },
       card('Fleet measures', metricsTable(metrics)),
       card('Consumer lag', chartBox('lag'), lagTable(streams.streams || []))),
     health ? card('Health report', healthSummary(health)) : null,
   );
 
-  const perMin = new Array(60).fill(0);
-  const perMinFailed = new Array(60).fill(0);
-  for (const i of hour) {
-    const m = 59 - Math.floor((now - new Date(i.created_at)) / 60e3);
-    if (m >= 0 && m < 60) (i.state === 'FAILED' ? perMinFailed : perMin)[m]++;
-  }
-  const labels = perMin.map((_, i) => (i === 59 ? 'now' : `-${59 - i}m`));
+  const series = sum.series || [];
+  const labels = series.map((b, i) => (i === series.length - 1 ? 'now' : new Date(b.start).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })));
   chart(document.getElementById('throughput'), {
     type: 'bar',
     data: { labels, datasets: [
-      { label: 'runs', data: perMin, backgroundColor: '#3b82f6', stack: 's' },
-      { label: 'failed', data: perMinFailed, backgroundColor: '#ef4444', stack: 's' }] },
+      { label: 'runs', data: series.map((b) => b.total - b.failed), backgroundColor: '#3b82f6', stack: 's' },
+      { label: 'failed', data: series.map((b) => b.failed), backgroundColor: '#ef4444', stack: 's' }] },
     options: { scales: { x: { stacked: true, ticks: { maxTicksLimit: 12 } }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 } } } },
   });
-  const timed = list.filter((i) => duration(i) !== null).reverse();
   chart(document.getElementById('latency'), {
     type: 'line',
-    data: { labels: timed.map((i) => '#' + i.id), datasets: [{ label: 'run time (ms)', data: timed.map(duration), borderColor: '#8b5cf6', pointRadius: 1 }] },
-    options: { scales: { x: { ticks: { maxTicksLimit: 10 } }, y: { beginAtZero: true } } },
+    data: { labels, datasets: [
+      { label: 'p50 (ms)', data: series.map((b) => b.run_time.p50_ms), borderColor: '#8b5cf6', pointRadius: 1, spanGaps: true },
+      { label: 'p95 (ms)', data: series.map((b) => b.run_time.p95_ms), borderColor: '#f59e0b', pointRadius: 1, spanGaps: true }] },
+    options: { scales: { x: { ticks: { maxTicksLimit: 12 } }, y: { beginAtZero: true } } },
   });
   const consumers = (streams.streams || []).flatMap((s) => (s.consumers || []).map((c) => ({ s, c })));
   chart(document.getElementById('lag'), {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
 // chromiumPath is where Debian's chromium package puts the browser.
@@ -146,11 +148,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		click("#login button[type=submit]"),
 		chromedp.WaitVisible(chromedp.Search(`//form[@id="login"]//div[@role="alert"][contains(., "not valid")]`)),
 	)
-	do(t, ctx, "log in", 10*time.Second,
-		chromedp.SetValue(chromedp.ID("token"), s.admin),
-		click("#login button[type=submit]"),
-		chromedp.WaitVisible(chromedp.CSS("canvas#throughput")),
-	)
+	login(t, ctx, s.admin)
 
 	def := "task_name: greet\nowner: browser-test\ndescription: Greets whoever the payload names.\n" +
 		"execution:\n  handler: test.greet\n  timeout: 30s\ntriggers:\n  - type: cron\n    schedule: \"0 3 * * *\"\n"
@@ -304,6 +302,81 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	if os.Getenv("AX_SCREENSHOTS") != "" {
 		screenshots(t, ctx, s, consoleURL, id)
+	}
+}
+
+// login logs the console on screen in with token and waits for the
+// dashboard.
+func login(t *testing.T, ctx context.Context, token string) {
+	t.Helper()
+	do(t, ctx, "log in", 10*time.Second,
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SetValue(chromedp.ID("token"), token),
+		click("#login button[type=submit]"),
+		chromedp.WaitVisible(chromedp.CSS("canvas#throughput")),
+	)
+}
+
+// statJS is a script that returns the value of the dashboard's figure
+// labelled %q, or null.
+const statJS = `(() => {
+	const s = [...document.querySelectorAll('.stat')].find((s) => s.querySelector('.stat-label').textContent === %q);
+	return s ? s.querySelector('.stat-value').textContent : null;
+})()`
+
+// waitStat waits until the dashboard's figure labelled label shows want.
+func waitStat(label, want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](fmt.Sprintf(statJS, label) + ` === ` + strconv.Quote(want))
+}
+
+// TestConsoleDashboardCountsEveryRun: under a backlog of more runs than one
+// page of instances holds, the dashboard's counts, success rate and run
+// times are those of every run of the hour.
+func TestConsoleDashboardCountsEveryRun(t *testing.T) {
+	path := chromium(t)
+	s := newSystem(t)
+	mux := executor.NewMux()
+	executor.RegisterBuiltins(mux)
+	s.executor("worker-1", mux, 64)
+	s.apply("task_name: echo\nexecution: {handler: builtin.echo}\n")
+	s.apply("task_name: fail\nexecution: {handler: builtin.fail}\n")
+	const ok, failed = 600, 20
+	s.fireMany("echo", ok)
+	s.fireMany("fail", failed)
+	var sum store.Summary
+	waitFor(t, "every run to end", 2*time.Minute, func() (bool, error) {
+		var err error
+		sum, err = s.client.Summary(context.Background(), api.SummaryQuery{})
+		return sum.States[schemas.StateSucceeded] == ok && sum.States[schemas.StateFailed] == failed, err
+	})
+	if sum.Total != ok+failed || sum.RunTime.Count != ok+failed || sum.RunTime.P50 == nil {
+		t.Fatalf("the summary of the hour is %+v, want %d runs, each with a run time", sum, ok+failed)
+	}
+
+	ctx := browser(t, path)
+	do(t, ctx, "open the console", 10*time.Second, chromedp.Navigate(s.apiURL+"/"))
+	login(t, ctx, s.admin)
+	stat := func(label string) string {
+		return read(t, ctx, "read "+label, 5*time.Second, chromedp.Evaluate[string](fmt.Sprintf(statJS, label)))
+	}
+	runs, rate := fmt.Sprint(ok+failed), fmt.Sprintf("%.1f %%", 100*float64(ok)/float64(ok+failed))
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := chromedp.Run(actx, chromedp.Steps(waitStat("runs in the last hour", runs), waitStat("success rate", rate)))
+	cancel()
+	if err != nil {
+		t.Errorf("the dashboard shows %q runs in the last hour and a success rate of %q, want %s and %s (%v)",
+			stat("runs in the last hour"), stat("success rate"), runs, rate, err)
+	}
+	if lat := stat("latency p50 / p95"); strings.Contains(lat, "—") {
+		t.Errorf("the dashboard shows latencies %q, want the p50 and p95 of %d runs", lat, ok+failed)
+	}
+	do(t, ctx, "read the count of failures", 5*time.Second,
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//p[@id="states"]/a[@data-state="FAILED"]/span[@class="count"][text()="%d"]`, failed))))
+	// The chart of the hour counts every run too.
+	charted := read(t, ctx, "read the throughput chart", 5*time.Second, chromedp.Evaluate[int](
+		`Chart.getChart('throughput').data.datasets.reduce((a, d) => a + d.data.reduce((x, y) => x + y, 0), 0)`))
+	if charted != ok+failed {
+		t.Errorf("the throughput chart shows %d runs, want %d", charted, ok+failed)
 	}
 }
 

@@ -1,0 +1,114 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/ax-scheduler/ax/store"
+)
+
+// summaryParams are the query parameters GET /v1/reports/summary takes.
+var summaryParams = map[string]bool{"task": true, "since": true, "until": true, "step": true}
+
+// defaultSummaryWindow is how far back GET /v1/reports/summary looks
+// without since.
+const defaultSummaryWindow = time.Hour
+
+// instanceSummary answers GET /v1/reports/summary: the instances fired in
+// a window (the last hour unless since and until say otherwise) summed up
+// by PostgreSQL — their count by state, the success rate, the run time
+// percentiles, and with step the same bucket by bucket.
+func (s *Service) instanceSummary(w http.ResponseWriter, r *http.Request) {
+	f, e := s.summaryFilter(r.URL.Query())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	sum, err := s.opts.Store.InstanceSummary(r.Context(), f)
+	if err != nil {
+		s.internalError(w, r, "sum up the instances", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sum)
+}
+
+// summaryFilter reads the query of GET /v1/reports/summary.
+func (s *Service) summaryFilter(q url.Values) (store.SummaryFilter, *Error) {
+	var f store.SummaryFilter
+	for k := range q {
+		if !summaryParams[k] {
+			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; the summary takes task, since, until and step", k)
+		}
+	}
+	if task := q.Get("task"); task != "" {
+		if !taskNameRE.MatchString(task) {
+			return f, badRequest("invalid_parameter", "task",
+				"task=%q is not a task name: use 1-64 lower-case letters, digits, '_' and '-', starting with a letter or digit", task)
+		}
+		f.Task = task
+	}
+	now := s.opts.NowFunc()
+	f.Since, f.Until = now.Add(-defaultSummaryWindow), now
+	for name, at := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
+		if v := q.Get(name); v != "" {
+			t, ok := s.parseSince(v)
+			if !ok {
+				return f, badRequest("invalid_parameter", name,
+					"%s=%q is neither an RFC 3339 time (2026-11-29T08:00:00Z) nor a duration back from now (90m)", name, v)
+			}
+			*at = t
+		}
+	}
+	if !f.Since.Before(f.Until) {
+		return f, badRequest("invalid_parameter", "since", "since (%s) is not before until (%s); the window must not be empty",
+			f.Since.UTC().Format(time.RFC3339), f.Until.UTC().Format(time.RFC3339))
+	}
+	if v := q.Get("step"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			return f, badRequest("invalid_parameter", "step", "step=%q is not a duration of at least 1s, such as 1m or 1h", v)
+		}
+		window := f.Until.Sub(f.Since)
+		if n := (window + d - 1) / d; n > store.MaxSummaryBuckets {
+			return f, badRequest("invalid_parameter", "step", "step=%s cuts the window of %s into %d buckets, more than %d; take a longer step",
+				d, window.Round(time.Second), n, store.MaxSummaryBuckets)
+		}
+		f.Step = d
+	}
+	return f, nil
+}
+
+// SummaryQuery selects what [Client.Summary] sums up; zero fields keep the
+// API's defaults (every task, the last hour, no series).
+type SummaryQuery struct {
+	Task         string
+	Since, Until time.Time
+	Step         time.Duration
+}
+
+// Summary sums up the instances fired in a window: counts by state, the
+// success rate and the run time percentiles (GET /v1/reports/summary).
+func (c *Client) Summary(ctx context.Context, q SummaryQuery) (store.Summary, error) {
+	v := url.Values{}
+	if q.Task != "" {
+		v.Set("task", q.Task)
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.Until.IsZero() {
+		v.Set("until", q.Until.UTC().Format(time.RFC3339Nano))
+	}
+	if q.Step != 0 {
+		v.Set("step", q.Step.String())
+	}
+	path := "/v1/reports/summary"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out store.Summary
+	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out, err
+}

@@ -1,0 +1,199 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// MaxSummaryBuckets is the most buckets [SummaryFilter] may cut its window into.
+const MaxSummaryBuckets = 1440
+
+// SummaryFilter selects the instances [Store.InstanceSummary] sums up: those
+// fired in [Since, Until), as GET /v1/instances?since=&until= lists them.
+type SummaryFilter struct {
+	// Task keeps the instances of one task; empty keeps every task's.
+	Task string
+	// Since and Until bound the window; both must be set, Since first.
+	Since, Until time.Time
+	// Step cuts the window into buckets of this width, from Since, for
+	// [Summary.Series]; 0 makes no series. At most [MaxSummaryBuckets]
+	// buckets.
+	Step time.Duration
+}
+
+// Summary sums up the instances of a window: their number by state, the
+// success rate and the run times, over the whole window and bucket by
+// bucket. It is counted by PostgreSQL, so it covers every instance of the
+// window however many there are.
+type Summary struct {
+	Task  string    `json:"task,omitempty"`
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+	// Total counts the instances fired in the window.
+	Total int64 `json:"total"`
+	// States counts them by their current state; every state is present.
+	States map[schemas.State]int64 `json:"states"`
+	// SuccessRate is SUCCEEDED / (SUCCEEDED + FAILED); null when no
+	// instance of the window ended either way.
+	SuccessRate *float64 `json:"success_rate"`
+	// RunTime holds the percentiles of the run times (first start to
+	// finish) of the instances that ran and ended.
+	RunTime RunTimes `json:"run_time"`
+	// StepSeconds is the width of each bucket of Series; 0 without a series.
+	StepSeconds float64 `json:"step_seconds,omitempty"`
+	// Series holds every bucket of the window, oldest first, empty ones too.
+	Series []SummaryBucket `json:"series,omitempty"`
+}
+
+// RunTimes are percentiles of run times in milliseconds; each is null when
+// Count is 0.
+type RunTimes struct {
+	// Count is how many run times the percentiles are taken over.
+	Count int64    `json:"count"`
+	P50   *float64 `json:"p50_ms"`
+	P95   *float64 `json:"p95_ms"`
+	P99   *float64 `json:"p99_ms"`
+	Max   *float64 `json:"max_ms"`
+}
+
+// SummaryBucket is one bucket of a [Summary]: the instances fired in
+// [Start, Start + step).
+type SummaryBucket struct {
+	Start     time.Time `json:"start"`
+	Total     int64     `json:"total"`
+	Succeeded int64     `json:"succeeded"`
+	Failed    int64     `json:"failed"`
+	RunTime   RunTimes  `json:"run_time"`
+}
+
+// summaryStates are the states a Summary counts, in the order of the state machine.
+var summaryStates = []schemas.State{
+	schemas.StateCreated, schemas.StateWaiting, schemas.StateDispatched, schemas.StateRunning, schemas.StateRetrying,
+	schemas.StateSucceeded, schemas.StateFailed, schemas.StateSkipped, schemas.StateCancelled,
+}
+
+// InstanceSummary sums up the instances f selects. It reads the window by
+// the index on fired_at, in two aggregate queries over one snapshot, so that
+// the counts and the run times agree.
+func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (Summary, error) {
+	if f.Since.IsZero() || f.Until.IsZero() || !f.Since.Before(f.Until) {
+		return Summary{}, fmt.Errorf("sum up instances: the window [%v, %v) is empty or unbounded", f.Since, f.Until)
+	}
+	step := f.Step
+	if step <= 0 {
+		step = f.Until.Sub(f.Since)
+	}
+	n := int((f.Until.Sub(f.Since) + step - 1) / step)
+	if n > MaxSummaryBuckets {
+		return Summary{}, fmt.Errorf("sum up instances: a step of %v cuts the window into %d buckets, more than %d", step, n, MaxSummaryBuckets)
+	}
+	out := Summary{Task: f.Task, Since: f.Since.UTC(), Until: f.Until.UTC(), States: make(map[schemas.State]int64, len(summaryStates))}
+	for _, st := range summaryStates {
+		out.States[st] = 0
+	}
+	buckets := make([]SummaryBucket, n)
+	for i := range buckets {
+		buckets[i].Start = out.Since.Add(time.Duration(i) * step)
+	}
+	bucketOf := func(start time.Time) (*SummaryBucket, error) {
+		i := int(start.Sub(f.Since) / step)
+		if i < 0 || i >= n {
+			return nil, fmt.Errorf("bucket %v is outside the window", start)
+		}
+		return &buckets[i], nil
+	}
+
+	// $1 since, $2 until, $3 step in microseconds, $4 task or ''.
+	const window = `fired_at >= $1 AND fired_at < $2 AND ($4 = '' OR task = $4)`
+	const bucket = `date_bin($3::bigint * interval '1 microsecond', fired_at, $1)`
+	args := []any{f.Since, f.Until, step.Microseconds(), f.Task}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+bucket+`, state, count(*) FROM instances WHERE `+window+` GROUP BY 1, 2`, args...)
+		if err != nil {
+			return err
+		}
+		var (
+			start time.Time
+			state schemas.State
+			count int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&start, &state, &count}, func() error {
+			b, err := bucketOf(start)
+			if err != nil {
+				return err
+			}
+			out.Total += count
+			out.States[state] += count
+			b.Total += count
+			switch state {
+			case schemas.StateSucceeded:
+				b.Succeeded += count
+			case schemas.StateFailed:
+				b.Failed += count
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+
+		// ROLLUP adds the row of the whole window, whose bucket is NULL.
+		rows, err = tx.Query(ctx, `
+			SELECT b, count(*),
+				percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY ms),
+				percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), max(ms)
+			FROM (
+				SELECT `+bucket+` AS b, extract(epoch FROM finished_at - started_at)::float8 * 1000 AS ms
+				FROM instances WHERE `+window+` AND started_at IS NOT NULL AND finished_at IS NOT NULL
+			) t
+			GROUP BY ROLLUP (b)`, args...)
+		if err != nil {
+			return err
+		}
+		var (
+			at *time.Time
+			rt RunTimes
+		)
+		_, err = pgx.ForEachRow(rows, []any{&at, &rt.Count, &rt.P50, &rt.P95, &rt.P99, &rt.Max}, func() error {
+			rt := RunTimes{Count: rt.Count, P50: copyOf(rt.P50), P95: copyOf(rt.P95), P99: copyOf(rt.P99), Max: copyOf(rt.Max)}
+			if at == nil {
+				out.RunTime = rt
+				return nil
+			}
+			b, err := bucketOf(*at)
+			if err != nil {
+				return err
+			}
+			b.RunTime = rt
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return Summary{}, fmt.Errorf("sum up instances fired in [%s, %s): %w", out.Since.Format(time.RFC3339), out.Until.Format(time.RFC3339), err)
+	}
+	if ended := out.States[schemas.StateSucceeded] + out.States[schemas.StateFailed]; ended > 0 {
+		rate := float64(out.States[schemas.StateSucceeded]) / float64(ended)
+		out.SuccessRate = &rate
+	}
+	if f.Step > 0 {
+		out.StepSeconds = step.Seconds()
+		out.Series = buckets
+	}
+	return out, nil
+}
+
+// copyOf returns a pointer to a copy of *p, or nil: the scan of the next
+// row may write where p points.
+func copyOf(p *float64) *float64 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
