@@ -36,6 +36,7 @@ func newDevCmd() *cobra.Command {
 		dataDir    string
 		httpAddr   string
 		natsAddr   string
+		natsMon    string
 		alertAllow string
 	)
 	cmd := &cobra.Command{
@@ -108,10 +109,18 @@ cleanly; it starts again on the same data.`,
 				return err
 			}
 
-			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats"),
-				Users: natsauth.Users(top, natsUsers, natsauth.Scope{})})
+			monHost, monPort, err := monitorAddr(natsMon)
 			if err != nil {
-				return fmt.Errorf("%w (is another NATS server on %s? choose another address with --nats)", err, natsAddr)
+				return err
+			}
+			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats"),
+				MonitorHost: monHost, MonitorPort: monPort, Users: natsauth.Users(top, natsUsers, natsauth.Scope{})})
+			if err != nil {
+				return fmt.Errorf("%w (is another NATS server on %s or %s? choose other addresses with --nats and --nats-monitor)",
+					err, natsAddr, natsMon)
+			}
+			if mon := ns.MonitorAddr(); mon != nil {
+				log.Info().Str("addr", "http://"+mon.String()).Msg("NATS monitoring listening")
 			}
 			defer func() {
 				ns.Shutdown()
@@ -228,9 +237,28 @@ Ctrl-C stops it.
 	f.StringVar(&dataDir, "data", envOr("AX_DATA", ".ax"), "data folder for NATS and the private PostgreSQL (env AX_DATA)")
 	f.StringVar(&httpAddr, "http", envOr("AX_HTTP", api.DefaultAddr), "API address (env AX_HTTP)")
 	f.StringVar(&natsAddr, "nats", envOr("AX_NATS_LISTEN", "127.0.0.1:4222"), "address of the embedded NATS server (env AX_NATS_LISTEN)")
+	f.StringVar(&natsMon, "nats-monitor", envOr("AX_NATS_MONITOR", "127.0.0.1:8222"),
+		"address of the embedded NATS server's HTTP monitoring port, for prometheus-nats-exporter and NATS Surveyor; \"off\" closes it (env AX_NATS_MONITOR)")
 	alertAllowFlag(cmd, &alertAllow)
 	m.flags(cmd, "127.0.0.1:9090")
 	return cmd
+}
+
+// monitorAddr parses the --nats-monitor address: host and port, or port 0
+// for "off" (or empty).
+func monitorAddr(addr string) (string, int, error) {
+	if addr == "" || addr == "off" {
+		return "", 0, nil
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("--nats-monitor %q: give host:port, e.g. 127.0.0.1:8222, or off", addr)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("--nats-monitor %q: the port must be 1-65535", addr)
+	}
+	return host, port, nil
 }
 
 // createDatabase creates db on the server at url unless it exists.

@@ -19,6 +19,12 @@ type Options struct {
 	StoreDir string
 	// ServerName names the server (default "ax").
 	ServerName string
+	// MonitorHost and MonitorPort, when MonitorPort is not 0, open the
+	// server's HTTP monitoring port (/varz, /jsz, …) that
+	// prometheus-nats-exporter, NATS Surveyor and KEDA read; -1 means a
+	// random free port (default host 127.0.0.1). 0 leaves it closed.
+	MonitorHost string
+	MonitorPort int
 	// Users, when set, replaces anonymous access (see server.User).
 	Users []*server.User
 	// Logs prints the server's own log lines to stderr.
@@ -50,6 +56,13 @@ func Start(o Options) (*server.Server, error) {
 		Users:      o.Users,
 		// A task payload or output may be larger than NATS's 1 MiB default.
 		MaxPayload: 8 << 20,
+	}
+	if o.MonitorPort != 0 {
+		opts.HTTPHost = o.MonitorHost
+		if opts.HTTPHost == "" {
+			opts.HTTPHost = "127.0.0.1"
+		}
+		opts.HTTPPort = o.MonitorPort
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
