@@ -517,26 +517,42 @@ func TestStateRules(t *testing.T) {
 
 	e.monitored(nil)
 	e.heartbeat(schemas.Worker{ID: "w1", Pools: []string{"default"}, Slots: 2})
-	byRule := func() map[string]Notification {
+	// Notifications are told apart by rule, key and status: a heartbeat of
+	// w1 that comes late on a busy machine fires (and resolves) a
+	// no_live_executor alert of pool default beside the one of pool gpu,
+	// so the test waits for the alerts it means, never for a count.
+	byAlert := func() map[string]Notification {
 		out := map[string]Notification{}
 		for _, b := range hook.received() {
 			n := decodeNotification(t, b)
-			out[n.Rule+"/"+n.Status] = n
+			out[n.Rule+"/"+n.Key+"/"+n.Status] = n
 		}
 		return out
 	}
-	waitUntil(t, "four alerts", func() bool { return len(byRule()) == 4 })
-	got := byRule()
-	if n := got["backlog/firing"]; n.Task != "etl" || n.InstanceID != queued || !strings.Contains(n.Reason, "1 DISPATCHED in pool default") {
+	alerts := []string{"backlog/etl", "timeout_rate/slow", "failing_tasks/", "no_live_executor/gpu"}
+	received := func(status string) func() bool {
+		return func() bool {
+			got := byAlert()
+			for _, a := range alerts {
+				if _, ok := got[a+"/"+status]; !ok {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitUntil(t, "the four alerts to fire", received("firing"))
+	got := byAlert()
+	if n := got["backlog/etl/firing"]; n.Task != "etl" || n.InstanceID != queued || !strings.Contains(n.Reason, "1 DISPATCHED in pool default") {
 		t.Errorf("backlog = %+v", n)
 	}
-	if n := got["timeout_rate/firing"]; n.Task != "slow" || n.InstanceID != timedOut || !strings.Contains(n.Reason, "2 of the 2 attempts") {
+	if n := got["timeout_rate/slow/firing"]; n.Task != "slow" || n.InstanceID != timedOut || !strings.Contains(n.Reason, "2 of the 2 attempts") {
 		t.Errorf("timeout rate = %+v", n)
 	}
-	if n := got["failing_tasks/firing"]; n.Key != "" || n.InstanceID != failed || !strings.Contains(n.Reason, "2 tasks had instances FAILED") {
+	if n := got["failing_tasks//firing"]; n.Key != "" || n.InstanceID != failed || !strings.Contains(n.Reason, "2 tasks had instances FAILED") {
 		t.Errorf("failing tasks = %+v", n)
 	}
-	if n := got["no_live_executor/firing"]; n.Key != "gpu" || n.Level != store.AlertP0 || !strings.Contains(n.Reason, "tasks wait: train") {
+	if n := got["no_live_executor/gpu/firing"]; n.Key != "gpu" || n.Level != store.AlertP0 || !strings.Contains(n.Reason, "tasks wait: train") {
 		t.Errorf("no live executor = %+v", n)
 	}
 
@@ -549,9 +565,15 @@ func TestStateRules(t *testing.T) {
 	if _, err := e.st.Pool().Exec(ctx, `UPDATE alert_rules SET enabled = false WHERE name IN ('timeout_rate', 'failing_tasks')`); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "four resolutions", func() bool { return len(byRule()) == 8 })
-	open, err := e.st.OpenAlerts(ctx)
-	if err != nil || len(open) != 0 {
+	waitUntil(t, "the four alerts to resolve", received("resolved"))
+	// A late heartbeat's alert resolves too, once the heartbeat comes.
+	var open []store.Alert
+	var err error
+	waitUntil(t, "no open alert", func() bool {
+		open, err = e.st.OpenAlerts(ctx)
+		return err != nil || len(open) == 0
+	})
+	if err != nil {
 		t.Errorf("open alerts = %+v, %v", open, err)
 	}
 }
