@@ -158,6 +158,7 @@ func ParseTask(data []byte) (*Task, error) {
 	if err := s.task.Validate(doc); err != nil {
 		return nil, newValidationError(what, s.problems(err, doc, ""))
 	}
+	jsonData, viaCron := cronAsSchedule(jsonData)
 
 	var t Task
 	dec := json.NewDecoder(bytes.NewReader(jsonData))
@@ -166,6 +167,12 @@ func ParseTask(data []byte) (*Task, error) {
 		return nil, newValidationError(what, []Problem{decodeProblem(err)})
 	}
 	if problems := t.semanticProblems(); len(problems) > 0 {
+		// A schedule the definition named cron is called so.
+		for i, p := range problems {
+			if viaCron[p.Field] {
+				problems[i].Field = strings.TrimSuffix(p.Field, "schedule") + "cron"
+			}
+		}
 		return nil, newValidationError(what, problems)
 	}
 	t.normalize()
@@ -176,10 +183,10 @@ func ParseTask(data []byte) (*Task, error) {
 func (t *Task) semanticProblems() []Problem {
 	var problems []Problem
 	if s := t.Execution.Timeout; s != "" {
-		d, err := time.ParseDuration(s)
+		d, err := time.ParseDuration(string(s))
 		switch {
 		case err != nil:
-			problems = append(problems, Problem{"execution.timeout", `must be a Go duration such as "90s", "10m" or "1h30m"`})
+			problems = append(problems, Problem{"execution.timeout", `must be a Go duration such as "90s", "10m" or "1h30m", or a number of seconds such as 1800`})
 		case d <= 0:
 			problems = append(problems, Problem{"execution.timeout", `must be longer than zero, e.g. "90s"; leave it out for the default of 1h`})
 		case d > MaxTimeout:
@@ -294,6 +301,45 @@ func restoreOnKeys(data []byte) []byte {
 	return out
 }
 
+// cronAsSchedule renames the key "cron" of each trigger of a task
+// definition that the schema accepted to "schedule": the design's task
+// model names a cron trigger's schedule "cron", the Go type [Trigger] holds
+// it as Schedule. The schema has refused a trigger with both. viaCron holds
+// the field "triggers[i].schedule" of each renamed trigger, so that
+// problems found later name the field as written. Anything it does not
+// recognise it leaves as it is.
+func cronAsSchedule(data []byte) (out []byte, viaCron map[string]bool) {
+	if !bytes.Contains(data, []byte(`"cron"`)) {
+		return data, nil
+	}
+	var doc map[string]json.RawMessage
+	var triggers []map[string]json.RawMessage
+	if json.Unmarshal(data, &doc) != nil || json.Unmarshal(doc["triggers"], &triggers) != nil {
+		return data, nil
+	}
+	viaCron = map[string]bool{}
+	for i, tr := range triggers {
+		if v, ok := tr["cron"]; ok {
+			if _, taken := tr["schedule"]; !taken {
+				tr["schedule"] = v
+				delete(tr, "cron")
+				viaCron[fmt.Sprintf("triggers[%d].schedule", i)] = true
+			}
+		}
+	}
+	if len(viaCron) == 0 {
+		return data, nil
+	}
+	var err error
+	if doc["triggers"], err = json.Marshal(triggers); err != nil {
+		return data, nil
+	}
+	if out, err = json.Marshal(doc); err != nil {
+		return data, nil
+	}
+	return out, viaCron
+}
+
 // afterProblems checks what the schema cannot say of after: no parent twice,
 // not the task itself. Cycles through other tasks need the stored tasks;
 // the store refuses them when the task is applied.
@@ -405,7 +451,7 @@ func floatOr(p *float64, def float64) *float64 {
 // TimeoutDuration returns how long one attempt may run: execution.timeout,
 // or [DefaultTimeout] when it is empty, not a duration or not positive.
 func (t *Task) TimeoutDuration() time.Duration {
-	d, err := time.ParseDuration(t.Execution.Timeout)
+	d, err := time.ParseDuration(string(t.Execution.Timeout))
 	if err != nil || d <= 0 {
 		return DefaultTimeout
 	}

@@ -72,6 +72,20 @@ var taskAccepts = []struct {
 	{"timeout fractional", exec(`"timeout":"1.5h"`), with(func(t *Task) { t.Execution.Timeout = "1.5h" })},
 	{"timeout 7 days", exec(`"timeout":"168h"`), with(func(t *Task) { t.Execution.Timeout = "168h" })},
 	{"timeout 500ms", exec(`"timeout":"500ms"`), with(func(t *Task) { t.Execution.Timeout = "500ms" })},
+	{"timeout seconds", exec(`"timeout":1800`), with(func(t *Task) { t.Execution.Timeout = "1800s" })},
+	{"timeout fractional seconds", exec(`"timeout":0.5`), with(func(t *Task) { t.Execution.Timeout = "0.5s" })},
+	{"timeout seconds exponent", exec(`"timeout":1e3`), with(func(t *Task) { t.Execution.Timeout = "1000s" })},
+	{"timeout 7 days of seconds", exec(`"timeout":604800`), with(func(t *Task) { t.Execution.Timeout = "604800s" })},
+	{"timeout seconds yaml", "task_name: demo\nexecution:\n  handler: builtin.echo\n  timeout: 1800\n", with(func(t *Task) { t.Execution.Timeout = "1800s" })},
+	{"cron as the schedule's name", root(`"triggers":[{"type":"cron","cron":"0 2 * * *","timezone":"Asia/Shanghai"}]`), with(func(t *Task) {
+		t.Triggers = []Trigger{{Type: TriggerTypeCron, Schedule: "0 2 * * *", Timezone: "Asia/Shanghai"}}
+	})},
+	{"cron and schedule in two triggers", root(`"triggers":[{"type":"cron","schedule":"@daily"},{"type":"cron","cron":"@hourly","misfire":"catch_up","max_catch_up":3}]`), with(func(t *Task) {
+		t.Triggers = []Trigger{{Type: TriggerTypeCron, Schedule: "@daily"}, {Type: TriggerTypeCron, Schedule: "@hourly", Misfire: MisfireCatchUp, MaxCatchUp: 3}}
+	})},
+	{"cron yaml", "task_name: demo\nexecution: {handler: builtin.echo}\ntriggers:\n  - {type: cron, cron: \"*/10 * * * * *\"}\n", with(func(t *Task) {
+		t.Triggers = []Trigger{{Type: TriggerTypeCron, Schedule: "*/10 * * * * *"}}
+	})},
 	{"retry full", retry(`"max_attempts":5,"backoff":"exp","initial_interval_sec":0.5,"max_interval_sec":60`), with(func(t *Task) {
 		t.Execution.Retry = Retry{MaxAttempts: 5, Backoff: BackoffExponential, InitialIntervalSec: ptr(0.5), MaxIntervalSec: ptr(60.0)}
 	})},
@@ -212,7 +226,13 @@ var taskRejects = []struct {
 	{"trigger not an object", root(`"triggers":["event"]`), "triggers[0]", "must be an object, not a string"},
 	{"trigger type missing", root(`"triggers":[{}]`), "triggers[0].type", "is required"},
 	{"trigger type unknown", root(`"triggers":[{"type":"event"},{"type":"interval"}]`), "triggers[1].type", "must be one of event, manual, cron"},
-	{"trigger unknown field", root(`"triggers":[{"type":"event","cron":"* * * * *"}]`), "triggers[0]", `unknown field "cron"; remove it (allowed: max_catch_up, misfire, schedule, timezone, type)`},
+	{"trigger unknown field", root(`"triggers":[{"type":"event","every":"1m"}]`), "triggers[0]", `unknown field "every"; remove it (allowed: cron, max_catch_up, misfire, schedule, timezone, type)`},
+	{"cron on event", root(`"triggers":[{"type":"event","cron":"* * * * *"}]`), "triggers[0].cron", "must be left out unless type is cron; remove it or set type: cron"},
+	{"cron and schedule", root(`"triggers":[{"type":"cron","cron":"0 2 * * *","schedule":"0 2 * * *"}]`), "triggers[0].schedule",
+		"must be left out when cron is set: cron and schedule name the same field; keep one of them"},
+	{"cron trigger without schedule", root(`"triggers":[{"type":"cron","timezone":"UTC"}]`), "triggers[0].schedule", "is required"},
+	{"cron bad", root(`"triggers":[{"type":"event"},{"type":"cron","cron":"0 25 * * *"}]`), "triggers[1].cron", "is not a valid cron expression"},
+	{"cron empty", root(`"triggers":[{"type":"cron","cron":""}]`), "triggers[0].cron", "must not be empty"},
 	{"too many triggers", root(`"triggers":[` + strings.TrimSuffix(strings.Repeat(`{"type":"event"},`, 33), ",") + `]`), "triggers", "must have at most 32 items (it has 33)"},
 
 	// execution.
@@ -235,7 +255,11 @@ var taskRejects = []struct {
 	{"timeout below a nanosecond", exec(`"timeout":"0.1ns"`), "execution.timeout", "must be longer than zero"},
 	{"timeout over 7 days", exec(`"timeout":"168h1s"`), "execution.timeout", "must be at most 168h (7 days)"},
 	{"timeout overflow", exec(`"timeout":"99999999999h"`), "execution.timeout", "must be a Go duration"},
-	{"timeout number", exec(`"timeout":90`), "execution.timeout", "must be a string, not a number"},
+	{"timeout zero seconds", exec(`"timeout":0`), "execution.timeout", "must be greater than 0"},
+	{"timeout negative seconds", exec(`"timeout":-5`), "execution.timeout", "must be greater than 0"},
+	{"timeout seconds over 7 days", exec(`"timeout":604801`), "execution.timeout", "must be at most 604800"},
+	{"timeout seconds below a nanosecond", exec(`"timeout":1e-10`), "execution.timeout", "must be longer than zero"},
+	{"timeout boolean", exec(`"timeout":true`), "execution.timeout", "must be a number or a string, not true or false"},
 
 	// execution.retry.
 	{"retry not an object", exec(`"retry":3`), "execution.retry", "must be an object, not a number"},
@@ -500,7 +524,7 @@ func TestWithDefaults(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("WithDefaults =\n%+v\nwant\n%+v", got, want)
 	}
-	if d, err := time.ParseDuration(got.Execution.Timeout); err != nil || d != DefaultTimeout {
+	if d, err := time.ParseDuration(string(got.Execution.Timeout)); err != nil || d != DefaultTimeout {
 		t.Errorf("default timeout %q is not DefaultTimeout", got.Execution.Timeout)
 	}
 
@@ -541,7 +565,7 @@ func TestDurations(t *testing.T) {
 		{"-5s", DefaultTimeout},
 		{"0s", DefaultTimeout},
 	} {
-		task := &Task{Execution: Execution{Timeout: tc.timeout}}
+		task := &Task{Execution: Execution{Timeout: Duration(tc.timeout)}}
 		if got := task.TimeoutDuration(); got != tc.want {
 			t.Errorf("TimeoutDuration(%q) = %v, want %v", tc.timeout, got, tc.want)
 		}
@@ -793,8 +817,9 @@ func TestSchemasMatchGoTypes(t *testing.T) {
 }
 
 var (
-	timeType = reflect.TypeFor[time.Time]()
-	rawType  = reflect.TypeFor[json.RawMessage]()
+	timeType     = reflect.TypeFor[time.Time]()
+	rawType      = reflect.TypeFor[json.RawMessage]()
+	durationType = reflect.TypeFor[Duration]()
 )
 
 func matchType(t *testing.T, tr translator, loc string, typ reflect.Type, path string) {
@@ -812,6 +837,10 @@ func matchType(t *testing.T, tr translator, loc string, typ reflect.Type, path s
 	switch {
 	case typ == rawType:
 		// Any JSON value fits; the schema may narrow it (payload_schema is an object).
+	case typ == durationType:
+		if !slices.Equal(types, []string{"string", "number"}) {
+			t.Errorf("%s: a Duration wants a string or a number of seconds, the schema has %v", path, types)
+		}
 	case typ == timeType:
 		if !slices.Equal(types, []string{"string"}) || node["format"] != "date-time" {
 			t.Errorf("%s: a time.Time wants a date-time string, the schema has %v %v", path, types, node["format"])
@@ -881,7 +910,15 @@ func matchStruct(t *testing.T, tr translator, loc string, node map[string]any, t
 		}
 		matchType(t, tr, loc+"/properties/"+name, f.Type, path+"."+name)
 	}
-	for name := range props {
+	for name, p := range props {
+		// A property with x-alias-of is another name of a property the
+		// type has, which ParseTask reads as that one.
+		if alias, ok := p.(map[string]any)["x-alias-of"].(string); ok {
+			if !slices.Contains(names, alias) {
+				t.Errorf("%s: the schema's %s is an alias of %s, which %v lacks", path, name, alias, typ)
+			}
+			continue
+		}
 		if !slices.Contains(names, name) {
 			t.Errorf("%s: the schema has %s, which %v lacks", path, name, typ)
 		}

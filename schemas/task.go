@@ -2,7 +2,9 @@ package schemas
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -114,7 +116,10 @@ type Trigger struct {
 	Type TriggerType `json:"type"`
 	// Schedule is a cron trigger's schedule: 5 fields ("0 2 * * *"), 6 with
 	// seconds first ("*/10 * * * * *"), or a descriptor (@yearly, @monthly,
-	// @weekly, @daily, @hourly, @every 30s). See [ParseCronSchedule].
+	// @weekly, @daily, @hourly, @every 30s). See [ParseCronSchedule]. A
+	// definition may name it "cron" instead, as the design's task model
+	// does; [ParseTask] reads that as schedule and refuses both at once.
+	// It is always encoded as "schedule".
 	Schedule string `json:"schedule,omitempty"`
 	// Timezone is the IANA time zone the schedule is read in (default "UTC").
 	Timezone string `json:"timezone,omitempty"`
@@ -129,9 +134,10 @@ type Trigger struct {
 type Execution struct {
 	// Handler is the name an executor registered the handler under, e.g. "builtin.echo".
 	Handler string `json:"handler"`
-	// Timeout is how long one attempt may run, as a Go duration ("90s", "10m");
-	// default "1h". The handler's context ends at the timeout.
-	Timeout string `json:"timeout,omitempty"`
+	// Timeout is how long one attempt may run, as a Go duration ("90s",
+	// "10m") or a number of seconds (1800); default "1h". The handler's
+	// context ends at the timeout.
+	Timeout Duration `json:"timeout,omitempty"`
 	// Retry says how failed attempts are retried.
 	Retry Retry `json:"retry,omitzero"`
 	// Shards, when above 0, fans each firing out into that many child
@@ -139,6 +145,35 @@ type Execution struct {
 	// the firing's instance ends SUCCEEDED when every child did, FAILED
 	// when one did not. Not with dispatch strategy "broadcast".
 	Shards int `json:"shards,omitempty"`
+}
+
+// Duration is a span of time in a task definition, held as a Go duration
+// string ("90s", "1h30m"). It decodes from that string or from a JSON
+// number of seconds (1800, 0.5), which becomes the string "1800s" or
+// "0.5s", so a definition written either way encodes as a string. It does
+// not check the string: [ParseTask] does, with the schema's bounds.
+type Duration string
+
+// UnmarshalJSON reads a JSON string as it is and a JSON number as that
+// many seconds.
+func (d *Duration) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		*d = Duration(s)
+		return nil
+	}
+	if string(data) == "null" {
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(data), 64)
+	if err != nil {
+		return errors.New("a duration must be a string such as \"90s\" or a number of seconds such as 1800")
+	}
+	*d = Duration(strconv.FormatFloat(f, 'f', -1, 64) + "s")
+	return nil
 }
 
 // Backoff is how the interval between attempts grows.
