@@ -49,8 +49,16 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	batch := streams.NewAsyncBatch(s.js)
 	var ended []store.RunEnd
+	var stale []store.StaleReport
 	for i, o := range outcomes {
 		isStarted := i < len(started)
+		kind := schemas.ReportStarted
+		if !isStarted {
+			kind = final[i-len(started)].Kind
+		}
+		if isStale(o, kind) {
+			stale = append(stale, s.noteStale(o, kind, workers[[2]int64{o.InstanceID, int64(o.Attempt)}]))
+		}
 		if e, ok := outcomeEnd(o); ok && !isStarted {
 			ended = append(ended, e)
 		}
@@ -67,6 +75,10 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 				return
 			}
 		}
+	}
+	if err := s.opts.Store.RecordStaleReports(ctx, stale); err != nil {
+		s.retryLater(msgs, err)
+		return
 	}
 	promoted, err := s.afterEnds(ctx, batch, ended)
 	if err != nil {
@@ -125,4 +137,39 @@ func (s *Service) cancelAttempt(workerID string, o store.Outcome, reason string)
 	if err := s.opts.Conn.Publish(s.top.Control(workerID), data); err != nil {
 		s.log.Warn().Err(err).Str("worker_id", workerID).Int64("instance_id", o.InstanceID).Msg("cancel not sent")
 	}
+}
+
+// isStale reports whether a report of kind was refused because its attempt
+// was fenced out: another attempt is the instance's, or the instance ended
+// at that attempt otherwise than the report says (the reaper failed it, an
+// operator cancelled it). A report applied before (a redelivery) or
+// overtaken by its own final report is not stale.
+func isStale(o store.Outcome, kind schemas.ReportKind) bool {
+	if o.Applied || !o.Found {
+		return false
+	}
+	if o.CurrentAttempt != o.Attempt {
+		return true
+	}
+	switch kind {
+	case schemas.ReportSucceeded:
+		return o.State != schemas.StateSucceeded
+	case schemas.ReportFailed:
+		return o.State == schemas.StateSucceeded || o.State == schemas.StateCancelled
+	default:
+		return o.State == schemas.StateCancelled
+	}
+}
+
+// noteStale counts and logs a report refused as stale, and returns the
+// event for the instance's timeline, so that an operator sees the fencing
+// at work.
+func (s *Service) noteStale(o store.Outcome, kind schemas.ReportKind, workerID string) store.StaleReport {
+	s.metrics.stale.WithLabelValues(string(kind)).Inc()
+	s.log.Info().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Str("task", o.Task).
+		Str("kind", string(kind)).Str("worker_id", workerID).Str("state", string(o.State)).
+		Int("current_attempt", o.CurrentAttempt).Msg("stale report refused")
+	return store.StaleReport{InstanceID: o.InstanceID, Attempt: o.Attempt, Kind: kind, WorkerID: workerID, At: s.now(),
+		Reason: fmt.Sprintf("%s report of attempt %d refused: the instance is %s at attempt %d",
+			kind, o.Attempt, o.State, o.CurrentAttempt)}
 }

@@ -158,6 +158,9 @@ var golden = []goldenMessage{
 			{ID: 90001, InstanceID: 4711, Task: "nightly-report", From: "", To: StateCreated, Attempt: 0, Operator: "dispatcher", At: goldenTime(time.Second)},
 			{ID: 90002, InstanceID: 4711, Task: "nightly-report", From: StateCreated, To: StateDispatched, Attempt: 1, Operator: "dispatcher", Reason: "pool eu+gpu", At: goldenTime(2 * time.Second)},
 		},
+		Events: []InstanceEvent{
+			{Kind: "stale_succeeded", Attempt: 1, Operator: "worker:worker-eu-2", Reason: "succeeded report of attempt 1 refused: the instance is SUCCEEDED at attempt 3", At: goldenTime(7 * time.Minute)},
+		},
 	}},
 }
 

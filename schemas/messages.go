@@ -289,6 +289,21 @@ type Instance struct {
 	// Parents tells how the parents of a chained task ended, by task name.
 	Parents     map[string]ParentResult `json:"parents,omitempty"`
 	Transitions []Transition            `json:"transitions,omitempty"`
+	// Events are what befell the instance without changing its state (a
+	// report refused as stale), oldest first.
+	Events []InstanceEvent `json:"events,omitempty"`
+}
+
+// InstanceEvent is something that befell an instance without changing its
+// state, shown in its timeline beside the transitions.
+type InstanceEvent struct {
+	// Kind is stale_started, stale_succeeded or stale_failed: a report of
+	// that kind refused because its attempt was fenced out.
+	Kind     string    `json:"kind"`
+	Attempt  int       `json:"attempt"`
+	Operator string    `json:"operator,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // AuditKind says what an [AuditRecord] records.

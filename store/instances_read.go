@@ -83,6 +83,10 @@ func (s *Store) GetInstance(ctx context.Context, id int64) (schemas.Instance, er
 			err := row.Scan(&t.ID, &t.InstanceID, &t.Task, &t.From, &t.To, &t.Attempt, &t.Operator, &t.Reason, &t.At)
 			return t, err
 		})
+		if err != nil {
+			return err
+		}
+		in.Events, err = instanceEvents(ctx, tx, id)
 		return err
 	})
 	if err != nil {

@@ -149,6 +149,57 @@ WHERE i.state IN ('DISPATCHED', 'RUNNING')`, ids, attempts)
 	return out, nil
 }
 
+// StaleReport is a report the dispatcher refused because its attempt was
+// fenced out, for the instance's timeline.
+type StaleReport struct {
+	InstanceID int64
+	Attempt    int
+	Kind       schemas.ReportKind
+	WorkerID   string
+	Reason     string
+	At         time.Time
+}
+
+// RecordStaleReports adds an event to the timeline of each instance that a
+// stale report was refused for: kind stale_<report kind>, operator the
+// reporting worker. One event per attempt and kind: a redelivered report
+// adds none. Events are not transitions and are not relayed to AX_AUDIT.
+func (s *Store) RecordStaleReports(ctx context.Context, in []StaleReport) error {
+	if len(in) == 0 {
+		return nil
+	}
+	n := len(in)
+	ids, attempts, kinds, operators, reasons, at := make([]int64, n), make([]int32, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
+	for i, r := range in {
+		ids[i], attempts[i], kinds[i], reasons[i], at[i] = r.InstanceID, int32(r.Attempt), "stale_"+string(r.Kind), r.Reason, r.At
+		if r.WorkerID != "" {
+			operators[i] = WorkerOperator(r.WorkerID)
+		}
+	}
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO instance_events (instance_id, attempt, kind, operator, reason, at)
+SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+ORDER BY 1
+ON CONFLICT (instance_id, attempt, kind) DO NOTHING`, ids, attempts, kinds, operators, reasons, at)
+	if err != nil {
+		return fmt.Errorf("record %d stale reports: %w", n, err)
+	}
+	return nil
+}
+
+// instanceEvents returns the events of an instance, oldest first.
+func instanceEvents(ctx context.Context, q querier, id int64) ([]schemas.InstanceEvent, error) {
+	rows, err := q.Query(ctx, `SELECT kind, attempt, operator, reason, at FROM instance_events WHERE instance_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (schemas.InstanceEvent, error) {
+		var e schemas.InstanceEvent
+		err := row.Scan(&e.Kind, &e.Attempt, &e.Operator, &e.Reason, &e.At)
+		return e, err
+	})
+}
+
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }

@@ -167,6 +167,17 @@ func printInstance(w io.Writer, in schemas.Instance) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", orDash(string(t.From)), t.To, t.Attempt,
 			orDash(t.Operator), orDash(t.Reason), t.At.Local().Format("2006-01-02 15:04:05.000"))
 	}
+	if err := tw.Flush(); err != nil || len(in.Events) == 0 {
+		return err
+	}
+	// Events changed no state: a table of their own, not rows of the state machine's.
+	fmt.Fprintln(w)
+	tw = newTable(w)
+	fmt.Fprintln(tw, "EVENT\tATTEMPT\tOPERATOR\tREASON\tAT")
+	for _, e := range in.Events {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", e.Kind, e.Attempt, orDash(e.Operator), orDash(e.Reason),
+			e.At.Local().Format("2006-01-02 15:04:05.000"))
+	}
 	return tw.Flush()
 }
 

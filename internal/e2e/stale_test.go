@@ -1,0 +1,116 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// syncBuffer is a buffer that a logger and a test may use at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestStaleReportLeavesATrace: a report of an attempt that another attempt
+// fenced out changes nothing, and yet it is counted
+// (ax_stale_reports_total), logged with the instance and attempt, and shown
+// in the instance's timeline as an event — not as a transition.
+func TestStaleReportLeavesATrace(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	var logs syncBuffer
+	s := newSystem(t, func(o *dispatcher.Options) {
+		o.Metrics = reg
+		o.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
+	})
+	s.apply("task_name: fenced\nexecution: {handler: test.fenced, retry: {max_attempts: 2, initial_interval_sec: 0}}\n")
+	mux := executor.NewMux()
+	mux.HandleFunc("test.fenced", func(_ context.Context, t *executor.Task) (any, error) {
+		if t.Attempt == 1 {
+			return nil, errors.New("first attempt fails")
+		}
+		return "second", nil
+	})
+	s.executor("w1", mux, 2)
+	id := s.fire("fenced", nil)
+	before := s.waitState(id, schemas.StateSucceeded, 30*time.Second)
+	if before.Attempt != 2 {
+		t.Fatalf("succeeded at attempt %d, want 2", before.Attempt)
+	}
+
+	// Attempt 1's success, arriving now: fenced out by attempt 2.
+	late := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "ghost", Kind: schemas.ReportSucceeded,
+		At: time.Now(), StartedAt: time.Now()}
+	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(id), "", late); err != nil {
+		t.Fatal(err)
+	}
+	s.drained(s.srv.Topology.ReportsStream(), "recorder")
+
+	after, err := s.client.GetInstance(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State != schemas.StateSucceeded || after.Attempt != 2 || len(after.Transitions) != len(before.Transitions) {
+		t.Errorf("the stale report changed the instance: %s attempt %d, %d transitions (was %d)",
+			after.State, after.Attempt, len(after.Transitions), len(before.Transitions))
+	}
+	if len(after.Events) != 1 {
+		t.Fatalf("timeline events %+v, want one stale_succeeded event", after.Events)
+	}
+	e := after.Events[0]
+	if e.Kind != "stale_succeeded" || e.Attempt != 1 || e.Operator != "worker:ghost" ||
+		!strings.Contains(e.Reason, "SUCCEEDED at attempt 2") {
+		t.Errorf("event %+v, want stale_succeeded of attempt 1 by worker:ghost naming the current attempt", e)
+	}
+	if n := counterValue(t, reg, "ax_stale_reports_total", "kind", "succeeded"); n != 1 {
+		t.Errorf("ax_stale_reports_total{kind=succeeded} = %v, want 1", n)
+	}
+	var logged bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"message":"stale report refused"`) && strings.Contains(line, `"level":"info"`) &&
+			strings.Contains(line, `"attempt":1`) && strings.Contains(line, `"instance_id":`) {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Errorf("no info line \"stale report refused\" with instance_id and attempt in:\n%s", logs.String())
+	}
+
+	// Its redelivery (or a second copy) adds no second event.
+	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(id), "", late); err != nil {
+		t.Fatal(err)
+	}
+	s.drained(s.srv.Topology.ReportsStream(), "recorder")
+	again, err := s.client.GetInstance(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Events) != 1 {
+		t.Errorf("timeline events after a second copy: %+v, want still one", again.Events)
+	}
+}
