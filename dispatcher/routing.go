@@ -6,9 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"net/url"
+	"slices"
 	"strconv"
 	"text/template"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -19,10 +23,54 @@ import (
 // before the dispatcher routes it again.
 const rerouteDelay = 2 * time.Second
 
-// route is where one attempt goes: the subject it is published to and the
-// doorbell rung for it.
+// route is where one attempt goes: the subject it is published to, the
+// doorbell rung for it, its Nats-Msg-Id, and, when it goes to one worker,
+// the worker and how the attempt routes (see [routeHeader]) so that its
+// message can be routed again without the store if that worker leaves.
 type route struct {
-	subject, ring string
+	subject, ring, msgID string
+	worker, header       string
+}
+
+// routeHeader is the header of a message on a worker's own subject that
+// says how its attempt routes: a URL query of strategy, pool, key and
+// min_worker_version (see [encodeRoute]).
+const routeHeader = "Ax-Route"
+
+func encodeRoute(a store.Attempt) string {
+	v := url.Values{}
+	v.Set("strategy", string(a.Strategy))
+	v.Set("pool", a.Pool)
+	if a.Key != "" {
+		v.Set("key", a.Key)
+	}
+	if a.MinWorkerVersion != "" {
+		v.Set("min_worker_version", a.MinWorkerVersion)
+	}
+	return v.Encode()
+}
+
+// decodeRoute fills a's route and pool from a routeHeader value.
+func decodeRoute(a *store.Attempt, header string) error {
+	v, err := url.ParseQuery(header)
+	if err != nil {
+		return fmt.Errorf("decode %s header %q: %w", routeHeader, header, err)
+	}
+	a.Strategy = schemas.DispatchStrategy(v.Get("strategy"))
+	a.Pool, a.Key, a.MinWorkerVersion = v.Get("pool"), v.Get("key"), v.Get("min_worker_version")
+	return nil
+}
+
+// dispatchMsg is the message that publishes d on route r.
+func dispatchMsg(r route, d schemas.Dispatch) (*nats.Msg, error) {
+	m, err := streams.NewMsg(r.subject, r.msgID, d)
+	if err != nil {
+		return nil, err
+	}
+	if r.header != "" {
+		m.Header.Set(routeHeader, r.header)
+	}
+	return m, nil
 }
 
 // errNoWorker says that no live worker may take an attempt now.
@@ -41,13 +89,15 @@ func (e errNoWorker) Error() string {
 // route decides where an attempt goes, by its instance's route:
 //
 //   - "pull" without min_worker_version: the pool's subject at the
-//     attempt's priority, where the pool's workers pull it.
+//     attempt's priority for its handler, where the pool's workers that
+//     registered the handler pull it; with none live, it waits there.
 //   - "pull" with min_worker_version: the own subject of the least busy
 //     eligible live worker (busy/slots from its heartbeat, plus what this
 //     batch routed to it: load), so that no older worker ever sees it.
 //   - "worker": the named worker's own subject, live or not: the message
 //     waits in the worker's consumer until it comes (back). A live worker
-//     older than min_worker_version is not given it.
+//     without the handler or older than min_worker_version is not given
+//     it.
 //   - "hash": the own subject of the eligible live worker that wins the
 //     rendered hash_key by rendezvous hashing (see [rendezvous]). A key
 //     that does not render falls back to "pull" with a warning.
@@ -55,15 +105,21 @@ func (e errNoWorker) Error() string {
 // Eligible workers serve the pool, have the handler registered and run
 // min_worker_version or newer. errNoWorker says none is live.
 func (s *Service) route(a store.Attempt, load map[string]int) (route, error) {
-	pool := route{subject: s.top.Dispatch(a.Pool, a.Priority), ring: s.top.Ready(a.Pool)}
+	pool := route{subject: s.top.Dispatch(a.Pool, a.Priority, a.Handler), ring: s.top.Ready(a.Pool, a.Priority, a.Handler),
+		msgID: dispatchMsgID(a.ID, a.Attempt)}
+	// The message id names the worker: an attempt routed again to
+	// another worker (its first one left) is a new message, which the
+	// duplicate window must not drop.
 	to := func(id string) route {
 		load[id]++
-		return route{subject: s.top.DispatchWorker(id), ring: s.top.ReadyWorker(id)}
+		return route{subject: s.top.DispatchWorker(id), ring: s.top.ReadyWorker(id),
+			msgID: dispatchMsgID(a.ID, a.Attempt) + "@" + id, worker: id, header: encodeRoute(a)}
 	}
 	noWorker := errNoWorker{pool: a.Pool, handler: a.Handler, minVersion: a.MinWorkerVersion}
 	switch a.Strategy {
 	case schemas.DispatchWorker:
-		if w, ok := s.workers.live(a.Key); ok && !schemas.VersionAtLeast(w.Version, a.MinWorkerVersion) {
+		if w, ok := s.workers.live(a.Key); ok && (!slices.Contains(w.Handlers, a.Handler) ||
+			!schemas.VersionAtLeast(w.Version, a.MinWorkerVersion)) {
 			return route{}, noWorker
 		}
 		return to(a.Key), nil

@@ -449,7 +449,7 @@ func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch
 			ShardIndex:    a.ShardIndex,
 			ShardCount:    a.ShardCount,
 		}
-		m, err := streams.NewMsg(r.subject, dispatchMsgID(a.ID, a.Attempt), d)
+		m, err := dispatchMsg(r, d)
 		if err != nil {
 			return err
 		}

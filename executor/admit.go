@@ -2,8 +2,6 @@ package executor
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +15,10 @@ import (
 // the message is not redelivered to another worker meanwhile.
 const inProgressEvery = streams.DefaultAckWait / 3
 
+// unregisteredDelay is how long a message routed to this worker by name,
+// whose handler it does not have, is given back for before it looks again.
+const unregisteredDelay = streams.DefaultAckWait
+
 // pending is a fetched attempt that holds a slot of the worker (and one of
 // its handler's) but has not started: it may still wait for its rate limit
 // and its mutex, and it has no lease yet.
@@ -24,9 +26,9 @@ type pending struct {
 	msg     jetstream.Msg
 	d       schemas.Dispatch
 	handler Handler       // what runs
-	hs      *handlerState // nil when the worker has no such handler
-	// doomed is set when the handler fails at once: the handler is not
-	// registered here, or the mutex key does not render.
+	hs      *handlerState // the handler's state on this worker
+	// doomed is set when the handler fails at once: the mutex key does
+	// not render.
 	doomed bool
 	// mutexKey is the rendered mutex key ("" when the task has none);
 	// mutexRev is its revision once the attempt holds it (0: not held).
@@ -38,10 +40,11 @@ type pending struct {
 // when the message was handed back: undecodable (terminated), or its
 // handler's slots are full (requeued).
 //
-// A message whose handler is not registered here, or whose mutex key does
-// not render, is admitted with a handler that fails permanently: it is
-// started like any other (lease, started report) so that the instance's
-// record reads RUNNING then FAILED, with the reason.
+// A message whose mutex key does not render is admitted with a handler
+// that fails permanently: it is started like any other (lease, started
+// report) so that the instance's record reads RUNNING then FAILED, with
+// the reason. A message whose handler is not registered here is given
+// back for unregisteredDelay: it waits for a worker that has the handler.
 func (s *Service) admit(m jetstream.Msg) *pending {
 	d, err := decodeDispatch(m)
 	if err != nil {
@@ -51,24 +54,32 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 	}
 	p := &pending{msg: m, d: d}
 	e, registered := s.opts.Mux.entry(d.Handler)
-	s.mu.Lock()
-	if registered {
-		hs := s.handlerState(d.Handler, e.limits)
-		if hs.full() {
-			s.mu.Unlock()
-			s.requeue(p, "the handler's slots are full")
-			return nil
+	if !registered {
+		// Only the worker's own queue can hold it (the pool queues are
+		// the handlers'): work pinned to this worker by name, routed
+		// while it had the handler or was not live. The attempt waits
+		// for a worker with the handler, never fails for want of it.
+		log := s.taskLogger(&d)
+		log.Warn().Str("handler", d.Handler).Strs("handlers", s.opts.Mux.Names()).Dur("delay", unregisteredDelay).
+			Msg("the attempt was routed to this worker, which has no such handler; it waits for a worker that has it")
+		if err := m.NakWithDelay(unregisteredDelay); err != nil {
+			log.Warn().Err(err).Msg("requeue dispatch message; it comes back after the ack wait")
 		}
-		hs.busy++
-		p.hs = hs
+		return nil
 	}
+	s.mu.Lock()
+	hs := s.handlerState(d.Handler, e.limits)
+	if hs.full() {
+		s.mu.Unlock()
+		s.requeue(p, "the handler's slots are full")
+		return nil
+	}
+	hs.busy++
+	p.hs = hs
 	s.held++
 	s.mu.Unlock()
 
 	switch {
-	case !registered:
-		p.fail(fmt.Errorf("handler %q is not registered on worker %s (it has: %s)",
-			d.Handler, s.opts.WorkerID, strings.Join(s.opts.Mux.Names(), ", ")))
 	case d.MutexTemplate != "":
 		key, err := s.renderMutexKey(d.MutexTemplate, d.Payload)
 		if err != nil {

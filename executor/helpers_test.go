@@ -88,7 +88,7 @@ func (w *world) dispatch(p schemas.Priority, d schemas.Dispatch) {
 	d.Priority = p
 	d.EventID = "e" + time.Now().Format(time.RFC3339Nano)
 	d.FiredAt, d.DispatchedAt = time.Now(), time.Now()
-	if _, err := streams.Publish(w.t.Context(), w.js, w.topo.Dispatch(schemas.DefaultPool, p), "", d); err != nil {
+	if _, err := streams.Publish(w.t.Context(), w.js, w.topo.Dispatch(schemas.DefaultPool, p, d.Handler), "", d); err != nil {
 		w.t.Fatal(err)
 	}
 }

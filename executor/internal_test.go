@@ -11,13 +11,15 @@ import (
 )
 
 func TestPullOrder(t *testing.T) {
-	got := pullOrder([]string{"default", "gpu"}, schemas.Priorities)
-	want := []string{"default/urgent", "gpu/urgent", "default/normal", "gpu/normal", "default/low", "gpu/low"}
+	got := pullOrder([]string{"default", "gpu"}, schemas.Priorities, []string{"a", "b"})
+	want := []string{"default/urgent/a", "default/urgent/b", "gpu/urgent/a", "gpu/urgent/b",
+		"default/normal/a", "default/normal/b", "gpu/normal/a", "gpu/normal/b",
+		"default/low/a", "default/low/b", "gpu/low/a", "gpu/low/b"}
 	if len(got) != len(want) {
 		t.Fatalf("%d queues, want %d", len(got), len(want))
 	}
 	for i, q := range got {
-		if s := q.pool + "/" + string(q.priority); s != want[i] {
+		if s := q.pool + "/" + string(q.priority) + "/" + q.handler; s != want[i] {
 			t.Errorf("queue %d is %s, want %s", i, s, want[i])
 		}
 	}

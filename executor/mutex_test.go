@@ -136,7 +136,7 @@ func TestMutexHeldElsewhereRequeues(t *testing.T) {
 	w.nextOf(schemas.ReportStarted, 2)
 	w.nextOf(schemas.ReportSucceeded, 2)
 
-	consumer, err := w.js.Consumer(t.Context(), w.topo.DispatchStream(), w.topo.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal).Durable)
+	consumer, err := w.js.Consumer(t.Context(), w.topo.DispatchStream(), w.topo.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "count").Durable)
 	if err != nil {
 		t.Fatal(err)
 	}

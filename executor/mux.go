@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"slices"
 	"sync"
 )
@@ -20,16 +22,25 @@ type muxEntry struct {
 	limits  handlerLimits
 }
 
+// handlerNameRE is the pattern of execution.handler in task.schema.json.
+var handlerNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
 // NewMux returns an empty mux.
 func NewMux() *Mux { return &Mux{handlers: make(map[string]muxEntry)} }
 
 // Handle registers h under name, with options that bound how a worker runs
 // it ([Concurrency], [RateLimit]); every worker serving the mux applies
-// them on its own. It panics when name is empty, h is nil or name is
-// already registered: these are programming mistakes to catch at start-up.
+// them on its own. A name is what a task definition's execution.handler
+// names: 1-128 letters, digits, '.', '_' and '-' (it becomes part of the
+// NATS subject of the handler's queue). It panics when name is not such a
+// name, h is nil or name is already registered: these are programming
+// mistakes to catch at start-up.
 func (m *Mux) Handle(name string, h Handler, opts ...HandlerOption) {
 	if name == "" {
 		panic("executor: Mux.Handle with an empty handler name")
+	}
+	if !handlerNameRE.MatchString(name) {
+		panic(fmt.Sprintf("executor: Mux.Handle(%q): a handler name is 1-128 letters, digits, '.', '_' and '-', as execution.handler names it", name))
 	}
 	if h == nil {
 		panic("executor: Mux.Handle(" + name + ") with a nil handler")

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -10,24 +11,47 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-// queue is one pool's work at one priority: a durable consumer on AX_DISPATCH.
+// queue is one pool's work at one priority for one handler (or, with no
+// handler, the worker's own subject): a durable consumer on AX_DISPATCH.
+//
+// A worker fetches only from queues that may hold work, so that a round
+// costs a fetch per queue with work, not one per queue: a queue is hot
+// when its doorbell rang since its last fetch (rung moved past seen), or
+// when that fetch took all it asked for (more), or when the last sweep
+// (see [Service.sweep]) found messages on its subject.
 type queue struct {
 	pool     string
 	priority schemas.Priority
+	handler  string // "" for the worker's own queue
+	subject  string
 	consumer jetstream.Consumer
+
+	rung atomic.Uint64 // doorbells heard; written by the doorbell's callback
+	seen uint64        // rung as the last fetch began; the pull loop's
+	more bool          // the last fetch may have left work; the pull loop's
 }
+
+// hot reports whether the queue may hold work. Only the pull loop calls it.
+func (q *queue) hot() bool { return q.more || q.rung.Load() != q.seen }
 
 // pullOrder returns the queues in the order a worker drains them: every
 // pool's work of the highest priority first, then the next priority, pools
-// in the order given.
-func pullOrder(pools []string, priorities []schemas.Priority) []queue {
-	qs := make([]queue, 0, len(pools)*len(priorities))
+// in the order given, handlers by name.
+func pullOrder(pools []string, priorities []schemas.Priority, handlers []string) []*queue {
+	qs := make([]*queue, 0, len(pools)*len(priorities)*len(handlers))
 	for _, p := range priorities {
 		for _, pool := range pools {
-			qs = append(qs, queue{pool: pool, priority: p})
+			for _, h := range handlers {
+				qs = append(qs, &queue{pool: pool, priority: p, handler: h})
+			}
 		}
 	}
 	return qs
+}
+
+// queueKey names a queue in [Service.byRing].
+func queueKey(pool string, p schemas.Priority, handler string) string {
+	return pool + "\x00" + string(p) + "\x00" + handler
 }
 
 // lowFirstEvery is the anti-starvation rule: every lowFirstEvery-th round
@@ -95,14 +119,22 @@ func (s *Service) pull(ctx context.Context) error {
 
 // fetch takes up to n messages, without waiting, from the worker's own
 // queue and then the pool queues in pull order, or in the reverse order
-// (lowest priority first) when lowFirst.
+// (lowest priority first) when lowFirst. It asks only the hot queues (see
+// [queue]), every queue whose subject holds messages once a sweep is due,
+// and no queue of a handler whose slots are full: the worker takes no
+// more of a handler's work than it can start.
 func (s *Service) fetch(n int, lowFirst bool) []jetstream.Msg {
+	if now := time.Now(); now.Sub(s.lastSweep) >= s.opts.IdleWait {
+		s.lastSweep = now
+		s.sweep()
+	}
+	free := s.handlersFree()
 	var msgs []jetstream.Msg
 	for i := -1; i < len(s.queues); i++ {
 		if len(msgs) >= n {
 			break
 		}
-		var q queue
+		var q *queue
 		switch {
 		case i < 0:
 			q = s.own
@@ -111,19 +143,92 @@ func (s *Service) fetch(n int, lowFirst bool) []jetstream.Msg {
 		default:
 			q = s.queues[i]
 		}
-		batch, err := q.consumer.FetchNoWait(n - len(msgs))
-		if err != nil {
-			s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Msg("fetch dispatch messages")
+		if !q.hot() {
 			continue
 		}
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
+		ask := n - len(msgs)
+		if f, limited := free[q.handler]; limited {
+			if f <= 0 {
+				continue
+			}
+			ask = min(ask, f)
 		}
-		if err := batch.Error(); err != nil {
-			s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Msg("fetch dispatch messages")
+		rung := q.rung.Load()
+		got, err := s.fetchFrom(q, ask, &msgs)
+		q.seen = rung
+		q.more = err != nil || got == ask
+		if _, limited := free[q.handler]; limited {
+			free[q.handler] -= got
 		}
 	}
 	return msgs
+}
+
+// fetchFrom appends up to n messages of q to msgs, without waiting, and
+// returns how many it took.
+func (s *Service) fetchFrom(q *queue, n int, msgs *[]jetstream.Msg) (int, error) {
+	batch, err := q.consumer.FetchNoWait(n)
+	if err != nil {
+		s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Str("handler", q.handler).Msg("fetch dispatch messages")
+		return 0, err
+	}
+	got := 0
+	for m := range batch.Messages() {
+		*msgs = append(*msgs, m)
+		got++
+	}
+	if err := batch.Error(); err != nil {
+		s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Str("handler", q.handler).Msg("fetch dispatch messages")
+		return got, err
+	}
+	return got, nil
+}
+
+// handlersFree returns the free slots of each handler that has a
+// concurrency limit, by name.
+func (s *Service) handlersFree() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	free := make(map[string]int)
+	for name, hs := range s.handlerStates {
+		if hs.limits.concurrency > 0 {
+			free[name] = hs.limits.concurrency - hs.busy
+		}
+	}
+	return free
+}
+
+// sweep marks hot the queues whose subjects hold messages, with one
+// request per pool (the stream's per-subject counts over the pool's
+// subjects), and the worker's own queue: so that work whose doorbell was
+// missed, and messages given back with a delay or redelivered after their
+// ack wait, are found within IdleWait without fetching every queue. If a
+// pool's counts cannot be read, all its queues are fetched.
+func (s *Service) sweep() {
+	s.own.more = true
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	for _, pool := range s.opts.Pools {
+		info, err := s.dispatch.Info(ctx, jetstream.WithSubjectFilter(s.opts.Topology.Dispatch(pool, "*", ">")))
+		for _, q := range s.queues {
+			if q.pool == pool && (err != nil || info.State.Subjects[q.subject] > 0) {
+				q.more = true
+			}
+		}
+		if err != nil {
+			s.log.Warn().Err(err).Str("pool", pool).Msg("read the pool's queue depths; fetching every queue")
+		}
+	}
+}
+
+// onReady is the doorbell of a pool's queue: it marks the queue hot and
+// wakes the pull loop.
+func (s *Service) onReady(pool, subject string) {
+	p, handler, ok := s.opts.Topology.ReadyQueue(pool, subject)
+	if q := s.byRing[queueKey(pool, p, handler)]; ok && q != nil {
+		q.rung.Add(1)
+	}
+	signal(s.doorbell)
 }
 
 func (s *Service) nak(m jetstream.Msg) {

@@ -61,8 +61,11 @@ type Service struct {
 	// The TTL of the markers a released mutex or once key leaves.
 	mutexMarkerTTL time.Duration
 	onceMarkerTTL  time.Duration
-	own            queue // the worker's own subject, drained first
-	queues         []queue
+	own            *queue            // the worker's own subject, drained first
+	queues         []*queue          // its pools' queues of its handlers, in pull order
+	byRing         map[string]*queue // the pool queues by queueKey, for the doorbells
+	dispatch       jetstream.Stream  // AX_DISPATCH, for the sweeps' queue depths
+	lastSweep      time.Time         // the pull loop's
 	startedAt      time.Time
 	// handlersCtx is the parent of every attempt's context: detached from
 	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
@@ -155,12 +158,15 @@ func (s *Service) Run(ctx context.Context) error {
 			unsubscribe(sub)
 		}
 	}()
-	rings := []string{s.opts.Topology.ReadyWorker(s.opts.WorkerID)}
+	rings := map[string]nats.MsgHandler{s.opts.Topology.ReadyWorker(s.opts.WorkerID): func(*nats.Msg) {
+		s.own.rung.Add(1)
+		signal(s.doorbell)
+	}}
 	for _, pool := range s.opts.Pools {
-		rings = append(rings, s.opts.Topology.Ready(pool))
+		rings[s.opts.Topology.ReadyPool(pool)] = func(m *nats.Msg) { s.onReady(pool, m.Subject) }
 	}
-	for _, subject := range rings {
-		sub, err := nc.Subscribe(subject, func(*nats.Msg) { signal(s.doorbell) })
+	for subject, ring := range rings {
+		sub, err := nc.Subscribe(subject, ring)
 		if err != nil {
 			return fmt.Errorf("run executor: subscribe to %s: %w", subject, err)
 		}
@@ -268,25 +274,45 @@ func (s *Service) setUp(ctx context.Context) error {
 		return fmt.Errorf("heartbeat interval %s is not shorter than the TTL %s of bucket %s: the worker would drop off the list between heartbeats; use a shorter HeartbeatInterval",
 			s.opts.HeartbeatInterval, ttl, topo.WorkersBucket())
 	}
+	if s.dispatch, err = s.js.Stream(ctx, topo.DispatchStream()); err != nil {
+		return fmt.Errorf("look up stream %s: %w", topo.DispatchStream(), err)
+	}
 	// The worker's own subject comes first: the dispatcher routed that
 	// work to this worker alone, so no other can take it.
-	own := queue{pool: streams.WorkerPool}
-	cfg := topo.WorkerConsumer(s.opts.WorkerID)
-	if own.consumer, err = s.js.CreateOrUpdateConsumer(ctx, topo.DispatchStream(), cfg); err != nil {
-		return fmt.Errorf("create consumer %s on %s: %w", cfg.Durable, topo.DispatchStream(), err)
+	s.own = &queue{pool: streams.WorkerPool, subject: topo.DispatchWorker(s.opts.WorkerID)}
+	if s.own.consumer, err = s.consumer(ctx, topo.WorkerConsumer(s.opts.WorkerID)); err != nil {
+		return err
 	}
-	s.own = own
-	for _, q := range pullOrder(s.opts.Pools, schemas.Priorities) {
-		cfg := topo.PoolConsumer(q.pool, q.priority)
-		c, err := s.js.CreateOrUpdateConsumer(ctx, topo.DispatchStream(), cfg)
-		if err != nil {
-			return fmt.Errorf("create consumer %s on %s: %w", cfg.Durable, topo.DispatchStream(), err)
+	// A queue per pool, priority and handler: the worker pulls only the
+	// work of the handlers it registered.
+	s.byRing = make(map[string]*queue)
+	for _, q := range pullOrder(s.opts.Pools, schemas.Priorities, s.opts.Mux.Names()) {
+		cfg := topo.PoolConsumer(q.pool, q.priority, q.handler)
+		if q.consumer, err = s.consumer(ctx, cfg); err != nil {
+			return err
 		}
-		q.consumer = c
+		q.subject = cfg.FilterSubject
 		s.queues = append(s.queues, q)
+		s.byRing[queueKey(q.pool, q.priority, q.handler)] = q
 	}
 	s.startedAt = s.opts.NowFunc()
 	return nil
+}
+
+// consumer returns the durable consumer of cfg on AX_DISPATCH, making it
+// if it is not there. A consumer that is there keeps its settings, even if
+// they differ from cfg's: the worker follows the topology, it does not
+// reset it.
+func (s *Service) consumer(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	stream := s.opts.Topology.DispatchStream()
+	c, err := s.js.CreateConsumer(ctx, stream, cfg)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		c, err = s.js.Consumer(ctx, stream, cfg.Durable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s on %s: %w", cfg.Durable, stream, err)
+	}
+	return c, nil
 }
 
 // drain waits for the running attempts up to ShutdownTimeout, then cancels

@@ -81,7 +81,7 @@ func TestFailures(t *testing.T) {
 		wantError     []string
 		wantPermanent bool
 	}{{
-		name: "payload does not decode",
+		name: "payload-does-not-decode",
 		handler: executor.JSON(func(context.Context, *executor.Task, order) (any, error) {
 			return nil, nil
 		}),
@@ -96,7 +96,7 @@ func TestFailures(t *testing.T) {
 		wantError:     []string{"account closed"},
 		wantPermanent: true,
 	}, {
-		name:      "plain error",
+		name:      "plain-error",
 		handler:   executor.HandlerFunc(func(context.Context, *executor.Task) (any, error) { return nil, errors.New("disk full") }),
 		wantError: []string{"disk full"},
 	}, {
@@ -107,7 +107,7 @@ func TestFailures(t *testing.T) {
 		}),
 		wantError: []string{"handler panicked: runtime error: index out of range [1] with length 0"},
 	}, {
-		name:          "output that is not JSON",
+		name:          "output-not-json",
 		handler:       executor.HandlerFunc(func(context.Context, *executor.Task) (any, error) { return json.RawMessage("{"), nil }),
 		wantError:     []string{"encode output"},
 		wantPermanent: true,
@@ -140,16 +140,47 @@ func TestFailures(t *testing.T) {
 	}
 }
 
+// TestHandlerNotRegistered checks that a worker never takes an attempt
+// whose handler it lacks: the pool's queue of that handler is not its, and
+// one routed to it by name is given back, not failed.
 func TestHandlerNotRegistered(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	executortest.Run(t, w.options(builtins()))
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "reports.monthly"})
-	w.nextOf(schemas.ReportStarted, 1)
-	r := w.nextOf(schemas.ReportFailed, 1)
-	want := `handler "reports.monthly" is not registered on worker w1 (it has: builtin.echo, builtin.fail, builtin.sleep)`
-	if r.Error != want || !r.Permanent {
-		t.Errorf("report %+v, want permanent %q", r.Report, want)
+	pinned := schemas.Dispatch{InstanceID: 2, Attempt: 1, Task: "t", Handler: "reports.monthly", TimeoutMS: 60000}
+	if _, err := streams.Publish(t.Context(), w.js, w.topo.DispatchWorker("w1"), "", pinned); err != nil {
+		t.Fatal(err)
+	}
+	own, err := w.js.Consumer(t.Context(), w.topo.DispatchStream(), w.topo.WorkerConsumer("w1").Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the worker to look at the attempt routed to it", func() bool {
+		info, err := own.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Delivered.Consumer >= 1
+	})
+	// Work it can run goes on meanwhile.
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 3, Handler: executor.BuiltinEcho})
+	if r := w.next(); r.InstanceID != 3 || r.Kind != schemas.ReportStarted {
+		t.Fatalf("report %+v, want instance 3 started: a worker without the handler reported on its attempt", r.Report)
+	}
+	w.nextOf(schemas.ReportSucceeded, 3)
+	stream, err := w.js.Stream(t.Context(), w.topo.DispatchStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(t.Context(), jetstream.WithSubjectFilter(w.topo.Prefix()+".dispatch.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{w.topo.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "reports.monthly"), w.topo.DispatchWorker("w1")} {
+		if info.State.Subjects[subject] != 1 {
+			t.Errorf("%s holds %d messages, want its attempt still waiting (%v)", subject, info.State.Subjects[subject], info.State.Subjects)
+		}
 	}
 }
 
@@ -405,14 +436,14 @@ func TestDoorbell(t *testing.T) {
 	executortest.Run(t, opts)
 	// The worker polled once, found nothing and waits for an hour or a ring.
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinEcho})
-	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool), nil); err != nil {
+	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool, schemas.PriorityNormal, executor.BuiltinEcho), nil); err != nil {
 		t.Fatal(err)
 	}
 	w.nextOf(schemas.ReportStarted, 1)
 	w.nextOf(schemas.ReportSucceeded, 1)
 	// A freed slot is another reason to look again; the next attempt needs a ring.
 	w.dispatch(schemas.PriorityUrgent, schemas.Dispatch{InstanceID: 2, Handler: executor.BuiltinEcho})
-	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool), nil); err != nil {
+	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool, schemas.PriorityUrgent, executor.BuiltinEcho), nil); err != nil {
 		t.Fatal(err)
 	}
 	w.nextOf(schemas.ReportStarted, 2)
@@ -448,7 +479,7 @@ func TestHeartbeat(t *testing.T) {
 		t.Errorf("worker record %+v", wk)
 	}
 	// Both pools' work reaches the worker.
-	if _, err := streams.Publish(t.Context(), w.js, w.topo.Dispatch("eu+gpu", schemas.PriorityLow), "", schemas.Dispatch{
+	if _, err := streams.Publish(t.Context(), w.js, w.topo.Dispatch("eu+gpu", schemas.PriorityLow, executor.BuiltinEcho), "", schemas.Dispatch{
 		InstanceID: 1, Attempt: 1, Task: "t", Handler: executor.BuiltinEcho, TimeoutMS: 60000}); err != nil {
 		t.Fatal(err)
 	}

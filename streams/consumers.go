@@ -1,6 +1,9 @@
 package streams
 
 import (
+	"fmt"
+	"hash/fnv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,19 +47,41 @@ func (t Topology) RecorderConsumer() jetstream.ConsumerConfig {
 	}
 }
 
-// PoolConsumer is the durable consumer the executors of one pool share for
-// one priority. Its metadata names the pool and priority so that consumer
-// metrics can be labelled by them.
-func (t Topology) PoolConsumer(pool string, p schemas.Priority) jetstream.ConsumerConfig {
+// PoolConsumer is the durable consumer that the executors of one pool
+// that registered handler share for one priority, on
+// [Topology.Dispatch]: every such executor pulls it, no other does. Its
+// name is "pool_<pool>_<priority>_<handler>", '.' of the handler written
+// '_', with a hash of the three appended so that no two queues share a
+// name; its metadata names the pool, priority and handler so that
+// consumer metrics can be labelled by them.
+//
+// Executors create it when they start, if it is not there, and never
+// update it: its settings are the topology's.
+func (t Topology) PoolConsumer(pool string, p schemas.Priority, handler string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       "pool_" + pool + "_" + string(p),
-		Description:   "AX executors of pool " + pool + ", priority " + string(p),
-		FilterSubject: t.Dispatch(pool, p),
+		Durable:       PoolConsumerName(pool, p, handler),
+		Description:   "AX executors of pool " + pool + " with handler " + handler + ", priority " + string(p),
+		FilterSubject: t.Dispatch(pool, p, handler),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       DefaultAckWait,
 		MaxAckPending: -1,
-		Metadata:      map[string]string{"ax_pool": pool, "ax_priority": string(p)},
+		Metadata:      map[string]string{"ax_pool": pool, "ax_priority": string(p), "ax_handler": handler},
 	}
+}
+
+// maxReadableName bounds the readable part of a consumer name; the
+// server takes names of up to 255 characters.
+const maxReadableName = 200
+
+// PoolConsumerName is the durable name of [Topology.PoolConsumer].
+func PoolConsumerName(pool string, p schemas.Priority, handler string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(pool + "\x00" + string(p) + "\x00" + handler))
+	readable := "pool_" + pool + "_" + string(p) + "_" + strings.ReplaceAll(handler, ".", "_")
+	if len(readable) > maxReadableName {
+		readable = readable[:maxReadableName]
+	}
+	return readable + "_" + fmt.Sprintf("%08x", h.Sum32())
 }
 
 // WorkerConsumerInactiveThreshold is how long a worker's own consumer

@@ -72,9 +72,16 @@ func (t Topology) SchedFiring(task, eventID string) string {
 	return t.subject("sched", task, token)
 }
 
-// Dispatch is the subject of a pool's work at one priority.
-func (t Topology) Dispatch(pool string, p schemas.Priority) string {
-	return t.subject("dispatch", pool, string(p))
+// Dispatch is the subject of a pool's work at one priority for one
+// handler: ax.dispatch.<pool>.<priority>.<handler>. The handler token (a
+// handler name may hold dots, so it may be several subject tokens) makes
+// capability-aware routing a matter of subjects: only the executors that
+// registered the handler pull the consumer of that subject (see
+// [Topology.PoolConsumer]), so an executor never receives an attempt it
+// cannot run, and an attempt that no live executor can run waits in the
+// stream until one comes.
+func (t Topology) Dispatch(pool string, p schemas.Priority, handler string) string {
+	return t.subject("dispatch", pool, string(p), handler)
 }
 
 // WorkerPool is the reserved pool name whose dispatch and ready subjects
@@ -105,9 +112,28 @@ func (t Topology) Log(instanceID int64) string {
 // Control is the core NATS subject a worker listens on for orders (cancel now).
 func (t Topology) Control(workerID string) string { return t.subject("control", workerID) }
 
-// Ready is the core NATS subject the dispatcher rings once per batch it
-// routes to a pool, so that idle executors fetch at once instead of polling.
-func (t Topology) Ready(pool string) string { return t.subject("ready", pool) }
+// Ready is the core NATS subject the dispatcher rings once per batch that
+// routes work to a pool's subject for one priority and handler:
+// ax.ready.<pool>.<priority>.<handler>, so that idle executors fetch at
+// once, and only the consumer that has the work, instead of polling.
+func (t Topology) Ready(pool string, p schemas.Priority, handler string) string {
+	return t.subject("ready", pool, string(p), handler)
+}
+
+// ReadyPool is the wildcard of every doorbell of a pool's queues
+// (ax.ready.<pool>.>), the one subscription an executor makes per pool.
+func (t Topology) ReadyPool(pool string) string { return t.subject("ready", pool, ">") }
+
+// ReadyQueue returns the priority and handler that a doorbell subject of
+// pool (see [Topology.Ready]) names.
+func (t Topology) ReadyQueue(pool, subject string) (schemas.Priority, string, bool) {
+	rest, ok := strings.CutPrefix(subject, t.subject("ready", pool)+".")
+	if !ok {
+		return "", "", false
+	}
+	p, handler, ok := strings.Cut(rest, ".")
+	return schemas.Priority(p), handler, ok && handler != ""
+}
 
 // ReadyWorker is the core NATS subject the dispatcher rings once per batch
 // that routes work to one executor's own subject.

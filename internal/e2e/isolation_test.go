@@ -12,6 +12,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // isolationExecutor starts an executor that requeues busy work quickly.
@@ -75,7 +76,7 @@ execution:
 			t.Errorf("slow instance %d needed attempt %d, want 1: a requeue is not a retry", id, inst.Attempt)
 		}
 	}
-	s.drained(s.srv.Topology.DispatchStream(), "pool_default_normal")
+	s.drained(s.srv.Topology.DispatchStream(), streams.PoolConsumerName("default", schemas.PriorityNormal, "test.slow"))
 }
 
 // Through the whole pipeline, a handler limited to 5 starts a second

@@ -72,7 +72,8 @@ func TestNATSPermissions(t *testing.T) {
 		passwords[role] = "pw-" + string(role)
 	}
 	ns, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(),
-		Users: natsauth.Users(top, passwords, natsauth.Scope{Pools: []string{"default"}, WorkerID: "w1"})})
+		Users: natsauth.Users(top, passwords, natsauth.Scope{Pools: []string{"default"}, WorkerID: "w1",
+			Handlers: []string{executor.BuiltinEcho, executor.BuiltinFail, executor.BuiltinSleep}})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ concurrency:
 
 	// Work waiting for another pool, made by the dispatcher's user.
 	djs, _ := jetstream.New(conns[natsauth.Dispatcher])
-	gpu := top.PoolConsumer("gpu", schemas.PriorityNormal)
+	gpu := top.PoolConsumer("gpu", schemas.PriorityNormal, executor.BuiltinSleep)
 	if _, err := djs.CreateOrUpdateConsumer(ctx, top.DispatchStream(), gpu); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,16 @@ concurrency:
 		_, err := js.Consumer(ctx, stream, gpu.Durable)
 		return err
 	})
-	other := top.PoolConsumer("other", schemas.PriorityNormal)
+	// Its pool's work of a handler it does not serve.
+	unserved := top.PoolConsumer("default", schemas.PriorityNormal, "billing.close")
+	if _, err := djs.CreateOrUpdateConsumer(ctx, stream, unserved); err != nil {
+		t.Fatal(err)
+	}
+	refused("fetching the work of a handler it does not serve", "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+unserved.Durable, true, func(ctx context.Context) error {
+		_, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+unserved.Durable, []byte(`{"batch": 1, "no_wait": true}`))
+		return err
+	})
+	other := top.PoolConsumer("other", schemas.PriorityNormal, executor.BuiltinSleep)
 	refused("making a consumer for another pool", "$JS.API.CONSUMER.CREATE."+stream+"."+other.Durable+"."+other.FilterSubject, true, func(ctx context.Context) error {
 		_, err := js.CreateOrUpdateConsumer(ctx, stream, other)
 		return err

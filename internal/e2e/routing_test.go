@@ -251,3 +251,76 @@ func TestRoutingMinWorkerVersion(t *testing.T) {
 		t.Fatalf("the old worker ran %d attempts of a task that needs 2.0.0", n)
 	}
 }
+
+// muxOf serves each handler named for worker id: it succeeds and counts
+// the call.
+func (c *calls) muxOf(id string, handlers ...string) *executor.Mux {
+	m := executor.NewMux()
+	for _, h := range handlers {
+		m.HandleFunc(h, func(context.Context, *executor.Task) (any, error) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.count == nil {
+				c.count = make(map[string]int)
+			}
+			c.count[id]++
+			return nil, nil
+		})
+	}
+	return m
+}
+
+// TestRoutingHandlerCapable checks that an attempt reaches only the
+// workers of its pool that registered its handler: one without it neither
+// takes nor fails it.
+func TestRoutingHandlerCapable(t *testing.T) {
+	s := newSystem(t)
+	var c calls
+	// One slot: the backlog waits while the other worker has free slots.
+	s.worker(executor.Options{WorkerID: "capable", Slots: 1, Mux: c.muxOf("capable", "test.where", "test.other")})
+	s.worker(executor.Options{WorkerID: "other", Slots: 4, Mux: c.muxOf("other", "test.other")})
+	s.routedTo("capable", "other")
+	s.apply("task_name: needs-where\nexecution: {handler: test.where}\n")
+	var payloads []any
+	for range 20 {
+		payloads = append(payloads, nil)
+	}
+	for i, w := range s.ranOn("needs-where", payloads...) {
+		if w != "capable" {
+			t.Errorf("instance %d ran on %s, want capable", i, w)
+		}
+	}
+	if n := c.of("other"); n != 0 {
+		t.Errorf("the worker without test.where ran %d attempts", n)
+	}
+}
+
+// TestRoutingNoCapableWorkerWaits checks that an attempt no live worker
+// can run waits, DISPATCHED, and runs once a worker with its handler joins.
+func TestRoutingNoCapableWorkerWaits(t *testing.T) {
+	s := newSystem(t)
+	var c calls
+	s.worker(executor.Options{WorkerID: "other", Mux: c.muxOf("other", "test.other")})
+	s.routedTo("other")
+	s.apply("task_name: needs-where\nexecution: {handler: test.where}\n")
+	s.apply("task_name: other-work\nexecution: {handler: test.other}\n")
+	waiting := s.fire("needs-where", nil)
+	// Work fired after it, in the same pool and priority, runs on the
+	// worker without test.where: that worker has looked past it.
+	for _, w := range s.ranOn("other-work", nil, nil) {
+		if w != "other" {
+			t.Fatalf("other-work ran on %s, want other", w)
+		}
+	}
+	inst, err := s.store.GetInstance(context.Background(), waiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.State != schemas.StateDispatched {
+		t.Fatalf("the instance no live worker can run is %s (%s), want it DISPATCHED, waiting", inst.State, inst.Error)
+	}
+	s.worker(executor.Options{WorkerID: "capable", Mux: c.muxOf("capable", "test.where")})
+	if w := s.waitState(waiting, schemas.StateSucceeded, 20*time.Second).WorkerID; w != "capable" {
+		t.Fatalf("the instance ran on %s, want capable", w)
+	}
+}

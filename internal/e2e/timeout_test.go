@@ -36,7 +36,7 @@ execution:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, top.DispatchStream(), top.PoolConsumer("default", schemas.PriorityNormal))
+	cons, err := js.CreateOrUpdateConsumer(ctx, top.DispatchStream(), top.PoolConsumer("default", schemas.PriorityNormal, "builtin.sleep"))
 	if err != nil {
 		t.Fatal(err)
 	}

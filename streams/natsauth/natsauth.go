@@ -68,6 +68,14 @@ type Scope struct {
 	// WorkerID, when set, is the only worker id whose heartbeat key and
 	// control subject the executor may use; empty allows any worker id.
 	WorkerID string
+	// Handlers, when set, are the only handlers whose queues of its pools
+	// the executor may pull (consumers "pool_<pool>_<priority>_<handler>…",
+	// see streams.PoolConsumerName). Empty allows the queues of any
+	// handler: a consumer's name is one subject token, so the permission
+	// then names any consumer of AX_DISPATCH, and only the consumers it
+	// may create are held to its pools' subjects. Name the handlers to keep
+	// an executor to its pools' work.
+	Handlers []string
 }
 
 // InboxPrefix is the inbox prefix that a connection of user must use
@@ -180,17 +188,28 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		pub = append(pub, top.Prefix()+".report.>", top.Prefix()+".log.>")
 		pub = append(pub, info(top.DispatchStream(), top.ReportsStream(), top.LogsStream(),
 			kv(top.LeasesBucket()), kv(top.WorkersBucket()), kv(top.MutexBucket()), kv(top.OnceBucket()))...)
+		stream := top.DispatchStream()
+		if len(scope.Handlers) == 0 {
+			// Any handler: any consumer by name, and new consumers only
+			// on the pools' subjects.
+			pub = append(pub, "$JS.API.CONSUMER.INFO."+stream+".*", "$JS.API.CONSUMER.MSG.NEXT."+stream+".*")
+			pub = append(pub, ack(stream, "*")...)
+		}
 		for _, pool := range pools {
-			for _, p := range schemas.Priorities {
-				c := top.PoolConsumer(pool, p)
-				stream := top.DispatchStream()
-				pub = append(pub,
-					"$JS.API.CONSUMER.CREATE."+stream+"."+c.Durable+"."+c.FilterSubject,
-					"$JS.API.CONSUMER.INFO."+stream+"."+c.Durable,
-					"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+c.Durable)
-				pub = append(pub, ack(stream, c.Durable)...)
+			if len(scope.Handlers) == 0 {
+				pub = append(pub, "$JS.API.CONSUMER.CREATE."+stream+".*."+top.Dispatch(pool, "*", ">"))
 			}
-			sub = append(sub, top.Ready(pool))
+			for _, p := range schemas.Priorities {
+				for _, h := range scope.Handlers {
+					c := top.PoolConsumer(pool, p, h)
+					pub = append(pub,
+						"$JS.API.CONSUMER.CREATE."+stream+"."+c.Durable+"."+c.FilterSubject,
+						"$JS.API.CONSUMER.INFO."+stream+"."+c.Durable,
+						"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+c.Durable)
+					pub = append(pub, ack(stream, c.Durable)...)
+				}
+			}
+			sub = append(sub, top.ReadyPool(pool))
 		}
 		// The worker's own consumer, by its worker id: "worker_<id>" on
 		// ax.dispatch.worker.<id>. With any worker id, any worker consumer
@@ -199,7 +218,6 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		if scope.WorkerID == "" {
 			own.Durable = "*"
 		}
-		stream := top.DispatchStream()
 		pub = append(pub,
 			"$JS.API.CONSUMER.CREATE."+stream+"."+own.Durable+"."+own.FilterSubject,
 			"$JS.API.CONSUMER.INFO."+stream+"."+own.Durable,

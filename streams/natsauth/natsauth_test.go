@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
@@ -75,7 +76,10 @@ func TestDocsGiveTheConfig(t *testing.T) {
 func TestExecutorPermissions(t *testing.T) {
 	t.Parallel()
 	top := streams.Default()
-	p := natsauth.Permissions(top, natsauth.Executor, "exec-gpu", natsauth.Scope{Pools: []string{"gpu"}, WorkerID: "w-9"})
+	p := natsauth.Permissions(top, natsauth.Executor, "exec-gpu", natsauth.Scope{Pools: []string{"gpu"}, WorkerID: "w-9", Handlers: []string{"img.resize"}})
+	queue := func(pool string, pr schemas.Priority, handler string) string {
+		return streams.PoolConsumerName(pool, pr, handler)
+	}
 	for _, c := range []struct {
 		subjects []string
 		subject  string
@@ -83,18 +87,21 @@ func TestExecutorPermissions(t *testing.T) {
 	}{
 		{p.Publish.Allow, "ax.report.>", true},
 		{p.Publish.Allow, "ax.log.>", true},
-		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH.pool_gpu_urgent", true},
-		{p.Publish.Allow, "$JS.API.CONSUMER.CREATE.AX_DISPATCH.pool_gpu_low.ax.dispatch.gpu.low", true},
-		{p.Publish.Allow, "$JS.ACK.AX_DISPATCH.pool_gpu_normal.>", true},
+		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH." + queue("gpu", schemas.PriorityUrgent, "img.resize"), true},
+		{p.Publish.Allow, "$JS.API.CONSUMER.CREATE.AX_DISPATCH." + queue("gpu", schemas.PriorityLow, "img.resize") + ".ax.dispatch.gpu.low.img.resize", true},
+		{p.Publish.Allow, "$JS.ACK.AX_DISPATCH." + queue("gpu", schemas.PriorityNormal, "img.resize") + ".>", true},
+		// Only its handlers' queues.
+		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH." + queue("gpu", schemas.PriorityNormal, "img.crop"), false},
 		{p.Publish.Allow, "$KV.ax-workers.w-9", true},
 		{p.Publish.Allow, "$KV.ax-leases.>", true},
-		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH.pool_default_normal", false},
+		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH." + queue("default", schemas.PriorityNormal, "img.resize"), false},
+		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH.*", false},
 		{p.Publish.Allow, "$KV.ax-workers.*", false},
 		{p.Publish.Allow, "ax.trigger.>", false},
 		{p.Subscribe.Allow, "_INBOX_exec-gpu.>", true},
 		{p.Subscribe.Allow, "ax.control.w-9", true},
-		{p.Subscribe.Allow, "ax.ready.gpu", true},
-		{p.Subscribe.Allow, "ax.ready.default", false},
+		{p.Subscribe.Allow, "ax.ready.gpu.>", true},
+		{p.Subscribe.Allow, "ax.ready.default.>", false},
 		// Its own subject, and no other worker's.
 		{p.Publish.Allow, "$JS.API.CONSUMER.CREATE.AX_DISPATCH.worker_w-9.ax.dispatch.worker.w-9", true},
 		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH.worker_w-9", true},
