@@ -86,7 +86,7 @@ func newBed(t *testing.T) *bed {
 	}{
 		{b.top.TriggersStream(), b.top.DispatcherConsumer()},
 		{b.top.ReportsStream(), b.top.RecorderConsumer()},
-		{b.top.DispatchStream(), b.top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal)},
+		{b.top.DispatchStream(), b.top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "hello")},
 	} {
 		if _, err := b.djs.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
 			t.Fatal(err)
@@ -171,7 +171,7 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 	b := newBed(t)
 	ctx := t.Context()
 	top := b.top
-	for _, subject := range []string{top.Trigger("a"), top.Trigger("b"), top.Audit("a"), top.Audit("b"), top.Log(1), top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal)} {
+	for _, subject := range []string{top.Trigger("a"), top.Trigger("b"), top.Audit("a"), top.Audit("b"), top.Log(1), top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "hello")} {
 		if _, err := b.djs.Publish(ctx, subject, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +205,7 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 		dispatcher := top.DispatcherConsumer()
 		changed := dispatcher
 		changed.MaxAckPending = 1
-		pool := top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal)
+		pool := top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "hello")
 		for _, a := range []struct {
 			subject string
 			action  func(context.Context) error

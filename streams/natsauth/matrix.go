@@ -27,12 +27,12 @@ func Actions(top streams.Topology) []Action {
 	const own, other, worker = schemas.DefaultPool, "gpu", "w1"
 	api := "$JS.API."
 	d := top.DispatcherConsumer()
-	pool := top.PoolConsumer(own, schemas.PriorityNormal)
-	otherPool := top.PoolConsumer(other, schemas.PriorityNormal)
+	pool := top.PoolConsumer(own, schemas.PriorityNormal, "hello")
+	otherPool := top.PoolConsumer(other, schemas.PriorityNormal, "hello")
 	return []Action{
 		{What: "publish a firing", Subject: top.Trigger("hello")},
 		{What: "publish a one-shot schedule", Subject: top.Sched("e1")},
-		{What: "route work to a pool", Subject: top.Dispatch(own, schemas.PriorityNormal)},
+		{What: "route work to a pool", Subject: top.Dispatch(own, schemas.PriorityNormal, "hello")},
 		{What: "publish a report", Subject: top.Report(1)},
 		{What: "publish a task log line", Subject: top.Log(1)},
 		{What: "publish an audit record", Subject: top.Audit("hello")},
