@@ -89,13 +89,13 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 	}
 	dispatch := top.DispatchStream()
 	for _, p := range schemas.Priorities {
-		consumer(dispatch, top.PoolConsumer(schemas.DefaultPool, p))
+		consumer(dispatch, top.PoolConsumer(schemas.DefaultPool, p, "test.h"))
 	}
-	normal := consumer(dispatch, top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal))
-	consumer(dispatch, top.PoolConsumer("gpu", schemas.PriorityNormal))
-	publish(top.Dispatch("gpu", schemas.PriorityNormal), 3)
-	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal), 6)
-	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityUrgent), 2)
+	normal := consumer(dispatch, top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "test.h"))
+	consumer(dispatch, top.PoolConsumer("gpu", schemas.PriorityNormal, "test.h"))
+	publish(top.Dispatch("gpu", schemas.PriorityNormal, "test.h"), 3)
+	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "test.h"), 6)
+	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityUrgent, "test.h"), 2)
 	// Two of default/normal are taken; one comes back and is taken again:
 	// two unacknowledged, one of them redelivered, four waiting.
 	batch, err := normal.FetchNoWait(2)
@@ -156,7 +156,7 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 	watched := map[key]jetstream.Consumer{{top.TriggersStream(), "dispatcher"}: triggers}
 	for _, pool := range []string{schemas.DefaultPool, "gpu"} {
 		for _, p := range schemas.Priorities {
-			if c, err := js.Consumer(ctx, dispatch, top.PoolConsumer(pool, p).Durable); err == nil {
+			if c, err := js.Consumer(ctx, dispatch, top.PoolConsumer(pool, p, "test.h").Durable); err == nil {
 				watched[key{dispatch, c.CachedInfo().Name}] = c
 			}
 		}
