@@ -33,6 +33,10 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("invalid_request", "reason", "reason is %d characters; keep it under 1000", len(req.Reason)))
 		return
 	}
+	if !storable(req.Reason) {
+		writeError(w, badRequest("invalid_request", "reason", "reason holds a NUL character or bytes that are not UTF-8; remove them"))
+		return
+	}
 	inst, err := s.opts.Store.GetInstance(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, instanceNotFound(id))

@@ -135,6 +135,13 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request, yamlOK bool) 
 		}
 		return nil, 0, badRequest("unreadable_body", "", "cannot read the request body: %v", err)
 	}
+	// YAML refuses a repeated key; so does JSON here, since JSON parsers
+	// disagree on which of the two wins.
+	if mt != mediaYAML {
+		if path, ok := schemas.DuplicateKey(data); ok {
+			return nil, 0, badRequest("duplicate_key", path, "the body holds the key %s twice in one object; keep one", path)
+		}
+	}
 	return data, mt, nil
 }
 

@@ -70,7 +70,8 @@ func healthOptions(q url.Values) (store.HealthOptions, *Error) {
 	}
 	if v := q.Get("factor"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 1 || f > 1000 {
+		// Written so that NaN, which fails every comparison, is refused.
+		if err != nil || !(f > 1 && f <= 1000) {
 			return o, badRequest("invalid_parameter", "factor", "factor=%q is not a number above 1 and at most 1000", v)
 		}
 		o.Factor = f

@@ -91,7 +91,7 @@ func (s *Service) routes() http.Handler {
 	for _, rt := range routeTable {
 		handle := rt.handle
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(s, w, r) })
-		mux.Handle(rt.Method+" "+rt.Pattern, s.authorize(rt.Route, h))
+		mux.Handle(rt.Method+" "+rt.Pattern, s.authorize(rt.Route, refuseUnstorable(h)))
 	}
 	s.consoleRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { noRoute(mux, w, r) })

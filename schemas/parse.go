@@ -139,9 +139,14 @@ func ParseTask(data []byte) (*Task, error) {
 		}
 		jsonData = restoreOnKeys(jsonData)
 	}
+	// Deep nesting makes decoding slow before anything else would refuse
+	// it: only payload_schema may nest, MaxPayloadSchemaDepth deep.
+	if d, key := maxNesting(jsonData); d > 1+MaxPayloadSchemaDepth {
+		return nil, newValidationError(what, []Problem{{key, fmt.Sprintf("nests objects and arrays more than %d deep; flatten it, or move repeated parts of a payload_schema under $defs and $ref them", MaxPayloadSchemaDepth)}})
+	}
 	doc, problem := decodeJSON(jsonData)
 	if problem != nil {
-		if trimmed[0] == '{' {
+		if trimmed[0] == '{' && problem.Field == "" {
 			problem.Message += " (a definition that starts with '{' is read as JSON; for YAML, start with a key)"
 		}
 		return nil, newValidationError(what, []Problem{*problem})
@@ -150,6 +155,9 @@ func ParseTask(data []byte) (*Task, error) {
 		if problem := payloadSchemaBounds(m["payload_schema"]); problem != nil {
 			return nil, newValidationError(what, []Problem{*problem})
 		}
+	}
+	if problems := nulProblems(doc, ""); len(problems) > 0 {
+		return nil, newValidationError(what, problems)
 	}
 	s, err := compiledSchemas()
 	if err != nil {
@@ -550,6 +558,7 @@ func (ev *TriggerEvent) problems() []Problem {
 			out = append(out, Problem{"delay", "must be left out when run_at is set: give run_at (a time) or delay (a duration), not both"})
 		}
 	}
+	out = append(out, ev.timeBoundProblems()...)
 	if ev.IdempotencyKey != "" && ev.EventID != "" {
 		out = append(out, Problem{"event_id", "must be left out when idempotency_key is set: the firing's event id is then " +
 			IdempotencyEventIDPrefix + "<idempotency_key>; give one of them, not both"})
@@ -596,7 +605,7 @@ func ValidatePayload(schema, payload json.RawMessage) error {
 	}
 	doc, problem := decodeJSON(payload)
 	if problem != nil {
-		problem.Field = "payload"
+		problem.Field = strings.TrimSuffix("payload."+problem.Field, ".")
 		return newValidationError(what, []Problem{*problem})
 	}
 	if err := sch.Validate(doc); err != nil {
@@ -803,6 +812,9 @@ func decodeJSON(data []byte) (any, *Problem) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, &Problem{Message: fmt.Sprintf("is not valid JSON: unexpected data after the top-level value, at %s; send one value only", position(data, dec.InputOffset()+1))}
+	}
+	if path, ok := DuplicateKey(data); ok {
+		return nil, &Problem{path, "appears twice in the same object; keep one (JSON parsers disagree on which wins, and YAML refuses it)"}
 	}
 	return doc, nil
 }

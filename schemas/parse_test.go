@@ -28,6 +28,11 @@ func exec(fields string) string {
 	return `{"task_name":"demo","execution":{"handler":"builtin.echo",` + fields + `}}`
 }
 
+// handlerTask returns the minimal task with the given handler field.
+func handlerTask(field string) string {
+	return `{"task_name":"demo","execution":{` + field + `}}`
+}
+
 // retry returns the minimal task with the given retry fields.
 func retry(fields string) string { return exec(`"retry":{` + fields + `}`) }
 
@@ -65,8 +70,8 @@ var taskAccepts = []struct {
 		t.Triggers = []Trigger{{Type: TriggerTypeEvent}, {Type: TriggerTypeManual}}
 	})},
 	{"empty triggers", root(`"triggers":[]`), minimal()},
-	{"handler with dots and dashes", exec(`"handler":"Billing.invoice-v2_x"`), &Task{TaskName: "demo", Execution: Execution{Handler: "Billing.invoice-v2_x"}}},
-	{"handler 128 chars", exec(`"handler":"` + strings.Repeat("h", 128) + `"`), &Task{TaskName: "demo", Execution: Execution{Handler: strings.Repeat("h", 128)}}},
+	{"handler with dots and dashes", handlerTask(`"handler":"Billing.invoice-v2_x"`), &Task{TaskName: "demo", Execution: Execution{Handler: "Billing.invoice-v2_x"}}},
+	{"handler 128 chars", handlerTask(`"handler":"` + strings.Repeat("h", 128) + `"`), &Task{TaskName: "demo", Execution: Execution{Handler: strings.Repeat("h", 128)}}},
 	{"timeout 90s", exec(`"timeout":"90s"`), with(func(t *Task) { t.Execution.Timeout = "90s" })},
 	{"timeout 1h30m", exec(`"timeout":"1h30m"`), with(func(t *Task) { t.Execution.Timeout = "1h30m" })},
 	{"timeout fractional", exec(`"timeout":"1.5h"`), with(func(t *Task) { t.Execution.Timeout = "1.5h" })},
@@ -239,10 +244,10 @@ var taskRejects = []struct {
 	{"execution missing", `{"task_name":"demo"}`, "execution", "is required"},
 	{"execution not an object", `{"task_name":"demo","execution":"builtin.echo"}`, "execution", "must be an object, not a string"},
 	{"handler missing", `{"task_name":"demo","execution":{"timeout":"1m"}}`, "execution.handler", "is required"},
-	{"handler empty", exec(`"handler":""`), "execution.handler", "must match ^[A-Za-z0-9._-]{1,128}$"},
-	{"handler space", exec(`"handler":"echo it"`), "execution.handler", "the name an executor registered the handler under"},
-	{"handler slash", exec(`"handler":"a/b"`), "execution.handler", "must match"},
-	{"handler 129 chars", exec(`"handler":"` + strings.Repeat("h", 129) + `"`), "execution.handler", "must match"},
+	{"handler empty", handlerTask(`"handler":""`), "execution.handler", "must match ^[A-Za-z0-9._-]{1,128}$"},
+	{"handler space", handlerTask(`"handler":"echo it"`), "execution.handler", "the name an executor registered the handler under"},
+	{"handler slash", handlerTask(`"handler":"a/b"`), "execution.handler", "must match"},
+	{"handler 129 chars", handlerTask(`"handler":"` + strings.Repeat("h", 129) + `"`), "execution.handler", "must match"},
 	{"handler number", "task_name: demo\nexecution: {handler: 42}\n", "execution.handler", "must be a string, not a number"},
 	{"execution unknown field", exec(`"command":"rm -rf /"`), "execution", `unknown field "command"; remove it (allowed: handler, retry, shards, timeout)`},
 
