@@ -22,12 +22,14 @@ var allowed = map[string][]string{
 	"executor":   {"schemas", "streams", "internal"},
 	"auditor":    {"schemas", "streams", "store", "internal"},
 	"api":        {"schemas", "streams", "store", "internal"},
+	// examples/executor is a program of a user's own: the SDK, never the store.
+	"examples": {"schemas", "streams", "executor"},
 }
 
 // testOnly lists imports a folder's tests may add: test servers of the
 // packages below them, and the services an end-to-end test runs.
 var testOnly = map[string][]string{
-	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api"},
+	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples"},
 }
 
 type pkg struct {

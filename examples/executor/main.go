@@ -1,0 +1,130 @@
+// Command executor is an example executor: a program of your own that links
+// AX's executor SDK, as `ax executor` does, and serves the built-in handlers
+// plus the handlers of examples/ that AX does not ship (see package
+// [github.com/ax-scheduler/ax/examples/executor/handlers]). Beside `ax dev`,
+// which runs its own executor for the default pool, run it as the dev
+// executor user:
+//
+//	go run ./examples/executor --ax-dev .ax --worker-id backup-host-1
+//
+// (backup-host-1 is the worker examples/pinned-worker.yaml names.)
+// (--ax-dev reads the executor user's password from <dir>/nats-users.json
+// and sets the user and its inbox prefix.) Against another installation it
+// takes the NATS CLI's environment names: NATS_URL, NATS_USER,
+// NATS_PASSWORD, NATS_CREDS, NATS_INBOX_PREFIX.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/examples/executor/handlers"
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// version is high enough for examples/routing.yaml's min_worker_version.
+const version = "1.4.0"
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "executor:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		natsURL  = flag.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL (env NATS_URL)")
+		user     = flag.String("nats-user", os.Getenv("NATS_USER"), "NATS user (env NATS_USER; password in NATS_PASSWORD)")
+		creds    = flag.String("nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
+		inbox    = flag.String("nats-inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"), "inbox prefix of the NATS user (env NATS_INBOX_PREFIX)")
+		devDir   = flag.String("ax-dev", "", "data folder of a running ax dev (.ax): connect as its executor user")
+		prefix   = flag.String("prefix", envOr("AX_PREFIX", streams.DefaultPrefix), "subject prefix of the installation (env AX_PREFIX)")
+		workerID = flag.String("worker-id", os.Getenv("AX_WORKER_ID"), "worker id (default <hostname>-<random>; env AX_WORKER_ID)")
+		pools    = flag.String("pool", "default", "pools to serve, comma-separated")
+		slots    = flag.Int("slots", 16, "attempts run at once")
+	)
+	flag.Parse()
+	password := os.Getenv("NATS_PASSWORD")
+	if *devDir != "" {
+		p, err := devPassword(*devDir)
+		if err != nil {
+			return err
+		}
+		*user, password, *inbox = "executor", p, "_INBOX_executor"
+	}
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+
+	opts := []nats.Option{nats.Name("ax example executor"), nats.MaxReconnects(-1)}
+	if *creds != "" {
+		opts = append(opts, nats.UserCredentials(*creds))
+	}
+	if *user != "" {
+		opts = append(opts, nats.UserInfo(*user, password))
+	}
+	if *inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(*inbox))
+	}
+	nc, err := nats.Connect(*natsURL, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
+	}
+	defer nc.Close()
+	top, err := streams.NewTopology(*prefix)
+	if err != nil {
+		return err
+	}
+
+	mux := executor.NewMux()
+	executor.RegisterBuiltins(mux)
+	handlers.Register(mux)
+	svc, err := executor.New(executor.Options{
+		Conn: nc, Topology: top, WorkerID: *workerID, Pools: strings.Split(*pools, ","), Slots: *slots,
+		Version: version, Mux: mux, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info().Strs("handlers", mux.Names()).Str("pools", *pools).Msg("example executor running; Ctrl-C stops it")
+	return svc.Run(ctx)
+}
+
+// devPassword reads the executor user's password that ax dev keeps in
+// <dir>/nats-users.json.
+func devPassword(dir string) (string, error) {
+	path := filepath.Join(dir, "nats-users.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--ax-dev %s: %w (start ax dev first, or give the folder it keeps its data in)", dir, err)
+	}
+	var passwords map[string]string
+	if err := json.Unmarshal(data, &passwords); err != nil {
+		return "", fmt.Errorf("--ax-dev %s: read %s: %w", dir, path, err)
+	}
+	if passwords["executor"] == "" {
+		return "", errors.New("--ax-dev " + dir + ": " + path + " names no executor user")
+	}
+	return passwords["executor"], nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
