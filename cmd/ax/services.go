@@ -182,6 +182,7 @@ func newExecutorCmd() *cobra.Command {
 		pools    []string
 		slots    int
 		version  string
+		shutdown time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "executor",
@@ -190,7 +191,12 @@ func newExecutorCmd() *cobra.Command {
 pools while it has free slots, holds a lease on each, and reports to AX_REPORTS.
 It needs NATS only, never the database. This binary serves the built-in handlers
 builtin.echo, builtin.sleep and builtin.fail; link the executor package into your
-own binary to serve yours.`,
+own binary to serve yours.
+
+On SIGTERM or Ctrl-C it drains: it stops pulling at once, lets the running
+attempts finish for up to --shutdown-timeout, then cancels those still running
+(they fail with "worker shutting down" and are retried) and exits. Give a
+container at least that long to stop (Kubernetes' terminationGracePeriodSeconds).`,
 		Example: `  ax executor --pool default --slots 32
   NATS_URL=nats://nats.internal:4222 NATS_CREDS=executor.creds ax executor --pool gpu`,
 		Args: cobra.NoArgs,
@@ -206,7 +212,7 @@ own binary to serve yours.`,
 			executor.RegisterBuiltins(mux)
 			svc, err := executor.New(executor.Options{
 				Conn: o.nc, Topology: o.top, WorkerID: workerID, Pools: pools, Slots: slots,
-				Version: version, Mux: mux, Logger: o.log,
+				Version: version, Mux: mux, Logger: o.log, ShutdownTimeout: shutdown,
 			})
 			if err != nil {
 				return err
@@ -220,6 +226,8 @@ own binary to serve yours.`,
 	f.StringSliceVar(&pools, "pool", splitEnv("AX_POOLS"), "pools to serve, repeatable; a task's pool is its dispatch tags joined with + (default \"default\"; env AX_POOLS)")
 	f.IntVar(&slots, "slots", 0, "attempts run at once (default 16)")
 	f.StringVar(&version, "version", "", "worker version compared with tasks' min_worker_version (default "+executor.DefaultVersion+")")
+	f.DurationVar(&shutdown, "shutdown-timeout", executor.DefaultShutdownTimeout,
+		"how long running attempts may go on after SIGTERM before they are cancelled")
 	m.flags(cmd, "")
 	return cmd
 }
