@@ -168,7 +168,7 @@ func badInputs() []badInput {
 		freeText    bool
 	}{
 		{"/v1/instances", "task", false}, {"/v1/instances", "state", false}, {"/v1/instances", "limit", false},
-		{"/v1/instances", "before", false},
+		{"/v1/instances", "before", false}, {"/v1/instances", "after", false},
 		{"/v1/audit", "task", false}, {"/v1/audit", "instance", false}, {"/v1/audit", "operator", true},
 		{"/v1/audit", "since", false}, {"/v1/audit", "limit", false}, {"/v1/audit", "before", false},
 		{"/v1/alerts", "state", false}, {"/v1/alerts", "limit", false}, {"/v1/alerts", "before", false},

@@ -50,6 +50,9 @@ type InstanceQuery struct {
 	Limit int
 	// Before keeps the instances whose id is lower, for paging.
 	Before int64
+	// After keeps the instances whose id is higher, the lowest Limit of
+	// them, for paging back towards the newest.
+	After int64
 	// Since and Until keep the instances fired in [Since, Until).
 	Since, Until time.Time
 }
@@ -171,6 +174,9 @@ func (c *Client) ListInstances(ctx context.Context, q InstanceQuery) ([]schemas.
 	}
 	if q.Before != 0 {
 		v.Set("before", strconv.FormatInt(q.Before, 10))
+	}
+	if q.After != 0 {
+		v.Set("after", strconv.FormatInt(q.After, 10))
 	}
 	if !q.Since.IsZero() {
 		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))

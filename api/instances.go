@@ -93,7 +93,7 @@ func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 }
 
 // listParams are the query parameters GET /v1/instances takes.
-var listParams = map[string]bool{"task": true, "state": true, "limit": true, "before": true, "since": true, "until": true}
+var listParams = map[string]bool{"task": true, "state": true, "limit": true, "before": true, "after": true, "since": true, "until": true}
 
 func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
 	f, e := s.instanceFilter(r)
@@ -119,7 +119,7 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error)
 	q := r.URL.Query()
 	for k := range q {
 		if !listParams[k] {
-			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, state, since, until, limit and before", k)
+			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, state, since, until, limit, before and after", k)
 		}
 	}
 	if task := q.Get("task"); task != "" {
@@ -161,6 +161,14 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error)
 				"before=%q is not an instance id; pass the id of the last instance of the previous page", before)
 		}
 		f.BeforeID = id
+	}
+	if after := q.Get("after"); after != "" {
+		id, err := strconv.ParseInt(after, 10, 64)
+		if err != nil || id < 1 {
+			return f, badRequest("invalid_parameter", "after",
+				"after=%q is not an instance id; pass the id of the first instance of the page you came from", after)
+		}
+		f.AfterID = id
 	}
 	return f, nil
 }

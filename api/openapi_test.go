@@ -582,6 +582,7 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	c.check("GET", "/v1/tasks/{name}/runs/{event_id}", "/v1/tasks/nightly-report/runs/ev-2", "")
 	c.check("GET", "/v1/instances", "/v1/instances", "")
 	c.check("GET", "/v1/instances", "/v1/instances?state=bogus", "")
+	c.check("GET", "/v1/instances", "/v1/instances?after=1&limit=5", "")
 	c.check("GET", "/v1/instances/{id}", fmt.Sprint("/v1/instances/", id), "")
 	c.check("GET", "/v1/instances/{id}/logs", fmt.Sprint("/v1/instances/", id, "/logs"), "")
 	c.check("POST", "/v1/instances/{id}/rerun", fmt.Sprint("/v1/instances/", id, "/rerun"), "")

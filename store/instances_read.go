@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,11 @@ type InstanceFilter struct {
 	// BeforeID keeps the instances whose id is lower: pass the last id of a
 	// page to read the next one.
 	BeforeID int64
+	// AfterID keeps the instances whose id is higher: pass the first id of
+	// a page to read the page before it. With AfterID the limit keeps the
+	// lowest ids above it, so that the page ends where the one after it
+	// starts; they are still returned newest first.
+	AfterID int64
 	// Since and Until keep the instances fired in [Since, Until); zero
 	// times do not filter.
 	Since, Until time.Time
@@ -114,7 +120,8 @@ func (s *Store) InstanceByEvent(ctx context.Context, task, eventID string) (sche
 }
 
 // ListInstances returns the instances that f selects, newest (highest id)
-// first, without their transitions.
+// first, without their transitions. Page back with [InstanceFilter.BeforeID]
+// and forward with [InstanceFilter.AfterID].
 func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.Instance, error) {
 	limit := f.Limit
 	switch {
@@ -148,12 +155,17 @@ func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.
 	if f.BeforeID > 0 {
 		cond("id < $%d", f.BeforeID)
 	}
+	order := "DESC"
+	if f.AfterID > 0 {
+		cond("id > $%d", f.AfterID)
+		order = "ASC"
+	}
 	sql := `SELECT ` + instanceColumns + ` FROM instances`
 	if len(where) > 0 {
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	args = append(args, limit)
-	sql += fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args))
+	sql += fmt.Sprintf(` ORDER BY id %s LIMIT $%d`, order, len(args))
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
@@ -161,6 +173,9 @@ func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.
 	out, err := pgx.CollectRows(rows, scanInstance)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
+	}
+	if order == "ASC" {
+		slices.Reverse(out)
 	}
 	return out, nil
 }

@@ -148,6 +148,85 @@ function leaveView() {
   view = { charts: [], timers: [], abort: new AbortController() };
 }
 
+// ---- lists ----
+
+/**
+ * pager links the pages of a list of the route base, newest first: Newest,
+ * Newer (after the first id shown, where the API pages that way) and Older
+ * (before the last id shown). params is the route's query; the links keep
+ * its filters. ids are those shown, limit the page size asked for.
+ */
+function pager(base, params, ids, limit, { after = true } = {}) {
+  const at = (cursor) => {
+    const q = new URLSearchParams(params);
+    q.delete('before');
+    q.delete('after');
+    if (cursor) q.set(...cursor);
+    return base + (q.toString() ? '?' + q : '');
+  };
+  const link = (id, label, href) => (href
+    ? h('a', { id, class: 'button small', href }, label)
+    : h('span', { id, class: 'button small disabled', 'aria-disabled': 'true' }, label));
+  const newest = !params.get('before') && !params.get('after');
+  // A page after a cursor that came back short holds the newest there are.
+  const newer = after && ids.length > 0 && (params.get('before') || (params.get('after') && ids.length >= limit));
+  const older = ids.length > 0 && (ids.length >= limit || params.get('after'));
+  return h('span', { class: 'pager' },
+    link('page-newest', 'Newest', newest ? null : at()),
+    after ? link('page-newer', '← Newer', newer ? at(['after', ids[0]]) : null) : null,
+    link('page-older', 'Older →', older ? at(['before', ids[ids.length - 1]]) : null),
+    h('span', { class: 'muted small', id: 'page-range' }, ids.length ? `${ids[0]} – ${ids[ids.length - 1]}` : ''));
+}
+
+/**
+ * autoRefresh returns a checkbox that, while checked, calls load every ms
+ * milliseconds for as long as the view is on screen. The choice holds for
+ * the tab's session; it starts checked.
+ */
+function autoRefresh(load, ms = 5000) {
+  const key = 'ax.autorefresh';
+  const box = h('input', { type: 'checkbox', id: 'auto-refresh', checked: sessionStorage.getItem(key) !== 'off' });
+  const status = h('span', { class: 'muted small', id: 'refresh-state' });
+  box.addEventListener('change', () => sessionStorage.setItem(key, box.checked ? 'on' : 'off'));
+  let busy = false;
+  every(ms, async () => {
+    if (!box.checked || busy) return;
+    busy = true;
+    try {
+      await load();
+      status.textContent = 'updated ' + new Date().toLocaleTimeString();
+    } catch (err) {
+      status.textContent = 'refresh failed: ' + (err.message || err);
+    } finally {
+      busy = false;
+    }
+  });
+  return h('span', { class: 'refresh' }, h('label', {}, box, ' auto-refresh'), ' ', status);
+}
+
+/** timeFields returns the since and until inputs of a list's filter. */
+function timeFields(params, names = ['since', 'until']) {
+  const hints = { since: 'since: 1h, 24h or 2026-11-29T08:00:00Z', until: 'until: 10m or 2026-11-29T09:00:00Z' };
+  return names.map((n) => h('input', { name: n, id: 'filter-' + n, list: 'time-presets', placeholder: hints[n], value: params.get(n) || '' }));
+}
+
+/** timePresets are the durations back from now a time field offers. */
+function timePresets() {
+  return h('datalist', { id: 'time-presets' }, ['15m', '1h', '6h', '24h', '7d'].map((v) => h('option', { value: v })));
+}
+
+/** filterForm makes a filter that routes to base with its fields' values. */
+function filterForm(base, fields) {
+  const form = h('form', { class: 'filters' }, fields, h('button', { type: 'submit' }, 'Filter'), timePresets());
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    for (const f of fields) if (f.value.trim()) q.set(f.name, f.value.trim());
+    location.hash = base + (q.toString() ? '?' + q : '');
+  });
+  return form;
+}
+
 // ---- views ----
 
 function loginView() {
@@ -440,22 +519,27 @@ async function taskView(name, query) {
 async function instancesView(query) {
   const mine = view;
   const params = new URLSearchParams(query);
-  const task = h('input', { name: 'task', placeholder: 'task', value: params.get('task') || '' });
-  const state = h('select', { name: 'state' }, ['', 'CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED']
+  const limit = Number(params.get('limit')) || 50;
+  const task = h('input', { name: 'task', id: 'filter-task', placeholder: 'task', value: params.get('task') || '' });
+  const state = h('select', { name: 'state', id: 'filter-state' }, ['', ...states]
     .map((s) => h('option', { value: s, selected: s === (params.get('state') || '') }, s || 'any state')));
-  const filter = h('form', { class: 'filters' }, task, state, h('button', { type: 'submit' }, 'Filter'));
-  filter.addEventListener('submit', (e) => {
-    e.preventDefault();
-    const q = new URLSearchParams();
-    if (task.value) q.set('task', task.value);
-    if (state.value) q.set('state', state.value);
-    location.hash = '#/instances' + (q.toString() ? '?' + q : '');
-  });
-  const { instances = [] } = await get('/v1/instances', { task: params.get('task'), state: params.get('state'), limit: 200 });
+  const size = h('select', { name: 'limit', id: 'filter-limit' }, [50, 100, 200, 500]
+    .map((n) => h('option', { value: n === 50 ? '' : n, selected: n === limit }, n + ' a page')));
+  const filter = filterForm('#/instances', [task, state, ...timeFields(params), size]);
+  const body = h('div');
+  const nav = h('div');
+  const load = async () => {
+    const { instances = [] } = await get('/v1/instances', { task: params.get('task'), state: params.get('state'),
+      since: params.get('since'), until: params.get('until'), before: params.get('before'), after: params.get('after'), limit });
+    if (mine !== view) return;
+    fill(body, table(['instance', 'task', 'state', 'source', 'attempt', 'worker', 'fired', 'run time'], instances.map((i) => [
+      instLink(i.id), taskLink(i.task), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.fired_at), fmtDur(duration(i))]),
+    'No instances match.'));
+    fill(nav, pager('#/instances', params, instances.map((i) => i.id), limit));
+  };
+  await load();
   if (mine !== view) return;
-  showPage(h('h1', {}, 'Instances'), card('Instances', filter,
-    table(['instance', 'task', 'state', 'source', 'attempt', 'worker', 'created', 'run time'], instances.map((i) => [
-      instLink(i.id), taskLink(i.task), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.created_at), fmtDur(duration(i))]))));
+  showPage(h('h1', {}, 'Instances'), card('Instances', filter, h('div', { class: 'list-bar' }, nav, autoRefresh(load)), body));
 }
 
 async function instanceView(id, toLogs) {
@@ -534,13 +618,19 @@ async function instanceView(id, toLogs) {
 
 async function workersView() {
   const mine = view;
-  const { workers = [] } = await get('/v1/workers');
+  const body = h('div');
+  const load = async () => {
+    const { workers = [] } = await get('/v1/workers');
+    if (mine !== view) return;
+    fill(body, table(
+      ['worker', 'host', 'version', 'pools', 'handlers', 'slots busy', 'started', 'last heartbeat'],
+      workers.map((w) => [h('code', {}, w.id), w.hostname || '—', w.version, (w.pools || []).join(', '),
+        h('span', { class: 'small' }, (w.handlers || []).join(', ')), `${w.busy} / ${w.slots}`, fmtTime(w.started_at), fmtAgo(w.heartbeat_at)]),
+      'No live worker.'));
+  };
+  await load();
   if (mine !== view) return;
-  showPage(h('h1', {}, 'Workers'), card('Live workers', table(
-    ['worker', 'host', 'version', 'pools', 'handlers', 'slots busy', 'started', 'last heartbeat'],
-    workers.map((w) => [h('code', {}, w.id), w.hostname || '—', w.version, (w.pools || []).join(', '),
-      h('span', { class: 'small' }, (w.handlers || []).join(', ')), `${w.busy} / ${w.slots}`, fmtTime(w.started_at), fmtAgo(w.heartbeat_at)]),
-    'No live worker.')));
+  showPage(h('h1', {}, 'Workers'), card('Live workers', h('div', { class: 'list-bar' }, h('span'), autoRefresh(load)), body));
 }
 
 async function streamsView() {
@@ -560,37 +650,50 @@ async function alertsView(query) {
   const mine = view;
   const params = new URLSearchParams(query);
   const st = params.get('state') || '';
-  const { alerts = [] } = await get('/v1/alerts', { state: st, limit: 200 });
+  const limit = 100;
   const tabs = h('p', { class: 'tabs' }, ['', 'firing', 'acked', 'resolved'].map((s) =>
     h('a', { href: '#/alerts' + (s ? '?state=' + s : ''), class: s === st ? 'active' : '' }, s || 'all')));
+  const body = h('div');
+  const nav = h('div');
+  const load = async () => {
+    const { alerts = [] } = await get('/v1/alerts', { state: st, before: params.get('before'), limit });
+    if (mine !== view) return;
+    fill(body, table(
+      ['level', 'rule', 'state', 'task', 'instance', 'reason', 'count', 'first seen', 'last seen', ''],
+      alerts.map((a) => [badge(a.level), a.rule, badge(a.state), a.task ? taskLink(a.task) : '—', a.instance_id ? instLink(a.instance_id) : '—',
+        a.reason, a.count, fmtTime(a.first_seen), fmtTime(a.last_seen),
+        a.state === 'firing' ? h('button', { type: 'button', class: 'small', onclick: async () => {
+          if (await act('acknowledge alert ' + a.id, () => call('POST', `/v1/alerts/${a.id}/ack`, {})) !== undefined) load();
+        } }, 'Acknowledge') : '']), 'No alerts.'));
+    fill(nav, pager('#/alerts', params, alerts.map((a) => a.id), limit, { after: false }));
+  };
+  await load();
   if (mine !== view) return;
-  showPage(h('h1', {}, 'Alerts'), card('Alerts', tabs, table(
-    ['level', 'rule', 'state', 'task', 'instance', 'reason', 'count', 'first seen', 'last seen', ''],
-    alerts.map((a) => [badge(a.level), a.rule, badge(a.state), a.task ? taskLink(a.task) : '—', a.instance_id ? instLink(a.instance_id) : '—',
-      a.reason, a.count, fmtTime(a.first_seen), fmtTime(a.last_seen),
-      a.state === 'firing' ? h('button', { type: 'button', class: 'small', onclick: async () => {
-        if (await act('acknowledge alert ' + a.id, () => call('POST', `/v1/alerts/${a.id}/ack`, {})) !== undefined) route();
-      } }, 'Acknowledge') : '']), 'No alerts.')));
+  showPage(h('h1', {}, 'Alerts'), card('Alerts', tabs, h('div', { class: 'list-bar' }, nav, autoRefresh(load)), body));
 }
 
 async function auditView(query) {
   const mine = view;
   const params = new URLSearchParams(query);
-  const fields = ['task', 'instance', 'operator'].map((n) => h('input', { name: n, placeholder: n, value: params.get(n) || '' }));
-  const filter = h('form', { class: 'filters' }, fields, h('button', { type: 'submit' }, 'Filter'));
-  filter.addEventListener('submit', (e) => {
-    e.preventDefault();
-    const q = new URLSearchParams();
-    for (const f of fields) if (f.value) q.set(f.name, f.value);
-    location.hash = '#/audit' + (q.toString() ? '?' + q : '');
-  });
-  const { records = [] } = await get('/v1/audit', { task: params.get('task'), instance: params.get('instance'), operator: params.get('operator'), limit: 200 });
+  const limit = 100;
+  const fields = ['task', 'instance', 'operator'].map((n) => h('input', { name: n, id: 'filter-' + n, placeholder: n, value: params.get(n) || '' }));
+  const filter = filterForm('#/audit', [...fields, ...timeFields(params, ['since'])]);
+  const body = h('div');
+  const nav = h('div');
+  const load = async () => {
+    const { records = [] } = await get('/v1/audit', { task: params.get('task'), instance: params.get('instance'), operator: params.get('operator'),
+      since: params.get('since'), before: params.get('before'), limit });
+    if (mine !== view) return;
+    fill(body, table(
+      ['time', 'kind', 'task', 'instance', 'what', 'operator', 'reason'],
+      records.map((r) => [fmtTime(r.at), r.kind, r.task ? taskLink(r.task) : '—', r.instance_id ? instLink(r.instance_id) : '—',
+        r.action ? r.action : [r.from ? badge(r.from) : null, r.from ? ' → ' : null, r.to ? badge(r.to) : null],
+        h('code', {}, r.operator), r.reason || '']), 'No audit records.'));
+    fill(nav, pager('#/audit', params, records.map((r) => r.id), limit, { after: false }));
+  };
+  await load();
   if (mine !== view) return;
-  showPage(h('h1', {}, 'Audit'), card('Audit records', filter, table(
-    ['time', 'kind', 'task', 'instance', 'what', 'operator', 'reason'],
-    records.map((r) => [fmtTime(r.at), r.kind, r.task ? taskLink(r.task) : '—', r.instance_id ? instLink(r.instance_id) : '—',
-      r.action ? r.action : [r.from ? badge(r.from) : null, r.from ? ' → ' : null, r.to ? badge(r.to) : null],
-      h('code', {}, r.operator), r.reason || '']), 'No audit records.')));
+  showPage(h('h1', {}, 'Audit'), card('Audit records', filter, h('div', { class: 'list-bar' }, nav, autoRefresh(load)), body));
 }
 
 // ---- routing ----

@@ -90,6 +90,12 @@ func click(sel string) chromedp.Action[chromedp.Void] {
 	)
 }
 
+// setValue sets the value of the input sel names, found, like click's,
+// at the moment it is set.
+func setValue(sel, value string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => { const el = document.querySelector(%q); if (!el) return false; el.value = %q; return true; })()`, sel, value))
+}
+
 // read runs one browser action under a deadline and returns its value; it
 // fails the test like do.
 func read[T any](t *testing.T, ctx context.Context, step string, timeout time.Duration, action chromedp.Action[T]) T {
@@ -329,10 +335,11 @@ func waitStat(label, want string) chromedp.Action[chromedp.Void] {
 	return chromedp.Poll[chromedp.Void](fmt.Sprintf(statJS, label) + ` === ` + strconv.Quote(want))
 }
 
-// TestConsoleDashboardCountsEveryRun: under a backlog of more runs than one
-// page of instances holds, the dashboard's counts, success rate and run
-// times are those of every run of the hour.
-func TestConsoleDashboardCountsEveryRun(t *testing.T) {
+// TestConsoleUnderABacklog: under a backlog of more runs than one page of
+// instances holds, the dashboard's counts, success rate and run times are
+// those of every run of the hour, and the instances list pages through
+// them, filters them by time and refreshes itself.
+func TestConsoleUnderABacklog(t *testing.T) {
 	path := chromium(t)
 	s := newSystem(t)
 	mux := executor.NewMux()
@@ -378,6 +385,78 @@ func TestConsoleDashboardCountsEveryRun(t *testing.T) {
 	if charted != ok+failed {
 		t.Errorf("the throughput chart shows %d runs, want %d", charted, ok+failed)
 	}
+
+	// The count of a state links to those instances of the hour.
+	do(t, ctx, "open the failures of the hour", 10*time.Second,
+		click(`#states a[data-state="FAILED"]`),
+		chromedp.WaitVisible(chromedp.ID("page-older")),
+	)
+	if got := shownIDs(t, ctx); len(got) != failed {
+		t.Errorf("the failures of the hour list %d instances, want %d", len(got), failed)
+	}
+	if hash := read(t, ctx, "read the location", 5*time.Second, chromedp.Evaluate[string](`location.hash`)); hash != "#/instances?state=FAILED&since=1h" {
+		t.Errorf("the count of failures links to %s", hash)
+	}
+
+	// Pages of 50, older and back.
+	page := func(q api.InstanceQuery) []int64 {
+		t.Helper()
+		q.Task, q.Limit = "echo", 50
+		list, err := s.client.ListInstances(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]int64, len(list))
+		for i, in := range list {
+			ids[i] = in.ID
+		}
+		return ids
+	}
+	first := page(api.InstanceQuery{})
+	second := page(api.InstanceQuery{Before: first[len(first)-1]})
+	do(t, ctx, "open the newest page", 10*time.Second,
+		chromedp.Navigate(s.apiURL+"/#/instances?task=echo"),
+		waitIDs(first),
+		chromedp.WaitVisible(chromedp.CSS(`span#page-newer.disabled`)),
+	)
+	do(t, ctx, "page to older instances", 10*time.Second, click("a#page-older"), waitIDs(second))
+	do(t, ctx, "page back to newer ones", 10*time.Second, click("a#page-newer"), waitIDs(first))
+	do(t, ctx, "page to older instances again", 10*time.Second, click("a#page-older"), waitIDs(second))
+	do(t, ctx, "go to the newest page", 10*time.Second, click("a#page-newest"), waitIDs(first))
+
+	// The time filter reaches the API: nothing was fired before 2020.
+	do(t, ctx, "filter by time", 10*time.Second,
+		setValue("#filter-until", "2020-01-01T00:00:00Z"),
+		click(`form.filters button[type=submit]`),
+		chromedp.WaitVisible(chromedp.Search(`//p[text()="No instances match."]`)),
+		setValue("#filter-until", ""),
+		setValue("#filter-since", "1h"),
+		click(`form.filters button[type=submit]`),
+		waitIDs(first),
+	)
+	if hash := read(t, ctx, "read the location", 5*time.Second, chromedp.Evaluate[string](`location.hash`)); hash != "#/instances?task=echo&since=1h" {
+		t.Errorf("the filter routes to %s, want #/instances?task=echo&since=1h", hash)
+	}
+
+	// The newest page shows a new run by itself.
+	id := s.fire("echo", nil)
+	do(t, ctx, "see a new run appear", 20*time.Second,
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//td/a[@href="#/instances/%d"]`, id))))
+}
+
+// idsJS is a script that returns the ids of the instances listed on the page.
+const idsJS = `[...document.querySelectorAll('main tbody tr td:first-child a')].map((a) => Number(a.textContent.slice(1)))`
+
+// shownIDs returns the ids of the instances listed on the page.
+func shownIDs(t *testing.T, ctx context.Context) []int64 {
+	t.Helper()
+	return read(t, ctx, "read the instances listed", 5*time.Second, chromedp.Evaluate[[]int64](idsJS))
+}
+
+// waitIDs waits until the page lists the instances ids, in that order.
+func waitIDs(ids []int64) chromedp.Action[chromedp.Void] {
+	want, _ := json.Marshal(ids)
+	return chromedp.Poll[chromedp.Void](fmt.Sprintf(`JSON.stringify(%s) === %q`, idsJS, want))
 }
 
 // consoleAPI starts another API of the system, which serves the metrics
