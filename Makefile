@@ -15,12 +15,19 @@ WITHPG = $(GO) run ./internal/tools/withpg --
 # CHROMIUM is the browser the console's browser test (internal/e2e) drives;
 # the test reads AX_CHROMIUM too.
 CHROMIUM ?= $(or $(AX_CHROMIUM),/usr/bin/chromium)
+# AX_BENCH_FSYNC is the durability the benchmarks' private PostgreSQL runs
+# with: on (production, the default) or off. The benchmarks print what the
+# server reports either way.
+AX_BENCH_FSYNC ?= on
+# BENCHPG is WITHPG for the benchmarks: AX_BENCH_FSYNC, pg_stat_statements
+# preloaded.
+BENCHPG = $(GO) run ./internal/tools/withpg -fsync $(AX_BENCH_FSYNC) -set shared_preload_libraries=pg_stat_statements --
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test chromium lint fuzz bench bench-pipeline tidy
+.PHONY: help dev build test chromium lint fuzz bench bench-pipeline bench-profile bench-peers tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -62,11 +69,24 @@ fuzz: ## run every Fuzz* test for FUZZTIME (20s) each
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
 	done
 
-bench: ## run every benchmark once (private PostgreSQL unless TEST_DATABASE_URL is set)
-	$(WITHPG) $(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
+bench: ## run every benchmark once (private PostgreSQL with fsync on unless TEST_DATABASE_URL is set)
+	$(BENCHPG) $(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
 
-bench-pipeline: ## measure the whole pipeline: burst throughput and steady-load start latency
-	$(WITHPG) $(GO) test -run '^$$' -bench Pipeline -benchtime 1x ./internal/e2e
+bench-pipeline: ## measure the whole pipeline: burst throughput and steady-load start latency (AX_BENCH_FSYNC=on)
+	$(BENCHPG) $(GO) test -run '^$$' -bench Pipeline -benchtime 1x ./internal/e2e
+
+bench-profile: ## CPU profile of the burst by service, and its costliest functions (AX_BENCH_N=20000)
+	@mkdir -p bin
+	$(GO) test -c -o bin/e2e.test ./internal/e2e
+	$(BENCHPG) env AX_BENCH_CPUPROFILE=bin/burst.pprof bin/e2e.test -test.run '^$$' -test.bench PipelineThroughput -test.benchtime 1x
+	$(GO) tool pprof -tags bin/burst.pprof 2>/dev/null | sed -n '/service/,/^$$/p'
+	@for svc in dispatcher executor nats-server; do \
+		echo "== $$svc: top functions by cumulative CPU (of the whole profile)"; \
+		$(GO) tool pprof -top -cum -nodecount 25 -tagfocus service=$$svc bin/e2e.test bin/burst.pprof 2>/dev/null | sed -n '/flat%/,$$p'; \
+	done
+
+bench-peers: ## AX's burst and steady benchmarks and River's, round-robin on one PostgreSQL (fsync on), 3 rounds: medians and ratios
+	cd bench && $(GO) run ./peers -rounds 3
 
 tidy: ## go mod tidy, failing if it changed go.mod or go.sum
 	@before=$$(cat go.mod go.sum | cksum); \

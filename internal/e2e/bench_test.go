@@ -3,32 +3,83 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
 
+// The pipeline benchmarks run with production settings unless told
+// otherwise: the PostgreSQL they are given (make bench-pipeline starts one
+// with fsync on; they print what the server says), the production lease TTL
+// (AX_BENCH_LEASE_TTL overrides it) and JetStream on file storage, as ax dev
+// runs it. Every run prints these settings beside its figures.
+
 // benchSystem starts a system with one executor of 256 slots serving the
-// no-op task "noop".
-func benchSystem(b *testing.B) *system {
-	s := newSystem(b)
+// no-op task "noop", with leases of AX_BENCH_LEASE_TTL (default: the
+// production 30 s).
+func benchSystem(b *testing.B) *benchRig {
+	ttl := envDuration(b, "AX_BENCH_LEASE_TTL", streams.DefaultLeaseTTL)
+	s := &benchRig{system: newSystemTTL(b, ttl)}
 	s.log = zerolog.Nop()
 	mux := executor.NewMux()
 	mux.HandleFunc("bench.noop", func(context.Context, *executor.Task) (any, error) { return nil, nil })
-	s.executor("bench", mux, 256)
+	serviceLabel("executor")
+	conn, _ := s.srv.Connect()
+	executortest.Run(b, executor.Options{Conn: conn, WorkerID: "bench", Mux: mux, Slots: 256, Logger: s.log})
+	pprof.SetGoroutineLabels(context.Background())
+	s.benchConns = map[string]*nats.Conn{"dispatcher": s.dispatchConn, "executor": conn, "firing": s.js.Conn()}
 	s.apply(`
 task_name: noop
 execution:
   handler: bench.noop
 `)
+	benchf(b, "settings: %s", s.benchSettings(b, ttl))
 	return s
+}
+
+// benchRig is a system under a benchmark.
+type benchRig struct {
+	*system
+	// benchConns are the NATS connections whose messages a costMeter
+	// counts, by who uses them.
+	benchConns map[string]*nats.Conn
+}
+
+// benchSettings describes what the benchmark runs on: PostgreSQL's
+// durability as the server reports it, the lease TTL, JetStream's storage,
+// and the machine.
+func (s *system) benchSettings(b *testing.B, ttl time.Duration) string {
+	ctx := context.Background()
+	var fsync, syncCommit, fullPages, version string
+	err := s.pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'),
+       current_setting('full_page_writes'), current_setting('server_version')`).Scan(&fsync, &syncCommit, &fullPages, &version)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := s.js.Stream(ctx, s.srv.Topology.DispatchStream())
+	if err != nil {
+		b.Fatal(err)
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	return fmt.Sprintf("postgres %s fsync=%s synchronous_commit=%s full_page_writes=%s; lease TTL %s; JetStream %s storage (nats-server %s embedded); %d CPUs, load average %s",
+		version, fsync, syncCommit, fullPages, ttl, st.CachedInfo().Config.Storage, server.VERSION, cpus(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
 }
 
 // fireNoop publishes one firing of "noop", asynchronously into batch.
@@ -41,20 +92,55 @@ func (s *system) fireNoop(b *testing.B, batch *streams.AsyncBatch, eventID strin
 	batch.Add(m)
 }
 
-// waitSucceeded waits until want instances of "noop" have succeeded.
-func (s *system) waitSucceeded(b *testing.B, want int) {
-	waitFor(b, "every instance to succeed", 10*time.Minute, func() (bool, error) {
-		var done int
-		err := s.pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM instances WHERE task = 'noop' AND state = 'SUCCEEDED'`).Scan(&done)
-		return done >= want, err
+// waitEnded waits until want instances of "noop" have ended (SUCCEEDED,
+// FAILED, SKIPPED or CANCELLED) and returns how many ended in each state.
+// It fails the benchmark after AX_BENCH_TIMEOUT (default 10 minutes), saying
+// how far they got.
+func (s *system) waitEnded(b *testing.B, want int) map[schemas.State]int {
+	timeout := envDuration(b, "AX_BENCH_TIMEOUT", 10*time.Minute)
+	var states map[schemas.State]int
+	deadline := time.Now().Add(timeout)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		var err error
+		states, err = s.countStates()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ended := 0
+		for st, n := range states {
+			if st.Terminal() {
+				ended += n
+			}
+		}
+		if ended >= want {
+			return states
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("after %v, %d of %d instances ended; states: %v", timeout, ended, want, states)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// countStates counts the instances of "noop" by state.
+func (s *system) countStates() (map[schemas.State]int, error) {
+	rows, err := s.pool.Query(context.Background(), `SELECT state, count(*) FROM instances WHERE task = 'noop' GROUP BY state`)
+	if err != nil {
+		return nil, err
+	}
+	states := map[schemas.State]int{}
+	var st string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error {
+		states[schemas.State(st)] = n
+		return nil
 	})
+	return states, err
 }
 
 // reportStartLatency reports the p50 and p99 of firing → handler start over
 // every instance of "noop".
-func (s *system) reportStartLatency(b *testing.B) {
-	var p50, p99 float64
+func (s *system) reportStartLatency(b *testing.B) (p50, p99 float64) {
 	err := s.pool.QueryRow(context.Background(), `
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
 FROM (SELECT extract(epoch FROM started_at - fired_at) * 1000 AS ms FROM instances WHERE task = 'noop') t`).Scan(&p50, &p99)
@@ -63,6 +149,14 @@ FROM (SELECT extract(epoch FROM started_at - fired_at) * 1000 AS ms FROM instanc
 	}
 	b.ReportMetric(p50, "p50_start_ms")
 	b.ReportMetric(p99, "p99_start_ms")
+	return p50, p99
+}
+
+// benchf prints one line of a benchmark's report on standard output,
+// prefixed with the benchmark's name: testing keeps only the first ten lines
+// of a benchmark's log.
+func benchf(b *testing.B, format string, args ...any) {
+	fmt.Printf("%s: %s\n", b.Name(), fmt.Sprintf(format, args...))
 }
 
 func envInt(b *testing.B, name string, def int) int {
@@ -77,16 +171,54 @@ func envInt(b *testing.B, name string, def int) int {
 	return n
 }
 
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		b.Fatalf("%s=%q: want a positive duration such as 30s", name, v)
+	}
+	return d
+}
+
 // BenchmarkPipelineThroughput fires AX_BENCH_N (default 20000) no-op
 // instances at once through the real pipeline — trigger stream, dispatcher,
 // PostgreSQL, dispatch stream, executor, reports, dispatcher — and reports
-// end-to-end instances/s, from the first firing to the last SUCCEEDED. Its
-// start latencies are those of a backlog: they measure queueing.
+// end-to-end instances/s, from the first firing until every instance has
+// ended, with how many ended SUCCEEDED and FAILED, the CPU spent per
+// instance, and where the round trips went (see [costMeter]). Its start
+// latencies are those of a backlog: they measure queueing.
+//
+// With AX_BENCH_CPUPROFILE set to a file, it writes a CPU profile of the
+// burst alone there, its samples labelled by service
+// (go tool pprof -tags FILE).
 func BenchmarkPipelineThroughput(b *testing.B) {
 	n := envInt(b, "AX_BENCH_N", 20000)
 	s := benchSystem(b)
 	ctx := context.Background()
+	meter := s.newCostMeter(b)
+	if path := os.Getenv("AX_BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	serviceLabel("bench")
+	defer pprof.SetGoroutineLabels(context.Background())
 	var total time.Duration
+	var states map[schemas.State]int
+	meter.start()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		batch := streams.NewAsyncBatch(s.js)
@@ -101,12 +233,21 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 		if err := batch.Wait(ctx); err != nil {
 			b.Fatal(err)
 		}
-		s.waitSucceeded(b, (i+1)*n)
+		states = s.waitEnded(b, (i+1)*n)
 		total += time.Since(start)
 	}
-	b.ReportMetric(float64(b.N*n)/total.Seconds(), "instances/s")
-	s.reportStartLatency(b)
+	pprof.StopCPUProfile()
+	instances := b.N * n
+	rate := float64(instances) / total.Seconds()
+	b.ReportMetric(rate, "instances/s")
+	b.ReportMetric(float64(states[schemas.StateSucceeded]), "succeeded")
+	b.ReportMetric(float64(states[schemas.StateFailed]), "failed")
+	cost := meter.stop(instances)
+	p50, p99 := s.reportStartLatency(b)
 	b.ReportMetric(0, "ns/op")
+	benchf(b, "burst of %d no-op firings: %.0f instances/s (%.2f s); %d SUCCEEDED, %d FAILED, states %v; start latency of the backlog p50 %.0f ms, p99 %.0f ms",
+		instances, rate, total.Seconds(), states[schemas.StateSucceeded], states[schemas.StateFailed], states, p50, p99)
+	cost.log(b)
 }
 
 // BenchmarkPipelineLatency fires no-op instances at a steady AX_BENCH_RATE per
@@ -120,7 +261,10 @@ func BenchmarkPipelineLatency(b *testing.B) {
 	ctx := context.Background()
 	const tick = 10 * time.Millisecond
 	perTick := max(rate/int(time.Second/tick), 1)
+	meter := s.newCostMeter(b)
+	meter.start()
 	fired := 0
+	var states map[schemas.State]int
 	for i := 0; i < b.N; i++ {
 		ticker := time.NewTicker(tick)
 		batch := streams.NewAsyncBatch(s.js)
@@ -135,9 +279,395 @@ func BenchmarkPipelineLatency(b *testing.B) {
 			}
 		}
 		ticker.Stop()
-		s.waitSucceeded(b, fired)
+		states = s.waitEnded(b, fired)
 	}
-	b.ReportMetric(float64(perTick)*float64(time.Second/tick), "fired/s")
-	s.reportStartLatency(b)
+	cost := meter.stop(fired)
+	firedPerSecond := float64(perTick) * float64(time.Second/tick)
+	b.ReportMetric(firedPerSecond, "fired/s")
+	b.ReportMetric(float64(states[schemas.StateSucceeded]), "succeeded")
+	b.ReportMetric(float64(states[schemas.StateFailed]), "failed")
+	p50, p99 := s.reportStartLatency(b)
 	b.ReportMetric(0, "ns/op")
+	benchf(b, "steady %.0f firings/s for %d s: firing → handler start p50 %.1f ms, p99 %.1f ms; %d SUCCEEDED, %d FAILED",
+		firedPerSecond, seconds*b.N, p50, p99, states[schemas.StateSucceeded], states[schemas.StateFailed])
+	cost.log(b)
+}
+
+// costMeter measures what a stretch of a benchmark cost: CPU (the whole
+// machine's, from /proc/stat, and the benchmark's own: this process and its
+// PostgreSQL server's processes), NATS messages and JetStream API requests
+// (from the embedded server's counters), messages stored per stream,
+// PostgreSQL transactions, WAL flushes, deadlocks and statements (with
+// pg_stat_statements when the server preloads it).
+type costMeter struct {
+	b *testing.B
+	s *benchRig
+	// postmaster is the PostgreSQL server's pid when it runs on this
+	// machine, else 0.
+	postmaster int
+	// statements says whether pg_stat_statements is there.
+	statements bool
+	// logFile is the server's log (TEST_DATABASE_LOG), or "".
+	logFile string
+	before  costSample
+	began   time.Time
+}
+
+// costSample is one reading of every counter a costMeter follows.
+type costSample struct {
+	machineBusy, machineTotal float64 // seconds of CPU, summed over cores
+	own, postgres             float64 // seconds of CPU
+	natsIn                    int64
+	jsAPI, jsAPIErrors        uint64
+	streams                   map[string]uint64 // last sequence by stream
+	commits, rollbacks        int64
+	deadlocks                 int64
+	walRecords, walSyncs      int64
+	logBytes                  int64
+	// sent and received are the messages each connection of
+	// benchRig.benchConns sent and received, by its name.
+	sent, received map[string]uint64
+}
+
+// cost is what a costMeter measured over n instances.
+type cost struct {
+	n                         int
+	elapsed                   time.Duration
+	d                         costSample // differences
+	statements                []statementCost
+	deadlockLines             int
+	haveLog, havePG, haveStmt bool
+}
+
+type statementCost struct {
+	calls   int64
+	totalMS float64
+	rows    int64
+	query   string
+}
+
+func (s *benchRig) newCostMeter(b *testing.B) *costMeter {
+	ctx := context.Background()
+	m := &costMeter{b: b, s: s, logFile: os.Getenv("TEST_DATABASE_LOG")}
+	var pid int
+	if err := s.pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
+		if st, err := readProcStat(pid); err == nil {
+			m.postmaster = st.ppid
+		}
+	}
+	var preload string
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('shared_preload_libraries')`).Scan(&preload); err != nil {
+		b.Fatal(err)
+	}
+	if strings.Contains(preload, "pg_stat_statements") {
+		if _, err := s.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+			b.Fatal(err)
+		}
+		m.statements = true
+	}
+	return m
+}
+
+// start takes the first reading and resets the statement statistics.
+func (m *costMeter) start() {
+	if m.statements {
+		if _, err := m.s.pool.Exec(context.Background(), `SELECT pg_stat_statements_reset()`); err != nil {
+			m.b.Fatal(err)
+		}
+	}
+	m.before = m.sample()
+	m.began = time.Now()
+}
+
+// stop takes the second reading and returns the differences over n
+// instances.
+func (m *costMeter) stop(n int) cost {
+	elapsed := time.Since(m.began)
+	after := m.sample()
+	// A PostgreSQL backend publishes its statistics (commits, WAL,
+	// deadlocks) at most once a second: read them again once they are in.
+	time.Sleep(1500 * time.Millisecond)
+	settled := m.sample()
+	after.commits, after.rollbacks, after.deadlocks = settled.commits, settled.rollbacks, settled.deadlocks
+	after.walRecords, after.walSyncs = settled.walRecords, settled.walSyncs
+	c := cost{n: n, elapsed: elapsed, havePG: m.postmaster != 0, haveStmt: m.statements, haveLog: m.logFile != ""}
+	b := m.before
+	c.d = costSample{
+		machineBusy: after.machineBusy - b.machineBusy, machineTotal: after.machineTotal - b.machineTotal,
+		own: after.own - b.own, postgres: after.postgres - b.postgres,
+		natsIn: after.natsIn - b.natsIn, jsAPI: after.jsAPI - b.jsAPI, jsAPIErrors: after.jsAPIErrors - b.jsAPIErrors,
+		streams: map[string]uint64{}, commits: after.commits - b.commits, rollbacks: after.rollbacks - b.rollbacks,
+		deadlocks: after.deadlocks - b.deadlocks, walRecords: after.walRecords - b.walRecords, walSyncs: after.walSyncs - b.walSyncs,
+	}
+	c.d.sent, c.d.received = map[string]uint64{}, map[string]uint64{}
+	for name := range after.sent {
+		c.d.sent[name], c.d.received[name] = after.sent[name]-b.sent[name], after.received[name]-b.received[name]
+	}
+	for name, seq := range after.streams {
+		if d := seq - b.streams[name]; d > 0 {
+			c.d.streams[name] = d
+		}
+	}
+	if m.logFile != "" {
+		c.deadlockLines = countInFile(m.b, m.logFile, b.logBytes, "deadlock detected")
+	}
+	if m.statements {
+		c.statements = m.topStatements()
+	}
+	m.b.ReportMetric(c.d.machineBusy/float64(n)*1e6, "machine_cpu_us/inst")
+	m.b.ReportMetric((c.d.own+c.d.postgres)/float64(n)*1e6, "own_cpu_us/inst")
+	m.b.ReportMetric(float64(c.d.jsAPI)/float64(n), "js_api/inst")
+	m.b.ReportMetric(float64(c.deadlockLines), "deadlock_lines")
+	return c
+}
+
+func (m *costMeter) sample() costSample {
+	ctx := context.Background()
+	var c costSample
+	c.machineBusy, c.machineTotal = machineCPU(m.b)
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		m.b.Fatal(err)
+	}
+	c.own = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	if m.postmaster != 0 {
+		c.postgres = processTreeCPU(m.postmaster)
+	}
+	v, err := m.s.srv.Varz(nil)
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	c.natsIn = v.InMsgs
+	c.sent, c.received = map[string]uint64{}, map[string]uint64{}
+	for name, nc := range m.s.benchConns {
+		st := nc.Stats()
+		c.sent[name], c.received[name] = st.OutMsgs, st.InMsgs
+	}
+	js, err := m.s.srv.Jsz(nil)
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	c.jsAPI, c.jsAPIErrors = js.API.Total, js.API.Errors
+	c.streams = map[string]uint64{}
+	names := m.s.js.StreamNames(ctx)
+	for name := range names.Name() {
+		st, err := m.s.js.Stream(ctx, name)
+		if err != nil {
+			m.b.Fatal(err)
+		}
+		c.streams[name] = st.CachedInfo().State.LastSeq
+	}
+	if err := names.Err(); err != nil {
+		m.b.Fatal(err)
+	}
+	// The statistics of other sessions reach the views at most a second
+	// late; a fresh snapshot is taken for each query.
+	if _, err := m.s.pool.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		m.b.Fatal(err)
+	}
+	err = m.s.pool.QueryRow(ctx, `SELECT xact_commit, xact_rollback, deadlocks FROM pg_stat_database WHERE datname = current_database()`).
+		Scan(&c.commits, &c.rollbacks, &c.deadlocks)
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	if err := m.s.pool.QueryRow(ctx, `SELECT wal_records, wal_sync FROM pg_stat_wal`).Scan(&c.walRecords, &c.walSyncs); err != nil {
+		m.b.Fatal(err)
+	}
+	if m.logFile != "" {
+		if fi, err := os.Stat(m.logFile); err == nil {
+			c.logBytes = fi.Size()
+		}
+	}
+	return c
+}
+
+// topStatements returns the statements of this benchmark's database by
+// total execution time, the costliest first.
+func (m *costMeter) topStatements() []statementCost {
+	rows, err := m.s.pool.Query(context.Background(), `
+SELECT calls, total_exec_time, rows, regexp_replace(query, '\s+', ' ', 'g')
+FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY total_exec_time DESC LIMIT 12`)
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	var out []statementCost
+	var sc statementCost
+	_, err = pgx.ForEachRow(rows, []any{&sc.calls, &sc.totalMS, &sc.rows, &sc.query}, func() error {
+		out = append(out, sc)
+		return nil
+	})
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	return out
+}
+
+// log prints the cost, per instance where that is the figure that holds
+// from one run to another.
+func (c cost) log(b *testing.B) {
+	n := float64(c.n)
+	us := func(seconds float64) float64 { return seconds / n * 1e6 }
+	benchf(b, "CPU over %.2f s: machine %.2f of %.0f cores busy = %.0f µs per instance (every process on the machine, /proc/stat)",
+		c.elapsed.Seconds(), c.d.machineBusy/c.elapsed.Seconds(), c.d.machineTotal/c.elapsed.Seconds(), us(c.d.machineBusy))
+	if c.havePG {
+		benchf(b, "CPU of the benchmark itself: %.0f µs per instance = %.0f in this process (NATS server, dispatcher, executor, firing) + %.0f in PostgreSQL",
+			us(c.d.own+c.d.postgres), us(c.d.own), us(c.d.postgres))
+	} else {
+		benchf(b, "CPU of this process (NATS server, dispatcher, executor, firing): %.0f µs per instance; PostgreSQL's is not on this machine or not visible", us(c.d.own))
+	}
+	benchf(b, "NATS: %.1f messages into the server per instance, %.2f JetStream API requests per instance (%d errors)",
+		float64(c.d.natsIn)/n, float64(c.d.jsAPI)/n, c.d.jsAPIErrors)
+	var parts []string
+	for name, d := range c.d.sent {
+		parts = append(parts, fmt.Sprintf("%s sent %.2f and received %.2f", name, float64(d)/n, float64(c.d.received[name])/n))
+	}
+	slices.Sort(parts)
+	benchf(b, "NATS messages per instance, by connection (publishes, acks, pull requests and KV operations sent; deliveries and replies received): %s", strings.Join(parts, "; "))
+	parts = nil
+	for name, d := range c.d.streams {
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, float64(d)/n))
+	}
+	slices.Sort(parts)
+	benchf(b, "messages stored per instance: %s", strings.Join(parts, ", "))
+	benchf(b, "PostgreSQL: %.3f commits and %.3f rollbacks per instance, %.1f WAL records and %.3f WAL syncs per instance, %d deadlocks (pg_stat_database)",
+		float64(c.d.commits)/n, float64(c.d.rollbacks)/n, float64(c.d.walRecords)/n, float64(c.d.walSyncs)/n, c.d.deadlocks)
+	if c.haveLog {
+		benchf(b, "PostgreSQL log: %d lines with \"deadlock detected\"", c.deadlockLines)
+	} else {
+		benchf(b, "PostgreSQL log: not counted (TEST_DATABASE_LOG unset; withpg sets it)")
+	}
+	if !c.haveStmt {
+		benchf(b, "statements: not measured (start PostgreSQL with shared_preload_libraries=pg_stat_statements, as make bench-pipeline does)")
+		return
+	}
+	var calls int64
+	var totalMS float64
+	for _, sc := range c.statements {
+		calls += sc.calls
+		totalMS += sc.totalMS
+	}
+	benchf(b, "statements by total execution time (pg_stat_statements, top %d: %.3f calls and %.0f µs per instance):", len(c.statements), float64(calls)/n, totalMS*1e3/n)
+	for _, sc := range c.statements {
+		q := sc.query
+		if len(q) > 110 {
+			q = q[:110] + "…"
+		}
+		benchf(b, "  %7d calls %9.1f ms %6.1f µs/inst %8d rows  %s", sc.calls, sc.totalMS, sc.totalMS*1e3/n, sc.rows, q)
+	}
+}
+
+// clockTicks is Linux's USER_HZ, the unit of /proc's CPU times: 100 on
+// every architecture Go supports.
+const clockTicks = 100
+
+// machineCPU returns the machine's busy and total CPU seconds since boot,
+// summed over cores, from the first line of /proc/stat. Busy is everything
+// but idle and iowait.
+func machineCPU(b *testing.B) (busy, total float64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		b.Fatalf("read /proc/stat for the machine's CPU time: %v", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		b.Fatalf("/proc/stat starts with %q, want the cpu line", line)
+	}
+	// user nice system idle iowait irq softirq steal; guest time is
+	// already inside user.
+	for i, f := range fields[1:9] {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			b.Fatalf("/proc/stat: %q: %v", line, err)
+		}
+		total += v
+		if i != 3 && i != 4 {
+			busy += v
+		}
+	}
+	return busy / clockTicks, total / clockTicks
+}
+
+func cpus() int {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "cpu") && !strings.HasPrefix(line, "cpu ") {
+			n++
+		}
+	}
+	return n
+}
+
+// procStat is what readProcStat takes from /proc/<pid>/stat.
+type procStat struct {
+	ppid int
+	// cpu is the process's own user and system time, and children is that
+	// of its children that have exited and been waited for, in seconds.
+	cpu, children float64
+}
+
+func readProcStat(pid int) (procStat, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	// The command name, in parentheses, may hold spaces.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
+	if len(f) < 15 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	num := func(k int) float64 { v, _ := strconv.ParseFloat(f[k-3], 64); return v }
+	return procStat{ppid: int(num(4)), cpu: (num(14) + num(15)) / clockTicks, children: (num(16) + num(17)) / clockTicks}, nil
+}
+
+// processTreeCPU returns the CPU seconds of a PostgreSQL server: the
+// postmaster's own and its exited children's, and its live children's.
+func processTreeCPU(postmaster int) float64 {
+	root, err := readProcStat(postmaster)
+	if err != nil {
+		return 0
+	}
+	sum := root.cpu + root.children
+	entries, _ := filepath.Glob("/proc/[0-9]*")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(filepath.Base(e))
+		if err != nil || pid == postmaster {
+			continue
+		}
+		if st, err := readProcStat(pid); err == nil && st.ppid == postmaster {
+			sum += st.cpu
+		}
+	}
+	return sum
+}
+
+// countInFile counts the lines holding text in the file at path after its
+// first offset bytes.
+func countInFile(b *testing.B, path string, offset int64, text string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatalf("count %q in the PostgreSQL log: %v", text, err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, 0); err != nil {
+		b.Fatal(err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.Count(string(data), text)
 }

@@ -7,10 +7,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -52,14 +54,26 @@ type system struct {
 	// admin is the secret of an admin token called apitest.AdminName,
 	// which client sends.
 	admin string
-	// dispatcher is the system's dispatcher.
-	dispatcher *dispatcher.Service
+	// dispatcher is the system's dispatcher, dispatchConn its connection.
+	dispatcher   *dispatcher.Service
+	dispatchConn *nats.Conn
 }
 
 // newSystem starts a system; tune adjusts the dispatcher's options.
 func newSystem(t testing.TB, tune ...func(*dispatcher.Options)) *system {
 	t.Helper()
-	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL})
+	return newSystemTTL(t, leaseTTL, tune...)
+}
+
+// newSystemTTL starts a system whose leases live ttl without renewal; tune
+// adjusts the dispatcher's options. The goroutines of the NATS server, the
+// dispatcher and the API carry the pprof label "service", so that a CPU
+// profile of a benchmark splits by service.
+func newSystemTTL(t testing.TB, ttl time.Duration, tune ...func(*dispatcher.Options)) *system {
+	t.Helper()
+	defer pprof.SetGoroutineLabels(context.Background())
+	serviceLabel("nats-server")
+	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: ttl})
 	_, js := srv.Connect()
 	pool := storetest.NewDB(t)
 	st := store.New(pool)
@@ -69,8 +83,9 @@ func newSystem(t testing.TB, tune ...func(*dispatcher.Options)) *system {
 	}
 	s := &system{t: t, srv: srv, js: js, store: st, pool: pool, log: log}
 
+	serviceLabel("dispatcher")
 	dispatchConn, _ := srv.Connect()
-	opts := dispatcher.Options{Conn: dispatchConn, Store: st, Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log}
+	opts := dispatcher.Options{Conn: dispatchConn, Store: st, Streams: streams.Config{LeaseTTL: ttl}, Logger: log}
 	for _, f := range tune {
 		f(&opts)
 	}
@@ -78,7 +93,7 @@ func newSystem(t testing.TB, tune ...func(*dispatcher.Options)) *system {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.dispatcher = d
+	s.dispatcher, s.dispatchConn = d, dispatchConn
 	s.run("dispatcher", d.Run)
 	select {
 	case <-d.Ready():
@@ -86,6 +101,7 @@ func newSystem(t testing.TB, tune ...func(*dispatcher.Options)) *system {
 		t.Fatal("dispatcher not ready after 30s")
 	}
 
+	serviceLabel("api")
 	apiConn, _ := srv.Connect()
 	a, err := api.New(api.Options{Store: st, Conn: apiConn, Logger: log})
 	if err != nil {
@@ -98,6 +114,12 @@ func newSystem(t testing.TB, tune ...func(*dispatcher.Options)) *system {
 	s.client.Token = s.admin
 	s.apiURL = hs.URL
 	return s
+}
+
+// serviceLabel sets the pprof label "service" of the calling goroutine, which
+// every goroutine it starts from then on inherits.
+func serviceLabel(name string) {
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("service", name)))
 }
 
 // clientAs returns a client of the API with a new token called name.

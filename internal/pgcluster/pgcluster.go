@@ -44,6 +44,10 @@ type Options struct {
 	// full_page_writes): for tests and throwaway data only, as a crash of
 	// the machine can corrupt the cluster.
 	Fast bool
+	// Settings are extra server settings, each "name=value", given to the
+	// server as -c options after AX's own, so they win: for example
+	// "shared_preload_libraries=pg_stat_statements". Nil adds none.
+	Settings []string
 	// Logger receives the cluster's start and stop events. The zero value
 	// logs nothing.
 	Logger zerolog.Logger
@@ -57,6 +61,7 @@ type Cluster struct {
 	binDir  string
 	port    int
 	fast    bool
+	extra   []string
 	log     zerolog.Logger
 	// runAs is set when the process is root and the server programs must
 	// run as the postgres system user.
@@ -118,6 +123,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		binDir:  binDir,
 		port:    opts.Port,
 		fast:    opts.Fast,
+		extra:   opts.Settings,
 		log:     opts.Logger,
 	}
 	if os.Geteuid() == 0 {
@@ -169,6 +175,9 @@ func (c *Cluster) Port() int { return c.port }
 
 // Dir returns the cluster's folder as an absolute path.
 func (c *Cluster) Dir() string { return c.dir }
+
+// LogFile returns the path of the server's log.
+func (c *Cluster) LogFile() string { return filepath.Join(c.dir, "postgres.log") }
 
 // Stop stops the server with a fast shutdown (open sessions are ended,
 // unfinished transactions roll back) and returns once it has exited. It
@@ -289,7 +298,10 @@ func (c *Cluster) start(ctx context.Context) error {
 	if c.fast {
 		settings = append(settings, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
-	logFile := filepath.Join(c.dir, "postgres.log")
+	for _, s := range c.extra {
+		settings = append(settings, "-c", shellQuote(s))
+	}
+	logFile := c.LogFile()
 	err := c.run(ctx, c.program("pg_ctl"), "start", "-D", c.dataDir, "-l", logFile, "-w", "-s",
 		"-t", strconv.Itoa(int(pgCtlTimeout.Seconds())), "-o", strings.Join(settings, " "))
 	if err != nil {

@@ -111,6 +111,41 @@ func TestClusterRestartsOnSameData(t *testing.T) {
 	}
 }
 
+// TestSettings starts a durable cluster (Fast unset) with an extension
+// preloaded through Settings, as the benchmarks do.
+func TestSettings(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Options{Dir: clusterDir(t), Settings: []string{"shared_preload_libraries=pg_stat_statements", "log_lock_waits=on"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	conn := connect(t, ctx, c)
+	var fsync, preload, lockWaits string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('fsync'), current_setting('shared_preload_libraries'), current_setting('log_lock_waits')").Scan(&fsync, &preload, &lockWaits); err != nil {
+		t.Fatal(err)
+	}
+	if fsync != "on" || preload != "pg_stat_statements" || lockWaits != "on" {
+		t.Errorf("fsync, shared_preload_libraries, log_lock_waits = %s, %s, %s; want on, pg_stat_statements, on", fsync, preload, lockWaits)
+	}
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+		t.Fatal(err)
+	}
+	var calls int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_statements").Scan(&calls); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(c.LogFile()); err != nil {
+		t.Errorf("LogFile: %v", err)
+	}
+}
+
 func TestStartRejectsBadOptions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -5,20 +5,31 @@
 //
 // When TEST_DATABASE_URL is already set, withpg just runs the command.
 // Otherwise it starts a private cluster from the machine's PostgreSQL
-// installation (durability off, on a free loopback port) in a fresh folder
-// under the system's temporary folder, sets TEST_DATABASE_URL to its
-// postgres database, runs the command, then stops the cluster and removes
-// the folder — also when interrupted with SIGINT or SIGTERM, which it passes
-// on to the command. It exits with the command's exit code.
+// installation (durability off unless -fsync on, on a free loopback port) in
+// a fresh folder under the system's temporary folder, sets TEST_DATABASE_URL
+// to its postgres database and TEST_DATABASE_LOG to the server's log file,
+// runs the command, then stops the cluster and removes the folder — also
+// when interrupted with SIGINT or SIGTERM, which it passes on to the
+// command. It exits with the command's exit code.
+//
+// Flags, before the command:
+//
+//	-fsync on|off     on: production durability (fsync, synchronous_commit,
+//	                  full_page_writes on), as the benchmarks run; off (the
+//	                  default): a throwaway cluster for tests
+//	-set name=value   an extra server setting, repeatable, e.g.
+//	                  -set shared_preload_libraries=pg_stat_statements
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,7 +38,10 @@ import (
 	"github.com/ax-scheduler/ax/internal/pgcluster"
 )
 
-const envURL = "TEST_DATABASE_URL"
+const (
+	envURL = "TEST_DATABASE_URL"
+	envLog = "TEST_DATABASE_LOG"
+)
 
 func main() {
 	// Colours only for a terminal, not for CI logs.
@@ -38,13 +52,39 @@ func main() {
 	os.Exit(run(os.Args[1:], log))
 }
 
+// settingsFlag collects repeated -set name=value flags.
+type settingsFlag []string
+
+func (f *settingsFlag) String() string { return strings.Join(*f, " ") }
+
+func (f *settingsFlag) Set(v string) error {
+	if name, _, ok := strings.Cut(v, "="); !ok || name == "" {
+		return fmt.Errorf("%q: want name=value, e.g. shared_preload_libraries=pg_stat_statements", v)
+	}
+	*f = append(*f, v)
+	return nil
+}
+
 func run(args []string, log zerolog.Logger) int {
-	if len(args) > 0 && args[0] == "--" {
-		args = args[1:]
+	fs := flag.NewFlagSet("withpg", flag.ContinueOnError)
+	fsync := fs.String("fsync", "off", "on: start the cluster with production durability; off: without (tests)")
+	var settings settingsFlag
+	fs.Var(&settings, "set", "extra server setting name=value (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: go run ./internal/tools/withpg [-fsync on|off] [-set name=value]... -- COMMAND [ARG...]\n\n"+
+			"Runs COMMAND with "+envURL+" set, starting a private PostgreSQL for it unless "+envURL+" is already set.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	args = fs.Args()
+	if *fsync != "on" && *fsync != "off" {
+		fmt.Fprintf(os.Stderr, "withpg: -fsync %q: use on or off\n", *fsync)
+		return 2
 	}
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./internal/tools/withpg -- COMMAND [ARG...]\n\n"+
-			"Runs COMMAND with "+envURL+" set, starting a private PostgreSQL for it unless "+envURL+" is already set.")
+		fs.Usage()
 		return 2
 	}
 	// Take the signals from now on: until the command runs, they stop
@@ -81,7 +121,7 @@ func run(args []string, log zerolog.Logger) int {
 		case <-ctx.Done():
 		}
 	}()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Fast: true, Logger: log})
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Fast: *fsync == "off", Settings: settings, Logger: log})
 	cancel()
 	<-watching
 	if err == nil {
@@ -112,7 +152,11 @@ func run(args []string, log zerolog.Logger) int {
 		log.Error().Err(err).Msg("set " + envURL)
 		return 1
 	}
-	log.Info().Str("url", cluster.URL("postgres")).Msg("running the command with " + envURL + " set")
+	if err := os.Setenv(envLog, cluster.LogFile()); err != nil {
+		log.Error().Err(err).Msg("set " + envLog)
+		return 1
+	}
+	log.Info().Str("url", cluster.URL("postgres")).Str("fsync", *fsync).Strs("settings", settings).Msg("running the command with " + envURL + " set")
 	return runCommand(args, sigs, log)
 }
 

@@ -1,0 +1,5 @@
+module github.com/ax-scheduler/ax/bench
+
+go 1.26.8
+
+replace github.com/ax-scheduler/ax => ../
