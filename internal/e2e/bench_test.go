@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/cpustat"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -77,9 +76,8 @@ func (s *system) benchSettings(b *testing.B, ttl time.Duration) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	load, _ := os.ReadFile("/proc/loadavg")
 	return fmt.Sprintf("postgres %s fsync=%s synchronous_commit=%s full_page_writes=%s; lease TTL %s; JetStream %s storage (nats-server %s embedded); %d CPUs, load average %s",
-		version, fsync, syncCommit, fullPages, ttl, st.CachedInfo().Config.Storage, server.VERSION, cpus(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+		version, fsync, syncCommit, fullPages, ttl, st.CachedInfo().Config.Storage, server.VERSION, cpustat.Cores(), cpustat.LoadAverage())
 }
 
 // fireNoop publishes one firing of "noop", asynchronously into batch.
@@ -353,10 +351,9 @@ func (s *benchRig) newCostMeter(b *testing.B) *costMeter {
 	if err := s.pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		b.Fatal(err)
 	}
-	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
-		if st, err := readProcStat(pid); err == nil {
-			m.postmaster = st.ppid
-		}
+	// A backend's parent is the postmaster, when the server runs here.
+	if ppid, comm, err := cpustat.Parent(pid); err == nil && comm == "postgres" {
+		m.postmaster = ppid
 	}
 	var preload string
 	if err := s.pool.QueryRow(ctx, `SELECT current_setting('shared_preload_libraries')`).Scan(&preload); err != nil {
@@ -427,14 +424,22 @@ func (m *costMeter) stop(n int) cost {
 func (m *costMeter) sample() costSample {
 	ctx := context.Background()
 	var c costSample
-	c.machineBusy, c.machineTotal = machineCPU(m.b)
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	machine, err := cpustat.ReadMachine()
+	if err != nil {
 		m.b.Fatal(err)
 	}
-	c.own = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	c.machineBusy, c.machineTotal = machine.Busy.Seconds(), machine.Total.Seconds()
+	own, err := cpustat.Self()
+	if err != nil {
+		m.b.Fatal(err)
+	}
+	c.own = own.Seconds()
 	if m.postmaster != 0 {
-		c.postgres = processTreeCPU(m.postmaster)
+		pg, err := cpustat.Tree(m.postmaster)
+		if err != nil {
+			m.b.Fatal(err)
+		}
+		c.postgres = pg.Seconds()
 	}
 	v, err := m.s.srv.Varz(nil)
 	if err != nil {
@@ -558,100 +563,6 @@ func (c cost) log(b *testing.B) {
 		}
 		benchf(b, "  %7d calls %9.1f ms %6.1f µs/inst %8d rows  %s", sc.calls, sc.totalMS, sc.totalMS*1e3/n, sc.rows, q)
 	}
-}
-
-// clockTicks is Linux's USER_HZ, the unit of /proc's CPU times: 100 on
-// every architecture Go supports.
-const clockTicks = 100
-
-// machineCPU returns the machine's busy and total CPU seconds since boot,
-// summed over cores, from the first line of /proc/stat. Busy is everything
-// but idle and iowait.
-func machineCPU(b *testing.B) (busy, total float64) {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		b.Fatalf("read /proc/stat for the machine's CPU time: %v", err)
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	fields := strings.Fields(line)
-	if len(fields) < 9 || fields[0] != "cpu" {
-		b.Fatalf("/proc/stat starts with %q, want the cpu line", line)
-	}
-	// user nice system idle iowait irq softirq steal; guest time is
-	// already inside user.
-	for i, f := range fields[1:9] {
-		v, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			b.Fatalf("/proc/stat: %q: %v", line, err)
-		}
-		total += v
-		if i != 3 && i != 4 {
-			busy += v
-		}
-	}
-	return busy / clockTicks, total / clockTicks
-}
-
-func cpus() int {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "cpu") && !strings.HasPrefix(line, "cpu ") {
-			n++
-		}
-	}
-	return n
-}
-
-// procStat is what readProcStat takes from /proc/<pid>/stat.
-type procStat struct {
-	ppid int
-	// cpu is the process's own user and system time, and children is that
-	// of its children that have exited and been waited for, in seconds.
-	cpu, children float64
-}
-
-func readProcStat(pid int) (procStat, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return procStat{}, err
-	}
-	// The command name, in parentheses, may hold spaces.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(data[i+1:]))
-	// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
-	if len(f) < 15 {
-		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
-	}
-	num := func(k int) float64 { v, _ := strconv.ParseFloat(f[k-3], 64); return v }
-	return procStat{ppid: int(num(4)), cpu: (num(14) + num(15)) / clockTicks, children: (num(16) + num(17)) / clockTicks}, nil
-}
-
-// processTreeCPU returns the CPU seconds of a PostgreSQL server: the
-// postmaster's own and its exited children's, and its live children's.
-func processTreeCPU(postmaster int) float64 {
-	root, err := readProcStat(postmaster)
-	if err != nil {
-		return 0
-	}
-	sum := root.cpu + root.children
-	entries, _ := filepath.Glob("/proc/[0-9]*")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(filepath.Base(e))
-		if err != nil || pid == postmaster {
-			continue
-		}
-		if st, err := readProcStat(pid); err == nil && st.ppid == postmaster {
-			sum += st.cpu
-		}
-	}
-	return sum
 }
 
 // countInFile counts the lines holding text in the file at path after its
