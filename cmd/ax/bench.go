@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/internal/cpustat"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -45,13 +48,47 @@ type benchResult struct {
 	// LatencyP50MS and LatencyP99MS are percentiles of fired_at → started_at.
 	LatencyP50MS float64 `json:"latency_p50_ms"`
 	LatencyP99MS float64 `json:"latency_p99_ms"`
+	// MachineCPUPerInstanceUS is the machine's busy CPU time from the
+	// first firing until every instance ended, summed over its Cores and
+	// read from /proc/stat, over Instances: every process of the machine
+	// counts, so it is the system's cost only when ax bench runs on the
+	// system's machine and nothing else does. Zero where /proc is missing.
+	MachineCPUPerInstanceUS float64 `json:"machine_cpu_us_per_instance"`
+	Cores                   int     `json:"cores"`
+	// Postgres holds the durability settings of the system's PostgreSQL,
+	// read when --database-url is given.
+	Postgres *benchPostgres `json:"postgres,omitempty"`
+}
+
+// benchPostgres is the durability a PostgreSQL server reports.
+type benchPostgres struct {
+	Fsync             string `json:"fsync"`
+	SynchronousCommit string `json:"synchronous_commit"`
+	FullPageWrites    string `json:"full_page_writes"`
+}
+
+// readBenchPostgres reads the durability settings of the server at url.
+func readBenchPostgres(ctx context.Context, url string) (*benchPostgres, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL to read its settings: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var p benchPostgres
+	err = conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'), current_setting('full_page_writes')`).
+		Scan(&p.Fsync, &p.SynchronousCommit, &p.FullPageWrites)
+	if err != nil {
+		return nil, fmt.Errorf("read PostgreSQL's settings: %w", err)
+	}
+	return &p, nil
 }
 
 func newBenchCmd() *cobra.Command {
 	var (
-		count   int
-		task    string
-		timeout time.Duration
+		count       int
+		task        string
+		timeout     time.Duration
+		databaseURL string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -64,6 +101,13 @@ Without --task, ax bench applies (creates or updates) the task ax-bench, a no-op
 bound to builtin.echo, which the executor of "ax dev" serves. Point it at a
 running system: ax dev, or the services on their own. It needs an operator
 token, and an admin one to apply ax-bench.
+
+It also prints the machine's CPU time per instance (busy cores × seconds from
+/proc/stat over the run, divided by the instances: run it on the system's
+machine, with nothing else running, for that to be the system's cost) and,
+given --database-url, the durability settings of the system's PostgreSQL. ax dev
+runs the production settings: PostgreSQL with fsync on, leases of 30 s,
+JetStream on file storage.
 
 On a terminal it draws a progress bar; elsewhere it prints "ID STATE" as each
 instance ends. It exits 2 if an instance ended other than SUCCEEDED and 3 if
@@ -96,7 +140,14 @@ they did not all end within --timeout.`,
 					return g.apiError(fmt.Errorf("apply %s: %w", benchTaskName, err))
 				}
 			}
+			var pg *benchPostgres
+			if databaseURL != "" {
+				if pg, err = readBenchPostgres(ctx, databaseURL); err != nil {
+					return err
+				}
+			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			cpuBefore, cpuErr := cpustat.ReadMachine()
 			start := time.Now()
 			res, err := fireMany(ctx, client, task, api.FireRequest{Operator: operatorName()}, count)
 			if err != nil {
@@ -124,6 +175,10 @@ they did not all end within --timeout.`,
 				return g.apiError(err)
 			}
 			r := measure(task, ins, fired)
+			r.Postgres, r.Cores = pg, cpustat.Cores()
+			if cpuAfter, err := cpustat.ReadMachine(); err == nil && cpuErr == nil && r.Instances > 0 {
+				r.MachineCPUPerInstanceUS = float64(cpuAfter.Sub(cpuBefore).Busy.Microseconds()) / float64(r.Instances)
+			}
 			if structured {
 				err = g.printData(out, r)
 			} else {
@@ -143,6 +198,8 @@ they did not all end within --timeout.`,
 	f.IntVarP(&count, "count", "n", 1000, "how many firings")
 	f.StringVar(&task, "task", "", "fire this task instead of applying and firing ax-bench")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the instances to end")
+	f.StringVar(&databaseURL, "database-url", os.Getenv("DATABASE_URL"),
+		"the system's PostgreSQL, only to read and print its durability settings (env DATABASE_URL)")
 	return cmd
 }
 
@@ -201,5 +258,13 @@ func printBench(cmd *cobra.Command, r benchResult) error {
 	fmt.Fprintf(tw, "throughput\t%.1f instances/s\n", r.InstancesPerSecond)
 	fmt.Fprintf(tw, "latency p50\t%.1f ms, fired_at to started_at\n", r.LatencyP50MS)
 	fmt.Fprintf(tw, "latency p99\t%.1f ms\n", r.LatencyP99MS)
+	if r.MachineCPUPerInstanceUS > 0 {
+		fmt.Fprintf(tw, "machine CPU\t%.0f µs per instance (%d cores, /proc/stat: every process on this machine)\n", r.MachineCPUPerInstanceUS, r.Cores)
+	}
+	if r.Postgres != nil {
+		fmt.Fprintf(tw, "postgres\tfsync=%s synchronous_commit=%s full_page_writes=%s\n", r.Postgres.Fsync, r.Postgres.SynchronousCommit, r.Postgres.FullPageWrites)
+	} else {
+		fmt.Fprintf(tw, "postgres\tsettings not read (pass --database-url to print them)\n")
+	}
 	return tw.Flush()
 }

@@ -112,6 +112,13 @@ func TestBench(t *testing.T) {
 	if !strings.Contains(errOut, "fired ax-bench 20 times in ") {
 		t.Errorf("bench said %q", errOut)
 	}
+	if r.Cores < 1 || r.Postgres != nil {
+		t.Errorf("bench without --database-url: cores %d, postgres %+v; want the machine's cores and no settings", r.Cores, r.Postgres)
+	}
+	code, out, errOut = e.ax("", "bench", "--count", "5", "--timeout", "30s", "--database-url", e.pool.Config().ConnString())
+	if code != 0 || !strings.Contains(out, "fsync=") || !strings.Contains(out, "machine CPU") {
+		t.Errorf("bench --database-url: exit %d, stdout %q, stderr %q; want the settings and the machine's CPU", code, out, errOut)
+	}
 	if code, _, errOut := e.ax("", "bench", "--count", "0"); code != 1 || !strings.HasPrefix(errOut, "ax: --count 0") {
 		t.Errorf("bench --count 0: exit %d, stderr %q", code, errOut)
 	}
