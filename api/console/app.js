@@ -175,7 +175,7 @@ function pager(base, params, ids, limit, { after = true } = {}) {
     link('page-newest', 'Newest', newest ? null : at()),
     after ? link('page-newer', '← Newer', newer ? at(['after', ids[0]]) : null) : null,
     link('page-older', 'Older →', older ? at(['before', ids[ids.length - 1]]) : null),
-    h('span', { class: 'muted small', id: 'page-range' }, ids.length ? `${ids[0]} – ${ids[ids.length - 1]}` : ''));
+    h('span', { class: 'muted small', id: 'page-range' }, ids.length ? `#${ids[0]} – #${ids[ids.length - 1]}` : ''));
 }
 
 /**
@@ -206,7 +206,7 @@ function autoRefresh(load, ms = 5000) {
 
 /** timeFields returns the since and until inputs of a list's filter. */
 function timeFields(params, names = ['since', 'until']) {
-  const hints = { since: 'since: 1h, 24h or 2026-11-29T08:00:00Z', until: 'until: 10m or 2026-11-29T09:00:00Z' };
+  const hints = { since: 'since: 1h, 7d or an RFC 3339 time', until: 'until: 10m or an RFC 3339 time' };
   return names.map((n) => h('input', { name: n, id: 'filter-' + n, list: 'time-presets', placeholder: hints[n], value: params.get(n) || '' }));
 }
 
@@ -500,7 +500,8 @@ async function taskView(name, query) {
       card('Fire now', fire),
       card('Next fire times', nexts.length ? nexts : h('p', { class: 'muted' }, 'No cron trigger.'))),
     card('Duration of recent runs', chartBox('durations')),
-    card('Recent instances', table(['instance', 'state', 'source', 'attempt', 'worker', 'created', 'run time'], list.map((i) => [
+    card('Recent instances', h('p', { class: 'small' }, h('a', { id: 'all-instances', href: '#/instances?task=' + encodeURIComponent(t.task_name) },
+      'All instances of this task, paged and filtered by time')), table(['instance', 'state', 'source', 'attempt', 'worker', 'created', 'run time'], list.map((i) => [
       instLink(i.id), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.created_at), fmtDur(duration(i))]))),
     card('Definition', h('p', { class: 'muted small' }, `version ${info.version}, updated ${fmtTime(info.updated_at)}`),
       h('pre', { class: 'code' }, JSON.stringify(t, null, 2))),

@@ -285,7 +285,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Every other page shows what the API holds, without an error and
 	// without a value the script failed to turn into text.
 	for _, p := range []struct{ hash, shows string }{
-		{"#/tasks/sleeper", `//h2[text()="Definition"]`},
+		{"#/tasks/sleeper", `//a[@id="all-instances"][@href="#/instances?task=sleeper"]`},
 		{"#/instances", fmt.Sprintf(`//td/a[@href="#/instances/%d"]`, id)},
 		{"#/workers", `//td/code[text()="worker-1"]`},
 		{"#/streams", `//td/code[text()="dispatcher"]`},
@@ -473,7 +473,7 @@ func (s *system) consoleAPI(reg *prometheus.Registry) string {
 	return hs.URL
 }
 
-// screenshots writes docs/screenshots/{dashboard,tasks,task,instance,workers}.png.
+// screenshots writes docs/screenshots/{dashboard,tasks,task,instance,workers,instances}.png.
 func screenshots(t *testing.T, ctx context.Context, s *system, consoleURL string, id int64) {
 	t.Helper()
 	s.apply("task_name: nightly-report\nowner: finance\nexecution: {handler: builtin.sleep}\n" +
@@ -495,9 +495,12 @@ func screenshots(t *testing.T, ctx context.Context, s *system, consoleURL string
 		{"task", "#/tasks/greet", "canvas#durations"},
 		{"instance", fmt.Sprintf("#/instances/%d", id), `#logs .line`},
 		{"workers", "#/workers", "main table"},
+		{"instances", "#/instances", "main table"},
 	}
 	for _, p := range pages {
 		do(t, ctx, "open "+p.name, 15*time.Second,
+			// Away first: a navigation to the hash on screen loads nothing.
+			chromedp.Navigate("about:blank"),
 			chromedp.Navigate(consoleURL+"/"+p.hash),
 			chromedp.WaitVisible(chromedp.CSS(p.ready)),
 			chromedp.Sleep(300*time.Millisecond), // let the charts and the log tail settle
