@@ -445,8 +445,8 @@ func TestFire(t *testing.T) {
 	if fmt.Sprintf("%+v", ev) != fmt.Sprintf("%+v", want) {
 		t.Errorf("published firing\n got %+v\nwant %+v", ev, want)
 	}
-	if hdr.Get("Nats-Msg-Id") != "ev-1" {
-		t.Errorf("Nats-Msg-Id = %q, want ev-1", hdr.Get("Nats-Msg-Id"))
+	if hdr.Get("Nats-Msg-Id") != "nightly-report/ev-1" {
+		t.Errorf("Nats-Msg-Id = %q, want nightly-report/ev-1 (scoped by the task)", hdr.Get("Nats-Msg-Id"))
 	}
 
 	// No body at all: an event firing with a fresh id.
@@ -455,7 +455,7 @@ func TestFire(t *testing.T) {
 		t.Fatalf("fire without a body: status %d %v, want 202 with an event id", status, body)
 	}
 	ev, hdr = e.lastTrigger("nightly-report")
-	if ev.EventID != body["event_id"] || hdr.Get("Nats-Msg-Id") != ev.EventID || ev.Source != schemas.SourceEvent ||
+	if ev.EventID != body["event_id"] || hdr.Get("Nats-Msg-Id") != "nightly-report/"+ev.EventID || ev.Source != schemas.SourceEvent ||
 		ev.Operator != apitest.AdminName || ev.Payload != nil || ev.PayloadVersion != 1 || ev.Priority != "" {
 		t.Errorf("published firing = %+v %v", ev, hdr)
 	}

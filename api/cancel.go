@@ -56,14 +56,14 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		req.Reason = "cancelled by " + who
 	}
 	ev := schemas.TriggerEvent{
-		EventID:  fmt.Sprintf("cancel-%d", id),
+		EventID:  fmt.Sprintf("%s%d", schemas.CancelEventIDPrefix, id),
 		Task:     inst.Task,
 		Source:   schemas.SourceManual,
 		Operator: who,
 		FiredAt:  s.opts.NowFunc().UTC(),
 		Cancel:   &schemas.CancelOf{InstanceID: id, Reason: req.Reason},
 	}
-	if _, err := streams.Publish(r.Context(), s.js, s.opts.Topology.Trigger(inst.Task), ev.EventID, ev); err != nil {
+	if _, err := streams.Publish(r.Context(), s.js, s.opts.Topology.Trigger(inst.Task), streams.TriggerMsgID(inst.Task, ev.EventID), ev); err != nil {
 		s.internalError(w, r, fmt.Sprintf("publish the cancel of instance %d", id), err)
 		return
 	}

@@ -80,7 +80,7 @@ func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.publishFiring(w, r, schemas.TriggerEvent{
-		EventID:        fmt.Sprintf("rerun-%d-%s", id, nuid.Next()),
+		EventID:        fmt.Sprintf("%s%d-%s", schemas.RerunEventIDPrefix, id, nuid.Next()),
 		Task:           f.Task,
 		Source:         schemas.SourceManual,
 		Operator:       operator(r),

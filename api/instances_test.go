@@ -31,7 +31,7 @@ func TestRerun(t *testing.T) {
 	want := schemas.TriggerEvent{EventID: res.EventID, Task: "nightly-report", Source: schemas.SourceManual, Operator: "alice",
 		Payload: []byte(`{"n":1}`), PayloadVersion: 1, Priority: schemas.PriorityUrgent, FiredAt: fixedNow,
 		Reason: fmt.Sprintf("rerun of instance %d", id)}
-	if fmt.Sprintf("%+v", ev) != fmt.Sprintf("%+v", want) || hdr.Get("Nats-Msg-Id") != res.EventID {
+	if fmt.Sprintf("%+v", ev) != fmt.Sprintf("%+v", want) || hdr.Get("Nats-Msg-Id") != "nightly-report/"+res.EventID {
 		t.Errorf("published firing\n got %+v\nwant %+v", ev, want)
 	}
 

@@ -121,6 +121,10 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 		Delay:          req.Delay,
 		RunID:          req.RunID,
 	}
+	if problems := ev.UserIDProblems(); len(problems) > 0 {
+		writeError(w, validationError("invalid_request", &schemas.ValidationError{What: "firing", Problems: problems}))
+		return
+	}
 	if ev.EventID == "" && ev.IdempotencyKey == "" {
 		ev.EventID = nuid.Next()
 	}
@@ -211,7 +215,7 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 	}
 
 	subject := s.opts.Topology.Trigger(name)
-	if _, err := streams.Publish(r.Context(), s.js, subject, eventID, ev); err != nil {
+	if _, err := streams.Publish(r.Context(), s.js, subject, streams.TriggerMsgID(name, eventID), ev); err != nil {
 		log.Error().Err(err).Msg("publish trigger event")
 		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
 			Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.TriggersStream())})
@@ -312,7 +316,7 @@ func (s *Service) pendingFiring(ctx context.Context, task, eventID string) (sche
 func (s *Service) publishDelayed(ctx context.Context, ev schemas.TriggerEvent, eventID string) (string, error) {
 	if ev.RunAt.Sub(ev.FiredAt) <= directWindow {
 		subject := s.opts.Topology.Trigger(ev.Task)
-		_, err := streams.Publish(ctx, s.js, subject, eventID, ev)
+		_, err := streams.Publish(ctx, s.js, subject, streams.TriggerMsgID(ev.Task, eventID), ev)
 		return subject, err
 	}
 	subject := s.opts.Topology.SchedFiring(ev.Task, eventID)

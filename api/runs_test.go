@@ -127,7 +127,7 @@ func TestFireDelayed(t *testing.T) {
 		t.Fatalf("Fire soon = %+v, %v", res, err)
 	}
 	ev, hdr := e.lastTrigger("nightly-report")
-	if ev.EventID != "soon" || !ev.RunAt.Equal(res.RunAt) || ev.Delay != "" || hdr.Get("Nats-Msg-Id") != "soon" {
+	if ev.EventID != "soon" || !ev.RunAt.Equal(res.RunAt) || ev.Delay != "" || hdr.Get("Nats-Msg-Id") != "nightly-report/soon" {
 		t.Errorf("published firing = %+v %v, want soon with run_at %v", ev, hdr, res.RunAt)
 	}
 
@@ -173,7 +173,7 @@ func TestFireIdempotencyKey(t *testing.T) {
 		t.Fatalf("new key: %+v, %v", res, err)
 	}
 	ev, hdr := e.lastTrigger("nightly-report")
-	if ev.IdempotencyKey != "order-43" || ev.EventID != "" || hdr.Get("Nats-Msg-Id") != "idem-order-43" {
+	if ev.IdempotencyKey != "order-43" || ev.EventID != "" || hdr.Get("Nats-Msg-Id") != "nightly-report/idem-order-43" {
 		t.Errorf("published firing = %+v %v", ev, hdr)
 	}
 }

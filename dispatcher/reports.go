@@ -98,7 +98,7 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 // wait: a one-shot message schedule when wait is positive, else the firing itself.
 func (s *Service) scheduleRetry(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration) error {
 	next := o.Attempt + 1
-	eventID := "retry-" + strconv.FormatInt(o.InstanceID, 10) + "-" + strconv.Itoa(next)
+	eventID := schemas.RetryEventIDPrefix + strconv.FormatInt(o.InstanceID, 10) + "-" + strconv.Itoa(next)
 	ev := schemas.TriggerEvent{
 		EventID: eventID,
 		Task:    o.Task,
@@ -107,14 +107,14 @@ func (s *Service) scheduleRetry(batch *streams.AsyncBatch, o store.Outcome, wait
 		Retry:   &schemas.RetryOf{InstanceID: o.InstanceID, Attempt: next},
 	}
 	if wait <= 0 {
-		msg, err := streams.NewMsg(s.top.Trigger(o.Task), eventID, ev)
+		msg, err := streams.NewMsg(s.top.Trigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev)
 		if err != nil {
 			return err
 		}
 		batch.Add(msg)
 		return nil
 	}
-	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.Trigger(o.Task), eventID, ev.FiredAt, ev)
+	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.Trigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev.FiredAt, ev)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -259,10 +260,16 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 	}
 	f := firing{msg: m, task: task}
 	ev, err := schemas.ParseTriggerEvent(m.Data())
-	if err != nil {
+	// bySeq records the firing under its stream sequence: its own id
+	// cannot be trusted, or is AX's to use.
+	bySeq := false
+	switch {
+	case err != nil:
 		f.problem = fmt.Sprintf("malformed trigger event: %v", err)
-	} else if ev.Task != "" && ev.Task != task {
+	case ev.Task != "" && ev.Task != task:
 		f.problem = fmt.Sprintf("trigger event names task %q but was published to %s", ev.Task, m.Subject())
+	case !s.ownsEventID(m, task, ev) || strings.Contains(ev.IdempotencyKey, schemas.ShardEventIDMark):
+		f.problem, bySeq = "reserved id: "+problemsText(ev.UserIDProblems()), true
 	}
 	if f.problem == "" {
 		f.event = ev
@@ -272,15 +279,25 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 	if f.event.IdempotencyKey != "" {
 		f.event.EventID = schemas.IdempotencyEventIDPrefix + f.event.IdempotencyKey
 	}
-	if f.event.EventID == "" {
-		if id := m.Headers().Get(streams.HeaderMsgID); schemas.ValidText(id) {
+	if f.event.EventID == "" && !bySeq {
+		// An outside publisher scopes its Nats-Msg-Id by the task
+		// (streams.TriggerMsgID); the event id is what follows.
+		id := strings.TrimPrefix(m.Headers().Get(streams.HeaderMsgID), task+"/")
+		switch {
+		case !schemas.ValidText(id):
+			if f.problem == "" {
+				f.problem = "the Nats-Msg-Id header is not UTF-8 text without NUL characters, so it cannot be the event id; " +
+					"set event_id in the body, or a header of plain text"
+			}
+			f.event, bySeq = schemas.TriggerEvent{}, true
+		case schemas.ReservedEventID(id) != "":
+			if f.problem == "" {
+				f.problem = "reserved id: " + problemsText(schemas.TriggerEvent{EventID: id}.UserIDProblems()) +
+					" (the event id came from the Nats-Msg-Id header)"
+			}
+			f.event, bySeq = schemas.TriggerEvent{}, true
+		default:
 			f.event.EventID = id
-		} else if f.problem == "" {
-			// The header is no event id PostgreSQL can store; the firing
-			// is recorded under its stream sequence instead.
-			f.problem = "the Nats-Msg-Id header is not UTF-8 text without NUL characters, so it cannot be the event id; " +
-				"set event_id in the body, or a header of plain text"
-			f.event = schemas.TriggerEvent{}
 		}
 	}
 	var meta *jetstream.MsgMetadata
@@ -310,6 +327,24 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 		f.event.FiredAt = s.now()
 	}
 	return f, true
+}
+
+// ownsEventID reports whether the firing ev of task may carry its event id:
+// one outside AX's namespace, one that AX's own kind of firing makes (see
+// [schemas.TriggerEvent.OwnsEventID]), or one that the dispatcher spelt
+// out in the schedule of a delayed firing (seq-…, idem-…), which the
+// message says by its Nats-Scheduler header (no client can set it).
+func (s *Service) ownsEventID(m jetstream.Msg, task string, ev schemas.TriggerEvent) bool {
+	return ev.OwnsEventID(task) || m.Headers().Get(streams.HeaderScheduler) == s.top.SchedFiring(task, ev.EventID)
+}
+
+// problemsText joins problems as a reason: "event_id: …; idempotency_key: …".
+func problemsText(problems []schemas.Problem) string {
+	parts := make([]string, len(problems))
+	for i, p := range problems {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, "; ")
 }
 
 // newInstance fills an instance from a firing and its task's current

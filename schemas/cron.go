@@ -278,7 +278,7 @@ func NextFireTimes(t Trigger, after time.Time, n int) ([]time.Time, error) {
 // The task is part of it because the duplicate window spans all subjects of
 // the stream.
 func CronEventID(task string, trigger int, tick time.Time) string {
-	return "cron:" + task + ":" + strconv.Itoa(trigger) + ":" + tick.UTC().Format(time.RFC3339)
+	return CronEventIDPrefix + task + ":" + strconv.Itoa(trigger) + ":" + tick.UTC().Format(time.RFC3339)
 }
 
 // WithDefaults returns t with the defaults of a cron trigger filled in:

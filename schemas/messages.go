@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -91,11 +92,92 @@ const RunIDPrefix = "run-"
 // parent that sees the others ended sends the same id, so JetStream's
 // duplicate window keeps one message and PostgreSQL one instance. The task
 // is part of it because the duplicate window spans all subjects.
-func ChainEventID(task, runID string) string { return "chain:" + task + ":" + runID }
+func ChainEventID(task, runID string) string { return ChainEventIDPrefix + task + ":" + runID }
 
 // IdempotencyEventIDPrefix prefixes an idempotency key to make the event id
 // of its firing.
 const IdempotencyEventIDPrefix = "idem-"
+
+// The event ids AX makes itself live in a namespace that no user's event id
+// may take (see [ReservedEventID]): a user's "retry-92-2" must not stand in
+// for the dispatcher's retry of instance 92, nor "x/shard-0" for a shard.
+const (
+	CronEventIDPrefix   = "cron:"   // a cron tick: see CronEventID
+	ChainEventIDPrefix  = "chain:"  // a chain firing: see ChainEventID
+	RetryEventIDPrefix  = "retry-"  // the dispatcher's next attempt: retry-<instance>-<attempt>
+	RouteEventIDPrefix  = "route-"  // the dispatcher's routing again: route-<instance>-<attempt>
+	CancelEventIDPrefix = "cancel-" // the API's cancel order: cancel-<instance>
+	RerunEventIDPrefix  = "rerun-"  // the API's rerun: rerun-<instance>-<nuid>
+	SeqEventIDPrefix    = "seq-"    // a firing without an id: seq-<stream sequence>
+	// ShardEventIDMark joins a firing's event id and a shard's index in
+	// the event id of the shard's instance: <event id>/shard-<index>.
+	ShardEventIDMark = "/shard-"
+)
+
+var reservedEventIDPrefixes = []string{
+	CronEventIDPrefix, ChainEventIDPrefix, RetryEventIDPrefix, RouteEventIDPrefix,
+	CancelEventIDPrefix, RerunEventIDPrefix, SeqEventIDPrefix, IdempotencyEventIDPrefix,
+}
+
+// ReservedEventID returns the part of AX's own namespace that id falls in
+// ("retry-", "/shard-", …), or "" when id is free for a user's firing. AX's
+// namespace is every id that begins with cron:, chain:, retry-, route-,
+// cancel-, rerun-, seq- or idem-, or that holds /shard-.
+func ReservedEventID(id string) string {
+	for _, p := range reservedEventIDPrefixes {
+		if strings.HasPrefix(id, p) {
+			return p
+		}
+	}
+	if strings.Contains(id, ShardEventIDMark) {
+		return ShardEventIDMark
+	}
+	return ""
+}
+
+// OwnsEventID reports whether ev, a firing of task as it was published, is
+// the firing AX makes with its EventID: a retry or routing with its retry
+// field, a cancel order with its cancel field, a cron tick or a chain firing
+// of task from its source, a rerun from the API. An event id outside AX's
+// namespace is anyone's, so OwnsEventID is true for it too.
+func (ev TriggerEvent) OwnsEventID(task string) bool {
+	switch ReservedEventID(ev.EventID) {
+	case "":
+		return true
+	case RetryEventIDPrefix, RouteEventIDPrefix:
+		return ev.Retry != nil && ev.Source == SourceRetry
+	case CancelEventIDPrefix:
+		return ev.Cancel != nil
+	case CronEventIDPrefix:
+		return ev.Source == SourceCron && strings.HasPrefix(ev.EventID, CronEventIDPrefix+task+":")
+	case ChainEventIDPrefix:
+		return ev.Source == SourceChain && ev.EventID == ChainEventID(task, ev.RunID)
+	case RerunEventIDPrefix:
+		return ev.Source == SourceManual
+	}
+	// seq-, idem- and shards: the dispatcher derives them, no firing carries one.
+	return false
+}
+
+// reservedMessage says what AX's namespace is and what to do.
+const reservedMessage = "AX makes ids that begin with cron:, chain:, retry-, route-, cancel-, rerun-, seq- or idem-, " +
+	"or that hold /shard-, for firings of its own; choose an id outside that namespace"
+
+// UserIDProblems checks the ids of a firing that a user, not AX, sends:
+// its event_id must lie outside AX's namespace ([ReservedEventID]), and its
+// idempotency_key must hold no /shard- (its event id idem-<key> is AX's
+// making, but the shards of another key's firing would share it).
+func (ev TriggerEvent) UserIDProblems() []Problem {
+	var out []Problem
+	if p := ReservedEventID(ev.EventID); p != "" {
+		out = append(out, Problem{"event_id", fmt.Sprintf("%q is in AX's own namespace (%s): %s", ev.EventID, p, reservedMessage)})
+	}
+	if strings.Contains(ev.IdempotencyKey, ShardEventIDMark) {
+		out = append(out, Problem{"idempotency_key", fmt.Sprintf("%q holds %s, which AX's own namespace keeps for shards: %s",
+			ev.IdempotencyKey, ShardEventIDMark, reservedMessage)})
+	}
+	return out
+}
 
 // TaskEntry is the value of key <task> in the ax-tasks bucket, put by the API
 // after every change of a task (apply, enable, disable) and deleted with the

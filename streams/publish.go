@@ -16,7 +16,17 @@ const (
 	HeaderMsgID          = jetstream.MsgIDHeader // "Nats-Msg-Id"
 	HeaderSchedule       = "Nats-Schedule"
 	HeaderScheduleTarget = "Nats-Schedule-Target"
+	// HeaderScheduler names the schedule that published a message; the
+	// server sets it and refuses it on a client's publish.
+	HeaderScheduler = "Nats-Scheduler"
 )
+
+// TriggerMsgID is the Nats-Msg-Id of the firing eventID of task on
+// ax.trigger.<task>: "<task>/<event id>". The triggers stream's duplicate
+// window spans every task's subject, so an id scoped by its task keeps the
+// firing "x" of one task from silently dropping the firing "x" of another.
+// A task name holds no "/", so two (task, event id) pairs never share one.
+func TriggerMsgID(task, eventID string) string { return task + "/" + eventID }
 
 // NewMsg encodes v as JSON into a message for subject with msgID as its
 // Nats-Msg-Id, so that a retried publish is a no-op inside the duplicate window.
