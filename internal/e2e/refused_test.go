@@ -68,9 +68,9 @@ func TestRefusedFiringsDelayNoOther(t *testing.T) {
 		{"bad-surrogate", `{"event_id": "bad-\ud800"}`, "event_id: holds a lone UTF-16 surrogate"},
 		{"bad-utf8", "{\"run_id\": \"r\xff\"}", "run_id: is not valid UTF-8"},
 	}
-	// PostgreSQL refuses this one, and only PostgreSQL knows it: the year 0
-	// is a valid RFC 3339 time but no timestamptz.
-	const pgRefused = `{"event_id": "bad-year", "fired_at": "0000-01-01T00:00:00Z"}`
+	// PostgreSQL refuses this one, and only PostgreSQL knows it: a JSON
+	// number beyond what jsonb's numeric holds.
+	const pgRefused = `{"event_id": "bad-number", "payload": {"n": 1e200000}}`
 	for i := range 9 {
 		if i < len(bad) {
 			s.publishWithID("sturdy", bad[i].msgID, bad[i].body)
@@ -112,7 +112,7 @@ func TestRefusedFiringsDelayNoOther(t *testing.T) {
 	for _, b := range bad {
 		skipped(b.msgID, b.reason)
 	}
-	skipped("bad-year", "PostgreSQL refused the firing: date/time field value out of range")
+	skipped("bad-number", "PostgreSQL refused the firing: value overflows numeric format")
 	s.drained(s.srv.Topology.TriggersStream(), "dispatcher")
 
 	const name = "ax_dispatcher_refused_firings_total"
