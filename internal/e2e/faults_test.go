@@ -1,0 +1,317 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/pgcluster"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/streamstest"
+)
+
+// TestExactlyOnceThroughADispatcherKillAndAPostgresOutage is the promise
+// under faults: under a steady load, PostgreSQL (the test's own cluster)
+// hangs; while it does, the only dispatcher, a real `ax dispatcher`
+// process holding final reports it could not record, is killed with
+// kill -9 (its reports come back only after the consumer's ack wait);
+// PostgreSQL is stopped and stays down for three lease TTLs, so every lease the executor
+// retired meanwhile has aged into an expiry marker before a new dispatcher
+// starts. Afterwards every firing has one instance, every instance
+// SUCCEEDED, and the ledger the handler appends to (O_APPEND) holds exactly
+// one run per instance.
+func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
+	t.Parallel()
+	bin := buildAX(t)
+	ctx := context.Background()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+
+	// PostgreSQL of its own, to stop and start. The folder is short: the
+	// server's unix socket lives inside it.
+	pgDir, err := os.MkdirTemp("", "ax-faults-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(pgDir) })
+	if err := os.Chmod(pgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pg, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(pgDir, "pg"), Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop(context.Background()) })
+	dbURL := pg.URL("postgres")
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := store.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(pool)
+	def, err := schemas.ParseTask([]byte(`{"task_name": "ledger", "execution": {"handler": "ledger", "retry": {"max_attempts": 3, "initial_interval_sec": 0}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.ApplyTask(ctx, def, "test"); err != nil {
+		t.Fatal(err)
+	}
+
+	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL})
+	_, js := srv.Connect()
+	top := srv.Topology
+
+	dispatcher := func(name string) *exec.Cmd {
+		cmd := exec.Command(bin, "dispatcher", "--nats-url", srv.URL, "--database-url", dbURL,
+			"--lease-ttl", leaseTTL.String(), "--log-level", "warn")
+		cmd.Env = append(os.Environ(), "AX_METRICS_ADDR=")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start %s: %v", name, err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		return cmd
+	}
+
+	// The handler appends one line per run to the ledger, with O_APPEND, and
+	// works a little so that attempts are in flight at every fault.
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	mux := executor.NewMux()
+	mux.HandleFunc("ledger", func(ctx context.Context, task *executor.Task) (any, error) {
+		f, err := os.OpenFile(ledger, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		_, err = fmt.Fprintf(f, "%d %d\n", task.InstanceID, task.Attempt)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		work := time.NewTimer(200 * time.Millisecond)
+		defer work.Stop()
+		select {
+		case <-work.C:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	execConn, _ := srv.Connect()
+	executortest.Run(t, executor.Options{Conn: execConn, WorkerID: "steady", Mux: mux, Slots: 16, Logger: log})
+
+	first := dispatcher("the first dispatcher")
+
+	// Load: 50 firings a second, straight to AX_TRIGGERS, until stopped.
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var loadWG sync.WaitGroup
+	var fired int
+	loadWG.Go(func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-tick.C:
+			}
+			ev := schemas.TriggerEvent{EventID: "load-" + strconv.Itoa(fired)}
+			if _, err := streams.Publish(ctx, js, top.Trigger("ledger"), ev.EventID, ev); err != nil {
+				t.Errorf("fire %s: %v", ev.EventID, err)
+				return
+			}
+			fired++
+		}
+	})
+	defer stopLoad()
+
+	// Steady state first: instances succeed.
+	waitFor(t, "the first successes", 30*time.Second, func() (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE state = 'SUCCEEDED'`).Scan(&n)
+		return n >= 20, err
+	})
+
+	// PostgreSQL hangs (SIGSTOP: the dispatcher's statements wait, holding
+	// their reports un-acknowledged), the dispatcher is killed while it
+	// holds final reports, and PostgreSQL is then stopped for good.
+	pgProcs := postgresProcesses(t, filepath.Join(pgDir, "pg", "data"))
+	signalAll(t, pgProcs, syscall.SIGSTOP)
+	t.Cleanup(func() {
+		for _, pid := range pgProcs {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	outage := time.Now()
+	recorder, err := js.Consumer(ctx, top.ReportsStream(), top.RecorderConsumer().Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dispatcher to hold final reports", 30*time.Second, func() (bool, error) {
+		info, err := recorder.Info(ctx)
+		return err == nil && info.NumAckPending >= 5, nil
+	})
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	info, err := recorder.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed the dispatcher holding %d reports", info.NumAckPending)
+	signalAll(t, pgProcs, syscall.SIGCONT)
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The outage lasts three lease TTLs: the leases the executor retired
+	// after its final reports were stored age into expiry markers. (A
+	// duration, not a condition: the length of the fault is the test.)
+	time.Sleep(time.Until(outage.Add(3 * leaseTTL)))
+	pg, err = pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(pgDir, "pg"), Port: pg.Port(), Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("PostgreSQL was down for %v", time.Since(outage).Round(time.Millisecond))
+	dispatcher("the second dispatcher")
+
+	// Some more load after the faults, then let everything end. The reports
+	// the killed dispatcher held come back after the consumer's ack wait.
+	waitFor(t, "instances after the outage", 60*time.Second, func() (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE created_at > now() - interval '1 second'`).Scan(&n)
+		return err == nil && n > 0, nil // an error: the pool reconnects
+	})
+	stopLoad()
+	loadWG.Wait()
+	waitFor(t, "every firing to end", 2*time.Minute, func() (bool, error) {
+		var total, ended int
+		err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'))
+			FROM instances WHERE task = 'ledger'`).Scan(&total, &ended)
+		if err != nil {
+			return false, nil // the pool reconnects
+		}
+		return total == fired && ended == total, nil
+	})
+
+	states := make(map[string]int)
+	succeeded := make(map[int64]bool)
+	rows, err := pool.Query(ctx, `SELECT id, state FROM instances WHERE task = 'ledger'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		var state string
+		if err := rows.Scan(&id, &state); err != nil {
+			t.Fatal(err)
+		}
+		states[state]++
+		if state == string(schemas.StateSucceeded) {
+			succeeded[id] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if states[string(schemas.StateSucceeded)] != fired {
+		t.Errorf("instances by state %v, want all %d SUCCEEDED", states, fired)
+	}
+
+	runs := make(map[int64]int)
+	f, err := os.Open(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		id, err := strconv.ParseInt(strings.Fields(sc.Text())[0], 10, 64)
+		if err != nil {
+			t.Fatalf("ledger line %q: %v", sc.Text(), err)
+		}
+		runs[id]++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	again := 0
+	for id := range succeeded {
+		if runs[id] != 1 {
+			again++
+			if again <= 10 {
+				t.Errorf("instance %d SUCCEEDED after %d runs of its handler, want 1", id, runs[id])
+			}
+		}
+	}
+	t.Logf("%d firings, %d SUCCEEDED, %d ran other than once", fired, len(succeeded), again)
+}
+
+// postgresProcesses returns the PostgreSQL server whose data folder is
+// dataDir: the postmaster first, then its children (every backend; each
+// is a process group of its own, so a signal to a group would miss them).
+func postgresProcesses(t *testing.T, dataDir string) []int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(data), "\n", 2)[0]))
+	if err != nil {
+		t.Fatalf("postmaster.pid: %v", err)
+	}
+	procs := []int{postmaster}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // it ended
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so read after the last ')'.
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(postmaster) {
+			procs = append(procs, pid)
+		}
+	}
+	return procs
+}
+
+// signalAll sends sig to every process of procs.
+func signalAll(t *testing.T, procs []int, sig syscall.Signal) {
+	t.Helper()
+	for _, pid := range procs {
+		if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
+			t.Fatalf("signal %d: %v", pid, err)
+		}
+	}
+}
