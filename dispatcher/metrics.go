@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_stale_reports_total",
 			Help: "Executor reports refused as stale (their attempt was fenced out), by kind (started, succeeded, failed)."}, []string{"kind"}),
 		reaperLeft: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_reaper_left_to_report_total",
-			Help: "Expired leases and overdue attempts the reaper did not fail because their final report waited in AX_REPORTS, by cause (lease expired, timeout)."}, []string{"cause"}),
+			Help: "Expired leases and overdue attempts the reaper did not fail because their final report waited in AX_REPORTS, by cause (lease expired, timeout); counted at each look."}, []string{"cause"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_refused_firings_total",
 			Help: "Firings refused for what they hold, by stage (validate: the dispatcher's checks; postgres: a value " +
 				"PostgreSQL refused, found by splitting the batch) and action (skipped: recorded as a SKIPPED instance " +
