@@ -4,6 +4,8 @@ GO ?= go
 GOFMT ?= gofmt
 # PKGS are the packages test, lint, fuzz and bench work on.
 PKGS ?= ./...
+# ARGS are the flags `make dev` gives ax dev, e.g. ARGS="--http 127.0.0.1:8081".
+ARGS ?=
 # FUZZTIME is how long `make fuzz` runs each fuzz test.
 FUZZTIME ?= 20s
 # STATICCHECK_VERSION is the staticcheck module version `make lint` runs
@@ -32,8 +34,8 @@ SHELL := bash
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-dev: ## run every service in one process (ax dev)
-	$(GO) run ./cmd/ax dev
+dev: ## run every service in one process (ax dev; flags in ARGS="--http 127.0.0.1:8081 ...")
+	$(GO) run ./cmd/ax dev $(ARGS)
 
 build: ## build the ax binary into bin/ax
 	$(GO) build -o bin/ax ./cmd/ax

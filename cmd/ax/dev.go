@@ -218,12 +218,13 @@ cleanly; it starts again on the same data.`,
   API      http://%s (admin token %q %s)
   Console  http://%s (log in with the admin token)
   Metrics  %s
-Use the API as admin:
+Use the API as admin (bin/ax reads both):
+  export AX_API_URL=http://%s
   export AX_TOKEN=%s
 Try it:
   ax task apply -f examples/hello.yaml && ax fire hello --payload '{"name":"world"}' --wait
 Ctrl-C stops it.
-`, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), httpAddr, devAdminName, tokenNote, httpAddr, metricsNote, token)
+`, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), httpAddr, devAdminName, tokenNote, httpAddr, metricsNote, httpAddr, token)
 			wg.Wait()
 			if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 				return err

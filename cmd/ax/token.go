@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -14,7 +15,7 @@ func newTokenCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "token",
 		Aliases: []string{"tokens"},
-		Short:   "Make, list and revoke API tokens (talks to PostgreSQL directly)",
+		Short:   "Make, list and revoke API tokens (through the API, or PostgreSQL directly)",
 		Long: `Manage the API's tokens. Every route of the API but /healthz takes a token,
 sent as Authorization: Bearer <token> (ax sends $AX_TOKEN or --token), whose
 role says what it may do:
@@ -24,10 +25,13 @@ role says what it may do:
   admin     everything: apply task definitions, tokens, alert rules and channels
 
 The API records a token's name as the operator of every change made with it.
-These commands talk to PostgreSQL directly (--database-url or DATABASE_URL),
-so that the first admin token can be made before any exists; the API stores
-only a hash of each secret, which ax token create prints once.`,
+With --database-url (or DATABASE_URL) these commands talk to PostgreSQL
+directly, so that the first admin token can be made before any exists;
+without, they go through the API with an admin token ($AX_TOKEN or --token),
+as under ax dev, whose admin token they can use. The API stores only a hash
+of each secret, which ax token create prints once.`,
 		Example: `  DATABASE_URL=postgres://ax@db/ax ax token create --role admin --name alice
+  AX_TOKEN=$(cat .ax/admin.token) ax token create --role operator --name ci   # through the API (ax dev)
   ax token list
   ax token revoke ci`,
 		Args: cobra.NoArgs,
@@ -36,14 +40,74 @@ only a hash of each secret, which ax token create prints once.`,
 	return cmd
 }
 
-// withTokenStore opens the store of c for one token command.
-func withTokenStore(ctx context.Context, c *conn, fn func(st *store.Store) error) error {
+// tokens is where a token command makes, lists and revokes tokens: the
+// store, when the command has a database URL, or else the API.
+type tokens interface {
+	create(ctx context.Context, name string, role store.Role) (store.Token, string, error)
+	list(ctx context.Context) ([]store.Token, error)
+	revoke(ctx context.Context, idOrName string) (store.Token, error)
+}
+
+// withTokens runs fn with the tokens of the store of c when c has a
+// database URL, else with those of the API.
+func withTokens(ctx context.Context, g *cli, c *conn, fn func(tokens) error) error {
+	if c.databaseURL == "" {
+		return fn(apiTokens{g})
+	}
 	pool, st, err := c.openStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	return fn(st)
+	return fn(storeTokens{st})
+}
+
+type storeTokens struct{ st *store.Store }
+
+func (s storeTokens) create(ctx context.Context, name string, role store.Role) (store.Token, string, error) {
+	return s.st.CreateToken(ctx, name, role)
+}
+func (s storeTokens) list(ctx context.Context) ([]store.Token, error) { return s.st.ListTokens(ctx) }
+func (s storeTokens) revoke(ctx context.Context, idOrName string) (store.Token, error) {
+	return s.st.RevokeToken(ctx, idOrName)
+}
+
+// apiTokens are the tokens of the API, which an admin token may manage.
+type apiTokens struct{ g *cli }
+
+func (a apiTokens) create(ctx context.Context, name string, role store.Role) (store.Token, string, error) {
+	made, err := a.g.client().CreateToken(ctx, name, role)
+	if err != nil {
+		return store.Token{}, "", a.g.apiError(err)
+	}
+	return made.Token, made.Secret, nil
+}
+
+func (a apiTokens) list(ctx context.Context) ([]store.Token, error) {
+	toks, err := a.g.client().ListTokens(ctx)
+	if err != nil {
+		return nil, a.g.apiError(err)
+	}
+	return toks, nil
+}
+
+// revoke revokes the live token whose id or name is idOrName, as the
+// store does: the API's route takes an id.
+func (a apiTokens) revoke(ctx context.Context, idOrName string) (store.Token, error) {
+	toks, err := a.list(ctx)
+	if err != nil {
+		return store.Token{}, err
+	}
+	for _, t := range toks {
+		if t.RevokedAt == nil && (t.Name == idOrName || strconv.FormatInt(t.ID, 10) == idOrName) {
+			tok, err := a.g.client().RevokeToken(ctx, t.ID)
+			if err != nil {
+				return store.Token{}, a.g.apiError(err)
+			}
+			return tok, nil
+		}
+	}
+	return store.Token{}, fmt.Errorf("revoke token %q: no live token has this id or name (ax token list shows them)", idOrName)
 }
 
 func newTokenCreateCmd(g *cli) *cobra.Command {
@@ -77,8 +141,8 @@ made with the token; no two live tokens share a name.`,
 			if err := store.ValidateTokenName(name); err != nil {
 				return fmt.Errorf("--name: %w", err)
 			}
-			return withTokenStore(cmd.Context(), &c, func(st *store.Store) error {
-				tok, secret, err := st.CreateToken(cmd.Context(), name, r)
+			return withTokens(cmd.Context(), g, &c, func(ts tokens) error {
+				tok, secret, err := ts.create(cmd.Context(), name, r)
 				if err != nil {
 					return err
 				}
@@ -112,8 +176,8 @@ func newTokenListCmd(g *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return withTokenStore(cmd.Context(), &c, func(st *store.Store) error {
-				toks, err := st.ListTokens(cmd.Context())
+			return withTokens(cmd.Context(), g, &c, func(ts tokens) error {
+				toks, err := ts.list(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -161,8 +225,8 @@ in ax token list, and its name may be given to a new token.`,
 			if err != nil {
 				return err
 			}
-			return withTokenStore(cmd.Context(), &c, func(st *store.Store) error {
-				tok, err := st.RevokeToken(cmd.Context(), args[0])
+			return withTokens(cmd.Context(), g, &c, func(ts tokens) error {
+				tok, err := ts.revoke(cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -63,7 +65,8 @@ func TestTokenCommands(t *testing.T) {
 		{[]string{"token", "create", "--role", "root", "--name", "x", "--database-url", db.URL}, "--role: role \"root\": use viewer, operator or admin"},
 		{[]string{"token", "create", "--role", "admin", "--name", "a b", "--database-url", db.URL}, "--name: token name \"a b\""},
 		{[]string{"token", "create", "--role", "admin", "--name", "alice", "--database-url", db.URL}, "a live token already has this name"},
-		{[]string{"token", "create", "--role", "admin", "--name", "bob", "--database-url", ""}, "set --database-url or DATABASE_URL"},
+		// Without a database, through the API: none runs at this address.
+		{[]string{"--api", "http://127.0.0.1:1", "token", "create", "--role", "admin", "--name", "bob", "--database-url", ""}, "is the AX API running at http://127.0.0.1:1?"},
 		{[]string{"token", "revoke", "nobody", "--database-url", db.URL}, "no live token has this id or name"},
 	} {
 		if code, _, errOut := axRun(t, c.args...); code != 1 || !strings.Contains(errOut, c.want) {
@@ -89,6 +92,40 @@ func TestTokenCommands(t *testing.T) {
 	// The secret is never shown again.
 	if strings.Contains(out, secret) {
 		t.Error("token list shows a secret")
+	}
+}
+
+// TestTokenCommandsThroughTheAPI makes, lists and revokes tokens without a
+// database URL, as under ax dev: through the API, with an admin token.
+func TestTokenCommandsThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	code, out, errOut := e.ax("", "token", "create", "--role", "operator", "--name", "ci", "--database-url", "")
+	secret := strings.TrimSpace(out)
+	if code != 0 || !store.ValidTokenSecret(secret) || !strings.Contains(errOut, `"ci" (operator) made`) {
+		t.Fatalf("token create: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	tok, err := store.New(e.pool).TokenBySecret(t.Context(), secret)
+	if err != nil || tok.Name != "ci" || tok.Role != store.RoleOperator {
+		t.Errorf("the printed secret is token %+v, %v", tok, err)
+	}
+	out = e.mustAx("token", "list", "--database-url", "")
+	if !strings.Contains(out, "ci") || !strings.Contains(out, operatorName()) {
+		t.Errorf("token list:\n%s", out)
+	}
+	out = e.mustAx("token", "revoke", "ci", "--database-url", "")
+	if !strings.Contains(out, fmt.Sprintf(`revoked token %d "ci" (operator)`, tok.ID)) {
+		t.Errorf("token revoke: %q", out)
+	}
+	if code, _, errOut := e.ax("", "token", "revoke", "ci", "--database-url", ""); code != 1 || !strings.Contains(errOut, "no live token has this id or name") {
+		t.Errorf("second revoke: exit %d, %q", code, errOut)
+	}
+	// An operator token may not make tokens.
+	var stdout, stderr bytes.Buffer
+	code = run(t.Context(), []string{"--api", e.url, "--token", apitest.Token(t, store.New(e.pool), "op", store.RoleOperator),
+		"token", "create", "--role", "admin", "--name", "mallory", "--database-url", ""}, strings.NewReader(""), &stdout, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "admin") {
+		t.Errorf("operator's token create: exit %d, %q", code, stderr.String())
 	}
 }
 

@@ -66,7 +66,7 @@ func run() error {
 		}
 		*user, password, *inbox = "executor", p, "_INBOX_executor"
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 
 	opts := []nats.Option{nats.Name("ax example executor"), nats.MaxReconnects(-1)}
 	if *creds != "" {
