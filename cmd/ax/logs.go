@@ -72,6 +72,9 @@ time, fields).`,
 					return g.apiError(err)
 				}
 				if !asJSON {
+					if p.lines == 0 {
+						noLines(cmd.ErrOrStderr(), id, q)
+					}
 					fmt.Fprintf(cmd.ErrOrStderr(), "instance %d ended %s\n", id, state)
 				}
 				return nil
@@ -88,6 +91,9 @@ time, fields).`,
 					}
 				}
 				if !page.More {
+					if p.lines == 0 && !asJSON {
+						noLines(cmd.ErrOrStderr(), id, q)
+					}
 					return nil
 				}
 				q.After = page.Next
@@ -101,8 +107,20 @@ time, fields).`,
 	return cmd
 }
 
+// noLines says on w that instance id has no log lines that q selects, so
+// that an empty answer is not mistaken for a hang or a fault.
+func noLines(w io.Writer, id int64, q api.LogQuery) {
+	filter := ""
+	if q.Attempt > 0 || !q.Since.IsZero() {
+		filter = " that --attempt and --since select"
+	}
+	fmt.Fprintf(w, "instance %d has no log lines%s: its handler has logged nothing through the context logger (yet), or its lines are older than AX_LOGS keeps\n", id, filter)
+}
+
 // logPrinter prints task log lines as text, JSON lines or YAML documents.
 type logPrinter struct {
+	// lines counts the lines printed.
+	lines int
 	w    io.Writer
 	json bool
 	// yaml, with json, prints each line as a YAML document after "---".
@@ -113,6 +131,7 @@ type logPrinter struct {
 }
 
 func (p *logPrinter) print(l schemas.LogLine) error {
+	p.lines++
 	if p.yaml {
 		if _, err := io.WriteString(p.w, "---\n"); err != nil {
 			return err

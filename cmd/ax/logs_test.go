@@ -57,6 +57,21 @@ func TestLogsCommand(t *testing.T) {
 		t.Errorf("ax logs -f: exit %d\n%s\nstderr %q", code, out, errOut)
 	}
 
+	// An instance without log lines says so, on standard error.
+	quiet := e.insertInstance("nightly-report", "ev-quiet", schemas.StateSucceeded, "")
+	code, out, errOut = e.ax("", "logs", fmt.Sprint(quiet))
+	if code != 0 || out != "" || !strings.Contains(errOut, fmt.Sprintf("instance %d has no log lines: its handler has logged nothing", quiet)) {
+		t.Errorf("ax logs of an instance without lines: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, _, errOut = e.ax("", "logs", fmt.Sprint(id), "--attempt", "9")
+	if code != 0 || !strings.Contains(errOut, "no log lines that --attempt and --since select") {
+		t.Errorf("ax logs --attempt 9: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = e.ax("", "logs", fmt.Sprint(quiet), "-f")
+	if code != 0 || !strings.Contains(errOut, "has no log lines") || !strings.HasSuffix(errOut, fmt.Sprintf("instance %d ended SUCCEEDED\n", quiet)) {
+		t.Errorf("ax logs -f of an instance without lines: exit %d, stderr %q", code, errOut)
+	}
+
 	// -o json prints JSON lines, every page of them.
 	for i := range 1000 {
 		e.shipLog(schemas.LogLine{InstanceID: id, Task: "nightly-report", Attempt: 3, WorkerID: "w-3", Level: "debug",

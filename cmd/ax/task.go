@@ -133,10 +133,10 @@ func newTaskListCmd(g *cli) *cobra.Command {
 				return g.printData(cmd.OutOrStdout(), tasks)
 			}
 			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "NAME\tVERSION\tENABLED\tHANDLER\tPOOL\tPRIORITY\tUPDATED")
+			fmt.Fprintln(tw, "NAME\tVERSION\tENABLED\tPAUSED\tHANDLER\tPOOL\tPRIORITY\tUPDATED")
 			for _, t := range tasks {
 				d := t.Task
-				fmt.Fprintf(tw, "%s\t%d\t%t\t%s\t%s\t%s\t%s\n", d.TaskName, t.Version, t.Enabled,
+				fmt.Fprintf(tw, "%s\t%d\t%t\t%t\t%s\t%s\t%s\t%s\n", d.TaskName, t.Version, t.Enabled, t.Paused,
 					d.Execution.Handler, d.Dispatch.Pool(), d.Priority, timeOrDash(&t.UpdatedAt))
 			}
 			return tw.Flush()

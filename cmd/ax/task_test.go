@@ -46,12 +46,13 @@ func TestTaskCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mustAx("task", "apply", "-f", jsonFile)
+	e.mustAx("task", "pause", "a-other")
 
 	out = e.mustAx("task", "list")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") ||
-		!strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "a-other 1 true h eu+gpu normal") ||
-		!strings.HasPrefix(strings.Join(strings.Fields(lines[2]), " "), "nightly-report 3 true builtin.echo default normal") {
+	if len(lines) != 3 || !strings.HasPrefix(strings.Join(strings.Fields(lines[0]), " "), "NAME VERSION ENABLED PAUSED HANDLER") ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "a-other 1 true true h eu+gpu normal") ||
+		!strings.HasPrefix(strings.Join(strings.Fields(lines[2]), " "), "nightly-report 3 true false builtin.echo default normal") {
 		t.Errorf("task list printed\n%s", out)
 	}
 	var list []api.TaskInfo
