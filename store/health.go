@@ -27,7 +27,10 @@ type FailureStreak struct {
 // FailureStreaks returns, for each of tasks whose latest ended instance
 // FAILED, its streak of failures, counting at most limit of them. The
 // instances are taken in the order they were created, newest first, from the
-// index on (task, id): a retry that ends late does not reorder them.
+// index on (task, id): a retry that ends late does not reorder them. A
+// sharded or broadcast firing counts once, as its parent instance: its
+// children (parent_id set) are not counted, so eight failed shards are one
+// failure, not eight.
 func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (map[string]FailureStreak, error) {
 	out := make(map[string]FailureStreak)
 	if len(tasks) == 0 || limit <= 0 {
@@ -38,7 +41,7 @@ func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (
 		FROM unnest($1::text[]) AS t(task)
 		CROSS JOIN LATERAL (
 			SELECT id, state, error, finished_at FROM instances
-			WHERE task = t.task AND state IN ('SUCCEEDED', 'FAILED') ORDER BY id DESC LIMIT $2
+			WHERE task = t.task AND state IN ('SUCCEEDED', 'FAILED') AND parent_id IS NULL ORDER BY id DESC LIMIT $2
 		) r
 		ORDER BY t.task, r.id DESC`, tasks, limit)
 	if err != nil {
@@ -87,7 +90,8 @@ type Run struct {
 }
 
 // RecentRuns returns, for each of tasks, its latest n SUCCEEDED runs, newest
-// first; tasks without any are missing.
+// first; tasks without any are missing. A sharded or broadcast firing is one
+// run, its parent's, not one per child.
 func (s *Store) RecentRuns(ctx context.Context, tasks []string, n int) (map[string][]Run, error) {
 	out := make(map[string][]Run)
 	if len(tasks) == 0 || n <= 0 {
@@ -99,6 +103,7 @@ func (s *Store) RecentRuns(ctx context.Context, tasks []string, n int) (map[stri
 		CROSS JOIN LATERAL (
 			SELECT id, started_at, finished_at FROM instances
 			WHERE task = t.task AND state = 'SUCCEEDED' AND started_at IS NOT NULL AND finished_at IS NOT NULL
+				AND parent_id IS NULL
 			ORDER BY id DESC LIMIT $2
 		) r
 		ORDER BY t.task, r.id DESC`, tasks, n)

@@ -40,7 +40,7 @@ func TestFailureStreaks(t *testing.T) {
 	t.Parallel()
 	pool := storetest.NewDB(t)
 	st := store.New(pool)
-	applyTasks(t, st, "a", "b", "c")
+	applyTasks(t, st, "a", "b", "c", "d")
 	now := time.Now()
 	addRun(t, pool, "a", schemas.StateFailed, now, time.Second, "old")
 	addRun(t, pool, "a", schemas.StateSucceeded, now, time.Second, "")
@@ -52,14 +52,27 @@ func TestFailureStreaks(t *testing.T) {
 	for range 4 {
 		addRun(t, pool, "c", schemas.StateFailed, now, time.Second, "c")
 	}
-	got, err := st.FailureStreaks(t.Context(), []string{"a", "b", "c", "none"}, 3)
+	// A sharded firing of d that failed counts once, as its parent, however
+	// many of its children failed; the firing before it succeeded.
+	addRun(t, pool, "d", schemas.StateSucceeded, now, time.Second, "")
+	parent := addRun(t, pool, "d", schemas.StateFailed, now, time.Second, "shards 0, 1, 2 failed")
+	for range 3 {
+		child := addRun(t, pool, "d", schemas.StateFailed, now, time.Second, "shard")
+		if _, err := pool.Exec(t.Context(), `UPDATE instances SET parent_id = $1 WHERE id = $2`, parent, child); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.FailureStreaks(t.Context(), []string{"a", "b", "c", "d", "none"}, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := got["a"]
-	if len(got) != 2 || a.Failures != 2 || a.LastInstanceID != last || a.LastError != "two" ||
+	if d := got["d"]; d.Failures != 1 || d.LastInstanceID != parent {
+		t.Errorf("streak of d = %+v, want 1 failure: the parent %d, not its shards", d, parent)
+	}
+	if len(got) != 3 || a.Failures != 2 || a.LastInstanceID != last || a.LastError != "two" ||
 		!a.Since.Equal(now.Add(-time.Minute).Truncate(time.Microsecond)) {
-		t.Errorf("streaks = %+v; want a with 2 failures since the first (%d) and c", got, first)
+		t.Errorf("streaks = %+v; want a with 2 failures since the first (%d), c and d", got, first)
 	}
 	if got["c"].Failures != 3 {
 		t.Errorf("streak of c = %+v, want 3: counted up to the limit", got["c"])
