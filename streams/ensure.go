@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -173,8 +174,11 @@ func (t Topology) BucketConfigs(c Config) []jetstream.KeyValueConfig {
 	}}
 }
 
-// Ensure creates or updates every stream and bucket of the topology. It is
-// idempotent: every service calls it at start.
+// Ensure creates or updates every stream and bucket of the topology, with
+// the settings of c. It is idempotent. Only the topology's owner calls it —
+// the dispatcher (every replica with the same settings) and `ax dev` — so
+// that one service's defaults never reset what the owner set (a lease TTL,
+// the replicas); the others [Topology.Require] what they use.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, sc := range t.StreamConfigs(c) {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
@@ -184,6 +188,30 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, c Config) 
 	for _, kc := range t.BucketConfigs(c) {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
 			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// Require looks up the named streams and buckets without changing them,
+// for a service that uses the topology but does not own it. It returns an
+// error naming the first one that is missing, with the fix.
+func (t Topology) Require(ctx context.Context, js jetstream.JetStream, streams, buckets []string) error {
+	const hint = "AX's streams and buckets are made by the dispatcher: start `ax dispatcher` or `ax dev` first"
+	for _, name := range streams {
+		if _, err := js.Stream(ctx, name); err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("look up stream %s: %w; %s", name, err, hint)
+			}
+			return fmt.Errorf("look up stream %s: %w", name, err)
+		}
+	}
+	for _, name := range buckets {
+		if _, err := js.KeyValue(ctx, name); err != nil {
+			if errors.Is(err, jetstream.ErrBucketNotFound) {
+				return fmt.Errorf("look up bucket %s: %w; %s", name, err, hint)
+			}
+			return fmt.Errorf("look up bucket %s: %w", name, err)
 		}
 	}
 	return nil

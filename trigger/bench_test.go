@@ -60,7 +60,7 @@ func BenchmarkHundredThousandCronTasks(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	svc, err := New(Options{Conn: conn, Store: store.New(db.Pool), Streams: cfg})
+	svc, err := New(Options{Conn: conn, Store: store.New(db.Pool)})
 	if err != nil {
 		b.Fatal(err)
 	}

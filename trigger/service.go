@@ -27,8 +27,6 @@ type Options struct {
 	Store *store.Store
 	// Topology names the subjects and buckets (default streams.Default()).
 	Topology streams.Topology
-	// Streams sizes the topology that Run ensures at start.
-	Streams streams.Config
 	// Logger receives the service's log lines (default: none).
 	Logger zerolog.Logger
 	// Clock is the source of time and of the timer the ticks (and the
@@ -142,7 +140,9 @@ func New(opts Options) (*Service, error) {
 // watches for changes: a task applied from then on is planned at once.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// Run ensures the topology, plans every cron trigger of every enabled task,
+// Run checks that the triggers stream and the tasks bucket exist (the
+// dispatcher or `ax dev` makes them; Run never changes their settings),
+// plans every cron trigger of every enabled task,
 // and fires them until ctx ends. It watches the tasks bucket and replans a
 // task whenever its entry changes. When ctx ends it stops firing, awaits the
 // publishes in flight and saves the trigger state for up to ShutdownTimeout,
@@ -159,7 +159,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("run trigger: %w", err)
 	}
 	s.js = js
-	if err := s.top.Ensure(ctx, js, s.opts.Streams); err != nil {
+	// The dispatcher owns the topology's settings: this service only
+	// checks that what it uses is there, and never resets them.
+	if err := s.top.Require(ctx, js, []string{s.top.TriggersStream()}, []string{s.top.TasksBucket()}); err != nil {
 		return fmt.Errorf("run trigger: %w", err)
 	}
 	kv, err := js.KeyValue(ctx, s.top.TasksBucket())

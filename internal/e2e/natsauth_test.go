@@ -117,7 +117,7 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	s.run("dispatcher", d.Run)
 	<-d.Ready()
-	tr, err := trigger.New(trigger.Options{Conn: conns[natsauth.Trigger], Store: st, Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log})
+	tr, err := trigger.New(trigger.Options{Conn: conns[natsauth.Trigger], Store: st, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,9 +42,9 @@ const (
 	// Dispatcher owns the topology (it creates and updates every stream,
 	// consumer and bucket) and may do anything in the account.
 	Dispatcher Role = "dispatcher"
-	// Trigger publishes firings and watches the tasks bucket; it also
-	// ensures the topology at start (creates and updates streams, never
-	// purges or deletes them).
+	// Trigger publishes firings and watches the tasks bucket. It only
+	// looks up the stream and bucket it uses: the topology's settings are
+	// the dispatcher's, which no other service may reset.
 	Trigger Role = "trigger"
 	// Executor pulls its pools' work and reports on it.
 	Executor Role = "executor"
@@ -127,20 +127,7 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 	switch role {
 	case Trigger:
 		pub = append(pub, top.Trigger(">"))
-		// The trigger service ensures the topology at start, as the
-		// dispatcher does: it may create and update AX's streams, by
-		// name, but not purge or delete them.
-		var all []string
-		for _, c := range top.StreamConfigs(streams.Config{}) {
-			all = append(all, c.Name)
-		}
-		for _, c := range top.BucketConfigs(streams.Config{}) {
-			all = append(all, kv(c.Bucket))
-		}
-		pub = append(pub, info(all...)...)
-		for _, s := range all {
-			pub = append(pub, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s)
-		}
+		pub = append(pub, info(top.TriggersStream(), kv(top.TasksBucket()))...)
 		pub = append(pub, watch(kv(top.TasksBucket()))...)
 		pub = append(pub, flowControl)
 	case API:
