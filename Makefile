@@ -55,6 +55,9 @@ chromium: ## make sure the browser test has Chromium: installs Debian's chromium
 		exit 1; \
 	fi
 
+helm: ## helm lint and helm template the chart deploy/helm/ax and check what it renders (make test runs these too)
+	$(GO) test -count=1 ./internal/deploy
+
 lint: ## check formatting (gofmt), go vet and staticcheck
 	@unformatted=$$($(GOFMT) -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change these files (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi

@@ -1,0 +1,324 @@
+package deploy_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+// helmModule is the helm the tests run, built from the Go module proxy.
+const helmModule = "helm.sh/helm/v3/cmd/helm@v3.22.0"
+
+const chart = "../../deploy/helm/ax"
+
+var update = flag.Bool("update", false, "rewrite deploy/helm/ax/files/nats-authorization.conf from streams/natsauth")
+
+var (
+	helmOnce sync.Once
+	helmBin  string
+	helmErr  error
+)
+
+// helm runs the helm binary with args and returns its standard output.
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	helmOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ax-helm-")
+		if err != nil {
+			helmErr = err
+			return
+		}
+		cmd := exec.Command("go", "install", helmModule)
+		cmd.Env = append(os.Environ(), "GOBIN="+dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			helmErr = fmt.Errorf("go install %s: %w\n%s", helmModule, err, out)
+			return
+		}
+		helmBin = filepath.Join(dir, "helm")
+	})
+	if helmErr != nil {
+		t.Fatal(helmErr)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(helmBin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// A helm of its own: no repositories, caches or plugins of the machine.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// defaultAuthorization is the chart's files/nats-authorization.conf: the
+// users of the default topology with an executor for pool "default".
+func defaultAuthorization() string {
+	return natsauth.ServerConfig(streams.Default(), natsauth.Scope{Pools: []string{schemas.DefaultPool}})
+}
+
+// TestChartAuthorizationIsNatsauths checks that the chart's default NATS
+// authorization is what streams/natsauth renders (go test -update rewrites it).
+func TestChartAuthorizationIsNatsauths(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(chart, "files", "nats-authorization.conf")
+	if *update {
+		if err := os.WriteFile(path, []byte(defaultAuthorization()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != defaultAuthorization() {
+		t.Errorf("%s is not what streams/natsauth renders; run: go test ./internal/deploy -run TestChartAuthorizationIsNatsauths -update", path)
+	}
+}
+
+// TestHelmLint runs helm lint on the chart.
+func TestHelmLint(t *testing.T) {
+	t.Parallel()
+	if out, err := helm(t, "lint", "--strict", chart, "--set", "database.url=postgres://ax@db/ax"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// object is one rendered Kubernetes object, as a generic map.
+type object map[string]any
+
+func (o object) get(path ...any) any {
+	var v any = map[string]any(o)
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func (o object) str(path ...any) string { s, _ := o.get(path...).(string); return s }
+
+// render runs helm template with the values file values and returns the
+// objects by kind and name.
+func render(t *testing.T, values string) map[string]object {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, []byte(values), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := helm(t, "template", "t", chart, "--namespace", "ax", "-f", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := map[string]object{}
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(out, -1) {
+		var o object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("helm template printed YAML that does not parse: %v\n%s", err, doc)
+		}
+		if o == nil {
+			continue
+		}
+		key := o.str("kind") + "/" + o.str("metadata", "name")
+		if _, dup := objects[key]; dup {
+			t.Errorf("two objects %s", key)
+		}
+		objects[key] = o
+	}
+	return objects
+}
+
+// TestChartRendersTheTopology renders the chart with two executor pools
+// and checks every Deployment, each pool's ScaledObject against the
+// consumers streams/ builds, and the Secrets.
+func TestChartRendersTheTopology(t *testing.T) {
+	t.Parallel()
+	top := streams.Default()
+	pools := []string{schemas.DefaultPool, "gpu+large"}
+	auth := natsauth.ServerConfig(top, natsauth.Scope{Pools: pools})
+	indented := "    " + strings.ReplaceAll(strings.TrimSuffix(auth, "\n"), "\n", "\n    ")
+	objects := render(t, `
+database: {url: "postgres://ax@db/ax"}
+nats:
+  monitoringEndpoint: nats.nats:8222
+  authorization: |
+`+indented+`
+executorPools:
+  - pool: default
+    replicas: 2
+  - pool: gpu+large
+    name: gpu
+    slots: 4
+    handlers: [train.model]
+    shutdownTimeoutSeconds: 600
+    autoscaling: {scaleToZero: true, maxReplicas: 4, lagThreshold: 2, activationLagThreshold: 1}
+`)
+
+	deployments := map[string]object{}
+	for key, o := range objects {
+		if name, ok := strings.CutPrefix(key, "Deployment/"); ok {
+			deployments[name] = o
+		}
+	}
+	for _, name := range []string{"t-ax-dispatcher", "t-ax-trigger", "t-ax-auditor", "t-ax-api", "t-ax-executor-default", "t-ax-executor-gpu"} {
+		d, ok := deployments[name]
+		if !ok {
+			t.Errorf("no Deployment %s; there are %v", name, keys(deployments))
+			continue
+		}
+		c := object(d.get("spec", "template", "spec", "containers", 0).(map[string]any))
+		for _, probe := range []string{"livenessProbe", "readinessProbe"} {
+			if c.get(probe, "httpGet", "path") == nil {
+				t.Errorf("%s: no %s", name, probe)
+			}
+		}
+		if c.get("resources", "requests", "cpu") == nil || c.get("resources", "requests", "memory") == nil {
+			t.Errorf("%s: no resource requests", name)
+		}
+		env := map[string]object{}
+		for _, e := range c.get("env").([]any) {
+			env[object(e.(map[string]any)).str("name")] = object(e.(map[string]any))
+		}
+		if env["NATS_PASSWORD"].str("valueFrom", "secretKeyRef", "name") != "t-ax-nats-users" {
+			t.Errorf("%s: the NATS password does not come from the users' Secret: %v", name, env["NATS_PASSWORD"])
+		}
+		_, hasDB := env["DATABASE_URL"]
+		if executor := strings.Contains(name, "executor"); executor == hasDB {
+			t.Errorf("%s: DATABASE_URL in its environment: %t (executors never touch PostgreSQL)", name, hasDB)
+		}
+	}
+
+	// Each pool: an executor Deployment serving it, and a ScaledObject on
+	// its dispatch consumers, one trigger per priority and handler.
+	for _, tt := range []struct {
+		name, pool   string
+		handlers     []string
+		min, max     float64
+		lag          string
+		grace        float64
+		replicasSet  bool
+		wantReplicas float64
+	}{
+		{"default", "default", []string{executor.BuiltinEcho, executor.BuiltinSleep, executor.BuiltinFail}, 1, 10, "10", 45, false, 0},
+		{"gpu", "gpu+large", []string{"train.model"}, 0, 4, "2", 615, false, 0},
+	} {
+		d := deployments["t-ax-executor-"+tt.name]
+		if d == nil {
+			continue
+		}
+		args := d.get("spec", "template", "spec", "containers", 0, "args").([]any)
+		if !slices.Contains(args, any("--pool="+tt.pool)) {
+			t.Errorf("executor %s runs %v, not for pool %s", tt.name, args, tt.pool)
+		}
+		if g := d.get("spec", "template", "spec", "terminationGracePeriodSeconds"); g != tt.grace {
+			t.Errorf("executor %s: terminationGracePeriodSeconds = %v, want %v (the shutdown timeout + 15 s)", tt.name, g, tt.grace)
+		}
+		if r := d.get("spec", "replicas"); r != nil {
+			t.Errorf("executor %s: replicas %v set beside its ScaledObject (KEDA owns them)", tt.name, r)
+		}
+		so := objects["ScaledObject/t-ax-executor-"+tt.name]
+		if so == nil {
+			t.Errorf("no ScaledObject for pool %s", tt.pool)
+			continue
+		}
+		if so.str("apiVersion") != "keda.sh/v1alpha1" || so.str("spec", "scaleTargetRef", "name") != "t-ax-executor-"+tt.name {
+			t.Errorf("ScaledObject of %s: %s targets %q", tt.pool, so.str("apiVersion"), so.str("spec", "scaleTargetRef", "name"))
+		}
+		if so.get("spec", "minReplicaCount") != tt.min || so.get("spec", "maxReplicaCount") != tt.max {
+			t.Errorf("ScaledObject of %s: replicas %v-%v, want %v-%v", tt.pool,
+				so.get("spec", "minReplicaCount"), so.get("spec", "maxReplicaCount"), tt.min, tt.max)
+		}
+		want := map[string]bool{}
+		for _, p := range schemas.Priorities {
+			for _, h := range tt.handlers {
+				want[top.PoolConsumer(tt.pool, p, h).Durable] = true
+			}
+		}
+		got := map[string]bool{}
+		for _, tr := range so.get("spec", "triggers").([]any) {
+			tr := object(tr.(map[string]any))
+			if tr.str("type") != "nats-jetstream" {
+				t.Errorf("ScaledObject of %s: a trigger of type %q", tt.pool, tr.str("type"))
+			}
+			if s := tr.str("metadata", "stream"); s != top.DispatchStream() {
+				t.Errorf("ScaledObject of %s watches stream %q, want %s", tt.pool, s, top.DispatchStream())
+			}
+			if e := tr.str("metadata", "natsServerMonitoringEndpoint"); e != "nats.nats:8222" {
+				t.Errorf("ScaledObject of %s reads %q", tt.pool, e)
+			}
+			if a := tr.str("metadata", "account"); a != "$G" {
+				t.Errorf("ScaledObject of %s: account %q", tt.pool, a)
+			}
+			if l := tr.str("metadata", "lagThreshold"); l != tt.lag {
+				t.Errorf("ScaledObject of %s: lagThreshold %q, want %s", tt.pool, l, tt.lag)
+			}
+			got[tr.str("metadata", "consumer")] = true
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("ScaledObject of %s watches consumers %v, want those streams/ builds: %v", tt.pool, keys(got), keys(want))
+		}
+	}
+
+	// The Secrets: a password per role, the authorization as given, the
+	// database URL.
+	users := objects["Secret/t-ax-nats-users"]
+	for _, role := range natsauth.Roles {
+		if users.str("data", string(role)) == "" {
+			t.Errorf("the users' Secret has no password for %s", role)
+		}
+	}
+	if got := objects["Secret/t-ax-nats-auth"].str("stringData", "auth.conf"); got != auth {
+		t.Errorf("the authorization Secret holds\n%s\nwant natsauth's\n%s", got, auth)
+	}
+	if got := objects["Secret/t-ax-database"].str("stringData", "DATABASE_URL"); got != "postgres://ax@db/ax" {
+		t.Errorf("the database Secret holds %q", got)
+	}
+}
+
+// TestChartRefusesAPoolItsUsersCannotServe: a pool missing from the NATS
+// authorization fails the render, naming the fix.
+func TestChartRefusesAPoolItsUsersCannotServe(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, []byte("database: {url: postgres://x}\nexecutorPools: [{pool: gpu}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := helm(t, "template", "t", chart, "-f", file)
+	if err == nil || !strings.Contains(err.Error(), "pool gpu is not in the NATS authorization") {
+		t.Errorf("helm template with a pool the authorization lacks: %v", err)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
