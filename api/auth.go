@@ -101,6 +101,10 @@ type tokenCache struct {
 	mu      sync.Mutex
 	entries map[string]tokenEntry // by the hash of the secret
 	touched map[int64]time.Time   // when this replica last wrote a token's last_used_at
+	// revoked holds the ids of the tokens revoked through this replica:
+	// refused at once, even by a lookup that read the store before the
+	// revocation and answers after it.
+	revoked map[int64]bool
 }
 
 type tokenEntry struct {
@@ -110,7 +114,8 @@ type tokenEntry struct {
 }
 
 func newTokenCache(st *store.Store, ttl time.Duration, log zerolog.Logger) *tokenCache {
-	return &tokenCache{store: st, ttl: ttl, log: log, entries: map[string]tokenEntry{}, touched: map[int64]time.Time{}}
+	return &tokenCache{store: st, ttl: ttl, log: log, entries: map[string]tokenEntry{}, touched: map[int64]time.Time{},
+		revoked: map[int64]bool{}}
 }
 
 // lookup returns the live token whose secret is secret, and false when
@@ -136,10 +141,38 @@ func (c *tokenCache) lookup(ctx context.Context, secret string) (store.Token, bo
 		}
 		c.put(key, e, now)
 	}
+	c.mu.Lock()
+	if e.ok && c.revoked[e.tok.ID] {
+		e = tokenEntry{}
+	}
+	c.mu.Unlock()
 	if e.ok {
 		c.touch(ctx, e.tok.ID, now)
 	}
 	return e.tok, e.ok, nil
+}
+
+// forget makes this replica refuse token id from now on: the API that
+// revokes a token stops taking it at once, the others within the TTL.
+func (c *tokenCache) forget(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.revoked) >= maxCachedTokens {
+		// A revoked token is refused by the store anyway once the entries
+		// that knew it live expire.
+		for k, e := range c.entries {
+			if e.ok && c.revoked[e.tok.ID] {
+				delete(c.entries, k)
+			}
+		}
+		clear(c.revoked)
+	}
+	c.revoked[id] = true
+	for k, e := range c.entries {
+		if e.ok && e.tok.ID == id {
+			delete(c.entries, k)
+		}
+	}
 }
 
 func (c *tokenCache) put(key string, e tokenEntry, now time.Time) {

@@ -186,19 +186,38 @@ func TestTokenRoutes(t *testing.T) {
 		t.Error("the admin token's last_used_at is not set after its requests")
 	}
 
-	// Revocation takes effect within the cache's TTL.
+	// Revocation through this API takes effect at once, though the
+	// token's lookup is cached.
+	if _, err := ci.ListTasks(ctx); err != nil {
+		t.Fatalf("the ci token before its revocation: %v", err)
+	}
 	revoked, err := e.client.RevokeToken(ctx, made.Token.ID)
 	if err != nil || revoked.RevokedAt == nil {
 		t.Fatalf("RevokeToken = %+v, %v", revoked, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	if _, err := ci.ListTasks(ctx); !isStatus(err, 401) {
+		t.Errorf("the revoked token right after its revocation: %v, want 401", err)
+	}
+	// Revoked elsewhere (ax token revoke, another replica), within the TTL.
+	other, err := e.client.CreateToken(ctx, "ops", store.RoleViewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := e.as(other.Secret)
+	if _, err := ops.ListTasks(ctx); err != nil {
+		t.Fatalf("the ops token: %v", err)
+	}
+	if _, err := e.store.RevokeToken(ctx, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(api.DefaultTokenCacheTTL + 5*time.Second)
 	for {
-		_, err := ci.ListTasks(ctx)
+		_, err := ops.ListTasks(ctx)
 		if isStatus(err, 401) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the revoked token still works after 5s: %v", err)
+			t.Fatalf("the token revoked in the store still works after the cache's TTL: %v", err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

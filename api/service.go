@@ -54,8 +54,9 @@ type Options struct {
 	// fired_at on the trigger events the API publishes.
 	NowFunc func() time.Time
 	// TokenCacheTTL is how long the API trusts what it learned of an API
-	// token (default DefaultTokenCacheTTL): a revoked token is refused
-	// within that time.
+	// token (default DefaultTokenCacheTTL): a token revoked through this
+	// API is refused at once; one revoked elsewhere (another replica, ax
+	// token revoke) within that time.
 	TokenCacheTTL time.Duration
 	// Metrics is what GET /metrics serves (default: the Go runtime and
 	// process metrics of this process).

@@ -106,6 +106,7 @@ func (s *Service) revokeToken(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, fmt.Sprintf("revoke token %d", id), err)
 		return
 	}
+	s.tokens.forget(tok.ID)
 	s.opts.Logger.Info().Str("token", tok.Name).Str("operator", operator(r)).Msg("token revoked")
 	writeJSON(w, http.StatusOK, tok)
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
 	"github.com/ax-scheduler/ax/streams"
@@ -202,9 +201,9 @@ cleanly; it starts again on the same data.`,
 			}
 			metricsNote := "off (--metrics-addr)"
 			if m.addr != "" {
-				services = append(services, func(ctx context.Context) error { return metrics.Serve(ctx, m.addr, m.registry(), log) })
+				services = append(services, func(ctx context.Context) error { return serveMetrics(ctx, m.addr, m.registry(), log) })
 				names = append(names, "metrics")
-				metricsNote = "http://" + m.addr + "/metrics"
+				metricsNote = "http://" + metricsListenAddr(m.addr) + "/metrics (no token)"
 			}
 			for i, svc := range services {
 				run(names[i], svc)

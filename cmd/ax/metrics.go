@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +26,30 @@ func (m *metricsServer) flags(cmd *cobra.Command, def string) {
 		what = def
 	}
 	cmd.Flags().StringVar(&m.addr, "metrics-addr", envOr("AX_METRICS_ADDR", def),
-		"address to serve Prometheus metrics on, at /metrics, e.g. 127.0.0.1:9090; empty is off (default "+what+"; env AX_METRICS_ADDR)")
+		"address to serve Prometheus metrics on, at /metrics, without a token: a port alone (:9090) listens on loopback only, 0.0.0.0:9090 on every interface; empty is off (default "+what+"; env AX_METRICS_ADDR)")
+}
+
+// metricsListenAddr is where --metrics-addr addr listens: the metrics
+// take no token, so an address without a host (":9090") is loopback's,
+// and every interface must be asked for by name (0.0.0.0:9090, [::]:9090).
+func metricsListenAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// serveMetrics serves reg on --metrics-addr addr until ctx ends, with a
+// warning when anyone beyond this machine may read them.
+func serveMetrics(ctx context.Context, addr string, reg prometheus.Gatherer, log zerolog.Logger) error {
+	addr = metricsListenAddr(addr)
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			log.Warn().Str("addr", addr).Msg("metrics served without a token beyond loopback: anyone who reaches this address reads them; keep it on a private network")
+		}
+	}
+	return metrics.Serve(ctx, addr, reg, log)
 }
 
 // registry returns the registry of the process: the Go runtime and process
@@ -50,7 +74,7 @@ func (m *metricsServer) run(ctx context.Context, log zerolog.Logger, svc func(co
 		serveErr error
 	)
 	wg.Go(func() {
-		if serveErr = metrics.Serve(runCtx, m.addr, m.registry(), log); serveErr != nil {
+		if serveErr = serveMetrics(runCtx, m.addr, m.registry(), log); serveErr != nil {
 			cancel(serveErr)
 		}
 	})
