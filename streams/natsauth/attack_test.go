@@ -181,7 +181,7 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 		t.Fatalf("the bed is not set: %+v", before)
 	}
 
-	for _, role := range []natsauth.Role{natsauth.API, natsauth.Auditor, natsauth.Executor} {
+	for _, role := range []natsauth.Role{natsauth.Trigger, natsauth.API, natsauth.Auditor, natsauth.Executor} {
 		nc, r := b.connect(t, role)
 		js, err := jetstream.New(nc)
 		if err != nil {
