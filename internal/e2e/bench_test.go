@@ -122,7 +122,7 @@ func (s *system) waitEnded(b *testing.B, want int) map[schemas.State]int {
 
 // countStates counts the instances of "noop" by state.
 func (s *system) countStates() (map[schemas.State]int, error) {
-	rows, err := s.pool.Query(context.Background(), `SELECT state, count(*) FROM instances WHERE task = 'noop' GROUP BY state`)
+	rows, err := s.pool.Query(context.Background(), `/* bench */ SELECT state, count(*) FROM instances WHERE task = 'noop' GROUP BY state`)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +371,7 @@ func (s *benchRig) newCostMeter(b *testing.B) *costMeter {
 // start takes the first reading and resets the statement statistics.
 func (m *costMeter) start() {
 	if m.statements {
-		if _, err := m.s.pool.Exec(context.Background(), `SELECT pg_stat_statements_reset()`); err != nil {
+		if _, err := m.s.pool.Exec(context.Background(), `/* bench */ SELECT pg_stat_statements_reset()`); err != nil {
 			m.b.Fatal(err)
 		}
 	}
@@ -470,15 +470,15 @@ func (m *costMeter) sample() costSample {
 	}
 	// The statistics of other sessions reach the views at most a second
 	// late; a fresh snapshot is taken for each query.
-	if _, err := m.s.pool.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+	if _, err := m.s.pool.Exec(ctx, `/* bench */ SELECT pg_stat_clear_snapshot()`); err != nil {
 		m.b.Fatal(err)
 	}
-	err = m.s.pool.QueryRow(ctx, `SELECT xact_commit, xact_rollback, deadlocks FROM pg_stat_database WHERE datname = current_database()`).
+	err = m.s.pool.QueryRow(ctx, `/* bench */ SELECT xact_commit, xact_rollback, deadlocks FROM pg_stat_database WHERE datname = current_database()`).
 		Scan(&c.commits, &c.rollbacks, &c.deadlocks)
 	if err != nil {
 		m.b.Fatal(err)
 	}
-	if err := m.s.pool.QueryRow(ctx, `SELECT wal_records, wal_sync FROM pg_stat_wal`).Scan(&c.walRecords, &c.walSyncs); err != nil {
+	if err := m.s.pool.QueryRow(ctx, `/* bench */ SELECT wal_records, wal_sync FROM pg_stat_wal`).Scan(&c.walRecords, &c.walSyncs); err != nil {
 		m.b.Fatal(err)
 	}
 	if m.logFile != "" {
@@ -490,11 +490,13 @@ func (m *costMeter) sample() costSample {
 }
 
 // topStatements returns the statements of this benchmark's database by
-// total execution time, the costliest first.
+// total execution time, the costliest first, leaving out the benchmark's
+// own (marked with a leading comment).
 func (m *costMeter) topStatements() []statementCost {
-	rows, err := m.s.pool.Query(context.Background(), `
+	rows, err := m.s.pool.Query(context.Background(), `/* bench */
 SELECT calls, total_exec_time, rows, regexp_replace(query, '\s+', ' ', 'g')
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND query NOT LIKE '/* bench */%'
 ORDER BY total_exec_time DESC LIMIT 12`)
 	if err != nil {
 		m.b.Fatal(err)
