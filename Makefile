@@ -29,7 +29,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test chromium lint fuzz bench bench-pipeline bench-profile bench-peers tidy
+.PHONY: help dev build test chromium lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -79,6 +79,10 @@ bench: ## run every benchmark once (private PostgreSQL with fsync on unless TEST
 
 bench-pipeline: ## measure the whole pipeline: burst throughput and steady-load start latency (AX_BENCH_FSYNC=on)
 	$(BENCHPG) $(GO) test -run '^$$' -bench Pipeline -benchtime 1x ./internal/e2e
+
+bench-burst: ## the burst alone, with the production lease TTL and with 2 s: outcomes, deadlocks, costs (AX_BENCH_N=20000)
+	$(BENCHPG) $(GO) test -run '^$$' -bench PipelineThroughput -benchtime 1x ./internal/e2e
+	AX_BENCH_LEASE_TTL=2s $(BENCHPG) $(GO) test -run '^$$' -bench PipelineThroughput -benchtime 1x ./internal/e2e
 
 bench-profile: ## CPU profile of the burst by service, and its costliest functions (AX_BENCH_N=20000)
 	@mkdir -p bin

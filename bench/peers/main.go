@@ -79,6 +79,8 @@ type result struct {
 	OwnCPU     float64 // µs per job, the benchmark process and PostgreSQL
 	Succeeded  int
 	Failed     int
+	// Settings is the settings line AX's benchmark printed.
+	Settings string
 }
 
 func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
@@ -119,13 +121,15 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("settings: %s; AX lease TTL 30s (production), JetStream file storage; River %s; %d CPUs, load average %s at the start\n",
+	fmt.Printf("settings: %s; River %s; %d CPUs, load average %s at the start\n",
 		settings, riverVersion(), cpustat.Cores(), cpustat.LoadAverage())
+	fmt.Printf("AX's settings are those its benchmarks print, below (by default the production lease TTL of 30 s, JetStream on file storage)\n")
 	fmt.Printf("subjects: burst of %d no-op jobs (first submit → last completion); steady %d/s for %d s (submit → handler start)\n\n", n, rate, seconds)
 
 	subjects := []string{"AX burst", "River burst", "AX steady", "River steady"}
 	results := map[string][]result{}
 	began := time.Now()
+	printedAX := false
 	for r := 1; r <= rounds; r++ {
 		order := []string{"AX burst", "River burst", "AX steady", "River steady"}
 		if r%2 == 0 {
@@ -154,6 +158,10 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 				if err := c.dropDatabase(ctx, db); err != nil {
 					return err
 				}
+			}
+			if res.Settings != "" && !printedAX {
+				fmt.Printf("AX settings: %s\n", res.Settings)
+				printedAX = true
 			}
 			results[subject] = append(results[subject], res)
 			fmt.Printf("round %d  %-12s  %s\n", r, subject, res.format(strings.HasSuffix(subject, "steady")))
@@ -256,9 +264,14 @@ func axBench(ctx context.Context, c *cluster, path, name string, env []string) (
 		return result{}, fmt.Errorf("%s: %w:\n%s", name, err, out.String())
 	}
 	sc := bufio.NewScanner(&out)
+	var settings string
 	for sc.Scan() {
 		// The result line: the name with -GOMAXPROCS, then the figures.
 		line := sc.Text()
+		if _, v, ok := strings.Cut(line, ": settings: "); ok {
+			settings = v
+			continue
+		}
 		if f := strings.Fields(line); len(f) == 0 || (f[0] != "Benchmark"+name && !strings.HasPrefix(f[0], "Benchmark"+name+"-")) {
 			continue
 		}
@@ -266,7 +279,7 @@ func axBench(ctx context.Context, c *cluster, path, name string, env []string) (
 		res := result{
 			Rate: m["instances/s"], P50: m["p50_start_ms"], P99: m["p99_start_ms"],
 			MachineCPU: m["machine_cpu_us/inst"], OwnCPU: m["own_cpu_us/inst"],
-			Succeeded: int(m["succeeded"]), Failed: int(m["failed"]),
+			Succeeded: int(m["succeeded"]), Failed: int(m["failed"]), Settings: settings,
 		}
 		if v, ok := m["fired/s"]; ok {
 			res.Rate = v
