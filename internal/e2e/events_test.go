@@ -500,6 +500,7 @@ func BenchmarkDelayLateness(b *testing.B) {
 		clients = 8
 	)
 	s := newSystem(b)
+	benchf(b, "settings: %s", s.benchSettings(b, leaseTTL))
 	s.apply(`
 task_name: delayed
 execution:
