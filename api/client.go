@@ -132,6 +132,18 @@ func (c *Client) Rerun(ctx context.Context, id int64) (FireResult, error) {
 	return out, err
 }
 
+// RerunWith is [Client.Rerun] with a request: req.Payload, when set,
+// replaces the instance's payload.
+func (c *Client) RerunWith(ctx context.Context, id int64, req RerunRequest) (FireResult, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return FireResult{}, fmt.Errorf("rerun instance %d: encode request: %w", id, err)
+	}
+	var out FireResult
+	err = c.do(ctx, http.MethodPost, "/v1/instances/"+strconv.FormatInt(id, 10)+"/rerun", "application/json", body, &out)
+	return out, err
+}
+
 // Cancel cancels an instance that has not ended, giving reason (optional).
 // It returns the instance: CANCELLED, or as it was when the dispatcher had
 // not applied the cancel within the API's RunWait.

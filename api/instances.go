@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -58,15 +59,18 @@ type RerunRequest struct {
 	// Operator is accepted for older clients and not recorded: the
 	// operator of a rerun is the name of the request's token.
 	Operator string `json:"operator,omitempty"`
+	// Payload, when set, replaces the instance's payload (any JSON value);
+	// it must satisfy the task's payload_schema like any firing's.
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // rerun fires the task of an instance again, as a new manual firing with the
-// instance's payload, payload version and priority. The new instance's
+// instance's payload (or the request's), payload version and priority. The new instance's
 // CREATED transition names the operator and says "rerun of instance N".
 // It answers like POST /v1/tasks/{name}/runs.
 func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 	var req RerunRequest
-	id, ok := s.instanceRequest(w, r, &req, `{"operator": "alice"}`)
+	id, ok := s.instanceRequest(w, r, &req, `{"payload": {"day": "2025-03-01"}}`)
 	if !ok {
 		return
 	}
@@ -79,12 +83,16 @@ func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, fmt.Sprintf("get the firing of instance %d", id), err)
 		return
 	}
+	payload := f.Payload
+	if len(req.Payload) > 0 {
+		payload = req.Payload
+	}
 	s.publishFiring(w, r, schemas.TriggerEvent{
 		EventID:        fmt.Sprintf("%s%d-%s", schemas.RerunEventIDPrefix, id, nuid.Next()),
 		Task:           f.Task,
 		Source:         schemas.SourceManual,
 		Operator:       operator(r),
-		Payload:        f.Payload,
+		Payload:        payload,
 		PayloadVersion: f.PayloadVersion,
 		Priority:       f.Priority,
 		FiredAt:        s.opts.NowFunc().UTC(),

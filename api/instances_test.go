@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -72,8 +73,9 @@ func TestRerunRejects(t *testing.T) {
 		{"not an id", "/v1/instances/abc/rerun", "", 400, "invalid_instance_id", "id", `"abc" is not an instance id`},
 		{"zero id", "/v1/instances/0/rerun", "", 400, "invalid_instance_id", "id", ""},
 		{"unknown instance", fmt.Sprintf("/v1/instances/%d/rerun", strict+100), "", 404, "instance_not_found", "id", "does not exist"},
-		{"unknown field", fmt.Sprintf("/v1/instances/%d/rerun", id), `{"payload": {}}`, 400, "unknown_field", "payload", `like {"operator": "alice"}`},
-		{"operator not a string", fmt.Sprintf("/v1/instances/%d/rerun", id), `{"operator": 7}`, 400, "invalid_request", "operator", `like {"operator": "alice"}`},
+		{"unknown field", fmt.Sprintf("/v1/instances/%d/rerun", id), `{"payloads": {}}`, 400, "unknown_field", "payloads", `like {"payload": {"day": "2025-03-01"}}`},
+		{"operator not a string", fmt.Sprintf("/v1/instances/%d/rerun", id), `{"operator": 7}`, 400, "invalid_request", "operator", `like {"payload": {"day": "2025-03-01"}}`},
+		{"payload the task refuses", fmt.Sprintf("/v1/instances/%d/rerun", strict), `{"payload": {"night": 1}}`, 422, "invalid_payload", "payload.day", "is required"},
 		{"malformed body", fmt.Sprintf("/v1/instances/%d/rerun", id), `{"operator": `, 400, "malformed_json", "", "not valid JSON"},
 		{"disabled task", fmt.Sprintf("/v1/instances/%d/rerun", paused), "", 409, "task_disabled", "name", "ax task enable paused"},
 		{"payload the task now refuses", fmt.Sprintf("/v1/instances/%d/rerun", strict), "", 422, "invalid_payload", "payload.day", "is required"},
@@ -94,5 +96,34 @@ func TestRerunRejects(t *testing.T) {
 	}
 	if n := e.triggers(); n != 0 {
 		t.Errorf("refused reruns published %d messages", n)
+	}
+}
+
+// TestRerunWithAPayload reruns an instance with another payload, which the
+// task's payload_schema judges like any firing's.
+func TestRerunWithAPayload(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.apply(echoTask + "payload_schema: {type: object, properties: {count: {type: integer}}}\n")
+	id := e.insertInstance("nightly-report", "ev-1", schemas.StateFailed)
+
+	res, err := e.client.RerunWith(t.Context(), id, api.RerunRequest{Payload: []byte(`{"count": 2}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := e.lastTrigger("nightly-report")
+	if ev.EventID != res.EventID || string(ev.Payload) != `{"count":2}` || ev.Reason != fmt.Sprintf("rerun of instance %d", id) {
+		t.Errorf("published firing %+v, want payload {\"count\":2}", ev)
+	}
+	status, body := e.do("POST", fmt.Sprintf("/v1/instances/%d/rerun", id), "application/json", strings.NewReader(`{"payload": {"count": "two"}}`))
+	if status != http.StatusUnprocessableEntity || !strings.Contains(fmt.Sprint(body), "payload.count") {
+		t.Errorf("rerun with a payload the schema refuses: %d %v, want 422 naming payload.count", status, body)
+	}
+	// Without a payload, the instance's own.
+	if _, err := e.client.RerunWith(t.Context(), id, api.RerunRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := e.lastTrigger("nightly-report"); string(ev.Payload) != `{"n":1}` {
+		t.Errorf("rerun without a payload published %s, want the instance's {\"n\":1}", ev.Payload)
 	}
 }

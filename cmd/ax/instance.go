@@ -28,8 +28,10 @@ func newInstanceCmd(g *cli) *cobra.Command {
 
 func newInstanceRerunCmd(g *cli) *cobra.Command {
 	var (
-		wait    bool
-		timeout time.Duration
+		wait        bool
+		timeout     time.Duration
+		payload     string
+		payloadFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "rerun ID",
@@ -38,12 +40,15 @@ func newInstanceRerunCmd(g *cli) *cobra.Command {
 your API token) with the instance's payload, payload version and priority, and
 print the id of the new instance. Its CREATED transition names you and says
 "rerun of instance ID". The task must still exist and be enabled, and take the
-payload (its schema_version and payload_schema).
+payload (its schema_version and payload_schema). --payload (JSON, or @FILE)
+or --payload-file FILE sends another payload instead of the instance's.
 
 With --wait, ax then follows the new instance until it ends and prints its
 final state; the exit codes are those of ax fire.`,
 		Example: `  ax instance rerun 42
-  ax instance rerun 42 --wait --timeout 10m && echo done`,
+  ax instance rerun 42 --wait --timeout 10m && echo done
+  ax instance rerun 42 --payload '{"day": "2025-03-02"}'
+  ax instance rerun 42 --payload-file fixed.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			asJSON, err := g.json()
@@ -57,8 +62,20 @@ final state; the exit codes are those of ax fire.`,
 			if wait && timeout <= 0 {
 				return fmt.Errorf("--timeout %s: use a positive duration such as 30s or 10m", timeout)
 			}
+			var req api.RerunRequest
+			switch {
+			case payload != "" && payloadFile != "":
+				return fmt.Errorf("--payload and --payload-file both give a payload; use one of them")
+			case payloadFile != "":
+				payload = "@" + payloadFile
+				fallthrough
+			case payload != "":
+				if req.Payload, err = readPayload(cmd.InOrStdin(), payload); err != nil {
+					return err
+				}
+			}
 			client := g.client()
-			res, err := client.Rerun(cmd.Context(), id)
+			res, err := client.RerunWith(cmd.Context(), id, req)
 			if err != nil {
 				return g.apiError(err)
 			}
@@ -68,6 +85,8 @@ final state; the exit codes are those of ax fire.`,
 	f := cmd.Flags()
 	f.BoolVar(&wait, "wait", false, "wait until the new instance ends; the exit code tells how it ended")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
+	f.StringVar(&payload, "payload", "", "payload instead of the instance's: JSON, or @FILE (@- for standard input)")
+	f.StringVar(&payloadFile, "payload-file", "", "file holding the payload instead of the instance's (- for standard input)")
 	return cmd
 }
 

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -116,11 +119,36 @@ func TestInstanceRerun(t *testing.T) {
 		t.Errorf("published firing = %+v", ev)
 	}
 
+	// Another payload, given inline or in a file, goes through the API.
+	file := filepath.Join(t.TempDir(), "payload.json")
+	if err := os.WriteFile(file, []byte(`{"day": "2025-03-03"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--payload", `{"day": "2025-03-02"}`}, {"--payload-file", file}} {
+		if code, _, errOut := e.ax("", append([]string{"instance", "rerun", fmt.Sprint(failed)}, args...)...); code != 0 {
+			t.Fatalf("instance rerun %v: exit %d, %s", args, code, errOut)
+		}
+		msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := schemas.ParseTriggerEvent(msg.Data)
+		want := `{"day":"2025-03-02"}`
+		if args[0] == "--payload-file" {
+			want = `{"day":"2025-03-03"}`
+		}
+		if err != nil || string(compactJSON(t, ev.Payload)) != want || ev.Reason != fmt.Sprintf("rerun of instance %d", failed) {
+			t.Errorf("rerun %v published %+v (%v), want payload %s", args, ev, err, want)
+		}
+	}
+
 	for _, tt := range []struct {
 		args []string
 		code int
 		want string
 	}{
+		{[]string{"instance", "rerun", fmt.Sprint(failed), "--payload", "{}", "--payload-file", file}, 1, "ax: --payload and --payload-file both give a payload"},
+		{[]string{"instance", "rerun", fmt.Sprint(failed), "--payload", "{nope"}, 1, "ax: --payload is not valid JSON"},
 		{[]string{"instance", "rerun", "abc"}, 1, `ax: "abc" is not an instance id`},
 		{[]string{"instance", "rerun", fmt.Sprint(failed + 100)}, 1, fmt.Sprintf("ax: instance %d does not exist", failed+100)},
 		{[]string{"instance", "rerun", fmt.Sprint(failed), "--wait", "--timeout", "0s"}, 1, "ax: --timeout 0s: use a positive duration"},
@@ -131,4 +159,14 @@ func TestInstanceRerun(t *testing.T) {
 			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(tt.args, " "), code, out, errOut, tt.code, tt.want)
 		}
 	}
+}
+
+// compactJSON returns data without insignificant spaces.
+func compactJSON(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, data); err != nil {
+		t.Fatalf("compact %s: %v", data, err)
+	}
+	return b.Bytes()
 }
