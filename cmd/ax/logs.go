@@ -121,8 +121,8 @@ func noLines(w io.Writer, id int64, q api.LogQuery) {
 type logPrinter struct {
 	// lines counts the lines printed.
 	lines int
-	w    io.Writer
-	json bool
+	w     io.Writer
+	json  bool
 	// yaml, with json, prints each line as a YAML document after "---".
 	yaml bool
 	// attempt and worker are those of the last line printed.
