@@ -82,9 +82,15 @@ func (s *Service) publishRetry(m *nats.Msg) error {
 }
 
 // renewLeases renews the lease of every running attempt every third of the
-// lease TTL, until ctx ends.
+// lease TTL, until ctx ends. The TTL is the leases bucket's, which its
+// owner (the dispatcher's --lease-ttl) may change while the worker runs:
+// each tick reads it again, and a changed TTL changes the renewal period
+// from then on, so the worker never renews at the rate of a TTL that is
+// gone. A TTL shortened to less than the time since a lease's last renewal
+// ends that lease all the same: shorten it in steps.
 func (s *Service) renewLeases(ctx context.Context) {
-	ticker := time.NewTicker(s.leaseTTL / 3)
+	ttl := s.currentLeaseTTL()
+	ticker := time.NewTicker(ttl / 3)
 	defer ticker.Stop()
 	for {
 		select {
@@ -92,8 +98,34 @@ func (s *Service) renewLeases(ctx context.Context) {
 			return
 		case <-ticker.C:
 			s.renew()
+			if now := s.readLeaseTTL(ctx); now != ttl {
+				s.log.Info().Dur("lease_ttl", now).Dur("was", ttl).Msg("lease TTL changed; renewing every third of it")
+				ttl = now
+				ticker.Reset(ttl / 3)
+			}
 		}
 	}
+}
+
+// currentLeaseTTL is the leases bucket's TTL as last read.
+func (s *Service) currentLeaseTTL() time.Duration { return time.Duration(s.leaseTTL.Load()) }
+
+// readLeaseTTL reads the leases bucket's TTL again and returns it; when it
+// cannot be read, or the bucket has no TTL any more, it keeps (and returns)
+// the one it had.
+func (s *Service) readLeaseTTL(ctx context.Context) time.Duration {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	status, err := s.leases.Status(ctx)
+	switch {
+	case err != nil:
+		s.log.Debug().Err(err).Msg("read the leases bucket's TTL; keeping the one read before")
+	case status.TTL() <= 0:
+		s.log.Warn().Str("bucket", s.leases.Bucket()).Msg("the leases bucket has no TTL any more; renewing at the TTL read before")
+	default:
+		s.leaseTTL.Store(int64(status.TTL()))
+	}
+	return s.currentLeaseTTL()
 }
 
 // renew renews every running attempt's lease in one batch. Each write

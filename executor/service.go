@@ -52,12 +52,15 @@ type Service struct {
 	abandoned atomic.Int64   // handlers left running after their context ended
 
 	// Set by Run before any goroutine starts.
-	js       jetstream.JetStream
-	leases   jetstream.KeyValue
-	workers  jetstream.KeyValue
-	mutexes  jetstream.KeyValue
-	onces    jetstream.KeyValue
-	leaseTTL time.Duration
+	js      jetstream.JetStream
+	leases  jetstream.KeyValue
+	workers jetstream.KeyValue
+	mutexes jetstream.KeyValue
+	onces   jetstream.KeyValue
+	// leaseTTL is the leases bucket's TTL as last read (nanoseconds): at
+	// start, then at every renewal tick, so that a TTL its owner changes
+	// is followed (see renewLeases).
+	leaseTTL atomic.Int64
 	// The TTL of the markers a released mutex or once key leaves.
 	mutexMarkerTTL time.Duration
 	onceMarkerTTL  time.Duration
@@ -188,7 +191,7 @@ func (s *Service) Run(ctx context.Context) error {
 	background.Go(func() { s.logs.run(bgCtx, s.js) })
 
 	s.log.Info().Strs("pools", s.opts.Pools).Int("slots", s.opts.Slots).Strs("handlers", s.opts.Mux.Names()).
-		Dur("lease_ttl", s.leaseTTL).Msg("worker started")
+		Dur("lease_ttl", s.currentLeaseTTL()).Msg("worker started")
 	close(s.ready)
 
 	runErr := s.pull(ctx)
@@ -263,7 +266,7 @@ func (s *Service) setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read status of bucket %s: %w", topo.LeasesBucket(), err)
 	}
-	if s.leaseTTL = status.TTL(); s.leaseTTL <= 0 {
+	if s.leaseTTL.Store(int64(status.TTL())); status.TTL() <= 0 {
 		return fmt.Errorf("bucket %s has no TTL, so a lease would never expire; %s", topo.LeasesBucket(), hint)
 	}
 	status, err = s.workers.Status(ctx)
