@@ -63,6 +63,8 @@ type Service struct {
 	metrics *metrics
 	// workers is the live view of ax-workers that routing reads.
 	workers *liveWorkers
+	// gone holds the workers that left, whose queues wait to be routed again.
+	gone *departures
 	// hashKeys holds the parsed hash_key templates by their text.
 	hashKeys sync.Map
 }
@@ -115,6 +117,7 @@ func New(opts Options) (*Service, error) {
 		held:    newHolder(),
 		metrics: m,
 		workers: newLiveWorkers(opts.NowFunc),
+		gone:    newDepartures(),
 	}, nil
 }
 
@@ -198,6 +201,7 @@ func (s *Service) run(ctx context.Context) error {
 		},
 		func() error { return s.reap(runCtx, work, leases, reportStream) },
 		func() error { return s.holdLoop(runCtx, work) },
+		func() error { return s.reroute(runCtx, work) },
 		watch,
 	}
 	var wg sync.WaitGroup

@@ -23,6 +23,9 @@ type metrics struct {
 	reaperLeft *prometheus.CounterVec
 	// refused counts firings refused for what they hold, by stage and action.
 	refused *prometheus.CounterVec
+	// rerouted counts the attempts taken from the queues of workers that
+	// left, by outcome.
+	rerouted *prometheus.CounterVec
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -43,8 +46,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Firings refused for what they hold, by stage (validate: the dispatcher's checks; postgres: a value " +
 				"PostgreSQL refused, found by splitting the batch) and action (skipped: recorded as a SKIPPED instance " +
 				"with the reason; terminated: not recordable, logged and dropped)."}, []string{"stage", "action"}),
+		rerouted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_rerouted_total",
+			Help: "Attempts taken from the own queue of a worker that left, by outcome (moved: routed again; " +
+				"pinned: pinned to that worker by name, left to wait for it)."}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.reaperLeft, m.refused} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.reaperLeft, m.refused, m.rerouted} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

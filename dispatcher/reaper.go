@@ -269,6 +269,11 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 		if e, ok := outcomeEnd(o); ok {
 			ended = append(ended, e)
 		}
+		if o.Applied && workers == nil && o.WorkerID != "" && s.workers.suspend(o.WorkerID) {
+			// Its lease lapsed: no retry goes back to it, and what waits
+			// on its own queue is routed again.
+			s.departed(o.WorkerID)
+		}
 		if o.Applied {
 			s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Str("task", o.Task).
 				Str("state", string(o.State)).Str("cause", cause).Msg("attempt failed by the reaper")

@@ -18,13 +18,15 @@ import (
 // put a heartbeat within the bucket's TTL. A worker whose key is deleted
 // (a clean stop) or expires (its limit marker) leaves the view at once;
 // one whose last heartbeat is older than the TTL is not live either, in
-// case a marker was missed.
+// case a marker was missed. A worker whose lease lapsed is suspended (see
+// [liveWorkers.suspend]): not live until it puts another heartbeat.
 type liveWorkers struct {
 	ttl time.Duration
 	now func() time.Time
 
-	mu      sync.Mutex
-	workers map[string]liveWorker
+	mu        sync.Mutex
+	workers   map[string]liveWorker
+	suspended map[string]time.Time // since when, by worker id
 }
 
 type liveWorker struct {
@@ -33,7 +35,32 @@ type liveWorker struct {
 }
 
 func newLiveWorkers(now func() time.Time) *liveWorkers {
-	return &liveWorkers{now: now, workers: make(map[string]liveWorker)}
+	return &liveWorkers{now: now, workers: make(map[string]liveWorker), suspended: make(map[string]time.Time)}
+}
+
+// isLive reports whether w counts as live now. The caller holds v.mu.
+func (v *liveWorkers) isLive(w liveWorker, now time.Time) bool {
+	if v.ttl > 0 && now.Sub(w.seenAt) > v.ttl {
+		return false
+	}
+	if since, ok := v.suspended[w.ID]; ok && !w.seenAt.After(since) {
+		return false
+	}
+	return true
+}
+
+// suspend takes worker id off the live set until it puts a heartbeat
+// after now: its lease lapsed, so it died, hung or lost its connection,
+// and no retry may be routed back to it while its key still waits for its
+// TTL. It reports whether the worker was live.
+func (v *liveWorkers) suspend(id string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	w, ok := v.workers[id]
+	now := v.now()
+	was := ok && v.isLive(w, now)
+	v.suspended[id] = now
+	return was
 }
 
 // setTTL sets the bucket's TTL: a worker whose heartbeat is older is not
@@ -44,22 +71,30 @@ func (v *liveWorkers) setTTL(ttl time.Duration) {
 	v.ttl = ttl
 }
 
-// apply updates the view with one entry of the bucket.
-func (v *liveWorkers) apply(e jetstream.KeyValueEntry) error {
+// apply updates the view with one entry of the bucket. It reports whether
+// the entry took a worker that was in the view out of it: its key was
+// deleted or expired.
+func (v *liveWorkers) apply(e jetstream.KeyValueEntry) (left bool, err error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	_, known := v.workers[e.Key()]
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(v.workers, e.Key())
-		return nil
+		delete(v.suspended, e.Key())
+		return known, nil
 	}
 	var w schemas.Worker
 	if err := json.Unmarshal(e.Value(), &w); err != nil {
 		delete(v.workers, e.Key())
-		return fmt.Errorf("decode worker %s: %w", e.Key(), err)
+		return known, fmt.Errorf("decode worker %s: %w", e.Key(), err)
 	}
 	w.ID = e.Key()
-	v.workers[e.Key()] = liveWorker{Worker: w, seenAt: v.now()}
-	return nil
+	now := v.now()
+	if since, ok := v.suspended[w.ID]; ok && now.After(since) {
+		delete(v.suspended, w.ID)
+	}
+	v.workers[e.Key()] = liveWorker{Worker: w, seenAt: now}
+	return false, nil
 }
 
 // all returns the live workers, by id.
@@ -69,7 +104,7 @@ func (v *liveWorkers) all() []schemas.Worker {
 	var out []schemas.Worker
 	now := v.now()
 	for _, w := range v.workers {
-		if v.ttl <= 0 || now.Sub(w.seenAt) <= v.ttl {
+		if v.isLive(w, now) {
 			out = append(out, w.Worker)
 		}
 	}
@@ -82,7 +117,7 @@ func (v *liveWorkers) live(id string) (schemas.Worker, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	w, ok := v.workers[id]
-	if !ok || (v.ttl > 0 && v.now().Sub(w.seenAt) > v.ttl) {
+	if !ok || !v.isLive(w, v.now()) {
 		return schemas.Worker{}, false
 	}
 	return w.Worker, true
@@ -96,7 +131,7 @@ func (v *liveWorkers) eligible(pool, handler, minVersion string) []schemas.Worke
 	var out []schemas.Worker
 	now := v.now()
 	for _, w := range v.workers {
-		if v.ttl > 0 && now.Sub(w.seenAt) > v.ttl {
+		if !v.isLive(w, now) {
 			continue
 		}
 		if eligible(w.Worker, pool, handler, minVersion) {
@@ -127,8 +162,14 @@ func (s *Service) watchWorkers(ctx context.Context, kv jetstream.KeyValue) (func
 		return nil, fmt.Errorf("watch bucket %s: %w", kv.Bucket(), err)
 	}
 	apply := func(e jetstream.KeyValueEntry) {
-		if err := s.workers.apply(e); err != nil {
+		left, err := s.workers.apply(e)
+		if err != nil {
 			s.log.Warn().Err(err).Msg("worker entry ignored")
+		}
+		if left {
+			s.log.Info().Str("worker_id", e.Key()).Str("operation", e.Operation().String()).
+				Msg("worker left; routing the work queued for it again")
+			s.departed(e.Key())
 		}
 	}
 	// The initial values end with a nil entry.

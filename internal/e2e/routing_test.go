@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -322,5 +324,157 @@ func TestRoutingNoCapableWorkerWaits(t *testing.T) {
 	s.worker(executor.Options{WorkerID: "capable", Mux: c.muxOf("capable", "test.where")})
 	if w := s.waitState(waiting, schemas.StateSucceeded, 20*time.Second).WorkerID; w != "capable" {
 		t.Fatalf("the instance ran on %s, want capable", w)
+	}
+}
+
+// ledger counts the handler executions that succeeded, by instance, and
+// the worker each ran on.
+type ledger struct {
+	mu  sync.Mutex
+	ran map[int64][]string
+}
+
+func (l *ledger) record(id int64, worker string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ran == nil {
+		l.ran = make(map[int64][]string)
+	}
+	l.ran[id] = append(l.ran[id], worker)
+}
+
+func (l *ledger) of(id int64) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ran[id])
+}
+
+// TestRoutingHashReroutesAKilledWorkersBacklog kills a worker (its NATS
+// connection ends: no clean stop, its key and its queue stay) while
+// hash-routed attempts wait on its own queue: every attempt is routed again
+// to the live worker, ends SUCCEEDED and ran exactly once.
+func TestRoutingHashReroutesAKilledWorkersBacklog(t *testing.T) {
+	s := newSystem(t)
+	var runs ledger
+	muxFor := func(id string, block bool) *executor.Mux {
+		m := executor.NewMux()
+		m.HandleFunc("test.where", func(ctx context.Context, task *executor.Task) (any, error) {
+			if block {
+				<-ctx.Done()
+				return nil, context.Cause(ctx)
+			}
+			runs.record(task.InstanceID, id)
+			return nil, nil
+		})
+		return m
+	}
+	s.worker(executor.Options{WorkerID: "w1", Mux: muxFor("w1", false)})
+
+	// w2 runs one attempt at a time and never finishes one.
+	conn, _ := s.srv.Connect()
+	victim, err := executor.New(executor.Options{Conn: conn, WorkerID: "w2", Mux: muxFor("w2", true), Slots: 1,
+		Logger: s.log, ShutdownTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = victim.Run(ctx) // it fails when its connection is cut: that is the test
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	<-victim.Ready()
+	s.routedTo("w1", "w2")
+
+	// The attempt w2 holds when it dies is retried: its worker died.
+	s.apply("task_name: pinned\nexecution: {handler: test.where, retry: {max_attempts: 3}}\ndispatch: {strategy: hash, hash_key: 'c-{{.customer}}'}\n")
+	var ids []int64
+	for i := range 30 {
+		ids = append(ids, s.fire("pinned", map[string]any{"customer": i}))
+	}
+	// w2 holds one attempt and has a backlog on its own queue.
+	stream, err := s.js.Stream(context.Background(), s.srv.Topology.DispatchStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := s.srv.Topology.DispatchWorker("w2")
+	waitFor(t, "w2 to run one attempt with a backlog behind it", 20*time.Second, func() (bool, error) {
+		if victim.Busy() != 1 {
+			return false, nil
+		}
+		info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(own))
+		if err != nil {
+			return false, err
+		}
+		return info.State.Subjects[own] >= 3, nil
+	})
+
+	conn.Close() // killed: no heartbeat, no lease renewal, no goodbye
+	for _, id := range ids {
+		inst := s.waitState(id, schemas.StateSucceeded, 25*time.Second)
+		if inst.WorkerID != "w1" {
+			t.Errorf("instance %d succeeded on %s, want w1", id, inst.WorkerID)
+		}
+	}
+	for _, id := range ids {
+		if ran := runs.of(id); len(ran) != 1 {
+			t.Errorf("instance %d ran %d times (%v), want once", id, len(ran), ran)
+		}
+	}
+}
+
+// TestRoutingPinnedWaitsForItsWorker stops a worker that attempts are
+// pinned to (strategy worker) while some wait on its own queue: they stay
+// DISPATCHED, their instances say why, and they run when it comes back.
+func TestRoutingPinnedWaitsForItsWorker(t *testing.T) {
+	s := newSystem(t)
+	var c calls
+	entered, release := make(chan struct{}, 10), make(chan struct{})
+	gatedMux := executor.NewMux()
+	gatedMux.HandleFunc("test.where", func(ctx context.Context, _ *executor.Task) (any, error) {
+		entered <- struct{}{}
+		<-release
+		return nil, nil
+	})
+	stop := s.worker(executor.Options{WorkerID: "w9", Mux: gatedMux, Slots: 1})
+	s.routedTo("w9")
+	s.apply("task_name: named\nexecution: {handler: test.where}\ndispatch: {strategy: worker, worker: w9}\n")
+	first := s.fire("named", nil)
+	<-entered
+	waiting := []int64{s.fire("named", nil), s.fire("named", nil)}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		stop()
+	}()
+	close(release)
+	<-stopped
+	s.waitState(first, schemas.StateSucceeded, 10*time.Second)
+	for _, id := range waiting {
+		waitFor(t, "the instance to say that its worker left", 10*time.Second, func() (bool, error) {
+			inst, err := s.store.GetInstance(context.Background(), id)
+			if err != nil {
+				return false, err
+			}
+			if inst.State != schemas.StateDispatched {
+				return false, fmt.Errorf("instance %d is %s, want DISPATCHED while w9 is gone", id, inst.State)
+			}
+			for _, e := range inst.Events {
+				if e.Kind == "worker_gone" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+	s.worker(executor.Options{WorkerID: "w9", Mux: c.mux("w9")})
+	for _, id := range waiting {
+		if w := s.waitState(id, schemas.StateSucceeded, 20*time.Second).WorkerID; w != "w9" {
+			t.Errorf("instance %d ran on %s, want w9", id, w)
+		}
 	}
 }

@@ -1,0 +1,43 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Event is something that befell an attempt without changing its state,
+// for the instance's timeline (table instance_events; see
+// [Store.RecordStaleReports] for the stale reports).
+type Event struct {
+	InstanceID int64
+	Attempt    int
+	// Kind names the event, e.g. "worker_gone".
+	Kind     string
+	Operator string
+	Reason   string
+	At       time.Time
+}
+
+// RecordEvents adds events to their instances' timelines, one per attempt
+// and kind: an event recorded before adds none. Events are not transitions
+// and are not relayed to AX_AUDIT.
+func (s *Store) RecordEvents(ctx context.Context, in []Event) error {
+	if len(in) == 0 {
+		return nil
+	}
+	n := len(in)
+	ids, attempts, kinds, operators, reasons, at := make([]int64, n), make([]int32, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
+	for i, e := range in {
+		ids[i], attempts[i], kinds[i], operators[i], reasons[i], at[i] = e.InstanceID, int32(e.Attempt), e.Kind, e.Operator, e.Reason, e.At
+	}
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO instance_events (instance_id, attempt, kind, operator, reason, at)
+SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+ORDER BY 1
+ON CONFLICT (instance_id, attempt, kind) DO NOTHING`, ids, attempts, kinds, operators, reasons, at)
+	if err != nil {
+		return fmt.Errorf("record %d instance events: %w", n, err)
+	}
+	return nil
+}
