@@ -3,9 +3,10 @@
 //
 // A cluster lives in one folder: the data directory is Dir/data, the
 // server's log Dir/postgres.log, and its unix socket sits in Dir itself. The
-// server listens on 127.0.0.1 only and trusts every local connection, so it
-// must never hold anything that needs protecting from other users of the
-// machine.
+// server listens on 127.0.0.1 only and takes no connection without the
+// superuser's password (scram-sha-256), made at the first start and kept in
+// Dir/password (mode 0600). Dir is mode 0700 and so is the socket: another
+// user of the machine can neither read the password nor use the socket.
 //
 // PostgreSQL refuses to run as root. When the process is root, the cluster's
 // folder is handed to the "postgres" system user and every server program
@@ -14,9 +15,12 @@ package pgcluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -66,6 +70,8 @@ type Cluster struct {
 	// runAs is set when the process is root and the server programs must
 	// run as the postgres system user.
 	runAs *runAs
+	// password is the superuser's.
+	password string
 }
 
 // runAs says how to run a program as the postgres system user.
@@ -78,6 +84,8 @@ type runAs struct {
 const (
 	// superuser is the role initdb creates and every URL connects as.
 	superuser = "postgres"
+	// passwordFile is the file in Dir that keeps the superuser's password.
+	passwordFile = "password"
 	// maxSocketPath is the longest unix socket path Linux accepts
 	// (sizeof(sun_path) - 1).
 	maxSocketPath = 107
@@ -134,7 +142,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.prepareDir(ctx); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	if err := c.initdb(ctx); err != nil {
+	legacy, err := c.initdb(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
 	running, err := c.running(ctx)
@@ -156,6 +165,14 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.stopQuietly()
 		return nil, fmt.Errorf("start postgres in %s on port %d: %w", c.dir, c.port, err)
 	}
+	if legacy {
+		// A cluster made before passwords trusted every local user: give
+		// the superuser its password and ask for it from now on.
+		if err := c.requirePassword(ctx); err != nil {
+			c.stopQuietly()
+			return nil, fmt.Errorf("start postgres in %s on port %d: %w", c.dir, c.port, err)
+		}
+	}
 	if err := c.waitReady(ctx); err != nil {
 		c.stopQuietly()
 		return nil, fmt.Errorf("start postgres in %s on port %d: %w", c.dir, c.port, err)
@@ -165,9 +182,21 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 }
 
 // URL returns the URL of database db on the cluster, connecting as the
-// superuser "postgres" over TCP without TLS.
+// superuser "postgres", with its password, over TCP without TLS. The URL
+// holds the password: do not log it (see [Redact]).
 func (c *Cluster) URL(db string) string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", superuser, c.port, db)
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(superuser, c.password),
+		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)), Path: "/" + db, RawQuery: "sslmode=disable"}
+	return u.String()
+}
+
+// Redact returns rawURL with its password replaced by "xxxxx", for a log.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	return u.Redacted()
 }
 
 // Port returns the TCP port the server listens on.
@@ -237,7 +266,11 @@ func lookTool(name string, paths ...string) string {
 // prepareDir creates the cluster's folder and, as root, hands it to the
 // postgres user and checks that this user can reach it.
 func (c *Cluster) prepareDir(ctx context.Context) error {
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return fmt.Errorf("create cluster folder: %w", err)
+	}
+	// Only its owner may look inside: the password and the socket are here.
+	if err := os.Chmod(c.dir, 0o700); err != nil {
 		return fmt.Errorf("create cluster folder: %w", err)
 	}
 	if c.runAs == nil {
@@ -252,26 +285,94 @@ func (c *Cluster) prepareDir(ctx context.Context) error {
 	return nil
 }
 
-// initdb creates the cluster unless the data directory already holds one.
-func (c *Cluster) initdb(ctx context.Context) error {
-	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
-		return nil
+// initdb creates the cluster unless the data directory already holds one,
+// and loads or makes the superuser's password. legacy is true for a
+// cluster made before AX gave it a password, which trusts local users.
+func (c *Cluster) initdb(ctx context.Context) (legacy bool, err error) {
+	pwPath := filepath.Join(c.dir, passwordFile)
+	if data, err := os.ReadFile(pwPath); err == nil {
+		c.password = strings.TrimSpace(string(data))
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("inspect data directory: %w", err)
+		return false, fmt.Errorf("read the superuser's password: %w", err)
+	}
+	made := false
+	if c.password == "" {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return false, fmt.Errorf("make the superuser's password: %w", err)
+		}
+		c.password, made = base64.RawURLEncoding.EncodeToString(b), true
+		if err := os.WriteFile(pwPath, []byte(c.password+"\n"), 0o600); err != nil {
+			return false, fmt.Errorf("keep the superuser's password: %w", err)
+		}
+		if c.runAs != nil {
+			// initdb, run as postgres, reads it as its --pwfile.
+			if err := os.Chown(pwPath, c.runAs.uid, c.runAs.gid); err != nil {
+				return false, fmt.Errorf("keep the superuser's password: %w", err)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
+		return made, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("inspect data directory: %w", err)
 	}
 	c.log.Info().Str("dir", c.dir).Str("bin", c.binDir).Msg("initialising postgres cluster")
-	// -A trust: the generated pg_hba.conf only has lines for the unix
-	// socket and the loopback addresses, and the server listens on nothing
-	// else.
-	args := []string{"-D", c.dataDir, "-U", superuser, "-E", "UTF8", "--locale=C", "-A", "trust", "--no-instructions"}
+	// Password authentication on the socket and on loopback alike; the
+	// server listens on nothing else.
+	args := []string{"-D", c.dataDir, "-U", superuser, "-E", "UTF8", "--locale=C", "-A", "scram-sha-256",
+		"--pwfile", pwPath, "--no-instructions"}
 	if c.fast {
 		args = append(args, "--no-sync")
 	}
 	if err := c.run(ctx, c.program("initdb"), args...); err != nil {
-		return fmt.Errorf("initialise cluster: %w", err)
+		return false, fmt.Errorf("initialise cluster: %w", err)
 	}
+	return false, nil
+}
+
+// hbaConf is the pg_hba.conf of a cluster: the superuser's password on the
+// socket and on loopback, nothing else.
+const hbaConf = `# Written by AX (internal/pgcluster): password authentication only.
+local   all             all                                     scram-sha-256
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+local   replication     all                                     scram-sha-256
+host    replication     all             127.0.0.1/32            scram-sha-256
+host    replication     all             ::1/128                 scram-sha-256
+`
+
+// requirePassword sets the superuser's password on a cluster that trusted
+// local users, then makes it ask for the password.
+func (c *Cluster) requirePassword(ctx context.Context) error {
+	trusting := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", superuser, c.port)
+	conn, err := pgx.Connect(ctx, trusting)
+	if err != nil {
+		return fmt.Errorf("set the superuser's password: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "SET password_encryption = 'scram-sha-256'"); err != nil {
+		return fmt.Errorf("set the superuser's password: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER ROLE "+superuser+" PASSWORD "+quoteLiteral(c.password)); err != nil {
+		return fmt.Errorf("set the superuser's password: %w", err)
+	}
+	var hba string
+	if err := conn.QueryRow(ctx, "SHOW hba_file").Scan(&hba); err != nil {
+		return fmt.Errorf("find pg_hba.conf: %w", err)
+	}
+	if err := os.WriteFile(hba, []byte(hbaConf), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", hba, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return fmt.Errorf("reload pg_hba.conf: %w", err)
+	}
+	c.log.Info().Str("dir", c.dir).Msg("postgres asks for the superuser's password from now on")
 	return nil
 }
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // running reports whether a server runs on the data directory, as recorded
 // by its postmaster.pid with a live pid.
@@ -293,6 +394,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		"-p", strconv.Itoa(c.port),
 		"-k", shellQuote(c.dir),
 		"-c", "listen_addresses=127.0.0.1",
+		"-c", "unix_socket_permissions=0700",
 		"-c", "max_connections=300",
 	}
 	if c.fast {

@@ -3,6 +3,7 @@ package pgcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,8 +61,8 @@ func TestClusterRestartsOnSameData(t *testing.T) {
 	dir := clusterDir(t)
 
 	c := start(t, ctx, dir)
-	if want := "postgres://postgres@127.0.0.1:"; !strings.HasPrefix(c.URL("ax"), want) || !strings.HasSuffix(c.URL("ax"), "/ax?sslmode=disable") {
-		t.Fatalf("URL(ax) = %q, want %s<port>/ax?sslmode=disable", c.URL("ax"), want)
+	if want := "postgres://postgres:" + c.password + "@127.0.0.1:"; c.password == "" || !strings.HasPrefix(c.URL("ax"), want) || !strings.HasSuffix(c.URL("ax"), "/ax?sslmode=disable") {
+		t.Fatalf("URL(ax) = %q, want %s<port>/ax?sslmode=disable", Redact(c.URL("ax")), Redact(want))
 	}
 	conn := connect(t, ctx, c)
 	var fsync, maxConns, encoding string
@@ -230,4 +231,58 @@ func TestShellQuote(t *testing.T) {
 			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+// TestClusterAsksForThePassword connects as a local user who knows no
+// password would: over TCP and over the socket, without the password and
+// with a wrong one. Each is refused, and only the owner may read the
+// password or use the socket. A cluster made before passwords, which
+// trusted local users, asks for the password after its next start.
+func TestClusterAsksForThePassword(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := clusterDir(t)
+	c := start(t, ctx, dir)
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	refused := func(when string) {
+		t.Helper()
+		for _, u := range []string{
+			fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.Port()),
+			fmt.Sprintf("postgres://postgres:wrong@127.0.0.1:%d/postgres?sslmode=disable", c.Port()),
+			fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d", c.Dir(), c.Port()),
+		} {
+			if conn, err := pgx.Connect(ctx, u); err == nil {
+				conn.Close(ctx)
+				t.Errorf("%s: %s connected without the password", when, u)
+			} else if !strings.Contains(err.Error(), "password") && !strings.Contains(err.Error(), "SASL") {
+				t.Errorf("%s: %s: %v, want a refused password", when, u, err)
+			}
+		}
+		connect(t, ctx, c)
+		for path, want := range map[string]os.FileMode{
+			c.Dir():                              0o700,
+			filepath.Join(c.Dir(), passwordFile): 0o600,
+			filepath.Join(c.Dir(), fmt.Sprintf(".s.PGSQL.%d", c.Port())): 0o700,
+		} {
+			if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != want {
+				t.Errorf("%s: mode of %s = %v, %v; want %v", when, path, fi.Mode().Perm(), err, want)
+			}
+		}
+	}
+	refused("a new cluster")
+
+	// The cluster of an older AX: trust, and no password file.
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	trust := "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+	if err := os.WriteFile(filepath.Join(dir, "data", "pg_hba.conf"), []byte(trust), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, passwordFile)); err != nil {
+		t.Fatal(err)
+	}
+	c = start(t, ctx, dir)
+	refused("a cluster that trusted local users")
 }

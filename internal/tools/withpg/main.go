@@ -156,7 +156,7 @@ func run(args []string, log zerolog.Logger) int {
 		log.Error().Err(err).Msg("set " + envLog)
 		return 1
 	}
-	log.Info().Str("url", cluster.URL("postgres")).Str("fsync", *fsync).Strs("settings", settings).Msg("running the command with " + envURL + " set")
+	log.Info().Str("url", pgcluster.Redact(cluster.URL("postgres"))).Str("fsync", *fsync).Strs("settings", settings).Msg("running the command with " + envURL + " set")
 	return runCommand(args, sigs, log)
 }
 
