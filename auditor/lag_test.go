@@ -94,13 +94,14 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 	normal := consumer(dispatch, top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "test.h"))
 	consumer(dispatch, top.PoolConsumer("gpu", schemas.PriorityNormal, "test.h"))
 	publish(top.Dispatch("gpu", schemas.PriorityNormal, "test.h"), 3)
-	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "test.h"), 6)
+	// Two of default/normal are taken; one comes back and is taken again
+	// before more are there, so that the fetch can only be the redelivery:
+	// two unacknowledged, one of them redelivered, and four waiting after.
+	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "test.h"), 2)
 	// Another handler's queue of the same pool and priority adds to its figure.
 	consumer(dispatch, top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "test.other"))
 	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "test.other"), 1)
 	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityUrgent, "test.h"), 2)
-	// Two of default/normal are taken; one comes back and is taken again:
-	// two unacknowledged, one of them redelivered, four waiting.
 	batch, err := normal.FetchNoWait(2)
 	if err != nil {
 		t.Fatal(err)
@@ -119,11 +120,17 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	redelivered := 0
 	for m := range again.Messages() {
 		if md, _ := m.Metadata(); md == nil || md.NumDelivered != 2 {
 			t.Fatalf("the message fetched again is not the redelivery: %+v", md)
 		}
+		redelivered++
 	}
+	if redelivered != 1 {
+		t.Fatalf("fetched %d messages again, want the redelivery", redelivered)
+	}
+	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "test.h"), 4)
 	triggers := consumer(top.TriggersStream(), top.DispatcherConsumer())
 	publish(top.Trigger("etl"), 4)
 	// An ephemeral reader makes no series.
