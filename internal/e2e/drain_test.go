@@ -63,7 +63,7 @@ execution:
 		<-exited
 	})
 
-	id := s.fire("drained", map[string]float64{"seconds": 2})
+	id := s.fire("drained", map[string]float64{"seconds": 4})
 	running := s.waitState(id, schemas.StateRunning, 30*time.Second)
 	if running.WorkerID != "drainer" || running.Attempt != 1 {
 		t.Fatalf("running on %q attempt %d, want drainer attempt 1", running.WorkerID, running.Attempt)
