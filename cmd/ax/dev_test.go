@@ -1,0 +1,26 @@
+package main
+
+import "testing"
+
+func TestMonitorAddr(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in   string
+		host string
+		port int
+		ok   bool
+	}{
+		{"127.0.0.1:8222", "127.0.0.1", 8222, true},
+		{"0.0.0.0:9222", "0.0.0.0", 9222, true},
+		{"off", "", 0, true},
+		{"", "", 0, true},
+		{"8222", "", 0, false},
+		{"127.0.0.1:0", "", 0, false},
+		{"127.0.0.1:http", "", 0, false},
+	} {
+		host, port, err := monitorAddr(tt.in)
+		if (err == nil) != tt.ok || host != tt.host || port != tt.port {
+			t.Errorf("monitorAddr(%q) = %q, %d, %v; want %q, %d, ok %t", tt.in, host, port, err, tt.host, tt.port, tt.ok)
+		}
+	}
+}
