@@ -181,6 +181,11 @@ func (c *conn) open(ctx context.Context, name string, withStore bool) (svc *serv
 		}
 		return nil, nil, err
 	}
+	if c.natsCreds == "" && c.natsUser == "" && c.natsNKey == "" && c.natsCert == "" {
+		// A server that lets anyone in lets anyone delete the streams.
+		svc.log.Warn().Str("nats_url", c.natsURL).
+			Msg("connected to NATS without credentials: the server lets anyone in, and anyone may then publish firings, read every payload and delete the streams; give each service its user (docs/security.md)")
+	}
 	return svc, func() {
 		svc.nc.Close()
 		if svc.pool != nil {

@@ -118,10 +118,12 @@ func TestRootFlags(t *testing.T) {
 	}
 }
 
-// serviceCommands run services rather than talk to the API: they take no
-// -o, and running them in a test would start them.
+// serviceCommands run services (or, ax secrets, write a deployment's
+// files) rather than talk to the API: they take no -o, and running them in
+// a test would start them.
 var serviceCommands = map[string]bool{
 	"ax dev": true, "ax dispatcher": true, "ax trigger": true, "ax executor": true, "ax api": true, "ax auditor": true,
+	"ax secrets": true,
 }
 
 // TestCommandTree walks the whole command tree: every runnable command has

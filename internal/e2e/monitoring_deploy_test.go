@@ -18,7 +18,7 @@ type composeFile struct {
 	Services map[string]struct {
 		Image       string            `json:"image"`
 		Command     []string          `json:"command"`
-		Volumes     []string          `json:"volumes"`
+		Volumes     []any             `json:"volumes"` // short strings, or long forms (the secrets' subpaths)
 		Environment map[string]string `json:"environment"`
 	} `json:"services"`
 }
@@ -55,7 +55,11 @@ func TestComposeMonitoringIsWired(t *testing.T) {
 	// path in the container; every such path must exist.
 	mounts := func(service string) map[string]string {
 		out := map[string]string{}
-		for _, v := range compose.Services[service].Volumes {
+		for _, vol := range compose.Services[service].Volumes {
+			v, ok := vol.(string)
+			if !ok {
+				continue
+			}
 			parts := strings.Split(v, ":")
 			if !strings.HasPrefix(parts[0], "./") {
 				continue

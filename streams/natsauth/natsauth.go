@@ -260,10 +260,36 @@ func Users(top streams.Topology, passwords map[Role]string, scope Scope) []*serv
 // environment variable, <ROLE>_NATS_PASSWORD (e.g. EXECUTOR_NATS_PASSWORD),
 // so that the file holds no secret.
 func ServerConfig(top streams.Topology, scope Scope) string {
+	return serverConfig(top, scope, func(role Role) string {
+		return fmt.Sprintf("      user: %q\n      password: $%s\n", role, PasswordEnv(role))
+	})
+}
+
+// NKeyServerConfig renders the users of [Users] as the authorization block
+// of a nats-server configuration file, each user known by the public NKey
+// keys holds for its role ("U…") instead of a password: a service proves
+// its role with the seed, which the server never sees (NATS_NKEY). A role
+// without a key is left out.
+func NKeyServerConfig(top streams.Topology, scope Scope, keys map[Role]string) string {
+	return serverConfig(top, scope, func(role Role) string {
+		if keys[role] == "" {
+			return ""
+		}
+		return fmt.Sprintf("      nkey: %q\n", keys[role])
+	})
+}
+
+// serverConfig renders the authorization block; credential gives the lines
+// that identify role's user, "" to leave the role out.
+func serverConfig(top streams.Topology, scope Scope, credential func(Role) string) string {
 	var b strings.Builder
 	b.WriteString("authorization {\n  users = [\n")
 	for _, role := range Roles {
-		fmt.Fprintf(&b, "    {\n      user: %q\n      password: $%s\n", role, PasswordEnv(role))
+		cred := credential(role)
+		if cred == "" {
+			continue
+		}
+		b.WriteString("    {\n" + cred)
 		if p := Permissions(top, role, string(role), scope); p != nil {
 			b.WriteString("      permissions: {\n")
 			writeList(&b, "publish", p.Publish.Allow)

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nkeys"
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+func init() { extraCommands = append(extraCommands, newSecretsCmd) }
+
+// dbRoles are the services that use PostgreSQL; the executor never does.
+var dbRoles = []natsauth.Role{natsauth.Dispatcher, natsauth.Trigger, natsauth.API, natsauth.Auditor}
+
+func newSecretsCmd() *cobra.Command {
+	var (
+		dir, owner, pgOwner, pgHost, pgUser, pgDB, pools string
+		prefix                                            string
+	)
+	cmd := &cobra.Command{
+		Use:   "secrets",
+		Short: "Make the NATS keys, the NATS authorization and the PostgreSQL password of a deployment",
+		Long: `Make, in --dir, what a deployment of AX needs to start with no default secret
+(docker-compose.yml runs it in its init service):
+
+  <dir>/<role>/nats.nk     the NKey seed of each service's NATS user (NATS_NKEY)
+  <dir>/nats/auth.conf     the nats-server authorization block: each user's public
+                           key and the permissions of docs/security.md
+  <dir>/postgres/password  PostgreSQL's password (POSTGRES_PASSWORD_FILE)
+  <dir>/<role>/pgpass      the same, for each service that uses PostgreSQL (PGPASSFILE)
+
+Secrets that exist are kept; auth.conf is written again, so that an upgrade
+takes the permissions of the new version. Every file is mode 0600, owned by
+--owner (the services' user) or --postgres-owner.`,
+		Example: `  ax secrets --dir /secrets --owner 65532:65532 --postgres-owner 999:999`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			top, err := (&conn{prefix: prefix}).topology()
+			if err != nil {
+				return err
+			}
+			uid, gid, err := parseOwner(owner)
+			if err != nil {
+				return fmt.Errorf("--owner: %w", err)
+			}
+			puid, pgid, err := parseOwner(pgOwner)
+			if err != nil {
+				return fmt.Errorf("--postgres-owner: %w", err)
+			}
+			keys := map[natsauth.Role]string{}
+			for _, role := range natsauth.Roles {
+				seed, err := keepOrMake(filepath.Join(dir, string(role), "nats.nk"), uid, gid, func() (string, error) {
+					kp, err := nkeys.CreateUser()
+					if err != nil {
+						return "", err
+					}
+					seed, err := kp.Seed()
+					return string(seed), err
+				})
+				if err != nil {
+					return err
+				}
+				kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(seed)))
+				if err != nil {
+					return fmt.Errorf("read the NKey seed of %s: %w; delete %s to make a new one", role, err, filepath.Join(dir, string(role), "nats.nk"))
+				}
+				if keys[role], err = kp.PublicKey(); err != nil {
+					return err
+				}
+			}
+			scope := natsauth.Scope{}
+			for p := range strings.SplitSeq(pools, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					scope.Pools = append(scope.Pools, p)
+				}
+			}
+			auth := "# Written by ax secrets: the NATS users of AX's services, by NKey.\n" +
+				natsauth.NKeyServerConfig(top, scope, keys)
+			if err := writeSecret(filepath.Join(dir, "nats", "auth.conf"), auth, -1, -1); err != nil {
+				return err
+			}
+			pw, err := keepOrMake(filepath.Join(dir, "postgres", "password"), puid, pgid, func() (string, error) {
+				b := make([]byte, 24)
+				_, err := rand.Read(b)
+				return base64.RawURLEncoding.EncodeToString(b), err
+			})
+			if err != nil {
+				return err
+			}
+			for _, role := range dbRoles {
+				// The .pgpass format: host:port:database:user:password.
+				line := fmt.Sprintf("%s:5432:%s:%s:%s\n", pgHost, pgDB, pgUser, strings.TrimSpace(pw))
+				if err := writeSecret(filepath.Join(dir, string(role), "pgpass"), line, uid, gid); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "secrets ready in %s\n", dir)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", "", "folder to keep the secrets in (required)")
+	_ = cmd.MarkFlagRequired("dir")
+	f.StringVar(&owner, "owner", "", "uid:gid that owns the services' files (default: this process)")
+	f.StringVar(&pgOwner, "postgres-owner", "", "uid:gid that owns PostgreSQL's password file (default: this process)")
+	f.StringVar(&pgHost, "postgres-host", "postgres", "PostgreSQL's host name, for the pgpass files")
+	f.StringVar(&pgUser, "postgres-user", "ax", "PostgreSQL's user, for the pgpass files")
+	f.StringVar(&pgDB, "postgres-db", "ax", "PostgreSQL's database, for the pgpass files")
+	f.StringVar(&pools, "pools", "default", "pools the executor user serves, comma-separated")
+	f.StringVar(&prefix, "prefix", envOr("AX_PREFIX", "ax"), "subject prefix of this installation (env AX_PREFIX)")
+	return cmd
+}
+
+// parseOwner reads "uid:gid"; empty is -1, -1: leave the owner as it is.
+func parseOwner(s string) (int, int, error) {
+	if s == "" {
+		return -1, -1, nil
+	}
+	u, g, ok := strings.Cut(s, ":")
+	uid, err1 := strconv.Atoi(u)
+	gid, err2 := strconv.Atoi(g)
+	if !ok || err1 != nil || err2 != nil || uid < 0 || gid < 0 {
+		return 0, 0, fmt.Errorf("%q is not uid:gid, such as 65532:65532", s)
+	}
+	return uid, gid, nil
+}
+
+// keepOrMake returns the secret kept at path, or makes one with mk and
+// keeps it there (mode 0600, owned by uid:gid).
+func keepOrMake(path string, uid, gid int, mk func() (string, error)) (string, error) {
+	data, err := os.ReadFile(path)
+	if err == nil && len(strings.TrimSpace(string(data))) > 0 {
+		return string(data), writeSecret(path, string(data), uid, gid)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	secret, err := mk()
+	if err != nil {
+		return "", fmt.Errorf("make %s: %w", path, err)
+	}
+	return secret, writeSecret(path, secret+"\n", uid, gid)
+}
+
+// writeSecret writes data to path, mode 0600 in a folder of mode 0700,
+// both owned by uid:gid (-1 keeps the owner).
+func writeSecret(path, data string, uid, gid int) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	for _, p := range []string{dir, path} {
+		mode := os.FileMode(0o600)
+		if p == dir {
+			mode = 0o700
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		if uid >= 0 {
+			if err := os.Chown(p, uid, gid); err != nil {
+				return fmt.Errorf("hand %s to %d:%d: %w", p, uid, gid, err)
+			}
+		}
+	}
+	return nil
+}
