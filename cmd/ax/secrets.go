@@ -25,7 +25,7 @@ var dbRoles = []natsauth.Role{natsauth.Dispatcher, natsauth.Trigger, natsauth.AP
 func newSecretsCmd() *cobra.Command {
 	var (
 		dir, owner, pgOwner, pgHost, pgUser, pgDB, pools string
-		prefix                                            string
+		prefix                                           string
 	)
 	cmd := &cobra.Command{
 		Use:   "secrets",
