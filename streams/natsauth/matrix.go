@@ -45,6 +45,8 @@ func Actions(top streams.Topology) []Action {
 		{What: "pull reports from the recorder's consumer", Subject: api + "CONSUMER.MSG.NEXT." + top.ReportsStream() + "." + top.RecorderConsumer().Durable},
 		{What: "pull its pool's work", Subject: api + "CONSUMER.MSG.NEXT." + top.DispatchStream() + "." + pool.Durable},
 		{What: "pull another pool's work", Subject: api + "CONSUMER.MSG.NEXT." + top.DispatchStream() + "." + otherPool.Durable},
+		{What: "make or change its pool's consumer", Subject: api + "CONSUMER.CREATE." + top.DispatchStream() + "." + pool.Durable + "." + pool.FilterSubject},
+		{What: "make or change another pool's consumer", Subject: api + "CONSUMER.CREATE." + top.DispatchStream() + "." + otherPool.Durable + "." + otherPool.FilterSubject},
 		{What: "read a dispatch message by sequence", Subject: api + "STREAM.MSG.GET." + top.DispatchStream()},
 		{What: "read a pending schedule by subject", Subject: api + "STREAM.MSG.GET." + top.TriggersStream()},
 		{What: "read the task logs through a consumer of its own", Subject: api + "CONSUMER.CREATE." + top.LogsStream() + ".c1." + top.Log(1)},
