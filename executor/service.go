@@ -287,7 +287,15 @@ func (s *Service) setUp(ctx context.Context) error {
 		return err
 	}
 	// A queue per pool, priority and handler: the worker pulls only the
-	// work of the handlers it registered.
+	// work of the handlers it registered, and no more of a handler's than
+	// its Concurrency leaves room for (see fetch), from the first round.
+	s.mu.Lock()
+	for _, name := range s.opts.Mux.Names() {
+		if e, ok := s.opts.Mux.entry(name); ok {
+			s.handlerState(name, e.limits)
+		}
+	}
+	s.mu.Unlock()
 	s.byRing = make(map[string]*queue)
 	for _, q := range pullOrder(s.opts.Pools, schemas.Priorities, s.opts.Mux.Names()) {
 		cfg := topo.PoolConsumer(q.pool, q.priority, q.handler)
