@@ -145,13 +145,13 @@ func (s *Service) drainWorker(ctx context.Context, id string) (bool, error) {
 	c, err := s.js.Consumer(ctx, stream, cfg.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		// Gone with its inactivity; its messages may still wait.
-		st, err := s.js.Stream(ctx, stream)
-		if err != nil {
-			return false, fmt.Errorf("look up stream %s: %w", stream, err)
+		st, serr := s.js.Stream(ctx, stream)
+		if serr != nil {
+			return false, fmt.Errorf("look up stream %s: %w", stream, serr)
 		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter(cfg.FilterSubject))
-		if err != nil {
-			return false, fmt.Errorf("read stream %s: %w", stream, err)
+		info, serr := st.Info(ctx, jetstream.WithSubjectFilter(cfg.FilterSubject))
+		if serr != nil {
+			return false, fmt.Errorf("read stream %s: %w", stream, serr)
 		}
 		if info.State.Subjects[cfg.FilterSubject] == 0 {
 			return false, nil

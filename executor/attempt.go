@@ -209,7 +209,8 @@ func (s *Service) taskLogger(d *schemas.Dispatch) zerolog.Logger {
 func (s *Service) runAttempt(a *attempt) {
 	defer s.runners.Done()
 	a.log.Debug().Str("handler", a.dispatch.Handler).Msg("attempt started")
-	out, err, returnedAt := s.invoke(a)
+	r := s.invoke(a)
+	out, err, returnedAt := r.out, r.err, r.at
 	returned := !returnedAt.IsZero()
 	// finish releases the mutex, before the slots so that the next attempt
 	// with the key may start at once. A handler that was abandoned may
@@ -296,9 +297,9 @@ type result struct {
 
 // invoke calls the handler on its own goroutine, recovering a panic. It
 // returns when the handler does, with the time it did, or abandonAfter
-// after the attempt's context ended if the handler ignores that; returnedAt
-// is zero then.
-func (s *Service) invoke(a *attempt) (out any, err error, returnedAt time.Time) {
+// after the attempt's context ended if the handler ignores that; the
+// result's time is zero then.
+func (s *Service) invoke(a *attempt) result {
 	done := make(chan result, 1)
 	s.handlers.Add(1)
 	go func() {
@@ -314,19 +315,19 @@ func (s *Service) invoke(a *attempt) (out any, err error, returnedAt time.Time) 
 	}()
 	select {
 	case r := <-done:
-		return r.out, r.err, r.at
+		return r
 	case <-a.ctx.Done():
 	}
 	timer := time.NewTimer(abandonAfter)
 	defer timer.Stop()
 	select {
 	case r := <-done:
-		return r.out, r.err, r.at
+		return r
 	case <-timer.C:
 		s.abandoned.Add(1)
 		a.log.Error().Err(context.Cause(a.ctx)).Dur("waited", abandonAfter).
 			Msg("handler did not return after its context ended; abandoning it and reporting the attempt")
-		return nil, context.Cause(a.ctx), time.Time{}
+		return result{err: context.Cause(a.ctx)}
 	}
 }
 
