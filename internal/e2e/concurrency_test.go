@@ -20,7 +20,9 @@ func (s *system) fireMany(task string, n int) {
 	s.t.Helper()
 	batch := streams.NewAsyncBatch(s.js)
 	for i := range n {
-		ev := schemas.TriggerEvent{EventID: fmt.Sprintf("%s-%d", task, i)}
+		// "fire-" keeps ids of tasks such as cancel-other out of AX's own
+		// namespace (schemas.ReservedEventID).
+		ev := schemas.TriggerEvent{EventID: fmt.Sprintf("fire-%s-%d", task, i)}
 		m, err := streams.NewMsg(s.srv.Topology.Trigger(task), ev.EventID, ev)
 		if err != nil {
 			s.t.Fatal(err)
