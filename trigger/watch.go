@@ -29,17 +29,14 @@ type reload struct {
 // closing is an error.
 func (s *Service) watchTasks(ctx context.Context, w jetstream.KeyWatcher, out chan<- reload) error {
 	changed := make(map[string]bool)
-	add := func(e jetstream.KeyValueEntry, ok bool) error {
-		if !ok {
-			if ctx.Err() != nil {
-				return nil // the watcher stops with the context
-			}
-			return fmt.Errorf("watch %s: watcher closed", s.top.TasksBucket())
+	// closed is the end of a watcher whose updates channel closed: nil
+	// when it stopped with the context. The caller returns it at once: a
+	// closed channel is always ready, so reading on would spin.
+	closed := func() error {
+		if ctx.Err() != nil {
+			return nil
 		}
-		if e != nil {
-			changed[e.Key()] = true
-		}
-		return nil
+		return fmt.Errorf("watch %s: watcher closed", s.top.TasksBucket())
 	}
 	for {
 		if len(changed) == 0 {
@@ -47,8 +44,11 @@ func (s *Service) watchTasks(ctx context.Context, w jetstream.KeyWatcher, out ch
 			case <-ctx.Done():
 				return nil
 			case e, ok := <-w.Updates():
-				if err := add(e, ok); err != nil {
-					return err
+				if !ok {
+					return closed()
+				}
+				if e != nil {
+					changed[e.Key()] = true
 				}
 			}
 		}
@@ -56,8 +56,11 @@ func (s *Service) watchTasks(ctx context.Context, w jetstream.KeyWatcher, out ch
 		for len(changed) < reloadBatch {
 			select {
 			case e, ok := <-w.Updates():
-				if err := add(e, ok); err != nil {
-					return err
+				if !ok {
+					return closed()
+				}
+				if e != nil {
+					changed[e.Key()] = true
 				}
 			default:
 				break drain
