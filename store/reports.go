@@ -165,26 +165,14 @@ type StaleReport struct {
 // reporting worker. One event per attempt and kind: a redelivered report
 // adds none. Events are not transitions and are not relayed to AX_AUDIT.
 func (s *Store) RecordStaleReports(ctx context.Context, in []StaleReport) error {
-	if len(in) == 0 {
-		return nil
-	}
-	n := len(in)
-	ids, attempts, kinds, operators, reasons, at := make([]int64, n), make([]int32, n), make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
+	events := make([]Event, len(in))
 	for i, r := range in {
-		ids[i], attempts[i], kinds[i], reasons[i], at[i] = r.InstanceID, int32(r.Attempt), "stale_"+string(r.Kind), r.Reason, r.At
+		events[i] = Event{InstanceID: r.InstanceID, Attempt: r.Attempt, Kind: "stale_" + string(r.Kind), Reason: r.Reason, At: r.At}
 		if r.WorkerID != "" {
-			operators[i] = WorkerOperator(r.WorkerID)
+			events[i].Operator = WorkerOperator(r.WorkerID)
 		}
 	}
-	_, err := s.pool.Exec(ctx, `
-INSERT INTO instance_events (instance_id, attempt, kind, operator, reason, at)
-SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
-ORDER BY 1
-ON CONFLICT (instance_id, attempt, kind) DO NOTHING`, ids, attempts, kinds, operators, reasons, at)
-	if err != nil {
-		return fmt.Errorf("record %d stale reports: %w", n, err)
-	}
-	return nil
+	return s.RecordEvents(ctx, events)
 }
 
 // instanceEvents returns the events of an instance, oldest first.
