@@ -164,7 +164,10 @@ func LeaseKey(instanceID int64, attempt int) string {
 	return strconv.FormatInt(instanceID, 10) + "." + strconv.Itoa(attempt)
 }
 
-// ParseLeaseKey is the inverse of [LeaseKey].
+// ParseLeaseKey is the inverse of [LeaseKey]: it accepts only the keys
+// LeaseKey makes, for a positive instance id and attempt. Another spelling
+// of the same numbers ("01.1", "+1.1") is not that attempt's lease, so its
+// expiry must not fence the attempt out.
 func ParseLeaseKey(key string) (instanceID int64, attempt int, ok bool) {
 	id, att, found := strings.Cut(key, ".")
 	if !found {
@@ -172,5 +175,8 @@ func ParseLeaseKey(key string) (instanceID int64, attempt int, ok bool) {
 	}
 	i, err1 := strconv.ParseInt(id, 10, 64)
 	a, err2 := strconv.Atoi(att)
-	return i, a, err1 == nil && err2 == nil
+	if err1 != nil || err2 != nil || i <= 0 || a <= 0 || LeaseKey(i, a) != key {
+		return 0, 0, false
+	}
+	return i, a, true
 }
