@@ -5,13 +5,19 @@
 // All names derive from a [Topology]'s prefix ("ax" by default), so several
 // installations can share one NATS account:
 //
-//	ax.trigger.<task>             AX_TRIGGERS  trigger, API, any client → dispatcher
-//	ax.sched.<event_id>           AX_TRIGGERS  one-shot @at schedules targeting ax.trigger.<task>
-//	ax.dispatch.<pool>.<priority> AX_DISPATCH  dispatcher → executors (work queue)
-//	ax.report.<instance_id>       AX_REPORTS   executors → dispatcher (work queue)
-//	ax.audit.<task>               AX_AUDIT     outbox relay → auditor, anyone
-//	ax.log.<instance_id>          AX_LOGS      executors → API, console, CLI
-//	ax.control.<worker_id>        core NATS    dispatcher, API → executor
-//	ax.ready.<pool>               core NATS    dispatcher → idle executors of the pool
-//	KV ax-workers, ax-leases, ax-mutex
+//	ax.trigger.<task>                        AX_TRIGGERS  trigger, API, any client → dispatcher
+//	ax.sched.<task>.<event_id>               AX_TRIGGERS  one-shot schedules of delayed firings → ax.trigger.<task>
+//	ax.sched.<event_id>                      AX_TRIGGERS  the dispatcher's one-shot schedules (retries, chains) → ax.trigger.<task>
+//	ax.dispatch.<pool>.<priority>.<handler> AX_DISPATCH  dispatcher → the executors of a pool that serve the handler
+//	ax.dispatch.worker.<worker_id>          AX_DISPATCH  dispatcher → one executor (hash and worker routing)
+//	ax.report.<instance_id>                 AX_REPORTS   executors → dispatcher (work queue)
+//	ax.audit.<task>                         AX_AUDIT     outbox relay → auditor, anyone
+//	ax.log.<instance_id>                    AX_LOGS      executors → API, console, CLI
+//	ax.control.<worker_id>                  core NATS    dispatcher, API → executor
+//	ax.ready.<pool>.<priority>.<handler>    core NATS    dispatcher → idle executors of the queue (the doorbell)
+//	ax.ready.worker.<worker_id>             core NATS    dispatcher → one idle executor
+//
+// and the KV buckets ax-workers (executor heartbeats), ax-leases (one key per
+// attempt), ax-mutex (concurrency.mutex_key), ax-once (the SDK's Once
+// records) and ax-tasks (the task definitions the trigger and executors watch).
 package streams
