@@ -35,6 +35,11 @@ type attempt struct {
 
 	revision uint64 // the lease's last revision; guarded by Service.mu
 	released bool   // its slots were given back; guarded by Service.mu
+
+	// Its started report (see reportStarted); guarded by Service.mu.
+	started     int           // startedPending, startedSending or startedDone
+	startedDue  time.Time     // when it is due, on the real clock
+	startedSent chan struct{} // closed once a report being sent is done
 }
 
 // timeoutError is the cause of an attempt's context at its deadline.
@@ -53,9 +58,11 @@ func (e cancelError) Error() string {
 	return "cancelled: " + e.reason
 }
 
-// start starts a batch of admitted attempts: it takes a lease for each,
-// reports them started, acks them and runs their handlers. Each step
-// publishes the whole batch and awaits the acknowledgements together. An
+// start starts a batch of admitted attempts: it takes a lease for each
+// (one publish of the batch, and one wait for its acknowledgements), acks
+// them and runs their handlers. The started reports follow StartedDelay
+// later, for the attempts still running then (see reportStarted), or
+// before the handlers run when StartedDelay is negative. An
 // attempt that does not start gives its slots (and its mutex) back.
 func (s *Service) start(ctx context.Context, ps []*pending) {
 	if len(ps) == 0 {
@@ -75,15 +82,18 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 		leaseMsgs[i] = s.leaseMsg(keys[i], values[i], 0)
 	}
 	acks, errs := s.publishAll(opCtx, leaseMsgs)
-	var as []*attempt
-	var msgs []jetstream.Msg
+	as := make([]*attempt, 0, len(ps))
 	for i, p := range ps {
 		switch {
 		case errs[i] == nil:
-			// Register it before it is reported started, so that a cancel
-			// sent on seeing the report finds it.
-			as = append(as, s.register(p, keys[i], values[i], acks[i].Sequence, now))
-			msgs = append(msgs, p.msg)
+			// Register it before it can be reported started, so that a
+			// cancel sent on seeing the report finds it.
+			a := s.register(p, keys[i], values[i], acks[i].Sequence, now)
+			if err := p.msg.Ack(); err != nil {
+				// The attempt runs; a redelivery of the message is fenced by its lease.
+				a.log.Warn().Err(err).Msg("ack dispatch message")
+			}
+			as = append(as, a)
 		case isWrongLastSequence(errs[i]):
 			log := s.taskLogger(&p.d)
 			log.Info().Msg("attempt is leased already: another delivery runs or ran it; terminating this one")
@@ -100,31 +110,17 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 			}
 		}
 	}
-
-	reports := make([]*nats.Msg, len(as))
-	for i, a := range as {
-		rep := schemas.Report{InstanceID: a.dispatch.InstanceID, Attempt: a.dispatch.Attempt, WorkerID: s.opts.WorkerID,
-			Kind: schemas.ReportStarted, At: now, StartedAt: now}
-		reports[i], _ = streams.NewMsg(s.opts.Topology.Report(a.dispatch.InstanceID), reportID(a.dispatch, rep.Kind), rep)
+	if s.opts.StartedDelay < 0 {
+		s.mu.Lock()
+		for _, a := range as {
+			a.started, a.startedSent = startedSending, make(chan struct{})
+		}
+		s.mu.Unlock()
+		s.publishStarted(as)
+	} else {
+		s.queueStarted(as)
 	}
-	_, errs = s.publishAll(opCtx, reports)
-	for i, a := range as {
-		if errs[i] != nil {
-			if err := s.publishRetry(reports[i]); err != nil {
-				// The lease is left to expire: the dispatcher's reaper
-				// then moves the instance on to its next attempt.
-				a.log.Error().Err(err).Msg("report started; dropping the attempt and leaving its lease to expire")
-				s.unlockAttemptMutex(a)
-				s.release(a)
-				a.cancel(context.Canceled)
-				s.term(msgs[i])
-				continue
-			}
-		}
-		if err := msgs[i].Ack(); err != nil {
-			// The attempt runs; a redelivery of the message is fenced by its lease.
-			a.log.Warn().Err(err).Msg("ack dispatch message")
-		}
+	for _, a := range as {
 		s.runners.Add(1)
 		go s.runAttempt(a)
 	}
@@ -223,6 +219,7 @@ func (s *Service) runAttempt(a *attempt) {
 	}
 	cause := context.Cause(a.ctx)
 	a.cancel(context.Canceled) // release the context's resources; the cause is read
+	s.settleStarted(a)
 	if errors.Is(cause, ErrLeaseLost) {
 		finish()
 		a.log.Warn().Msg("lease lost; the dispatcher has moved on, so the attempt is not reported")

@@ -60,13 +60,17 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
-// options returns worker options on the world's connection, logging to the test.
+// options returns worker options on the world's connection, logging to the
+// test. Every attempt is reported started before its handler runs, so that
+// a test reads its reports in a known order; startedreport_test.go tests
+// the delayed started reports of the default.
 func (w *world) options(mux *executor.Mux) executor.Options {
 	return executor.Options{
-		Conn:     w.nc,
-		WorkerID: "w1",
-		Mux:      mux,
-		Logger:   zerolog.New(zerolog.NewTestWriter(w.t)).Level(zerolog.DebugLevel),
+		Conn:         w.nc,
+		WorkerID:     "w1",
+		Mux:          mux,
+		Logger:       zerolog.New(zerolog.NewTestWriter(w.t)).Level(zerolog.DebugLevel),
+		StartedDelay: -1,
 	}
 }
 

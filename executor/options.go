@@ -26,6 +26,7 @@ const (
 	DefaultRequeueDelay      = time.Second
 	DefaultLogBuffer         = 10000
 	DefaultLogFlushInterval  = 100 * time.Millisecond
+	DefaultStartedDelay      = time.Second
 )
 
 // Options configures a worker. Zero fields take the stated defaults.
@@ -83,6 +84,14 @@ type Options struct {
 	// LogFlushInterval is how often the worker ships the waiting handler log
 	// lines (default [DefaultLogFlushInterval]); 500 waiting lines ship at once.
 	LogFlushInterval time.Duration
+	// StartedDelay is how long an attempt runs before the worker reports it
+	// started (default [DefaultStartedDelay]). An attempt that ends sooner
+	// sends no started report: its final report carries when it started,
+	// and the dispatcher records both transitions from it. Only what an
+	// operator sees waits for it: the lease fences the attempt from the
+	// start. A negative StartedDelay reports every attempt started before
+	// its handler runs.
+	StartedDelay time.Duration
 	// NowFunc returns the current time for reports, leases and heartbeats
 	// (default time.Now). Deadlines run on the real clock.
 	NowFunc func() time.Time
@@ -145,6 +154,9 @@ func (o Options) withDefaults() (Options, error) {
 		if *f.d == 0 {
 			*f.d = f.def
 		}
+	}
+	if o.StartedDelay == 0 {
+		o.StartedDelay = DefaultStartedDelay
 	}
 	if o.Slots < 0 {
 		return o, fmt.Errorf("executor options: Slots is %d; use a positive number or 0 for the default", o.Slots)

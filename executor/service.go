@@ -42,6 +42,8 @@ type Service struct {
 	running       map[string]*attempt      // by lease key
 	held          int                      // slots taken: attempts running or about to
 	handlerStates map[string]*handlerState // by handler name, made on first use
+	startedQueue  []*attempt               // attempts whose started report waits, by due time
+	startedWake   chan struct{}            // signalled when startedQueue grows
 
 	templates sync.Map // parsed mutex key templates by their text
 
@@ -94,6 +96,7 @@ func New(opts Options) (*Service, error) {
 		ready:         make(chan struct{}),
 		doorbell:      make(chan struct{}, 1),
 		freed:         make(chan struct{}, 1),
+		startedWake:   make(chan struct{}, 1),
 		running:       make(map[string]*attempt),
 		handlerStates: make(map[string]*handlerState),
 		hostname:      hostname(),
@@ -186,6 +189,7 @@ func (s *Service) Run(ctx context.Context) error {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background.Go(func() { s.heartbeat(bgCtx) })
 	background.Go(func() { s.renewLeases(bgCtx) })
+	background.Go(func() { s.reportStarted(bgCtx) })
 	// Stopped with the others once every attempt is reported: it then
 	// ships what is left.
 	background.Go(func() { s.logs.run(bgCtx, s.js) })

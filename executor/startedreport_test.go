@@ -1,0 +1,47 @@
+package executor_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// An attempt that ends within StartedDelay sends its final report alone;
+// one that runs longer is reported started once the delay has passed, while
+// it runs, and before its final report.
+func TestStartedReportOnlyForAttemptsThatRunPastTheDelay(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	g := newGate()
+	mux := builtins()
+	mux.Handle("gate", g)
+	opts := w.options(mux)
+	opts.StartedDelay = 200 * time.Millisecond
+	executortest.Run(t, opts)
+
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinEcho})
+	quick := w.nextOf(schemas.ReportSucceeded, 1)
+	if quick.StartedAt.IsZero() || quick.At.Before(quick.StartedAt) {
+		t.Errorf("final report of the quick attempt = %+v: it must say when it started", quick.Report)
+	}
+
+	// Dispatched after the quick attempt ended, the slow one's started
+	// report falls due after any the quick one could have sent: the next
+	// report being the slow one's shows the quick one sent none.
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: "gate"})
+	<-g.entered
+	started := w.nextOf(schemas.ReportStarted, 2)
+	if d := started.At.Sub(started.StartedAt); d < opts.StartedDelay {
+		t.Errorf("started report sent %v after the attempt started, want at least %v", d, opts.StartedDelay)
+	}
+	close(g.open)
+	done := w.nextOf(schemas.ReportSucceeded, 2)
+	if !done.StartedAt.Equal(started.StartedAt) {
+		t.Errorf("final report started at %v, the started report at %v", done.StartedAt, started.StartedAt)
+	}
+	w.dispatchEmpty()
+	w.noMoreReports()
+}
