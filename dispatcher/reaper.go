@@ -25,8 +25,8 @@ const leaseLost = "lease expired: the worker stopped renewing it (it died, hung 
 // on events instead of polling. At start it also sweeps the running attempts
 // whose lease vanished while no dispatcher was watching.
 //
-// A lease the executor deleted after its final report was stored ages into
-// the same marker one TTL later, and that report may still wait, unrecorded,
+// A lease the executor retired (stopped renewing) after its final report was
+// stored ages into the same marker, and that report may still wait, unrecorded,
 // in AX_REPORTS (a dispatcher died holding it, PostgreSQL is down, a
 // backlog). So a marker is only a candidate: [Service.expireLeases] reads
 // PostgreSQL, then looks in AX_REPORTS, and fails only an attempt that is
@@ -313,7 +313,7 @@ func (s *Service) promoteLeftovers(ctx context.Context) error {
 }
 
 // sweepLeases finds running attempts whose lease is gone — expired while no
-// dispatcher watched, past the bucket's marker retention, or deleted by an
+// dispatcher watched, past the bucket's marker retention, or retired by an
 // executor that finished: they are candidates, which [Service.expireLeases]
 // checks like any expiry.
 func (s *Service) sweepLeases(ctx context.Context, leases jetstream.KeyValue) ([]store.Failure, error) {

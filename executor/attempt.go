@@ -200,8 +200,8 @@ func (s *Service) taskLogger(d *schemas.Dispatch) zerolog.Logger {
 	return s.log.With().Str("task", d.Task).Int64("instance_id", d.InstanceID).Int("attempt", d.Attempt).Logger()
 }
 
-// runAttempt runs the handler, reports the outcome and releases the lease,
-// and the mutex once the handler has returned.
+// runAttempt runs the handler, reports the outcome and stops renewing the
+// lease, and releases the mutex once the handler has returned.
 func (s *Service) runAttempt(a *attempt) {
 	defer s.runners.Done()
 	a.log.Debug().Str("handler", a.dispatch.Handler).Msg("attempt started")
@@ -249,13 +249,11 @@ func (s *Service) runAttempt(a *attempt) {
 		ev = a.log.Warn().Str("error", rep.Error).Bool("permanent", rep.Permanent)
 	}
 	ev.Str("outcome", string(rep.Kind)).Dur("duration", rep.At.Sub(rep.StartedAt)).Msg("attempt finished")
+	// The report is stored: the lease is no longer renewed, and ages out
+	// one TTL after its last renewal. A delete would cost a message and
+	// change nothing: the reaper reads the expiry marker either way, and
+	// leaves the attempt to its report.
 	finish()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	// A delete, never a purge: the reaper reads a purge as an expiry.
-	if err := s.leases.Delete(ctx, a.key); err != nil {
-		a.log.Warn().Err(err).Msg("delete lease; it will expire")
-	}
 }
 
 // reportHeadroom leaves room for a report's headers under the max payload.
