@@ -504,12 +504,23 @@ func seconds(s float64) time.Duration {
 // forbid the pairs), and no string, the payload's included, holds text
 // PostgreSQL cannot store (see [TextProblems]). Every field is optional, so
 // an empty body and "{}" are valid events. Any rejection is a
-// *[ValidationError]. It is safe for concurrent use.
+// *[ValidationError]. It is safe for concurrent use. The events AX encodes
+// itself take a fast path that reads them the same (see
+// parseCanonicalTriggerEvent).
 func ParseTriggerEvent(data []byte) (TriggerEvent, error) {
-	const what = "trigger event"
 	if len(bytes.TrimSpace(data)) == 0 {
 		return TriggerEvent{}, nil
 	}
+	if ev, ok := parseCanonicalTriggerEvent(data); ok {
+		return ev, nil
+	}
+	return parseTriggerEventBySchema(data)
+}
+
+// parseTriggerEventBySchema is [ParseTriggerEvent]'s full path, for any
+// non-empty data: the generic decode, the schema, then the typed decode.
+func parseTriggerEventBySchema(data []byte) (TriggerEvent, error) {
+	const what = "trigger event"
 	doc, problem := decodeJSON(data)
 	if problem != nil {
 		return TriggerEvent{}, newValidationError(what, []Problem{*problem})
