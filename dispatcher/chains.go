@@ -131,7 +131,7 @@ func attemptEnds(attempts []store.Attempt) []store.RunEnd {
 	var out []store.RunEnd
 	for _, a := range attempts {
 		if a.State.Terminal() {
-			out = append(out, store.RunEnd{Task: a.Task, RunID: a.RunID})
+			out = append(out, store.RunEnd{Task: a.Task, RunID: a.RunID, NoParent: a.ParentID == 0})
 		}
 	}
 	return out
@@ -145,5 +145,5 @@ func outcomeEnd(o store.Outcome) (store.RunEnd, bool) {
 	if !o.Found || !o.State.Terminal() || o.CurrentAttempt != o.Attempt {
 		return store.RunEnd{}, false
 	}
-	return store.RunEnd{Task: o.Task, RunID: o.RunID}, true
+	return store.RunEnd{Task: o.Task, RunID: o.RunID, NoParent: o.ParentID == 0}, true
 }

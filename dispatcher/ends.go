@@ -19,10 +19,14 @@ func (s *Service) afterEnds(ctx context.Context, batch *streams.AsyncBatch, ende
 	if len(ended) == 0 {
 		return nil, nil
 	}
-	// A shard's end may end its parent, whose end counts as any other's.
-	runs := make([]string, 0, len(ended))
+	// A shard's end may end its parent, whose end counts as any other's;
+	// the ends of instances known to be no shards are left out (a burst
+	// of plain instances then costs no statement here).
+	var runs []string
 	for _, e := range ended {
-		runs = append(runs, e.RunID)
+		if !e.NoParent {
+			runs = append(runs, e.RunID)
+		}
 	}
 	parents, err := s.opts.Store.EndParents(ctx, runs)
 	if err != nil {

@@ -139,6 +139,10 @@ func findCycle(graph map[string][]string, start string) []string {
 type RunEnd struct {
 	Task  string
 	RunID string
+	// NoParent is true when the instance is known to be no shard or
+	// broadcast child, so that its end can end no parent (see
+	// [Store.EndParents]); false when it may be one.
+	NoParent bool
 }
 
 // ChainFiring is a chained task whose parents have all ended in a run: the

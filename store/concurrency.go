@@ -153,21 +153,43 @@ SELECT id, task, run_id, attempt, worker_id, old_state IN ('DISPATCHED', 'RUNNIN
 // PromoteWaiting starts the WAITING instances of tasks for which a slot of
 // max_running_instances is free, oldest first (WAITING → DISPATCHED), under
 // the lock on each task's row, and returns the attempts to route. Tasks
-// without a limit, or without waiting instances, cost one cheap look each.
+// without waiting instances cost one look at the live instances' index
+// each, and when none has any, that look is the only statement.
 func (s *Store) PromoteWaiting(ctx context.Context, tasks []string) ([]Attempt, error) {
 	if len(tasks) == 0 {
 		return nil, nil
 	}
 	tasks = slices.Compact(slices.Sorted(slices.Values(tasks)))
+	// Most batches of ends free no slot anyone waits for: one look, outside
+	// a transaction, tells, and then counting the tasks' active instances
+	// would be all waste.
+	const withWaiting = `SELECT name FROM tasks WHERE name = ANY($1)
+		AND EXISTS (SELECT 1 FROM instances WHERE task = tasks.name AND state = 'WAITING')
+		ORDER BY name`
+	rows, err := s.pool.Query(ctx, withWaiting, tasks)
+	if err != nil {
+		return nil, fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)
+	}
+	waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(waiting) == 0 {
+		if err != nil {
+			err = fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)
+		}
+		return nil, err
+	}
 	var out []Attempt
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Lock in name order, as every locker does, so two never deadlock.
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM tasks WHERE name = ANY($1)
-			AND EXISTS (SELECT 1 FROM instances WHERE task = tasks.name AND state = 'WAITING')
-			ORDER BY name FOR UPDATE`, tasks); err != nil {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Lock in name order, as every locker does, so two never deadlock;
+		// only the tasks that still have WAITING instances are looked at.
+		rows, err := tx.Query(ctx, withWaiting+` FOR UPDATE`, tasks)
+		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `
+		waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(waiting) == 0 {
+			return err
+		}
+		rows, err = tx.Query(ctx, `
 WITH lim AS (
 	SELECT name, COALESCE((definition->'concurrency'->>'max_running_instances')::int, 0) AS n
 	FROM tasks WHERE name = ANY($1)
@@ -180,7 +202,7 @@ WITH lim AS (
 		LIMIT CASE WHEN lim.n > 0 THEN GREATEST(lim.n - COALESCE(act.c, 0), 0) ELSE NULL END
 	) w
 ), lk AS (
-	-- In id order, as every batch statement locks (see lockInstances).
+	-- In id order, as every batch statement locks (see reportRows.record).
 	SELECT i.id FROM instances i JOIN pick USING (id) WHERE i.state = 'WAITING'
 	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
@@ -192,7 +214,7 @@ WITH lim AS (
 	SELECT id, task, 'WAITING', 'DISPATCHED', attempt, 'dispatcher', 'a slot of max_running_instances freed'
 	FROM upd
 )
-SELECT `+attemptColumns("upd")+` FROM upd ORDER BY id`, tasks)
+SELECT `+attemptColumns("upd")+` FROM upd ORDER BY id`, waiting)
 		if err != nil {
 			return err
 		}

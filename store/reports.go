@@ -29,6 +29,8 @@ type Outcome struct {
 	WorkerID       string
 	// RunID is the instance's run (see [Store.ChainFirings]).
 	RunID string
+	// ParentID is the parent of a shard or broadcast child; 0 otherwise.
+	ParentID int64
 	// Found is false when no instance has that id.
 	Found bool
 }
@@ -342,7 +344,7 @@ WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.atte
 func outcomeColumns(t string) string {
 	return fmt.Sprintf(`%[1]s.id IS NOT NULL, COALESCE(%[1]s.task, ''), COALESCE(%[1]s.state, ''), COALESCE(%[1]s.attempt, 0),
 	COALESCE(%[1]s.max_attempts, 0), COALESCE(%[1]s.retry_policy, '{}'), COALESCE(%[1]s.worker_id, ''),
-	COALESCE(%[1]s.run_id, '')`, t)
+	COALESCE(%[1]s.run_id, ''), COALESCE(%[1]s.parent_id, 0)`, t)
 }
 
 func collectOutcomes(rows pgx.Rows) ([]Outcome, error) {
@@ -352,7 +354,7 @@ func collectOutcomes(rows pgx.Rows) ([]Outcome, error) {
 		var o Outcome
 		var retry []byte
 		if err := rows.Scan(&o.Applied, &o.InstanceID, &o.Attempt, &o.Found, &o.Task, &o.State, &o.CurrentAttempt,
-			&o.MaxAttempts, &retry, &o.WorkerID, &o.RunID); err != nil {
+			&o.MaxAttempts, &retry, &o.WorkerID, &o.RunID, &o.ParentID); err != nil {
 			return nil, err
 		}
 		if err := json.Unmarshal(retry, &o.RetryPolicy); err != nil {
