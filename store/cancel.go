@@ -33,7 +33,7 @@ WITH r AS (
 ), old AS (
 	SELECT i.id, i.state AS old_state FROM instances i JOIN r USING (id)
 	WHERE i.state IN ('CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING')
-	ORDER BY i.id FOR UPDATE OF i -- in id order, as every batch statement locks (see lockInstances)
+	ORDER BY i.id FOR UPDATE OF i -- in id order, as every batch statement locks (see reportRows.record)
 ), upd AS (
 	UPDATE instances i SET state = 'CANCELLED', finished_at = now(), updated_at = now(),
 		error = 'cancelled: ' || r.reason

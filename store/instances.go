@@ -262,7 +262,7 @@ func (s *Store) StartRetries(ctx context.Context, in []RetryStart) ([]Attempt, e
 WITH input AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[]) AS t(id, attempt)
 ), lk AS (
-	-- In id order, as every batch statement locks (see lockInstances).
+	-- In id order, as every batch statement locks (see reportRows.record).
 	SELECT i.id FROM instances i JOIN input ON i.id = input.id AND i.attempt = input.attempt - 1
 	WHERE i.state = 'RETRYING'
 	ORDER BY i.id FOR UPDATE OF i

@@ -35,48 +35,27 @@ type Outcome struct {
 	Found bool
 }
 
-// ApplyReports records a batch of executor reports in one transaction: every
-// started report first (DISPATCHED → RUNNING), then every final one
-// (RUNNING → SUCCEEDED | RETRYING | FAILED). Each write is guarded by state
-// and attempt, so a report from a stale attempt, or one applied before,
+// ApplyReports records a batch of executor reports in one statement: a
+// started report moves its instance DISPATCHED → RUNNING, a final one
+// RUNNING → SUCCEEDED | RETRYING | FAILED, and the started and final reports
+// of one attempt in the same batch — the common case under load — make both
+// transitions with one update of the instance. Each write is guarded by
+// state and attempt, so a report from a stale attempt, or one applied before,
 // changes nothing. A final report that arrives before its started report —
 // they may reach different dispatchers — also records the RUNNING transition.
-// Outcomes come in the order of started, then final.
+// Outcomes come one per report, in the order of started, then final.
 func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Report) ([]Outcome, error) {
-	var out []Outcome
-	ids := make([]int64, 0, len(started)+len(final))
+	var rows reportRows
 	for _, r := range started {
-		ids = append(ids, r.InstanceID)
+		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, operator: WorkerOperator(r.WorkerID),
+			started: true, startedAt: r.StartedAt})
 	}
 	for _, r := range final {
-		ids = append(ids, r.InstanceID)
+		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, operator: WorkerOperator(r.WorkerID),
+			final: true, ok: r.Kind == schemas.ReportSucceeded, output: r.Output, errText: r.Error, permanent: r.Permanent,
+			startedAt: r.StartedAt, finishedAt: r.At, impliesRunning: true})
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Two statements follow, each locking in id order; the union is
-		// locked first, so that the transaction as a whole does too.
-		if err := lockInstances(ctx, tx, ids); err != nil {
-			return err
-		}
-		o, err := applyStarted(ctx, tx, started)
-		if err != nil {
-			return err
-		}
-		out = append(out, o...)
-		rows := make([]finishRow, len(final))
-		for i, r := range final {
-			rows[i] = finishRow{
-				id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, operator: WorkerOperator(r.WorkerID),
-				ok: r.Kind == schemas.ReportSucceeded, output: r.Output, errText: r.Error, permanent: r.Permanent,
-				startedAt: r.StartedAt, finishedAt: r.At, impliesRunning: true,
-			}
-		}
-		o, err = finish(ctx, tx, rows)
-		if err != nil {
-			return err
-		}
-		out = append(out, o...)
-		return nil
-	})
+	out, err := rows.record(ctx, s.pool)
 	if err != nil {
 		return nil, fmt.Errorf("apply %d reports: %w", len(started)+len(final), err)
 	}
@@ -97,13 +76,12 @@ type Failure struct {
 // each moves to RETRYING, or FAILED when its attempts are spent. A failure of
 // an attempt that already ended, or is no longer current, changes nothing.
 func (s *Store) FailAttempts(ctx context.Context, in []Failure) ([]Outcome, error) {
-	rows := make([]finishRow, len(in))
-	for i, f := range in {
-		rows[i] = finishRow{
-			id: f.InstanceID, attempt: f.Attempt, operator: OperatorReaper, errText: f.Reason, finishedAt: f.At,
-		}
+	var rows reportRows
+	for _, f := range in {
+		rows.add(reportRow{id: f.InstanceID, attempt: f.Attempt, operator: OperatorReaper, final: true, errText: f.Reason,
+			finishedAt: f.At})
 	}
-	out, err := finish(ctx, s.pool, rows)
+	out, err := rows.record(ctx, s.pool)
 	if err != nil {
 		return nil, fmt.Errorf("fail %d attempts: %w", len(in), err)
 	}
@@ -194,76 +172,16 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// lockInstances locks the rows of the instances among ids, in id
-// order, for a transaction that writes them with more than one statement.
-//
-// Every batch statement that writes instances locks its rows in one global
-// order — by id — before it changes them: a CTE "SELECT … ORDER BY id FOR
-// UPDATE" (PostgreSQL sorts before it locks, so the locks follow the sort)
-// that the UPDATE joins. Two batches over the same rows then wait for one
-// another instead of deadlocking, whatever order their input came in. A
-// transaction of several such statements locks the union first, since two
-// statements each in order are not in order together.
-func lockInstances(ctx context.Context, q querier, ids []int64) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	rows, err := q.Query(ctx, `
-SELECT id FROM instances WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`, ids)
-	if err != nil {
-		return fmt.Errorf("lock %d instances: %w", len(ids), err)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("lock %d instances: %w", len(ids), err)
-	}
-	return nil
-}
-
-func applyStarted(ctx context.Context, q querier, in []schemas.Report) ([]Outcome, error) {
-	if len(in) == 0 {
-		return nil, nil
-	}
-	n := len(in)
-	ids, attempts, workers, startedAt := make([]int64, n), make([]int32, n), make([]string, n), make([]time.Time, n)
-	for i, r := range in {
-		ids[i], attempts[i], workers[i], startedAt[i] = r.InstanceID, int32(r.Attempt), r.WorkerID, r.StartedAt
-	}
-	rows, err := q.Query(ctx, `
-WITH r AS (
-	SELECT DISTINCT ON (id, attempt) * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[])
-	AS t(id, attempt, worker_id, started_at)
-), lk AS (
-	SELECT i.id FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
-	WHERE i.state = 'DISPATCHED'
-	ORDER BY i.id FOR UPDATE OF i
-), upd AS (
-	UPDATE instances i SET state = 'RUNNING', worker_id = r.worker_id, started_at = r.started_at, updated_at = now()
-	FROM r, lk
-	WHERE i.id = r.id AND i.attempt = r.attempt AND i.state = 'DISPATCHED' AND lk.id = i.id
-	RETURNING i.*
-), tr AS (
-	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator)
-	SELECT id, task, 'DISPATCHED', 'RUNNING', attempt, 'worker:' || worker_id FROM upd
-)
-SELECT true, upd.id, upd.attempt, `+outcomeColumns("upd")+` FROM upd
-UNION ALL
-SELECT false, r.id, r.attempt, `+outcomeColumns("i")+`
-FROM r LEFT JOIN instances i ON i.id = r.id
-WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
-		ids, attempts, workers, startedAt)
-	if err != nil {
-		return nil, fmt.Errorf("record started: %w", err)
-	}
-	return collectOutcomes(rows)
-}
-
-// finishRow ends one attempt: it succeeded (ok), or failed with errText.
-type finishRow struct {
-	id         int64
-	attempt    int
-	workerID   string
-	operator   string
+// reportRow is what the reports (or failures) of one attempt in a batch
+// ask of its instance: to start it (started), to end it (final), or both.
+type reportRow struct {
+	id       int64
+	attempt  int
+	workerID string
+	operator string
+	started  bool
+	final    bool
+	// The end, when final: it succeeded (ok), or failed with errText.
 	ok         bool
 	output     json.RawMessage
 	errText    string
@@ -271,98 +189,212 @@ type finishRow struct {
 	startedAt  time.Time
 	finishedAt time.Time
 	// impliesRunning records DISPATCHED → RUNNING before the end when the
-	// instance is still DISPATCHED (a final report overtook its started one).
+	// instance is still DISPATCHED and no started report is in the batch
+	// (a final report overtook its started one).
 	impliesRunning bool
+	// reports are the positions in the batch of the reports this row holds,
+	// each with whether it was a final one.
+	reports []reportRef
 }
 
-func finish(ctx context.Context, q querier, in []finishRow) ([]Outcome, error) {
-	if len(in) == 0 {
+type reportRef struct {
+	pos   int
+	final bool
+}
+
+// reportRows gathers a batch's reports into one row per attempt.
+type reportRows struct {
+	rows  []reportRow
+	index map[[2]int64]int
+	n     int
+}
+
+// add merges r into the row of its attempt: a started report and a final
+// one become one row; of two final reports of one attempt (a redelivery),
+// the first is the one applied, the second is answered as a report applied
+// before.
+func (b *reportRows) add(r reportRow) {
+	if b.index == nil {
+		b.index = make(map[[2]int64]int)
+	}
+	ref := reportRef{pos: b.n, final: r.final}
+	b.n++
+	k := [2]int64{r.id, int64(r.attempt)}
+	i, ok := b.index[k]
+	if !ok {
+		r.reports = []reportRef{ref}
+		b.index[k] = len(b.rows)
+		b.rows = append(b.rows, r)
+		return
+	}
+	row := &b.rows[i]
+	row.reports = append(row.reports, ref)
+	switch {
+	case r.final && !row.final:
+		row.final, row.ok, row.output, row.errText, row.permanent = true, r.ok, r.output, r.errText, r.permanent
+		row.finishedAt, row.impliesRunning = r.finishedAt, r.impliesRunning
+		if r.workerID != "" {
+			row.workerID, row.operator = r.workerID, r.operator
+		}
+		if !r.startedAt.IsZero() {
+			row.startedAt = r.startedAt
+		}
+	case r.started && !row.started:
+		row.started = true
+		if row.startedAt.IsZero() {
+			row.startedAt = r.startedAt
+		}
+	}
+}
+
+// record writes the rows in one statement and returns one outcome per report
+// added, in the order they were added.
+//
+// Every batch statement that writes instances locks its rows in one global
+// order — by id — before it changes them: a CTE "SELECT … ORDER BY id FOR
+// UPDATE" (PostgreSQL sorts before it locks, so the locks follow the sort)
+// that the UPDATE joins. Two batches over the same rows then wait for one
+// another instead of deadlocking, whatever order their input came in. A
+// transaction of several such statements would have to lock the union
+// first, since two statements each in order are not in order together:
+// which is why the started and final reports of a batch are one statement.
+func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
+	if len(b.rows) == 0 {
 		return nil, nil
 	}
-	n := len(in)
+	n := len(b.rows)
 	var (
 		ids, attempts            = make([]int64, n), make([]int32, n)
 		workers, operators, errs = make([]string, n), make([]string, n), make([]string, n)
-		oks, permanents, implies = make([]bool, n), make([]bool, n), make([]bool, n)
+		starts, finals, oks      = make([]bool, n), make([]bool, n), make([]bool, n)
+		permanents, implies      = make([]bool, n), make([]bool, n)
 		outputs                  = make([][]byte, n)
-		startedAt, finishedAt    = make([]*time.Time, n), make([]time.Time, n)
+		startedAt, finishedAt    = make([]*time.Time, n), make([]*time.Time, n)
 	)
-	for i, r := range in {
+	for i := range b.rows {
+		r := &b.rows[i]
 		ids[i], attempts[i], workers[i], operators[i], errs[i] = r.id, int32(r.attempt), r.workerID, r.operator, r.errText
-		oks[i], permanents[i], implies[i], finishedAt[i] = r.ok, r.permanent, r.impliesRunning, r.finishedAt
+		starts[i], finals[i], oks[i], permanents[i], implies[i] = r.started, r.final, r.ok, r.permanent, r.impliesRunning
 		if len(r.output) > 0 {
 			outputs[i] = r.output
 		}
 		if !r.startedAt.IsZero() {
 			startedAt[i] = &r.startedAt
 		}
+		if r.final {
+			finishedAt[i] = &r.finishedAt
+		}
 	}
 	rows, err := q.Query(ctx, `
 WITH r AS (
-	SELECT DISTINCT ON (id, attempt) * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bool[],
-		$6::jsonb[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $11::bool[])
-	AS t(id, attempt, worker_id, operator, ok, output, error, permanent, started_at, finished_at, implies_running)
+	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::bool[], $7::bool[],
+		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[])
+	AS t(id, attempt, worker_id, operator, started, final, ok, output, error, permanent, started_at, finished_at,
+		implies_running)
 ), old AS (
 	SELECT i.id, i.state AS old_state FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
-	WHERE i.state IN ('DISPATCHED', 'RUNNING')
+	WHERE i.state = 'DISPATCHED' OR (r.final AND i.state = 'RUNNING')
 	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
 	UPDATE instances i SET
-		state = CASE WHEN r.ok THEN 'SUCCEEDED'
+		state = CASE WHEN NOT r.final THEN 'RUNNING'
+			WHEN r.ok THEN 'SUCCEEDED'
 			WHEN NOT r.permanent AND i.attempt < i.max_attempts THEN 'RETRYING'
 			ELSE 'FAILED' END,
-		output = r.output,
-		error = r.error,
+		output = CASE WHEN r.final THEN r.output ELSE i.output END,
+		error = CASE WHEN r.final THEN r.error ELSE i.error END,
 		worker_id = CASE WHEN r.worker_id <> '' THEN r.worker_id ELSE i.worker_id END,
 		started_at = COALESCE(r.started_at, i.started_at),
-		finished_at = CASE WHEN r.ok OR r.permanent OR i.attempt >= i.max_attempts THEN r.finished_at END,
+		finished_at = CASE WHEN NOT r.final THEN i.finished_at
+			WHEN r.ok OR r.permanent OR i.attempt >= i.max_attempts THEN r.finished_at END,
 		updated_at = now()
 	FROM r, old
 	WHERE i.id = r.id AND i.attempt = r.attempt AND old.id = i.id
-	RETURNING i.*, old.old_state, r.operator AS by, r.implies_running
+	RETURNING i.*, old.old_state, r.operator AS by, r.final AS ends,
+		r.final AND old.old_state = 'DISPATCHED' AND (r.started OR r.implies_running) AS via_running,
+		r.started AS reported_start
 ), tr AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
-	SELECT id, task, 'DISPATCHED', 'RUNNING', attempt, by, 'the final report arrived before the started one'
-	FROM upd WHERE old_state = 'DISPATCHED' AND implies_running
+	SELECT id, task, 'DISPATCHED', 'RUNNING', attempt, by,
+		CASE WHEN reported_start THEN '' ELSE 'the final report arrived before the started one' END
+	FROM upd WHERE via_running
 	UNION ALL
-	SELECT id, task, CASE WHEN old_state = 'DISPATCHED' AND implies_running THEN 'RUNNING' ELSE old_state END,
-		state, attempt, by, error
+	SELECT id, task, CASE WHEN via_running THEN 'RUNNING' ELSE old_state END, state, attempt, by,
+		CASE WHEN ends THEN error ELSE '' END
 	FROM upd
 )
-SELECT true, upd.id, upd.attempt, `+outcomeColumns("upd")+` FROM upd
+SELECT true, upd.old_state, upd.id, upd.attempt, `+outcomeColumns("upd")+` FROM upd
 UNION ALL
-SELECT false, r.id, r.attempt, `+outcomeColumns("i")+`
+SELECT false, '', r.id, r.attempt, `+outcomeColumns("i")+`
 FROM r LEFT JOIN instances i ON i.id = r.id
 WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
-		ids, attempts, workers, operators, oks, outputs, errs, permanents, startedAt, finishedAt, implies)
+		ids, attempts, workers, operators, starts, finals, oks, outputs, errs, permanents, startedAt, finishedAt, implies)
 	if err != nil {
-		return nil, fmt.Errorf("record final: %w", err)
+		return nil, fmt.Errorf("record reports: %w", err)
 	}
-	return collectOutcomes(rows)
+	results, err := collectRowOutcomes(rows)
+	if err != nil {
+		return nil, fmt.Errorf("record reports: %w", err)
+	}
+	out := make([]Outcome, b.n)
+	for _, r := range b.rows {
+		res, ok := results[[2]int64{r.id, int64(r.attempt)}]
+		if !ok {
+			return nil, fmt.Errorf("record reports: no outcome for instance %d attempt %d", r.id, r.attempt)
+		}
+		var tookFinal, tookStart bool
+		for _, ref := range r.reports {
+			o := res.Outcome
+			switch {
+			case !res.Applied:
+			case ref.final:
+				// The first final report ended the attempt; another is a
+				// second delivery, answered as one applied before.
+				o.Applied, tookFinal = !tookFinal, true
+			default:
+				// The started report moved the instance to RUNNING when
+				// it was DISPATCHED; one that found it RUNNING already,
+				// or came twice, changed nothing.
+				o.Applied = !tookStart && (!r.final || res.oldState == schemas.StateDispatched)
+				tookStart = true
+				if !o.Applied {
+					o.State = schemas.StateRunning
+				}
+			}
+			out[ref.pos] = o
+		}
+	}
+	return out, nil
+}
+
+// rowOutcome is the outcome of one row of [reportRows.record].
+type rowOutcome struct {
+	Outcome
+	oldState schemas.State
+}
+
+func collectRowOutcomes(rows pgx.Rows) (map[[2]int64]rowOutcome, error) {
+	defer rows.Close()
+	out := make(map[[2]int64]rowOutcome)
+	for rows.Next() {
+		var o rowOutcome
+		var retry []byte
+		if err := rows.Scan(&o.Applied, &o.oldState, &o.InstanceID, &o.Attempt, &o.Found, &o.Task, &o.State,
+			&o.CurrentAttempt, &o.MaxAttempts, &retry, &o.WorkerID, &o.RunID, &o.ParentID); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(retry, &o.RetryPolicy); err != nil {
+			return nil, fmt.Errorf("decode retry policy of instance %d: %w", o.InstanceID, err)
+		}
+		out[[2]int64{o.InstanceID, int64(o.Attempt)}] = o
+	}
+	return out, rows.Err()
 }
 
 func outcomeColumns(t string) string {
 	return fmt.Sprintf(`%[1]s.id IS NOT NULL, COALESCE(%[1]s.task, ''), COALESCE(%[1]s.state, ''), COALESCE(%[1]s.attempt, 0),
 	COALESCE(%[1]s.max_attempts, 0), COALESCE(%[1]s.retry_policy, '{}'), COALESCE(%[1]s.worker_id, ''),
 	COALESCE(%[1]s.run_id, ''), COALESCE(%[1]s.parent_id, 0)`, t)
-}
-
-func collectOutcomes(rows pgx.Rows) ([]Outcome, error) {
-	defer rows.Close()
-	var out []Outcome
-	for rows.Next() {
-		var o Outcome
-		var retry []byte
-		if err := rows.Scan(&o.Applied, &o.InstanceID, &o.Attempt, &o.Found, &o.Task, &o.State, &o.CurrentAttempt,
-			&o.MaxAttempts, &retry, &o.WorkerID, &o.RunID, &o.ParentID); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal(retry, &o.RetryPolicy); err != nil {
-			return nil, fmt.Errorf("decode retry policy of instance %d: %w", o.InstanceID, err)
-		}
-		out = append(out, o)
-	}
-	return out, rows.Err()
 }
 
 // RunningAttempt names the current attempt of a RUNNING instance.

@@ -31,7 +31,7 @@ func (s *Store) StartParents(ctx context.Context, in []ParentStart) ([]int64, er
 WITH input AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[]) AS t(id, shard_count)
 ), lk AS (
-	-- In id order, as every batch statement locks (see lockInstances).
+	-- In id order, as every batch statement locks (see reportRows.record).
 	SELECT i.id FROM instances i JOIN input USING (id)
 	WHERE i.state = 'DISPATCHED' AND i.parent_id IS NULL
 	ORDER BY i.id FOR UPDATE OF i
@@ -75,7 +75,7 @@ WITH done AS (
 	GROUP BY p.id, p.shard_count
 	HAVING count(*) = p.shard_count AND bool_and(c.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'))
 ), lk AS (
-	-- In id order, as every batch statement locks (see lockInstances).
+	-- In id order, as every batch statement locks (see reportRows.record).
 	SELECT i.id FROM instances i JOIN done USING (id) WHERE i.state = 'RUNNING'
 	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (

@@ -1,0 +1,95 @@
+package store_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+)
+
+// TestApplyReportsOneOutcomePerReport hands ApplyReports a batch that
+// holds, for some attempts, both their started and final reports and, for
+// some, a report twice (a redelivery in the same batch): every report gets
+// its own outcome, in the order given, and every attempt its transitions
+// once, the RUNNING one included.
+func TestApplyReportsOneOutcomePerReport(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	applyTasks(t, st, "rep")
+	in := make([]store.NewInstance, 3)
+	for i := range in {
+		in[i] = newRunInstance("rep", fmt.Sprintf("e%d", i), "", schemas.StateDispatched)
+		in[i].MaxAttempts = 3
+	}
+	made, err := st.CreateInstances(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byEvent := make(map[string]int64)
+	for _, a := range made {
+		byEvent[a.EventID] = a.ID
+	}
+	a, b, c := byEvent["e0"], byEvent["e1"], byEvent["e2"]
+	now := time.Now()
+	report := func(id int64, kind schemas.ReportKind) schemas.Report {
+		r := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w1", Kind: kind, StartedAt: now, At: now}
+		if kind == schemas.ReportFailed {
+			r.Error = "boom"
+		}
+		return r
+	}
+	started := []schemas.Report{report(a, schemas.ReportStarted), report(a, schemas.ReportStarted), report(b, schemas.ReportStarted)}
+	final := []schemas.Report{report(a, schemas.ReportSucceeded), report(b, schemas.ReportFailed),
+		report(b, schemas.ReportFailed), report(c, schemas.ReportSucceeded)}
+	out, err := st.ApplyReports(ctx, started, final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		id      int64
+		applied bool
+		state   schemas.State
+	}
+	wants := []want{
+		{a, true, schemas.StateSucceeded}, {a, false, schemas.StateRunning}, {b, true, schemas.StateRetrying},
+		{a, true, schemas.StateSucceeded}, {b, true, schemas.StateRetrying}, {b, false, schemas.StateRetrying},
+		{c, true, schemas.StateSucceeded},
+	}
+	if len(out) != len(wants) {
+		t.Fatalf("%d outcomes for %d reports: %+v", len(out), len(wants), out)
+	}
+	for i, w := range wants {
+		o := out[i]
+		if o.InstanceID != w.id || o.Attempt != 1 || o.Applied != w.applied || o.State != w.state || !o.Found {
+			t.Errorf("outcome %d = %+v; want instance %d applied %v state %s", i, o, w.id, w.applied, w.state)
+		}
+	}
+
+	history := func(id int64) string {
+		inst, err := st.GetInstance(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps []string
+		for _, tr := range inst.Transitions {
+			steps = append(steps, fmt.Sprintf("%s→%s by %s (%s)", tr.From, tr.To, tr.Operator, tr.Reason))
+		}
+		return strings.Join(steps, "; ")
+	}
+	const made2 = "→CREATED by event (); CREATED→DISPATCHED by dispatcher (); "
+	for id, w := range map[int64]string{
+		a: made2 + "DISPATCHED→RUNNING by worker:w1 (); RUNNING→SUCCEEDED by worker:w1 ()",
+		b: made2 + "DISPATCHED→RUNNING by worker:w1 (); RUNNING→RETRYING by worker:w1 (boom)",
+		c: made2 + "DISPATCHED→RUNNING by worker:w1 (the final report arrived before the started one); " +
+			"RUNNING→SUCCEEDED by worker:w1 ()",
+	} {
+		if got := history(id); got != w {
+			t.Errorf("instance %d: transitions\n  %s\nwant\n  %s", id, got, w)
+		}
+	}
+}
