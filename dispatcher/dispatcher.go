@@ -46,6 +46,14 @@ type Options struct {
 	// Metrics is where the dispatcher registers its counters (default: a
 	// registry of its own that nobody serves).
 	Metrics prometheus.Registerer
+	// DrillFaults turns on the faults ax drill rehearses in the recorder
+	// (default off): the reports of instances of tasks of type
+	// schemas.DrillJitterTaskType are refused on their first
+	// schemas.DrillReportFaults deliveries and redelivered after a jittered
+	// delay, as if PostgreSQL had failed the transaction. No other report
+	// is touched: drill tasks are applied through the API only. It costs
+	// one query per batch of reports.
+	DrillFaults bool
 }
 
 // Service is a dispatcher. Make one with [New] and start it with [Service.Run].

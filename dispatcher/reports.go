@@ -22,6 +22,9 @@ const retryDelay = time.Second
 // with attempts left, fires the tasks chained after the instances that
 // ended, and tells a worker whose attempt was fenced out to stop.
 func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
+	if s.opts.DrillFaults {
+		msgs = s.drillReportFaults(ctx, msgs)
+	}
 	var started, final []schemas.Report
 	workers := make(map[[2]int64]string)
 	for _, m := range msgs {

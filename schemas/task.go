@@ -305,3 +305,26 @@ func (d DispatchPolicy) Pool() string {
 	slices.Sort(s)
 	return strings.Join(slices.Compact(s), "+")
 }
+
+// The task types that mark a drill's tasks (see package drill): ax drill
+// applies a copy of the task it rehearses under one of these, so that
+// metrics, alerts and reports can tell drill work from real work.
+// Task definitions reach PostgreSQL only through the API, under an
+// operator's token: no NATS publisher can make a task a drill task.
+const (
+	// DrillTaskType marks a drill's copy of a task.
+	DrillTaskType = "drill"
+	// DrillJitterTaskType marks a drill's copy whose reports a dispatcher
+	// run with drill faults on records late: it refuses the first
+	// [DrillReportFaults] deliveries of each report, as a database that
+	// fails transactions would.
+	DrillJitterTaskType = "drill-jitter"
+)
+
+// DrillReportFaults is how many deliveries of each report of a
+// [DrillJitterTaskType] task a dispatcher with drill faults on refuses
+// before it records the report.
+const DrillReportFaults = 2
+
+// IsDrillTaskType reports whether a task of type t is a drill's.
+func IsDrillTaskType(t string) bool { return t == DrillTaskType || t == DrillJitterTaskType }

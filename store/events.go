@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // Event is something that befell an attempt without changing its state,
@@ -40,4 +44,25 @@ ON CONFLICT (instance_id, attempt, kind) DO NOTHING`, ids, attempts, kinds, oper
 		return fmt.Errorf("record %d instance events: %w", n, err)
 	}
 	return nil
+}
+
+// DrillJitterInstances returns which of ids are instances of tasks of type
+// [schemas.DrillJitterTaskType], whose reports a dispatcher with drill
+// faults on records late.
+func (s *Store) DrillJitterInstances(ctx context.Context, ids []int64) (map[int64]bool, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT i.id FROM instances i JOIN tasks t ON t.name = i.task
+WHERE i.id = ANY($1) AND t.definition->>'task_type' = $2`, ids, schemas.DrillJitterTaskType)
+	if err != nil {
+		return nil, fmt.Errorf("read drill instances: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read drill instances: %w", err)
+	}
+	out := make(map[int64]bool, len(found))
+	for _, id := range found {
+		out[id] = true
+	}
+	return out, nil
 }

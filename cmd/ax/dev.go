@@ -18,15 +18,22 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/drill"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 	"github.com/ax-scheduler/ax/trigger"
 )
 
 func init() { extraCommands = append(extraCommands, newDevCmd) }
+
+// devExecutorScope is what ax dev's executor user may serve: the default
+// pool, which ax dev's own executor serves, and the drill pool, which the
+// executors of ax drill task serve.
+var devExecutorScope = natsauth.Scope{Pools: []string{schemas.DefaultPool, drill.Pool}}
 
 func newDevCmd() *cobra.Command {
 	var (
@@ -113,7 +120,7 @@ cleanly; it starts again on the same data.`,
 				return err
 			}
 			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats"),
-				MonitorHost: monHost, MonitorPort: monPort, Users: natsauth.Users(top, natsUsers, natsauth.Scope{})})
+				MonitorHost: monHost, MonitorPort: monPort, Users: natsauth.Users(top, natsUsers, devExecutorScope)})
 			if err != nil {
 				return fmt.Errorf("%w (is another NATS server on %s or %s? choose other addresses with --nats and --nats-monitor)",
 					err, natsAddr, natsMon)
@@ -154,7 +161,7 @@ cleanly; it starts again on the same data.`,
 			executor.RegisterBuiltins(mux)
 			for _, err := range []error{
 				add("dispatcher", func(nc *nats.Conn) (runner, error) {
-					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry()})
+					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(), DrillFaults: true})
 				}),
 				add("trigger", func(nc *nats.Conn) (runner, error) {
 					return trigger.New(trigger.Options{Conn: nc, Store: st, Topology: top, Logger: log})

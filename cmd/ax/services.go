@@ -34,6 +34,7 @@ func newDispatcherCmd() *cobra.Command {
 		m        metricsServer
 		replicas int
 		leaseTTL time.Duration
+		drill    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dispatcher",
@@ -53,6 +54,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 			svc, err := dispatcher.New(dispatcher.Options{
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
 				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, Metrics: m.registry(),
+				DrillFaults: drill,
 			})
 			if err != nil {
 				return err
@@ -65,6 +67,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	f := cmd.Flags()
 	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
 	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL, "how long an attempt's lease lives without renewal")
+	f.BoolVar(&drill, "drill-faults", false, "let ax drill task inject database jitter into the recording of its own drill-jitter tasks' reports (never other tasks')")
 	m.flags(cmd, "")
 	return cmd
 }

@@ -38,6 +38,9 @@ var exampleRuns = map[string]struct {
 	"order-enrich":     {`{"customer_id": 7}`, schemas.StateSucceeded},
 	"rebuild-index":    {``, schemas.StateSucceeded},
 	"daily-settlement": {``, schemas.StateSucceeded},
+	"ledger":           {``, schemas.StateSucceeded},
+	"ledger-unsafe":    {``, schemas.StateSucceeded},
+	"sleepy":           {`{"seconds": 0}`, schemas.StateSucceeded},
 }
 
 // TestExamplesRunAsShipped applies every task definition of examples/

@@ -24,12 +24,17 @@ var allowed = map[string][]string{
 	"api":        {"schemas", "streams", "store", "internal"},
 	// examples/executor is a program of a user's own: the SDK, never the store.
 	"examples": {"schemas", "streams", "executor"},
+	// drill rehearses faults against AX as an operator's tool: the SDK to
+	// run a drill executor, the API's client to fire and read; drill/system
+	// starts a whole sandbox.
+	"drill": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "internal"},
 }
 
 // testOnly lists imports a folder's tests may add: test servers of the
 // packages below them, and the services an end-to-end test runs.
 var testOnly = map[string][]string{
-	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples"},
+	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples", "drill"},
+	"drill":    {"examples"},
 }
 
 type pkg struct {

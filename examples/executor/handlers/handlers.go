@@ -1,9 +1,11 @@
 // Package handlers holds the handlers that the task definitions of
 // examples/ name and that no executor of AX serves: cache.flush,
 // shops.sync, backup.disk, orders.enrich, search.rebuild and
-// settlement.daily. They stand in for real work (they log what they would
-// do and return a small output), so that every example runs as shipped
-// with the example executor (examples/executor) beside ax dev.
+// settlement.daily; and those of the drill examples (examples/drill-*.yaml,
+// see [DrillNames]), which show what ax drill task passes and fails. They
+// stand in for real work (they log what they would do and return a small
+// output), so that every example runs as shipped with the example executor
+// (examples/executor) beside ax dev; ax drill task links them too.
 package handlers
 
 import (
@@ -27,6 +29,7 @@ func Register(m *executor.Mux) {
 	m.Handle("orders.enrich", executor.JSON(enrichOrder))
 	m.HandleFunc("search.rebuild", rebuildIndex)
 	m.HandleFunc("settlement.daily", settleDay)
+	registerDrill(m)
 }
 
 // flushCache is examples/broadcast.yaml's handler: each executor of the
