@@ -129,6 +129,8 @@ func TestHealthReport(t *testing.T) {
 	apply("task_name: orphan\nexecution: {handler: h}\n")
 	apply("task_name: flaky\nowner: ops\nexecution: {handler: h}\n")
 	apply("task_name: slow\nowner: ops\nexecution: {handler: h}\n")
+	// A drill's copy fails on purpose and names no owner: left out.
+	apply("task_name: drill-storm-flaky\ntask_type: drill\nexecution: {handler: h}\n")
 	// Cron triggers: one settled recently, one far behind, one never
 	// planned, and one of a disabled task.
 	apply("task_name: on-time\nowner: ops\nexecution: {handler: h}\ntriggers: [{type: cron, schedule: '@hourly'}]\n")
@@ -155,6 +157,9 @@ func TestHealthReport(t *testing.T) {
 		addRun(t, pool, "flaky", schemas.StateFailed, now, time.Second, "boom")
 	}
 	addRun(t, pool, "owned", schemas.StateFailed, now, time.Second, "once") // a streak of one is not reported
+	for range 3 {
+		addRun(t, pool, "drill-storm-flaky", schemas.StateFailed, now, time.Second, "drill")
+	}
 	for i := range 6 {
 		addRun(t, pool, "slow", schemas.StateSucceeded, now.Add(-time.Duration(10-i)*time.Minute), time.Duration(10+i)*time.Second, "")
 	}
