@@ -47,8 +47,8 @@
 // [New] and [Service.Run] make a worker: it registers in the ax-workers
 // bucket, pulls attempts from its pools' consumers on AX_DISPATCH only while
 // it has free slots (urgent work first), takes a lease in ax-leases for each,
-// reports started, runs the handler, reports the outcome and releases the
-// lease. It needs NATS credentials only; the dispatcher owns the topology and
+// runs the handler, reports it started if it runs past
+// Options.StartedDelay, reports the outcome and stops renewing the lease. It needs NATS credentials only; the dispatcher owns the topology and
 // PostgreSQL.
 //
 // One attempt's life on a worker:
@@ -62,15 +62,19 @@
 //     message back for Options.RequeueDelay;
 //  3. create ax-leases/<instance>.<attempt> if absent; if it exists another
 //     delivery of the attempt ran or runs, so the message is terminated;
-//  4. publish the started report, await its acknowledgement, ack the dispatch message;
-//  5. run the handler under the attempt's deadline, renewing the lease every TTL/3;
+//  4. ack the dispatch message (the lease fences any redelivery);
+//  5. run the handler under the attempt's deadline, renewing the lease every
+//     TTL/3; if it still runs Options.StartedDelay (1 s) later, publish the
+//     started report (a shorter attempt sends none: its final report says
+//     when it started, and the dispatcher records both transitions from it);
 //  6. publish the succeeded or failed report, await its acknowledgement,
-//     release the mutex key, delete the lease.
+//     release the mutex key and stop renewing the lease, which ages out
+//     one TTL after its last renewal.
 //
 // A dispatch naming a handler the worker does not have goes the same way and
 // fails permanently at step 5 with an error that lists the worker's
 // handlers: the instance's record reads RUNNING then FAILED, with the reason.
 //
-// Publishes of one batch (leases, started reports, renewals) are
+// Publishes of one batch (leases, started reports falling due together, renewals) are
 // asynchronous and awaited together: one round trip per batch.
 package executor
