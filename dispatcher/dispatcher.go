@@ -54,6 +54,9 @@ type Options struct {
 	// is touched: drill tasks are applied through the API only. It costs
 	// one query per batch of reports.
 	DrillFaults bool
+	// History configures the instance history's maintenance (defaults:
+	// see [HistoryOptions]).
+	History HistoryOptions
 }
 
 // Service is a dispatcher. Make one with [New] and start it with [Service.Run].
@@ -111,6 +114,13 @@ func New(opts Options) (*Service, error) {
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = prometheus.NewRegistry()
+	}
+	triggersMaxAge := opts.Streams.TriggersMaxAge
+	if triggersMaxAge <= 0 {
+		triggersMaxAge = streams.DefaultTriggersMaxAge
+	}
+	if err := opts.History.fill(triggersMaxAge); err != nil {
+		return nil, fmt.Errorf("new dispatcher: %w", err)
 	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {
@@ -210,6 +220,7 @@ func (s *Service) run(ctx context.Context) error {
 		func() error { return s.reap(runCtx, work, leases, reportStream) },
 		func() error { return s.holdLoop(runCtx, work) },
 		func() error { return s.reroute(runCtx, work) },
+		func() error { return s.historyLoop(runCtx) },
 		watch,
 	}
 	var wg sync.WaitGroup

@@ -161,6 +161,7 @@ var golden = []goldenMessage{
 		Events: []InstanceEvent{
 			{Kind: "stale_succeeded", Attempt: 1, Operator: "worker:worker-eu-2", Reason: "succeeded report of attempt 1 refused: the instance is SUCCEEDED at attempt 3", At: goldenTime(7 * time.Minute)},
 		},
+		Archived: true,
 	}},
 }
 

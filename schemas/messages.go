@@ -374,6 +374,10 @@ type Instance struct {
 	// Events are what befell the instance without changing its state (a
 	// report refused as stale), oldest first.
 	Events []InstanceEvent `json:"events,omitempty"`
+	// Archived is true for an instance read from the history or the
+	// archive: it ended long enough ago to leave the hot tables (see
+	// docs/operations.md, "Instance history and retention").
+	Archived bool `json:"archived,omitempty"`
 }
 
 // InstanceEvent is something that befell an instance without changing its

@@ -201,6 +201,12 @@ func (t *Task) semanticProblems() []Problem {
 			problems = append(problems, Problem{"execution.timeout", "must be at most 168h (7 days); split longer work into several tasks"})
 		}
 	}
+	if t.Retention != "" {
+		if _, err := ParseRetention(t.Retention); err != nil {
+			problems = append(problems, Problem{"retention", strings.TrimPrefix(err.Error(), "retention "+strconv.Quote(t.Retention)+": ") +
+				`, e.g. "90d"; leave it out to keep the installation's retention`})
+		}
+	}
 	r := t.Execution.Retry
 	initial, maxi := DefaultInitialInterval.Seconds(), DefaultMaxInterval.Seconds()
 	if r.InitialIntervalSec != nil {

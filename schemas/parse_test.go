@@ -58,6 +58,9 @@ var taskAccepts = []struct {
 	{"minimal json", root(""), minimal()},
 	{"minimal yaml", "task_name: demo\nexecution:\n  handler: builtin.echo\n", minimal()},
 	{"json after spaces", "\n\t  " + root(""), minimal()},
+	{"retention in days, archived", "task_name: demo\nexecution: {handler: builtin.echo}\nretention: 90d\narchive: true\n",
+		with(func(t *Task) { t.Retention, t.Archive = "90d", new(true) })},
+	{"retention as a duration", root(`"retention":"36h"`), with(func(t *Task) { t.Retention = "36h" })},
 	{"yaml flow style", "task_name: demo\nexecution: {handler: builtin.echo}\n", minimal()},
 	{"yaml with comments", "# a task\ntask_name: demo # its name\nexecution:\n  handler: builtin.echo\n", minimal()},
 	{"task_name one char", `{"task_name":"a","execution":{"handler":"h"}}`, &Task{TaskName: "a", Execution: Execution{Handler: "h"}}},
@@ -240,6 +243,15 @@ var taskRejects = []struct {
 	{"cron empty", root(`"triggers":[{"type":"cron","cron":""}]`), "triggers[0].cron", "must not be empty"},
 	{"too many triggers", root(`"triggers":[` + strings.TrimSuffix(strings.Repeat(`{"type":"event"},`, 33), ",") + `]`), "triggers", "must have at most 32 items (it has 33)"},
 
+	// retention and archive.
+	{"retention without unit", root(`"retention":"90"`), "retention", `must be a whole number of days such as "90d"`},
+	{"retention weeks", root(`"retention":"2w"`), "retention", `must be a whole number of days such as "90d"`},
+	{"retention too short", root(`"retention":"10m"`), "retention", "at least 1h"},
+	{"retention zero days", root(`"retention":"0d"`), "retention", "at least 1h"},
+	{"retention too long", root(`"retention":"36501d"`), "retention", "at most 36500d"},
+	{"retention a number", root(`"retention":90`), "retention", "must be a string"},
+	{"archive not a boolean", root(`"archive":"yes"`), "archive", "must be true or false"},
+
 	// execution.
 	{"execution missing", `{"task_name":"demo"}`, "execution", "is required"},
 	{"execution not an object", `{"task_name":"demo","execution":"builtin.echo"}`, "execution", "must be an object, not a string"},
@@ -337,7 +349,7 @@ var taskRejects = []struct {
 	{"payload_schema ref cycle", root(`"payload_schema":{"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}}`), "payload_schema", "has a $ref cycle"},
 
 	// Unknown fields at every level.
-	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, concurrency, description, dispatch, execution, min_worker_version, owner, payload_schema, priority, schema_version, task_name, task_type, triggers)`},
+	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, archive, concurrency, description, dispatch, execution, min_worker_version, owner, payload_schema, priority, retention, schema_version, task_name, task_type, triggers)`},
 	{"unknown root field yaml", "task_name: demo\nexecution: {handler: h}\ncron: '* * * * *'\n", "", `unknown field "cron"; remove it`},
 	{"unknown field with odd name", root(`"a b":1`), "", `unknown field "a b"; remove it`},
 }

@@ -3,6 +3,7 @@ package schemas
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +47,50 @@ type Task struct {
 	// parents, each named once, never the task itself; a definition that
 	// would close a cycle is refused when it is applied.
 	After []After `json:"after,omitempty"`
+	// Retention is how long the task's ended instances are kept after they
+	// fired: a number of days ("90d") or a Go duration ("720h"), at least
+	// 1h. Empty keeps them as long as the installation's retention (the
+	// dispatcher's --history-retention). See [ParseRetention].
+	Retention string `json:"retention,omitempty"`
+	// Archive says what becomes of the task's instances when they expire:
+	// true moves them to the archive tables, false drops them (the audit
+	// stream keeps their record either way); nil follows the
+	// installation's --history-archive.
+	Archive *bool `json:"archive,omitempty"`
+}
+
+// Retention bounds of a task's retention.
+const (
+	MinRetention = time.Hour
+	MaxRetention = 100 * 365 * 24 * time.Hour
+)
+
+// ParseRetention reads a retention: a whole number of days ("90d") or a Go
+// duration ("720h"), between [MinRetention] and [MaxRetention].
+func ParseRetention(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || days == "" || days[0] == '+' {
+			return 0, fmt.Errorf("retention %q: want a whole number of days such as \"90d\" or a Go duration such as \"720h\"", s)
+		}
+		if n > int(MaxRetention/(24*time.Hour)) {
+			return 0, fmt.Errorf("retention %q: at most %dd", s, int(MaxRetention/(24*time.Hour)))
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("retention %q: want a whole number of days such as \"90d\" or a Go duration such as \"720h\"", s)
+		}
+	}
+	switch {
+	case d < MinRetention:
+		return 0, fmt.Errorf("retention %q: at least 1h", s)
+	case d > MaxRetention:
+		return 0, fmt.Errorf("retention %q: at most %dd", s, int(MaxRetention/(24*time.Hour)))
+	}
+	return d, nil
 }
 
 // AfterCondition says which end of a parent lets a chained task run.

@@ -646,7 +646,7 @@ var ErrMonitorHeld = errors.New("monitoring is led by another session")
 // connection of its own holding a session advisory lock, released when the
 // connection closes or dies. It is not safe for concurrent use.
 type MonitorLock struct {
-	conn *pgx.Conn
+	sessionLock
 }
 
 // AcquireMonitor opens a connection with the settings of the store's pool
@@ -654,37 +654,9 @@ type MonitorLock struct {
 // wrapping [ErrMonitorHeld] when another session holds it. Close the lock
 // to release it.
 func (s *Store) AcquireMonitor(ctx context.Context) (*MonitorLock, error) {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	l, err := s.acquireSessionLock(ctx, monitorLockKey, "monitor lock", ErrMonitorHeld)
 	if err != nil {
-		return nil, fmt.Errorf("acquire monitor lock: connect: %w", err)
+		return nil, err
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, monitorLockKey).Scan(&ok); err != nil || !ok {
-		_ = conn.Close(context.WithoutCancel(ctx))
-		if err == nil {
-			err = ErrMonitorHeld
-		}
-		return nil, fmt.Errorf("acquire monitor lock: %w", err)
-	}
-	return &MonitorLock{conn: conn}, nil
-}
-
-// Check returns an error when the lock's session is gone, and with it the lock.
-func (l *MonitorLock) Check(ctx context.Context) error {
-	if err := l.conn.Ping(ctx); err != nil {
-		return fmt.Errorf("check monitor lock: %w", err)
-	}
-	return nil
-}
-
-// Close releases the lock and closes its connection.
-func (l *MonitorLock) Close(ctx context.Context) error {
-	_, unlockErr := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, monitorLockKey)
-	if err := l.conn.Close(ctx); err != nil || unlockErr != nil {
-		if err == nil {
-			err = unlockErr
-		}
-		return fmt.Errorf("close monitor lock: %w", err)
-	}
-	return nil
+	return &MonitorLock{l}, nil
 }

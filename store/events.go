@@ -24,7 +24,8 @@ type Event struct {
 }
 
 // RecordEvents adds events to their instances' timelines, one per attempt
-// and kind: an event recorded before adds none. Events are not transitions
+// and kind: an event recorded before adds none, nor one of an instance no
+// longer in the hot tables. Events are not transitions
 // and are not relayed to AX_AUDIT.
 func (s *Store) RecordEvents(ctx context.Context, in []Event) error {
 	if len(in) == 0 {
@@ -35,9 +36,17 @@ func (s *Store) RecordEvents(ctx context.Context, in []Event) error {
 	for i, e := range in {
 		ids[i], attempts[i], kinds[i], operators[i], reasons[i], at[i] = e.InstanceID, int32(e.Attempt), e.Kind, e.Operator, e.Reason, e.At
 	}
+	// The instances are locked first, in id order: one that moved to the
+	// history meanwhile (see Store.MoveHistory) is left out, not a foreign
+	// key's error.
 	_, err := s.pool.Exec(ctx, `
+WITH lk AS (
+	SELECT id FROM instances WHERE id = ANY($1) ORDER BY id FOR KEY SHARE
+)
 INSERT INTO instance_events (instance_id, attempt, kind, operator, reason, at)
-SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+SELECT u.* FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+	AS u(instance_id, attempt, kind, operator, reason, at)
+JOIN lk ON lk.id = u.instance_id
 ORDER BY 1
 ON CONFLICT (instance_id, attempt, kind) DO NOTHING`, ids, attempts, kinds, operators, reasons, at)
 	if err != nil {

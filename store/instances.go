@@ -148,7 +148,8 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 // statement, with their CREATED transition and the one after it. A firing
 // without a RunID starts a run named after its new instance ("run-<id>").
 // A firing whose (task, event_id) already has an instance creates nothing:
-// its existing instance is returned. An instance that another
+// its existing instance is returned, unless it moved to the history (see
+// [Store.MoveHistory]): an ended instance has nothing left to route. An instance that another
 // transaction is creating at the same moment is left out of the result: that
 // transaction owns it.
 func (s *Store) CreateInstances(ctx context.Context, in []NewInstance) ([]Attempt, error) {
@@ -192,6 +193,8 @@ WITH input AS (
 		COALESCE(NULLIF(dispatch_strategy, ''), 'pull'), COALESCE(dispatch_key, ''), COALESCE(min_worker_version, ''),
 		parent_id, COALESCE(shard_index, 0), COALESCE(shard_count, 0)
 	FROM numbered
+	-- An instance moved to the history keeps its key there (see MoveHistory).
+	WHERE NOT EXISTS (SELECT 1 FROM instance_history_keys k WHERE k.task = numbered.task AND k.event_id = numbered.event_id)
 	-- A conflicting insert waits for the transaction that inserted the key
 	-- first: in one global order, two batches never wait for each other.
 	ORDER BY task COLLATE "C", event_id COLLATE "C"

@@ -41,6 +41,9 @@ type InstanceFilter struct {
 	// Since and Until keep the instances fired in [Since, Until); zero
 	// times do not filter.
 	Since, Until time.Time
+	// Archived reads the instances that left the hot tables — in the
+	// history or the archive — instead of the others.
+	Archived bool
 }
 
 const instanceColumns = `id, task, task_version, event_id, source, state, attempt, max_attempts,
@@ -63,36 +66,17 @@ func scanInstance(row pgx.CollectableRow) (schemas.Instance, error) {
 
 // GetInstance returns the instance id with its transitions, oldest first, or
 // an error wrapping [ErrNotFound]. Both are read in one snapshot, so the
-// transitions end with the instance's current state.
+// transitions end with the instance's current state. An instance no longer
+// in the hot tables is read from the history or the archive, with Archived
+// set.
 func (s *Store) GetInstance(ctx context.Context, id int64) (schemas.Instance, error) {
 	var in schemas.Instance
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+instanceColumns+` FROM instances WHERE id = $1`, id)
-		if err != nil {
-			return err
+		var err error
+		in, err = readInstance(ctx, tx, id, hotInstances)
+		if errors.Is(err, ErrNotFound) {
+			in, err = readInstance(ctx, tx, id, archivedInstances)
 		}
-		in, err = pgx.CollectExactlyOneRow(rows, scanInstance)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("instance %d: %w", id, ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		rows, err = tx.Query(ctx, `
-			SELECT id, instance_id, task, COALESCE(from_state, ''), to_state, attempt, operator, reason, at
-			FROM instance_transitions WHERE instance_id = $1 ORDER BY id`, id)
-		if err != nil {
-			return err
-		}
-		in.Transitions, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (schemas.Transition, error) {
-			var t schemas.Transition
-			err := row.Scan(&t.ID, &t.InstanceID, &t.Task, &t.From, &t.To, &t.Attempt, &t.Operator, &t.Reason, &t.At)
-			return t, err
-		})
-		if err != nil {
-			return err
-		}
-		in.Events, err = instanceEvents(ctx, tx, id)
 		return err
 	})
 	if err != nil {
@@ -101,22 +85,89 @@ func (s *Store) GetInstance(ctx context.Context, id int64) (schemas.Instance, er
 	return in, nil
 }
 
+// instanceSource names the tables an instance is read from.
+type instanceSource struct {
+	instances, transitions string
+	// events reads the kind, attempt, operator, reason and at of instance $1's events.
+	events   string
+	archived bool
+}
+
+var (
+	hotInstances = instanceSource{instances: "instances", transitions: "instance_transitions",
+		events: `SELECT kind, attempt, operator, reason, at FROM instance_events WHERE instance_id = $1 ORDER BY id`}
+	archivedInstances = instanceSource{instances: "archived_instances", transitions: "archived_transitions",
+		events: `SELECT e.kind, e.attempt, e.operator, e.reason, e.at FROM (SELECT events FROM archived_instances
+			WHERE id = $1 LIMIT 1) a, jsonb_to_recordset(a.events) AS e(kind text, attempt int, operator text, reason text, at timestamptz)`,
+		archived: true}
+)
+
+func readInstance(ctx context.Context, tx pgx.Tx, id int64, src instanceSource) (schemas.Instance, error) {
+	rows, err := tx.Query(ctx, `SELECT `+instanceColumns+` FROM `+src.instances+` WHERE id = $1 LIMIT 1`, id)
+	if err != nil {
+		return schemas.Instance{}, err
+	}
+	in, err := pgx.CollectExactlyOneRow(rows, scanInstance)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return in, fmt.Errorf("instance %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return in, err
+	}
+	in.Archived = src.archived
+	rows, err = tx.Query(ctx, `
+		SELECT id, instance_id, task, COALESCE(from_state, ''), to_state, attempt, operator, reason, at
+		FROM `+src.transitions+` WHERE instance_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return in, err
+	}
+	in.Transitions, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (schemas.Transition, error) {
+		var t schemas.Transition
+		err := row.Scan(&t.ID, &t.InstanceID, &t.Task, &t.From, &t.To, &t.Attempt, &t.Operator, &t.Reason, &t.At)
+		return t, err
+	})
+	if err != nil {
+		return in, err
+	}
+	rows, err = tx.Query(ctx, src.events, id)
+	if err != nil {
+		return in, err
+	}
+	in.Events, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (schemas.InstanceEvent, error) {
+		var e schemas.InstanceEvent
+		err := row.Scan(&e.Kind, &e.Attempt, &e.Operator, &e.Reason, &e.At)
+		return e, err
+	})
+	return in, err
+}
+
 // InstanceByEvent returns the instance that the firing eventID of task made,
 // without its transitions, or an error wrapping [ErrNotFound] when the
 // dispatcher has not created it (yet).
 func (s *Store) InstanceByEvent(ctx context.Context, task, eventID string) (schemas.Instance, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+instanceColumns+` FROM instances WHERE task = $1 AND event_id = $2`, task, eventID)
-	if err != nil {
-		return schemas.Instance{}, fmt.Errorf("get instance of task %s event %s: %w", task, eventID, err)
+	// The hot tables first; then the history, where the instance's key
+	// says it went.
+	for i, sql := range []string{
+		`SELECT ` + instanceColumns + ` FROM instances WHERE task = $1 AND event_id = $2`,
+		`SELECT ` + instanceColumns + ` FROM archived_instances
+			WHERE id = (SELECT id FROM instance_history_keys WHERE task = $1 AND event_id = $2) LIMIT 1`,
+	} {
+		rows, err := s.pool.Query(ctx, sql, task, eventID)
+		if err != nil {
+			return schemas.Instance{}, fmt.Errorf("get instance of task %s event %s: %w", task, eventID, err)
+		}
+		in, err := pgx.CollectExactlyOneRow(rows, scanInstance)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return schemas.Instance{}, fmt.Errorf("get instance of task %s event %s: %w", task, eventID, err)
+		}
+		in.Archived = i > 0
+		return in, nil
 	}
-	in, err := pgx.CollectExactlyOneRow(rows, scanInstance)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = fmt.Errorf("instance of task %q event %q: %w", task, eventID, ErrNotFound)
-	}
-	if err != nil {
-		return schemas.Instance{}, fmt.Errorf("get instance of task %s event %s: %w", task, eventID, err)
-	}
-	return in, nil
+	return schemas.Instance{}, fmt.Errorf("get instance of task %s event %s: instance of task %q event %q: %w",
+		task, eventID, task, eventID, ErrNotFound)
 }
 
 // ListInstances returns the instances that f selects, newest (highest id)
@@ -160,7 +211,11 @@ func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.
 		cond("id > $%d", f.AfterID)
 		order = "ASC"
 	}
-	sql := `SELECT ` + instanceColumns + ` FROM instances`
+	table := "instances"
+	if f.Archived {
+		table = "archived_instances"
+	}
+	sql := `SELECT ` + instanceColumns + ` FROM ` + table
 	if len(where) > 0 {
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}
@@ -173,6 +228,9 @@ func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.
 	out, err := pgx.CollectRows(rows, scanInstance)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
+	}
+	for i := range out {
+		out[i].Archived = f.Archived
 	}
 	if order == "ASC" {
 		slices.Reverse(out)
@@ -193,13 +251,16 @@ type Firing struct {
 }
 
 // InstanceFiring returns the firing that made instance id, or an error
-// wrapping [ErrNotFound].
+// wrapping [ErrNotFound]. An instance in the history or the archive has
+// its firing too: a rerun of it is a new instance like any other.
 func (s *Store) InstanceFiring(ctx context.Context, id int64) (Firing, error) {
 	f := Firing{InstanceID: id}
 	err := s.pool.QueryRow(ctx, `
 		SELECT i.task, i.payload, i.priority, COALESCE((v.definition->>'schema_version')::int, $2)
-		FROM instances i LEFT JOIN task_versions v ON v.name = i.task AND v.version = i.task_version
-		WHERE i.id = $1`, id, schemas.DefaultSchemaVersion).Scan(&f.Task, &f.Payload, &f.Priority, &f.PayloadVersion)
+		FROM (SELECT task, payload, priority, task_version FROM instances WHERE id = $1
+			UNION ALL (SELECT task, payload, priority, task_version FROM archived_instances WHERE id = $1 LIMIT 1)
+			LIMIT 1) i
+		LEFT JOIN task_versions v ON v.name = i.task AND v.version = i.task_version`, id, schemas.DefaultSchemaVersion).Scan(&f.Task, &f.Payload, &f.Priority, &f.PayloadVersion)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("instance %d: %w", id, ErrNotFound)
 	}

@@ -156,18 +156,6 @@ func (s *Store) RecordStaleReports(ctx context.Context, in []StaleReport) error 
 }
 
 // instanceEvents returns the events of an instance, oldest first.
-func instanceEvents(ctx context.Context, q querier, id int64) ([]schemas.InstanceEvent, error) {
-	rows, err := q.Query(ctx, `SELECT kind, attempt, operator, reason, at FROM instance_events WHERE instance_id = $1 ORDER BY id`, id)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (schemas.InstanceEvent, error) {
-		var e schemas.InstanceEvent
-		err := row.Scan(&e.Kind, &e.Attempt, &e.Operator, &e.Reason, &e.At)
-		return e, err
-	})
-}
-
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }

@@ -35,6 +35,7 @@ func newDispatcherCmd() *cobra.Command {
 		replicas int
 		leaseTTL time.Duration
 		drill    bool
+		history  historyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dispatcher",
@@ -51,10 +52,15 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 				return err
 			}
 			defer closeAll()
+			hist, err := history.options()
+			if err != nil {
+				return err
+			}
 			svc, err := dispatcher.New(dispatcher.Options{
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
 				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, Metrics: m.registry(),
 				DrillFaults: drill,
+				History:     hist,
 			})
 			if err != nil {
 				return err
@@ -68,6 +74,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
 	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL, "how long an attempt's lease lives without renewal")
 	f.BoolVar(&drill, "drill-faults", false, "let ax drill task inject database jitter into the recording of its own drill-jitter tasks' reports (never other tasks')")
+	history.flags(cmd)
 	m.flags(cmd, "")
 	return cmd
 }

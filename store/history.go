@@ -1,0 +1,616 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Instance history: the hot tables (instances, instance_transitions,
+// instance_events) keep the live instances and the recently ended ones;
+// [Store.MoveHistory] moves older ended instances into instance_history and
+// instance_transition_history, partitioned by range of fired_at, and
+// [Store.ExpireHistory] drops or archives what outlived its retention. See
+// docs/architecture.md, "Instance history", for why the hot path never
+// touches a partition and how a firing stays deduplicated across the move.
+
+// HistoryPeriod is the span of one history partition.
+type HistoryPeriod string
+
+// The history partition periods. Month is the default.
+const (
+	HistoryMonth HistoryPeriod = "month"
+	HistoryWeek  HistoryPeriod = "week"
+	HistoryDay   HistoryPeriod = "day"
+)
+
+// ParseHistoryPeriod returns the period named s; empty is [HistoryMonth].
+func ParseHistoryPeriod(s string) (HistoryPeriod, error) {
+	switch p := HistoryPeriod(s); p {
+	case "":
+		return HistoryMonth, nil
+	case HistoryMonth, HistoryWeek, HistoryDay:
+		return p, nil
+	}
+	return "", fmt.Errorf("history partition period %q: want month, week or day", s)
+}
+
+// start returns the start, in UTC, of the period that holds t.
+func (p HistoryPeriod) start(t time.Time) time.Time {
+	t = t.UTC()
+	switch p {
+	case HistoryDay:
+		return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	case HistoryWeek:
+		d := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+		return d.AddDate(0, 0, -((int(d.Weekday()) + 6) % 7)) // weeks start on Monday
+	}
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// next returns the start of the period after the one that starts at start.
+func (p HistoryPeriod) next(start time.Time) time.Time {
+	switch p {
+	case HistoryDay:
+		return start.AddDate(0, 0, 1)
+	case HistoryWeek:
+		return start.AddDate(0, 0, 7)
+	}
+	return start.AddDate(0, 1, 0)
+}
+
+// Later returns the start of the n-th period after the one that holds t.
+func (p HistoryPeriod) Later(t time.Time, n int) time.Time {
+	at := p.start(t)
+	for range n {
+		at = p.next(at)
+	}
+	return at
+}
+
+// historyTables are the partitioned history tables; a partition of each
+// covers the same range, so that retention drops an instance with its
+// transitions.
+var historyTables = []string{"instance_history", "instance_transition_history"}
+
+// HistoryPartition is one range of instance history: [From, To) of fired_at.
+type HistoryPartition struct {
+	// Name is the partition's suffix: instance_history_<Name> and
+	// instance_transition_history_<Name>.
+	Name     string
+	From, To time.Time
+}
+
+// execQuerier runs statements and queries: a pool or a transaction.
+type execQuerier interface {
+	querier
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+var boundRE = regexp.MustCompile(`FROM \('([^']+)'\) TO \('([^']+)'\)`)
+
+// HistoryPartitions returns the partitions of instance_history, oldest first.
+func (s *Store) HistoryPartitions(ctx context.Context) ([]HistoryPartition, error) {
+	return historyPartitions(ctx, s.pool)
+}
+
+func historyPartitions(ctx context.Context, q execQuerier) ([]HistoryPartition, error) {
+	// The bounds are printed in the session's time zone; UTC makes them parse alike.
+	rows, err := q.Query(ctx, `
+		SELECT c.relname, pg_get_expr(c.relpartbound, c.oid)
+		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'instance_history'::regclass`)
+	if err != nil {
+		return nil, fmt.Errorf("list history partitions: %w", err)
+	}
+	var out []HistoryPartition
+	for rows.Next() {
+		var name, bound string
+		if err := rows.Scan(&name, &bound); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list history partitions: %w", err)
+		}
+		m := boundRE.FindStringSubmatch(bound)
+		if m == nil {
+			rows.Close()
+			return nil, fmt.Errorf("list history partitions: partition %s has bounds %q, not FROM … TO …", name, bound)
+		}
+		p := HistoryPartition{Name: strings.TrimPrefix(name, "instance_history_")}
+		for i, dst := range []*time.Time{&p.From, &p.To} {
+			t, err := time.Parse("2006-01-02 15:04:05-07", m[i+1])
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("list history partitions: bound of partition %s: %w", name, err)
+			}
+			*dst = t.UTC()
+		}
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list history partitions: %w", err)
+	}
+	slices.SortFunc(out, func(a, b HistoryPartition) int { return a.From.Compare(b.From) })
+	return out, nil
+}
+
+// EnsureHistoryPartitions creates the history partitions, of period p,
+// that [from, to] needs and lacks, and returns those it created. A range
+// that an existing partition covers (one of another period, say) is left
+// to it: a new partition only fills the gaps between the existing ones.
+// Only one session should call it at a time (the leading dispatcher's
+// maintenance loop); two racing ones may see an error, never a wrong
+// partition.
+func (s *Store) EnsureHistoryPartitions(ctx context.Context, p HistoryPeriod, from, to time.Time) ([]HistoryPartition, error) {
+	return ensureHistoryPartitions(ctx, s.pool, p, from, to)
+}
+
+func ensureHistoryPartitions(ctx context.Context, q execQuerier, p HistoryPeriod, from, to time.Time) ([]HistoryPartition, error) {
+	existing, err := historyPartitions(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	var made []HistoryPartition
+	for at := p.start(from); !at.After(to); {
+		// The partition that holds at, if any, takes it to its end.
+		if i := slices.IndexFunc(existing, func(e HistoryPartition) bool { return !at.Before(e.From) && at.Before(e.To) }); i >= 0 {
+			at = existing[i].To
+			continue
+		}
+		end := p.next(p.start(at))
+		for _, e := range existing {
+			if e.From.After(at) && e.From.Before(end) {
+				end = e.From
+			}
+		}
+		part := HistoryPartition{Name: at.Format("20060102") + "_" + end.Format("20060102"), From: at, To: end}
+		for _, table := range historyTables {
+			_, err := q.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s_%[2]s PARTITION OF %[1]s
+				FOR VALUES FROM ('%[3]s') TO ('%[4]s')`, table, part.Name,
+				at.Format(time.RFC3339), end.Format(time.RFC3339)))
+			if err != nil {
+				return made, fmt.Errorf("create history partition %s: %w", part.Name, err)
+			}
+		}
+		made = append(made, part)
+		existing = append(existing, part)
+		at = end
+	}
+	return made, nil
+}
+
+// tableColumns returns the columns of table, in their order.
+func tableColumns(ctx context.Context, q querier, table string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT attname FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, table)
+	if err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	return cols, nil
+}
+
+// MoveResult is what one [Store.MoveHistory] did.
+type MoveResult struct {
+	// Copied is how many instances were copied into the history this time.
+	Copied int
+	// Moved is how many copied instances (of this call or an earlier one)
+	// left the hot tables.
+	Moved int
+	// Waiting is how many copied instances are still in the hot tables:
+	// a transaction older than the copy was still running.
+	Waiting int
+}
+
+// MoveOptions bounds one [Store.MoveHistory].
+type MoveOptions struct {
+	// EndedBefore selects the instances to move: those that ended (and
+	// last changed) before it, with every child of theirs, no live instance
+	// in their run, and every transition relayed to AX_AUDIT.
+	EndedBefore time.Time
+	// Limit is the most families (an instance and its shards) copied; 0 means 1000.
+	Limit int
+	// Period is the span of the partitions made for them; empty means month.
+	Period HistoryPeriod
+	// Wait is how long to wait for the transactions older than the copy
+	// to end before the copies leave the hot tables; 0 means 10 s. What
+	// has to wait stays for the next call.
+	Wait time.Duration
+}
+
+// ErrNotLeader is returned, wrapped, when a session lock such as the
+// history's ([Store.AcquireHistory]) is held by another session.
+var ErrNotLeader = errors.New("held by another session")
+
+// MoveHistory moves ended instances out of the hot tables into the
+// partitioned history, in two steps, so that a firing repeated at any
+// moment still finds its instance's (task, event_id):
+//
+//  1. One transaction copies each chosen family — the instance, its
+//     shards, their transitions and events — into the history and its key
+//     into instance_history_keys, which the dispatcher's insert checks.
+//  2. Once every transaction whose snapshot predates that commit has ended
+//     (pg_stat_activity's backend_xmin), another transaction locks the
+//     copied instances in id order, as a report does, and deletes them from
+//     the hot tables. An insert that missed the key in its snapshot still
+//     met the hot row: until step 2 there is one, and step 2 waits for it.
+//
+// A family is moved only when every transition of it is on AX_AUDIT (the
+// relay's cursor): the audit stream stays the permanent record.
+func (s *Store) MoveHistory(ctx context.Context, opts MoveOptions) (MoveResult, error) {
+	var res MoveResult
+	if opts.Limit <= 0 {
+		opts.Limit = 1000
+	}
+	if opts.Period == "" {
+		opts.Period = HistoryMonth
+	}
+	if opts.Wait <= 0 {
+		opts.Wait = 10 * time.Second
+	}
+	cols, err := tableColumns(ctx, s.pool, "instances")
+	if err != nil {
+		return res, fmt.Errorf("move history: %w", err)
+	}
+	tcols, err := tableColumns(ctx, s.pool, "instance_transitions")
+	if err != nil {
+		return res, fmt.Errorf("move history: %w", err)
+	}
+	var done string
+	err = s.pool.QueryRow(ctx, `SELECT done::text FROM relay_cursor WHERE name = $1`, relayName).Scan(&done)
+	if errors.Is(err, pgx.ErrNoRows) {
+		done = noneVisible
+	} else if err != nil {
+		return res, fmt.Errorf("move history: read the relay cursor: %w", err)
+	}
+	// The families to copy. The fired_at index finds the old instances
+	// first: one ended before the cutoff was fired before it.
+	var ids []int64
+	var lo, hi *time.Time
+	err = s.pool.QueryRow(ctx, `
+WITH roots AS (
+	SELECT r.id, r.fired_at FROM instances r
+	WHERE r.fired_at < $1 AND r.updated_at < $1 AND r.parent_id IS NULL
+		AND r.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED')
+		AND NOT EXISTS (SELECT 1 FROM instances c WHERE c.parent_id = r.id
+			AND (c.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED') OR c.updated_at >= $1))
+		AND NOT EXISTS (SELECT 1 FROM instances j WHERE j.run_id = r.run_id
+			AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'))
+		AND NOT EXISTS (SELECT 1 FROM instance_transitions t WHERE t.instance_id = r.id
+			AND NOT pg_visible_in_snapshot(t.xid, $3::pg_snapshot))
+		AND NOT EXISTS (SELECT 1 FROM instances c JOIN instance_transitions t ON t.instance_id = c.id
+			WHERE c.parent_id = r.id AND NOT pg_visible_in_snapshot(t.xid, $3::pg_snapshot))
+		AND NOT EXISTS (SELECT 1 FROM instance_history_keys k WHERE k.task = r.task AND k.event_id = r.event_id)
+	ORDER BY r.fired_at, r.id LIMIT $2
+), fam AS (
+	SELECT id, fired_at FROM roots
+	UNION ALL
+	SELECT c.id, c.fired_at FROM instances c JOIN roots ON c.parent_id = roots.id
+)
+SELECT COALESCE(array_agg(id ORDER BY id), '{}'), min(fired_at), max(fired_at) FROM fam`,
+		opts.EndedBefore, opts.Limit, done).Scan(&ids, &lo, &hi)
+	if err != nil {
+		return res, fmt.Errorf("move history: choose instances: %w", err)
+	}
+	if len(ids) > 0 {
+		if _, err := ensureHistoryPartitions(ctx, s.pool, opts.Period, *lo, *hi); err != nil {
+			return res, fmt.Errorf("move history: %w", err)
+		}
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			// The keys first: a key already there (another mover) leaves its
+			// instance out.
+			rows, err := tx.Query(ctx, `
+				INSERT INTO instance_history_keys (task, event_id, id, fired_at)
+				SELECT task, event_id, id, fired_at FROM instances WHERE id = ANY($1) ORDER BY id
+				ON CONFLICT (task, event_id) DO NOTHING RETURNING id`, ids)
+			if err != nil {
+				return fmt.Errorf("keys: %w", err)
+			}
+			if ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+				return fmt.Errorf("keys: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO instance_history (`+strings.Join(cols, ", ")+`, events)
+				SELECT `+prefixed("i", strings.Join(cols, ","))+`, `+eventsJSON+` FROM instances i WHERE i.id = ANY($1)`, ids); err != nil {
+				return fmt.Errorf("instances: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO instance_transition_history (`+strings.Join(tcols, ", ")+`, fired_at)
+				SELECT `+prefixed("t", strings.Join(tcols, ","))+`, i.fired_at FROM instance_transitions t JOIN instances i ON i.id = t.instance_id
+				WHERE i.id = ANY($1)`, ids); err != nil {
+				return fmt.Errorf("transitions: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("move history: copy %d instances: %w", len(ids), err)
+		}
+		res.Copied = len(ids)
+	}
+	moved, waiting, err := s.finishMoves(ctx, opts)
+	res.Moved, res.Waiting = moved, waiting
+	if err != nil {
+		return res, fmt.Errorf("move history: %w", err)
+	}
+	return res, nil
+}
+
+// eventsJSON is the instance_events of instance i as instance_history's
+// events column holds them.
+const eventsJSON = `COALESCE((SELECT jsonb_agg(jsonb_build_object('attempt', e.attempt, 'kind', e.kind,
+	'operator', e.operator, 'reason', e.reason, 'at', e.at) ORDER BY e.id)
+	FROM instance_events e WHERE e.instance_id = i.id), '[]')`
+
+// finishMoves deletes from the hot tables the instances whose copy is in
+// the history, once no transaction older than the copies runs. It returns
+// how many left and how many still wait.
+func (s *Store) finishMoves(ctx context.Context, opts MoveOptions) (moved, waiting int, err error) {
+	var pending int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances i JOIN instance_history_keys k
+		ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id WHERE i.fired_at < $1`,
+		opts.EndedBefore).Scan(&pending); err != nil {
+		return 0, 0, fmt.Errorf("count copied instances: %w", err)
+	}
+	if pending == 0 {
+		return 0, 0, nil
+	}
+	// Every copy committed before this snapshot; a transaction that may
+	// not see one holds a snapshot whose xmin precedes its xmax.
+	var horizon string
+	if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::xid::text`).Scan(&horizon); err != nil {
+		return 0, pending, fmt.Errorf("read the snapshot horizon: %w", err)
+	}
+	deadline := time.Now().Add(opts.Wait)
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		var older int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE pid <> pg_backend_pid() AND datname = current_database()
+				AND backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::text::xid)`,
+			horizon).Scan(&older); err != nil {
+			return 0, pending, fmt.Errorf("look for older snapshots: %w", err)
+		}
+		if older == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, pending, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, pending, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// In id order, as every batch statement locks (see lockInstances).
+		rows, err := tx.Query(ctx, `
+			SELECT i.id FROM instances i JOIN instance_history_keys k
+				ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id
+			WHERE i.fired_at < $1 ORDER BY i.id FOR UPDATE OF i`, opts.EndedBefore)
+		if err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		// A family with a transition the copy lacks stays whole: ended
+		// instances take none, but what is not in the history must not go.
+		rows, err = tx.Query(ctx, `
+			SELECT i.id FROM instances i WHERE i.id = ANY($1)
+			AND NOT EXISTS (SELECT 1 FROM instances f JOIN instance_transitions t ON t.instance_id = f.id
+				WHERE f.id = ANY($1) AND COALESCE(f.parent_id, f.id) = COALESCE(i.parent_id, i.id)
+				AND NOT EXISTS (SELECT 1 FROM instance_transition_history h WHERE h.id = t.id AND h.fired_at = f.fired_at))`, ids)
+		if err != nil {
+			return fmt.Errorf("check transitions: %w", err)
+		}
+		ok, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("check transitions: %w", err)
+		}
+		// Events recorded since the copy (a stale report) go along.
+		for _, stmt := range []string{
+			`UPDATE instance_history h SET events = ` + eventsJSON + ` FROM instances i
+				WHERE i.id = ANY($1) AND h.id = i.id AND h.fired_at = i.fired_at`,
+			`DELETE FROM instance_events WHERE instance_id = ANY($1)`,
+			`DELETE FROM instance_transitions WHERE instance_id = ANY($1)`,
+			`DELETE FROM instances WHERE id = ANY($1)`,
+		} {
+			if _, err := tx.Exec(ctx, stmt, ok); err != nil {
+				return fmt.Errorf("delete: %w", err)
+			}
+		}
+		moved, waiting = len(ok), len(ids)-len(ok)
+		return nil
+	})
+	if err != nil {
+		return 0, pending, fmt.Errorf("delete copied instances: %w", err)
+	}
+	return moved, waiting, nil
+}
+
+// Retention is how long instances are kept in the history, counted from
+// when they fired, and what becomes of them then.
+type Retention struct {
+	// Keep is how long they stay; 0 keeps them forever.
+	Keep time.Duration
+	// Archive moves them to the archive tables instead of dropping them.
+	Archive bool
+}
+
+// ExpireOptions says what [Store.ExpireHistory] expires.
+type ExpireOptions struct {
+	// Now is the time retention counts to.
+	Now time.Time
+	// Default is the installation's retention, for every task not in Tasks.
+	Default Retention
+	// Tasks holds the retention of each task that sets its own.
+	Tasks map[string]Retention
+	// Limit is the most instances one row-wise pass expires; 0 means 10000.
+	Limit int
+}
+
+// ExpireResult is what one [Store.ExpireHistory] did.
+type ExpireResult struct {
+	// Dropped names the partitions dropped whole.
+	Dropped []string
+	// Archived and Deleted count the instances moved to the archive and
+	// those dropped (with a partition or one by one).
+	Archived, Deleted int
+}
+
+// ExpireHistory ends the instances in the history whose retention has run
+// out: a partition whose whole range is older than the longest retention
+// in force is dropped, after its instances that archive are copied to the
+// archive; in the partitions left, the instances of a task whose shorter
+// retention has run out are archived or deleted one by one. An archived
+// instance keeps its key in instance_history_keys, so that a repeated
+// firing still finds it; a dropped one leaves its key and its record on
+// AX_AUDIT only. Only one session should call it at a time.
+func (s *Store) ExpireHistory(ctx context.Context, opts ExpireOptions) (ExpireResult, error) {
+	var res ExpireResult
+	if opts.Limit <= 0 {
+		opts.Limit = 10000
+	}
+	forever := opts.Default.Keep <= 0
+	longest, shortest := opts.Default.Keep, opts.Default.Keep
+	tasks, keeps, archives := []string{}, []float64{}, []bool{}
+	for name, r := range opts.Tasks {
+		tasks, keeps, archives = append(tasks, name), append(keeps, r.Keep.Seconds()), append(archives, r.Archive)
+		forever = forever || r.Keep <= 0
+		longest = max(longest, r.Keep)
+		if r.Keep > 0 && (shortest <= 0 || r.Keep < shortest) {
+			shortest = r.Keep
+		}
+	}
+	if shortest <= 0 {
+		return res, nil // nothing expires
+	}
+	cols, err := tableColumns(ctx, s.pool, "instance_history")
+	if err != nil {
+		return res, fmt.Errorf("expire history: %w", err)
+	}
+	tcols, err := tableColumns(ctx, s.pool, "instance_transition_history")
+	if err != nil {
+		return res, fmt.Errorf("expire history: %w", err)
+	}
+	icols, tlist := strings.Join(cols, ", "), strings.Join(tcols, ", ")
+	// pol is the policy of each task; a task not in it has the default.
+	const pol = `(SELECT * FROM unnest($1::text[], $2::float8[], $3::bool[]) AS p(task, keep, archive))`
+	args := func(more ...any) []any {
+		return append([]any{tasks, keeps, archives, opts.Default.Archive}, more...)
+	}
+	if !forever {
+		parts, err := historyPartitions(ctx, s.pool)
+		if err != nil {
+			return res, fmt.Errorf("expire history: %w", err)
+		}
+		for _, p := range parts {
+			if p.To.After(opts.Now.Add(-longest)) {
+				break
+			}
+			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				hist, trans := "instance_history_"+p.Name, "instance_transition_history_"+p.Name
+				tag, err := tx.Exec(ctx, `INSERT INTO instance_archive (`+icols+`)
+					SELECT `+prefixed("h", icols)+` FROM `+hist+` h LEFT JOIN `+pol+` pol ON pol.task = h.task
+					WHERE COALESCE(pol.archive, $4)`, args()...)
+				if err != nil {
+					return fmt.Errorf("archive: %w", err)
+				}
+				if _, err := tx.Exec(ctx, `INSERT INTO instance_transition_archive (`+tlist+`)
+					SELECT `+prefixed("t", tlist)+` FROM `+trans+` t JOIN `+hist+` h ON h.id = t.instance_id
+					LEFT JOIN `+pol+` pol ON pol.task = h.task WHERE COALESCE(pol.archive, $4)`, args()...); err != nil {
+					return fmt.Errorf("archive transitions: %w", err)
+				}
+				var total int
+				if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+hist).Scan(&total); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `DELETE FROM instance_history_keys k USING `+hist+` h
+					LEFT JOIN `+pol+` pol ON pol.task = h.task
+					WHERE k.task = h.task AND k.event_id = h.event_id AND k.id = h.id AND NOT COALESCE(pol.archive, $4)`,
+					args()...); err != nil {
+					return fmt.Errorf("delete keys: %w", err)
+				}
+				if _, err := tx.Exec(ctx, `DROP TABLE `+trans+`, `+hist); err != nil {
+					return fmt.Errorf("drop: %w", err)
+				}
+				res.Archived += int(tag.RowsAffected())
+				res.Deleted += total - int(tag.RowsAffected())
+				return nil
+			})
+			if err != nil {
+				return res, fmt.Errorf("expire history: partition %s: %w", p.Name, err)
+			}
+			res.Dropped = append(res.Dropped, p.Name)
+		}
+	}
+	// One by one: the instances of the tasks whose retention is shorter.
+	for {
+		var n, archived int
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `
+				SELECT h.id, h.fired_at, COALESCE(pol.archive, $4) FROM instance_history h LEFT JOIN `+pol+` pol ON pol.task = h.task
+				WHERE h.fired_at < $6 AND COALESCE(pol.keep, $5) > 0
+					AND h.fired_at < $7::timestamptz - make_interval(secs => COALESCE(pol.keep, $5))
+				ORDER BY h.fired_at LIMIT $8 FOR UPDATE OF h`,
+				args(opts.Default.Keep.Seconds(), opts.Now.Add(-shortest), opts.Now, opts.Limit)...)
+			if err != nil {
+				return err
+			}
+			var ids []int64
+			archive := []int64{} // never NULL: NOT id = ANY(NULL) holds for no row
+			var at []time.Time
+			var a bool
+			var id int64
+			var t time.Time
+			if _, err := pgx.ForEachRow(rows, []any{&id, &t, &a}, func() error {
+				ids, at = append(ids, id), append(at, t)
+				if a {
+					archive = append(archive, id)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			n, archived = len(ids), len(archive)
+			if n == 0 {
+				return nil
+			}
+			stmts := []struct {
+				sql  string
+				args []any
+			}{
+				{`INSERT INTO instance_archive (` + icols + `) SELECT ` + icols + ` FROM instance_history WHERE id = ANY($1)`, []any{archive}},
+				{`INSERT INTO instance_transition_archive (` + tlist + `) SELECT ` + tlist + `
+					FROM instance_transition_history WHERE instance_id = ANY($1)`, []any{archive}},
+				{`DELETE FROM instance_history_keys k USING instance_history h
+					WHERE h.id = ANY($1) AND h.fired_at = ANY($2) AND NOT h.id = ANY($3)
+					AND k.task = h.task AND k.event_id = h.event_id AND k.id = h.id`, []any{ids, at, archive}},
+				{`DELETE FROM instance_transition_history WHERE instance_id = ANY($1) AND fired_at = ANY($2)`, []any{ids, at}},
+				{`DELETE FROM instance_history WHERE id = ANY($1) AND fired_at = ANY($2)`, []any{ids, at}},
+			}
+			for _, st := range stmts {
+				if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("expire history: instances of tasks with a shorter retention: %w", err)
+		}
+		res.Archived += archived
+		res.Deleted += n - archived
+		if n < opts.Limit {
+			return res, nil
+		}
+	}
+}
