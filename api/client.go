@@ -55,6 +55,9 @@ type InstanceQuery struct {
 	After int64
 	// Since and Until keep the instances fired in [Since, Until).
 	Since, Until time.Time
+	// Archived lists the instances moved to the history or the archive
+	// (?archived=true) instead of the others.
+	Archived bool
 }
 
 // ApplyTask sends a task definition; contentType is "application/json" or
@@ -195,6 +198,9 @@ func (c *Client) ListInstances(ctx context.Context, q InstanceQuery) ([]schemas.
 	}
 	if !q.Until.IsZero() {
 		v.Set("until", q.Until.UTC().Format(time.RFC3339Nano))
+	}
+	if q.Archived {
+		v.Set("archived", "true")
 	}
 	path := "/v1/instances"
 	if len(v) > 0 {

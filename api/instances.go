@@ -101,7 +101,7 @@ func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 }
 
 // listParams are the query parameters GET /v1/instances takes.
-var listParams = map[string]bool{"task": true, "state": true, "limit": true, "before": true, "after": true, "since": true, "until": true}
+var listParams = map[string]bool{"task": true, "state": true, "limit": true, "before": true, "after": true, "since": true, "until": true, "archived": true}
 
 func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
 	f, e := s.instanceFilter(r)
@@ -127,7 +127,7 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error)
 	q := r.URL.Query()
 	for k := range q {
 		if !listParams[k] {
-			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, state, since, until, limit, before and after", k)
+			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, state, since, until, limit, before, after and archived", k)
 		}
 	}
 	if task := q.Get("task"); task != "" {
@@ -161,6 +161,14 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error)
 			}
 			*at = t
 		}
+	}
+	switch archived := q.Get("archived"); archived {
+	case "", "false":
+	case "true":
+		f.Archived = true
+	default:
+		return f, badRequest("invalid_parameter", "archived",
+			"archived=%q: use archived=true to list the instances in the history and the archive, or leave it out", archived)
 	}
 	if before := q.Get("before"); before != "" {
 		id, err := strconv.ParseInt(before, 10, 64)

@@ -101,9 +101,9 @@ func (s *Service) historyLoop(ctx context.Context) error {
 	}()
 	tick := time.NewTicker(h.Interval)
 	defer tick.Stop()
-	for {
+	for ctx.Err() == nil {
 		if lock != nil {
-			if err := lock.Check(ctx); err != nil {
+			if err := lock.Check(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn().Err(err).Msg("history maintenance lock lost")
 				_ = lock.Close(context.WithoutCancel(ctx))
 				lock = nil
@@ -126,10 +126,10 @@ func (s *Service) historyLoop(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-tick.C:
 		}
 	}
+	return nil
 }
 
 // HistoryReport is what one [Service.MaintainHistory] did.

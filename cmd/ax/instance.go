@@ -210,9 +210,12 @@ func newInstanceListCmd(g *cli) *cobra.Command {
 		Use:   "list",
 		Short: "List instances, newest first",
 		Long: `List instances, newest first, optionally of one task and in one state. To read
-the next page, pass the last id shown as --before.`,
+the next page, pass the last id shown as --before. With --archived, list the
+instances that ended long enough ago to leave the hot tables, from the
+partitioned history and the archive (see docs/operations.md).`,
 		Example: `  ax instance list
   ax instance list --task nightly-report --state failed --limit 10
+  ax instance list --archived --task nightly-report --since 2026-01-01T00:00:00Z
   ax instance list --since 2h --state failed
   ax instance list --before 1200`,
 		Args: cobra.NoArgs,
@@ -256,6 +259,7 @@ the next page, pass the last id shown as --before.`,
 	f.Int64Var(&q.Before, "before", 0, "only the instances with a lower id (the next page)")
 	f.StringVar(&since, "since", "", "only the instances fired since this time: RFC 3339, or a duration back from now (2h)")
 	f.StringVar(&until, "until", "", "only the instances fired before this time: RFC 3339, or a duration back from now")
+	f.BoolVar(&q.Archived, "archived", false, "list the instances moved to the history or the archive instead of the recent ones")
 	return cmd
 }
 
