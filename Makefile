@@ -29,7 +29,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test chromium lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers tidy
+.PHONY: help dev build test chromium lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -83,6 +83,9 @@ bench-pipeline: ## measure the whole pipeline: burst throughput and steady-load 
 bench-burst: ## the burst alone, with the production lease TTL and with 2 s: outcomes, deadlocks, costs (AX_BENCH_N=20000)
 	$(BENCHPG) $(GO) test -run '^$$' -bench PipelineThroughput -benchtime 1x ./internal/e2e
 	AX_BENCH_LEASE_TTL=2s $(BENCHPG) $(GO) test -run '^$$' -bench PipelineThroughput -benchtime 1x ./internal/e2e
+
+bench-history: ## burst and steady load on an empty database, then with 10,000,000 instances in the history (AX_BENCH_HISTORY)
+	AX_BENCH_HISTORY=$${AX_BENCH_HISTORY:-10000000} $(BENCHPG) $(GO) test -run '^$$' -bench PipelineHistory -benchtime 1x -timeout 2h ./internal/e2e
 
 bench-profile: ## CPU profile of the burst by service, and its costliest functions (AX_BENCH_N=20000)
 	@mkdir -p bin
