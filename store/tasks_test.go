@@ -14,7 +14,7 @@ import (
 )
 
 // parseTask parses a definition the way the API does.
-func parseTask(t *testing.T, def string) *schemas.Task {
+func parseTask(t testing.TB, def string) *schemas.Task {
 	t.Helper()
 	task, err := schemas.ParseTask([]byte(def))
 	if err != nil {
