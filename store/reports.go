@@ -41,8 +41,9 @@ type Outcome struct {
 // of one attempt in the same batch — the common case under load — make both
 // transitions with one update of the instance. Each write is guarded by
 // state and attempt, so a report from a stale attempt, or one applied before,
-// changes nothing. A final report that arrives before its started report —
-// they may reach different dispatchers — also records the RUNNING transition.
+// changes nothing. A final report that comes without a started report before
+// it — the executor sends none for a short attempt, and the two may reach
+// different dispatchers — also records the RUNNING transition.
 // Outcomes come one per report, in the order of started, then final.
 func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Report) ([]Outcome, error) {
 	var rows reportRows
@@ -160,6 +161,11 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
+// impliedStartReason is the reason of a DISPATCHED → RUNNING transition
+// that a final report recorded: the executor sends no started report for an
+// attempt that ends soon enough, or it was overtaken.
+const impliedStartReason = "recorded with the final report: no started report was recorded before it"
+
 // reportRow is what the reports (or failures) of one attempt in a batch
 // ask of its instance: to start it (started), to end it (final), or both.
 type reportRow struct {
@@ -178,7 +184,7 @@ type reportRow struct {
 	finishedAt time.Time
 	// impliesRunning records DISPATCHED → RUNNING before the end when the
 	// instance is still DISPATCHED and no started report is in the batch
-	// (a final report overtook its started one).
+	// (none was sent, or the final report overtook it).
 	impliesRunning bool
 	// reports are the positions in the batch of the reports this row holds,
 	// each with whether it was a final one.
@@ -298,13 +304,14 @@ WITH r AS (
 		updated_at = now()
 	FROM r, old
 	WHERE i.id = r.id AND i.attempt = r.attempt AND old.id = i.id
-	RETURNING i.*, old.old_state, r.operator AS by, r.final AS ends,
+	RETURNING i.id, i.task, i.state, i.attempt, i.max_attempts, i.retry_policy, i.worker_id, i.run_id, i.parent_id,
+		i.error, old.old_state, r.operator AS by, r.final AS ends,
 		r.final AND old.old_state = 'DISPATCHED' AND (r.started OR r.implies_running) AS via_running,
 		r.started AS reported_start
 ), tr AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
 	SELECT id, task, 'DISPATCHED', 'RUNNING', attempt, by,
-		CASE WHEN reported_start THEN '' ELSE 'the final report arrived before the started one' END
+		CASE WHEN reported_start THEN '' ELSE '`+impliedStartReason+`' END
 	FROM upd WHERE via_running
 	UNION ALL
 	SELECT id, task, CASE WHEN via_running THEN 'RUNNING' ELSE old_state END, state, attempt, by,

@@ -85,7 +85,7 @@ func TestApplyReportsOneOutcomePerReport(t *testing.T) {
 	for id, w := range map[int64]string{
 		a: made2 + "DISPATCHED→RUNNING by worker:w1 (); RUNNING→SUCCEEDED by worker:w1 ()",
 		b: made2 + "DISPATCHED→RUNNING by worker:w1 (); RUNNING→RETRYING by worker:w1 (boom)",
-		c: made2 + "DISPATCHED→RUNNING by worker:w1 (the final report arrived before the started one); " +
+		c: made2 + "DISPATCHED→RUNNING by worker:w1 (recorded with the final report: no started report was recorded before it); " +
 			"RUNNING→SUCCEEDED by worker:w1 ()",
 	} {
 		if got := history(id); got != w {
