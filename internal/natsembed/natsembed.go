@@ -4,6 +4,7 @@ package natsembed
 
 import (
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -29,6 +30,13 @@ type Options struct {
 	Users []*server.User
 	// Logs prints the server's own log lines to stderr.
 	Logs bool
+	// ClusterName, when set, makes the server a node of a JetStream
+	// cluster of that name, listening for routes on ClusterPort (at Host)
+	// and connecting to Routes (nats-route://host:port of the other
+	// nodes). [StartCluster] sets these; zero is a standalone server.
+	ClusterName string
+	ClusterPort int
+	Routes      []*url.URL
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -56,6 +64,10 @@ func Start(o Options) (*server.Server, error) {
 		Users:      o.Users,
 		// A task payload or output may be larger than NATS's 1 MiB default.
 		MaxPayload: 8 << 20,
+	}
+	if o.ClusterName != "" {
+		opts.Cluster = server.ClusterOpts{Name: o.ClusterName, Host: o.Host, Port: o.ClusterPort}
+		opts.Routes = o.Routes
 	}
 	if o.MonitorPort != 0 {
 		opts.HTTPHost = o.MonitorHost

@@ -1,0 +1,230 @@
+package natsembed
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// ClusterOptions configures an embedded JetStream cluster.
+type ClusterOptions struct {
+	// Size is the number of nodes (at least 3: JetStream needs a majority
+	// of its nodes to elect a leader, so a smaller cluster cannot lose one).
+	Size int
+	// Dir holds the nodes' stores, node i's in Dir/node-<i>. Required.
+	Dir string
+	// Name names the cluster and prefixes its nodes' names (default "ax":
+	// nodes ax-0, ax-1, …).
+	Name string
+	// Host to listen on (default 127.0.0.1).
+	Host string
+	// Ports are the nodes' client ports, one per node (default: free
+	// ports, chosen at start and kept across a restart).
+	Ports []int
+	// Users, when set, replaces anonymous access on every node.
+	Users []*server.User
+	// Logs prints the servers' own log lines to stderr.
+	Logs bool
+}
+
+// Cluster is a JetStream cluster of servers inside the process, on
+// loopback, whose nodes a test (or `ax dev --cluster`) stops and restarts
+// with their stores. Its methods are safe for concurrent use.
+type Cluster struct {
+	mu    sync.Mutex
+	opts  []Options // per node, with fixed client and route ports
+	nodes []*server.Server
+}
+
+// StartCluster starts o.Size nodes, every one routed to every other, and
+// waits until the cluster has a JetStream meta leader that every node
+// follows. Stop it with Shutdown.
+func StartCluster(o ClusterOptions) (*Cluster, error) {
+	if o.Size < 3 {
+		return nil, fmt.Errorf("start embedded nats cluster: %d nodes, want at least 3 (a JetStream cluster needs a majority to survive one node)", o.Size)
+	}
+	if o.Dir == "" {
+		return nil, fmt.Errorf("start embedded nats cluster: a folder for the nodes' stores is required")
+	}
+	if len(o.Ports) != 0 && len(o.Ports) != o.Size {
+		return nil, fmt.Errorf("start embedded nats cluster: %d client ports for %d nodes, want one per node", len(o.Ports), o.Size)
+	}
+	if o.Name == "" {
+		o.Name = "ax"
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
+	}
+	ports := o.Ports
+	if len(ports) == 0 {
+		var err error
+		if ports, err = freePorts(o.Host, o.Size); err != nil {
+			return nil, fmt.Errorf("start embedded nats cluster: %w", err)
+		}
+	}
+	routePorts, err := freePorts(o.Host, o.Size)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded nats cluster: %w", err)
+	}
+	c := &Cluster{nodes: make([]*server.Server, o.Size)}
+	for i := range o.Size {
+		var routes []*url.URL
+		for j, p := range routePorts {
+			if j != i {
+				routes = append(routes, &url.URL{Scheme: "nats-route", Host: net.JoinHostPort(o.Host, strconv.Itoa(p))})
+			}
+		}
+		c.opts = append(c.opts, Options{
+			Host: o.Host, Port: ports[i], StoreDir: filepath.Join(o.Dir, "node-"+strconv.Itoa(i)),
+			ServerName: o.Name + "-" + strconv.Itoa(i), Users: o.Users, Logs: o.Logs,
+			ClusterName: o.Name, ClusterPort: routePorts[i], Routes: routes,
+		})
+	}
+	// The nodes start together: each waits for a majority before it
+	// accepts JetStream requests, so one at a time would not do.
+	var wg sync.WaitGroup
+	errs := make([]error, o.Size)
+	for i := range o.Size {
+		wg.Go(func() { c.nodes[i], errs[i] = Start(c.opts[i]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.Shutdown()
+		return nil, fmt.Errorf("start embedded nats cluster: %w", err)
+	}
+	if err := c.WaitReady(time.Minute); err != nil {
+		c.Shutdown()
+		return nil, fmt.Errorf("start embedded nats cluster: %w", err)
+	}
+	return c, nil
+}
+
+// freePorts returns n ports free on host now. Another process may take one
+// before the server listens on it; on loopback in a test that is rare, and
+// the start then fails with "address already in use".
+func freePorts(host string, n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Size is the number of nodes, running or stopped.
+func (c *Cluster) Size() int { return len(c.opts) }
+
+// URL is the client URL of every node, comma-separated, as nats.Connect
+// takes it: a client connected to a node that stops reconnects to another.
+func (c *Cluster) URL() string {
+	urls := make([]string, len(c.opts))
+	for i := range c.opts {
+		urls[i] = c.NodeURL(i)
+	}
+	return strings.Join(urls, ",")
+}
+
+// NodeURL is node i's client URL, the same across restarts.
+func (c *Cluster) NodeURL(i int) string {
+	o := c.opts[i]
+	return "nats://" + net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
+}
+
+// NodeName is node i's server name.
+func (c *Cluster) NodeName(i int) string { return c.opts[i].ServerName }
+
+// Node returns node i's server, nil while it is stopped.
+func (c *Cluster) Node(i int) *server.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i]
+}
+
+// Stop shuts node i down and waits until it has; its store stays for
+// [Cluster.Restart]. Stopping a stopped node does nothing.
+func (c *Cluster) Stop(i int) {
+	c.mu.Lock()
+	s := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// Restart starts node i again, on its ports and with its store, and
+// returns once it accepts connections (it may still be catching up: see
+// [Cluster.WaitReady]). Restarting a running node is an error.
+func (c *Cluster) Restart(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes[i] != nil {
+		return fmt.Errorf("restart nats node %s: it is running", c.opts[i].ServerName)
+	}
+	s, err := Start(c.opts[i])
+	if err != nil {
+		return fmt.Errorf("restart nats node %s: %w", c.opts[i].ServerName, err)
+	}
+	c.nodes[i] = s
+	return nil
+}
+
+// WaitReady waits until one running node is the JetStream meta leader and
+// every running node is current with it.
+func (c *Cluster) WaitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		leader, behind := "", ""
+		c.mu.Lock()
+		for i, s := range c.nodes {
+			if s == nil {
+				continue
+			}
+			if s.JetStreamIsLeader() {
+				leader = c.opts[i].ServerName
+			}
+			if !s.JetStreamIsCurrent() && behind == "" {
+				behind = c.opts[i].ServerName
+			}
+		}
+		c.mu.Unlock()
+		if leader != "" && behind == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if leader == "" {
+				return fmt.Errorf("no JetStream meta leader after %v", timeout)
+			}
+			return fmt.Errorf("node %s not current with meta leader %s after %v", behind, leader, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Shutdown stops every running node and waits until they have.
+func (c *Cluster) Shutdown() {
+	var wg sync.WaitGroup
+	for i := range c.nodes {
+		wg.Go(func() { c.Stop(i) })
+	}
+	wg.Wait()
+}
