@@ -156,8 +156,16 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
+// publishAckTimeout bounds the wait for a published message's
+// acknowledgement. Without it, a message whose acknowledgement is lost —
+// its stream's leader stopped after taking it, a connection that moved to
+// another node — would hold its batch, un-acked, for ever. Timed out, the
+// batch fails and is redelivered, and its messages' ids make a second
+// publish of what was stored a no-op.
+const publishAckTimeout = 10 * time.Second
+
 func (s *Service) run(ctx context.Context) error {
-	js, err := jetstream.New(s.opts.Conn)
+	js, err := jetstream.New(s.opts.Conn, jetstream.WithPublishAsyncTimeout(publishAckTimeout))
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
