@@ -67,13 +67,7 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := store.New(pool)
-	def, err := schemas.ParseTask([]byte(`{"task_name": "ledger", "execution": {"handler": "ledger", "retry": {"max_attempts": 3, "initial_interval_sec": 0}}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := st.ApplyTask(ctx, def, "test"); err != nil {
-		t.Fatal(err)
-	}
+	applyLedgerTask(t, st)
 
 	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL})
 	_, js := srv.Connect()
@@ -94,31 +88,9 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 		return cmd
 	}
 
-	// The handler appends one line per run to the ledger, with O_APPEND, and
-	// works a little so that attempts are in flight at every fault.
+	// The handler works a little so that attempts are in flight at every fault.
 	ledger := filepath.Join(t.TempDir(), "ledger")
-	mux := executor.NewMux()
-	mux.HandleFunc("ledger", func(ctx context.Context, task *executor.Task) (any, error) {
-		f, err := os.OpenFile(ledger, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			return nil, err
-		}
-		_, err = fmt.Fprintf(f, "%d %d\n", task.InstanceID, task.Attempt)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		work := time.NewTimer(200 * time.Millisecond)
-		defer work.Stop()
-		select {
-		case <-work.C:
-			return nil, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	})
+	mux := ledgerMux(ledger, 200*time.Millisecond)
 	execConn, _ := srv.Connect()
 	executortest.Run(t, executor.Options{Conn: execConn, WorkerID: "steady", Mux: mux, Slots: 16, Logger: log})
 
@@ -207,19 +179,19 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 	})
 	stopLoad()
 	loadWG.Wait()
-	waitFor(t, "every firing to end", 2*time.Minute, func() (bool, error) {
-		var total, ended int
-		err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'))
-			FROM instances WHERE task = 'ledger'`).Scan(&total, &ended)
-		if err != nil {
-			return false, nil // the pool reconnects
-		}
-		return total == fired && ended == total, nil
-	})
+	waitLedgerEnded(t, pool, fired)
 
+	checkExactlyOnce(t, pool, fired, ledger)
+}
+
+// checkExactlyOnce checks the promise after a fault test: the task
+// "ledger" has fired instances, all SUCCEEDED, each after exactly one run
+// of its handler by the ledger's count.
+func checkExactlyOnce(t *testing.T, pool *pgxpool.Pool, fired int, ledger string) {
+	t.Helper()
 	states := make(map[string]int)
 	succeeded := make(map[int64]bool)
-	rows, err := pool.Query(ctx, `SELECT id, state FROM instances WHERE task = 'ledger'`)
+	rows, err := pool.Query(context.Background(), `SELECT id, state FROM instances WHERE task = 'ledger'`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +213,80 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 		t.Errorf("instances by state %v, want all %d SUCCEEDED", states, fired)
 	}
 
-	runs := make(map[int64]int)
+	runs := ledgerRuns(t, ledger)
+	again := 0
+	for id := range succeeded {
+		if len(runs[id]) != 1 {
+			again++
+			if again <= 10 {
+				t.Errorf("instance %d SUCCEEDED after %d runs of its handler (attempts %v), want 1", id, len(runs[id]), runs[id])
+			}
+		}
+	}
+	t.Logf("%d firings, %d SUCCEEDED, %d ran other than once", fired, len(succeeded), again)
+}
+
+// applyLedgerTask applies the task "ledger" that [ledgerMux] serves: three
+// attempts, retried at once.
+func applyLedgerTask(t *testing.T, st *store.Store) {
+	t.Helper()
+	def, err := schemas.ParseTask([]byte(`{"task_name": "ledger", "execution": {"handler": "ledger", "retry": {"max_attempts": 3, "initial_interval_sec": 0}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.ApplyTask(context.Background(), def, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLedgerEnded waits until the task "ledger" has fired instances, all ended.
+func waitLedgerEnded(t *testing.T, pool *pgxpool.Pool, fired int) {
+	t.Helper()
+	waitFor(t, "every firing to end", 2*time.Minute, func() (bool, error) {
+		var total, ended int
+		err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'))
+			FROM instances WHERE task = 'ledger'`).Scan(&total, &ended)
+		if err != nil {
+			return false, nil // the pool reconnects
+		}
+		return total == fired && ended == total, nil
+	})
+}
+
+// ledgerMux serves the handler "ledger", which appends one line per run
+// ("<instance id> <attempt>") to the file ledger with O_APPEND, then works
+// for work (or until its context ends, an error).
+func ledgerMux(ledger string, work time.Duration) *executor.Mux {
+	mux := executor.NewMux()
+	mux.HandleFunc("ledger", func(ctx context.Context, task *executor.Task) (any, error) {
+		f, err := os.OpenFile(ledger, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		_, err = fmt.Fprintf(f, "%d %d\n", task.InstanceID, task.Attempt)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		timer := time.NewTimer(work)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	return mux
+}
+
+// ledgerRuns reads the file a [ledgerMux] handler wrote: the number of
+// runs of each instance, by attempt.
+func ledgerRuns(t *testing.T, ledger string) map[int64][]int {
+	t.Helper()
+	runs := make(map[int64][]int)
 	f, err := os.Open(ledger)
 	if err != nil {
 		t.Fatal(err)
@@ -249,25 +294,17 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		id, err := strconv.ParseInt(strings.Fields(sc.Text())[0], 10, 64)
-		if err != nil {
+		var id int64
+		var attempt int
+		if _, err := fmt.Sscan(sc.Text(), &id, &attempt); err != nil {
 			t.Fatalf("ledger line %q: %v", sc.Text(), err)
 		}
-		runs[id]++
+		runs[id] = append(runs[id], attempt)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	again := 0
-	for id := range succeeded {
-		if runs[id] != 1 {
-			again++
-			if again <= 10 {
-				t.Errorf("instance %d SUCCEEDED after %d runs of its handler, want 1", id, runs[id])
-			}
-		}
-	}
-	t.Logf("%d firings, %d SUCCEEDED, %d ran other than once", fired, len(succeeded), again)
+	return runs
 }
 
 // postgresProcesses returns the PostgreSQL server whose data folder is

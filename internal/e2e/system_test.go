@@ -130,20 +130,7 @@ func (s *system) clientAs(name string, role store.Role) *api.Client {
 }
 
 // run runs a service until the test ends and fails the test if it fails.
-func (s *system) run(name string, run func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := run(ctx); err != nil {
-			s.t.Errorf("%s: %v", name, err)
-		}
-	}()
-	s.t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-}
+func (s *system) run(name string, run func(context.Context) error) { runService(s.t, name, run) }
 
 // executor starts an in-process executor serving mux on the default pool.
 func (s *system) executor(workerID string, mux *executor.Mux, slots int) *executor.Service {
