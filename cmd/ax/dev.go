@@ -37,13 +37,14 @@ var devExecutorScope = natsauth.Scope{Pools: []string{schemas.DefaultPool, drill
 
 func newDevCmd() *cobra.Command {
 	var (
-		c          conn
-		m          metricsServer
-		dataDir    string
-		httpAddr   string
-		natsAddr   string
-		natsMon    string
-		alertAllow string
+		c           conn
+		m           metricsServer
+		dataDir     string
+		httpAddr    string
+		natsAddr    string
+		clusterSize int
+		natsMon     string
+		alertAllow  string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -79,6 +80,9 @@ cleanly; it starts again on the same data.`,
 			port, err := strconv.Atoi(portText)
 			if err != nil {
 				return fmt.Errorf("--nats %q: port %q is not a number", natsAddr, portText)
+			}
+			if err := checkClusterSize(clusterSize); err != nil {
+				return err
 			}
 
 			if c.databaseURL == "" {
@@ -119,20 +123,53 @@ cleanly; it starts again on the same data.`,
 			if err != nil {
 				return err
 			}
-			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats"),
-				MonitorHost: monHost, MonitorPort: monPort, Users: natsauth.Users(top, natsUsers, devExecutorScope)})
-			if err != nil {
-				return fmt.Errorf("%w (is another NATS server on %s or %s? choose other addresses with --nats and --nats-monitor)",
-					err, natsAddr, natsMon)
+			users := natsauth.Users(top, natsUsers, devExecutorScope)
+			natsNote, replicas := "", 1
+			switch {
+			case clusterSize <= 1:
+				ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats"),
+					MonitorHost: monHost, MonitorPort: monPort, Users: users})
+				if err != nil {
+					return fmt.Errorf("%w (is another NATS server on %s or %s? choose other addresses with --nats and --nats-monitor)",
+						err, natsAddr, natsMon)
+				}
+				if mon := ns.MonitorAddr(); mon != nil {
+					log.Info().Str("addr", "http://"+mon.String()).Msg("NATS monitoring listening")
+				}
+				defer func() {
+					ns.Shutdown()
+					ns.WaitForShutdown()
+				}()
+				c.natsURL = ns.ClientURL()
+			default:
+				if port > 0 && port+clusterSize-1 > 65535 {
+					return fmt.Errorf("--nats %q: the nodes of --cluster %d take ports %d-%d; choose a lower port", natsAddr, clusterSize, port, port+clusterSize-1)
+				}
+				if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+					return fmt.Errorf("--nats %q with --cluster: the nodes listen on loopback only; use 127.0.0.1:<port>", natsAddr)
+				}
+				var ports []int
+				for i := range clusterSize {
+					if port > 0 {
+						ports = append(ports, port+i)
+					}
+				}
+				cl, err := natsembed.StartCluster(natsembed.ClusterOptions{Size: clusterSize, Dir: filepath.Join(dir, "nats-cluster"),
+					Host: host, Ports: ports, MonitorPort: monPort, Users: users})
+				if err != nil {
+					return fmt.Errorf("%w (are other servers on the ports from %s? choose another with --nats)", err, natsAddr)
+				}
+				defer cl.Shutdown()
+				c.natsURL = cl.URL()
+				replicas = 3
+				for i := range clusterSize {
+					natsNote += fmt.Sprintf("\n    node %s  %s", cl.NodeName(i), cl.NodeURL(i))
+					if mon := cl.Node(i).MonitorAddr(); mon != nil {
+						natsNote += "  monitoring http://" + mon.String()
+					}
+				}
+				natsNote += fmt.Sprintf("\n    every stream and bucket in %d replicas", replicas)
 			}
-			if mon := ns.MonitorAddr(); mon != nil {
-				log.Info().Str("addr", "http://"+mon.String()).Msg("NATS monitoring listening")
-			}
-			defer func() {
-				ns.Shutdown()
-				ns.WaitForShutdown()
-			}()
-			c.natsURL = ns.ClientURL()
 
 			var closeConns []func()
 			// Every service gets its own connection, as it would apart.
@@ -161,7 +198,8 @@ cleanly; it starts again on the same data.`,
 			executor.RegisterBuiltins(mux)
 			for _, err := range []error{
 				add("dispatcher", func(nc *nats.Conn) (runner, error) {
-					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(), DrillFaults: true})
+					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(), DrillFaults: true,
+						Streams: streams.Config{Replicas: replicas}})
 				}),
 				add("trigger", func(nc *nats.Conn) (runner, error) {
 					return trigger.New(trigger.Options{Conn: nc, Store: st, Topology: top, Logger: log})
@@ -193,7 +231,7 @@ cleanly; it starts again on the same data.`,
 			if err != nil {
 				return err
 			}
-			if err := top.Ensure(ctx, js, streams.Config{}); err != nil {
+			if err := top.Ensure(ctx, js, streams.Config{Replicas: replicas}); err != nil {
 				return err
 			}
 			runCtx, cancel := context.WithCancelCause(ctx)
@@ -220,7 +258,7 @@ cleanly; it starts again on the same data.`,
 				tokenNote = "made now, " + tokenNote
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), `AX is running (data in %s)
-  NATS     %s (a user per service; passwords in %s)
+  NATS     %s (a user per service; passwords in %s)%s
   API      http://%s (admin token %q %s)
   Console  http://%s (log in with the admin token)
   Metrics  %s
@@ -230,7 +268,7 @@ Use the API as admin (bin/ax reads both):
 Try it:
   ax task apply -f examples/hello.yaml && ax fire hello --payload '{"name":"world"}' --wait
 Ctrl-C stops it.
-`, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), httpAddr, devAdminName, tokenNote, httpAddr, metricsNote, httpAddr, token)
+`, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), natsNote, httpAddr, devAdminName, tokenNote, httpAddr, metricsNote, httpAddr, token)
 			wg.Wait()
 			if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 				return err
@@ -243,12 +281,25 @@ Ctrl-C stops it.
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data", envOr("AX_DATA", ".ax"), "data folder for NATS and the private PostgreSQL (env AX_DATA)")
 	f.StringVar(&httpAddr, "http", envOr("AX_HTTP", api.DefaultAddr), "API address (env AX_HTTP)")
+	f.IntVar(&clusterSize, "cluster", 1, "run NATS as a JetStream cluster of this many nodes on loopback (3 or more; ports from --nats up, monitoring ports from --nats-monitor up), every stream and bucket in 3 replicas")
 	f.StringVar(&natsAddr, "nats", envOr("AX_NATS_LISTEN", "127.0.0.1:4222"), "address of the embedded NATS server (env AX_NATS_LISTEN)")
 	f.StringVar(&natsMon, "nats-monitor", envOr("AX_NATS_MONITOR", "127.0.0.1:8222"),
 		"address of the embedded NATS server's HTTP monitoring port, for prometheus-nats-exporter and NATS Surveyor; \"off\" closes it (env AX_NATS_MONITOR)")
 	alertAllowFlag(cmd, &alertAllow)
 	m.flags(cmd, "127.0.0.1:9090")
 	return cmd
+}
+
+// checkClusterSize checks --cluster: 1 (one server) or a cluster that
+// survives the loss of a node.
+func checkClusterSize(n int) error {
+	switch {
+	case n < 1:
+		return fmt.Errorf("--cluster %d: give the number of NATS nodes, 1 for a single server or 3 or more for a cluster", n)
+	case n == 2:
+		return fmt.Errorf("--cluster 2: a JetStream cluster of two nodes cannot lose one; use 3 or more, or 1 for a single server")
+	}
+	return nil
 }
 
 // monitorAddr parses the --nats-monitor address: host and port, or port 0

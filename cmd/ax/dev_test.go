@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestMonitorAddr(t *testing.T) {
 	t.Parallel()
@@ -21,6 +24,26 @@ func TestMonitorAddr(t *testing.T) {
 		host, port, err := monitorAddr(tt.in)
 		if (err == nil) != tt.ok || host != tt.host || port != tt.port {
 			t.Errorf("monitorAddr(%q) = %q, %d, %v; want %q, %d, ok %t", tt.in, host, port, err, tt.host, tt.port, tt.ok)
+		}
+	}
+}
+
+func TestCheckClusterSize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n    int
+		want string // "" for no error
+	}{
+		{1, ""},
+		{3, ""},
+		{5, ""},
+		{2, "--cluster 2: a JetStream cluster of two nodes cannot lose one"},
+		{0, "--cluster 0: give the number of NATS nodes"},
+		{-1, "--cluster -1: give the number of NATS nodes"},
+	} {
+		err := checkClusterSize(tc.n)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)) {
+			t.Errorf("checkClusterSize(%d) = %v, want %q", tc.n, err, tc.want)
 		}
 	}
 }

@@ -29,6 +29,9 @@ type ClusterOptions struct {
 	// Ports are the nodes' client ports, one per node (default: free
 	// ports, chosen at start and kept across a restart).
 	Ports []int
+	// MonitorPort, when not 0, opens node i's HTTP monitoring port on
+	// MonitorPort+i at Host (see [Options.MonitorPort]; -1: free ports).
+	MonitorPort int
 	// Users, when set, replaces anonymous access on every node.
 	Users []*server.User
 	// Logs prints the servers' own log lines to stderr.
@@ -82,7 +85,11 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 				routes = append(routes, &url.URL{Scheme: "nats-route", Host: net.JoinHostPort(o.Host, strconv.Itoa(p))})
 			}
 		}
-		c.opts = append(c.opts, Options{
+		mon := o.MonitorPort
+		if mon > 0 {
+			mon += i
+		}
+		c.opts = append(c.opts, Options{MonitorHost: o.Host, MonitorPort: mon,
 			Host: o.Host, Port: ports[i], StoreDir: filepath.Join(o.Dir, "node-"+strconv.Itoa(i)),
 			ServerName: o.Name + "-" + strconv.Itoa(i), Users: o.Users, Logs: o.Logs,
 			ClusterName: o.Name, ClusterPort: routePorts[i], Routes: routes,
