@@ -232,6 +232,7 @@ func (t *Task) semanticProblems() []Problem {
 		problems = append(problems, tr.problems(fmt.Sprintf("triggers[%d]", i))...)
 	}
 	problems = append(problems, t.afterProblems()...)
+	problems = append(problems, redactProblems(t.Redact)...)
 	if k := t.Concurrency.MutexKey; k != "" {
 		if _, err := ParseMutexKey(k); err != nil {
 			problems = append(problems, Problem{"concurrency.mutex_key", mutexKeyMessage(err)})

@@ -349,7 +349,7 @@ var taskRejects = []struct {
 	{"payload_schema ref cycle", root(`"payload_schema":{"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}}`), "payload_schema", "has a $ref cycle"},
 
 	// Unknown fields at every level.
-	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, archive, concurrency, description, dispatch, execution, min_worker_version, owner, payload_schema, priority, retention, schema_version, task_name, task_type, triggers)`},
+	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, archive, concurrency, description, dispatch, execution, min_worker_version, owner, payload_schema, priority, redact, retention, schema_version, task_name, task_type, triggers)`},
 	{"unknown root field yaml", "task_name: demo\nexecution: {handler: h}\ncron: '* * * * *'\n", "", `unknown field "cron"; remove it`},
 	{"unknown field with odd name", root(`"a b":1`), "", `unknown field "a b"; remove it`},
 }

@@ -57,6 +57,12 @@ type Task struct {
 	// stream keeps their record either way); nil follows the
 	// installation's --history-archive.
 	Archive *bool `json:"archive,omitempty"`
+	// Redact lists the fields of the task's payloads and outputs that the
+	// API and the console never show, to anyone: JSON pointers
+	// ("/card/number") or dotted paths ("card.number"), "*" for every
+	// member or element (see [ParseRedactPath]); each shows as
+	// [RedactedMarker]. At most [MaxRedactPaths]. Handlers still get them.
+	Redact []string `json:"redact,omitempty"`
 }
 
 // Retention bounds of a task's retention.
