@@ -305,6 +305,10 @@ func (s *Service) invoke(a *attempt) result {
 				done <- result{err: fmt.Errorf("handler panicked: %v", r), at: time.Now()}
 			}
 		}()
+		if err := s.openTask(a.task); err != nil {
+			done <- result{err: Permanent(err), at: time.Now()}
+			return
+		}
 		out, err := a.handler.HandleTask(a.ctx, a.task)
 		done <- result{out, err, time.Now()}
 	}()
@@ -342,6 +346,9 @@ func (s *Service) outcome(a *attempt, out any, err error, cause error, returnedA
 			timeout.Error(), returnedAt.Sub(a.task.Deadline).Round(time.Millisecond))
 	case err == nil:
 		output, encErr := encodeOutput(out)
+		if encErr == nil {
+			output, encErr = s.sealOutput(output)
+		}
 		if encErr != nil {
 			rep.Error, rep.Permanent = encErr.Error(), true
 			return rep

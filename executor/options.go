@@ -92,6 +92,12 @@ type Options struct {
 	// start. A negative StartedDelay reports every attempt started before
 	// its handler runs.
 	StartedDelay time.Duration
+	// Codec, when set, decodes encoded payloads (and encoded parent
+	// outputs) before the handler sees them, and encodes every output the
+	// handler returns, so that the scheduler only ever holds envelopes (see
+	// [schemas.PayloadCodec], [schemas.NewAESGCM]). Without one, an attempt
+	// whose payload is encoded fails permanently, saying so. Default none.
+	Codec schemas.PayloadCodec
 	// NowFunc returns the current time for reports, leases and heartbeats
 	// (default time.Now). Deadlines run on the real clock.
 	NowFunc func() time.Time
