@@ -75,6 +75,10 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
 		return
 	}
+	if err := s.redactOne(r.Context(), &inst); err != nil {
+		s.internalError(w, r, fmt.Sprintf("redact instance %d", id), err)
+		return
+	}
 	status := http.StatusOK
 	if !ended {
 		status = http.StatusAccepted

@@ -30,6 +30,13 @@ type Client struct {
 	//
 	// Deprecated: the API records the name of the token instead.
 	Operator string
+	// Codec, when set, encodes the payloads the client fires and reruns
+	// with, so that the API and everything behind it hold only envelopes,
+	// and decodes the payloads and outputs of the instances it returns (see
+	// [schemas.PayloadCodec]). A repeated idempotency key whose stored
+	// payload is the same plaintext under another envelope answers like
+	// the same payload would (Existing), not 409.
+	Codec schemas.PayloadCodec
 }
 
 // NewClient returns a client of the API at baseURL (e.g.
@@ -117,13 +124,58 @@ func (c *Client) SetTaskPaused(ctx context.Context, name string, paused bool) (T
 // [Client.InstanceByEvent]); a delayed firing has only its EventID and RunAt.
 // A reused idempotency key with another payload is an *[Error] with Status 409.
 func (c *Client) Fire(ctx context.Context, task string, req FireRequest) (FireResult, error) {
+	plain := req.Payload
+	var err error
+	if req.Payload, err = c.seal(req.Payload); err != nil {
+		return FireResult{}, fmt.Errorf("fire %s: %w", task, err)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return FireResult{}, fmt.Errorf("fire %s: encode request: %w", task, err)
 	}
 	var out FireResult
 	err = c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/runs", "application/json", body, &out)
+	if e, ok := errors.AsType[*Error](err); ok && e.Code == "idempotency_conflict" && c.Codec != nil {
+		// Another envelope of the same plaintext is the same payload.
+		if in, gerr := c.InstanceByEvent(ctx, task, schemas.IdempotencyEventIDPrefix+req.IdempotencyKey); gerr == nil && sameJSON(in.Payload, plain) {
+			return FireResult{InstanceID: in.ID, Task: task, EventID: in.EventID, State: in.State, Existing: true}, nil
+		}
+	}
 	return out, err
+}
+
+// seal encodes a payload with the client's codec, if it has one.
+func (c *Client) seal(payload json.RawMessage) (json.RawMessage, error) {
+	if c.Codec == nil || len(payload) == 0 {
+		return payload, nil
+	}
+	sealed, err := c.Codec.Encode(payload)
+	if err != nil {
+		return nil, fmt.Errorf("encode the payload with the codec: %w", err)
+	}
+	return sealed, nil
+}
+
+// open decodes, in place, the payload, the output and the parents'
+// outputs of in with the client's codec, if it has one.
+func (c *Client) open(in *schemas.Instance) error {
+	if c.Codec == nil {
+		return nil
+	}
+	var err error
+	if in.Payload, err = c.Codec.Decode(in.Payload); err != nil {
+		return fmt.Errorf("instance %d: payload: %w", in.ID, err)
+	}
+	if in.Output, err = c.Codec.Decode(in.Output); err != nil {
+		return fmt.Errorf("instance %d: output: %w", in.ID, err)
+	}
+	for name, p := range in.Parents {
+		if p.Output, err = c.Codec.Decode(p.Output); err != nil {
+			return fmt.Errorf("instance %d: output of parent %q: %w", in.ID, name, err)
+		}
+		in.Parents[name] = p
+	}
+	return nil
 }
 
 // Rerun fires the task of instance id again as a new manual firing with the
@@ -138,6 +190,10 @@ func (c *Client) Rerun(ctx context.Context, id int64) (FireResult, error) {
 // RerunWith is [Client.Rerun] with a request: req.Payload, when set,
 // replaces the instance's payload.
 func (c *Client) RerunWith(ctx context.Context, id int64, req RerunRequest) (FireResult, error) {
+	var err error
+	if req.Payload, err = c.seal(req.Payload); err != nil {
+		return FireResult{}, fmt.Errorf("rerun instance %d: %w", id, err)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return FireResult{}, fmt.Errorf("rerun instance %d: encode request: %w", id, err)
@@ -157,6 +213,9 @@ func (c *Client) Cancel(ctx context.Context, id int64, reason string) (schemas.I
 	}
 	var out schemas.Instance
 	err = c.do(ctx, http.MethodPost, "/v1/instances/"+strconv.FormatInt(id, 10)+"/cancel", "application/json", body, &out)
+	if err == nil {
+		err = c.open(&out)
+	}
 	return out, err
 }
 
@@ -165,6 +224,9 @@ func (c *Client) Cancel(ctx context.Context, id int64, reason string) (schemas.I
 func (c *Client) InstanceByEvent(ctx context.Context, task, eventID string) (schemas.Instance, error) {
 	var out schemas.Instance
 	err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(task)+"/runs/"+url.PathEscape(eventID), "", nil, &out)
+	if err == nil {
+		err = c.open(&out)
+	}
 	return out, err
 }
 
@@ -172,6 +234,9 @@ func (c *Client) InstanceByEvent(ctx context.Context, task, eventID string) (sch
 func (c *Client) GetInstance(ctx context.Context, id int64) (schemas.Instance, error) {
 	var out schemas.Instance
 	err := c.do(ctx, http.MethodGet, "/v1/instances/"+strconv.FormatInt(id, 10), "", nil, &out)
+	if err == nil {
+		err = c.open(&out)
+	}
 	return out, err
 }
 
@@ -207,8 +272,17 @@ func (c *Client) ListInstances(ctx context.Context, q InstanceQuery) ([]schemas.
 		path += "?" + v.Encode()
 	}
 	var out instanceList
-	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
-	return out.Instances, err
+	if err := c.do(ctx, http.MethodGet, path, "", nil, &out); err != nil {
+		return nil, err
+	}
+	for i := range out.Instances {
+		// An envelope the codec cannot open stays as it is in a list.
+		in := out.Instances[i]
+		if c.open(&in) == nil {
+			out.Instances[i] = in
+		}
+	}
+	return out.Instances, nil
 }
 
 // do sends one request and decodes a 2xx answer into out, or returns an

@@ -51,6 +51,10 @@ func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
 		return
 	}
+	if err := s.redactOne(r.Context(), &in); err != nil {
+		s.internalError(w, r, fmt.Sprintf("redact instance %d", id), err)
+		return
+	}
 	writeJSON(w, http.StatusOK, in)
 }
 
@@ -116,6 +120,10 @@ func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	if list == nil {
 		list = []schemas.Instance{}
+	}
+	if err := s.redact(r.Context(), list); err != nil {
+		s.internalError(w, r, "redact instances", err)
+		return
 	}
 	writeJSON(w, http.StatusOK, instanceList{Instances: list})
 }

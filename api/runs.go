@@ -174,6 +174,12 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 		return
 	}
 
+	if problems := schemas.EncodedPayloadProblems(rec.Definition, ev.Payload); len(problems) > 0 {
+		e := validationError("encoded_payload", &schemas.ValidationError{What: "payload", Problems: problems})
+		e.Status = http.StatusUnprocessableEntity
+		writeError(w, e)
+		return
+	}
 	if err := schemas.ValidatePayload(rec.Definition.PayloadSchema, ev.Payload); err != nil {
 		ve, ok := errors.AsType[*schemas.ValidationError](err)
 		if !ok {
@@ -534,6 +540,10 @@ func (s *Service) instanceByEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.internalError(w, r, "get instance of task "+name+" event "+eventID, err)
+		return
+	}
+	if err := s.redactOne(r.Context(), &in); err != nil {
+		s.internalError(w, r, "redact instance of task "+name+" event "+eventID, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, in)

@@ -401,6 +401,7 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance
 		version = def.SchemaVersion
 		skip = chainSkip(def.After, ev.Parents)
 	}
+	encoded := schemas.EncodedPayloadProblems(def, ev.Payload)
 	switch {
 	case f.problem != "":
 		in.State, in.Reason = schemas.StateSkipped, f.problem
@@ -413,6 +414,9 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance
 	case version != def.SchemaVersion:
 		in.State, in.Reason = schemas.StateSkipped, fmt.Sprintf(
 			"payload_version %d does not match the task's schema_version %d", version, def.SchemaVersion)
+	case len(encoded) > 0:
+		// As the API refuses it: the scheduler cannot read an encoded payload.
+		in.State, in.Reason = schemas.StateSkipped, problemsText(encoded)
 	default:
 		// The API checks this before it publishes; a plain NATS publish
 		// is checked here, where it can only be recorded.

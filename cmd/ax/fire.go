@@ -127,6 +127,8 @@ Exit codes:
 	f.BoolVar(&wait, "wait", false, "wait until the instance ends; the exit code tells how it ended")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
 	f.IntVarP(&count, "count", "n", 1, "fire this many times, each its own event")
+	cmd.PreRunE = g.useCodec
+	codecFlag(cmd, &g.codecKeyFile, false, "the payload is encoded with it, the output shown decoded")
 	return cmd
 }
 

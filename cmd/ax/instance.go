@@ -23,6 +23,8 @@ func newInstanceCmd(g *cli) *cobra.Command {
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newInstanceGetCmd(g), newInstanceListCmd(g), newInstanceRerunCmd(g), newInstanceCancelCmd(g))
+	cmd.PersistentPreRunE = g.useCodec
+	codecFlag(cmd, &g.codecKeyFile, true, "rerun --payload is encoded with it, payloads and outputs shown decoded")
 	return cmd
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // extraCommands holds the constructors of the commands that other files of
@@ -26,6 +27,10 @@ type cli struct {
 	apiURL string
 	output string
 	token  string
+	// codecKeyFile is --codec-key-file of the commands that fire or read
+	// payloads; codec is what it holds, loaded before they run.
+	codecKeyFile string
+	codec        schemas.PayloadCodec
 }
 
 func newRootCmd() *cobra.Command {
@@ -74,6 +79,7 @@ func (g *cli) client() *api.Client { return g.clientWith(&http.Client{Timeout: t
 func (g *cli) clientWith(hc *http.Client) *api.Client {
 	c := api.NewClient(g.apiURL, hc)
 	c.Token = g.token
+	c.Codec = g.codec
 	if c.Token == "" {
 		c.Token = os.Getenv("AX_TOKEN")
 	}

@@ -193,6 +193,8 @@ func newExecutorCmd() *cobra.Command {
 		slots    int
 		version  string
 		shutdown time.Duration
+
+		codecKeyFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "executor",
@@ -220,9 +222,13 @@ container at least that long to stop (Kubernetes' terminationGracePeriodSeconds)
 			defer closeAll()
 			mux := executor.NewMux()
 			executor.RegisterBuiltins(mux)
+			codec, err := loadCodec(codecKeyFile)
+			if err != nil {
+				return err
+			}
 			svc, err := executor.New(executor.Options{
 				Conn: o.nc, Topology: o.top, WorkerID: workerID, Pools: pools, Slots: slots,
-				Version: version, Mux: mux, Logger: o.log, ShutdownTimeout: shutdown,
+				Version: version, Mux: mux, Logger: o.log, ShutdownTimeout: shutdown, Codec: codec,
 			})
 			if err != nil {
 				return err
@@ -231,6 +237,7 @@ container at least that long to stop (Kubernetes' terminationGracePeriodSeconds)
 		},
 	}
 	c.natsFlags(cmd)
+	codecFlag(cmd, &codecKeyFile, false, "encoded payloads are decoded with it for the handler, outputs encoded")
 	f := cmd.Flags()
 	f.StringVar(&workerID, "worker-id", os.Getenv("AX_WORKER_ID"), "worker id, a subject token (default <hostname>-<random>; env AX_WORKER_ID)")
 	f.StringSliceVar(&pools, "pool", splitEnv("AX_POOLS"), "pools to serve, repeatable; a task's pool is its dispatch tags joined with + (default \"default\"; env AX_POOLS)")

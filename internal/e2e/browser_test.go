@@ -157,7 +157,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	login(t, ctx, s.admin)
 
 	def := "task_name: greet\nowner: browser-test\ndescription: Greets whoever the payload names.\n" +
-		"execution:\n  handler: test.greet\n  timeout: 30s\ntriggers:\n  - type: cron\n    schedule: \"0 3 * * *\"\n"
+		"execution:\n  handler: test.greet\n  timeout: 30s\ntriggers:\n  - type: cron\n    schedule: \"0 3 * * *\"\n" +
+		"redact: [pin]\n"
 	do(t, ctx, "apply a task", 10*time.Second,
 		chromedp.Navigate(consoleURL+"/#/tasks"),
 		chromedp.WaitVisible(chromedp.ID("definition")),
@@ -199,7 +200,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the task page names %q, want greet", name)
 	}
 	do(t, ctx, "fire the task with a payload", 10*time.Second,
-		chromedp.SetValue(chromedp.ID("payload"), `{"who": "the browser"}`),
+		chromedp.SetValue(chromedp.ID("payload"), `{"who": "the browser", "pin": "4321-secret"}`),
 		click("#fire button[type=submit]"),
 		chromedp.WaitVisible(chromedp.ID("state")),
 	)
@@ -208,6 +209,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="SUCCEEDED"]`)),
 		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "greeted everyone")]`)),
 	)
+	// The field the task's redact names shows as the marker, to the admin too.
+	shown := read(t, ctx, "read the redacted payload", 5*time.Second,
+		chromedp.Text(chromedp.Search(`//tr[td[1][text()="payload"]]/td[2]`)))
+	if !strings.Contains(shown, `"pin": "`+schemas.RedactedMarker+`"`) || strings.Contains(shown, "4321-secret") || !strings.Contains(shown, "the browser") {
+		t.Errorf("the instance page shows the payload\n%s\nwant pin as %q and who as it is", shown, schemas.RedactedMarker)
+	}
 	if state := read(t, ctx, "read the state", 5*time.Second, chromedp.Text(chromedp.ID("state"))); state != string(schemas.StateSucceeded) {
 		t.Errorf("the instance page shows state %q, want SUCCEEDED", state)
 	}
