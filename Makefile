@@ -44,6 +44,7 @@ test: chromium ## run all tests with the race detector (private PostgreSQL unles
 	AX_CHROMIUM=$(CHROMIUM) $(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 test-cluster: ## the pipeline on a three-node NATS cluster through two node restarts (not in make test yet: it finds a handler run twice)
+	AX_TEST_CLUSTER=1 $(GO) test -race -count=1 -v -run ClusterKeepsLimitMarkers ./internal/natsembed/
 	AX_TEST_CLUSTER=1 $(WITHPG) $(GO) test -race -count=1 -v -run NATSNodeRestarts ./internal/e2e/
 
 chromium: ## make sure the browser test has Chromium: installs Debian's chromium as root, else says how

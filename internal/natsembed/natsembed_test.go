@@ -3,8 +3,10 @@ package natsembed_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -167,4 +169,107 @@ func TestClusterSurvivesANodeRestart(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestClusterKeepsLimitMarkersAcrossARestart is what AX's lease fence
+// needs of a cluster: a key of a bucket with a TTL and limit markers, once
+// expired, leaves a marker (kept for LimitMarkerTTL) on which a create —
+// a write expecting the key to have no history — fails, also after a node
+// restarts. nats-server 2.15.3 loses the markers when a node restarts
+// (every create succeeds afterwards), so this is run by make test-cluster
+// (AX_TEST_CLUSTER=1) and not by make test until it holds.
+func TestClusterKeepsLimitMarkersAcrossARestart(t *testing.T) {
+	if os.Getenv("AX_TEST_CLUSTER") == "" {
+		t.Skip("known failure: nats-server 2.15.3 loses limit markers when a node restarts; set AX_TEST_CLUSTER=1 or run make test-cluster")
+	}
+	t.Parallel()
+	c, err := natsembed.StartCluster(natsembed.ClusterOptions{Size: 3, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "leases", TTL: time.Second, LimitMarkerTTL: time.Hour, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(key string) error {
+		m := nats.NewMsg("$KV.leases." + key)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		_, err := js.PublishMsg(ctx, m)
+		return err
+	}
+	fenced := func(when string) {
+		t.Helper()
+		for i := range 5 {
+			var apiErr *jetstream.APIError
+			if err := create(fmt.Sprint("k", i)); !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+				t.Errorf("%s: a create of the expired key k%d = %v, want wrong last sequence (the marker)", when, i, err)
+			}
+		}
+	}
+	for i := range 5 {
+		if err := create(fmt.Sprint("k", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait for the expiries: every key's last entry is its marker.
+	for i := range 5 {
+		for {
+			_, err := kv.Get(ctx, fmt.Sprint("k", i))
+			if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("k%d did not expire: %v", i, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	fenced("after the expiries")
+
+	st, err := js.Stream(ctx, "KV_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := -1
+	for i := range c.Size() {
+		if c.NodeName(i) == info.Cluster.Leader {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatalf("leader %q of KV_leases is none of the nodes", info.Cluster.Leader)
+	}
+	c.Stop(leader)
+	if err := c.Restart(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := st.Info(ctx)
+		if err == nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) == 2 &&
+			info.Cluster.Replicas[0].Current && info.Cluster.Replicas[1].Current &&
+			!info.Cluster.Replicas[0].Offline && !info.Cluster.Replicas[1].Offline {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("KV_leases not current after the restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	fenced("after a node restart")
 }
