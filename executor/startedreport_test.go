@@ -31,11 +31,15 @@ func TestStartedReportOnlyForAttemptsThatRunPastTheDelay(t *testing.T) {
 	// Dispatched after the quick attempt ended, the slow one's started
 	// report falls due after any the quick one could have sent: the next
 	// report being the slow one's shows the quick one sent none.
+	dispatched := time.Now()
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: "gate"})
 	<-g.entered
 	started := w.nextOf(schemas.ReportStarted, 2)
-	if d := started.At.Sub(started.StartedAt); d < opts.StartedDelay {
-		t.Errorf("started report sent %v after the attempt started, want at least %v", d, opts.StartedDelay)
+	if d := time.Since(dispatched); d < opts.StartedDelay {
+		t.Errorf("started report came %v after the dispatch, want at least %v", d, opts.StartedDelay)
+	}
+	if !started.At.Equal(started.StartedAt) {
+		t.Errorf("started report at %v, started at %v: a started report is dated by the start", started.At, started.StartedAt)
 	}
 	close(g.open)
 	done := w.nextOf(schemas.ReportSucceeded, 2)
