@@ -205,37 +205,64 @@ func (d *taskDrill) cancellation(ctx context.Context) {
 		d.fail(name, expected, ctx.Err())
 		return
 	}
-	if _, err := d.opts.Client.Cancel(ctx, id, "ax drill: cancellation"); err != nil {
-		var apiErr *api.Error
-		if !errors.As(err, &apiErr) || apiErr.Status != 409 {
-			d.fail(name, expected, err)
-			return
-		}
+	// Halfway through a plain run, cancel the instance through the API
+	// and, as its control message would (which a loaded machine may
+	// deliver late), end the handler's context.
+	d.mu.Lock()
+	half := d.runP50 / 2
+	d.mu.Unlock()
+	if err := sleep(ctx, half); err != nil {
+		d.fail(name, expected, err)
+		return
 	}
-	c, _ := d.callOf(key)
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := d.opts.Client.Cancel(ctx, id, "ax drill: cancellation")
+		var apiErr *api.Error
+		if errors.As(err, &apiErr) && apiErr.Status == 409 {
+			err = nil // it ended already
+		}
+		cancelled <- err
+	}()
+	d.mu.Lock()
+	c := d.calls[key]
+	cancel := c.cancel
+	if cancel != nil && c.ctxDone.IsZero() && c.end.IsZero() {
+		// Noted here, not by the context's AfterFunc, which may run
+		// after a prompt handler returned.
+		c.ctxDone = time.Now()
+	}
+	d.mu.Unlock()
+	if cancel != nil {
+		cancel(errors.New("ax drill: cancelled"))
+	}
+	if err := <-cancelled; err != nil {
+		d.fail(name, expected, err)
+		return
+	}
 	select {
 	case <-c.returned:
 	case <-time.After(d.opts.Wait):
 	case <-ctx.Done():
 	}
-	c, _ = d.callOf(key)
+	got, _ := d.callOf(key)
 	var observed string
 	pass := false
 	switch {
-	case c.end.IsZero():
+	case got.end.IsZero():
 		observed = "still running " + d.opts.Wait.String() + " after the cancel"
-	case c.ctxDone.IsZero() || !c.ctxDone.Before(c.end):
+	case got.ctxDone.IsZero() || !got.ctxDone.Before(got.end):
 		// Nothing to judge: the handler had ended. Say so rather than pass.
 		d.report.Add(Check{Name: name, Expected: expected, Info: true,
-			Observed: fmt.Sprintf("not exercised: the handler returned in %s, before the cancel reached it", round(c.end.Sub(c.start)))})
+			Observed: fmt.Sprintf("not exercised: the handler returned in %s, before the cancel reached it", round(got.end.Sub(got.start)))})
 		_, _ = d.waitEnd(ctx, id)
 		return
 	default:
-		took := c.end.Sub(c.ctxDone)
+		took := got.end.Sub(got.ctxDone)
 		observed = fmt.Sprintf("returned %s after its context ended", round(took))
 		pass = took <= d.opts.Grace
 	}
-	if !pass && !c.end.IsZero() {
+	if !pass && !got.end.IsZero() {
 		observed += " (it ignores cancellation: select on ctx.Done() in its waits)"
 	}
 	d.report.Expect(name, expected, observed, pass)

@@ -29,6 +29,9 @@ type call struct {
 	err      error
 	ctxDone  time.Time // when the handler's context ended, zero if it did not
 	returned chan struct{}
+	// cancel ends the handler's context, as a cancel's control message
+	// does; nil until the handler is called.
+	cancel context.CancelCauseFunc
 }
 
 // drillExecutor is one executor the drill runs, on its own connection.
@@ -173,9 +176,16 @@ func (d *taskDrill) wrap(x *drillExecutor, h executor.Handler) executor.Handler 
 
 // call runs the handler for c, noting when its context ends.
 func (d *taskDrill) call(ctx context.Context, h executor.Handler, t *executor.Task, c *call) (any, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	d.mu.Lock()
+	c.cancel = cancel
+	d.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
 		d.mu.Lock()
-		c.ctxDone = time.Now()
+		if c.ctxDone.IsZero() {
+			c.ctxDone = time.Now()
+		}
 		d.mu.Unlock()
 	})
 	defer stop()

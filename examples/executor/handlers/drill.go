@@ -37,7 +37,7 @@ func registerDrill(m *executor.Mux) {
 // by the instance, so a re-run of the instance (its attempt retried after
 // a crash) applies nothing more: it is idempotent. Without, every run
 // appends: a re-run doubles the effect. It declares its idempotency check
-// to ax drill (AppliedEffects), and it rests 1 s after the effect, the
+// to ax drill (AppliedEffects), and it rests 300 ms after the effect, the
 // rest of a real handler's work, during which it honours cancellation.
 type Ledger struct {
 	Path string
@@ -60,7 +60,7 @@ func (l *Ledger) HandleTask(ctx context.Context, t *executor.Task) (any, error) 
 		return nil, err
 	}
 	select {
-	case <-time.After(time.Second):
+	case <-time.After(300 * time.Millisecond):
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
