@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestPayloadSchemaBounds applies the schema that kept a core busy for
@@ -34,14 +33,17 @@ func TestPayloadSchemaBounds(t *testing.T) {
 		"larger than 64 KiB":         task(wide.String()),
 		"5,000 nested items in YAML": "task_name: x\nexecution: {handler: h}\npayload_schema: " + nested(5000) + "\n",
 	} {
-		start := time.Now()
 		_, err := ParseTask([]byte(def))
-		if took := time.Since(start); took > 2*time.Second {
-			t.Errorf("%s: refused after %s", name, took)
-		}
 		var ve *ValidationError
 		if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Field != "payload_schema" {
 			t.Errorf("%s: %v, want one problem with payload_schema", name, err)
+			continue
+		}
+		// The bound's own message: the schema was refused before it reached
+		// the JSON Schema compiler, whose time on such a schema is what the
+		// bound prevents.
+		if msg := ve.Problems[0].Message; !strings.Contains(msg, "more than 64 deep") && !strings.Contains(msg, "keep it to 65536 (64 KiB)") {
+			t.Errorf("%s: refused with %q, not by the depth or size bound", name, msg)
 		}
 	}
 	// At the bounds it compiles.
