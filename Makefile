@@ -25,11 +25,18 @@ AX_BENCH_FSYNC ?= on
 # preloaded.
 BENCHPG = $(GO) run ./internal/tools/withpg -fsync $(AX_BENCH_FSYNC) -set shared_preload_libraries=pg_stat_statements --
 
+# DRILL_ARGS are the settings `make drill` gives ax drill system: every
+# scenario for DRILL_DURATION each at DRILL_RATE firings a second, with the
+# lease TTL and fsync on.
+DRILL_DURATION ?= 1m
+DRILL_RATE ?= 20
+DRILL_ARGS ?= --duration $(DRILL_DURATION) --rate $(DRILL_RATE) --lease-ttl 5s --fsync
+
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test test-cluster chromium lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history tidy
+.PHONY: help dev build test test-cluster chromium lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -103,6 +110,9 @@ bench-profile: ## CPU profile of the burst by service, and its costliest functio
 
 bench-peers: ## AX's burst and steady benchmarks and River's, round-robin on one PostgreSQL (fsync on), 3 rounds: medians and ratios
 	cd bench && $(GO) run ./peers -rounds 3
+
+drill: build ## ax drill system: every fault scenario against a sandbox of its own, then the table (DRILL_DURATION=1m each, DRILL_RATE=20)
+	bin/ax drill system $(DRILL_ARGS)
 
 tidy: ## go mod tidy, failing if it changed go.mod or go.sum
 	@before=$$(cat go.mod go.sum | cksum); \

@@ -41,3 +41,26 @@ func (s State) Valid() bool {
 	}
 	return false
 }
+
+// transitions are the state machine's edges: from each state, the states a
+// transition may lead to. The empty state is before the instance exists.
+var transitions = map[State][]State{
+	"":              {StateCreated, StateWaiting, StateDispatched, StateSkipped, StateCancelled, StateFailed},
+	StateCreated:    {StateWaiting, StateDispatched, StateSkipped, StateCancelled, StateFailed},
+	StateWaiting:    {StateCreated, StateDispatched, StateSkipped, StateCancelled, StateFailed},
+	StateDispatched: {StateDispatched, StateRunning, StateRetrying, StateFailed, StateCancelled, StateSkipped},
+	StateRunning:    {StateSucceeded, StateFailed, StateRetrying, StateCancelled},
+	StateRetrying:   {StateDispatched, StateWaiting, StateFailed, StateCancelled},
+}
+
+// CanTransition reports whether the state machine has an edge from from to
+// to (from "" is an instance's creation). A terminal state has none.
+// Fault drills check every recorded transition against it.
+func CanTransition(from, to State) bool {
+	for _, s := range transitions[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/drill/system"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/trigger"
@@ -193,6 +194,7 @@ func newExecutorCmd() *cobra.Command {
 		slots    int
 		version  string
 		shutdown time.Duration
+		ledger   string
 
 		codecKeyFile string
 	)
@@ -222,6 +224,9 @@ container at least that long to stop (Kubernetes' terminationGracePeriodSeconds)
 			defer closeAll()
 			mux := executor.NewMux()
 			executor.RegisterBuiltins(mux)
+			if ledger != "" {
+				system.RegisterHandlers(mux, ledger)
+			}
 			codec, err := loadCodec(codecKeyFile)
 			if err != nil {
 				return err
@@ -245,6 +250,9 @@ container at least that long to stop (Kubernetes' terminationGracePeriodSeconds)
 	f.StringVar(&version, "version", "", "worker version compared with tasks' min_worker_version (default "+executor.DefaultVersion+")")
 	f.DurationVar(&shutdown, "shutdown-timeout", executor.DefaultShutdownTimeout,
 		"how long running attempts may go on after SIGTERM before they are cancelled")
+	// The executors of ax drill system's sandbox serve the drill's handlers too.
+	f.StringVar(&ledger, "drill-ledger", "", "serve the handlers of ax drill system as well, appending their runs to this ledger")
+	_ = f.MarkHidden("drill-ledger")
 	m.flags(cmd, "")
 	return cmd
 }

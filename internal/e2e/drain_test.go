@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -40,7 +41,7 @@ func (b *lockedBuffer) String() string {
 // after the signal waits for another worker instead of reaching it.
 func TestSIGTERMDrainsTheExecutor(t *testing.T) {
 	t.Parallel()
-	bin := buildAX(t)
+	bin := systemtest.BuildAX(t)
 	s := newSystem(t)
 	s.apply(`
 task_name: drained

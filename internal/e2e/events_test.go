@@ -23,6 +23,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -365,7 +366,7 @@ payload_schema:
 
 func TestRerunMakesANewInstanceByTheOperator(t *testing.T) {
 	t.Parallel()
-	bin := buildAX(t)
+	bin := systemtest.BuildAX(t)
 	s := newSystem(t)
 	var runs atomic.Int64
 	s.executor("w1", countingMux(&runs), 4)

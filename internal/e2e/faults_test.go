@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
+	drillsys "github.com/ax-scheduler/ax/drill/system"
+	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
@@ -38,7 +39,7 @@ import (
 // one run per instance.
 func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 	t.Parallel()
-	bin := buildAX(t)
+	bin := systemtest.BuildAX(t)
 	ctx := context.Background()
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 
@@ -129,8 +130,13 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 	// PostgreSQL hangs (SIGSTOP: the dispatcher's statements wait, holding
 	// their reports un-acknowledged), the dispatcher is killed while it
 	// holds final reports, and PostgreSQL is then stopped for good.
-	pgProcs := postgresProcesses(t, filepath.Join(pgDir, "pg", "data"))
-	signalAll(t, pgProcs, syscall.SIGSTOP)
+	pgProcs, err := drillsys.PostgresProcesses(pg.DataDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drillsys.SignalAll(pgProcs, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		for _, pid := range pgProcs {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
@@ -154,7 +160,9 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("killed the dispatcher holding %d reports", info.NumAckPending)
-	signalAll(t, pgProcs, syscall.SIGCONT)
+	if err := drillsys.SignalAll(pgProcs, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
 	if err := pg.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -305,50 +313,4 @@ func ledgerRuns(t *testing.T, ledger string) map[int64][]int {
 		t.Fatal(err)
 	}
 	return runs
-}
-
-// postgresProcesses returns the PostgreSQL server whose data folder is
-// dataDir: the postmaster first, then its children (every backend; each
-// is a process group of its own, so a signal to a group would miss them).
-func postgresProcesses(t *testing.T, dataDir string) []int {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(data), "\n", 2)[0]))
-	if err != nil {
-		t.Fatalf("postmaster.pid: %v", err)
-	}
-	procs := []int{postmaster}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // it ended
-		}
-		// pid (comm) state ppid …: comm may hold spaces, so read after the last ')'.
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(postmaster) {
-			procs = append(procs, pid)
-		}
-	}
-	return procs
-}
-
-// signalAll sends sig to every process of procs.
-func signalAll(t *testing.T, procs []int, sig syscall.Signal) {
-	t.Helper()
-	for _, pid := range procs {
-		if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
-			t.Fatalf("signal %d: %v", pid, err)
-		}
-	}
 }

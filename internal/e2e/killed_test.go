@@ -4,48 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
+	drillsys "github.com/ax-scheduler/ax/drill/system"
+	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
 
-var (
-	axBinaryOnce sync.Once
-	axBinary     string
-	axBinaryErr  error
-)
-
-// buildAX builds the ax binary once per test binary.
-func buildAX(t *testing.T) string {
-	t.Helper()
-	axBinaryOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ax-e2e-bin-")
-		if err != nil {
-			axBinaryErr = err
-			return
-		}
-		axBinary = filepath.Join(dir, "ax")
-		out, err := exec.Command("go", "build", "-o", axBinary, "../../cmd/ax").CombinedOutput()
-		if err != nil {
-			axBinaryErr = err
-			axBinary = string(out)
-		}
-	})
-	if axBinaryErr != nil {
-		t.Fatalf("build ax: %v\n%s", axBinaryErr, axBinary)
-	}
-	return axBinary
-}
-
 func TestKilledExecutorLosesItsLeaseAndTheNextAttemptSucceeds(t *testing.T) {
 	t.Parallel()
-	bin := buildAX(t)
+	bin := systemtest.BuildAX(t)
 	s := newSystem(t)
 	s.apply(`
 task_name: survivor
@@ -56,26 +27,21 @@ execution:
 `)
 
 	// An executor in a process of its own, to be killed without a goodbye.
-	victim := exec.Command(bin, "executor", "--nats-url", s.srv.URL, "--worker-id", "victim", "--log-level", "warn")
-	victim.Stdout, victim.Stderr = os.Stderr, os.Stderr
-	if err := victim.Start(); err != nil {
+	victim, err := drillsys.StartProc("victim", os.Stderr, nil, bin, "executor", "--nats-url", s.srv.URL, "--worker-id", "victim", "--log-level", "warn")
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = victim.Process.Kill()
-		_ = victim.Wait()
-	})
+	t.Cleanup(func() { _ = victim.Kill() })
 
 	id := s.fire("survivor", map[string]float64{"seconds": 1.5})
 	running := s.waitState(id, schemas.StateRunning, 30*time.Second)
 	if running.WorkerID != "victim" || running.Attempt != 1 {
 		t.Fatalf("running on %q attempt %d, want victim attempt 1", running.WorkerID, running.Attempt)
 	}
-	if err := victim.Process.Kill(); err != nil {
+	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
-	_ = victim.Wait()
 
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -89,7 +90,7 @@ execution:
 // the API and with ax logs, and a follower ends when the instance does.
 func TestTaskLogsOutliveAKilledExecutor(t *testing.T) {
 	t.Parallel()
-	bin := buildAX(t)
+	bin := systemtest.BuildAX(t)
 	s := newSystem(t)
 	s.apply(`
 task_name: sleeper

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -30,11 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
-		if axBinary != "" && axBinaryErr == nil {
-			_ = os.RemoveAll(filepath.Dir(axBinary))
-		}
-	}))
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { systemtest.Remove() }))
 }
 
 // leaseTTL is short so that a lost worker is noticed within a test's patience.

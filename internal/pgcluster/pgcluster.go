@@ -227,6 +227,30 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return nil
 }
 
+// Crash stops the server with an immediate shutdown (pg_ctl -m
+// immediate): every process quits at once, as in a crash, and the next
+// Start replays the WAL. Fault drills use it; it returns nil when the
+// server is not running.
+func (c *Cluster) Crash(ctx context.Context) error {
+	running, err := c.running(ctx)
+	if err != nil {
+		return fmt.Errorf("crash postgres in %s: %w", c.dir, err)
+	}
+	if !running {
+		return nil
+	}
+	if err := c.run(ctx, c.program("pg_ctl"), "stop", "-D", c.dataDir, "-m", "immediate", "-w", "-s",
+		"-t", strconv.Itoa(int(pgCtlTimeout.Seconds()))); err != nil {
+		return fmt.Errorf("crash postgres in %s: %w", c.dir, err)
+	}
+	c.log.Info().Str("dir", c.dir).Int("port", c.port).Msg("postgres crashed (immediate shutdown)")
+	return nil
+}
+
+// DataDir returns the folder of the server's data (postmaster.pid lives
+// there).
+func (c *Cluster) DataDir() string { return c.dataDir }
+
 func lookupRunAs() (*runAs, error) {
 	u, err := user.Lookup("postgres")
 	if err != nil {

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/drill/system"
+	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newNATSServerCmd)
+	drillCommands = append(drillCommands, newDrillSystemCmd)
+}
+
+// drillSystemOutput is what ax drill system -o json prints.
+type drillSystemOutput struct {
+	Passed    bool            `json:"passed"`
+	Settings  map[string]any  `json:"settings"`
+	Scenarios []system.Result `json:"scenarios"`
+}
+
+// newDrillSystemCmd is ax drill system: the reliability battery against a
+// sandbox it starts itself.
+func newDrillSystemCmd() *cobra.Command {
+	var (
+		scenarios []string
+		opts      system.Options
+		logLevel  string
+		checks    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "system",
+		Short: "Rehearse AX's faults against a sandbox of its own: kill -9, SIGSTOP, NATS and PostgreSQL outages",
+		Long: `Start a whole AX on loopback — a private PostgreSQL, a nats-server in a process of
+its own, dispatcher, trigger and executor processes of this binary — and run the
+fault scenarios against it, one after the other, each under a steady load of
+firings whose handler writes every run to a ledger (O_APPEND). For each scenario it
+prints what was fired and created, what was lost, stuck or run twice, the stale
+reports refused and accepted, the transitions the state machine forbids, the
+recovery times, and a verdict. It ends every process it started, and exits 0 only
+when every check of every scenario passed.
+
+It needs the machine's PostgreSQL installation (initdb, pg_ctl), as ax dev does.
+docs/drill.md explains every check and scenario.`,
+		Example: `  ax drill system                                  # every scenario, 1 minute each
+  ax drill system --scenario executor-kill --duration 20s --rate 50
+  ax drill system -o json > drill.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Getenv(system.SandboxEnv) != "" {
+				return fmt.Errorf("ax drill system runs inside a drill sandbox (%s is set): a drill does not start another", system.SandboxEnv)
+			}
+			g := &cli{output: outputTable}
+			if f := cmd.Flag("output"); f != nil {
+				g.output = f.Value.String()
+			}
+			structured, err := g.json()
+			if err != nil {
+				return err
+			}
+			c := conn{logLevel: logLevel, logFormat: "console"}
+			log, err := c.logger()
+			if err != nil {
+				return err
+			}
+			if _, err := system.Select(scenarios); err != nil {
+				return fmt.Errorf("--scenario: %w", err)
+			}
+			switch {
+			case opts.Duration < time.Second:
+				return fmt.Errorf("--duration %v: give at least 1s, e.g. --duration 30s", opts.Duration)
+			case opts.Rate < 1 || opts.Rate > 1000:
+				return fmt.Errorf("--rate %d: give 1 to 1000 firings a second", opts.Rate)
+			case opts.LeaseTTL < time.Second:
+				return fmt.Errorf("--lease-ttl %v: give at least 1s", opts.LeaseTTL)
+			case opts.Work < 0:
+				return fmt.Errorf("--work %v: give a duration of 0 or more", opts.Work)
+			}
+			if opts.Binary, err = os.Executable(); err != nil {
+				return fmt.Errorf("find the ax binary to run the sandbox's processes: %w", err)
+			}
+			opts.Scenarios, opts.Logger = scenarios, log
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			results, err := system.Run(ctx, opts)
+			if err != nil && len(results) == 0 {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			passed := len(results) > 0
+			var failed []string
+			for _, r := range results {
+				if !r.Pass {
+					passed = false
+					failed = append(failed, r.Scenario)
+				}
+			}
+			if structured {
+				settings := map[string]any{"duration": opts.Duration.String(), "rate": opts.Rate, "work": opts.Work.String(),
+					"lease_ttl": opts.LeaseTTL.String(), "fsync": opts.Fsync, "jetstream_storage": "file"}
+				if perr := g.printData(out, drillSystemOutput{Passed: passed, Settings: settings, Scenarios: results}); perr != nil {
+					return perr
+				}
+			} else if perr := printDrillSystem(out, results, checks); perr != nil {
+				return perr
+			}
+			if err != nil {
+				return err
+			}
+			if !passed {
+				return &exitError{code: exitFailed, err: fmt.Errorf("the drill failed: scenarios %s", strings.Join(failed, ", "))}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	var names []string
+	for _, s := range system.Scenarios() {
+		names = append(names, s.Name)
+	}
+	f.StringSliceVar(&scenarios, "scenario", nil, fmt.Sprintf("scenarios to run, repeatable or comma-separated (default all: %v)", names))
+	f.DurationVar(&opts.Duration, "duration", system.DefaultDuration, "how long each scenario's load and fault last")
+	f.IntVar(&opts.Rate, "rate", system.DefaultRate, "firings a second")
+	f.DurationVar(&opts.Work, "work", system.DefaultWork, "how long each attempt of the drill's handler works")
+	f.DurationVar(&opts.LeaseTTL, "lease-ttl", system.DefaultLeaseTTL, "the sandbox's lease TTL")
+	f.BoolVar(&opts.Fsync, "fsync", true, "run the sandbox's PostgreSQL with fsync on (production durability)")
+	f.StringVar(&logLevel, "log-level", "info", "the drill's progress on stderr: debug, info, warn, error")
+	f.BoolVar(&checks, "checks", false, "print every scenario's checks and facts after the summary, not only the failed checks")
+	return cmd
+}
+
+// printDrillSystem prints the results as a table, then every failed check
+// (or, with all, every scenario's report).
+func printDrillSystem(w io.Writer, results []system.Result, all bool) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "SCENARIO\tFIRED\tCREATED\tLOST\tSTUCK\tDUPLICATES\tSTALE REFUSED\tSTALE ACCEPTED\tILLEGAL\tRECOVERY P50/P99/MAX\tVERDICT")
+	for _, r := range results {
+		verdict := "pass"
+		if !r.Pass {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Scenario, r.Fired, r.Created, r.Lost, r.Stuck,
+			r.Duplicates, r.StaleRefused, r.StaleAccepted, r.Illegal, r.Recovery, verdict)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range results {
+		if all {
+			fmt.Fprintln(w)
+			if err := r.Report().WriteTable(w); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, c := range r.Checks {
+			if !c.Pass && !c.Info {
+				fmt.Fprintf(w, "FAIL %s: %s: expected %s, observed %s\n", r.Scenario, c.Name, c.Expected, c.Observed)
+			}
+		}
+	}
+	return nil
+}
+
+// newNATSServerCmd is the hidden ax nats-server: the embedded nats-server
+// in a process of its own, with the users of ax dev, for ax drill system's
+// sandbox (which kills it with kill -9). Not for production: run a real
+// nats-server there.
+func newNATSServerCmd() *cobra.Command {
+	var listen, storeDir, users, prefix string
+	cmd := &cobra.Command{
+		Use:     "nats-server",
+		Short:   "Run the embedded nats-server alone (for ax drill system's sandbox)",
+		Example: `  ax nats-server --listen 127.0.0.1:4222 --store /tmp/ax-nats --users /tmp/ax-nats/users.json`,
+		Hidden:  true,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			host, portText, err := net.SplitHostPort(listen)
+			if err != nil {
+				return fmt.Errorf("--listen %q: want host:port: %w", listen, err)
+			}
+			port, err := strconv.Atoi(portText)
+			if err != nil {
+				return fmt.Errorf("--listen %q: port %q is not a number", listen, portText)
+			}
+			if storeDir == "" || users == "" {
+				return fmt.Errorf("give the JetStream store folder (--store) and the users' password file (--users)")
+			}
+			top, err := streams.NewTopology(prefix)
+			if err != nil {
+				return err
+			}
+			pw, err := natsauth.LoadOrCreatePasswords(users)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd)
+			defer stop()
+			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: storeDir,
+				Users: natsauth.Users(top, pw, natsauth.Scope{})})
+			if err != nil {
+				return err
+			}
+			<-ctx.Done()
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:4222", "address to listen on")
+	f.StringVar(&storeDir, "store", "", "JetStream store folder")
+	f.StringVar(&users, "users", "", "the NATS users' password file (made when missing, as ax dev's nats-users.json)")
+	f.StringVar(&prefix, "prefix", streams.DefaultPrefix, "subject prefix of the installation")
+	return cmd
+}

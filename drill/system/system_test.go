@@ -1,0 +1,50 @@
+package system_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/ax-scheduler/ax/drill/system"
+	"github.com/ax-scheduler/ax/drill/system/systemtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { systemtest.Remove() }))
+}
+
+// TestEveryScenario runs the short version of every scenario of ax drill
+// system (seconds, not minutes) against its own sandbox and fails with
+// each check a scenario failed: a regression of AX's fault handling fails
+// here. AX_DRILL_SCENARIOS (comma-separated) runs only those.
+func TestEveryScenario(t *testing.T) {
+	var names []string
+	if v := os.Getenv("AX_DRILL_SCENARIOS"); v != "" {
+		names = strings.Split(v, ",")
+	}
+	results, err := system.Run(context.Background(), system.Options{
+		Binary:    systemtest.BuildAX(t),
+		Scenarios: names,
+		Duration:  6 * time.Second,
+		Rate:      20,
+		LeaseTTL:  2 * time.Second,
+		Logger:    zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+	})
+	for _, r := range results {
+		t.Logf("%s: fired %d, created %d, lost %d, stuck %d, duplicates %d, stale refused %d accepted %d, illegal %d, recovery %s, in %s",
+			r.Scenario, r.Fired, r.Created, r.Lost, r.Stuck, r.Duplicates, r.StaleRefused, r.StaleAccepted, r.Illegal, r.Recovery, r.Wall)
+		for _, c := range r.Checks {
+			if !c.Pass {
+				t.Errorf("%s: %s: expected %s, observed %s", r.Scenario, c.Name, c.Expected, c.Observed)
+			}
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}

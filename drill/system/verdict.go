@@ -1,0 +1,393 @@
+package system
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ax-scheduler/ax/drill"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// Result is what one scenario did and its verdict.
+type Result struct {
+	Scenario    string `json:"scenario"`
+	Description string `json:"description"`
+	// Fired counts the firings JetStream acknowledged (for a cron
+	// scenario: the seconds from its first tick to its last).
+	Fired int `json:"fired"`
+	// Created counts the instances made.
+	Created int `json:"created"`
+	// Succeeded and Failed count the instances that ended so; Poisoned
+	// the instances of the poison task among them.
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Poisoned  int `json:"poisoned"`
+	// Lost counts the firings without an instance and the instances of the
+	// work task that did not succeed (its retry policy outlasts every fault).
+	Lost int `json:"lost"`
+	// Stuck counts the instances that had not ended when the settle time
+	// was up.
+	Stuck int `json:"stuck"`
+	// Duplicates counts the extra runs, in the ledger, of the attempt an
+	// instance succeeded with.
+	Duplicates int `json:"duplicates"`
+	// Untrue counts the successes recorded that are not the truth: no run
+	// of the succeeded attempt, on the worker that reported it, had ended
+	// with success in the ledger before the success was recorded.
+	Untrue int `json:"untrue_outcomes"`
+	// SuccessesLost counts the runs that ended with success on a worker
+	// the fault never touched, whose attempt is yet not the instance's
+	// recorded success (it was retried, or failed): a success lost between
+	// the worker and PostgreSQL.
+	SuccessesLost int `json:"successes_lost"`
+	// Retried counts the instances that needed more than one attempt.
+	Retried int `json:"retried"`
+	// StaleRefused counts the reports the dispatcher refused as stale
+	// (instance_events stale_*); StaleAccepted the transitions recorded
+	// for an attempt older than one the instance had already reached, and
+	// the final transitions a worker's report made for an attempt that
+	// worker never ran.
+	StaleRefused  int `json:"stale_refused"`
+	StaleAccepted int `json:"stale_accepted"`
+	// Illegal counts the transitions the state machine has no edge for
+	// (schemas.CanTransition), that do not start from the state the
+	// previous one ended in, that leave a terminal state, or that change
+	// the attempt other than RETRYING → DISPATCHED by one.
+	Illegal int `json:"illegal_transitions"`
+	// Faults counts the faults injected.
+	Faults int `json:"faults"`
+	// Recovery is the distribution of recovery times: for an executor
+	// crash, from the crash to the next attempt of each attempt it cut
+	// short; for any other fault, from its end to the first success after.
+	Recovery Durations `json:"recovery"`
+	// Checks are the verdict's checks; Pass is whether every one passed.
+	Checks []Check `json:"checks"`
+	Pass   bool    `json:"pass"`
+	// Wall is how long the scenario took, settling included.
+	Wall string `json:"wall"`
+}
+
+// Durations summarises a distribution of durations.
+type Durations struct {
+	N   int           `json:"n"`
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	Max time.Duration `json:"max_ns"`
+}
+
+func summarize(ds []time.Duration) Durations {
+	if len(ds) == 0 {
+		return Durations{}
+	}
+	slices.Sort(ds)
+	q := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
+	return Durations{N: len(ds), P50: q(0.5), P99: q(0.99), Max: ds[len(ds)-1]}
+}
+
+// String prints p50/p99/max, or "-" for no samples.
+func (d Durations) String() string {
+	if d.N == 0 {
+		return "-"
+	}
+	r := func(x time.Duration) string { return x.Round(10 * time.Millisecond).String() }
+	return r(d.P50) + "/" + r(d.P99) + "/" + r(d.Max)
+}
+
+// Check is one check of a scenario's verdict.
+type Check = drill.Check
+
+// Report returns the scenario's verdict as a drill report: its checks, and
+// its counts as facts.
+func (r Result) Report() *drill.Report {
+	rep := &drill.Report{Title: "ax drill system: " + r.Scenario + " (" + r.Description + ")", Checks: r.Checks}
+	for _, f := range []struct {
+		name  string
+		value any
+	}{
+		{"fired", r.Fired}, {"created", r.Created}, {"succeeded", r.Succeeded}, {"failed", r.Failed},
+		{"retried", r.Retried}, {"stale reports refused", r.StaleRefused}, {"faults", r.Faults},
+		{"recovery p50/p99/max", r.Recovery}, {"wall time", r.Wall},
+	} {
+		rep.Fact(f.name, f.value)
+	}
+	return rep
+}
+
+type instanceRow struct {
+	id      int64
+	task    string
+	eventID string
+	worker  string
+	state   schemas.State
+	attempt int
+	firedAt time.Time
+}
+
+type transitionRow struct {
+	instance int64
+	from, to schemas.State
+	attempt  int
+	operator string
+	at       time.Time
+}
+
+// collect reads what the scenario left in PostgreSQL and the ledger and
+// gives its verdict.
+func (r *run) collect(ctx context.Context) (Result, error) {
+	res := Result{Scenario: r.sc.Name, Description: r.sc.Description}
+	tasks := []string{r.task, r.pois}
+	rows, err := r.sb.Pool.Query(ctx, `SELECT id, task, event_id, worker_id, state, attempt, fired_at FROM instances WHERE task = ANY($1) ORDER BY id`, tasks)
+	if err != nil {
+		return res, fmt.Errorf("read the drill's instances: %w", err)
+	}
+	var insts []instanceRow
+	for rows.Next() {
+		var in instanceRow
+		if err := rows.Scan(&in.id, &in.task, &in.eventID, &in.worker, &in.state, &in.attempt, &in.firedAt); err != nil {
+			return res, fmt.Errorf("read the drill's instances: %w", err)
+		}
+		insts = append(insts, in)
+	}
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("read the drill's instances: %w", err)
+	}
+	rows, err = r.sb.Pool.Query(ctx, `SELECT instance_id, COALESCE(from_state, ''), to_state, attempt, operator, at
+		FROM instance_transitions WHERE task = ANY($1) ORDER BY instance_id, id`, tasks)
+	if err != nil {
+		return res, fmt.Errorf("read the drill's transitions: %w", err)
+	}
+	byInstance := make(map[int64][]transitionRow)
+	for rows.Next() {
+		var t transitionRow
+		if err := rows.Scan(&t.instance, &t.from, &t.to, &t.attempt, &t.operator, &t.at); err != nil {
+			return res, fmt.Errorf("read the drill's transitions: %w", err)
+		}
+		byInstance[t.instance] = append(byInstance[t.instance], t)
+	}
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("read the drill's transitions: %w", err)
+	}
+	if err := r.sb.Pool.QueryRow(ctx, `SELECT count(*) FROM instance_events e JOIN instances i ON i.id = e.instance_id
+		WHERE i.task = ANY($1) AND e.kind LIKE 'stale%'`, tasks).Scan(&res.StaleRefused); err != nil {
+		return res, fmt.Errorf("read the drill's stale reports: %w", err)
+	}
+	runs, err := ReadLedger(r.sb.Ledger)
+	if err != nil {
+		return res, err
+	}
+	runsOf := make(map[RunKey][]LedgerRun)
+	for _, run := range runs {
+		k := RunKey{run.Instance, run.Attempt}
+		runsOf[k] = append(runsOf[k], run)
+	}
+	// ranOn reports whether worker ran the attempt (by the end: with
+	// success, ended before it).
+	ranOn := func(k RunKey, worker string, by time.Time) bool {
+		for _, run := range runsOf[k] {
+			if run.Worker == worker && (by.IsZero() || !run.End.IsZero() && !run.Cancelled && !run.End.After(by)) {
+				return true
+			}
+		}
+		return false
+	}
+
+	// Firings, instances, outcomes.
+	r.mu.Lock()
+	fired := len(r.fired)
+	events := make(map[string]bool, len(r.fired))
+	for id := range r.fired {
+		events[id] = true
+	}
+	crashes, faults := slices.Clone(r.crashes), slices.Clone(r.faults)
+	r.mu.Unlock()
+	res.Created, res.Faults = len(insts), len(faults)
+	var ticks []time.Time
+	for _, in := range insts {
+		delete(events, in.eventID)
+		switch {
+		case !in.state.Terminal():
+			res.Stuck++
+		case in.state == schemas.StateSucceeded:
+			res.Succeeded++
+			if n := len(runsOf[RunKey{in.id, in.attempt}]); n > 1 {
+				res.Duplicates += n - 1
+			}
+		case in.state == schemas.StateFailed:
+			res.Failed++
+		}
+		if in.task == r.pois {
+			if in.state == schemas.StateFailed {
+				res.Poisoned++
+			}
+		} else if in.state.Terminal() && in.state != schemas.StateSucceeded {
+			res.Lost++
+		}
+		if in.attempt > 1 && in.task == r.task {
+			res.Retried++
+		}
+		ticks = append(ticks, in.firedAt)
+	}
+	if r.sc.Cron {
+		// Every second from the first tick to the last has its instance.
+		if len(ticks) > 0 {
+			sort.Slice(ticks, func(i, j int) bool { return ticks[i].Before(ticks[j]) })
+			fired = int(ticks[len(ticks)-1].Sub(ticks[0]).Round(time.Second)/time.Second) + 1
+		}
+		res.Lost += max(0, fired-len(insts))
+	} else {
+		res.Lost += len(events)
+	}
+	res.Fired = fired
+
+	// The transitions against the state machine and the ledger.
+	task := make(map[int64]string, len(insts))
+	for _, in := range insts {
+		task[in.id] = in.task
+	}
+	var successes []time.Time
+	redispatched := make(map[RunKey]time.Time) // attempt → when its next one was dispatched
+	for _, ts := range byInstance {
+		var prev *transitionRow
+		reached := 0
+		for i := range ts {
+			t := &ts[i]
+			if t.attempt < reached {
+				res.StaleAccepted++
+			}
+			reached = max(reached, t.attempt)
+			if !legal(prev, t) {
+				res.Illegal++
+			}
+			if t.from == schemas.StateRetrying && t.to == schemas.StateDispatched {
+				redispatched[RunKey{t.instance, t.attempt - 1}] = t.at
+			}
+			if t.to == schemas.StateSucceeded {
+				successes = append(successes, t.at)
+			}
+			// A worker's final report: that worker ran the attempt, and a
+			// success had ended with success before it was recorded.
+			if worker, ok := strings.CutPrefix(t.operator, "worker:"); ok && t.to.Terminal() || ok && t.to == schemas.StateRetrying {
+				k := RunKey{t.instance, t.attempt}
+				switch {
+				case task[t.instance] != r.task: // the poison writes no ledger
+				case !ranOn(k, worker, time.Time{}):
+					res.StaleAccepted++
+				case t.to == schemas.StateSucceeded && !ranOn(k, worker, t.at):
+					res.Untrue++
+				}
+			}
+			prev = t
+		}
+	}
+	slices.SortFunc(successes, func(a, b time.Time) int { return a.Compare(b) })
+
+	// Successes lost: workers the fault did not touch report every run.
+	touched := make(map[string]bool)
+	for _, c := range crashes {
+		touched[c.worker] = true
+	}
+	final := make(map[int64]instanceRow, len(insts))
+	for _, in := range insts {
+		final[in.id] = in
+	}
+	for _, run := range runs {
+		in, ok := final[run.Instance]
+		if !ok || in.task != r.task || run.End.IsZero() || run.Cancelled || touched[run.Worker] {
+			continue
+		}
+		if in.state != schemas.StateSucceeded || in.attempt != run.Attempt {
+			res.SuccessesLost++
+		}
+	}
+
+	// Recovery.
+	var recovery []time.Duration
+	cut := 0
+	if r.sc.CrashRecovery {
+		for _, c := range crashes {
+			for _, run := range runs {
+				// A run of the worker in flight at the fault: a stopped
+				// worker's run may end after SIGCONT, too late.
+				if run.Worker != c.worker || run.Start.After(c.at) || !run.End.IsZero() && run.End.Before(c.at) {
+					continue
+				}
+				cut++
+				if at, ok := redispatched[RunKey{run.Instance, run.Attempt}]; ok {
+					recovery = append(recovery, at.Sub(c.at))
+				}
+			}
+		}
+	} else {
+		for _, f := range faults {
+			i, _ := slices.BinarySearchFunc(successes, f.end, func(a, b time.Time) int { return a.Compare(b) })
+			if i < len(successes) {
+				recovery = append(recovery, successes[i].Sub(f.end))
+			}
+		}
+	}
+	res.Recovery = summarize(recovery)
+
+	// The verdict.
+	zero := func(name string, n int) Check {
+		return Check{Name: name, Expected: "0", Observed: fmt.Sprint(n), Pass: n == 0}
+	}
+	res.Checks = []Check{
+		{Name: "firings made", Expected: "> 0", Observed: fmt.Sprint(res.Fired), Pass: res.Fired > 0},
+		zero("lost", res.Lost),
+		zero("stuck", res.Stuck),
+		zero("duplicate executions of a succeeded attempt", res.Duplicates),
+		zero("stale reports accepted", res.StaleAccepted),
+		zero("successes without their run (untrue outcomes)", res.Untrue),
+		zero("successes lost (ended runs of untouched workers not recorded)", res.SuccessesLost),
+		zero("illegal transitions", res.Illegal),
+	}
+	if r.sc.Fault != nil {
+		res.Checks = append(res.Checks, Check{Name: "faults injected", Expected: "> 0", Observed: fmt.Sprint(res.Faults), Pass: res.Faults > 0})
+	}
+	if r.sc.CrashRecovery {
+		bound := r.sb.LeaseTTL() + time.Second
+		res.Checks = append(res.Checks,
+			Check{Name: "attempts cut short by the fault, each retried", Expected: "> 0, all",
+				Observed: fmt.Sprintf("%d cut, %d retried", cut, len(recovery)), Pass: cut > 0 && len(recovery) == cut},
+			Check{Name: "crash recovery max", Expected: "≤ " + bound.String(), Observed: res.Recovery.Max.Round(time.Millisecond).String(),
+				Pass: res.Recovery.N > 0 && res.Recovery.Max <= bound})
+	}
+	if r.sc.Stale {
+		res.Checks = append(res.Checks, Check{Name: "stale reports refused", Expected: "> 0",
+			Observed: fmt.Sprint(res.StaleRefused), Pass: res.StaleRefused > 0})
+	}
+	if r.sc.NoRetries {
+		res.Checks = append(res.Checks, zero("instances retried (a retry storm)", res.Retried))
+	}
+	if r.sc.Poison {
+		var poison int
+		for _, in := range insts {
+			if in.task == r.pois {
+				poison++
+			}
+		}
+		res.Checks = append(res.Checks, Check{Name: "poison instances FAILED by their policy", Expected: "> 0, all",
+			Observed: fmt.Sprintf("%d of %d", res.Poisoned, poison), Pass: poison > 0 && res.Poisoned == poison})
+	}
+	res.Pass = res.Report().Passed()
+	return res, nil
+}
+
+// legal reports whether t may follow prev (nil: t is the first).
+func legal(prev, t *transitionRow) bool {
+	if prev == nil {
+		// The first transition records the creation: from nothing or CREATED.
+		return (t.from == "" || t.from == schemas.StateCreated) && schemas.CanTransition(t.from, t.to) && t.attempt == 1
+	}
+	if t.from != prev.to || !schemas.CanTransition(t.from, t.to) {
+		return false
+	}
+	if t.from == schemas.StateRetrying && t.to == schemas.StateDispatched {
+		return t.attempt == prev.attempt+1
+	}
+	return t.attempt <= prev.attempt // lower: stale, counted apart
+}
