@@ -48,7 +48,7 @@ firings whose handler writes every run to a ledger (O_APPEND). For each scenario
 prints what was fired and created, what was lost, stuck or run twice, the stale
 reports refused and accepted, the transitions the state machine forbids, the
 recovery times, and a verdict. It ends every process it started, and exits 0 only
-when every check of every scenario passed.
+when every check of every scenario passed, 2 when one failed (-o json for CI).
 
 It needs the machine's PostgreSQL installation (initdb, pg_ctl), as ax dev does.
 docs/drill.md explains every check and scenario.`,
@@ -118,7 +118,7 @@ docs/drill.md explains every check and scenario.`,
 				return err
 			}
 			if !passed {
-				return &exitError{code: exitFailed, err: fmt.Errorf("the drill failed: scenarios %s", strings.Join(failed, ", "))}
+				return &exitError{code: exitNotSucceeded, err: fmt.Errorf("the drill failed: scenarios %s", strings.Join(failed, ", "))}
 			}
 			return nil
 		},

@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 const (
 	exitOK           = 0 // the command did what it was asked
 	exitFailed       = 1 // any error: bad flags, a refusal of the API, the API not reachable
-	exitNotSucceeded = 2 // with --wait: an instance ended FAILED, SKIPPED or CANCELLED; ax drill task: a check failed
+	exitNotSucceeded = 2 // with --wait: an instance ended FAILED, SKIPPED or CANCELLED; ax drill task, ax drill system: a check failed
 	exitTimeout      = 3 // with --wait: an instance did not end within --timeout
 )
 
@@ -50,7 +50,8 @@ const exitCodesHelp = `Exit codes:
   1  any error: bad flags or arguments, a refusal of the API (the message says
      why), or the API could not be reached
   2  with --wait (ax fire, ax instance rerun): an instance ended FAILED, SKIPPED
-     or CANCELLED; ax drill task: a check of the verdict failed
+     or CANCELLED; ax drill task, ax drill system: a check of the verdict
+     failed
   3  with --wait: an instance did not end within --timeout`
 
 // exitError is an error that ends ax with a given exit code.
