@@ -121,7 +121,6 @@ type instanceRow struct {
 	id      int64
 	task    string
 	eventID string
-	worker  string
 	state   schemas.State
 	attempt int
 	firedAt time.Time
@@ -140,14 +139,14 @@ type transitionRow struct {
 func (r *run) collect(ctx context.Context) (Result, error) {
 	res := Result{Scenario: r.sc.Name, Description: r.sc.Description}
 	tasks := []string{r.task, r.pois}
-	rows, err := r.sb.Pool.Query(ctx, `SELECT id, task, event_id, worker_id, state, attempt, fired_at FROM instances WHERE task = ANY($1) ORDER BY id`, tasks)
+	rows, err := r.sb.Pool.Query(ctx, `SELECT id, task, event_id, state, attempt, fired_at FROM instances WHERE task = ANY($1) ORDER BY id`, tasks)
 	if err != nil {
 		return res, fmt.Errorf("read the drill's instances: %w", err)
 	}
 	var insts []instanceRow
 	for rows.Next() {
 		var in instanceRow
-		if err := rows.Scan(&in.id, &in.task, &in.eventID, &in.worker, &in.state, &in.attempt, &in.firedAt); err != nil {
+		if err := rows.Scan(&in.id, &in.task, &in.eventID, &in.state, &in.attempt, &in.firedAt); err != nil {
 			return res, fmt.Errorf("read the drill's instances: %w", err)
 		}
 		insts = append(insts, in)
