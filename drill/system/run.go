@@ -36,6 +36,10 @@ type Options struct {
 	// (default 1 minute plus 4 lease TTLs); an instance not ended by then
 	// is stuck.
 	Settle time.Duration
+	// RecoverySlack is what an executor crash's recovery may take beyond
+	// the lease TTL (default 1 s: the bound is lease TTL + 1 s). A test on
+	// a busy machine may allow more; a broken reaper takes minutes.
+	RecoverySlack time.Duration
 	// Fsync runs the sandbox's PostgreSQL with production durability.
 	Fsync bool
 	// Logger receives the drill's progress. The zero value logs nothing.
@@ -92,6 +96,9 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	if opts.RecoverySlack == 0 {
+		opts.RecoverySlack = time.Second
 	}
 	if opts.Settle == 0 {
 		opts.Settle = time.Minute + 4*opts.LeaseTTL
@@ -238,6 +245,10 @@ func runScenario(ctx context.Context, sb *Sandbox, sc Scenario, opts Options) (R
 		}
 	}
 
+	// The fault must hit a system that runs: one firing succeeds first.
+	if err := r.warmUp(ctx); err != nil {
+		return Result{}, err
+	}
 	start := time.Now()
 	loadCtx, stopLoad := context.WithTimeout(ctx, opts.Duration)
 	defer stopLoad()
@@ -321,6 +332,38 @@ func (r *run) load(ctx context.Context) {
 			continue
 		}
 		n++
+	}
+}
+
+// warmUp fires one attempt and waits until it has succeeded: every
+// process has started and found the others.
+func (r *run) warmUp(ctx context.Context) error {
+	eventID := r.sc.Name + "-warm-up"
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := r.publish(r.task, eventID, 0, "warm-up")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("warm up: fire: %w (the processes' logs are in %s)", err, r.sb.Dir()+"/logs")
+		}
+		if !r.sleep(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	for {
+		var state schemas.State
+		err := r.sb.Pool.QueryRow(ctx, `SELECT state FROM instances WHERE task = $1 AND event_id = $2`, r.task, eventID).Scan(&state)
+		if err == nil && state == schemas.StateSucceeded {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("warm up: the first firing did not succeed within 2 minutes (state %q; the processes' logs are in %s)", state, r.sb.Dir()+"/logs")
+		}
+		if !r.sleep(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
 	}
 }
 

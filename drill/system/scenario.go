@@ -73,6 +73,10 @@ func Scenarios() []Scenario {
 				if !r.sleep(ctx, r.d/3) {
 					return nil
 				}
+				// Attempts in flight for sure, whatever the load.
+				if ws, err := r.longRuns(ctx, 4, 10*time.Second); err != nil || ws == nil {
+					return err
+				}
 				workers := r.sb.Running(r.sc.Name + "-e")
 				for _, w := range workers {
 					if err := r.killExecutor(w); err != nil {

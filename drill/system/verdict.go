@@ -197,14 +197,16 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	// Firings, instances, outcomes.
 	r.mu.Lock()
 	fired := len(r.fired)
-	events := make(map[string]bool, len(r.fired))
+	events := make(map[string]bool, len(r.fired)) // the drill's firings not yet seen
+	byDrill := make(map[string]bool, len(r.fired))
 	for id := range r.fired {
-		events[id] = true
+		events[id], byDrill[id] = true, true
 	}
 	crashes, faults := slices.Clone(r.crashes), slices.Clone(r.faults)
 	r.mu.Unlock()
 	res.Created, res.Faults = len(insts), len(faults)
 	var ticks []time.Time
+	cronTicks := 0
 	for _, in := range insts {
 		delete(events, in.eventID)
 		switch {
@@ -228,15 +230,20 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		if in.attempt > 1 && in.task == r.task {
 			res.Retried++
 		}
-		ticks = append(ticks, in.firedAt)
+		if !byDrill[in.eventID] {
+			ticks = append(ticks, in.firedAt) // the cron trigger's
+		}
 	}
 	if r.sc.Cron {
 		// Every second from the first tick to the last has its instance.
+		ticked := 0
 		if len(ticks) > 0 {
 			sort.Slice(ticks, func(i, j int) bool { return ticks[i].Before(ticks[j]) })
-			fired = int(ticks[len(ticks)-1].Sub(ticks[0]).Round(time.Second)/time.Second) + 1
+			ticked = int(ticks[len(ticks)-1].Sub(ticks[0]).Round(time.Second)/time.Second) + 1
 		}
-		res.Lost += max(0, fired-len(insts))
+		res.Lost += max(0, ticked-len(ticks)) + len(events)
+		fired = ticked + len(byDrill)
+		cronTicks = len(ticks)
 	} else {
 		res.Lost += len(events)
 	}
@@ -348,7 +355,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		res.Checks = append(res.Checks, Check{Name: "faults injected", Expected: "> 0", Observed: fmt.Sprint(res.Faults), Pass: res.Faults > 0})
 	}
 	if r.sc.CrashRecovery {
-		bound := r.sb.LeaseTTL() + time.Second
+		bound := r.sb.LeaseTTL() + r.opts.RecoverySlack
 		res.Checks = append(res.Checks,
 			Check{Name: "attempts cut short by the fault, each retried", Expected: "> 0, all",
 				Observed: fmt.Sprintf("%d cut, %d retried", cut, len(recovery)), Pass: cut > 0 && len(recovery) == cut},
@@ -358,6 +365,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	if r.sc.Stale {
 		res.Checks = append(res.Checks, Check{Name: "stale reports refused", Expected: "> 0",
 			Observed: fmt.Sprint(res.StaleRefused), Pass: res.StaleRefused > 0})
+	}
+	if r.sc.Cron {
+		res.Checks = append(res.Checks, Check{Name: "cron ticks fired", Expected: "> 0", Observed: fmt.Sprint(cronTicks), Pass: cronTicks > 0})
 	}
 	if r.sc.NoRetries {
 		res.Checks = append(res.Checks, zero("instances retried (a retry storm)", res.Retried))
