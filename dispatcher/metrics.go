@@ -18,6 +18,9 @@ type metrics struct {
 	// stale counts the reports refused because their attempt was no
 	// longer the instance's, by kind.
 	stale *prometheus.CounterVec
+	// refusedReports counts the reports refused because they came from
+	// another pool or worker than the attempt's, by kind.
+	refusedReports *prometheus.CounterVec
 	// reaperLeft counts the expired leases and overdue attempts the reaper
 	// did not fail because their final report waited in AX_REPORTS.
 	reaperLeft *prometheus.CounterVec
@@ -40,6 +43,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"consumer"}),
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_stale_reports_total",
 			Help: "Executor reports refused as stale (their attempt was fenced out), by kind (started, succeeded, failed)."}, []string{"kind"}),
+		refusedReports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_refused_reports_total",
+			Help: "Executor reports refused because they did not come from the attempt's holder (another pool, another worker, or a subject that does not name the report's worker), by kind (started, succeeded, failed); never applied."}, []string{"kind"}),
 		reaperLeft: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_reaper_left_to_report_total",
 			Help: "Expired leases and overdue attempts the reaper did not fail because their final report waited in AX_REPORTS, by cause (lease expired, timeout); counted at each look."}, []string{"cause"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_refused_firings_total",
@@ -50,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Attempts taken from the own queue of a worker that left, by outcome (moved: routed again; " +
 				"pinned: pinned to that worker by name, left to wait for it)."}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.reaperLeft, m.refused, m.rerouted} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.reaperLeft, m.refused, m.rerouted} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

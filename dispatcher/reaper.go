@@ -209,11 +209,12 @@ func (s *Service) withoutFinalReport(ctx context.Context, reports jetstream.Stre
 }
 
 // finalReportWaits reports whether AX_REPORTS holds a final report of the
-// attempt. The reports of an instance share its subject, and the stream, a
+// attempt. The reports of an instance match one subject pattern (any pool,
+// any worker: a report of another is refused when recorded), and the stream, a
 // work queue, holds only those not yet recorded: the last one is looked at
 // first (usually the answer), then, if it is another, each one in turn.
 func (s *Service) finalReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int) (bool, error) {
-	subject := s.top.Report(instanceID)
+	subject := s.top.InstanceReports(instanceID)
 	last, err := reports.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil

@@ -26,7 +26,14 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 		msgs = s.drillReportFaults(ctx, msgs)
 	}
 	var started, final []schemas.Report
+	var stale []store.StaleReport
+	// The reports of one attempt in a batch come from one worker: one from
+	// another waits for a later batch, so that the store, which merges an
+	// attempt's reports, sees each on its own, and a forged one cannot
+	// displace the true.
+	holders := make(map[[2]int64]string) // "<pool>.<worker>"
 	workers := make(map[[2]int64]string)
+	handled := msgs[:0:0]
 	for _, m := range msgs {
 		var r schemas.Report
 		if err := json.Unmarshal(m.Data(), &r); err != nil || r.InstanceID <= 0 || r.Attempt <= 0 {
@@ -34,15 +41,34 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 			_ = m.Term()
 			continue
 		}
-		workers[[2]int64{r.InstanceID, int64(r.Attempt)}] = r.WorkerID
-		switch r.Kind {
-		case schemas.ReportStarted:
-			started = append(started, r)
-		case schemas.ReportSucceeded, schemas.ReportFailed:
-			final = append(final, r)
-		default:
+		if r.Kind != schemas.ReportStarted && r.Kind != schemas.ReportSucceeded && r.Kind != schemas.ReportFailed {
 			s.log.Warn().Str("subject", m.Subject()).Str("kind", string(r.Kind)).Msg("report of unknown kind dropped")
 			_ = m.Term()
+			continue
+		}
+		pool, worker, ok := s.top.ReportFrom(m.Subject())
+		if !ok || worker != r.WorkerID {
+			// The subject is what NATS permissions bind to the publisher:
+			// a report whose worker it does not name proves nothing.
+			stale = append(stale, s.noteRefused(r, fmt.Sprintf(
+				"%s report of attempt %d refused: it came on %s, which does not name its worker %q (reports come on %s)",
+				r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.Report("<pool>", "<worker_id>", r.InstanceID))))
+			handled = append(handled, m)
+			continue
+		}
+		r.Pool = pool
+		key := [2]int64{r.InstanceID, int64(r.Attempt)}
+		if h, seen := holders[key]; seen && h != pool+"."+worker {
+			_ = m.NakWithDelay(retryDelay)
+			continue
+		}
+		holders[key] = pool + "." + worker
+		handled = append(handled, m)
+		workers[key] = r.WorkerID
+		if r.Kind == schemas.ReportStarted {
+			started = append(started, r)
+		} else {
+			final = append(final, r)
 		}
 	}
 	outcomes, err := s.opts.Store.ApplyReports(ctx, started, final)
@@ -52,15 +78,23 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	batch := streams.NewAsyncBatch(s.js)
 	var ended []store.RunEnd
-	var stale []store.StaleReport
 	for i, o := range outcomes {
 		isStarted := i < len(started)
-		kind := schemas.ReportStarted
-		if !isStarted {
-			kind = final[i-len(started)].Kind
+		var r schemas.Report
+		if isStarted {
+			r = started[i]
+		} else {
+			r = final[i-len(started)]
 		}
-		if isStale(o, kind) {
-			stale = append(stale, s.noteStale(o, kind, workers[[2]int64{o.InstanceID, int64(o.Attempt)}]))
+		kind := r.Kind
+		switch {
+		case isRefused(o, r):
+			stale = append(stale, s.noteRefused(r, fmt.Sprintf(
+				"%s report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, or another worker (%q) holds it",
+				kind, o.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
+			continue
+		case isStale(o, kind):
+			stale = append(stale, s.noteStale(o, kind, r.WorkerID))
 		}
 		if e, ok := outcomeEnd(o); ok && !isStarted {
 			ended = append(ended, e)
@@ -92,7 +126,7 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 		s.retryLater(msgs, err)
 		return
 	}
-	for _, m := range msgs {
+	for _, m := range handled {
 		_ = m.Ack()
 	}
 }
@@ -162,6 +196,36 @@ func isStale(o store.Outcome, kind schemas.ReportKind) bool {
 	default:
 		return o.State == schemas.StateCancelled
 	}
+}
+
+// isRefused reports whether report r, whose outcome is o, was refused
+// because it came from another pool or another worker than the attempt's
+// (store.ApplyReports' holder check): the attempt is still the instance's
+// and still DISPATCHED or RUNNING, so nothing but that check kept it from
+// being applied — except a started report again from the worker that holds
+// the attempt (a redelivery).
+func isRefused(o store.Outcome, r schemas.Report) bool {
+	if o.Applied || !o.Found || o.CurrentAttempt != o.Attempt {
+		return false
+	}
+	switch o.State {
+	case schemas.StateDispatched:
+		return true
+	case schemas.StateRunning:
+		return r.Kind != schemas.ReportStarted || o.WorkerID != r.WorkerID
+	}
+	return false
+}
+
+// noteRefused counts and logs a report refused because it did not come
+// from the attempt's holder, and returns the event for the instance's
+// timeline.
+func (s *Service) noteRefused(r schemas.Report, reason string) store.StaleReport {
+	s.metrics.refusedReports.WithLabelValues(string(r.Kind)).Inc()
+	s.log.Warn().Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).Str("kind", string(r.Kind)).
+		Str("worker_id", r.WorkerID).Str("pool", r.Pool).Msg(reason)
+	return store.StaleReport{InstanceID: r.InstanceID, Attempt: r.Attempt, Kind: r.Kind, WorkerID: r.WorkerID,
+		At: s.now(), Reason: reason, Refused: true}
 }
 
 // noteStale counts and logs a report refused as stale, and returns the

@@ -478,6 +478,7 @@ func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch
 			MaxAttempts:   a.MaxAttempts,
 			EventID:       a.EventID,
 			Priority:      a.Priority,
+			Pool:          a.Pool,
 			Payload:       a.Payload,
 			TimeoutMS:     a.TimeoutMS,
 			MutexTemplate: a.MutexTemplate,

@@ -138,6 +138,18 @@ func decodeDispatch(m jetstream.Msg) (schemas.Dispatch, error) {
 	return d, nil
 }
 
+// reportSubject is the subject of this worker's reports on d: its pool's,
+// the one the dispatcher checks against the instance's pool. A dispatch
+// message without a pool (routed by a dispatcher older than the field) is
+// of the default pool.
+func (s *Service) reportSubject(d schemas.Dispatch) string {
+	pool := d.Pool
+	if pool == "" {
+		pool = schemas.DefaultPool
+	}
+	return s.opts.Topology.Report(pool, s.opts.WorkerID, d.InstanceID)
+}
+
 // reportID is the Nats-Msg-Id of a report: a retried publish of the same
 // report is a duplicate the stream drops.
 func reportID(d schemas.Dispatch, kind schemas.ReportKind) string {
@@ -227,7 +239,7 @@ func (s *Service) runAttempt(a *attempt) {
 	}
 	rep := s.outcome(a, out, err, cause, returnedAt)
 	s.flushLogs(a)
-	m, encErr := streams.NewMsg(s.opts.Topology.Report(a.dispatch.InstanceID), reportID(a.dispatch, rep.Kind), rep)
+	m, encErr := streams.NewMsg(s.reportSubject(a.dispatch), reportID(a.dispatch, rep.Kind), rep)
 	if encErr == nil && int64(len(m.Data)) > s.opts.Conn.MaxPayload()-reportHeadroom {
 		size := len(rep.Output)
 		rep.Kind, rep.Output, rep.Permanent = schemas.ReportFailed, nil, true

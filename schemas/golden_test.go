@@ -53,6 +53,7 @@ var golden = []goldenMessage{
 		MaxAttempts:   5,
 		EventID:       "cron:nightly-report:2024-05-01T02:00:00Z",
 		Priority:      PriorityUrgent,
+		Pool:          "eu+gpu",
 		Payload:       json.RawMessage(`{"day":"2024-04-30","regions":["eu","us"]}`),
 		TimeoutMS:     600000,
 		MutexTemplate: "report-{{.day}}",

@@ -210,15 +210,19 @@ type CancelOf struct {
 // Dispatch is the message on ax.dispatch.<pool>.<priority>: one attempt of an
 // instance for an executor to run.
 type Dispatch struct {
-	InstanceID  int64           `json:"instance_id"`
-	Task        string          `json:"task"`
-	TaskVersion int             `json:"task_version"`
-	Handler     string          `json:"handler"`
-	Attempt     int             `json:"attempt"`
-	MaxAttempts int             `json:"max_attempts"`
-	EventID     string          `json:"event_id"`
-	Priority    Priority        `json:"priority"`
-	Payload     json.RawMessage `json:"payload,omitempty"`
+	InstanceID  int64    `json:"instance_id"`
+	Task        string   `json:"task"`
+	TaskVersion int      `json:"task_version"`
+	Handler     string   `json:"handler"`
+	Attempt     int      `json:"attempt"`
+	MaxAttempts int      `json:"max_attempts"`
+	EventID     string   `json:"event_id"`
+	Priority    Priority `json:"priority"`
+	// Pool is the instance's pool: the executor reports on the attempt on
+	// that pool's report subject (streams.Topology.Report), which its NATS
+	// user must be allowed to publish on.
+	Pool    string          `json:"pool"`
+	Payload json.RawMessage `json:"payload,omitempty"`
 	// TimeoutMS is how long the attempt may run, in milliseconds.
 	TimeoutMS int64 `json:"timeout_ms"`
 	// MutexTemplate is the task's concurrency.mutex_key, unrendered: the
@@ -251,8 +255,10 @@ const (
 	ReportFailed    ReportKind = "failed"
 )
 
-// Report is the message on ax.report.<instance_id>: an executor's word on one
-// attempt. Only a report whose Attempt is the instance's current attempt
+// Report is the message on ax.report.<pool>.<worker_id>.<instance_id>: an
+// executor's word on one attempt. Only a report whose Attempt is the
+// instance's current attempt, whose subject names the instance's pool and
+// WorkerID, and whose WorkerID holds the attempt (once a worker does)
 // changes anything.
 type Report struct {
 	InstanceID int64      `json:"instance_id"`
@@ -269,6 +275,10 @@ type Report struct {
 	Error string `json:"error,omitempty"`
 	// Permanent marks a failure that must not be retried.
 	Permanent bool `json:"permanent,omitempty"`
+	// Pool is the pool the report's subject names (ax.report.<pool>.…),
+	// set by the dispatcher from the subject, never read from the body: the
+	// store applies a report only to an instance of that pool.
+	Pool string `json:"-"`
 }
 
 // Worker is the value of key <worker_id> in the ax-workers bucket, put on
@@ -384,7 +394,10 @@ type Instance struct {
 // state, shown in its timeline beside the transitions.
 type InstanceEvent struct {
 	// Kind is stale_started, stale_succeeded or stale_failed: a report of
-	// that kind refused because its attempt was fenced out.
+	// that kind refused because its attempt was fenced out; or
+	// refused_started, refused_succeeded or refused_failed: one refused
+	// because it came from another pool or another worker than the
+	// attempt's (a forged report).
 	Kind     string    `json:"kind"`
 	Attempt  int       `json:"attempt"`
 	Operator string    `json:"operator,omitempty"`

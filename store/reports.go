@@ -41,18 +41,21 @@ type Outcome struct {
 // of one attempt in the same batch — the common case under load — make both
 // transitions with one update of the instance. Each write is guarded by
 // state and attempt, so a report from a stale attempt, or one applied before,
-// changes nothing. A final report that comes without a started report before
-// it — the executor sends none for a short attempt, and the two may reach
-// different dispatchers — also records the RUNNING transition.
-// Outcomes come one per report, in the order of started, then final.
+// changes nothing; so does one that is not from the attempt's pool and
+// holder (see holderCheck). A final report that comes without a started
+// report before it — the executor sends none for a short attempt, and the
+// two may reach different dispatchers — also records the RUNNING
+// transition. The reports of one attempt in a batch must come from one
+// worker (the dispatcher defers the others to a later batch). Outcomes come
+// one per report, in the order of started, then final.
 func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Report) ([]Outcome, error) {
 	var rows reportRows
 	for _, r := range started {
-		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, operator: WorkerOperator(r.WorkerID),
+		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: WorkerOperator(r.WorkerID),
 			started: true, startedAt: r.StartedAt})
 	}
 	for _, r := range final {
-		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, operator: WorkerOperator(r.WorkerID),
+		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: WorkerOperator(r.WorkerID),
 			final: true, ok: r.Kind == schemas.ReportSucceeded, output: r.Output, errText: r.Error, permanent: r.Permanent,
 			startedAt: r.StartedAt, finishedAt: r.At, impliesRunning: true})
 	}
@@ -139,16 +142,25 @@ type StaleReport struct {
 	WorkerID   string
 	Reason     string
 	At         time.Time
+	// Refused marks a report refused because it came from another pool or
+	// another worker than the attempt's (event kind refused_<report kind>)
+	// rather than from a fenced-out attempt.
+	Refused bool
 }
 
 // RecordStaleReports adds an event to the timeline of each instance that a
-// stale report was refused for: kind stale_<report kind>, operator the
+// stale report was refused for: kind stale_<report kind> (refused_<report
+// kind> for a report of another pool or worker), operator the
 // reporting worker. One event per attempt and kind: a redelivered report
 // adds none. Events are not transitions and are not relayed to AX_AUDIT.
 func (s *Store) RecordStaleReports(ctx context.Context, in []StaleReport) error {
 	events := make([]Event, len(in))
 	for i, r := range in {
-		events[i] = Event{InstanceID: r.InstanceID, Attempt: r.Attempt, Kind: "stale_" + string(r.Kind), Reason: r.Reason, At: r.At}
+		prefix := "stale_"
+		if r.Refused {
+			prefix = "refused_"
+		}
+		events[i] = Event{InstanceID: r.InstanceID, Attempt: r.Attempt, Kind: prefix + string(r.Kind), Reason: r.Reason, At: r.At}
 		if r.WorkerID != "" {
 			events[i].Operator = WorkerOperator(r.WorkerID)
 		}
@@ -172,6 +184,9 @@ type reportRow struct {
 	id       int64
 	attempt  int
 	workerID string
+	// pool is the pool the reports came from; "" for the dispatcher's own
+	// failures, which any attempt may take.
+	pool     string
 	operator string
 	started  bool
 	final    bool
@@ -258,7 +273,7 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 	}
 	n := len(b.rows)
 	var (
-		ids, attempts            = make([]int64, n), make([]int32, n)
+		ids, attempts, pools     = make([]int64, n), make([]int32, n), make([]string, n)
 		workers, operators, errs = make([]string, n), make([]string, n), make([]string, n)
 		starts, finals, oks      = make([]bool, n), make([]bool, n), make([]bool, n)
 		permanents, implies      = make([]bool, n), make([]bool, n)
@@ -268,6 +283,7 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 	for i := range b.rows {
 		r := &b.rows[i]
 		ids[i], attempts[i], workers[i], operators[i], errs[i] = r.id, int32(r.attempt), r.workerID, r.operator, r.errText
+		pools[i] = r.pool
 		starts[i], finals[i], oks[i], permanents[i], implies[i] = r.started, r.final, r.ok, r.permanent, r.impliesRunning
 		if len(r.output) > 0 {
 			outputs[i] = r.output
@@ -282,12 +298,12 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 	rows, err := q.Query(ctx, `
 WITH r AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::bool[], $7::bool[],
-		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[])
+		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[], $14::text[])
 	AS t(id, attempt, worker_id, operator, started, final, ok, output, error, permanent, started_at, finished_at,
-		implies_running)
+		implies_running, pool)
 ), old AS (
 	SELECT i.id, i.state AS old_state FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
-	WHERE i.state = 'DISPATCHED' OR (r.final AND i.state = 'RUNNING')
+	WHERE (i.state = 'DISPATCHED' OR (r.final AND i.state = 'RUNNING')) AND (r.pool = '' OR `+holderCheck+`)
 	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
 	UPDATE instances i SET
@@ -323,7 +339,7 @@ UNION ALL
 SELECT false, '', r.id, r.attempt, `+outcomeColumns("i")+`
 FROM r LEFT JOIN instances i ON i.id = r.id
 WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
-		ids, attempts, workers, operators, starts, finals, oks, outputs, errs, permanents, startedAt, finishedAt, implies)
+		ids, attempts, workers, operators, starts, finals, oks, outputs, errs, permanents, startedAt, finishedAt, implies, pools)
 	if err != nil {
 		return nil, fmt.Errorf("record reports: %w", err)
 	}
@@ -361,6 +377,15 @@ WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.atte
 	}
 	return out, nil
 }
+
+// holderCheck is the condition on instance i and report row r under which
+// reports may change the instance: they come from the instance's pool (the
+// pool their subject names, which NATS permissions bind to the publishing
+// user), and from the worker that holds the attempt once one does (a
+// started or final report recorded the worker). A report that fails it is
+// refused: the dispatcher counts and records it, and the instance stays as
+// it was.
+const holderCheck = `i.pool = r.pool AND (i.worker_id = '' OR i.worker_id = r.worker_id)`
 
 // rowOutcome is the outcome of one row of [reportRows.record].
 type rowOutcome struct {

@@ -10,7 +10,8 @@
 //	ax.sched.<event_id>                      AX_TRIGGERS  the dispatcher's one-shot schedules (retries, chains) → ax.trigger.<task>
 //	ax.dispatch.<pool>.<priority>.<handler> AX_DISPATCH  dispatcher → the executors of a pool that serve the handler
 //	ax.dispatch.worker.<worker_id>          AX_DISPATCH  dispatcher → one executor (hash and worker routing)
-//	ax.report.<instance_id>                 AX_REPORTS   executors → dispatcher (work queue)
+//	ax.report.<pool>.<worker_id>.<instance_id>
+//	                                        AX_REPORTS   executors → dispatcher (work queue)
 //	ax.audit.<task>                         AX_AUDIT     outbox relay → auditor, anyone
 //	ax.log.<instance_id>                    AX_LOGS      executors → API, console, CLI
 //	ax.control.<worker_id>                  core NATS    dispatcher, API → executor

@@ -96,9 +96,43 @@ func (t Topology) DispatchWorker(workerID string) string {
 	return t.subject("dispatch", WorkerPool, workerID)
 }
 
-// Report is the subject of an executor's reports on one instance.
-func (t Topology) Report(instanceID int64) string {
-	return t.subject("report", strconv.FormatInt(instanceID, 10))
+// Report is the subject of the reports of worker workerID on an attempt of
+// instanceID, an instance of pool: ax.report.<pool>.<worker_id>.<instance>.
+// The pool and the worker are in the subject so that NATS permissions can
+// bind them to the credential that publishes (an executor's user may
+// publish only on its pools' report subjects, and only its own worker's
+// when it is pinned to one), and the dispatcher applies a report only when
+// they are the attempt's (see [Topology.ReportFrom]).
+func (t Topology) Report(pool, workerID string, instanceID int64) string {
+	return t.subject("report", pool, workerID, strconv.FormatInt(instanceID, 10))
+}
+
+// Reports is the subject pattern of the reports of worker workerID ("*":
+// any worker) of pool: what an executor's user may publish.
+func (t Topology) Reports(pool, workerID string) string {
+	return t.subject("report", pool, workerID, "*")
+}
+
+// InstanceReports is the subject pattern of every report on instanceID.
+func (t Topology) InstanceReports(instanceID int64) string {
+	return t.subject("report", "*", "*", strconv.FormatInt(instanceID, 10))
+}
+
+// ReportFrom returns the pool and the worker id a report's subject names,
+// false when subject is no report subject of [Topology.Report]'s form.
+func (t Topology) ReportFrom(subject string) (pool, workerID string, ok bool) {
+	rest, found := strings.CutPrefix(subject, t.prefix+".report.")
+	if !found {
+		return "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return "", "", false
+	}
+	if _, err := strconv.ParseInt(parts[2], 10, 64); err != nil {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
 }
 
 // Audit is the subject of a task's audit records.

@@ -69,7 +69,7 @@ execution:
 	// The dead attempt's report, arriving now, changes nothing.
 	late := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "victim", Kind: schemas.ReportFailed,
 		At: time.Now(), StartedAt: time.Now(), Error: "late news", Permanent: true}
-	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(id), "", late); err != nil {
+	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(schemas.DefaultPool, late.WorkerID, id), "", late); err != nil {
 		t.Fatal(err)
 	}
 	s.drained(s.srv.Topology.ReportsStream(), "recorder")

@@ -171,7 +171,7 @@ execution:
 	// A late success from attempt 1 must not resurrect the instance.
 	late := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "ghost", Kind: schemas.ReportSucceeded,
 		At: time.Now(), StartedAt: time.Now(), Output: json.RawMessage(`{"late":true}`)}
-	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(id), "", late); err != nil {
+	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(schemas.DefaultPool, late.WorkerID, id), "", late); err != nil {
 		t.Fatal(err)
 	}
 	s.drained(s.srv.Topology.ReportsStream(), "recorder")

@@ -66,7 +66,7 @@ func TestStaleReportLeavesATrace(t *testing.T) {
 	// Attempt 1's success, arriving now: fenced out by attempt 2.
 	late := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "ghost", Kind: schemas.ReportSucceeded,
 		At: time.Now(), StartedAt: time.Now()}
-	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(id), "", late); err != nil {
+	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(schemas.DefaultPool, late.WorkerID, id), "", late); err != nil {
 		t.Fatal(err)
 	}
 	s.drained(s.srv.Topology.ReportsStream(), "recorder")
@@ -102,7 +102,7 @@ func TestStaleReportLeavesATrace(t *testing.T) {
 	}
 
 	// Its redelivery (or a second copy) adds no second event.
-	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(id), "", late); err != nil {
+	if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(schemas.DefaultPool, late.WorkerID, id), "", late); err != nil {
 		t.Fatal(err)
 	}
 	s.drained(s.srv.Topology.ReportsStream(), "recorder")

@@ -60,7 +60,7 @@ execution:
 	}
 	now := time.Now()
 	started := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "stuck", Kind: schemas.ReportStarted, At: now, StartedAt: now}
-	if _, err := streams.Publish(ctx, js, top.Report(id), "", started); err != nil {
+	if _, err := streams.Publish(ctx, js, top.Report(schemas.DefaultPool, started.WorkerID, id), "", started); err != nil {
 		t.Fatal(err)
 	}
 	_ = msg.Ack()

@@ -172,7 +172,7 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		if worker == "" {
 			worker = "*"
 		}
-		pub = append(pub, top.Prefix()+".report.>", top.Prefix()+".log.>")
+		pub = append(pub, top.Prefix()+".log.>")
 		pub = append(pub, info(top.DispatchStream(), top.ReportsStream(), top.LogsStream(),
 			kv(top.LeasesBucket()), kv(top.WorkersBucket()), kv(top.MutexBucket()), kv(top.OnceBucket()))...)
 		stream := top.DispatchStream()
@@ -197,6 +197,10 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 				}
 			}
 			sub = append(sub, top.ReadyPool(pool))
+			// Reports only on its pools' work, as its worker when it is
+			// pinned to one: the dispatcher applies a report only when
+			// the subject's pool and worker are the attempt's.
+			pub = append(pub, top.Reports(pool, worker))
 		}
 		// The worker's own consumer, by its worker id: "worker_<id>" on
 		// ax.dispatch.worker.<id>. With any worker id, any worker consumer

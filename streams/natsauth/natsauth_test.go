@@ -85,7 +85,9 @@ func TestExecutorPermissions(t *testing.T) {
 		subject  string
 		want     bool
 	}{
-		{p.Publish.Allow, "ax.report.>", true},
+		{p.Publish.Allow, "ax.report.gpu.w-9.*", true},
+		{p.Publish.Allow, "ax.report.>", false},
+		{p.Publish.Allow, "ax.report.default.w-9.*", false},
 		{p.Publish.Allow, "ax.log.>", true},
 		{p.Publish.Allow, "$JS.API.CONSUMER.MSG.NEXT.AX_DISPATCH." + queue("gpu", schemas.PriorityUrgent, "img.resize"), true},
 		{p.Publish.Allow, "$JS.API.CONSUMER.CREATE.AX_DISPATCH." + queue("gpu", schemas.PriorityLow, "img.resize") + ".ax.dispatch.gpu.low.img.resize", true},

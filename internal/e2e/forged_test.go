@@ -1,0 +1,227 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+// authSystem is a dispatcher and an API on a server with the users ax dev
+// makes (natsauth.Users, any worker id, any handler) plus an executor user
+// of the pool gpu, for tests that act as a hostile credential holder.
+type authSystem struct {
+	*system
+	top       streams.Topology
+	ns        *server.Server
+	passwords map[string]string
+	reg       *prometheus.Registry
+}
+
+// gpuExecutor is the user of the gpu pool's executors.
+const gpuExecutor = "executor-gpu"
+
+func newAuthSystem(t *testing.T) *authSystem {
+	t.Helper()
+	top := streams.Default()
+	roles := map[natsauth.Role]string{}
+	passwords := map[string]string{gpuExecutor: "pw-" + gpuExecutor}
+	for _, role := range natsauth.Roles {
+		roles[role] = "pw-" + string(role)
+		passwords[string(role)] = roles[role]
+	}
+	users := append(natsauth.Users(top, roles, natsauth.Scope{}), &server.User{Username: gpuExecutor,
+		Password: passwords[gpuExecutor], Permissions: natsauth.Permissions(top, natsauth.Executor, gpuExecutor, natsauth.Scope{Pools: []string{"gpu"}})})
+	ns, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(), Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	a := &authSystem{top: top, ns: ns, passwords: passwords, reg: prometheus.NewRegistry()}
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	a.system = &system{t: t, store: st, pool: pool, log: log}
+	d, err := dispatcher.New(dispatcher.Options{Conn: a.connect(string(natsauth.Dispatcher), nil), Store: st,
+		Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log, Metrics: a.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.run("dispatcher", d.Run)
+	<-d.Ready()
+	srv, err := api.New(api.Options{Store: st, Conn: a.connect(string(natsauth.API), nil), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	a.apiURL = hs.URL
+	a.admin = apitest.Admin(t, st)
+	a.client = api.NewClient(hs.URL, hs.Client())
+	a.client.Token = a.admin
+	return a
+}
+
+// connect connects as user with its inbox prefix; v, when set, hears the
+// server's refusals.
+func (a *authSystem) connect(user string, v *violations) *nats.Conn {
+	a.t.Helper()
+	opts := []nats.Option{nats.UserInfo(user, a.passwords[user]), nats.CustomInboxPrefix(natsauth.InboxPrefix(user))}
+	if v != nil {
+		opts = append(opts, nats.ErrorHandler(v.handler))
+	}
+	nc, err := nats.Connect(a.ns.ClientURL(), opts...)
+	if err != nil {
+		a.t.Fatalf("connect as %s: %v", user, err)
+	}
+	a.t.Cleanup(nc.Close)
+	return nc
+}
+
+// executor runs a worker of pools as user.
+func (a *authSystem) executor(user, workerID string, pools ...string) {
+	a.t.Helper()
+	mux := executor.NewMux()
+	executor.RegisterBuiltins(mux)
+	executortest.Run(a.t, executor.Options{Conn: a.connect(user, nil), WorkerID: workerID, Pools: pools, Mux: mux,
+		Slots: 4, Logger: a.log})
+}
+
+// events returns the kinds of the events of instance id.
+func (a *authSystem) events(id int64) []string {
+	a.t.Helper()
+	in, err := a.store.GetInstance(context.Background(), id)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range in.Events {
+		kinds = append(kinds, e.Kind)
+	}
+	return kinds
+}
+
+// TestForgedReports acts as a hostile executor: with the default pool's
+// credentials it reports another pool's attempt succeeded, and with the
+// gpu pool's it reports an attempt another gpu worker holds failed. Neither
+// changes the instance; both are counted and on its timeline; the true
+// worker's outcome is what is recorded.
+func TestForgedReports(t *testing.T) {
+	t.Parallel()
+	a := newAuthSystem(t)
+	ctx := context.Background()
+	a.apply(`
+task_name: gpu-echo
+execution:
+  handler: builtin.echo
+dispatch:
+  tags: [gpu]
+`)
+	a.apply(`
+task_name: gpu-sleep
+execution:
+  handler: builtin.sleep
+dispatch:
+  tags: [gpu]
+`)
+	id := a.fire("gpu-echo", map[string]string{"truth": "from the gpu worker"})
+	a.waitState(id, schemas.StateDispatched, time.Minute)
+
+	// The default pool's executor, as ax dev makes it.
+	v := &violations{}
+	nc := a.connect(string(natsauth.Executor), v)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "evil", Kind: schemas.ReportSucceeded,
+		At: time.Now(), StartedAt: time.Now(), Output: json.RawMessage(`{"forged": true}`)}
+	data, _ := json.Marshal(forged)
+	// On the gpu pool's subject: the server refuses it.
+	gpuSubject := a.top.Report("gpu", "evil", id)
+	if err := errors.Join(nc.Publish(gpuSubject, data), nc.Flush()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to refuse a report on the gpu pool's subject", time.Minute, func() (bool, error) { return v.seen(gpuSubject), nil })
+	// On its own pool's subject, which it may use: the dispatcher refuses it.
+	if _, err := streams.Publish(ctx, js, a.top.Report(schemas.DefaultPool, "evil", id), "", forged); err != nil {
+		t.Fatal(err)
+	}
+	// And a subject that names another worker than the body.
+	other := forged
+	other.WorkerID = "w-honest"
+	if _, err := streams.Publish(ctx, js, a.top.Report(schemas.DefaultPool, "evil", id), "", other); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the forged reports to be refused", time.Minute, func() (bool, error) {
+		return counterValue(t, a.reg, "ax_refused_reports_total", "kind", "succeeded") == 2, nil
+	})
+	in, err := a.store.GetInstance(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.State != schemas.StateDispatched || len(in.Output) != 0 || in.WorkerID != "" {
+		t.Fatalf("after the forged reports the instance is %s, output %s, worker %q; want DISPATCHED as it was", in.State, in.Output, in.WorkerID)
+	}
+	if kinds := a.events(id); len(kinds) != 1 || kinds[0] != "refused_succeeded" {
+		t.Errorf("events = %v, want the refused report on the timeline", kinds)
+	}
+
+	// The gpu worker then runs it, and its outcome is the one recorded.
+	a.executor(gpuExecutor, "g1", "gpu")
+	in = a.waitState(id, schemas.StateSucceeded, time.Minute)
+	if in.WorkerID != "g1" {
+		t.Errorf("worker = %q, want g1", in.WorkerID)
+	}
+	var out map[string]string
+	if err := json.Unmarshal(in.Output, &out); err != nil || out["truth"] != "from the gpu worker" {
+		t.Errorf("output = %s, want the echo of the payload", in.Output)
+	}
+
+	// A worker of the same pool reports on an attempt g1 holds.
+	slow := a.fire("gpu-sleep", map[string]float64{"seconds": 10})
+	running := a.waitState(slow, schemas.StateRunning, time.Minute)
+	if running.WorkerID != "g1" {
+		t.Fatalf("worker = %q, want g1", running.WorkerID)
+	}
+	gnc := a.connect(gpuExecutor, nil)
+	gjs, err := jetstream.New(gnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := schemas.Report{InstanceID: slow, Attempt: 1, WorkerID: "g2", Kind: schemas.ReportFailed,
+		At: time.Now(), StartedAt: time.Now(), Error: "forged", Permanent: true}
+	if _, err := streams.Publish(ctx, gjs, a.top.Report("gpu", "g2", slow), "", failed); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the report on another worker's attempt to be refused", time.Minute, func() (bool, error) {
+		return counterValue(t, a.reg, "ax_refused_reports_total", "kind", "failed") == 1, nil
+	})
+	in = a.waitState(slow, schemas.StateSucceeded, time.Minute)
+	if in.WorkerID != "g1" || in.Attempt != 1 {
+		t.Errorf("instance = worker %q attempt %d, want g1's first attempt", in.WorkerID, in.Attempt)
+	}
+}
