@@ -151,12 +151,15 @@ func (s *Service) reportSubject(d schemas.Dispatch) string {
 }
 
 // reportID is the Nats-Msg-Id of a report: a retried publish of the same
-// report is a duplicate the stream drops.
-func reportID(d schemas.Dispatch, kind schemas.ReportKind) string {
+// report is a duplicate the stream drops. It ends in the worker's random
+// nonce: the duplicate window spans the whole stream, so an id another
+// publisher can guess is one it could take first, and the true report
+// would be dropped as its duplicate.
+func (s *Service) reportID(d schemas.Dispatch, kind schemas.ReportKind) string {
 	if kind != schemas.ReportStarted {
 		kind = "final"
 	}
-	return strconv.FormatInt(d.InstanceID, 10) + "-" + strconv.Itoa(d.Attempt) + "-" + string(kind)
+	return strconv.FormatInt(d.InstanceID, 10) + "-" + strconv.Itoa(d.Attempt) + "-" + string(kind) + "-" + s.nonce
 }
 
 // register makes a leased attempt and adds it to the running set: from now
@@ -239,7 +242,7 @@ func (s *Service) runAttempt(a *attempt) {
 	}
 	rep := s.outcome(a, out, err, cause, returnedAt)
 	s.flushLogs(a)
-	m, encErr := streams.NewMsg(s.reportSubject(a.dispatch), reportID(a.dispatch, rep.Kind), rep)
+	m, encErr := streams.NewMsg(s.reportSubject(a.dispatch), s.reportID(a.dispatch, rep.Kind), rep)
 	if encErr == nil && int64(len(m.Data)) > s.opts.Conn.MaxPayload()-reportHeadroom {
 		size := len(rep.Output)
 		rep.Kind, rep.Output, rep.Permanent = schemas.ReportFailed, nil, true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -32,6 +33,7 @@ type Service struct {
 	opts     Options
 	log      zerolog.Logger
 	hostname string
+	nonce    string // ends the Nats-Msg-Id of its reports (see reportID)
 
 	started  atomic.Bool
 	ready    chan struct{}
@@ -100,6 +102,7 @@ func New(opts Options) (*Service, error) {
 		running:       make(map[string]*attempt),
 		handlerStates: make(map[string]*handlerState),
 		hostname:      hostname(),
+		nonce:         nuid.Next(),
 	}, nil
 }
 

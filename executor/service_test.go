@@ -42,14 +42,14 @@ func TestEchoRunsOnce(t *testing.T) {
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 42, Attempt: 2, Handler: executor.BuiltinEcho, Payload: payload})
 
 	started := w.nextOf(schemas.ReportStarted, 42)
-	if started.Attempt != 2 || started.WorkerID != "w1" || started.StartedAt.IsZero() || started.msgID != "42-2-started" {
+	if started.Attempt != 2 || started.WorkerID != "w1" || started.StartedAt.IsZero() || !strings.HasPrefix(started.msgID, "42-2-started-") {
 		t.Errorf("started report = %+v, msg id %q", started.Report, started.msgID)
 	}
 	done := w.nextOf(schemas.ReportSucceeded, 42)
 	if string(done.Output) != string(payload) {
 		t.Errorf("output = %s, want %s", done.Output, payload)
 	}
-	if done.msgID != "42-2-final" || !done.StartedAt.Equal(started.StartedAt) || done.At.Before(done.StartedAt) {
+	if done.msgID != "42-2-final-"+strings.TrimPrefix(started.msgID, "42-2-started-") || !done.StartedAt.Equal(started.StartedAt) || done.At.Before(done.StartedAt) {
 		t.Errorf("final report = %+v, msg id %q", done.Report, done.msgID)
 	}
 

@@ -93,7 +93,7 @@ func (s *Service) publishStarted(as []*attempt) {
 	for i, a := range as {
 		rep := schemas.Report{InstanceID: a.dispatch.InstanceID, Attempt: a.dispatch.Attempt, WorkerID: s.opts.WorkerID,
 			Kind: schemas.ReportStarted, At: a.startedAt, StartedAt: a.startedAt}
-		msgs[i], _ = streams.NewMsg(s.reportSubject(a.dispatch), reportID(a.dispatch, rep.Kind), rep)
+		msgs[i], _ = streams.NewMsg(s.reportSubject(a.dispatch), s.reportID(a.dispatch, rep.Kind), rep)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	_, errs := s.publishAll(ctx, msgs)
