@@ -340,6 +340,10 @@ func TestGoldenFullyPopulated(t *testing.T) {
 	for _, g := range golden {
 		v := reflect.ValueOf(g.value).Elem()
 		for i := range v.NumField() {
+			// A field that is never encoded has no encoding to pin down.
+			if v.Type().Field(i).Tag.Get("json") == "-" {
+				continue
+			}
 			if v.Field(i).IsZero() {
 				t.Errorf("golden %s leaves %s.%s zero", g.name, v.Type().Name(), v.Type().Field(i).Name)
 			}
