@@ -155,7 +155,7 @@ func (e *env) lastTrigger(task string) (schemas.TriggerEvent, nats.Header) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	msg, err := s.GetLastMsgForSubject(e.t.Context(), "ax.trigger."+task)
+	msg, err := s.GetLastMsgForSubject(e.t.Context(), "ax.trigger."+task+".api")
 	if err != nil {
 		e.t.Fatalf("read the firing of %s: %v", task, err)
 	}
@@ -473,7 +473,7 @@ func TestFireWaitsForInstance(t *testing.T) {
 	e.apply(echoTask)
 
 	// Play the dispatcher: once the firing is published, make its instance.
-	sub, err := e.nc.SubscribeSync("ax.trigger.nightly-report")
+	sub, err := e.nc.SubscribeSync("ax.trigger.nightly-report.api")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		FiredAt:  s.opts.NowFunc().UTC(),
 		Cancel:   &schemas.CancelOf{InstanceID: id, Reason: req.Reason},
 	}
-	if _, err := streams.Publish(r.Context(), s.js, s.opts.Topology.Trigger(inst.Task), streams.TriggerMsgID(inst.Task, ev.EventID), ev); err != nil {
+	if _, err := streams.Publish(r.Context(), s.js, s.opts.Topology.APITrigger(inst.Task), streams.TriggerMsgID(inst.Task, ev.EventID), ev); err != nil {
 		s.internalError(w, r, fmt.Sprintf("publish the cancel of instance %d", id), err)
 		return
 	}

@@ -220,7 +220,7 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 		return
 	}
 
-	subject := s.opts.Topology.Trigger(name)
+	subject := s.opts.Topology.APITrigger(name)
 	if _, err := streams.Publish(r.Context(), s.js, subject, streams.TriggerMsgID(name, eventID), ev); err != nil {
 		log.Error().Err(err).Msg("publish trigger event")
 		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
@@ -315,13 +315,13 @@ func (s *Service) pendingFiring(ctx context.Context, task, eventID string) (sche
 // publishDelayed publishes a firing that is due later: at once, to be held
 // by the dispatcher, when it is due within directWindow; otherwise as a
 // one-shot message schedule on its own subject, which the server publishes
-// to ax.trigger.<task> scheduleLead before the due time — or, when that is
+// to ax.trigger.<task>.api scheduleLead before the due time — or, when that is
 // further off than half the triggers stream's MaxAge (which would drop the
 // schedule), then: the dispatcher schedules the rest. It returns the
 // subject it published to.
 func (s *Service) publishDelayed(ctx context.Context, ev schemas.TriggerEvent, eventID string) (string, error) {
 	if ev.RunAt.Sub(ev.FiredAt) <= directWindow {
-		subject := s.opts.Topology.Trigger(ev.Task)
+		subject := s.opts.Topology.APITrigger(ev.Task)
 		_, err := streams.Publish(ctx, s.js, subject, streams.TriggerMsgID(ev.Task, eventID), ev)
 		return subject, err
 	}
@@ -336,7 +336,7 @@ func (s *Service) publishDelayed(ctx context.Context, ev schemas.TriggerEvent, e
 	}
 	// The message id dedupes a repeated request; a schedule that comes again
 	// later replaces itself on its subject.
-	m, err := streams.NewScheduleMsg(subject, s.opts.Topology.Trigger(ev.Task), subject, at, ev)
+	m, err := streams.NewScheduleMsg(subject, s.opts.Topology.APITrigger(ev.Task), subject, at, ev)
 	if err != nil {
 		return subject, err
 	}

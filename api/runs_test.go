@@ -74,7 +74,7 @@ func TestFireDelayed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("schedule of %s: %v", eventID, err)
 		}
-		if m.Header.Get("Nats-Schedule-Target") != "ax.trigger.nightly-report" {
+		if m.Header.Get("Nats-Schedule-Target") != "ax.trigger.nightly-report.api" {
 			t.Errorf("schedule target %q", m.Header.Get("Nats-Schedule-Target"))
 		}
 		at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(m.Header.Get("Nats-Schedule"), "@at "))

@@ -22,6 +22,9 @@ type firing struct {
 	msg   jetstream.Msg
 	task  string
 	event schemas.TriggerEvent
+	// byAPI is true for a firing on the API's subject, whose source and
+	// operator stand as they are (see streams.Topology.APITrigger).
+	byAPI bool
 	// problem is why the message cannot fire its task as it is; such a
 	// firing makes a SKIPPED instance with the problem as reason.
 	problem string
@@ -204,7 +207,12 @@ func (s *Service) schedule(ctx context.Context, firings []firing) {
 	for _, f := range firings {
 		ev := f.event
 		ev.IdempotencyKey, ev.Delay = "", ""
-		m, err := streams.NewScheduleMsg(s.top.SchedFiring(f.task, ev.EventID), s.top.Trigger(f.task), "",
+		target := s.top.Trigger(f.task)
+		if f.byAPI {
+			// It comes back as the API's, operator and all.
+			target = s.top.APITrigger(f.task)
+		}
+		m, err := streams.NewScheduleMsg(s.top.SchedFiring(f.task, ev.EventID), target, "",
 			s.scheduleAt(ev.RunAt), ev)
 		if err != nil {
 			s.retryLater(msgsOf(firings), err)
@@ -250,7 +258,7 @@ func (s *Service) scheduleAt(due time.Time) time.Time {
 // that order; a delay is resolved to run_at (after fired_at, or after the
 // message reached the stream); source and fired_at have their defaults.
 func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
-	task, ok := s.top.TriggerTask(m.Subject())
+	task, byAPI, ok := s.top.TriggerFrom(m.Subject())
 	if !ok || task == "" || !schemas.ValidText(task) {
 		// No task of that name can exist: there is nothing to record it on.
 		s.log.Warn().Str("subject", storableText(m.Subject())).Msg("trigger on an unexpected subject dropped")
@@ -258,14 +266,20 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 		_ = m.Term()
 		return firing{}, false
 	}
-	f := firing{msg: m, task: task}
+	f := firing{msg: m, task: task, byAPI: byAPI}
 	ev, err := schemas.ParseTriggerEvent(m.Data())
+	if err == nil && !byAPI {
+		ev = s.unproven(m, task, ev)
+	}
 	// bySeq records the firing under its stream sequence: its own id
 	// cannot be trusted, or is AX's to use.
 	bySeq := false
 	switch {
 	case err != nil:
 		f.problem = fmt.Sprintf("malformed trigger event: %v", err)
+	case ev.Cancel != nil && !byAPI:
+		f.problem = fmt.Sprintf("a cancel order is taken only from the API (POST /v1/instances/%d/cancel, ax instance cancel), not on %s",
+			ev.Cancel.InstanceID, m.Subject())
 	case ev.Task != "" && ev.Task != task:
 		f.problem = fmt.Sprintf("trigger event names task %q but was published to %s", ev.Task, m.Subject())
 	case !s.ownsEventID(m, task, ev) || strings.Contains(ev.IdempotencyKey, schemas.ShardEventIDMark):
@@ -327,6 +341,25 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 		f.event.FiredAt = s.now()
 	}
 	return f, true
+}
+
+// unproven returns ev, a firing that did not come on the API's subject, as
+// the bus can prove it: no operator, and no manual source. A firing that
+// claims either is recorded as an event of operator "nats"
+// (store.OperatorNATS), and logged: only the api's NATS user may publish a
+// firing that names who fired it.
+func (s *Service) unproven(m jetstream.Msg, task string, ev schemas.TriggerEvent) schemas.TriggerEvent {
+	if ev.Operator == "" && ev.Source != schemas.SourceManual {
+		return ev
+	}
+	s.log.Warn().Str("task", task).Str("subject", m.Subject()).Str("source", string(ev.Source)).
+		Str("operator", storableText(ev.Operator)).
+		Msg("a firing not published by the API claims an operator or a manual source; recorded as an event of operator nats")
+	if ev.Source == schemas.SourceManual {
+		ev.Source = schemas.SourceEvent
+	}
+	ev.Operator = store.OperatorNATS
+	return ev
 }
 
 // ownsEventID reports whether the firing ev of task may carry its event id:

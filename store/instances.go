@@ -16,6 +16,11 @@ import (
 const (
 	OperatorDispatcher = "dispatcher"
 	OperatorReaper     = "reaper"
+	// OperatorNATS is recorded for a firing that claims an operator (or a
+	// manual source) but did not come on the API's subjects
+	// (streams.Topology.APITrigger): the bus proves only that someone with
+	// the right to publish firings sent it.
+	OperatorNATS = "nats"
 )
 
 // WorkerOperator is the operator recorded on a transition an executor's report made.

@@ -47,9 +47,34 @@ func (t Topology) subject(parts ...string) string {
 // Trigger is the subject a firing of task is published to.
 func (t Topology) Trigger(task string) string { return t.subject("trigger", task) }
 
-// TriggerTask returns the task named by a trigger subject.
+// apiTrigger is the last token of [Topology.APITrigger]'s subjects.
+const apiTrigger = "api"
+
+// APITrigger is the subject of the firings and cancel orders of task that
+// the API publishes: ax.trigger.<task>.api. Only the api's (and the
+// dispatcher's) NATS users may publish there, so a firing on it may state
+// its source (manual) and operator; the dispatcher records every other
+// firing as an event of operator "nats", whatever it says.
+func (t Topology) APITrigger(task string) string { return t.subject("trigger", task, apiTrigger) }
+
+// TriggerTask returns the task named by a trigger subject, of
+// [Topology.Trigger]'s form or [Topology.APITrigger]'s.
 func (t Topology) TriggerTask(subject string) (string, bool) {
-	return strings.CutPrefix(subject, t.prefix+".trigger.")
+	task, _, ok := t.TriggerFrom(subject)
+	return task, ok
+}
+
+// TriggerFrom returns the task named by a trigger subject and whether the
+// subject is [Topology.APITrigger]'s.
+func (t Topology) TriggerFrom(subject string) (task string, byAPI, ok bool) {
+	rest, ok := strings.CutPrefix(subject, t.prefix+".trigger.")
+	if !ok {
+		return "", false, false
+	}
+	if task, ok := strings.CutSuffix(rest, "."+apiTrigger); ok {
+		return task, true, true
+	}
+	return rest, false, true
 }
 
 // Sched is the subject of a one-shot schedule that publishes a trigger later.

@@ -28,7 +28,7 @@ func TestFireCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report")
+	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report.api")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ func TestInstanceRerun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report")
+	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report.api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestInstanceRerun(t *testing.T) {
 		if code, _, errOut := e.ax("", append([]string{"instance", "rerun", fmt.Sprint(failed)}, args...)...); code != 0 {
 			t.Fatalf("instance rerun %v: exit %d, %s", args, code, errOut)
 		}
-		msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report")
+		msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report.api")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ func (e *cliEnv) fakeDispatcher(task string, end func(n int) schemas.State) {
 	e.t.Helper()
 	ctx := e.t.Context()
 	cons, err := e.js.OrderedConsumer(ctx, "AX_TRIGGERS", jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"ax.trigger." + task}, DeliverPolicy: jetstream.DeliverNewPolicy})
+		FilterSubjects: []string{"ax.trigger." + task + ".api"}, DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ func Actions(top streams.Topology) []Action {
 	otherPool := top.PoolConsumer(other, schemas.PriorityNormal, "hello")
 	return []Action{
 		{What: "publish a firing", Subject: top.Trigger("hello")},
+		{What: "publish a firing or cancel order as the API (its operator is recorded)", Subject: top.APITrigger("hello")},
 		{What: "publish a one-shot schedule", Subject: top.Sched("e1")},
 		{What: "route work to a pool", Subject: top.Dispatch(own, schemas.PriorityNormal, "hello")},
 		{What: "publish a report on its pool's work", Subject: top.Report(own, worker, 1)},

@@ -126,7 +126,9 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 	}
 	switch role {
 	case Trigger:
-		pub = append(pub, top.Trigger(">"))
+		// Plain firings only (ax.trigger.<task>): the API's subjects, whose
+		// firings may name an operator, are the api's.
+		pub = append(pub, top.Trigger("*"))
 		pub = append(pub, info(top.TriggersStream(), kv(top.TasksBucket()))...)
 		pub = append(pub, watch(kv(top.TasksBucket()))...)
 		pub = append(pub, flowControl)

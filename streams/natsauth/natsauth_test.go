@@ -129,7 +129,7 @@ func TestExecutorPermissions(t *testing.T) {
 	// Another prefix, other names.
 	acme, _ := streams.NewTopology("acme")
 	pa := natsauth.Permissions(acme, natsauth.Trigger, "trigger", natsauth.Scope{})
-	if !slices.Contains(pa.Publish.Allow, "acme.trigger.>") || !slices.Contains(pa.Publish.Allow, "$JS.API.STREAM.INFO.ACME_TRIGGERS") ||
+	if !slices.Contains(pa.Publish.Allow, "acme.trigger.*") || slices.Contains(pa.Publish.Allow, "acme.trigger.>") || !slices.Contains(pa.Publish.Allow, "$JS.API.STREAM.INFO.ACME_TRIGGERS") ||
 		slices.Contains(pa.Publish.Allow, "$JS.API.STREAM.UPDATE.ACME_TRIGGERS") || slices.Contains(pa.Publish.Allow, "$JS.API.STREAM.DELETE.ACME_TRIGGERS") {
 		t.Errorf("trigger permissions for prefix acme = %v", pa.Publish.Allow)
 	}
