@@ -138,7 +138,7 @@ execution:
 	// The API scheduled the far ones with the server: no service polls.
 	for _, id := range []string{"api-delay", "api-run-at"} {
 		m, err := trig.GetLastMsgForSubject(ctx, top.SchedFiring("later", id))
-		if err != nil || !strings.HasPrefix(m.Header.Get("Nats-Schedule"), "@at ") || m.Header.Get("Nats-Schedule-Target") != top.Trigger("later") {
+		if err != nil || !strings.HasPrefix(m.Header.Get("Nats-Schedule"), "@at ") || m.Header.Get("Nats-Schedule-Target") != top.APITrigger("later") {
 			t.Errorf("schedule of %s: %v, %v", id, m, err)
 		}
 	}
