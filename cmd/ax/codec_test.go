@@ -42,7 +42,7 @@ func TestCodecKeyFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := stream.GetLastMsgForSubject(t.Context(), "ax.trigger.vault")
+	m, err := stream.GetLastMsgForSubject(t.Context(), "ax.trigger.vault.api")
 	if err != nil {
 		t.Fatal(err)
 	}
