@@ -49,6 +49,11 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, rep
 	defer func() { _ = w.Stop() }()
 
 	var lost []store.Failure
+	// holders are the workers the live leases name, by attempt, read from
+	// the watch's puts: an attempt that has not reported started has no
+	// worker in the store, and the worker of a lapsed lease is suspended
+	// and its own queue routed again (see failAttempts).
+	holders := make(map[[2]int64]string)
 	swept, promoted := false, false
 	timeouts := time.NewTicker(s.opts.TimeoutCheck)
 	defer timeouts.Stop()
@@ -73,10 +78,13 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, rep
 			}
 		}
 		if len(lost) > 0 {
-			if err := s.expireLeases(work, reports, lost); err != nil {
+			if err := s.expireLeases(work, reports, lost, holders); err != nil {
 				s.log.Error().Err(err).Int("leases", len(lost)).Msg("expiring leases failed; trying again")
 				retry.Reset(retryDelay)
 			} else {
+				for _, f := range lost {
+					delete(holders, [2]int64{f.InstanceID, int64(f.Attempt)})
+				}
 				lost = lost[:0]
 			}
 		}
@@ -94,7 +102,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, rep
 			if !ok {
 				return fmt.Errorf("watch %s: watcher closed", s.top.LeasesBucket())
 			}
-			lost = s.appendExpiry(lost, e)
+			lost = s.appendExpiry(lost, holders, e)
 		}
 	drain:
 		for len(lost) < s.opts.BatchSize {
@@ -103,7 +111,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, rep
 				if !ok {
 					break drain
 				}
-				lost = s.appendExpiry(lost, e)
+				lost = s.appendExpiry(lost, holders, e)
 			default:
 				break drain
 			}
@@ -118,7 +126,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, rep
 // guarded write. The recorder acknowledges a report only after its
 // transaction committed, so a report gone from the stream between the read
 // and the lookup was recorded, and the guard turns the write into a no-op.
-func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lost []store.Failure) error {
+func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lost []store.Failure, holders map[[2]int64]string) error {
 	live, err := s.opts.Store.UnfinishedAttempts(ctx, lost)
 	if err != nil || len(live) == 0 {
 		return err
@@ -127,18 +135,34 @@ func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lo
 	if err != nil || len(dead) == 0 {
 		return err
 	}
-	return s.failAttempts(ctx, dead, nil, "lease expired")
+	return s.failAttempts(ctx, dead, nil, holders, "lease expired")
 }
 
-func (s *Service) appendExpiry(lost []store.Failure, e jetstream.KeyValueEntry) []store.Failure {
-	if e == nil || e.Operation() != jetstream.KeyValuePurge {
+// appendExpiry adds to lost the attempt whose lease e is the expiry marker
+// of, and notes in holders the worker a lease's first put names.
+func (s *Service) appendExpiry(lost []store.Failure, holders map[[2]int64]string, e jetstream.KeyValueEntry) []store.Failure {
+	if e == nil {
 		return lost
 	}
 	id, attempt, ok := streams.ParseLeaseKey(e.Key())
 	if !ok {
 		return lost
 	}
-	return append(lost, store.Failure{InstanceID: id, Attempt: attempt, Reason: leaseLost, At: s.now()})
+	key := [2]int64{id, int64(attempt)}
+	switch e.Operation() {
+	case jetstream.KeyValuePut:
+		if _, known := holders[key]; !known {
+			if l, err := streams.Decode[schemas.Lease](e.Key(), e.Value()); err == nil && l.WorkerID != "" {
+				holders[key] = l.WorkerID
+			}
+		}
+		return lost
+	case jetstream.KeyValuePurge:
+		return append(lost, store.Failure{InstanceID: id, Attempt: attempt, Reason: leaseLost, At: s.now()})
+	default: // deleted by an executor that retires its leases so
+		delete(holders, key)
+		return lost
+	}
 }
 
 // failOverdue fails the attempts that outlived their timeout and tells their
@@ -161,7 +185,7 @@ func (s *Service) failOverdue(ctx context.Context, reports jetstream.Stream) err
 	if err != nil || len(failures) == 0 {
 		return err
 	}
-	return s.failAttempts(ctx, failures, workers, "timeout")
+	return s.failAttempts(ctx, failures, workers, nil, "timeout")
 }
 
 // reportLookups bounds the concurrent AX_REPORTS lookups of one reaper pass.
@@ -258,8 +282,10 @@ func isFinalReport(data []byte, instanceID int64, attempt int) bool {
 // those with attempts left and the tasks chained after those that ended. A lost worker's next attempt starts at once —
 // the handler did not fail, so there is no reason to back off — while an
 // overdue one waits by the task's backoff. workers, when set, names the
-// worker of each attempt to tell to stop; cause is why, in a word.
-func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, workers map[[2]int64]string, cause string) error {
+// worker of each attempt to tell to stop; holders, for lapsed leases, the
+// worker each lease named, for the attempts the store knows no worker of;
+// cause is why, in a word.
+func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, workers, holders map[[2]int64]string, cause string) error {
 	outcomes, err := s.opts.Store.FailAttempts(ctx, failures)
 	if err != nil {
 		return err
@@ -270,10 +296,14 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 		if e, ok := outcomeEnd(o); ok {
 			ended = append(ended, e)
 		}
-		if o.Applied && workers == nil && o.WorkerID != "" && s.workers.suspend(o.WorkerID) {
+		holder := o.WorkerID
+		if holder == "" {
+			holder = holders[[2]int64{o.InstanceID, int64(o.Attempt)}]
+		}
+		if o.Applied && workers == nil && holder != "" && s.workers.suspend(holder) {
 			// Its lease lapsed: no retry goes back to it, and what waits
 			// on its own queue is routed again.
-			s.departed(o.WorkerID)
+			s.departed(holder)
 		}
 		if o.Applied {
 			s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Str("task", o.Task).
