@@ -176,8 +176,9 @@ dispatch:
 	if _, err := streams.Publish(ctx, js, a.top.Report(schemas.DefaultPool, "evil", id), "", other); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the forged reports to be refused", time.Minute, func() (bool, error) {
-		return counterValue(t, a.reg, "ax_refused_reports_total", "kind", "succeeded") == 2, nil
+	// Refused: counted, and on the timeline (recorded after the count).
+	waitFor(t, "the forged reports to be refused and recorded", time.Minute, func() (bool, error) {
+		return counterValue(t, a.reg, "ax_refused_reports_total", "kind", "succeeded") == 2 && len(a.events(id)) > 0, nil
 	})
 	in, err := a.store.GetInstance(ctx, id)
 	if err != nil {
