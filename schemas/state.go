@@ -1,5 +1,10 @@
 package schemas
 
+import (
+	"fmt"
+	"strings"
+)
+
 // State is the state of a task instance. The state machine is
 //
 //	CREATED → DISPATCHED → RUNNING → SUCCEEDED | FAILED | RETRYING
@@ -63,4 +68,29 @@ func CanTransition(from, to State) bool {
 		}
 	}
 	return false
+}
+
+// StateTable renders the state machine's edges as a Markdown table, one row
+// per state in the order of the lifecycle, for docs/architecture.md (a test
+// holds the doc to it).
+func StateTable() string {
+	var b strings.Builder
+	b.WriteString("| from | may move to |\n|---|---|\n")
+	for _, from := range []State{"", StateCreated, StateWaiting, StateDispatched, StateRunning, StateRetrying,
+		StateSucceeded, StateFailed, StateSkipped, StateCancelled} {
+		name := "`" + string(from) + "`"
+		if from == "" {
+			name = "(creation)"
+		}
+		to := make([]string, len(transitions[from]))
+		for i, s := range transitions[from] {
+			to[i] = "`" + string(s) + "`"
+		}
+		next := strings.Join(to, ", ")
+		if next == "" {
+			next = "— (terminal)"
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", name, next)
+	}
+	return b.String()
 }
