@@ -97,13 +97,8 @@ func (d *taskDrill) duplicateDelivery(ctx context.Context) {
 		return
 	}
 	key := callKey{id, 1}
-	select {
-	case <-d.startedCh(key):
-	case <-time.After(d.opts.Wait):
-		d.fail(name, expected, fmt.Errorf("instance %d never started on a drill executor", id))
-		return
-	case <-ctx.Done():
-		d.fail(name, expected, ctx.Err())
+	if err := d.awaitStart(ctx, key); err != nil {
+		d.fail(name, expected, err)
 		return
 	}
 	c, _ := d.callOf(key)
@@ -196,13 +191,8 @@ func (d *taskDrill) cancellation(ctx context.Context) {
 		return
 	}
 	key := callKey{id, 1}
-	select {
-	case <-d.startedCh(key):
-	case <-time.After(d.opts.Wait):
-		d.fail(name, expected, fmt.Errorf("instance %d never started on a drill executor", id))
-		return
-	case <-ctx.Done():
-		d.fail(name, expected, ctx.Err())
+	if err := d.awaitStart(ctx, key); err != nil {
+		d.fail(name, expected, err)
 		return
 	}
 	// Halfway through a plain run, cancel the instance through the API
@@ -521,4 +511,17 @@ func round(d time.Duration) time.Duration {
 		return d.Round(100 * time.Microsecond)
 	}
 	return d.Round(time.Microsecond)
+}
+
+// awaitStart waits until a drill executor calls the handler for key's
+// attempt, for at most the drill's Wait.
+func (d *taskDrill) awaitStart(ctx context.Context, key callKey) error {
+	select {
+	case <-d.startedCh(key):
+		return nil
+	case <-time.After(d.opts.Wait):
+		return fmt.Errorf("instance %d never started on a drill executor", key.instance)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
