@@ -11,8 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
-
-	"github.com/ax-scheduler/ax/schemas"
 )
 
 // Store reads and writes AX's state in PostgreSQL. It is safe for concurrent use.
@@ -47,7 +45,7 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 // Pool returns the connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Migrate applies every pending migration of schemas.Migrations. It is safe
+// Migrate applies every pending migration of Migrations. It is safe
 // to run from several processes at once: goose takes a session lock.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	db := stdlib.OpenDBFromPool(pool)
@@ -56,7 +54,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {
-	migrations, err := fs.Sub(schemas.Migrations, "migrations")
+	migrations, err := fs.Sub(Migrations, "migrations")
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
