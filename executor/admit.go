@@ -86,9 +86,9 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 			p.fail(err)
 			break
 		}
-		p.handler, p.mutexKey = e.handler, key
+		p.handler, p.mutexKey = e.wrapped, key
 	default:
-		p.handler = e.handler
+		p.handler = e.wrapped
 	}
 	return p
 }

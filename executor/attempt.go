@@ -188,6 +188,7 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 	a.task = &Task{
 		InstanceID:  d.InstanceID,
 		Name:        d.Task,
+		Handler:     d.Handler,
 		Attempt:     d.Attempt,
 		MaxAttempts: d.MaxAttempts,
 		EventID:     d.EventID,

@@ -162,3 +162,23 @@ func ExampleMux_Handle() {
 	fmt.Println(mux.Names())
 	// Output: [partner.sync reports.export]
 }
+
+// Middleware runs around every handler of the mux, as net/http middleware
+// runs around an http.Handler; the mux itself is a Handler that runs the
+// handler t.Handler names.
+func ExampleMux_Use() {
+	mux := executor.NewMux()
+	mux.Use(func(next executor.Handler) executor.Handler {
+		return executor.HandlerFunc(func(ctx context.Context, t *executor.Task) (any, error) {
+			out, err := next.HandleTask(ctx, t)
+			fmt.Printf("%s attempt %d: err=%v\n", t.Handler, t.Attempt, err)
+			return out, err
+		})
+	})
+	mux.HandleFunc("mail.send", func(ctx context.Context, t *executor.Task) (any, error) {
+		return nil, errors.New("smtp: connection refused")
+	})
+
+	_, _ = mux.HandleTask(context.Background(), &executor.Task{Name: "welcome-mail", Handler: "mail.send", Attempt: 1})
+	// Output: mail.send attempt 1: err=smtp: connection refused
+}

@@ -5,20 +5,31 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 )
 
 // Mux maps handler names to handlers. A task definition's execution.handler
-// names the handler that runs it. Mux is safe for concurrent use; the zero
-// value is not usable, make one with [NewMux].
+// names the handler that runs it. A Mux is itself a [Handler] (see
+// [Mux.HandleTask]), and [Mux.Use] wraps every handler it holds in
+// middleware. Mux is safe for concurrent use; the zero value is not usable,
+// make one with [NewMux].
 type Mux struct {
-	mu       sync.RWMutex
-	handlers map[string]muxEntry
+	mu         sync.RWMutex
+	handlers   map[string]muxEntry
+	middleware []Middleware
 }
+
+// Middleware wraps a [Handler] in another: code that runs around every
+// attempt (a log line, a metric, a trace span, a panic policy), as net/http
+// middleware wraps an http.Handler. It is called once per handler when the
+// handler or the middleware is registered, not per attempt.
+type Middleware func(Handler) Handler
 
 // muxEntry is a registered handler and its options.
 type muxEntry struct {
-	handler Handler
+	handler Handler // as registered
+	wrapped Handler // handler in the mux's middleware
 	limits  handlerLimits
 }
 
@@ -57,7 +68,53 @@ func (m *Mux) Handle(name string, h Handler, opts ...HandlerOption) {
 		}
 		opt(&e.limits)
 	}
+	e.wrapped = wrap(name, h, m.middleware)
 	m.handlers[name] = e
+}
+
+// Use adds middleware around every handler of the mux, those registered
+// already and those registered later. The first middleware added is the
+// outermost: m.Use(a, b) runs a, then b, then the handler. Every worker
+// serving the mux, and [Mux.Handler] and [Mux.HandleTask], see the
+// handlers wrapped. Use panics when a middleware is nil or returns a nil
+// handler: these are programming mistakes to catch at start-up.
+func (m *Mux) Use(mw ...Middleware) {
+	for i, f := range mw {
+		if f == nil {
+			panic(fmt.Sprintf("executor: Mux.Use with a nil middleware (argument %d)", i))
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.middleware = append(m.middleware, mw...)
+	for name, e := range m.handlers {
+		e.wrapped = wrap(name, e.handler, m.middleware)
+		m.handlers[name] = e
+	}
+}
+
+// wrap returns h inside mw, mw[0] outermost.
+func wrap(name string, h Handler, mw []Middleware) Handler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		if h = mw[i](h); h == nil {
+			panic(fmt.Sprintf("executor: middleware %d returned a nil handler for %s", i, name))
+		}
+	}
+	return h
+}
+
+// HandleTask makes the mux a [Handler]: it runs the handler registered
+// under t.Handler (the task's execution.handler), in the mux's middleware.
+// A name the mux does not have fails permanently, with an error that lists
+// the names it has. A mux can so be registered in another mux, wrapped in
+// middleware of its own, or called directly by a test.
+func (m *Mux) HandleTask(ctx context.Context, t *Task) (any, error) {
+	e, ok := m.entry(t.Handler)
+	if !ok {
+		return nil, Permanent(fmt.Errorf("task %q: no handler %q here (handlers: %s); register it with Mux.Handle",
+			t.Name, t.Handler, strings.Join(m.Names(), ", ")))
+	}
+	return e.wrapped.HandleTask(ctx, t)
 }
 
 // HandleFunc registers f under name, like [Mux.Handle].
@@ -68,10 +125,11 @@ func (m *Mux) HandleFunc(name string, f func(ctx context.Context, t *Task) (any,
 	m.Handle(name, HandlerFunc(f), opts...)
 }
 
-// Handler returns the handler registered under name.
+// Handler returns the handler registered under name, wrapped in the mux's
+// middleware (see [Mux.Use]): what a worker runs for it.
 func (m *Mux) Handler(name string) (Handler, bool) {
 	e, ok := m.entry(name)
-	return e.handler, ok
+	return e.wrapped, ok
 }
 
 // entry returns the handler registered under name with its options.

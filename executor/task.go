@@ -16,6 +16,9 @@ type Task struct {
 	InstanceID int64
 	// Name is the task's name.
 	Name string
+	// Handler is the handler name the task's execution.handler gives: the
+	// name [Mux.HandleTask] looks up.
+	Handler string
 	// Attempt counts the attempts of the instance, from 1.
 	Attempt int
 	// MaxAttempts is how many attempts the task's retry policy allows in all;
