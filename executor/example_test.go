@@ -182,3 +182,28 @@ func ExampleMux_Use() {
 	_, _ = mux.HandleTask(context.Background(), &executor.Task{Name: "welcome-mail", Handler: "mail.send", Attempt: 1})
 	// Output: mail.send attempt 1: err=smtp: connection refused
 }
+
+// Quote is the output of the task "pricing.quote".
+type Quote struct {
+	Cents int64 `json:"cents"`
+}
+
+// JSON's second type is the handler's output: the function returns a Quote
+// and the report carries it as JSON. Lenient decodes a payload that has
+// fields the type does not know, which the strict default refuses.
+func ExampleLenient() {
+	quote := func(ctx context.Context, t *executor.Task, inv Invoice) (Quote, error) {
+		return Quote{Cents: inv.Cents * 120 / 100}, nil
+	}
+	strict := executor.JSON(quote)
+	lenient := executor.JSON(quote, executor.Lenient())
+
+	payload := json.RawMessage(`{"customer": "acme", "cents": 1000, "currency": "EUR"}`)
+	for _, h := range []executor.Handler{strict, lenient} {
+		out, err := h.HandleTask(context.Background(), &executor.Task{Name: "quote", Payload: payload})
+		fmt.Printf("%+v %v\n", out, err)
+	}
+	// Output:
+	// <nil> task "quote": payload does not fit executor_test.Invoice: json: unknown field "currency"
+	// {Cents:1200} <nil>
+}

@@ -10,35 +10,68 @@ import (
 	"reflect"
 )
 
-// JSON adapts fn, which takes the payload decoded into a T, to a [Handler].
-// Decoding is strict: a field of the payload that T does not have is an
-// error, and so is a value of the wrong type. A payload that does not decode
-// fails the attempt permanently (a retry would not fix it) with an error that
-// names the task and what is wrong. An absent payload decodes as JSON null:
-// T keeps its zero value.
+// JSON adapts fn, which takes the payload decoded into an In and returns
+// an Out, to a [Handler]. Decoding is strict by default: a field of the
+// payload that In does not have is an error, and so is a value of the wrong
+// type or data after the JSON value; [Lenient] ignores unknown fields
+// instead. A payload that does not decode fails the attempt permanently (a
+// retry would not fix it) with an error that names the task and what is
+// wrong. An absent payload decodes as JSON null: In keeps its zero value.
 //
-// JSON panics when fn is nil.
-func JSON[T any](fn func(ctx context.Context, t *Task, payload T) (any, error)) Handler {
+// The Out fn returns is the attempt's output, JSON-encoded into the report
+// as [Handler] says; with an error it is dropped. Out is any for a handler
+// whose output has no one type; a function returning (any, error) infers
+// it, so JSON(fn) reads the same for both.
+//
+// JSON panics when fn or an option is nil.
+func JSON[In, Out any](fn func(ctx context.Context, t *Task, payload In) (Out, error), opts ...JSONOption) Handler {
 	if fn == nil {
 		panic("executor: JSON with a nil function")
 	}
-	return HandlerFunc(func(ctx context.Context, t *Task) (any, error) {
-		var p T
-		if err := decodeStrict(t.Payload, &p); err != nil {
-			return nil, Permanent(fmt.Errorf("task %q: payload does not fit %s: %w", t.Name, reflect.TypeFor[T](), err))
+	var cfg jsonConfig
+	for _, opt := range opts {
+		if opt == nil {
+			panic("executor: JSON with a nil option")
 		}
-		return fn(ctx, t, p)
+		opt(&cfg)
+	}
+	return HandlerFunc(func(ctx context.Context, t *Task) (any, error) {
+		var p In
+		if err := decodePayload(t.Payload, &p, cfg.lenient); err != nil {
+			return nil, Permanent(fmt.Errorf("task %q: payload does not fit %s: %w", t.Name, reflect.TypeFor[In](), err))
+		}
+		out, err := fn(ctx, t, p)
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
 	})
 }
 
-// decodeStrict decodes one JSON value from data into v, rejecting unknown
-// fields and trailing data.
-func decodeStrict(data []byte, v any) error {
+// JSONOption changes how [JSON] decodes a payload.
+type JSONOption func(*jsonConfig)
+
+type jsonConfig struct {
+	lenient bool
+}
+
+// Lenient makes [JSON] ignore the payload's fields that its type does not
+// have, as [json.Unmarshal] does, instead of failing the attempt: for a
+// payload that other programs extend, where a field added upstream must not
+// fail the handlers that do not know it yet. A value of the wrong type, or
+// data after the JSON value, still fails.
+func Lenient() JSONOption { return func(c *jsonConfig) { c.lenient = true } }
+
+// decodePayload decodes one JSON value from data into v, rejecting trailing
+// data and, unless lenient, unknown fields. Empty data is JSON null.
+func decodePayload(data []byte, v any, lenient bool) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		data = []byte("null")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
+	if !lenient {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return err
 	}

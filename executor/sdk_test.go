@@ -75,6 +75,36 @@ func TestJSON(t *testing.T) {
 	}
 }
 
+// A typed output is the handler's output; an error drops it. Lenient takes
+// unknown fields but not wrong types or trailing data.
+func TestJSONTypedOutput(t *testing.T) {
+	t.Parallel()
+	sum := func(_ context.Context, _ *executor.Task, p point) (point, error) {
+		if p.X < 0 {
+			return point{X: -1}, errors.New("negative")
+		}
+		return point{X: p.X + p.Y}, nil
+	}
+	strict, lenient := executor.JSON(sum), executor.JSON(sum, executor.Lenient())
+	call := func(h executor.Handler, payload string) (any, error) {
+		return h.HandleTask(context.Background(), &executor.Task{Name: "plot", Payload: json.RawMessage(payload)})
+	}
+	if out, err := call(strict, `{"x": 1, "y": 2}`); err != nil || out != (point{X: 3}) {
+		t.Errorf("strict: %v, %v; want {3 0}", out, err)
+	}
+	if out, err := call(strict, `{"x": -1}`); err == nil || out != nil {
+		t.Errorf("an error with an output: got %v, %v; want no output", out, err)
+	}
+	if out, err := call(lenient, `{"x": 1, "z": 2}`); err != nil || out != (point{X: 1}) {
+		t.Errorf("lenient with an unknown field: %v, %v; want {1 0}", out, err)
+	}
+	for _, payload := range []string{`{"x": "one"}`, `{"x": 1} {"y": 2}`} {
+		if _, err := call(lenient, payload); !executor.IsPermanent(err) {
+			t.Errorf("lenient %s: %v, want a permanent error", payload, err)
+		}
+	}
+}
+
 func TestLoggerWithoutWorker(t *testing.T) {
 	t.Parallel()
 	l := executor.Logger(context.Background())
