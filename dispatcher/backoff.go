@@ -33,4 +33,21 @@ func backoff(p schemas.Retry, failed int, r func() float64) time.Duration {
 	return time.Duration(d)
 }
 
+// retryWait returns how long to wait before the attempt after failed,
+// whose final report asked for retryAfterMS (0 when it did not): that
+// wait, capped at the policy's max interval, in place of the backoff
+// (executor.RetryAfter). A negative ask is refused: the backoff applies,
+// and refused says so.
+func retryWait(p schemas.Retry, failed int, retryAfterMS int64, r func() float64) (wait time.Duration, refused bool) {
+	switch {
+	case retryAfterMS < 0:
+		return backoff(p, failed, r), true
+	case retryAfterMS == 0:
+		return backoff(p, failed, r), false
+	case retryAfterMS > p.Max().Milliseconds():
+		return p.Max(), false
+	}
+	return time.Duration(retryAfterMS) * time.Millisecond, false
+}
+
 func randFloat() float64 { return rand.Float64() }

@@ -36,3 +36,28 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryWait(t *testing.T) {
+	sec := func(f float64) *float64 { return &f }
+	zero := func() float64 { return 0 }
+	slow := schemas.Retry{Backoff: schemas.BackoffExponential, InitialIntervalSec: sec(600), MaxIntervalSec: sec(3600)}
+	cases := []struct {
+		name    string
+		policy  schemas.Retry
+		ms      int64
+		want    time.Duration
+		refused bool
+	}{
+		{"no ask: the backoff", slow, 0, 1200 * time.Second, false},
+		{"an ask replaces the backoff", slow, 1500, 1500 * time.Millisecond, false},
+		{"an ask is capped at the max interval", slow, 7200_000, time.Hour, false},
+		{"capped at the default 30 min", schemas.Retry{}, 1 << 62, 30 * time.Minute, false},
+		{"a negative ask is refused: the backoff", slow, -5, 1200 * time.Second, true},
+	}
+	for _, c := range cases {
+		got, refused := retryWait(c.policy, 2, c.ms, zero)
+		if got != c.want || refused != c.refused {
+			t.Errorf("%s: retryWait = %v, %v; want %v, %v", c.name, got, refused, c.want, c.refused)
+		}
+	}
+}

@@ -107,7 +107,12 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 		case !isStarted && o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt:
 			// Applied now, or applied before a crash that may have lost the
 			// schedule: (re)schedule it; its message id makes that idempotent.
-			if err := s.scheduleRetry(batch, o, backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)); err != nil {
+			wait, refused := retryWait(o.RetryPolicy, o.Attempt, r.RetryAfterMS, s.opts.RandFunc)
+			if refused {
+				s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Int64("retry_after_ms", r.RetryAfterMS).
+					Msg("report asks for a negative retry_after_ms; the task's backoff applies")
+			}
+			if err := s.scheduleRetry(batch, o, wait); err != nil {
 				s.retryLater(msgs, err)
 				return
 			}

@@ -379,6 +379,10 @@ func (s *Service) outcome(a *attempt, out any, err error, cause error, returnedA
 		}
 	default:
 		rep.Error, rep.Permanent = err.Error(), IsPermanent(err)
+		if d, ok := retryAfter(err); ok && !rep.Permanent {
+			// At least 1 ms: 0 on the wire means the backoff.
+			rep.RetryAfterMS = max(d.Milliseconds(), 1)
+		}
 		if rep.Error == "" {
 			rep.Error = "the handler returned an error with an empty message"
 		}

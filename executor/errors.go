@@ -1,6 +1,10 @@
 package executor
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // ErrLeaseLost is the cause ([context.Cause]) of an attempt's context when
 // the worker lost the attempt's lease: a renewal found that the lease had
@@ -28,3 +32,42 @@ type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
+
+// RetryAfter asks for the next attempt d from now instead of after the
+// task's backoff (River's snooze): for work that cannot run yet and knows
+// when it can (a rate limit's reset, a file not yet delivered, a remote
+// Retry-After). The attempt fails with err's message and counts as one of
+// the task's retry.max_attempts, like any failure, so that a handler that
+// keeps asking cannot retry for ever (on the last attempt the instance
+// fails); only the wait is the handler's instead of the backoff's.
+//
+// The dispatcher schedules the next attempt d after it records the
+// failure, capped at the task's retry.max_interval_sec (default 30 min); a
+// negative d is 0, which retries at once. An error marked [Permanent],
+// inside or outside RetryAfter, fails without retry. RetryAfter(d, nil)
+// is an error too, "retry in <d> requested", since asking for a retry is
+// a failure of this attempt. [errors.Is] and [errors.As] see through it.
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = fmt.Errorf("retry in %v requested", max(d, 0))
+	}
+	return &retryAfterError{d: max(d, 0), err: err}
+}
+
+// retryAfter returns the wait err asks for with [RetryAfter], the
+// outermost one if it was wrapped twice.
+func retryAfter(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if !errors.As(err, &r) {
+		return 0, false
+	}
+	return r.d, true
+}
+
+type retryAfterError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }

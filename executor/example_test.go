@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -206,4 +207,17 @@ func ExampleLenient() {
 	// Output:
 	// <nil> task "quote": payload does not fit executor_test.Invoice: json: unknown field "currency"
 	// {Cents:1200} <nil>
+}
+
+// RetryAfter fails the attempt and asks for the next one at a given time,
+// in place of the task's backoff: for work that knows when it can run.
+func ExampleRetryAfter() {
+	errLimited := errors.New("api.example.com: 429 too many requests")
+	err := executor.RetryAfter(90*time.Second, errLimited)
+	fmt.Println(err, errors.Is(err, errLimited), executor.IsPermanent(err))
+	// Permanent wins: the instance fails without another attempt.
+	fmt.Println(executor.IsPermanent(executor.Permanent(err)))
+	// Output:
+	// api.example.com: 429 too many requests true false
+	// true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -85,5 +86,39 @@ func TestOutcome(t *testing.T) {
 		if r.Kind != tt.kind || r.Error != tt.msg || r.Permanent != tt.permanent {
 			t.Errorf("%s: report %+v, want %s %q permanent %v", tt.name, r, tt.kind, tt.msg, tt.permanent)
 		}
+	}
+}
+
+// RetryAfter reaches the report as retry_after_ms, at least 1 ms, unless
+// the failure is permanent or the context's end decided the outcome.
+func TestOutcomeRetryAfter(t *testing.T) {
+	s := &Service{opts: Options{WorkerID: "w", NowFunc: func() time.Time { return time.Unix(0, 0) }}}
+	a := &attempt{dispatch: schemas.Dispatch{InstanceID: 1, Attempt: 1}, task: &Task{}}
+	rateLimited := errors.New("429 too many requests")
+	tests := []struct {
+		name      string
+		err       error
+		cause     error
+		msg       string
+		ms        int64
+		permanent bool
+	}{
+		{"retry after", RetryAfter(90*time.Second, rateLimited), nil, "429 too many requests", 90000, false},
+		{"wrapped", fmt.Errorf("call api: %w", RetryAfter(time.Second, rateLimited)), nil, "call api: 429 too many requests", 1000, false},
+		{"nil error", RetryAfter(5*time.Minute, nil), nil, "retry in 5m0s requested", 300000, false},
+		{"zero is at once, not the backoff", RetryAfter(0, rateLimited), nil, "429 too many requests", 1, false},
+		{"negative is zero", RetryAfter(-time.Hour, rateLimited), nil, "429 too many requests", 1, false},
+		{"permanent outside", Permanent(RetryAfter(time.Second, rateLimited)), nil, "429 too many requests", 0, true},
+		{"permanent inside", RetryAfter(time.Second, Permanent(rateLimited)), nil, "429 too many requests", 0, true},
+		{"cancelled", RetryAfter(time.Second, rateLimited), cancelError{"stop"}, "cancelled: stop (handler returned: 429 too many requests)", 0, false},
+	}
+	for _, tt := range tests {
+		r := s.outcome(a, nil, tt.err, tt.cause, time.Unix(0, 0))
+		if r.Kind != schemas.ReportFailed || r.Error != tt.msg || r.RetryAfterMS != tt.ms || r.Permanent != tt.permanent {
+			t.Errorf("%s: report %+v, want failed %q retry_after_ms %d permanent %v", tt.name, r, tt.msg, tt.ms, tt.permanent)
+		}
+	}
+	if !errors.Is(RetryAfter(time.Second, rateLimited), rateLimited) {
+		t.Error("errors.Is does not see through RetryAfter")
 	}
 }

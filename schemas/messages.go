@@ -275,6 +275,11 @@ type Report struct {
 	Error string `json:"error,omitempty"`
 	// Permanent marks a failure that must not be retried.
 	Permanent bool `json:"permanent,omitempty"`
+	// RetryAfterMS, on a failure that is not permanent, asks for the next
+	// attempt that many milliseconds after the dispatcher applies the
+	// report, in place of the task's backoff; the dispatcher caps it at the
+	// retry policy's max interval. 0 (absent) means the backoff.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 	// Pool is the pool the report's subject names (ax.report.<pool>.…),
 	// set by the dispatcher from the subject, never read from the body: the
 	// store applies a report only to an instance of that pool.
