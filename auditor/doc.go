@@ -1,53 +1,15 @@
-// Package auditor is AX's auditor service. Its first duty is the audit
-// trail: it relays the outbox tables of PostgreSQL — instance_transitions,
-// written by the dispatcher in the transaction of each state change, and
-// operator_actions, written by the api in the transaction of each operator
-// action — to the AX_AUDIT stream, one [schemas.AuditRecord] per row on
-// ax.audit.<task>, exactly once, even across crashes.
+// Package auditor is AX's auditor service: one process that runs the two
+// jobs that read what the other services wrote, each in a package of its
+// own.
 //
-// Any number of auditors may run; one relays at a time. The leader holds a
-// PostgreSQL session advisory lock on a connection of its own (see
-// [store.Store.AcquireRelay]); when that connection dies the lock is released
-// and a follower, which tries every Options.RetryInterval, takes over. The
-// leader reads the outbox in batches that follow commit order, publishes each
-// batch asynchronously and awaits the acknowledgements together, and then
-// saves its cursor on the lock's connection, so a deposed leader can no
-// longer move it.
+//   - [relay]: the audit trail. It relays the outbox tables of PostgreSQL
+//     (instance_transitions, operator_actions) to the AX_AUDIT stream, one
+//     record per row, exactly once, one leader at a time.
+//   - [monitor]: the fleet metrics, the alert rules and their notifications,
+//     read from AX_AUDIT, the ax-workers bucket and PostgreSQL, one leader
+//     at a time.
 //
-// Exactly once rests on three things. Every message carries Nats-Msg-Id =
-// the record's id ("t-<transition id>", "o-<action id>"), so JetStream drops
-// a repeat inside its duplicate window. A new leader reads the last message
-// of AX_AUDIT and skips every record up to it: a leader that died between
-// its publish and its cursor save left those records there, and the
-// batch's order is fixed before its first record is published (see
-// [store.Relay.Next]), so what precedes the last message is published too —
-// also beyond the duplicate window. And every message expects the stream
-// to end with the record before it (Nats-Expected-Last-Msg-Id; the first
-// after a leader starts expects the stream's last sequence), so a deposed
-// leader's late publish fails instead of adding a second copy: the stream
-// only ever grows by the next record in the outbox's fixed order.
-//
-// The leader polls the outbox every Options.PollInterval while it is idle:
-// no service rings it after a commit.
-//
-// Its second duty is monitoring: the fleet metrics, the alert rules and
-// their notifications. One auditor at a time monitors, holding a PostgreSQL
-// advisory lock of its own (see [store.Store.AcquireMonitor]), so the two
-// duties may lead on different auditors; [Service.Monitoring] tells whether
-// this one does. The monitor reads three sources. The audit trail, through
-// the durable consumer [MonitorConsumer] on AX_AUDIT: every transition is
-// counted once (attempts and their outcomes, timeouts, lease expiries,
-// retries, ended instances, the latency histograms, whose start times it
-// reads from PostgreSQL in one query per batch) and feeds the rules about
-// failures in a row and run durations. The ax-workers bucket, watched:
-// slots and busy slots per pool and worker, and a worker's key expiring
-// (a purge marker) rather than being deleted counts as a lost heartbeat.
-// And PostgreSQL, every Options.RefreshInterval: the live instances by
-// state, the backlog, and the rules over a state (no live executor in a
-// pool, many tasks failing, timeout rate, backlog). Every judgement is read
-// from PostgreSQL, so a new leader judges alike. Alerts and their
-// notification throttle live in PostgreSQL too; a notification is claimed
-// there before a goroutine of its own sends it to every channel (a
-// webhook, a WeCom robot, a Slack webhook; see [Notification]). The metrics
-// are registered with Options.Metrics; docs/operations.md lists them.
+// Each job elects its leader with a PostgreSQL advisory lock of its own, so
+// the two may lead on different auditors; [Service.Leading] and
+// [Service.Monitoring] tell which this one leads. [Options] configures both.
 package auditor

@@ -313,7 +313,7 @@ type AlertChannelKind string
 
 // The alert channel kinds.
 const (
-	// ChannelWebhook receives the notification as JSON (auditor.Notification).
+	// ChannelWebhook receives the notification as JSON (auditor/monitor.Notification).
 	ChannelWebhook AlertChannelKind = "webhook"
 	// ChannelWeCom is a WeCom (企业微信) group robot webhook.
 	ChannelWeCom AlertChannelKind = "wecom"

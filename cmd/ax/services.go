@@ -13,6 +13,8 @@ import (
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
+	"github.com/ax-scheduler/ax/auditor/monitor"
+	"github.com/ax-scheduler/ax/auditor/relay"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/drill/system"
 	"github.com/ax-scheduler/ax/executor"
@@ -158,9 +160,9 @@ to the alert channels (ax alert).`,
 	}
 	c.natsFlags(cmd)
 	c.databaseFlags(cmd)
-	cmd.Flags().DurationVar(&pollInterval, "poll-interval", auditor.DefaultPollInterval, "how often the leader looks for new records when it is idle")
-	cmd.Flags().DurationVar(&lagInterval, "lag-interval", auditor.DefaultLagInterval, "how often the monitoring auditor reads the consumers' lag from JetStream")
-	cmd.Flags().StringVar(&consoleURL, "console-url", envOr("AX_CONSOLE_URL", auditor.DefaultConsoleURL),
+	cmd.Flags().DurationVar(&pollInterval, "poll-interval", relay.DefaultPollInterval, "how often the leader looks for new records when it is idle")
+	cmd.Flags().DurationVar(&lagInterval, "lag-interval", monitor.DefaultLagInterval, "how often the monitoring auditor reads the consumers' lag from JetStream")
+	cmd.Flags().StringVar(&consoleURL, "console-url", envOr("AX_CONSOLE_URL", monitor.DefaultConsoleURL),
 		"base URL of the web console, for the links to an instance's logs in alert notifications (env AX_CONSOLE_URL)")
 	alertAllowFlag(cmd, &alertAllow)
 	m.flags(cmd, "")
@@ -175,8 +177,8 @@ func alertAllowFlag(cmd *cobra.Command, v *string) {
 }
 
 // alertDestinations is the destination policy of a --alert-allow value.
-func alertDestinations(allow string) auditor.DestinationPolicy {
-	var p auditor.DestinationPolicy
+func alertDestinations(allow string) monitor.DestinationPolicy {
+	var p monitor.DestinationPolicy
 	for a := range strings.SplitSeq(allow, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			p.Allow = append(p.Allow, a)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
+	"github.com/ax-scheduler/ax/auditor/monitor"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -71,7 +72,7 @@ func (s *system) monitor(reg prometheus.Registerer) {
 		ConsoleURL: "http://console.test",
 		// The receivers are loopback test servers: an internal receiver
 		// is reached only when the allow list names it.
-		Destinations: auditor.DestinationPolicy{Allow: []string{"127.0.0.1"}}, NotifyTimeout: 5 * time.Second})
+		Destinations: monitor.DestinationPolicy{Allow: []string{"127.0.0.1"}}, NotifyTimeout: 5 * time.Second})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -117,12 +118,12 @@ func TestConsecutiveFailuresAlertFiresAndResolves(t *testing.T) {
 		last = s.fire("nightly", nil)
 		s.waitState(last, schemas.StateFailed, 20*time.Second)
 	}
-	var firing auditor.Notification
+	var firing monitor.Notification
 	if err := json.Unmarshal(hook.wait(t, 1)[0], &firing); err != nil {
 		t.Fatal(err)
 	}
 	link := fmt.Sprintf("http://console.test/#/instances/%d/logs", last)
-	if firing.Status != auditor.StatusFiring || firing.Task != "nightly" || firing.InstanceID != last || firing.Level != store.AlertP1 ||
+	if firing.Status != monitor.StatusFiring || firing.Task != "nightly" || firing.InstanceID != last || firing.Level != store.AlertP1 ||
 		firing.Rule != "consecutive_failures" || !strings.Contains(firing.Reason, "failed 3 times in a row; the last error: disk full") ||
 		firing.Link != link {
 		t.Errorf("webhook got %+v", firing)
@@ -137,11 +138,11 @@ func TestConsecutiveFailuresAlertFiresAndResolves(t *testing.T) {
 
 	failing.Store(false)
 	s.waitState(s.fire("nightly", nil), schemas.StateSucceeded, 20*time.Second)
-	var resolved auditor.Notification
+	var resolved monitor.Notification
 	if err := json.Unmarshal(hook.wait(t, 2)[1], &resolved); err != nil {
 		t.Fatal(err)
 	}
-	if resolved.Status != auditor.StatusResolved || resolved.AlertID != firing.AlertID || resolved.Task != "nightly" || resolved.ResolvedAt == nil {
+	if resolved.Status != monitor.StatusResolved || resolved.AlertID != firing.AlertID || resolved.Task != "nightly" || resolved.ResolvedAt == nil {
 		t.Errorf("webhook got %+v, want the resolution of alert %d", resolved, firing.AlertID)
 	}
 	if !strings.Contains(string(wecom.wait(t, 2)[1]), "RESOLVED consecutive_failures: nightly") ||

@@ -151,7 +151,7 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		// The state it reads: the streams and buckets it uses, its own
 		// consumer, and for the consumer lag one consumer list per
 		// stream with durable consumers and the oldest waiting dispatch
-		// message of a pool (auditor.LagStreams) — no consumer's info
+		// message of a pool (monitor.LagStreams in auditor/monitor) — no consumer's info
 		// one by one, no stream it does not read.
 		pub = append(pub, info(top.AuditStream(), top.TriggersStream(), top.DispatchStream(), top.ReportsStream(),
 			kv(top.WorkersBucket()), kv(top.LeasesBucket()), kv(top.TasksBucket()))...)

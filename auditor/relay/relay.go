@@ -1,4 +1,4 @@
-package auditor
+package relay
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -39,7 +40,7 @@ func (s *Service) lead(ctx context.Context, js jetstream.JetStream, stream jetst
 		}
 		if len(recs) == 0 {
 			cur = next
-			if !sleep(ctx, s.opts.PollInterval) {
+			if !wait.Sleep(ctx, s.opts.PollInterval) {
 				return nil
 			}
 			continue
@@ -55,7 +56,7 @@ func (s *Service) lead(ctx context.Context, js jetstream.JetStream, stream jetst
 		if err := relay.SaveCursor(work, next); err != nil {
 			return err
 		}
-		s.metrics.recordsRelayed.Add(float64(len(recs)))
+		s.recordsRelayed.Add(float64(len(recs)))
 		cur = next
 		log.Debug().Int("records", len(recs)).Str("last", recs[len(recs)-1].ID).Uint64("stream_seq", end.seq).
 			Msg("audit records published")

@@ -1,4 +1,4 @@
-package auditor
+package monitor
 
 import (
 	"slices"
@@ -23,7 +23,7 @@ var (
 	runBuckets = []float64{.1, .5, 1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 3 * 3600, 12 * 3600}
 )
 
-// metrics are the auditor's Prometheus metrics. The fleet metrics are
+// metrics are the monitor's Prometheus metrics. The fleet metrics are
 // computed by the auditor that leads monitoring only: from the audit
 // trail (counters and histograms, each record counted once by the durable
 // consumer), from PostgreSQL (gauges refreshed every RefreshInterval),
@@ -52,9 +52,7 @@ type metrics struct {
 	workerSlotUtil  *prometheus.GaugeVec
 	alertsOpen      *prometheus.GaugeVec
 	notifications   *prometheus.CounterVec
-	recordsRelayed  prometheus.Counter
 	recordsSeen     prometheus.Counter
-	relayLeader     prometheus.Gauge
 	monitorLeader   prometheus.Gauge
 
 	consumerPending     *prometheus.GaugeVec
@@ -65,7 +63,7 @@ type metrics struct {
 	poolOldest          *prometheus.GaugeVec
 }
 
-// newMetrics makes the auditor's metrics and registers them with reg.
+// newMetrics makes the monitor's metrics and registers them with reg.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	hist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, []string{"task"})
@@ -115,12 +113,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Alerts firing or acknowledged, by level.", "level", "state"),
 		notifications: counter("ax_alert_notifications_total",
 			"Alert notifications sent, by channel kind and result (ok, error).", "kind", "result"),
-		recordsRelayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_audit_records_relayed_total",
-			Help: "Audit records this auditor published to AX_AUDIT."}),
 		recordsSeen: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_audit_records_monitored_total",
 			Help: "Audit records this auditor's monitor consumed from AX_AUDIT."}),
-		relayLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_audit_relay_leader",
-			Help: "1 while this auditor relays the outbox to AX_AUDIT, else 0."}),
 		monitorLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_monitor_leader",
 			Help: "1 while this auditor computes the fleet metrics and evaluates alert rules, else 0."}),
 		consumerPending: gauge("ax_consumer_pending",
@@ -138,8 +132,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.schedulingDelay, m.triggerToStart, m.startToEnd, m.instancesEnded, m.attempts,
 		m.timeouts, m.leaseExpiries, m.retries, m.instances, m.backlog, m.heartbeatsLost, m.workersStopped, m.workers,
-		m.slots, m.slotsBusy, m.slotUtilization, m.workerSlotUtil, m.alertsOpen, m.notifications, m.recordsRelayed,
-		m.recordsSeen, m.relayLeader, m.monitorLeader, m.consumerPending, m.consumerAckPending, m.consumerRedelivered,
+		m.slots, m.slotsBusy, m.slotUtilization, m.workerSlotUtil, m.alertsOpen, m.notifications,
+		m.recordsSeen, m.monitorLeader, m.consumerPending, m.consumerAckPending, m.consumerRedelivered,
 		m.consumerLastActive, m.poolWaiting, m.poolOldest} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -1,4 +1,4 @@
-package auditor
+package monitor
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -218,7 +219,7 @@ func (s *Service) deliver(ctx context.Context, n Notification) {
 	}
 	for _, ch := range channels {
 		err := s.send(ctx, ch, n)
-		if err != nil && sleep(ctx, time.Second) {
+		if err != nil && wait.Sleep(ctx, time.Second) {
 			err = s.send(ctx, ch, n)
 		}
 		result := "ok"

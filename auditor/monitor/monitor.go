@@ -1,4 +1,4 @@
-package auditor
+package monitor
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -47,7 +48,7 @@ func (s *Service) monitorLoop(ctx context.Context, js jetstream.JetStream) {
 		if err != nil && !errors.Is(err, store.ErrMonitorHeld) {
 			s.log.Warn().Err(err).Dur("retry_in", s.opts.RetryInterval).Msg("monitor stopped")
 		}
-		if !sleep(ctx, s.opts.RetryInterval) {
+		if !wait.Sleep(ctx, s.opts.RetryInterval) {
 			return
 		}
 	}

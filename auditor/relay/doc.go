@@ -1,0 +1,32 @@
+// Package relay is the auditor's outbox relay, the audit trail: it relays
+// the outbox tables of PostgreSQL — instance_transitions, written by the
+// dispatcher in the transaction of each state change, and operator_actions,
+// written by the api in the transaction of each operator action — to the
+// AX_AUDIT stream, one [schemas.AuditRecord] per row on ax.audit.<task>,
+// exactly once, even across crashes.
+//
+// Any number of relays may run; one relays at a time. The leader holds a
+// PostgreSQL session advisory lock on a connection of its own (see
+// [store.Store.AcquireRelay]); when that connection dies the lock is released
+// and a follower, which tries every Options.RetryInterval, takes over. The
+// leader reads the outbox in batches that follow commit order, publishes each
+// batch asynchronously and awaits the acknowledgements together, and then
+// saves its cursor on the lock's connection, so a deposed leader can no
+// longer move it.
+//
+// Exactly once rests on three things. Every message carries Nats-Msg-Id =
+// the record's id ("t-<transition id>", "o-<action id>"), so JetStream drops
+// a repeat inside its duplicate window. A new leader reads the last message
+// of AX_AUDIT and skips every record up to it: a leader that died between
+// its publish and its cursor save left those records there, and the
+// batch's order is fixed before its first record is published (see
+// [store.Relay.Next]), so what precedes the last message is published too —
+// also beyond the duplicate window. And every message expects the stream
+// to end with the record before it (Nats-Expected-Last-Msg-Id; the first
+// after a leader starts expects the stream's last sequence), so a deposed
+// leader's late publish fails instead of adding a second copy: the stream
+// only ever grows by the next record in the outbox's fixed order.
+//
+// The leader polls the outbox every Options.PollInterval while it is idle:
+// no service rings it after a commit.
+package relay

@@ -1,0 +1,186 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/internal/wait"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// Defaults of [Options].
+const (
+	DefaultBatchSize       = 500
+	DefaultPollInterval    = 200 * time.Millisecond
+	DefaultRetryInterval   = 3 * time.Second
+	DefaultAckTimeout      = 30 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// Options configures a [Service]. Zero fields take the stated defaults.
+type Options struct {
+	// Conn is the NATS connection the records are published on. Required;
+	// the caller keeps ownership.
+	Conn *nats.Conn
+	// Store is the PostgreSQL store. Required. The leader opens one
+	// connection of its own with the settings of the store's pool, to hold
+	// the relay's lock.
+	Store *store.Store
+	// Topology names the subjects and the stream (default streams.Default()).
+	Topology streams.Topology
+	// BatchSize is the most records published in one batch (default
+	// DefaultBatchSize).
+	BatchSize int
+	// PollInterval is how long the leader waits before it looks at the
+	// outbox again when it found nothing new (default DefaultPollInterval).
+	PollInterval time.Duration
+	// RetryInterval is how often a follower tries to take the lead, and how
+	// long a leader that failed waits before it tries again (default
+	// DefaultRetryInterval).
+	RetryInterval time.Duration
+	// AckTimeout bounds the wait for a batch's acknowledgements (default
+	// DefaultAckTimeout).
+	AckTimeout time.Duration
+	// ShutdownTimeout bounds how long Run lets a batch in flight finish —
+	// published and its cursor saved — after its context ends (default
+	// DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+	// Logger receives the relay's log lines (default: none).
+	Logger zerolog.Logger
+	// Metrics is where the relay registers ax_audit_records_relayed_total
+	// and ax_audit_relay_leader (see docs/operations.md); nil means a
+	// registry of its own that nobody serves.
+	Metrics prometheus.Registerer
+}
+
+// Service is an outbox relay. Make one with [New] and start it with
+// [Service.Run].
+type Service struct {
+	opts    Options
+	top     streams.Topology
+	log     zerolog.Logger
+	leading atomic.Bool
+	// recordsRelayed and leader are the relay's metrics.
+	recordsRelayed prometheus.Counter
+	leader         prometheus.Gauge
+	// afterPublish, set by tests only, runs once a batch is acknowledged
+	// and before its cursor is saved; an error stops the leader right
+	// there, as a crash would.
+	afterPublish func(recs []schemas.AuditRecord) error
+}
+
+// New validates opts and fills in the defaults. It does no I/O.
+func New(opts Options) (*Service, error) {
+	if opts.Conn == nil {
+		return nil, errors.New("new audit relay: Options.Conn is required")
+	}
+	if opts.Store == nil {
+		return nil, errors.New("new audit relay: Options.Store is required")
+	}
+	if opts.Topology == (streams.Topology{}) {
+		opts.Topology = streams.Default()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultBatchSize
+	}
+	def(&opts.PollInterval, DefaultPollInterval)
+	def(&opts.RetryInterval, DefaultRetryInterval)
+	def(&opts.AckTimeout, DefaultAckTimeout)
+	def(&opts.ShutdownTimeout, DefaultShutdownTimeout)
+	if opts.Metrics == nil {
+		opts.Metrics = prometheus.NewRegistry()
+	}
+	s := &Service{
+		opts: opts,
+		top:  opts.Topology,
+		log:  opts.Logger.With().Str("service", "auditor").Logger(),
+		recordsRelayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_audit_records_relayed_total",
+			Help: "Audit records this auditor published to AX_AUDIT."}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_audit_relay_leader",
+			Help: "1 while this auditor relays the outbox to AX_AUDIT, else 0."}),
+	}
+	for _, c := range []prometheus.Collector{s.recordsRelayed, s.leader} {
+		if err := opts.Metrics.Register(c); err != nil {
+			return nil, fmt.Errorf("new audit relay: register metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Leading reports whether this relay publishes the outbox now. It is safe
+// to call from any goroutine.
+func (s *Service) Leading() bool { return s.leading.Load() }
+
+// Run relays the outbox to AX_AUDIT while it leads, and tries to lead while
+// another relay does, until ctx ends. Then it lets the batch in flight be
+// published and its cursor saved, for up to ShutdownTimeout, releases the
+// lead, and returns. It fails at start when the AX_AUDIT stream does not
+// exist (the dispatcher and ax dev create the topology); a failure while it
+// runs — PostgreSQL or NATS gone — is logged, and the relay gives up the
+// lead and tries again after RetryInterval.
+func (s *Service) Run(ctx context.Context) error {
+	js, err := jetstream.New(s.opts.Conn, jetstream.WithPublishAsyncTimeout(s.opts.AckTimeout))
+	if err != nil {
+		return fmt.Errorf("run audit relay: %w", err)
+	}
+	stream, err := js.Stream(ctx, s.top.AuditStream())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("run audit relay: stream %s: %w (the dispatcher and ax dev create the topology: start one of them first)",
+			s.top.AuditStream(), err)
+	}
+	for {
+		err := s.campaign(ctx, js, stream)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !errors.Is(err, store.ErrRelayHeld) {
+			s.log.Warn().Err(err).Dur("retry_in", s.opts.RetryInterval).Msg("audit relay stopped")
+		}
+		if !wait.Sleep(ctx, s.opts.RetryInterval) {
+			return nil
+		}
+	}
+}
+
+// campaign takes the relay's lock, when no one holds it, and relays until
+// ctx ends or something fails. It returns an error wrapping
+// store.ErrRelayHeld when another relay leads.
+func (s *Service) campaign(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream) error {
+	relay, err := s.opts.Store.AcquireRelay(ctx)
+	if err != nil {
+		return err
+	}
+	s.leading.Store(true)
+	s.leader.Set(1)
+	log := s.log.With().Uint32("pg_pid", relay.PID()).Logger()
+	log.Info().Msg("audit relay leading")
+	defer func() {
+		s.leading.Store(false)
+		s.leader.Set(0)
+		// Closing the session releases the lock.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := relay.Close(cctx); err != nil {
+			log.Warn().Err(err).Msg("release audit relay")
+		}
+	}()
+	return s.lead(ctx, js, stream, relay, log)
+}

@@ -1,0 +1,489 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/streamstest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is a NATS server with the topology and a database, for auditors.
+type env struct {
+	t   *testing.T
+	srv *streamstest.Server
+	js  jetstream.JetStream
+	st  *store.Store
+	log zerolog.Logger
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := streamstest.NewServer(t, streams.Config{})
+	_, js := srv.Connect()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	if os.Getenv("AX_TEST_LOG") != "" {
+		log = log.Level(zerolog.DebugLevel)
+	}
+	return &env{t: t, srv: srv, js: js, st: store.New(storetest.NewDB(t)), log: log}
+}
+
+// auditor is a running auditor: stop ends it and waits for Run to return.
+type auditor struct {
+	*Service
+	stop func()
+}
+
+// start runs an auditor until ctx ends, stop is called or the test ends;
+// tune may set its test hook.
+func (e *env) start(ctx context.Context, batchSize int, tune func(*Service)) *auditor {
+	e.t.Helper()
+	conn, _ := e.srv.Connect()
+	svc, err := New(Options{
+		Conn: conn, Store: e.st, BatchSize: batchSize, PollInterval: 5 * time.Millisecond,
+		RetryInterval: 50 * time.Millisecond, Logger: e.log,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if tune != nil {
+		tune(svc)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := svc.Run(ctx); err != nil {
+			e.t.Errorf("auditor: %v", err)
+		}
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+	e.t.Cleanup(stop)
+	return &auditor{Service: svc, stop: stop}
+}
+
+// seed applies task and writes n instances of it, each with four
+// transitions, the way the dispatcher writes them: one statement.
+func (e *env) seed(task string, n int) {
+	e.t.Helper()
+	ctx := context.Background()
+	def, err := schemas.ParseTask([]byte("task_name: " + task + "\nexecution: {handler: h}\n"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, _, err := e.st.ApplyTask(ctx, def, "alice"); err != nil {
+		e.t.Fatal(err)
+	}
+	_, err = e.st.Pool().Exec(ctx, `
+WITH ins AS (
+	INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms, fired_at)
+	SELECT $1, 1, gen_random_uuid()::text, 'event', 'SUCCEEDED', 1, 'normal', 'default', 'h', 1000, now()
+	FROM generate_series(1, $2)
+	RETURNING id, task
+)
+INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator)
+SELECT id, task, f, t, 1, 'dispatcher'
+FROM ins, (VALUES (1, NULL, 'CREATED'), (2, 'CREATED', 'DISPATCHED'), (3, 'DISPATCHED', 'RUNNING'), (4, 'RUNNING', 'SUCCEEDED')) v(o, f, t)
+ORDER BY id, o`, task, n)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// outbox returns every record of the outbox tables, by id.
+func (e *env) outbox() map[string]schemas.AuditRecord {
+	e.t.Helper()
+	out := make(map[string]schemas.AuditRecord)
+	f := store.AuditFilter{Limit: store.MaxAuditLimit}
+	for {
+		page, err := e.st.ListAudit(context.Background(), f)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if len(page) == 0 {
+			return out
+		}
+		for _, r := range page {
+			out[r.ID] = r
+		}
+		f.Before = page[len(page)-1].ID
+	}
+}
+
+// waitStream waits until AX_AUDIT holds n messages.
+func (e *env) waitStream(n uint64) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		info, err := e.stream().Info(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if info.State.Msgs >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("AX_AUDIT holds %d messages after 30s, want %d", info.State.Msgs, n)
+		}
+		time.Sleep(wait)
+	}
+}
+
+func (e *env) stream() jetstream.Stream {
+	e.t.Helper()
+	s, err := e.js.Stream(context.Background(), e.srv.Topology.AuditStream())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// trail reads AX_AUDIT from its first message to its last.
+func (e *env) trail() []schemas.AuditRecord {
+	e.t.Helper()
+	ctx := context.Background()
+	stream := e.stream()
+	info, err := stream.Info(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []schemas.AuditRecord
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			e.t.Fatalf("read message %d: %v", seq, err)
+		}
+		r, err := streams.Decode[schemas.AuditRecord](m.Subject, m.Data)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if id := m.Header.Get(streams.HeaderMsgID); id != r.ID {
+			e.t.Errorf("message %d carries record %s with Nats-Msg-Id %q", seq, r.ID, id)
+		}
+		if want := e.srv.Topology.Audit(r.Task); m.Subject != want {
+			e.t.Errorf("record %s is on %s, want %s", r.ID, m.Subject, want)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// checkTrail reads AX_AUDIT and checks that it holds every record of the
+// outbox exactly once, as the store has it, each instance's in order.
+func (e *env) checkTrail() []schemas.AuditRecord {
+	e.t.Helper()
+	want := e.outbox()
+	trail := e.trail()
+	seen := make(map[string]bool, len(trail))
+	lastOfInstance := make(map[int64]int64)
+	for _, r := range trail {
+		if seen[r.ID] {
+			e.t.Errorf("record %s is on AX_AUDIT twice", r.ID)
+			continue
+		}
+		seen[r.ID] = true
+		w, ok := want[r.ID]
+		if !ok {
+			e.t.Errorf("AX_AUDIT holds record %s, which is not in the outbox", r.ID)
+			continue
+		}
+		if !sameRecord(r, w) {
+			e.t.Errorf("AX_AUDIT holds\n%+v\nthe store has\n%+v", r, w)
+		}
+		if r.Kind == schemas.AuditTransition {
+			_, id, _ := schemas.ParseAuditID(r.ID)
+			if last := lastOfInstance[r.InstanceID]; id < last {
+				e.t.Errorf("transition %d of instance %d comes after transition %d", id, r.InstanceID, last)
+			}
+			lastOfInstance[r.InstanceID] = id
+		}
+	}
+	for id := range want {
+		if !seen[id] {
+			e.t.Errorf("record %s is not on AX_AUDIT", id)
+		}
+	}
+	return trail
+}
+
+func sameRecord(a, b schemas.AuditRecord) bool {
+	if !a.At.Equal(b.At) {
+		return false
+	}
+	compact := func(r json.RawMessage) string {
+		var buf bytes.Buffer
+		if len(r) > 0 && json.Compact(&buf, r) != nil {
+			return string(r)
+		}
+		return buf.String()
+	}
+	if compact(a.Details) != compact(b.Details) {
+		return false
+	}
+	a.At, b.At, a.Details, b.Details = time.Time{}, time.Time{}, nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+func TestRelaysEveryRecordOnceInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed("etl", 150)
+	e.seed("mail", 100)
+	a := e.start(context.Background(), 64, nil)
+	e.waitStream(uint64(len(e.outbox())))
+
+	// While it runs: writers in parallel, whose transactions commit out of
+	// the order of their ids, and operator actions.
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			for j := range 5 {
+				e.seed(fmt.Sprintf("t%d", i), 10+j)
+				if _, err := e.st.SetTaskEnabled(context.Background(), fmt.Sprintf("t%d", i), j%2 == 0, "bob"); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	e.waitStream(uint64(len(e.outbox())))
+	a.stop()
+	trail := e.checkTrail()
+	if !slices.ContainsFunc(trail, func(r schemas.AuditRecord) bool {
+		return r.Action == schemas.ActionDisable && r.Operator == "bob"
+	}) {
+		t.Error("AX_AUDIT holds no disable by bob")
+	}
+}
+
+var errCrash = errors.New("crash between publish and cursor save")
+
+// TestCrashBetweenPublishAndCursorSave kills a leader after AX_AUDIT
+// acknowledged a batch and before its cursor was saved. The next leader
+// must neither lose nor repeat a record — and must not even try to publish
+// one again, so the duplicate window plays no part.
+func TestCrashBetweenPublishAndCursorSave(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed("etl", 100) // 1 apply and 400 transitions
+
+	var (
+		mu        sync.Mutex
+		published = make(map[string]string) // record id → auditor
+		batches   int
+	)
+	crash, kill := context.WithCancel(context.Background())
+	defer kill()
+	first := e.start(crash, 50, func(s *Service) {
+		s.afterPublish = func(recs []schemas.AuditRecord) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range recs {
+				published[r.ID] = "first"
+			}
+			if batches++; batches == 3 {
+				kill() // the process ends: Run returns, the cursor stays behind
+				return errCrash
+			}
+			return nil
+		}
+	})
+	<-crash.Done()
+	first.stop()
+	e.waitStream(150)
+	var saved int64
+	if err := e.st.Pool().QueryRow(context.Background(), `SELECT last_transition_id FROM relay_cursor`).Scan(&saved); err != nil {
+		t.Fatal(err)
+	}
+	if saved != 99 { // the apply, then transitions 1-49 and 50-99
+		t.Fatalf("saved cursor is at transition %d, want 99: the third batch must be published but not saved", saved)
+	}
+
+	e.start(context.Background(), 50, func(s *Service) {
+		s.afterPublish = func(recs []schemas.AuditRecord) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range recs {
+				if published[r.ID] != "" {
+					t.Errorf("record %s published again after the crash", r.ID)
+				}
+				published[r.ID] = "second"
+			}
+			return nil
+		}
+	})
+	e.waitStream(401)
+	e.checkTrail()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(published) != 401 {
+		t.Errorf("%d records published, want 401", len(published))
+	}
+}
+
+// TestStopFinishesTheBatchInFlight stops an auditor while a batch is being
+// published: the batch is finished and its cursor saved before Run returns.
+func TestStopFinishesTheBatchInFlight(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed("etl", 50) // 1 apply and 200 transitions
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var batches atomic.Int32
+	a := e.start(ctx, 40, func(s *Service) {
+		s.afterPublish = func([]schemas.AuditRecord) error {
+			if batches.Add(1) == 1 {
+				cancel()
+				<-ctx.Done()
+			}
+			return nil
+		}
+	})
+	<-ctx.Done()
+	a.stop()
+	if n := batches.Load(); n != 1 {
+		t.Fatalf("%d batches published, want 1", n)
+	}
+	var saved int64
+	if err := e.st.Pool().QueryRow(context.Background(), `SELECT last_transition_id FROM relay_cursor`).Scan(&saved); err != nil {
+		t.Fatal(err)
+	}
+	if trail := e.trail(); len(trail) != 40 || saved != 39 {
+		t.Errorf("after the stop: %d records on AX_AUDIT, cursor at transition %d; want 40 and 39", len(trail), saved)
+	}
+}
+
+func TestLeaderFailover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := e.start(context.Background(), 20, nil), e.start(context.Background(), 20, nil)
+	e.seed("etl", 50)
+	e.waitStream(uint64(len(e.outbox())))
+	if a.Leading() == b.Leading() {
+		t.Fatalf("leading: %t and %t, want exactly one", a.Leading(), b.Leading())
+	}
+
+	// The leader's session dies: PostgreSQL releases its lock, its cursor
+	// saves fail, and a leader (either one) takes over.
+	ctx := context.Background()
+	var pid int32
+	if err := e.st.Pool().QueryRow(ctx, `
+		SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 1635278689 AND objid = 1969514868
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	e.seed("mail", 50)
+	if _, err := e.st.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	e.seed("report", 50)
+	e.waitStream(uint64(len(e.outbox())))
+	e.checkTrail()
+	var now int32
+	if err := e.st.Pool().QueryRow(ctx, `
+		SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = 1635278689 AND objid = 1969514868
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	if now == pid {
+		t.Errorf("the terminated session %d still holds the lock", pid)
+	}
+}
+
+// TestPublishIsFenced checks that the server honours the expectations of
+// asynchronous publishes: a deposed leader, whose idea of the stream's end
+// is stale, stores nothing, and a repeat is refused.
+func TestPublishIsFenced(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	conn, js := e.srv.Connect()
+	s, err := New(Options{Conn: conn, Store: e.st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := func(from, n int) []schemas.AuditRecord {
+		var out []schemas.AuditRecord
+		for i := from; i < from+n; i++ {
+			out = append(out, schemas.AuditRecord{ID: schemas.TransitionAuditID(int64(i)), Kind: schemas.AuditTransition,
+				Task: "etl", InstanceID: 1, To: schemas.StateCreated, Attempt: 1, Operator: "dispatcher", At: time.Now()})
+		}
+		return out
+	}
+	ctx := t.Context()
+	end, err := s.publish(ctx, js, recs(1, 5), tail{})
+	if err != nil || end != (tail{seq: 5, id: "t-5"}) {
+		t.Fatalf("publish = %+v, %v; want the stream to end at 5 with t-5", end, err)
+	}
+	for _, tt := range []struct {
+		name  string
+		recs  []schemas.AuditRecord
+		stale tail
+		want  string
+	}{
+		// A leader that started when the stream ended at 2.
+		{"stale sequence", recs(100, 5), tail{seq: 2}, "wrong last sequence"},
+		// A leader that last published t-2.
+		{"stale record", recs(100, 5), tail{seq: 2, id: "t-2"}, "wrong last msg ID"},
+		// A repeat of records the stream holds, in their place.
+		{"repeat", recs(5, 1), tail{seq: 4, id: "t-4"}, "duplicate true"},
+	} {
+		if _, err := s.publish(ctx, js, tt.recs, tt.stale); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: publish error = %v, want %q", tt.name, err, tt.want)
+		}
+	}
+	if got := e.trail(); len(got) != 5 || got[4].ID != "t-5" {
+		t.Errorf("AX_AUDIT holds %d records, want t-1..t-5", len(got))
+	}
+	// The true tail goes on, by record and by sequence.
+	if end, err = s.publish(ctx, js, recs(6, 2), end); err != nil || end != (tail{seq: 7, id: "t-7"}) {
+		t.Errorf("publish after the stale ones = %+v, %v; want 7, t-7", end, err)
+	}
+	if end, err = s.publish(ctx, js, recs(8, 1), tail{seq: 7}); err != nil || end != (tail{seq: 8, id: "t-8"}) {
+		t.Errorf("publish from the sequence = %+v, %v; want 8, t-8", end, err)
+	}
+}
+
+func TestNewRequires(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Options{Store: &store.Store{}}); err == nil || !strings.Contains(err.Error(), "Conn") {
+		t.Errorf("New without Conn = %v", err)
+	}
+	e := newEnv(t)
+	conn, _ := e.srv.Connect()
+	if _, err := New(Options{Conn: conn}); err == nil || !strings.Contains(err.Error(), "Store") {
+		t.Errorf("New without Store = %v", err)
+	}
+	s, err := New(Options{Conn: conn, Store: e.st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.opts.BatchSize != DefaultBatchSize || s.opts.PollInterval != DefaultPollInterval || s.top != streams.Default() {
+		t.Errorf("defaults = %+v", s.opts)
+	}
+}
