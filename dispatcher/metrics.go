@@ -29,6 +29,8 @@ type metrics struct {
 	// rerouted counts the attempts taken from the queues of workers that
 	// left, by outcome.
 	rerouted *prometheus.CounterVec
+	// handedBack counts the attempts handed back by leaving workers.
+	handedBack prometheus.Counter
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -54,8 +56,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		rerouted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_rerouted_total",
 			Help: "Attempts taken from the own queue of a worker that left, by outcome (moved: routed again; " +
 				"pinned: pinned to that worker by name, left to wait for it)."}, []string{"outcome"}),
+		handedBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_dispatcher_handed_back_total",
+			Help: "Attempts handed back by a worker that stopped (SIGTERM) before they ended: each started again at once as a new attempt that spends none of the task's max_attempts."}),
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.reaperLeft, m.refused, m.rerouted} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.reaperLeft, m.refused, m.rerouted, m.handedBack} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -274,8 +274,7 @@ func isFinalReport(data []byte, instanceID int64, attempt int) bool {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return false
 	}
-	return r.InstanceID == instanceID && r.Attempt == attempt &&
-		(r.Kind == schemas.ReportSucceeded || r.Kind == schemas.ReportFailed)
+	return r.InstanceID == instanceID && r.Attempt == attempt && r.Kind.IsFinal()
 }
 
 // failAttempts fails attempts as the reaper, fires the next attempt of

@@ -41,7 +41,7 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 			_ = m.Term()
 			continue
 		}
-		if r.Kind != schemas.ReportStarted && r.Kind != schemas.ReportSucceeded && r.Kind != schemas.ReportFailed {
+		if r.Kind != schemas.ReportStarted && !r.Kind.IsFinal() {
 			s.log.Warn().Str("subject", m.Subject()).Str("kind", string(r.Kind)).Msg("report of unknown kind dropped")
 			_ = m.Term()
 			continue
@@ -108,7 +108,15 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 			// Applied now, or applied before a crash that may have lost the
 			// schedule: (re)schedule it; its message id makes that idempotent.
 			wait, refused := retryWait(o.RetryPolicy, o.Attempt, r.RetryAfterMS, s.opts.RandFunc)
-			if refused {
+			switch {
+			case kind == schemas.ReportReleased:
+				// Handed back by a leaving worker: nothing failed, so
+				// nothing backs off.
+				wait = 0
+				if o.Applied {
+					s.metrics.handedBack.Inc()
+				}
+			case refused:
 				s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Int64("retry_after_ms", r.RetryAfterMS).
 					Msg("report asks for a negative retry_after_ms; the task's backoff applies")
 			}
@@ -196,7 +204,7 @@ func isStale(o store.Outcome, kind schemas.ReportKind) bool {
 	switch kind {
 	case schemas.ReportSucceeded:
 		return o.State != schemas.StateSucceeded
-	case schemas.ReportFailed:
+	case schemas.ReportFailed, schemas.ReportReleased:
 		return o.State == schemas.StateSucceeded || o.State == schemas.StateCancelled
 	default:
 		return o.State == schemas.StateCancelled

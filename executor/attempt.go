@@ -261,8 +261,11 @@ func (s *Service) runAttempt(a *attempt) {
 		return
 	}
 	ev := a.log.Info()
-	if rep.Kind == schemas.ReportFailed {
+	switch rep.Kind {
+	case schemas.ReportFailed:
 		ev = a.log.Warn().Str("error", rep.Error).Bool("permanent", rep.Permanent)
+	case schemas.ReportReleased:
+		ev = a.log.Warn().Str("reason", rep.Error)
 	}
 	ev.Str("outcome", string(rep.Kind)).Dur("duration", rep.At.Sub(rep.StartedAt)).Msg("attempt finished")
 	// The report is stored: the lease is no longer renewed, and ages out
@@ -270,6 +273,26 @@ func (s *Service) runAttempt(a *attempt) {
 	// change nothing: the reaper reads the expiry marker either way, and
 	// leaves the attempt to its report.
 	finish()
+	if rep.Kind == schemas.ReportReleased {
+		// A handed-back attempt's lease goes now rather than one TTL
+		// later: the worker is leaving, and nothing of the attempt is
+		// left running here to be fenced (see releaseLease).
+		s.releaseLease(a)
+	}
+}
+
+// releaseLease deletes the lease of an attempt the worker handed back,
+// once finish has stopped its renewals. The reaper takes a delete for a
+// lease its holder retired, not for a death (only an expiry marker is), and
+// the released report in AX_REPORTS decides the attempt; a delete that
+// fails leaves the lease to expire with its TTL, which changes nothing but
+// the time.
+func (s *Service) releaseLease(a *attempt) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := s.leases.Delete(ctx, a.key); err != nil {
+		a.log.Warn().Err(err).Msg("delete the lease of a handed-back attempt; it expires with its TTL instead")
+	}
 }
 
 // reportHeadroom leaves room for a report's headers under the max payload.
@@ -370,6 +393,16 @@ func (s *Service) outcome(a *attempt, out any, err error, cause error, returnedA
 			return rep
 		}
 		rep.Kind, rep.Output = schemas.ReportSucceeded, output
+	case errors.Is(cause, errShuttingDown):
+		// The worker is leaving and its shutdown timeout passed: the
+		// attempt is handed back, to run again elsewhere without
+		// spending one of its attempts.
+		rep.Kind = schemas.ReportReleased
+		rep.Error = fmt.Sprintf("handed back: worker %s stopped and its shutdown timeout of %v passed before the handler returned",
+			s.opts.WorkerID, s.opts.ShutdownTimeout)
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errShuttingDown) {
+			rep.Error += " (handler returned: " + err.Error() + ")"
+		}
 	case cause != nil && !errors.Is(cause, context.Canceled):
 		// The deadline, an operator's cancel or the shutdown ended the
 		// attempt: that is the outcome, whatever the handler made of it.

@@ -57,6 +57,7 @@ func TestOutcome(t *testing.T) {
 	a := &attempt{dispatch: schemas.Dispatch{InstanceID: 1, Attempt: 1}, task: &Task{Deadline: deadline}}
 	timeout := timeoutError{d: time.Second}
 	inTime, late := deadline.Add(-time.Millisecond), deadline.Add(1500*time.Millisecond)
+	const handedBack = "handed back: worker w stopped and its shutdown timeout of 0s passed before the handler returned"
 	tests := []struct {
 		name      string
 		out       any
@@ -77,7 +78,12 @@ func TestOutcome(t *testing.T) {
 		{"timeout with another error", nil, errors.New("db down"), timeout, late, schemas.ReportFailed, "timeout after 1s (handler returned: db down)", false},
 		{"abandoned after the timeout", nil, timeout, timeout, time.Time{}, schemas.ReportFailed, "timeout after 1s", false},
 		{"permanent after cancel", nil, Permanent(context.Canceled), cancelError{"stop"}, inTime, schemas.ReportFailed, "cancelled: stop", false},
-		{"shutdown", nil, errShuttingDown, errShuttingDown, inTime, schemas.ReportFailed, "worker shutting down", false},
+		{"shutdown", nil, errShuttingDown, errShuttingDown, inTime, schemas.ReportReleased, handedBack, false},
+		{"shutdown with another error", nil, errors.New("db down"), errShuttingDown, inTime, schemas.ReportReleased,
+			handedBack + " (handler returned: db down)", false},
+		{"permanent after shutdown", nil, Permanent(errors.New("no")), errShuttingDown, inTime, schemas.ReportReleased,
+			handedBack + " (handler returned: no)", false},
+		{"abandoned after shutdown", nil, errShuttingDown, errShuttingDown, time.Time{}, schemas.ReportReleased, handedBack, false},
 		{"success after shutdown", "ok", nil, errShuttingDown, late, schemas.ReportSucceeded, "", false},
 		{"empty error", nil, errors.New(""), nil, inTime, schemas.ReportFailed, "the handler returned an error with an empty message", false},
 	}

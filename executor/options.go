@@ -60,8 +60,10 @@ type Options struct {
 	// again when no doorbell rings (default [DefaultIdleWait]).
 	IdleWait time.Duration
 	// ShutdownTimeout is how long running handlers may go on after Run's
-	// context ends before their contexts are cancelled (default
-	// [DefaultShutdownTimeout]).
+	// context ends before their contexts are cancelled and their attempts
+	// handed back, to run again elsewhere without spending an attempt
+	// (default [DefaultShutdownTimeout]). Give it the grace the platform
+	// gives the process on SIGTERM, less a few seconds for the reports.
 	ShutdownTimeout time.Duration
 	// RequeueDelay is how long an attempt that cannot start yet is given
 	// back to JetStream for, before this or another worker takes it again

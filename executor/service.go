@@ -81,7 +81,8 @@ type Service struct {
 }
 
 // errShuttingDown is the cause of the handlers' contexts when the worker
-// stops and ShutdownTimeout has passed.
+// stops and ShutdownTimeout has passed: an attempt it ends is handed back
+// (a released report), not failed.
 var errShuttingDown = errors.New("worker shutting down")
 
 // New validates opts and fills in their defaults. It does no I/O.
@@ -130,8 +131,10 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // Run does not create AX's streams and buckets (the dispatcher owns the
 // topology) and returns an error at once if they are missing. When ctx ends
 // it stops pulling work, lets running handlers finish for up to
-// ShutdownTimeout, then cancels them (they fail with "worker shutting down",
-// to be retried), removes the worker from ax-workers and returns once every
+// ShutdownTimeout, then cancels them and hands their attempts back (a
+// released report, and the lease deleted: the dispatcher starts the next
+// attempt elsewhere at once, without spending one of the task's
+// max_attempts), removes the worker from ax-workers and returns once every
 // goroutine it started has exited; a handler that ignores its context's end
 // for longer than 10 s is abandoned, logged, and not waited for. It returns
 // nil on such a clean stop, and an error if it cannot start or the NATS
@@ -351,7 +354,7 @@ func (s *Service) drain() {
 		return
 	case <-timer.C:
 	}
-	s.log.Warn().Int("busy", s.Busy()).Msg("shutdown timeout passed; cancelling running attempts")
+	s.log.Warn().Int("busy", s.Busy()).Msg("shutdown timeout passed; cancelling running attempts and handing them back")
 	s.stopHandlers(errShuttingDown)
 	<-done
 }

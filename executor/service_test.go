@@ -554,9 +554,14 @@ func TestShutdownTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.nextOf(schemas.ReportStarted, 1)
-	r := w.nextOf(schemas.ReportFailed, 1)
-	if r.Error != "worker shutting down" || r.Permanent {
-		t.Errorf("report %+v, want a not permanent \"worker shutting down\"", r.Report)
+	r := w.nextOf(schemas.ReportReleased, 1)
+	if !strings.HasPrefix(r.Error, "handed back: worker w1 stopped and its shutdown timeout of 200ms passed") || r.Permanent {
+		t.Errorf("report %+v, want a hand-back", r.Report)
+	}
+	// The handed-back attempt's lease is gone, so that its next run, here
+	// or elsewhere, waits for no TTL.
+	if _, err := w.leases.Get(t.Context(), "1.1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("lease after the hand-back: %v, want it deleted", err)
 	}
 }
 

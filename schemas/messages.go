@@ -253,7 +253,21 @@ const (
 	ReportStarted   ReportKind = "started"
 	ReportSucceeded ReportKind = "succeeded"
 	ReportFailed    ReportKind = "failed"
+	// ReportReleased hands an attempt back: the worker stopped (SIGTERM,
+	// scale-in) and its shutdown timeout passed before the handler
+	// returned, so it cancelled the handler and released the attempt's
+	// lease. The dispatcher starts the next attempt at once, elsewhere,
+	// and raises the instance's max_attempts by one in the same write: a
+	// hand-back does not spend an attempt. The handler did start, and is
+	// run again from the beginning by the next attempt (see
+	// docs/execution.md, "Scale-in").
+	ReportReleased ReportKind = "released"
 )
+
+// IsFinal reports whether a report of kind k ends its attempt.
+func (k ReportKind) IsFinal() bool {
+	return k == ReportSucceeded || k == ReportFailed || k == ReportReleased
+}
 
 // Report is the message on ax.report.<pool>.<worker_id>.<instance_id>: an
 // executor's word on one attempt. Only a report whose Attempt is the
@@ -271,7 +285,8 @@ type Report struct {
 	StartedAt time.Time `json:"started_at"`
 	// Output is the handler's result on success (any JSON value).
 	Output json.RawMessage `json:"output,omitempty"`
-	// Error is the handler's error on failure.
+	// Error is the handler's error on failure, or why the attempt was
+	// handed back.
 	Error string `json:"error,omitempty"`
 	// Permanent marks a failure that must not be retried.
 	Permanent bool `json:"permanent,omitempty"`

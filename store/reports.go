@@ -37,7 +37,9 @@ type Outcome struct {
 
 // ApplyReports records a batch of executor reports in one statement: a
 // started report moves its instance DISPATCHED → RUNNING, a final one
-// RUNNING → SUCCEEDED | RETRYING | FAILED, and the started and final reports
+// RUNNING → SUCCEEDED | RETRYING | FAILED (a released one, an attempt
+// handed back, RUNNING → RETRYING with max_attempts one higher, so that the
+// hand-back spends no attempt), and the started and final reports
 // of one attempt in the same batch — the common case under load — make both
 // transitions with one update of the instance. Each write is guarded by
 // state and attempt, so a report from a stale attempt, or one applied before,
@@ -56,8 +58,9 @@ func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Repor
 	}
 	for _, r := range final {
 		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: WorkerOperator(r.WorkerID),
-			final: true, ok: r.Kind == schemas.ReportSucceeded, output: r.Output, errText: r.Error, permanent: r.Permanent,
-			startedAt: r.StartedAt, finishedAt: r.At, impliesRunning: true})
+			final: true, ok: r.Kind == schemas.ReportSucceeded, released: r.Kind == schemas.ReportReleased, output: r.Output,
+			errText: r.Error, permanent: r.Permanent && r.Kind == schemas.ReportFailed, startedAt: r.StartedAt, finishedAt: r.At,
+			impliesRunning: true})
 	}
 	out, err := rows.record(ctx, s.pool)
 	if err != nil {
@@ -190,8 +193,12 @@ type reportRow struct {
 	operator string
 	started  bool
 	final    bool
-	// The end, when final: it succeeded (ok), or failed with errText.
+	// The end, when final: it succeeded (ok), or failed with errText, or
+	// was handed back (released) with errText as the reason: RETRYING
+	// whatever the attempts left, and max_attempts one higher, so that the
+	// next attempt spends none of the task's.
 	ok         bool
+	released   bool
 	output     json.RawMessage
 	errText    string
 	permanent  bool
@@ -240,7 +247,7 @@ func (b *reportRows) add(r reportRow) {
 	row.reports = append(row.reports, ref)
 	switch {
 	case r.final && !row.final:
-		row.final, row.ok, row.output, row.errText, row.permanent = true, r.ok, r.output, r.errText, r.permanent
+		row.final, row.ok, row.released, row.output, row.errText, row.permanent = true, r.ok, r.released, r.output, r.errText, r.permanent
 		row.finishedAt, row.impliesRunning = r.finishedAt, r.impliesRunning
 		if r.workerID != "" {
 			row.workerID, row.operator = r.workerID, r.operator
@@ -277,6 +284,7 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 		workers, operators, errs = make([]string, n), make([]string, n), make([]string, n)
 		starts, finals, oks      = make([]bool, n), make([]bool, n), make([]bool, n)
 		permanents, implies      = make([]bool, n), make([]bool, n)
+		released                 = make([]bool, n)
 		outputs                  = make([][]byte, n)
 		startedAt, finishedAt    = make([]*time.Time, n), make([]*time.Time, n)
 	)
@@ -285,6 +293,7 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 		ids[i], attempts[i], workers[i], operators[i], errs[i] = r.id, int32(r.attempt), r.workerID, r.operator, r.errText
 		pools[i] = r.pool
 		starts[i], finals[i], oks[i], permanents[i], implies[i] = r.started, r.final, r.ok, r.permanent, r.impliesRunning
+		released[i] = r.released
 		if len(r.output) > 0 {
 			outputs[i] = r.output
 		}
@@ -298,9 +307,9 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 	rows, err := q.Query(ctx, `
 WITH r AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::bool[], $7::bool[],
-		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[], $14::text[])
+		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[], $14::text[], $15::bool[])
 	AS t(id, attempt, worker_id, operator, started, final, ok, output, error, permanent, started_at, finished_at,
-		implies_running, pool)
+		implies_running, pool, released)
 ), old AS (
 	SELECT i.id, i.state AS old_state FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
 	WHERE (i.state = 'DISPATCHED' OR (r.final AND i.state = 'RUNNING')) AND (r.pool = '' OR `+holderCheck+`)
@@ -309,13 +318,15 @@ WITH r AS (
 	UPDATE instances i SET
 		state = CASE WHEN NOT r.final THEN 'RUNNING'
 			WHEN r.ok THEN 'SUCCEEDED'
-			WHEN NOT r.permanent AND i.attempt < i.max_attempts THEN 'RETRYING'
+			WHEN r.released OR (NOT r.permanent AND i.attempt < i.max_attempts) THEN 'RETRYING'
 			ELSE 'FAILED' END,
+		max_attempts = CASE WHEN r.final AND r.released THEN i.max_attempts + 1 ELSE i.max_attempts END,
 		output = CASE WHEN r.final THEN r.output ELSE i.output END,
 		error = CASE WHEN r.final THEN r.error ELSE i.error END,
 		worker_id = CASE WHEN r.worker_id <> '' THEN r.worker_id ELSE i.worker_id END,
 		started_at = COALESCE(r.started_at, i.started_at),
 		finished_at = CASE WHEN NOT r.final THEN i.finished_at
+			WHEN r.released THEN NULL
 			WHEN r.ok OR r.permanent OR i.attempt >= i.max_attempts THEN r.finished_at END,
 		updated_at = now()
 	FROM r, old
@@ -339,7 +350,8 @@ UNION ALL
 SELECT false, '', r.id, r.attempt, `+outcomeColumns("i")+`
 FROM r LEFT JOIN instances i ON i.id = r.id
 WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
-		ids, attempts, workers, operators, starts, finals, oks, outputs, errs, permanents, startedAt, finishedAt, implies, pools)
+		ids, attempts, workers, operators, starts, finals, oks, outputs, errs, permanents, startedAt, finishedAt, implies, pools,
+		released)
 	if err != nil {
 		return nil, fmt.Errorf("record reports: %w", err)
 	}

@@ -93,3 +93,49 @@ func TestApplyReportsOneOutcomePerReport(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasedReportSpendsNoAttempt hands ApplyReports a released report
+// (an attempt handed back by a worker that stopped) of an instance on its
+// last attempt, permanent flag and all: it moves RUNNING → RETRYING, not
+// FAILED, with max_attempts one higher and no finish time, and the reason
+// on the transition. A failure of the next attempt then fails the instance:
+// the hand-back bought one attempt, not more.
+func TestReleasedReportSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	applyTasks(t, st, "rel")
+	made, err := st.CreateInstances(ctx, []store.NewInstance{newRunInstance("rel", "e1", "", schemas.StateDispatched)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, now := made[0].ID, time.Now()
+	released := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w1", Kind: schemas.ReportReleased, StartedAt: now, At: now,
+		Error: "handed back: worker w1 stopped", Permanent: true}
+	out, err := st.ApplyReports(ctx, nil, []schemas.Report{released})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := out[0]; !o.Applied || o.State != schemas.StateRetrying || o.CurrentAttempt != 1 || o.MaxAttempts != 2 {
+		t.Fatalf("outcome %+v, want applied, RETRYING at attempt 1 of 2", o)
+	}
+	inst, err := st.GetInstance(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := inst.Transitions[len(inst.Transitions)-1]
+	if inst.FinishedAt != nil || last.From != schemas.StateRunning || last.To != schemas.StateRetrying || last.Reason != released.Error {
+		t.Errorf("instance finished %v, last transition %+v; want no finish, RUNNING→RETRYING with the hand-back's reason", inst.FinishedAt, last)
+	}
+	// The next attempt fails: the instance has no attempt left.
+	if _, err := st.StartRetries(ctx, []store.RetryStart{{InstanceID: id, Attempt: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	failed := schemas.Report{InstanceID: id, Attempt: 2, WorkerID: "w2", Kind: schemas.ReportFailed, StartedAt: now, At: now, Error: "boom"}
+	if out, err = st.ApplyReports(ctx, nil, []schemas.Report{failed}); err != nil {
+		t.Fatal(err)
+	}
+	if o := out[0]; !o.Applied || o.State != schemas.StateFailed {
+		t.Errorf("outcome of attempt 2's failure %+v, want FAILED", o)
+	}
+}

@@ -211,8 +211,11 @@ own binary to serve yours.
 
 On SIGTERM or Ctrl-C it drains: it stops pulling at once, lets the running
 attempts finish for up to --shutdown-timeout, then cancels those still running
-(they fail with "worker shutting down" and are retried) and exits. Give a
-container at least that long to stop (Kubernetes' terminationGracePeriodSeconds).`,
+and hands them back: a "released" report and the lease deleted, so that the
+dispatcher starts each again at once on another worker as a new attempt that
+spends none of the task's max_attempts (the handler runs again from the start),
+and exits. Give a container longer than that to stop (Kubernetes'
+terminationGracePeriodSeconds: the shutdown timeout plus a few seconds).`,
 		Example: `  ax executor --pool default --slots 32
   NATS_URL=nats://nats.internal:4222 NATS_CREDS=executor.creds ax executor --pool gpu`,
 		Args: cobra.NoArgs,
@@ -251,7 +254,7 @@ container at least that long to stop (Kubernetes' terminationGracePeriodSeconds)
 	f.IntVar(&slots, "slots", 0, "attempts run at once (default 16)")
 	f.StringVar(&version, "version", "", "worker version compared with tasks' min_worker_version (default "+executor.DefaultVersion+")")
 	f.DurationVar(&shutdown, "shutdown-timeout", executor.DefaultShutdownTimeout,
-		"how long running attempts may go on after SIGTERM before they are cancelled")
+		"how long running attempts may go on after SIGTERM before they are cancelled and handed back to run elsewhere")
 	// The executors of ax drill system's sandbox serve the drill's handlers too.
 	f.StringVar(&ledger, "drill-ledger", "", "serve the handlers of ax drill system as well, appending their runs to this ledger")
 	_ = f.MarkHidden("drill-ledger")
