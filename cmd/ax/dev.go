@@ -45,6 +45,7 @@ func newDevCmd() *cobra.Command {
 		clusterSize int
 		natsMon     string
 		alertAllow  string
+		history     historyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -63,6 +64,10 @@ cleanly; it starts again on the same data.`,
 			ctx, stop := signalContext(cmd)
 			defer stop()
 			log, err := c.logger()
+			if err != nil {
+				return err
+			}
+			hist, err := history.options()
 			if err != nil {
 				return err
 			}
@@ -199,7 +204,7 @@ cleanly; it starts again on the same data.`,
 			for _, err := range []error{
 				add("dispatcher", func(nc *nats.Conn) (runner, error) {
 					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(), DrillFaults: true,
-						Streams: streams.Config{Replicas: replicas}})
+						Streams: streams.Config{Replicas: replicas}, History: hist})
 				}),
 				add("trigger", func(nc *nats.Conn) (runner, error) {
 					return trigger.New(trigger.Options{Conn: nc, Store: st, Topology: top, Logger: log})
@@ -286,6 +291,7 @@ Ctrl-C stops it.
 	f.StringVar(&natsMon, "nats-monitor", envOr("AX_NATS_MONITOR", "127.0.0.1:8222"),
 		"address of the embedded NATS server's HTTP monitoring port, for prometheus-nats-exporter and NATS Surveyor; \"off\" closes it (env AX_NATS_MONITOR)")
 	alertAllowFlag(cmd, &alertAllow)
+	history.flags(cmd)
 	m.flags(cmd, "127.0.0.1:9090")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,28 @@ func TestCheckClusterSize(t *testing.T) {
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)) {
 			t.Errorf("checkClusterSize(%d) = %v, want %q", tc.n, err, tc.want)
 		}
+	}
+}
+
+// TestDevHistoryFlags checks that ax dev takes the dispatcher's history
+// flags and refuses a bad one before it starts anything.
+func TestDevHistoryFlags(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"dev", "--help"}, strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Fatalf("ax dev --help: exit %d: %s", code, errOut.String())
+	}
+	for _, flag := range []string{"--history-after", "--history-retention", "--history-archive", "--history-period"} {
+		if !strings.Contains(out.String(), flag) {
+			t.Errorf("ax dev --help does not list %s", flag)
+		}
+	}
+	out.Reset()
+	code := run(t.Context(), []string{"dev", "--data", t.TempDir(), "--history-retention", "three months"}, strings.NewReader(""), &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "--history-retention:") {
+		t.Errorf("ax dev --history-retention \"three months\": exit %d, stderr %q, want a refusal naming the flag", code, errOut.String())
+	}
+	if strings.Contains(out.String(), "AX is running") {
+		t.Errorf("ax dev started with a bad --history-retention: %s", out.String())
 	}
 }
