@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +198,31 @@ func TestCommandTree(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCLIDocNamesEveryCommand checks that docs/cli.md names every command
+// of the tree, as "`ax task delete" or in a group as "`ax task
+// enable|disable|pause|resume".
+func TestCLIDocNamesEveryCommand(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		path := c.CommandPath()
+		if c.Runnable() && !c.Hidden && path != "ax" && !strings.HasPrefix(path, "ax completion") && !strings.HasPrefix(path, "ax help") {
+			words := strings.Fields(path)
+			pattern := "`" + regexp.QuoteMeta(strings.Join(words[:len(words)-1], " ")) + ` (?:[a-z-]+\\\|)*` +
+				regexp.QuoteMeta(words[len(words)-1]) + "[ `\\\\]"
+			if !regexp.MustCompile(pattern).Match(doc) {
+				t.Errorf("docs/cli.md does not name %s", path)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
 }

@@ -1,0 +1,135 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-scheduler/ax/drill/system/systemtest"
+	"github.com/ax-scheduler/ax/store/storetest"
+)
+
+// TestQuickStart runs the README's quick start as a newcomer does, with a
+// real `ax dev` process on ports of its own: the banner says how to reach
+// the API (`export AX_API_URL=…`, `export AX_TOKEN=…`), and with just that
+// in the environment the banner's own "Try it" line works, `ax task list`
+// shows a PAUSED column, `ax logs` says when an instance has no lines, and
+// `ax token create` makes a token through the API (ax dev's CLI knows no
+// database URL).
+func TestQuickStart(t *testing.T) {
+	t.Parallel()
+	bin := systemtest.BuildAX(t)
+	ports := make([]string, 4)
+	for i := range ports {
+		ports[i] = freeAddr(t)
+	}
+	httpAddr, natsAddr, monAddr, metricsAddr := ports[0], ports[1], ports[2], ports[3]
+	var out lockedBuffer
+	dev := exec.Command(bin, "dev", "--data", t.TempDir(), "--http", httpAddr, "--nats", natsAddr,
+		"--nats-monitor", monAddr, "--metrics-addr", metricsAddr, "--log-level", "warn")
+	dev.Env = append(os.Environ(), "DATABASE_URL="+storetest.URL(t))
+	dev.Stdout, dev.Stderr = &out, &out
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- dev.Wait() }()
+	t.Cleanup(func() {
+		_ = dev.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			_ = dev.Process.Kill()
+			<-exited
+		}
+	})
+	exports := regexp.MustCompile(`(?m)^\s*export AX_API_URL=(\S+)\n\s*export AX_TOKEN=(\S+)$`)
+	var m []string
+	waitFor(t, "ax dev's banner", 3*time.Minute, func() (bool, error) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("ax dev exited (%v) before its banner:\n%s", err, out.String())
+		default:
+		}
+		m = exports.FindStringSubmatch(out.String())
+		return m != nil, nil
+	})
+	if m[1] != "http://"+httpAddr {
+		t.Errorf("the banner exports AX_API_URL=%s, want http://%s", m[1], httpAddr)
+	}
+	// The CLI gets what the banner says and no database URL, as in a
+	// newcomer's second terminal.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "AX_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "AX_API_URL="+m[1], "AX_TOKEN="+m[2])
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	ax := func(args ...string) (string, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env, cmd.Dir = env, root
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("ax %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		return stdout.String(), stderr.String()
+	}
+
+	// The banner's "Try it" line, as printed.
+	try := regexp.MustCompile(`(?m)^\s*ax task apply -f (\S+) && ax fire (\S+) --payload '(.*)' --wait$`).FindStringSubmatch(out.String())
+	if try == nil {
+		t.Fatalf("no \"Try it\" line in the banner:\n%s", out.String())
+	}
+	ax("task", "apply", "-f", try[1])
+	fired, _ := ax("fire", try[2], "--payload", try[3], "--wait", "-o", "json")
+	if !strings.Contains(fired, `"state": "SUCCEEDED"`) {
+		t.Fatalf("ax fire %s --wait: %s, want SUCCEEDED", try[2], fired)
+	}
+	id := regexp.MustCompile(`"id": (\d+)`).FindStringSubmatch(fired)
+	if id == nil {
+		t.Fatalf("no instance id in %s", fired)
+	}
+
+	if list, _ := ax("task", "list"); !regexp.MustCompile(`(?m)^NAME\s.*\bPAUSED\b`).MatchString(list) {
+		t.Errorf("ax task list has no PAUSED column:\n%s", list)
+	}
+	// hello's handler logs nothing: ax logs says so (on standard error,
+	// so that a pipe of lines stays clean).
+	if logs, said := ax("logs", id[1]); strings.TrimSpace(logs+said) == "" {
+		t.Errorf("ax logs %s printed nothing, want its lines or a word that it has none", id[1])
+	}
+	if tok, _ := ax("token", "create", "--name", "newcomer", "--role", "operator"); strings.TrimSpace(tok) == "" {
+		t.Errorf("ax token create under ax dev printed %q, want the new token", tok)
+	}
+	if list, _ := ax("token", "list"); !strings.Contains(list, "newcomer") {
+		t.Errorf("ax token list under ax dev does not show the token made through the API:\n%s", list)
+	}
+}
+
+// freeAddr returns a loopback address with a port free now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "127.0.0.1:" + strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
