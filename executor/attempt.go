@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -31,7 +32,7 @@ type attempt struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	log       zerolog.Logger // the worker's lines about the attempt
-	hlog      zerolog.Logger // the handler's: shipped to AX_LOGS, copied to log
+	hlog      *slog.Logger   // the handler's: shipped to AX_LOGS, copied to log
 
 	revision uint64 // the lease's last revision; guarded by Service.mu
 	released bool   // its slots were given back; guarded by Service.mu
@@ -340,7 +341,7 @@ func (s *Service) invoke(a *attempt) result {
 		defer s.handlers.Done()
 		defer func() {
 			if r := recover(); r != nil {
-				a.hlog.Error().Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("handler panicked")
+				a.hlog.Error("handler panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 				done <- result{err: fmt.Errorf("handler panicked: %v", r), at: time.Now()}
 			}
 		}()

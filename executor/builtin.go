@@ -59,7 +59,7 @@ func sleep(ctx context.Context, _ *Task, p sleepPayload) (any, error) {
 	}
 	d := time.Duration(sec * float64(time.Second))
 	log := Logger(ctx)
-	log.Info().Float64("seconds", sec).Msgf("sleeping %s", d)
+	log.Info("sleeping "+d.String(), "seconds", sec)
 	start := time.Now()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -70,7 +70,7 @@ func sleep(ctx context.Context, _ *Task, p sleepPayload) (any, error) {
 		case <-timer.C:
 			return sleepOutput{SleptSeconds: sec}, nil
 		case <-tick.C:
-			log.Info().Int("slept_seconds", slept).Float64("seconds", sec).Msgf("slept %ds of %s", slept, d)
+			log.Info(fmt.Sprintf("slept %ds of %s", slept, d), "slept_seconds", slept, "seconds", sec)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("builtin.sleep: interrupted after %s of %s: %w",
 				time.Since(start).Round(time.Millisecond), d, ctx.Err())

@@ -15,7 +15,7 @@
 //
 //	mux := executor.NewMux()
 //	mux.Handle("images.resize", executor.JSON(func(ctx context.Context, t *executor.Task, p Resize) (any, error) {
-//		executor.Logger(ctx).Info().Str("image", p.Image).Msg("resizing")
+//		executor.Logger(ctx).Info("resizing", "image", p.Image)
 //		if p.Width <= 0 {
 //			return nil, executor.Permanent(fmt.Errorf("width %d: use a positive width", p.Width))
 //		}
@@ -29,7 +29,8 @@
 //
 // The handler's context carries the attempt's deadline (the task's timeout),
 // its cancellation (an operator's cancel, a lost lease, a worker shutting
-// down: see [context.Cause]) and a logger tagged with the attempt ([Logger]).
+// down: see [context.Cause]) and a [*slog.Logger] whose records are the
+// instance's task log ([Logger]).
 // A handler should return soon after its context ends.
 //
 // # Isolation and idempotency

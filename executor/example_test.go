@@ -31,7 +31,7 @@ func ExampleJSON() {
 		if inv.Cents <= 0 {
 			return nil, executor.Permanent(fmt.Errorf("invoice for %s: %d cents; the amount must be positive", inv.Customer, inv.Cents))
 		}
-		log.Info().Str("customer", inv.Customer).Int64("cents", inv.Cents).Msg("sending invoice")
+		log.Info("sending invoice", "customer", inv.Customer, "cents", inv.Cents)
 		// InstanceID is stable across retries: use it as an idempotency key.
 		return map[string]string{"invoice_id": fmt.Sprintf("inv-%d", t.InstanceID)}, nil
 	}))
@@ -62,15 +62,16 @@ func ExamplePermanent() {
 	// false
 }
 
-// The logger in a handler's context is tagged with the attempt: every line
-// names the task, instance, attempt and worker.
+// The logger in a handler's context is a *slog.Logger: its records are the
+// instance's task log, each line naming the task, instance, attempt and
+// worker.
 func ExampleLogger() {
 	mux := executor.NewMux()
 	mux.HandleFunc("reports.nightly", func(ctx context.Context, t *executor.Task) (any, error) {
 		log := executor.Logger(ctx)
-		log.Info().Int("rows", 1200).Msg("report built")
+		log.Info("report built", "rows", 1200)
 		if t.Attempt == t.MaxAttempts {
-			log.Warn().Msg("last attempt")
+			log.Warn("last attempt")
 		}
 		return nil, nil
 	})
@@ -134,7 +135,7 @@ func ExampleOnce() {
 			return nil, executor.Permanent(fmt.Errorf("order %d: %d cents; the amount must be positive", o.ID, o.Cents))
 		}
 		err := executor.Once(ctx, fmt.Sprintf("charge-order-%d", o.ID), func(ctx context.Context) error {
-			log.Info().Int64("order", o.ID).Int64("cents", o.Cents).Msg("charging")
+			log.Info("charging", "order", o.ID, "cents", o.Cents)
 			return charge(ctx, o)
 		})
 		if err != nil {
@@ -142,7 +143,7 @@ func ExampleOnce() {
 		}
 		// From here on a failure retries the attempt, never the charge.
 		if err := sendReceipt(ctx, o); err != nil {
-			log.Warn().Err(err).Int("attempt", t.Attempt).Msg("receipt not sent; retrying")
+			log.Warn("receipt not sent; retrying", "error", err, "attempt", t.Attempt)
 			return nil, err
 		}
 		return map[string]int64{"charged_cents": o.Cents}, nil

@@ -1,56 +1,52 @@
 package executor
 
 import (
-	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/rs/zerolog"
 )
 
-// FuzzSplitLine feeds the log shipper's line splitter whatever a handler
-// may write: it never panics, the fields it keeps encode to one JSON object
-// without AX's own keys, and a truncated line is short, valid JSON that says
-// how long the line was.
-func FuzzSplitLine(f *testing.F) {
-	for _, s := range []string{
-		`{"level":"info","message":"hello","n":1}`,
-		`{"message":{"nested":true},"task":"x","worker_id":"evil"}`,
-		`{"message":"a","message":"b"}`,
-		`not json`, `{"a":`, `{"a":1}{"b":2}`, `[1,2]`, `{"a":"\ud800"}`, "{\"m\":\"\xff\"}", ``,
+// FuzzTaskLogger logs whatever a handler may: the fields of its line
+// always encode to one JSON object without the line's own keys at the top,
+// and a line too long is cut to a short one that says how long it was.
+func FuzzTaskLogger(f *testing.F) {
+	for _, s := range [][3]string{
+		{"hello", "n", "1"}, {"", "task", "evil"}, {"a", "", "x"}, {"\xff", "k\x00", "\xed\xa0\x80"}, {"m", "message", "b"},
 	} {
-		f.Add([]byte(s))
+		f.Add(s[0], s[1], s[2])
 	}
-	f.Fuzz(func(t *testing.T, p []byte) {
-		msg, fields := splitLine(p)
-		if len(msg) > len(p) {
-			t.Fatalf("splitLine(%q) made a message longer than the line: %q", p, msg)
+	f.Fuzz(func(t *testing.T, msg, key, value string) {
+		var got []capturedLine
+		log := newTaskLogger(&captureSink{min: zerolog.TraceLevel, lines: &got})
+		log.With(key, value).WithGroup(key).Info(msg, key, value, slog.Group(value, key, []byte(value)))
+		if len(got) != 1 || got[0].msg != msg {
+			t.Fatalf("logged %+v, want one line with message %q", got, msg)
 		}
-		for _, fl := range fields {
-			if reservedKey(fl.key) {
-				t.Fatalf("splitLine(%q) kept the reserved key %q as a field", p, fl.key)
-			}
-		}
-		if enc := encodeFields(fields); enc != nil {
+		if got[0].fields != "" {
 			var m map[string]json.RawMessage
-			if err := json.Unmarshal(enc, &m); err != nil {
-				t.Fatalf("encodeFields of splitLine(%q) = %s is not a JSON object: %v", p, enc, err)
+			if err := json.Unmarshal([]byte(got[0].fields), &m); err != nil {
+				t.Fatalf("fields %s are not a JSON object: %v", got[0].fields, err)
+			}
+			for k := range m {
+				if reservedKey(k) {
+					t.Fatalf("fields %s keep the line's own key %q", got[0].fields, k)
+				}
 			}
 		}
-		long := append(bytes.Repeat([]byte(" "), maxLogLine), p...)
-		short := truncateLine(long)
-		var line struct {
-			Message string `json:"message"`
-			From    int    `json:"truncated_from_bytes"`
+		long := strings.Repeat(msg+" ", maxLogLine/max(len(msg), 1)+1)
+		short, fields := fitLine(long, []field{{key, quote(value)}})
+		var trunc struct {
+			From int `json:"truncated_from_bytes"`
 		}
-		if err := json.Unmarshal(short, &line); err != nil {
-			t.Fatalf("truncateLine gave %s, not JSON: %v", short, err)
+		if err := json.Unmarshal(fields, &trunc); err != nil || trunc.From <= maxLogLine || len(short) > maxLogLine/2+8 {
+			t.Fatalf("fitLine of %d bytes gave a message of %d bytes and fields %s", len(long), len(short), fields)
 		}
-		if line.From != len(long) || len(short) > maxLogLine/2+64 {
-			t.Fatalf("truncateLine of %d bytes gave %d bytes saying %d", len(long), len(short), line.From)
-		}
-		if !utf8.ValidString(strings.TrimSuffix(line.Message, "…")) && utf8.Valid(long) {
-			t.Fatalf("truncateLine cut a valid line inside a character: %q", line.Message)
+		if !utf8.ValidString(strings.TrimSuffix(short, "…")) && utf8.ValidString(long) {
+			t.Fatalf("fitLine cut a valid line inside a character: %q", short)
 		}
 	})
 }

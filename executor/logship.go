@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -37,9 +38,9 @@ import (
 // interval has passed, and the most lines it publishes in one batch.
 const logBatch = 500
 
-// maxLogLine is the largest line, in bytes of zerolog's JSON, that is
-// shipped as it was logged. A longer line keeps the start of its message,
-// loses its other fields, and says how long it was (field
+// maxLogLine is the largest line, in bytes of its message and encoded
+// fields, that is shipped as it was logged. A longer line keeps the start
+// of its message, loses its fields, and says how long it was (field
 // truncated_from_bytes): the buffer holds at most LogBuffer × maxLogLine
 // bytes of lines, and a message stays far below NATS's max payload.
 const maxLogLine = 32 << 10
@@ -52,7 +53,8 @@ type logEntry struct {
 	task     string
 	level    zerolog.Level
 	at       time.Time
-	raw      []byte // zerolog's JSON, a copy
+	msg      string
+	fields   json.RawMessage // a JSON object, or nil for none
 }
 
 // attemptKey names one attempt of an instance.
@@ -109,15 +111,11 @@ func newLogShipper(workerID string, topo streams.Topology, capacity int, interva
 	}
 }
 
-// add puts a copy of the line p of an attempt of d into the buffer, dropping
-// the oldest line when the buffer is full. It never blocks on NATS.
-func (sh *logShipper) add(d *schemas.Dispatch, level zerolog.Level, at time.Time, p []byte) {
+// add puts a line of an attempt of d into the buffer, dropping the oldest
+// line when the buffer is full. It never blocks on NATS.
+func (sh *logShipper) add(d *schemas.Dispatch, level zerolog.Level, at time.Time, msg string, fields []field) {
 	e := logEntry{instance: d.InstanceID, attempt: d.Attempt, task: d.Task, level: level, at: at}
-	if len(p) > maxLogLine {
-		e.raw = truncateLine(p)
-	} else {
-		e.raw = bytes.Clone(p)
-	}
+	e.msg, e.fields = fitLine(msg, fields)
 	sh.mu.Lock()
 	sh.written++
 	e.seq = sh.written
@@ -322,16 +320,15 @@ func (sh *logShipper) take() ([]logEntry, []dropWarning) {
 
 // line makes the wire message of an entry.
 func (sh *logShipper) line(e *logEntry) schemas.LogLine {
-	msg, fields := splitLine(e.raw)
 	return schemas.LogLine{
 		InstanceID: e.instance,
 		Task:       e.task,
 		Attempt:    e.attempt,
 		WorkerID:   sh.workerID,
 		Level:      e.level.String(),
-		Message:    msg,
+		Message:    e.msg,
 		Time:       e.at,
-		Fields:     encodeFields(fields),
+		Fields:     e.fields,
 	}
 }
 
@@ -367,43 +364,39 @@ func (sh *logShipper) publish(js jetstream.JetStream, lines []schemas.LogLine) (
 	return failed
 }
 
-// taskWriter is the writer of a handler's logger: it hands each line to the
-// shipper and copies it to the worker's own log, which keeps its own level.
-type taskWriter struct {
+// shipSink is the sink of a handler's logger on a worker: it hands each
+// line to the shipper and copies it to the worker's own log, which keeps
+// its own level.
+type shipSink struct {
 	sh       *logShipper
 	d        *schemas.Dispatch
 	minLevel zerolog.Level  // the least level shipped
 	worker   zerolog.Logger // the worker's logger of the attempt
-	now      func() time.Time
 }
 
-// Write ships a line logged without a level.
-func (w *taskWriter) Write(p []byte) (int, error) { return w.WriteLevel(zerolog.NoLevel, p) }
+func (w *shipSink) enabled(level zerolog.Level) bool {
+	return level >= w.minLevel || (level >= w.worker.GetLevel() && level >= zerolog.GlobalLevel())
+}
 
-// WriteLevel ships the line p and copies it to the worker's log when that
-// takes its level. It never blocks on NATS and never fails.
-func (w *taskWriter) WriteLevel(level zerolog.Level, p []byte) (int, error) {
+// line ships the line and copies it to the worker's log when that takes
+// its level. It never blocks on NATS.
+func (w *shipSink) line(level zerolog.Level, at time.Time, msg string, fields []field) {
 	if level >= w.minLevel {
-		w.sh.add(w.d, level, w.now(), p)
+		w.sh.add(w.d, level, at, msg, fields)
 	}
 	if ev := w.worker.WithLevel(level); ev.Enabled() {
-		msg, fields := splitLine(p)
 		for _, f := range fields {
 			ev.RawJSON(f.key, f.value)
 		}
 		ev.Msg(msg)
 	}
-	return len(p), nil
 }
 
 // handlerLogger returns the logger a handler gets for the attempt d: its
 // lines ship to AX_LOGS (from Options.TaskLogLevel up) and are copied to
 // workerLog, the worker's logger of the attempt, at their own level.
-func (s *Service) handlerLogger(d *schemas.Dispatch, workerLog zerolog.Logger) zerolog.Logger {
-	w := &taskWriter{sh: s.logs, d: d, minLevel: s.opts.TaskLogLevel, worker: workerLog, now: s.opts.NowFunc}
-	return zerolog.New(w).Level(min(s.opts.TaskLogLevel, s.opts.Logger.GetLevel())).With().
-		Str("task", d.Task).Int64("instance_id", d.InstanceID).Int("attempt", d.Attempt).Str("worker_id", s.opts.WorkerID).
-		Logger()
+func (s *Service) handlerLogger(d *schemas.Dispatch, workerLog zerolog.Logger) *slog.Logger {
+	return newTaskLogger(&shipSink{sh: s.logs, d: d, minLevel: s.opts.TaskLogLevel, worker: workerLog})
 }
 
 // flushLogs ships the lines logged so far before the attempt's final report
@@ -429,47 +422,15 @@ type field struct {
 	value json.RawMessage
 }
 
-// reservedKey reports whether a key of zerolog's JSON is a LogLine field of
-// its own, or a tag the line repeats from its attempt.
+// reservedKey reports whether a top-level attribute key names a LogLine
+// field of its own, or a tag the line carries from its attempt; the
+// worker's copy of the line has them too.
 func reservedKey(k string) bool {
 	switch k {
-	case zerolog.MessageFieldName, zerolog.LevelFieldName, zerolog.TimestampFieldName,
-		"task", "instance_id", "attempt", "worker_id":
+	case "message", "level", "time", "task", "instance_id", "attempt", "worker_id":
 		return true
 	}
 	return false
-}
-
-// splitLine reads a line of zerolog's JSON into its message and its other
-// fields, in order. A line that is not a JSON object (a handler wrote
-// broken raw JSON) is its own message, without fields.
-func splitLine(p []byte) (msg string, fields []field) {
-	dec := json.NewDecoder(bytes.NewReader(p))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return string(bytes.TrimSpace(p)), nil
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return string(bytes.TrimSpace(p)), nil
-		}
-		key, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return string(bytes.TrimSpace(p)), nil
-		}
-		switch {
-		case key == zerolog.MessageFieldName:
-			if err := json.Unmarshal(v, &msg); err != nil {
-				msg = string(v)
-			}
-		case reservedKey(key):
-		default:
-			fields = append(fields, field{key, v})
-		}
-	}
-	return msg, fields
 }
 
 // encodeFields writes fields as a JSON object in their order, or nil for none.
@@ -494,19 +455,22 @@ func encodeFields(fields []field) json.RawMessage {
 	return b.Bytes()
 }
 
-// truncateLine returns a short line in place of the long line p: the start
-// of its message and how long p was.
-func truncateLine(p []byte) []byte {
-	msg, _ := splitLine(p)
+// fitLine returns the message and encoded fields of a line: as they are
+// when they fit maxLogLine, else the start of the message and a field
+// truncated_from_bytes saying how long the line was.
+func fitLine(msg string, fields []field) (string, json.RawMessage) {
+	size := len(msg)
+	for _, f := range fields {
+		size += len(f.key) + len(f.value) + 4
+	}
+	if size <= maxLogLine {
+		return msg, encodeFields(fields)
+	}
 	if limit := maxLogLine / 2; len(msg) > limit {
 		for limit > 0 && !utf8.RuneStart(msg[limit]) {
 			limit--
 		}
 		msg = msg[:limit] + "…"
 	}
-	m, _ := json.Marshal(msg)
-	return encodeFields([]field{
-		{zerolog.MessageFieldName, m},
-		{"truncated_from_bytes", json.RawMessage(fmt.Sprint(len(p)))},
-	})
+	return msg, encodeFields([]field{{"truncated_from_bytes", json.RawMessage(fmt.Sprint(size))}})
 }

@@ -3,8 +3,13 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +22,9 @@ import (
 	"github.com/ax-scheduler/ax/streams/streamstest"
 )
 
-// zerologLine returns the JSON line a handler's logger writes for i.
-func zerologLine(i int) []byte {
-	return fmt.Appendf(nil, `{"level":"info","task":"t","instance_id":7,"attempt":1,"worker_id":"w1","n":%d,"message":"line %d"}`+"\n", i, i)
+// addLine adds line i of d to sh: message "line i", field n = i.
+func addLine(sh *logShipper, d *schemas.Dispatch, at time.Time, i int) {
+	sh.add(d, zerolog.InfoLevel, at, fmt.Sprintf("line %d", i), []field{{"n", json.RawMessage(strconv.Itoa(i))}})
 }
 
 // runShipper runs sh until the test ends.
@@ -71,7 +76,7 @@ func TestLogShipperDropsOldestAndNeverBlocks(t *testing.T) {
 
 	// Ten lines fill a batch: the shipper publishes them and waits.
 	for i := range 10 {
-		sh.add(d, zerolog.InfoLevel, at.Add(time.Duration(i)*time.Millisecond), zerologLine(i))
+		addLine(sh, d, at.Add(time.Duration(i)*time.Millisecond), i)
 	}
 	first := receive(t, held, 10)
 	for i, m := range first {
@@ -86,7 +91,7 @@ func TestLogShipperDropsOldestAndNeverBlocks(t *testing.T) {
 	go func() {
 		defer close(wrote)
 		for i := 10; i < 1010; i++ {
-			sh.add(d, zerolog.InfoLevel, at.Add(time.Duration(i)*time.Millisecond), zerologLine(i))
+			addLine(sh, d, at.Add(time.Duration(i)*time.Millisecond), i)
 		}
 	}()
 	select {
@@ -178,7 +183,7 @@ func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 	}()
 	d := &schemas.Dispatch{InstanceID: 7, Attempt: 1, Task: "t"}
 	for i := range 3 {
-		sh.add(d, zerolog.InfoLevel, time.Now(), zerologLine(i))
+		addLine(sh, d, time.Now(), i)
 	}
 	cancel()
 	<-done
@@ -201,7 +206,7 @@ func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := newLogShipper("w1", other, 100, time.Hour, zerolog.Nop())
-	lost.add(d, zerolog.InfoLevel, time.Now(), zerologLine(0))
+	addLine(lost, d, time.Now(), 0)
 	lost.ship(js)
 	if n := lost.dropped(); n != 1 {
 		t.Errorf("dropped = %d, want 1", n)
@@ -211,41 +216,67 @@ func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 	}
 }
 
-func TestSplitLine(t *testing.T) {
+// The handler's slog records become log lines: attributes in order,
+// groups as nested objects, With attributes first, the line's own keys
+// left out at the top level, levels mapped to the line's names.
+func TestTaskLogger(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		in, msg, fields string
-	}{
-		{`{"level":"info","task":"t","instance_id":7,"attempt":1,"worker_id":"w","order":42,"ok":true,"message":"charged"}`,
-			"charged", `{"order":42,"ok":true}`},
-		{`{"level":"warn","b":{"x": [1, 2]},"a":"z","time":"2025-03-01T12:00:00Z"}` + "\n", "", `{"b":{"x":[1,2]},"a":"z"}`},
-		{`{"message":"only"}`, "only", ``},
-		{`{"message":"big","n":12345678901234567890}`, "big", `{"n":12345678901234567890}`},
-		{`not json`, "not json", ``},
-		{`{"message":"cut", "n":`, `{"message":"cut", "n":`, ``},
+	var got []capturedLine
+	sink := &captureSink{min: zerolog.DebugLevel, lines: &got}
+	log := newTaskLogger(sink).With("order", 42)
+	log.Info("charged", "ok", true, "task", "dropped", slog.Group("card", "brand", "visa", "last4", "4242"))
+	log.WithGroup("req").With("id", "r1").Warn("slow", "took", 1500*time.Millisecond, "err", errors.New("timeout"))
+	log.WithGroup("empty").Error("failed")
+	log.Debug("detail", "f", 1.5, "nan", math.NaN(), "at", time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC), "raw", map[string]int{"a": 1})
+	log.Log(context.Background(), slog.LevelDebug-4, "trace is below the sink's level")
+	log.Log(context.Background(), slog.LevelError+4, "above error is error")
+	want := []capturedLine{
+		{zerolog.InfoLevel, "charged", `{"order":42,"ok":true,"card":{"brand":"visa","last4":"4242"}}`},
+		{zerolog.WarnLevel, "slow", `{"order":42,"req":{"id":"r1","took":"1.5s","err":"timeout"}}`},
+		{zerolog.ErrorLevel, "failed", `{"order":42}`},
+		{zerolog.DebugLevel, "detail", `{"order":42,"f":1.5,"nan":"NaN","at":"2025-03-01T12:00:00Z","raw":{"a":1}}`},
+		{zerolog.ErrorLevel, "above error is error", `{"order":42}`},
 	}
-	for _, tt := range tests {
-		msg, fields := splitLine([]byte(tt.in))
-		if msg != tt.msg || string(encodeFields(fields)) != tt.fields {
-			t.Errorf("splitLine(%s) = %q, %s; want %q, %s", tt.in, msg, encodeFields(fields), tt.msg, tt.fields)
+	if len(got) != len(want) {
+		t.Fatalf("lines %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
 }
 
-func TestTruncateLine(t *testing.T) {
+type capturedLine struct {
+	level  zerolog.Level
+	msg    string
+	fields string
+}
+
+type captureSink struct {
+	min   zerolog.Level
+	mu    sync.Mutex
+	lines *[]capturedLine
+}
+
+func (c *captureSink) enabled(l zerolog.Level) bool { return l >= c.min }
+
+func (c *captureSink) line(l zerolog.Level, _ time.Time, msg string, fields []field) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	*c.lines = append(*c.lines, capturedLine{l, msg, string(encodeFields(fields))})
+}
+
+func TestFitLine(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("é", maxLogLine)
-	p, err := json.Marshal(map[string]string{"message": long, "blob": long})
-	if err != nil {
-		t.Fatal(err)
+	blob, _ := json.Marshal(long)
+	msg, fields := fitLine(long, []field{{"blob", blob}})
+	if !strings.HasPrefix(long, strings.TrimSuffix(msg, "…")) || !strings.HasSuffix(msg, "é…") || len(msg) > maxLogLine/2+8 ||
+		string(fields) != fmt.Sprintf(`{"truncated_from_bytes":%d}`, len(long)+len(blob)+len("blob")+4) {
+		t.Errorf("truncated line: message of %d bytes, fields %s", len(msg), fields)
 	}
-	short := truncateLine(p)
-	if len(short) > maxLogLine {
-		t.Fatalf("truncated line is %d bytes, want at most %d", len(short), maxLogLine)
-	}
-	msg, fields := splitLine(short)
-	if !strings.HasPrefix(long, strings.TrimSuffix(msg, "…")) || !strings.HasSuffix(msg, "é…") ||
-		string(encodeFields(fields)) != fmt.Sprintf(`{"truncated_from_bytes":%d}`, len(p)) {
-		t.Errorf("truncated line: message of %d bytes, fields %s", len(msg), encodeFields(fields))
+	if msg, fields := fitLine("short", []field{{"n", json.RawMessage("1")}}); msg != "short" || string(fields) != `{"n":1}` {
+		t.Errorf("a short line changed: %q %s", msg, fields)
 	}
 }

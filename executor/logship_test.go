@@ -73,10 +73,10 @@ func TestHandlerLogsShipToAXLogs(t *testing.T) {
 	mux := executor.NewMux()
 	mux.HandleFunc("logs", func(ctx context.Context, task *executor.Task) (any, error) {
 		log := executor.Logger(ctx)
-		log.Info().Str("order", "A-1").Int("cents", 1200).Msg("charging")
-		sub := zerolog.Ctx(ctx).With().Str("step", "receipt").Logger()
-		sub.Warn().Err(errors.New("smtp timeout")).Msg("receipt not sent")
-		log.Debug().Msg("done")
+		log.Info("charging", "order", "A-1", "cents", 1200)
+		sub := log.With("step", "receipt")
+		sub.Warn("receipt not sent", "error", errors.New("smtp timeout"))
+		log.Debug("done")
 		return nil, nil
 	})
 	workerLog := &lockedBuffer{}
@@ -157,7 +157,7 @@ func TestTaskLogsShipInBatchesAndOnTime(t *testing.T) {
 			mux := executor.NewMux()
 			mux.HandleFunc("chatty", func(ctx context.Context, task *executor.Task) (any, error) {
 				for i := range tt.lines {
-					executor.Logger(ctx).Info().Int("i", i).Msg("working")
+					executor.Logger(ctx).Info("working", "i", i)
 				}
 				<-release
 				return nil, nil
@@ -190,8 +190,8 @@ func TestTaskLogLevelAndPanics(t *testing.T) {
 	w := newWorld(t)
 	mux := executor.NewMux()
 	mux.HandleFunc("panics", func(ctx context.Context, task *executor.Task) (any, error) {
-		executor.Logger(ctx).Debug().Msg("hidden")
-		executor.Logger(ctx).Info().Msg("shown")
+		executor.Logger(ctx).Debug("hidden")
+		executor.Logger(ctx).Info("shown")
 		panic("out of cheese")
 	})
 	opts := w.options(mux)

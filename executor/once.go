@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -70,7 +70,7 @@ type onceKey struct{}
 type onceScope struct {
 	s        *Service
 	dispatch *schemas.Dispatch
-	log      zerolog.Logger
+	log      *slog.Logger // the handler's
 }
 
 // withOnce returns a context carrying sc for [Once].
@@ -110,7 +110,7 @@ func (sc *onceScope) run(ctx context.Context, key string, fn func(context.Contex
 		return fmt.Errorf("once %q: %w", key, err)
 	}
 	if done {
-		sc.log.Info().Str("once_key", key).Msg("work done already; skipping it")
+		sc.log.Info("work done already; skipping it", "once_key", key)
 		return nil
 	}
 	fnCtx, cancel := context.WithCancelCause(ctx)
@@ -171,8 +171,8 @@ func (sc *onceScope) claim(ctx context.Context, key string) (rev uint64, done bo
 		if rec.State == onceDone {
 			return 0, true, nil
 		}
-		sc.log.Info().Str("once_key", key).Int64("holder_instance_id", rec.InstanceID).Int("holder_attempt", rec.Attempt).
-			Str("holder_worker_id", rec.WorkerID).Msg("work runs elsewhere; waiting for it to end")
+		sc.log.Info("work runs elsewhere; waiting for it to end", "once_key", key, "holder_instance_id", rec.InstanceID,
+			"holder_attempt", rec.Attempt, "holder_worker_id", rec.WorkerID)
 		if err := sc.waitChange(ctx, key, e.Revision()); err != nil {
 			return 0, false, fmt.Errorf("wait for the work running under instance %d attempt %d on worker %s: %w",
 				rec.InstanceID, rec.Attempt, rec.WorkerID, err)
@@ -222,7 +222,7 @@ func (sc *onceScope) release(key string, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := sc.s.onces.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(sc.s.onceMarkerTTL)); err != nil {
-		sc.log.Warn().Err(err).Str("once_key", key).Msg("release once record; it expires with its TTL")
+		sc.log.Warn("release once record; it expires with its TTL", "error", err, "once_key", key)
 	}
 }
 
@@ -261,11 +261,11 @@ func (h *onceHold) renew(cancel context.CancelCauseFunc) {
 			h.rev = ack.Sequence
 		case isWrongLastSequence(err):
 			h.lost = true
-			h.sc.log.Warn().Str("once_key", h.key).Msg("once record expired before its renewal; cancelling the work")
+			h.sc.log.Warn("once record expired before its renewal; cancelling the work", "once_key", h.key)
 			cancel(errOnceLost)
 			return
 		default:
-			h.sc.log.Warn().Err(err).Str("once_key", h.key).Msg("renew once record; trying again at the next renewal")
+			h.sc.log.Warn("renew once record; trying again at the next renewal", "error", err, "once_key", h.key)
 		}
 	}
 }

@@ -607,7 +607,7 @@ func TestTaskAndLogger(t *testing.T) {
 	tasks := make(chan executor.Task, 1)
 	mux := executor.NewMux()
 	mux.HandleFunc("inspect", func(ctx context.Context, task *executor.Task) (any, error) {
-		executor.Logger(ctx).Info().Str("step", "one").Msg("working")
+		executor.Logger(ctx).Info("working", "step", "one")
 		if deadline, ok := ctx.Deadline(); !ok || !deadline.Equal(task.Deadline) {
 			t.Errorf("context deadline %v, task deadline %v", deadline, task.Deadline)
 		}

@@ -45,9 +45,9 @@ func TestTaskLogsOfASucceededRun(t *testing.T) {
 	mux.HandleFunc("test.chatty", func(ctx context.Context, task *executor.Task) (any, error) {
 		log := executor.Logger(ctx)
 		for i := range 20 {
-			log.Info().Int("row", i).Str("table", "orders").Msg("copied row")
+			log.Info("copied row", "row", i, "table", "orders")
 		}
-		log.Warn().Bool("partial", false).Msg("done")
+		log.Warn("done", "partial", false)
 		return nil, nil
 	})
 	s.executor("w1", mux, 4)

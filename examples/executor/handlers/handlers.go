@@ -35,7 +35,7 @@ func Register(m *executor.Mux) {
 // flushCache is examples/broadcast.yaml's handler: each executor of the
 // pool flushes its own cache.
 func flushCache(ctx context.Context, t *executor.Task) (any, error) {
-	executor.Logger(ctx).Info().Str("worker_id", t.WorkerID).Msg("cache flushed")
+	executor.Logger(ctx).Info("cache flushed")
 	return map[string]any{"worker_id": t.WorkerID, "flushed": true}, nil
 }
 
@@ -49,7 +49,7 @@ type shop struct {
 func syncShop(ctx context.Context, t *executor.Task, p shop) (any, error) {
 	day := t.FiredAt.UTC().Format(time.DateOnly)
 	err := executor.Once(ctx, fmt.Sprintf("shop-%d-invoice-%s", p.ShopID, day), func(ctx context.Context) error {
-		executor.Logger(ctx).Info().Int64("shop_id", p.ShopID).Str("day", day).Msg("invoice sent")
+		executor.Logger(ctx).Info("invoice sent", "shop_id", p.ShopID, "day", day)
 		return nil
 	})
 	if err != nil {
@@ -61,7 +61,7 @@ func syncShop(ctx context.Context, t *executor.Task, p shop) (any, error) {
 // backupDisk is examples/pinned-worker.yaml's handler, run only by the
 // worker the task names.
 func backupDisk(ctx context.Context, t *executor.Task) (any, error) {
-	executor.Logger(ctx).Info().Str("worker_id", t.WorkerID).Msg("backup written")
+	executor.Logger(ctx).Info("backup written")
 	return map[string]any{"worker_id": t.WorkerID, "backup": "backup-" + t.FiredAt.UTC().Format("20060102")}, nil
 }
 
@@ -76,14 +76,14 @@ func enrichOrder(ctx context.Context, t *executor.Task, p order) (any, error) {
 	if p.CustomerID <= 0 {
 		return nil, executor.Permanent(fmt.Errorf(`orders.enrich: the payload needs "customer_id", a number above 0, e.g. {"customer_id": 7}`))
 	}
-	executor.Logger(ctx).Info().Int64("customer_id", p.CustomerID).Msg("order enriched")
+	executor.Logger(ctx).Info("order enriched", "customer_id", p.CustomerID)
 	return map[string]any{"customer_id": p.CustomerID, "order_id": p.OrderID, "worker_id": t.WorkerID}, nil
 }
 
 // rebuildIndex is examples/shards.yaml's handler: each shard rebuilds its
 // share of the index.
 func rebuildIndex(ctx context.Context, t *executor.Task) (any, error) {
-	executor.Logger(ctx).Info().Int("shard", t.ShardIndex).Int("of", t.ShardCount).Msg("shard rebuilt")
+	executor.Logger(ctx).Info("shard rebuilt", "shard", t.ShardIndex, "of", t.ShardCount)
 	return map[string]any{"shard": t.ShardIndex, "of": t.ShardCount}, nil
 }
 
@@ -94,6 +94,6 @@ var shanghai = time.FixedZone("CST", 8*60*60)
 // before the firing, in the zone of the task's cron trigger.
 func settleDay(ctx context.Context, t *executor.Task) (any, error) {
 	day := t.FiredAt.In(shanghai).AddDate(0, 0, -1).Format(time.DateOnly)
-	executor.Logger(ctx).Info().Str("day", day).Msg("day settled")
+	executor.Logger(ctx).Info("day settled", "day", day)
 	return map[string]any{"settled_day": day}, nil
 }
