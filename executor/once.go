@@ -49,7 +49,7 @@ func Once(ctx context.Context, key string, fn func(ctx context.Context) error) e
 	if fn == nil {
 		return Permanent(fmt.Errorf("once %q: fn is nil", key))
 	}
-	sc, ok := ctx.Value(onceKey{}).(*onceScope)
+	sc, ok := ctx.Value(onceKey{}).(onceRunner)
 	if !ok {
 		return fmt.Errorf("once %q: %w", key, errNoWorker)
 	}
@@ -66,6 +66,12 @@ var (
 
 type onceKey struct{}
 
+// onceRunner runs the work of [Once] for one key: the worker's
+// [onceScope], or executortest's in-memory records.
+type onceRunner interface {
+	run(ctx context.Context, key string, fn func(context.Context) error) error
+}
+
 // onceScope is what Once needs from the worker, for one attempt.
 type onceScope struct {
 	s        *Service
@@ -74,7 +80,7 @@ type onceScope struct {
 }
 
 // withOnce returns a context carrying sc for [Once].
-func withOnce(ctx context.Context, sc *onceScope) context.Context {
+func withOnce(ctx context.Context, sc onceRunner) context.Context {
 	return context.WithValue(ctx, onceKey{}, sc)
 }
 

@@ -1,4 +1,6 @@
-// Package executortest runs an AX executor worker inside a test.
+// Package executortest tests AX handlers: [Call] runs one attempt of a
+// handler with no NATS server (River's rivertest.Worker), and [Run] runs a
+// whole executor worker inside a test, against a real server.
 package executortest
 
 import (
