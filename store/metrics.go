@@ -19,11 +19,30 @@ import (
 // Reason prefixes of the failures the fleet metrics tell apart. An attempt
 // that timed out ends with a reason starting with TimeoutReasonPrefix
 // (the executor's "timeout after 1m0s", the reaper's "timeout: …"); one
-// whose lease expired with LeaseExpiredReasonPrefix, by the reaper.
+// whose lease expired with LeaseExpiredReasonPrefix, by the reaper; one
+// its worker handed back (a released report) with HandedBackReasonPrefix,
+// which the store puts before the report's reason if it lacks it.
 const (
 	TimeoutReasonPrefix      = "timeout"
 	LeaseExpiredReasonPrefix = "lease expired"
+	HandedBackReasonPrefix   = "handed back"
 )
+
+// IsHandedBackReason reports whether a transition's reason says the
+// attempt was handed back by its worker: it did not fail.
+func IsHandedBackReason(reason string) bool { return strings.HasPrefix(reason, HandedBackReasonPrefix) }
+
+// handedBackReason is the transition reason of a released report whose
+// own reason is why.
+func handedBackReason(why string) string {
+	switch {
+	case IsHandedBackReason(why):
+		return why
+	case why == "":
+		return HandedBackReasonPrefix + " by its worker"
+	}
+	return HandedBackReasonPrefix + ": " + why
+}
 
 // IsTimeoutReason reports whether a transition's reason says the attempt timed out.
 func IsTimeoutReason(reason string) bool { return strings.HasPrefix(reason, TimeoutReasonPrefix) }

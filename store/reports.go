@@ -57,9 +57,13 @@ func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Repor
 			started: true, startedAt: r.StartedAt})
 	}
 	for _, r := range final {
+		errText := r.Error
+		if r.Kind == schemas.ReportReleased {
+			errText = handedBackReason(errText)
+		}
 		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: WorkerOperator(r.WorkerID),
 			final: true, ok: r.Kind == schemas.ReportSucceeded, released: r.Kind == schemas.ReportReleased, output: r.Output,
-			errText: r.Error, permanent: r.Permanent && r.Kind == schemas.ReportFailed, startedAt: r.StartedAt, finishedAt: r.At,
+			errText: errText, permanent: r.Permanent && r.Kind == schemas.ReportFailed, startedAt: r.StartedAt, finishedAt: r.At,
 			impliesRunning: true})
 	}
 	out, err := rows.record(ctx, s.pool)

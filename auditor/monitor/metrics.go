@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		instancesEnded: counter("ax_instances_ended_total",
 			"Instances that ended, by final state (SUCCEEDED, FAILED, SKIPPED, CANCELLED).", "task", "state"),
 		attempts: counter("ax_attempts_total",
-			"Attempts that ended, by outcome (succeeded, failed).", "task", "outcome"),
+			"Attempts that ended, by outcome (succeeded, failed, handed_back: its executor stopped and handed it back).", "task", "outcome"),
 		timeouts: counter("ax_attempt_timeouts_total",
 			"Attempts that ended because they outlived the task's timeout.", "task"),
 		leaseExpiries: counter("ax_lease_expiries_total",
@@ -203,8 +203,13 @@ func (m *metrics) observe(recs []schemas.AuditRecord, times map[int64]store.Inst
 		}
 		if attemptEnded(r) {
 			outcome := "failed"
-			if r.To == schemas.StateSucceeded {
+			switch {
+			case r.To == schemas.StateSucceeded:
 				outcome = "succeeded"
+			case store.IsHandedBackReason(r.Reason):
+				// Its worker stopped: nothing failed (not a retry either,
+				// below: the next attempt is not one of max_attempts').
+				outcome = "handed_back"
 			}
 			m.attempts.WithLabelValues(r.Task, outcome).Inc()
 			if r.To != schemas.StateSucceeded && store.IsTimeoutReason(r.Reason) {
@@ -213,7 +218,7 @@ func (m *metrics) observe(recs []schemas.AuditRecord, times map[int64]store.Inst
 			if r.Operator == store.OperatorReaper && store.IsLeaseExpiredReason(r.Reason) {
 				m.leaseExpiries.WithLabelValues(r.Task).Inc()
 			}
-			if r.To == schemas.StateRetrying {
+			if r.To == schemas.StateRetrying && outcome != "handed_back" {
 				m.retries.WithLabelValues(r.Task).Inc()
 			}
 			if started, ok := it.Running[r.Attempt]; ok && r.From == schemas.StateRunning {
