@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
@@ -46,6 +47,7 @@ func newDevCmd() *cobra.Command {
 		natsMon     string
 		alertAllow  string
 		history     historyFlags
+		leaseTTL    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -88,6 +90,9 @@ cleanly; it starts again on the same data.`,
 			}
 			if err := checkClusterSize(clusterSize); err != nil {
 				return err
+			}
+			if leaseTTL < time.Second {
+				return fmt.Errorf("--lease-ttl %v: give at least 1s (a worker renews its leases every third of it)", leaseTTL)
 			}
 
 			if c.databaseURL == "" {
@@ -204,7 +209,7 @@ cleanly; it starts again on the same data.`,
 			for _, err := range []error{
 				add("dispatcher", func(nc *nats.Conn) (runner, error) {
 					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(), DrillFaults: true,
-						Streams: streams.Config{Replicas: replicas}, History: hist})
+						Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, History: hist})
 				}),
 				add("trigger", func(nc *nats.Conn) (runner, error) {
 					return trigger.New(trigger.Options{Conn: nc, Store: st, Topology: top, Logger: log})
@@ -236,7 +241,7 @@ cleanly; it starts again on the same data.`,
 			if err != nil {
 				return err
 			}
-			if err := top.Ensure(ctx, js, streams.Config{Replicas: replicas}); err != nil {
+			if err := top.Ensure(ctx, js, streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}); err != nil {
 				return err
 			}
 			runCtx, cancel := context.WithCancelCause(ctx)
@@ -290,6 +295,8 @@ Ctrl-C stops it.
 	f.StringVar(&natsAddr, "nats", envOr("AX_NATS_LISTEN", "127.0.0.1:4222"), "address of the embedded NATS server (env AX_NATS_LISTEN)")
 	f.StringVar(&natsMon, "nats-monitor", envOr("AX_NATS_MONITOR", "127.0.0.1:8222"),
 		"address of the embedded NATS server's HTTP monitoring port, for prometheus-nats-exporter and NATS Surveyor; \"off\" closes it (env AX_NATS_MONITOR)")
+	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL,
+		"how long an attempt's lease lives without renewal: a killed worker's attempts are retried elsewhere about this long after it died")
 	alertAllowFlag(cmd, &alertAllow)
 	history.flags(cmd)
 	m.flags(cmd, "127.0.0.1:9090")

@@ -1,0 +1,122 @@
+// The wire messages a worker reads and writes, as in schemas/json/*.schema.json.
+
+/** A parent instance's result, handed to a chained task (dispatch "parents"). */
+export interface Parent {
+  instance_id: number;
+  state: string;
+  output?: unknown;
+  [field: string]: unknown;
+}
+
+/** Dispatch is the message on ax.dispatch.*: one attempt for an executor to run (dispatch.schema.json). */
+export interface Dispatch {
+  instance_id: number;
+  task: string;
+  task_version: number;
+  handler: string;
+  attempt: number;
+  max_attempts: number;
+  event_id: string;
+  priority: string;
+  pool?: string;
+  payload?: unknown;
+  timeout_ms: number;
+  mutex_template?: string;
+  fired_at: string;
+  dispatched_at: string;
+  run_id?: string;
+  parents?: Record<string, Parent>;
+  shard_index?: number;
+  shard_count?: number;
+}
+
+export type ReportKind = "started" | "succeeded" | "failed";
+
+/** Report is an executor's word on one attempt (report.schema.json). */
+export interface Report {
+  instance_id: number;
+  attempt: number;
+  worker_id: string;
+  kind: ReportKind;
+  at: string;
+  started_at: string;
+  output?: unknown;
+  error?: string;
+  permanent?: boolean;
+}
+
+/** WorkerRecord is the value of key <worker_id> in ax-workers (worker.schema.json). */
+export interface WorkerRecord {
+  id: string;
+  hostname?: string;
+  version: string;
+  pools: string[];
+  handlers: string[];
+  slots: number;
+  busy: number;
+  started_at: string;
+  heartbeat_at: string;
+}
+
+/** Lease is the value of key <instance_id>.<attempt> in ax-leases (lease.schema.json). */
+export interface Lease {
+  instance_id: number;
+  attempt: number;
+  worker_id: string;
+  acquired_at: string;
+}
+
+/** LogLine is one task log line on ax.log.<instance_id> (log_line.schema.json). */
+export interface LogLine {
+  instance_id: number;
+  task: string;
+  attempt: number;
+  worker_id: string;
+  level: "debug" | "info" | "warn" | "error" | "";
+  message: string;
+  time: string;
+  fields?: Record<string, unknown>;
+}
+
+/** Control is the core NATS message on ax.control.<worker_id> (control.schema.json). */
+export interface Control {
+  action: string;
+  instance_id: number;
+  attempt: number;
+  reason: string;
+}
+
+const taskRE = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+const handlerRE = /^[A-Za-z0-9._-]{1,128}$/;
+
+function positiveInt(v: unknown): v is number {
+  return typeof v === "number" && Number.isSafeInteger(v) && v > 0;
+}
+
+/**
+ * decodeDispatch parses and checks a dispatch message, throwing an error
+ * that names the subject and what is wrong.
+ */
+export function decodeDispatch(subject: string, data: Uint8Array): Dispatch {
+  let d: Dispatch;
+  try {
+    d = JSON.parse(Buffer.from(data).toString("utf8")) as Dispatch;
+  } catch (err) {
+    throw new Error(`dispatch message on ${subject}: not JSON: ${(err as Error).message}`);
+  }
+  if (d === null || typeof d !== "object" || Array.isArray(d)) {
+    throw new Error(`dispatch message on ${subject}: not a JSON object`);
+  }
+  const problems: string[] = [];
+  if (!positiveInt(d.instance_id)) problems.push("instance_id must be a positive integer");
+  if (!positiveInt(d.attempt)) problems.push("attempt must be a positive integer");
+  if (!positiveInt(d.max_attempts)) problems.push("max_attempts must be a positive integer");
+  if (!positiveInt(d.timeout_ms)) problems.push("timeout_ms must be a positive integer");
+  if (typeof d.task !== "string" || !taskRE.test(d.task)) problems.push("task must match " + taskRE.source);
+  if (typeof d.handler !== "string" || !handlerRE.test(d.handler)) problems.push("handler must match " + handlerRE.source);
+  if (d.pool !== undefined && (typeof d.pool !== "string" || d.pool === "")) problems.push("pool must be a non-empty string");
+  if (problems.length > 0) {
+    throw new Error(`dispatch message on ${subject}: ${problems.join("; ")}`);
+  }
+  return d;
+}
