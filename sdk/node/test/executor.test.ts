@@ -1,0 +1,224 @@
+// The Node SDK against a real ax dev: every case fires through the HTTP
+// API and reads the outcome there, as a user would.
+
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import type { NatsConnection } from "@nats-io/transport-node";
+
+import { CancelledError, connectExecutor, PermanentError, TimeoutError, Worker, type Logger } from "../src/index.js";
+import { Dev, waitFor } from "./harness.js";
+
+const dev = new Dev();
+let nc: NatsConnection;
+let worker: Worker;
+let running: Promise<void>;
+const children: ChildProcess[] = [];
+
+// What the handlers saw, by instance id.
+const seen = new Map<number, { reason?: unknown; attempts: number[] }>();
+// Handlers that wait for the test to let them go, by instance id.
+const gates = new Map<number, () => void>();
+const note = (id: number, attempt: number) => {
+  const s = seen.get(id) ?? { attempts: [] };
+  s.attempts.push(attempt);
+  seen.set(id, s);
+  return s;
+};
+
+const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
+
+before(async () => {
+  await dev.start();
+  nc = await connectExecutor(dev.executorCredentials());
+  worker = new Worker({ connection: nc, workerId: "node-test-main", slots: 4, logger: process.env.AX_TEST_VERBOSE ? undefined : quiet });
+  worker.handle<{ name: string }>("node.echo", async (ctx, p) => {
+    ctx.logger.info("hello from node", { name: p.name });
+    return { hello: p.name, attempt: ctx.attempt, max_attempts: ctx.maxAttempts };
+  }, {
+    parse: (raw) => {
+      const p = raw as { name?: unknown };
+      if (typeof p !== "object" || p === null || typeof p.name !== "string") throw new Error("want {\"name\": string}");
+      return { name: p.name };
+    },
+  });
+  worker.handle("node.flaky", async (ctx) => {
+    note(ctx.instanceId, ctx.attempt);
+    if (ctx.attempt < 3) throw new Error(`flaky failure on attempt ${ctx.attempt}`);
+    return { attempt: ctx.attempt };
+  });
+  worker.handle("node.permanent", async (ctx) => {
+    note(ctx.instanceId, ctx.attempt);
+    throw new PermanentError("the input can never work");
+  });
+  worker.handle("node.wait", async (ctx) => {
+    const s = note(ctx.instanceId, ctx.attempt);
+    await new Promise<void>((resolve, reject) => {
+      gates.set(ctx.instanceId, resolve);
+      ctx.signal.addEventListener("abort", () => {
+        s.reason = ctx.signal.reason;
+        reject(ctx.signal.reason);
+      }, { once: true });
+    });
+    return { released: true };
+  });
+  running = worker.run();
+  await worker.ready();
+});
+
+after(async () => {
+  for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
+  await worker?.stop();
+  await running?.catch(() => undefined);
+  await nc?.close();
+  await dev.stop();
+});
+
+function spawnWorker(id: string, env: Record<string, string> = {}): { proc: ChildProcess; ready: Promise<void>; exited: Promise<number | null>; output: () => string } {
+  const creds = dev.executorCredentials();
+  const proc = spawn(process.execPath, [fileURLToPath(new URL("./worker-process.js", import.meta.url))], {
+    env: { ...process.env, NATS_URL: creds.servers, NATS_USER: creds.user, NATS_PASSWORD: creds.pass, AX_WORKER_ID: id, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  children.push(proc);
+  let out = "";
+  proc.stdout!.on("data", (b: Buffer) => (out += b.toString()));
+  proc.stderr!.on("data", (b: Buffer) => (out += b.toString()));
+  const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
+  const ready = waitFor(`worker ${id} to be ready`, (): boolean => {
+    if (proc.exitCode !== null) throw new Error(`worker ${id} exited: ${out}`);
+    return out.includes("ready\n");
+  });
+  return { proc, ready: ready.then(() => undefined), exited, output: () => out };
+}
+
+describe("a Node worker", () => {
+  test("registers in ax-workers with its pools, handlers and slots", async () => {
+    const r = await dev.api<{ workers: Array<{ id: string; pools: string[]; handlers: string[]; slots: number; version: string }> }>("GET", "/v1/workers");
+    const w = r.workers.find((w) => w.id === "node-test-main");
+    assert.ok(w, `node-test-main is not among the workers: ${JSON.stringify(r.workers)}`);
+    assert.deepEqual(w.pools, ["default"]);
+    assert.deepEqual(w.handlers, ["node.echo", "node.flaky", "node.permanent", "node.wait"]);
+    assert.equal(w.slots, 4);
+    assert.equal(w.version, "0.1.0");
+  });
+
+  test("succeeds: the output and the task log reach the API", async () => {
+    await dev.applyTask("node-echo", "node.echo");
+    const id = await dev.fire("node-echo", { name: "world" });
+    const inst = await dev.waitState(id, ["SUCCEEDED", "FAILED"]);
+    assert.equal(inst.state, "SUCCEEDED", JSON.stringify(inst));
+    assert.equal(inst.worker_id, "node-test-main");
+    assert.deepEqual(inst.output, { hello: "world", attempt: 1, max_attempts: 1 });
+    const logs = await dev.api<{ lines: Array<{ message: string; level: string; fields?: Record<string, unknown>; worker_id: string; attempt: number }> }>("GET", `/v1/instances/${id}/logs`);
+    const line = logs.lines.find((l) => l.message === "hello from node");
+    assert.ok(line, `no "hello from node" line in ${JSON.stringify(logs.lines)}`);
+    assert.equal(line.level, "info");
+    assert.deepEqual(line.fields, { name: "world" });
+    assert.equal(line.worker_id, "node-test-main");
+    assert.equal(line.attempt, 1);
+  });
+
+  test("a payload that does not fit fails permanently, saying why", async () => {
+    await dev.applyTask("node-echo-bad", "node.echo", { retry: { max_attempts: 3, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } });
+    const id = await dev.fire("node-echo-bad", { nom: 1 });
+    const inst = await dev.waitState(id, ["FAILED", "SUCCEEDED"]);
+    assert.equal(inst.state, "FAILED");
+    assert.equal(inst.attempt, 1, "a permanent failure is not retried");
+    assert.match(String(inst.error), /payload does not fit: want \{"name": string\}/);
+  });
+
+  test("retries a failing attempt by the task's policy until it succeeds", async () => {
+    await dev.applyTask("node-flaky", "node.flaky", { retry: { max_attempts: 3, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } });
+    const id = await dev.fire("node-flaky");
+    const inst = await dev.waitState(id, ["SUCCEEDED", "FAILED"]);
+    assert.equal(inst.state, "SUCCEEDED", JSON.stringify(inst));
+    assert.equal(inst.attempt, 3);
+    assert.deepEqual(seen.get(id)?.attempts, [1, 2, 3]);
+    const retrying = inst.transitions.filter((t) => t.to === "RETRYING");
+    assert.equal(retrying.length, 2, JSON.stringify(inst.transitions));
+  });
+
+  test("a PermanentError fails the instance without a retry", async () => {
+    await dev.applyTask("node-permanent", "node.permanent", { retry: { max_attempts: 3, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } });
+    const id = await dev.fire("node-permanent");
+    const inst = await dev.waitState(id, ["FAILED", "SUCCEEDED"]);
+    assert.equal(inst.state, "FAILED");
+    assert.equal(inst.attempt, 1);
+    assert.equal(inst.error, "the input can never work");
+    assert.deepEqual(seen.get(id)?.attempts, [1]);
+  });
+
+  test("reports started after the started delay, then the result", async () => {
+    await dev.applyTask("node-started", "node.wait");
+    const id = await dev.fire("node-started");
+    // The handler holds until released: the instance is RUNNING on the
+    // started report alone.
+    const inst = await dev.waitState(id, ["RUNNING"]);
+    assert.equal(inst.worker_id, "node-test-main");
+    const running = inst.transitions.find((t) => t.to === "RUNNING");
+    assert.ok(running && !running.reason, `RUNNING came with the final report: ${JSON.stringify(inst.transitions)}`);
+    gates.get(id)!();
+    const done = await dev.waitState(id, ["SUCCEEDED", "FAILED"]);
+    assert.equal(done.state, "SUCCEEDED");
+    assert.deepEqual(done.output, { released: true });
+  });
+
+  test("times out at the dispatch's timeout: the signal aborts with a TimeoutError", async () => {
+    await dev.applyTask("node-timeout", "node.wait", { timeout: "2s" });
+    const id = await dev.fire("node-timeout");
+    const inst = await dev.waitState(id, ["FAILED", "SUCCEEDED"]);
+    assert.equal(inst.state, "FAILED");
+    assert.equal(inst.error, "timeout after 2s");
+    assert.ok(seen.get(id)?.reason instanceof TimeoutError, `the signal's reason is ${String(seen.get(id)?.reason)}`);
+  });
+
+  test("a cancel through the API aborts the running attempt", async () => {
+    await dev.applyTask("node-cancel", "node.wait");
+    const id = await dev.fire("node-cancel");
+    await dev.waitState(id, ["RUNNING"]);
+    await dev.api("POST", `/v1/instances/${id}/cancel`, { reason: "the test says stop" });
+    const inst = await dev.waitState(id, ["CANCELLED", "FAILED", "SUCCEEDED"]);
+    assert.equal(inst.state, "CANCELLED");
+    const reason = await waitFor("the handler to see the cancel", () => seen.get(id)?.reason);
+    assert.ok(reason instanceof CancelledError, `the signal's reason is ${String(reason)}`);
+    assert.match(reason.message, /^cancelled/);
+  });
+
+  test("kill -9 of the worker mid-attempt: the retry runs on another worker", async () => {
+    await dev.applyTask("node-kill", "node.hold", { retry: { max_attempts: 3, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } });
+    const a = spawnWorker("node-test-killed");
+    await a.ready;
+    const id = await dev.fire("node-kill");
+    const inst = await dev.waitState(id, ["RUNNING"]);
+    assert.equal(inst.worker_id, "node-test-killed");
+    const b = spawnWorker("node-test-survivor", { AX_HOLD: "0" });
+    await b.ready;
+    a.proc.kill("SIGKILL");
+    await a.exited;
+    const done = await dev.waitState(id, ["SUCCEEDED", "FAILED"], 90_000);
+    assert.equal(done.state, "SUCCEEDED", JSON.stringify(done));
+    assert.equal(done.worker_id, "node-test-survivor");
+    assert.equal(done.attempt, 2);
+    assert.deepEqual(done.output, { worker: "node-test-survivor" });
+    b.proc.kill("SIGTERM");
+    assert.equal(await b.exited, 0, b.output());
+  });
+
+  test("SIGTERM drains: the running attempt finishes, the worker leaves ax-workers and exits 0", async () => {
+    await dev.applyTask("node-drain", "node.slow");
+    const w = spawnWorker("node-test-drained", { AX_SLOW_MS: "3000" });
+    await w.ready;
+    const id = await dev.fire("node-drain");
+    await dev.waitState(id, ["RUNNING"]);
+    w.proc.kill("SIGTERM");
+    assert.equal(await w.exited, 0, w.output());
+    const inst = await dev.instance(id);
+    assert.equal(inst.state, "SUCCEEDED", JSON.stringify(inst));
+    assert.deepEqual(inst.output, { slept_ms: 3000, worker: "node-test-drained" });
+    const r = await dev.api<{ workers: Array<{ id: string }> }>("GET", "/v1/workers");
+    assert.ok(!r.workers.some((x) => x.id === "node-test-drained"), `the drained worker is still listed: ${JSON.stringify(r.workers)}`);
+  });
+});
