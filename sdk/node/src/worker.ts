@@ -862,6 +862,8 @@ export class Worker {
   private async invoke(a: Attempt): Promise<{ out?: unknown; err?: unknown; returnedAt?: Date }> {
     const signal = a.controller.signal;
     const call = (async () => {
+      const refused = unsupported(a.d);
+      if (refused) throw new PermanentError(refused);
       let payload: unknown = a.d.payload;
       if (a.entry.parse) {
         try {
@@ -1079,6 +1081,35 @@ export class Worker {
     this.log.info("worker stopped");
     this.resolveStopped();
   }
+}
+
+/**
+ * unsupported says why this worker must not run the attempt d, or "" if it
+ * may: what the Go executor does for it, this SDK does not do yet, and
+ * running it without would break the task's rule. The attempt then fails
+ * permanently, saying so, as the Go executor fails one it cannot serve.
+ */
+function unsupported(d: Dispatch): string {
+  if (d.mutex_template) {
+    return `task "${d.task}" has a concurrency.mutex_key (${d.mutex_template}), which the Node SDK does not hold: run the task on a Go executor (ax executor), or remove its mutex_key`;
+  }
+  const encoded = envelope(d.payload);
+  if (encoded) {
+    return `task "${d.task}": payload is encoded (${encoded}) and this worker has no codec to decode it: the Node SDK has no payload codec; run the task on a Go executor with the key (ax executor --codec-key-file)`;
+  }
+  for (const [name, p] of Object.entries(d.parents ?? {})) {
+    const e = envelope(p?.output);
+    if (e) return `task "${d.task}": output of parent "${name}" is encoded (${e}) and this worker has no codec to decode it: run the task on a Go executor with the key (ax executor --codec-key-file)`;
+  }
+  return "";
+}
+
+/** envelope names a payload codec's envelope {"ax_codec": …, "key_id": …} (schemas/codec.go), "" for any other value. */
+function envelope(v: unknown): string {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) return "";
+  const e = v as { ax_codec?: unknown; key_id?: unknown };
+  if (typeof e.ax_codec !== "string" || e.ax_codec === "") return "";
+  return `ax_codec ${e.ax_codec}, key_id ${typeof e.key_id === "string" ? e.key_id : ""}`;
 }
 
 function positive(name: string, v: number | undefined, def: number): number {

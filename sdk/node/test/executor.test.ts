@@ -130,6 +130,24 @@ describe("a Node worker", () => {
     assert.match(String(inst.error), /payload does not fit: want \{"name": string\}/);
   });
 
+  test("an attempt it cannot serve as the task says (a mutex key, an encoded payload) fails permanently, saying so", async () => {
+    await dev.api("POST", "/v1/tasks", {
+      task_name: "node-mutex", owner: "node-sdk-test", description: "a task with a mutex key",
+      triggers: [{ type: "manual" }], concurrency: { mutex_key: "order-{{.name}}" },
+      execution: { handler: "node.echo", timeout: "30s", retry: { max_attempts: 3, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } },
+    });
+    const mutex = await dev.waitState(await dev.fire("node-mutex", { name: "a" }), ["FAILED", "SUCCEEDED"]);
+    assert.equal(mutex.state, "FAILED");
+    assert.equal(mutex.attempt, 1);
+    assert.match(String(mutex.error), /has a concurrency.mutex_key \(order-\{\{.name\}\}\), which the Node SDK does not hold/);
+
+    await dev.applyTask("node-encoded", "node.echo", { retry: { max_attempts: 3, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } });
+    const encoded = await dev.waitState(await dev.fire("node-encoded", { ax_codec: "aes-gcm/v1", key_id: "k1", data: "AAAA" }), ["FAILED", "SUCCEEDED"]);
+    assert.equal(encoded.state, "FAILED");
+    assert.equal(encoded.attempt, 1);
+    assert.match(String(encoded.error), /payload is encoded \(ax_codec aes-gcm\/v1, key_id k1\) and this worker has no codec/);
+  });
+
   test("retries a failing attempt by the task's policy until it succeeds", async () => {
     await dev.applyTask("node-flaky", "node.flaky", { retry: { max_attempts: 3, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } });
     const id = await dev.fire("node-flaky");

@@ -1,0 +1,72 @@
+// An AX executor in Node.js, on @ax-scheduler/executor (sdk/node).
+//
+// It serves the pools in AX_POOLS (default "default") with:
+//   node.greet      the example: greets {"name": ...}, logging to the task log
+//   conformance.*   the handlers `ax conformance executor` fires at a worker
+//                   (docs/executor-protocol.md, "Conformance handlers")
+//
+// Connection: AX_DEV_DATA=<ax dev's --data folder> reads the executor
+// user's password that ax dev wrote there; otherwise the NATS CLI's
+// NATS_URL, NATS_USER, NATS_PASSWORD (or NATS_CREDS). README.md says how
+// to run it against `make dev`.
+
+import { connectExecutor, devExecutorCredentials, PermanentError, Worker } from "@ax-scheduler/executor";
+
+const dev = process.env.AX_DEV_DATA;
+const nc = await connectExecutor(dev ? devExecutorCredentials(dev) : {});
+const worker = new Worker({
+  connection: nc,
+  workerId: process.env.AX_WORKER_ID || undefined,
+  pools: process.env.AX_POOLS ? process.env.AX_POOLS.split(",") : undefined,
+  slots: Number(process.env.AX_SLOTS || 0),
+});
+
+worker.handle("node.greet", async (ctx, payload) => {
+  ctx.logger.info("greeting", { name: payload.name, attempt: ctx.attempt });
+  return { greeting: `hello, ${payload.name}`, worker: ctx.workerId };
+}, {
+  parse: (raw) => {
+    if (typeof raw?.name !== "string" || raw.name === "") throw new Error('want {"name": "<a non-empty string>"}');
+    return { name: raw.name };
+  },
+});
+
+// The conformance handlers: exactly what the kit expects of them.
+const object = (raw) => (raw !== null && typeof raw === "object" && !Array.isArray(raw) ? raw : {});
+
+worker.handle("conformance.echo", async (ctx) => ctx.payload);
+
+worker.handle("conformance.fail", async (ctx) => {
+  const failures = object(ctx.payload).failures ?? 2;
+  if (ctx.attempt <= failures) throw new Error(`conformance: attempt ${ctx.attempt} fails on purpose`);
+  return { attempt: ctx.attempt };
+});
+
+worker.handle("conformance.permanent", async () => {
+  throw new PermanentError("conformance: permanent failure");
+});
+
+worker.handle("conformance.sleep", async (ctx) => {
+  const ms = object(ctx.payload).ms ?? 1000;
+  await new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    ctx.signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      reject(ctx.signal.reason);
+    }, { once: true });
+  });
+  return { slept_ms: ms };
+});
+
+worker.handle("conformance.log", async (ctx) => {
+  const lines = object(ctx.payload).lines ?? 3;
+  for (let i = 1; i <= lines; i++) ctx.logger.info(`conformance line ${i} of ${lines}`, { i });
+  return { lines };
+});
+
+worker.handleSignals();
+const running = worker.run();
+await worker.ready();
+console.error(`worker ${worker.workerId} serves ${worker.pools.join(", ")} with ${worker.handlerNames.join(", ")}; SIGTERM or Ctrl-C drains it`);
+await running;
+await nc.close();
