@@ -18,6 +18,32 @@ export function isPermanent(err: unknown): boolean {
   return false;
 }
 
+/**
+ * RetryAfterError asks for the next attempt delayMs from now instead of
+ * after the task's backoff (the Go SDK's executor.RetryAfter): for work that
+ * cannot run yet and knows when it can. The attempt fails with its message
+ * and counts as one of the task's retry.max_attempts; the dispatcher caps
+ * the wait at the task's retry.max_interval_sec. A PermanentError anywhere
+ * in the cause chain still fails without retry.
+ */
+export class RetryAfterError extends Error {
+  readonly delayMs: number;
+  constructor(delayMs: number, message?: string, options?: { cause?: unknown }) {
+    const d = Number.isFinite(delayMs) && delayMs > 0 ? delayMs : 0;
+    super(message ?? `retry in ${goDuration(d)} requested`, options);
+    this.name = "RetryAfterError";
+    this.delayMs = d;
+  }
+}
+
+/** retryAfter returns the wait the outermost RetryAfterError in err's cause chain asks for, or undefined. */
+export function retryAfter(err: unknown): number | undefined {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 32; e = e.cause, depth++) {
+    if (e instanceof RetryAfterError) return e.delayMs;
+  }
+  return undefined;
+}
+
 /** The reason an attempt's signal aborts at its deadline. */
 export class TimeoutError extends Error {
   constructor(readonly timeoutMs: number) {

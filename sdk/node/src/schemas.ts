@@ -43,6 +43,8 @@ export interface Report {
   output?: unknown;
   error?: string;
   permanent?: boolean;
+  /** On a failure that is not permanent: run the next attempt this many ms after the report, instead of the backoff. */
+  retry_after_ms?: number;
 }
 
 /** WorkerRecord is the value of key <worker_id> in ax-workers (worker.schema.json). */

@@ -9,7 +9,7 @@ import { createInbox, nuid, type Msg, type NatsConnection, type Subscription } f
 import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 
-import { CancelledError, goDuration, isPermanent, LeaseLostError, PermanentError, ShutdownError, TimeoutError } from "./errors.js";
+import { CancelledError, goDuration, isPermanent, LeaseLostError, PermanentError, retryAfter, ShutdownError, TimeoutError } from "./errors.js";
 import { LogShipper } from "./logs.js";
 import { decodeDispatch, type Control, type Dispatch, type Parent, type Report, type ReportKind, type WorkerRecord } from "./schemas.js";
 import { DEFAULT_POOL, leaseKey, PRIORITIES, Topology, WORKER_POOL, type ConsumerSettings } from "./topology.js";
@@ -365,8 +365,9 @@ export class Worker {
       });
       this.resolveReady();
       const closed = this.nc.closed().then(() => {
-        throw new Error("run ax worker: the NATS connection was closed");
+        if (this.state === "running") throw new Error("run ax worker: the NATS connection was closed");
       });
+      closed.catch(() => undefined); // the race below takes it; after run() returns, nobody needs it
       await Promise.race([this.pull(stopSignal), closed]);
     } finally {
       await this.shutdown();
@@ -963,6 +964,8 @@ export class Worker {
     }
     rep.error = errorText(r.err);
     if (isPermanent(r.err)) rep.permanent = true;
+    const wait = retryAfter(r.err);
+    if (wait !== undefined && !rep.permanent) rep.retry_after_ms = Math.max(Math.round(wait), 1); // 0 on the wire means the backoff
     if (rep.error === "") rep.error = "the handler returned an error with an empty message";
     return rep;
   }
@@ -1052,6 +1055,7 @@ export class Worker {
 
   private async shutdown(): Promise<void> {
     this.state = "stopping";
+    this.stopRequested?.(); // ends the pull loop, if the connection's end ended run()
     for (const s of this.subs) s.unsubscribe();
     this.subs = [];
     if (this.running.size > 0) this.log.info("waiting for running attempts", { busy: this.held, shutdown_timeout_ms: this.shutdownMs });

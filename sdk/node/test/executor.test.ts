@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 
 import type { NatsConnection } from "@nats-io/transport-node";
 
-import { CancelledError, connectExecutor, PermanentError, TimeoutError, Worker, type Logger } from "../src/index.js";
+import { CancelledError, connectExecutor, PermanentError, RetryAfterError, TimeoutError, Worker, type Logger } from "../src/index.js";
 import { Dev, waitFor } from "./harness.js";
 
 const dev = new Dev();
@@ -47,6 +47,11 @@ before(async () => {
   worker.handle("node.flaky", async (ctx) => {
     note(ctx.instanceId, ctx.attempt);
     if (ctx.attempt < 3) throw new Error(`flaky failure on attempt ${ctx.attempt}`);
+    return { attempt: ctx.attempt };
+  });
+  worker.handle("node.snooze", async (ctx) => {
+    note(ctx.instanceId, ctx.attempt);
+    if (ctx.attempt === 1) throw new RetryAfterError(1500, "not yet: the file is not there");
     return { attempt: ctx.attempt };
   });
   worker.handle("node.permanent", async (ctx) => {
@@ -100,7 +105,7 @@ describe("a Node worker", () => {
     const w = r.workers.find((w) => w.id === "node-test-main");
     assert.ok(w, `node-test-main is not among the workers: ${JSON.stringify(r.workers)}`);
     assert.deepEqual(w.pools, ["default"]);
-    assert.deepEqual(w.handlers, ["node.echo", "node.flaky", "node.permanent", "node.wait"]);
+    assert.deepEqual(w.handlers, ["node.echo", "node.flaky", "node.permanent", "node.snooze", "node.wait"]);
     assert.equal(w.slots, 4);
     assert.equal(w.version, "0.1.0");
   });
@@ -157,6 +162,21 @@ describe("a Node worker", () => {
     assert.deepEqual(seen.get(id)?.attempts, [1, 2, 3]);
     const retrying = inst.transitions.filter((t) => t.to === "RETRYING");
     assert.equal(retrying.length, 2, JSON.stringify(inst.transitions));
+  });
+
+  test("a RetryAfterError runs the next attempt after its wait, not the backoff", async () => {
+    // The backoff would wait 10 minutes.
+    await dev.applyTask("node-snooze", "node.snooze", { retry: { max_attempts: 3, backoff: "fixed", initial_interval_sec: 600, max_interval_sec: 600 } });
+    const id = await dev.fire("node-snooze");
+    const inst = await dev.waitState(id, ["SUCCEEDED", "FAILED"]);
+    assert.equal(inst.state, "SUCCEEDED", JSON.stringify(inst));
+    assert.equal(inst.attempt, 2);
+    const t = inst.transitions;
+    const failed = t.find((x) => x.to === "RETRYING" && x.attempt === 1);
+    const next = t.find((x) => x.to === "DISPATCHED" && x.attempt === 2);
+    assert.ok(failed && next, JSON.stringify(t));
+    const waited = Date.parse(next.at) - Date.parse(failed.at);
+    assert.ok(waited >= 1400, `attempt 2 was dispatched ${waited} ms after attempt 1 failed; it asked for 1500`);
   });
 
   test("a PermanentError fails the instance without a retry", async () => {

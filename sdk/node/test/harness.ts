@@ -45,7 +45,7 @@ export interface Instance {
   worker_id: string;
   output?: unknown;
   error?: string;
-  transitions: Array<{ from: string; to: string; attempt: number; operator: string; reason?: string }>;
+  transitions: Array<{ from: string; to: string; attempt: number; operator: string; reason?: string; at: string }>;
   [field: string]: unknown;
 }
 
