@@ -91,8 +91,8 @@ cleanly; it starts again on the same data.`,
 			if err := checkClusterSize(clusterSize); err != nil {
 				return err
 			}
-			if leaseTTL < time.Second {
-				return fmt.Errorf("--lease-ttl %v: give at least 1s (a worker renews its leases every third of it)", leaseTTL)
+			if err := checkLeaseTTL(leaseTTL); err != nil {
+				return err
 			}
 
 			if c.databaseURL == "" {
@@ -311,6 +311,15 @@ func checkClusterSize(n int) error {
 		return fmt.Errorf("--cluster %d: give the number of NATS nodes, 1 for a single server or 3 or more for a cluster", n)
 	case n == 2:
 		return fmt.Errorf("--cluster 2: a JetStream cluster of two nodes cannot lose one; use 3 or more, or 1 for a single server")
+	}
+	return nil
+}
+
+// checkLeaseTTL checks --lease-ttl: a worker renews its leases every third
+// of the TTL, so less than a second leaves it no time to.
+func checkLeaseTTL(d time.Duration) error {
+	if d < time.Second {
+		return fmt.Errorf("--lease-ttl %v: give at least 1s (a worker renews its leases every third of it)", d)
 	}
 	return nil
 }

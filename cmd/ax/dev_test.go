@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMonitorAddr(t *testing.T) {
@@ -69,5 +70,23 @@ func TestDevHistoryFlags(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "AX is running") {
 		t.Errorf("ax dev started with a bad --history-retention: %s", out.String())
+	}
+}
+
+func TestCheckLeaseTTL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		d    time.Duration
+		want string // "" for no error
+	}{
+		{time.Second, ""},
+		{30 * time.Second, ""},
+		{999 * time.Millisecond, "--lease-ttl 999ms: give at least 1s"},
+		{0, "--lease-ttl 0s: give at least 1s"},
+	} {
+		err := checkLeaseTTL(tc.d)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)) {
+			t.Errorf("checkLeaseTTL(%v) = %v, want %q", tc.d, err, tc.want)
+		}
 	}
 }
