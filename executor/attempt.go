@@ -59,14 +59,15 @@ func (e cancelError) Error() string {
 	return "cancelled: " + e.reason
 }
 
-// start starts a batch of admitted attempts: it takes a lease for each
+// start starts a batch of admitted attempts: the redelivered ones only if
+// a dispatcher says they never ran (see fence). It takes a lease for each
 // (one publish of the batch, and one wait for its acknowledgements), acks
 // them and runs their handlers. The started reports follow StartedDelay
 // later, for the attempts still running then (see reportStarted), or
 // before the handlers run when StartedDelay is negative. An
 // attempt that does not start gives its slots (and its mutex) back.
 func (s *Service) start(ctx context.Context, ps []*pending) {
-	if len(ps) == 0 {
+	if ps = s.fence(ps); len(ps) == 0 {
 		return
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,8 @@ type world struct {
 	reports jetstream.Consumer
 	leases  jetstream.KeyValue
 	workers jetstream.KeyValue
+	fences  *nats.Subscription // answers fence questions (see answerFences)
+	fenced  atomic.Int64       // fence questions answered
 }
 
 func newWorld(t *testing.T) *world {
@@ -57,7 +60,37 @@ func newWorld(t *testing.T) *world {
 	if w.workers, err = js.KeyValue(ctx, w.topo.WorkersBucket()); err != nil {
 		t.Fatal(err)
 	}
+	w.answerFences(func(schemas.FenceQuestion) schemas.FenceAnswer {
+		return schemas.FenceAnswer{Start: true, Reason: "the test's dispatcher lets every redelivery start"}
+	})
 	return w
+}
+
+// answerFences answers the fence questions of redelivered attempts as the
+// dispatcher would, with answer, until the test ends; the questions are
+// counted in w.fenced.
+func (w *world) answerFences(answer func(schemas.FenceQuestion) schemas.FenceAnswer) {
+	w.t.Helper()
+	sub, err := w.nc.QueueSubscribe(w.topo.AllFences(), "dispatcher", func(m *nats.Msg) {
+		var q schemas.FenceQuestion
+		if err := json.Unmarshal(m.Data, &q); err != nil {
+			w.t.Errorf("fence question on %s: %v", m.Subject, err)
+			return
+		}
+		w.fenced.Add(1)
+		data, _ := json.Marshal(answer(q))
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if w.fences != nil {
+		_ = w.fences.Unsubscribe()
+	}
+	w.fences = sub
+	if err := w.nc.Flush(); err != nil {
+		w.t.Fatal(err)
+	}
 }
 
 // options returns worker options on the world's connection, logging to the

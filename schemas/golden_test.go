@@ -99,6 +99,15 @@ var golden = []goldenMessage{
 		Attempt:    3,
 		Reason:     "cancelled by alice@example.com",
 	}},
+	{"fence_question", "json/fence_question.schema.json#", &FenceQuestion{
+		InstanceID: 4711,
+		Attempt:    3,
+		WorkerID:   "worker-eu-1",
+	}},
+	{"fence_answer", "json/fence_answer.schema.json#", &FenceAnswer{
+		Start:  true,
+		Reason: "attempt 3 never ran: the instance is DISPATCHED at attempt 3 and no lease of it was seen",
+	}},
 	{"task_entry", "json/task_entry.schema.json#", &TaskEntry{Version: 5, Enabled: true}},
 	{"log_line", "json/log_line.schema.json#", &LogLine{
 		InstanceID: 4711,

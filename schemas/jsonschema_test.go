@@ -30,6 +30,8 @@ func TestSchemasMatchGoTypes(t *testing.T) {
 		{"json/worker.schema.json", Worker{}},
 		{"json/lease.schema.json", Lease{}},
 		{"json/control.schema.json", Control{}},
+		{"json/fence_question.schema.json", FenceQuestion{}},
+		{"json/fence_answer.schema.json", FenceAnswer{}},
 		{"json/transition.schema.json", Transition{}},
 		{"json/instance.schema.json", Instance{}},
 		{"json/task_entry.schema.json", TaskEntry{}},

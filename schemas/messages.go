@@ -362,6 +362,27 @@ type Control struct {
 	Reason     string        `json:"reason"`
 }
 
+// FenceQuestion is the core NATS request on
+// ax.fence.<pool>.<worker_id>.<instance_id>: an executor that was given a
+// dispatch message again (JetStream delivered it more than once) asks the
+// dispatchers whether attempt Attempt of instance InstanceID may start,
+// before it takes the attempt's lease. A first delivery asks nothing.
+type FenceQuestion struct {
+	InstanceID int64  `json:"instance_id"`
+	Attempt    int    `json:"attempt"`
+	WorkerID   string `json:"worker_id"`
+}
+
+// FenceAnswer is a dispatcher's reply to a [FenceQuestion]. Start is true
+// only when the attempt is provably one that never ran; otherwise the
+// executor terminates the dispatch message, and Reason says why (the
+// attempt ran, another delivery runs it, or it cannot be known and the
+// attempt was failed as lost so that the instance goes on with the next).
+type FenceAnswer struct {
+	Start  bool   `json:"start"`
+	Reason string `json:"reason"`
+}
+
 // Transition is one row of an instance's history (and of the audit trail).
 // From is empty for the creation.
 type Transition struct {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -478,4 +479,34 @@ func scanRunning(row pgx.CollectableRow) (RunningAttempt, error) {
 	err := row.Scan(&r.InstanceID, &r.Attempt, &r.WorkerID, &timeoutMS)
 	r.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	return r, err
+}
+
+// AttemptState is what a fence question needs of an instance: its pool,
+// state, current attempt and when that attempt was dispatched.
+type AttemptState struct {
+	Pool         string
+	State        schemas.State
+	Attempt      int
+	DispatchedAt time.Time // zero if never dispatched
+}
+
+// GetAttemptState returns the pool, state, attempt and dispatch time of
+// live instance id, or an error wrapping [ErrNotFound] when no live
+// instance has that id (it never existed, or its history moved out of the
+// hot tables: it ended long ago). One indexed read.
+func (s *Store) GetAttemptState(ctx context.Context, id int64) (AttemptState, error) {
+	var a AttemptState
+	var dispatched *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT pool, state, attempt, dispatched_at FROM instances WHERE id = $1`, id).
+		Scan(&a.Pool, &a.State, &a.Attempt, &dispatched)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, fmt.Errorf("get attempt state of instance %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return a, fmt.Errorf("get attempt state of instance %d: %w", id, err)
+	}
+	if dispatched != nil {
+		a.DispatchedAt = *dispatched
+	}
+	return a, nil
 }

@@ -15,6 +15,8 @@
 //	ax.audit.<task>                         AX_AUDIT     outbox relay → auditor, anyone
 //	ax.log.<instance_id>                    AX_LOGS      executors → API, console, CLI
 //	ax.control.<worker_id>                  core NATS    dispatcher, API → executor
+//	ax.fence.<pool>.<worker_id>.<instance_id>
+//	                                        core NATS    executor → dispatchers (request/reply: may a redelivered attempt start?)
 //	ax.ready.<pool>.<priority>.<handler>    core NATS    dispatcher → idle executors of the queue (the doorbell)
 //	ax.ready.worker.<worker_id>             core NATS    dispatcher → one idle executor
 //

@@ -160,6 +160,44 @@ func (t Topology) ReportFrom(subject string) (pool, workerID string, ok bool) {
 	return parts[0], parts[1], true
 }
 
+// Fence is the core NATS subject on which worker workerID of pool asks
+// the dispatchers whether a redelivered attempt of instanceID may start:
+// ax.fence.<pool>.<worker_id>.<instance>. Scoped like [Topology.Report],
+// so that NATS permissions bind the pool and the worker to the asker's
+// credential, and the dispatcher answers only about the pool's attempts.
+func (t Topology) Fence(pool, workerID string, instanceID int64) string {
+	return t.subject("fence", pool, workerID, strconv.FormatInt(instanceID, 10))
+}
+
+// Fences is the subject pattern of the fence questions of worker workerID
+// ("*": any worker) of pool: what an executor's user may publish.
+func (t Topology) Fences(pool, workerID string) string {
+	return t.subject("fence", pool, workerID, "*")
+}
+
+// AllFences is the subject pattern of every fence question, the one the
+// dispatchers answer (as one queue group).
+func (t Topology) AllFences() string { return t.subject("fence", ">") }
+
+// FenceFrom returns the pool, the worker id and the instance a fence
+// question's subject names, false when subject is no subject of
+// [Topology.Fence]'s form.
+func (t Topology) FenceFrom(subject string) (pool, workerID string, instanceID int64, ok bool) {
+	rest, found := strings.CutPrefix(subject, t.prefix+".fence.")
+	if !found {
+		return "", "", 0, false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
+		return "", "", 0, false
+	}
+	id, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil || id <= 0 {
+		return "", "", 0, false
+	}
+	return parts[0], parts[1], id, true
+}
+
 // Audit is the subject of a task's audit records.
 func (t Topology) Audit(task string) string { return t.subject("audit", task) }
 

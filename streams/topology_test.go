@@ -40,3 +40,19 @@ func TestSchedFiring(t *testing.T) {
 		t.Error("SchedFiring collides")
 	}
 }
+
+func TestFenceFrom(t *testing.T) {
+	t.Parallel()
+	top := Default()
+	if pool, worker, id, ok := top.FenceFrom(top.Fence("gpu", "w1", 42)); !ok || pool != "gpu" || worker != "w1" || id != 42 {
+		t.Errorf("FenceFrom(Fence(gpu, w1, 42)) = %q, %q, %d, %v", pool, worker, id, ok)
+	}
+	for _, subject := range []string{
+		"ax.fence.gpu.w1", "ax.fence.gpu.w1.x", "ax.fence.gpu.w1.0", "ax.fence.gpu.w1.-3",
+		"ax.fence..w1.4", "ax.fence.gpu.w1.4.5", "ax.report.gpu.w1.4", "bx.fence.gpu.w1.4",
+	} {
+		if _, _, _, ok := top.FenceFrom(subject); ok {
+			t.Errorf("FenceFrom(%q) is ok, want not a fence subject", subject)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// fenceTimeout bounds the wait for a dispatcher's answer to a fence
+// question. No dispatcher at all is known at once (no responders).
+const fenceTimeout = 5 * time.Second
+
+// fence asks the dispatchers, for each attempt of ps whose dispatch message
+// was delivered more than once, whether it may start, and returns the
+// attempts that may: every first delivery (no question, no round trip) and
+// the redeliveries a dispatcher said start to. The questions of one batch
+// go out together.
+//
+// The lease alone fences a redelivery only while the leases bucket keeps
+// the attempt's history: a server that lost an acknowledged ack of the
+// dispatch message can also have lost the lease put or its expiry marker
+// (a kill -9, a cluster leader's restart), and the create-only lease write
+// then succeeds for an attempt that already ran. The dispatcher knows from
+// PostgreSQL, AX_REPORTS and the leases it watched whether it ran.
+//
+// An attempt told not to start is terminated; one that gets no answer (no
+// dispatcher, a timeout) is given back for IdleWait and asks again on its
+// next delivery. Either way it gives its slots back, and it has no lease
+// yet: the lease is taken after the answer.
+func (s *Service) fence(ps []*pending) []*pending {
+	var asks []int
+	for i, p := range ps {
+		if md, err := p.msg.Metadata(); err == nil && md.NumDelivered > 1 {
+			asks = append(asks, i)
+		}
+	}
+	if len(asks) == 0 {
+		return ps
+	}
+	answers := make([]schemas.FenceAnswer, len(ps))
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for _, i := range asks {
+		wg.Go(func() { answers[i], errs[i] = s.askFence(ps[i].d) })
+	}
+	wg.Wait()
+	out := ps[:0:0]
+	for i, p := range ps {
+		asked := slices.Contains(asks, i)
+		switch {
+		case !asked || (errs[i] == nil && answers[i].Start):
+			if asked {
+				log := s.taskLogger(&p.d)
+				log.Info().Str("reason", answers[i].Reason).Msg("redelivered attempt may start: the dispatcher says it never ran")
+			}
+			out = append(out, p)
+		case errs[i] == nil:
+			log := s.taskLogger(&p.d)
+			log.Info().Str("reason", answers[i].Reason).Msg("redelivered attempt must not start; terminating this delivery")
+			s.unadmit(p)
+			s.term(p.msg)
+		default:
+			log := s.taskLogger(&p.d)
+			log.Warn().Err(errs[i]).Dur("delay", s.opts.IdleWait).
+				Msg("redelivered attempt not started: no dispatcher answered whether it ran; giving it back to ask again")
+			s.unadmit(p)
+			if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
+				log.Warn().Err(err).Msg("nak dispatch message")
+			}
+		}
+	}
+	return out
+}
+
+// askFence asks the dispatchers whether attempt d may start, on this
+// worker's fence subject of d's pool.
+func (s *Service) askFence(d schemas.Dispatch) (schemas.FenceAnswer, error) {
+	pool := d.Pool
+	if pool == "" {
+		pool = schemas.DefaultPool
+	}
+	subject := s.opts.Topology.Fence(pool, s.opts.WorkerID, d.InstanceID)
+	data, err := json.Marshal(schemas.FenceQuestion{InstanceID: d.InstanceID, Attempt: d.Attempt, WorkerID: s.opts.WorkerID})
+	if err != nil {
+		return schemas.FenceAnswer{}, err
+	}
+	reply, err := s.opts.Conn.Request(subject, data, fenceTimeout)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return schemas.FenceAnswer{}, fmt.Errorf("ask %s: no dispatcher is listening", subject)
+	}
+	if err != nil {
+		return schemas.FenceAnswer{}, fmt.Errorf("ask %s: %w", subject, err)
+	}
+	a, err := streams.Decode[schemas.FenceAnswer](reply.Subject, reply.Data)
+	if err != nil {
+		return schemas.FenceAnswer{}, fmt.Errorf("ask %s: %w", subject, err)
+	}
+	return a, nil
+}

@@ -1,0 +1,138 @@
+package executor_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// redeliver makes the next delivery of the n dispatch messages waiting for
+// handler redeliveries, as a server that lost their acknowledgements
+// would: the test takes them from the handler's pool consumer and gives
+// them back. The worker must not run yet (the consumer is the one it will
+// use).
+func (w *world) redeliver(handler string, n int) {
+	w.t.Helper()
+	c, err := w.js.CreateOrUpdateConsumer(w.t.Context(), w.topo.DispatchStream(), w.topo.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, handler))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	batch, err := c.Fetch(n, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	got := 0
+	for m := range batch.Messages() {
+		if err := m.Nak(); err != nil {
+			w.t.Fatal(err)
+		}
+		got++
+	}
+	if got != n {
+		w.t.Fatalf("took %d dispatch messages to give back, want %d (%v)", got, n, batch.Error())
+	}
+}
+
+// TestRedeliveryAsksTheFence: a first delivery starts without a question;
+// a redelivered one starts only when a dispatcher says so, is terminated
+// when it says no, and waits, unrun, while no dispatcher answers.
+func TestRedeliveryAsksTheFence(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	var mu sync.Mutex
+	calls := map[int64]int{}
+	mux := executor.NewMux()
+	mux.HandleFunc("count", func(_ context.Context, task *executor.Task) (any, error) {
+		mu.Lock()
+		calls[task.InstanceID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	var asked sync.Map // instance id → the question
+	w.answerFences(func(q schemas.FenceQuestion) schemas.FenceAnswer {
+		asked.Store(q.InstanceID, q)
+		return schemas.FenceAnswer{Start: q.InstanceID == 2, Reason: "instance 2 never ran, the others did"}
+	})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Attempt: 3, Handler: "count"})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: "count"})
+	w.redeliver("count", 2)
+	executortest.Run(t, w.options(mux))
+
+	w.nextOf(schemas.ReportStarted, 2)
+	w.nextOf(schemas.ReportSucceeded, 2)
+	w.dispatchEmpty()
+	mu.Lock()
+	if calls[1] != 0 || calls[2] != 1 {
+		t.Errorf("calls = %v, want instance 1 never (the dispatcher said no), instance 2 once", calls)
+	}
+	mu.Unlock()
+	q, ok := asked.Load(int64(1))
+	if !ok || q.(schemas.FenceQuestion) != (schemas.FenceQuestion{InstanceID: 1, Attempt: 3, WorkerID: "w1"}) {
+		t.Errorf("question about instance 1 = %+v, want attempt 3 from w1", q)
+	}
+	if _, err := w.leases.Get(t.Context(), streams.LeaseKey(1, 3)); !isKeyMissing(err) {
+		t.Errorf("lease of the attempt told not to start: %v, want none", err)
+	}
+
+	// A first delivery asks nothing.
+	before := w.fenced.Load()
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 3, Handler: "count"})
+	w.nextOf(schemas.ReportStarted, 3)
+	w.nextOf(schemas.ReportSucceeded, 3)
+	if n := w.fenced.Load() - before; n != 0 {
+		t.Errorf("%d fence questions for a first delivery, want none", n)
+	}
+	w.noMoreReports()
+}
+
+// TestRedeliveryWaitsForADispatcher: with no dispatcher to answer, a
+// redelivered attempt does not run; it runs once one answers.
+func TestRedeliveryWaitsForADispatcher(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	var calls atomic.Int32
+	mux := executor.NewMux()
+	mux.HandleFunc("count", func(context.Context, *executor.Task) (any, error) {
+		calls.Add(1)
+		return nil, nil
+	})
+	if err := w.fences.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 4, Handler: "count"})
+	w.redeliver("count", 1)
+	opts := w.options(mux)
+	opts.IdleWait = 50 * time.Millisecond
+	executortest.Run(t, opts)
+	// Unanswered, the message goes back and comes again: wait for a few
+	// deliveries, and the attempt has not run.
+	c, err := w.js.Consumer(t.Context(), w.topo.DispatchStream(), streams.PoolConsumerName(schemas.DefaultPool, schemas.PriorityNormal, "count"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the unanswered redelivery to come back twice", func() bool {
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumRedelivered > 0 && info.Delivered.Consumer >= 4
+	})
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times with no dispatcher to ask, want 0", n)
+	}
+	w.answerFences(func(schemas.FenceQuestion) schemas.FenceAnswer {
+		return schemas.FenceAnswer{Start: true, Reason: "never ran"}
+	})
+	w.nextOf(schemas.ReportStarted, 4)
+	w.nextOf(schemas.ReportSucceeded, 4)
+	w.dispatchEmpty()
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+}
