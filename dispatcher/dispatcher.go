@@ -78,6 +78,9 @@ type Service struct {
 	gone *departures
 	// hashKeys holds the parsed hash_key templates by their text.
 	hashKeys sync.Map
+	// book is what the reaper's watch learned of the leases, which the
+	// fence reads (see fence.go).
+	book *leaseBook
 }
 
 // DefaultBatchSize is the default of [Options.BatchSize].
@@ -136,6 +139,7 @@ func New(opts Options) (*Service, error) {
 		metrics: m,
 		workers: newLiveWorkers(opts.NowFunc),
 		gone:    newDepartures(),
+		book:    newLeaseBook(),
 	}, nil
 }
 
@@ -226,6 +230,7 @@ func (s *Service) run(ctx context.Context) error {
 			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, s.metrics.counted("reports", s.handleReports))
 		},
 		func() error { return s.reap(runCtx, work, leases, reportStream) },
+		func() error { return s.answerFences(runCtx, work, leases, reportStream) },
 		func() error { return s.holdLoop(runCtx, work) },
 		func() error { return s.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },

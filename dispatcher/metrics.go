@@ -31,6 +31,8 @@ type metrics struct {
 	rerouted *prometheus.CounterVec
 	// handedBack counts the attempts handed back by leaving workers.
 	handedBack prometheus.Counter
+	// fence counts the fence questions about redelivered attempts, by answer.
+	fence *prometheus.CounterVec
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -58,8 +60,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"pinned: pinned to that worker by name, left to wait for it)."}, []string{"outcome"}),
 		handedBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_dispatcher_handed_back_total",
 			Help: "Attempts handed back by a worker that stopped (SIGTERM) before they ended: each started again at once as a new attempt that spends none of the task's max_attempts."}),
+		fence: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_fence_answers_total",
+			Help: "Fence questions of executors about redelivered dispatch messages, by answer (start: the attempt never ran; " +
+				"no: it ran, runs or is over; lost: no, and it was failed as lost because it may have run and its lease is gone; " +
+				"refused: about another pool's attempt, or malformed; unanswered: PostgreSQL or NATS failed, the executor asks again)."}, []string{"answer"}),
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.reaperLeft, m.refused, m.rerouted, m.handedBack} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.reaperLeft, m.refused, m.rerouted, m.handedBack, m.fence} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

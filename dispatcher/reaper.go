@@ -42,6 +42,7 @@ const leaseLost = "lease expired: the worker stopped renewing it (it died, hung 
 // Whatever the reaper could not apply (PostgreSQL or the stream failing) it
 // keeps and tries again every retryDelay; it never drops an expiry.
 func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, reports jetstream.Stream) error {
+	s.book.began(s.watchBegins(ctx))
 	w, err := leases.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", s.top.LeasesBucket(), err)
@@ -52,8 +53,9 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, rep
 	// holders are the workers the live leases name, by attempt, read from
 	// the watch's puts: an attempt that has not reported started has no
 	// worker in the store, and the worker of a lapsed lease is suspended
-	// and its own queue routed again (see failAttempts).
-	holders := make(map[[2]int64]string)
+	// and its own queue routed again (see failAttempts). The fence reads
+	// them too (see fence.go).
+	holders := s.book
 	swept, promoted := false, false
 	timeouts := time.NewTicker(s.opts.TimeoutCheck)
 	defer timeouts.Stop()
@@ -82,9 +84,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, rep
 				s.log.Error().Err(err).Int("leases", len(lost)).Msg("expiring leases failed; trying again")
 				retry.Reset(retryDelay)
 			} else {
-				for _, f := range lost {
-					delete(holders, [2]int64{f.InstanceID, int64(f.Attempt)})
-				}
+				holders.forget(lost)
 				lost = lost[:0]
 			}
 		}
@@ -126,7 +126,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, rep
 // guarded write. The recorder acknowledges a report only after its
 // transaction committed, so a report gone from the stream between the read
 // and the lookup was recorded, and the guard turns the write into a no-op.
-func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lost []store.Failure, holders map[[2]int64]string) error {
+func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lost []store.Failure, holders *leaseBook) error {
 	live, err := s.opts.Store.UnfinishedAttempts(ctx, lost)
 	if err != nil || len(live) == 0 {
 		return err
@@ -139,9 +139,13 @@ func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lo
 }
 
 // appendExpiry adds to lost the attempt whose lease e is the expiry marker
-// of, and notes in holders the worker a lease's first put names.
-func (s *Service) appendExpiry(lost []store.Failure, holders map[[2]int64]string, e jetstream.KeyValueEntry) []store.Failure {
+// of, and notes in holders the worker a lease's first put names (or that
+// it was put, when it names none).
+func (s *Service) appendExpiry(lost []store.Failure, holders *leaseBook, e jetstream.KeyValueEntry) []store.Failure {
 	if e == nil {
+		// The end of the bucket's current state: from now on the holders
+		// hold every lease put since the watch began.
+		holders.synced()
 		return lost
 	}
 	id, attempt, ok := streams.ParseLeaseKey(e.Key())
@@ -151,16 +155,16 @@ func (s *Service) appendExpiry(lost []store.Failure, holders map[[2]int64]string
 	key := [2]int64{id, int64(attempt)}
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
-		if _, known := holders[key]; !known {
-			if l, err := streams.Decode[schemas.Lease](e.Key(), e.Value()); err == nil && l.WorkerID != "" {
-				holders[key] = l.WorkerID
-			}
+		if !holders.known(key) {
+			// The first put: a renewal names the same worker.
+			l, _ := streams.Decode[schemas.Lease](e.Key(), e.Value())
+			holders.put(key, l.WorkerID)
 		}
 		return lost
 	case jetstream.KeyValuePurge:
 		return append(lost, store.Failure{InstanceID: id, Attempt: attempt, Reason: leaseLost, At: s.now()})
 	default: // deleted by an executor that retires its leases so
-		delete(holders, key)
+		holders.forget([]store.Failure{{InstanceID: id, Attempt: attempt}})
 		return lost
 	}
 }
@@ -233,11 +237,17 @@ func (s *Service) withoutFinalReport(ctx context.Context, reports jetstream.Stre
 }
 
 // finalReportWaits reports whether AX_REPORTS holds a final report of the
-// attempt. The reports of an instance match one subject pattern (any pool,
+// attempt.
+func (s *Service) finalReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int) (bool, error) {
+	return s.reportWaits(ctx, reports, instanceID, attempt, true)
+}
+
+// reportWaits reports whether AX_REPORTS holds a report of the attempt: a
+// final one when final, else one of any kind. The reports of an instance match one subject pattern (any pool,
 // any worker: a report of another is refused when recorded), and the stream, a
 // work queue, holds only those not yet recorded: the last one is looked at
 // first (usually the answer), then, if it is another, each one in turn.
-func (s *Service) finalReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int) (bool, error) {
+func (s *Service) reportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int, final bool) (bool, error) {
 	subject := s.top.InstanceReports(instanceID)
 	last, err := reports.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -246,7 +256,7 @@ func (s *Service) finalReportWaits(ctx context.Context, reports jetstream.Stream
 	if err != nil {
 		return false, err
 	}
-	if isFinalReport(last.Data, instanceID, attempt) {
+	if isReportOf(last.Data, instanceID, attempt, final) {
 		return true, nil
 	}
 	for seq := uint64(1); seq < last.Sequence; {
@@ -260,7 +270,7 @@ func (s *Service) finalReportWaits(ctx context.Context, reports jetstream.Stream
 		if m.Sequence >= last.Sequence {
 			return false, nil
 		}
-		if isFinalReport(m.Data, instanceID, attempt) {
+		if isReportOf(m.Data, instanceID, attempt, final) {
 			return true, nil
 		}
 		seq = m.Sequence + 1
@@ -268,13 +278,14 @@ func (s *Service) finalReportWaits(ctx context.Context, reports jetstream.Stream
 	return false, nil
 }
 
-// isFinalReport reports whether data is a final report of the attempt.
-func isFinalReport(data []byte, instanceID int64, attempt int) bool {
+// isReportOf reports whether data is a report of the attempt, a final one
+// when final.
+func isReportOf(data []byte, instanceID int64, attempt int, final bool) bool {
 	var r schemas.Report
 	if err := json.Unmarshal(data, &r); err != nil {
 		return false
 	}
-	return r.InstanceID == instanceID && r.Attempt == attempt && r.Kind.IsFinal()
+	return r.InstanceID == instanceID && r.Attempt == attempt && (!final || r.Kind.IsFinal())
 }
 
 // failAttempts fails attempts as the reaper, fires the next attempt of
@@ -284,7 +295,7 @@ func isFinalReport(data []byte, instanceID int64, attempt int) bool {
 // worker of each attempt to tell to stop; holders, for lapsed leases, the
 // worker each lease named, for the attempts the store knows no worker of;
 // cause is why, in a word.
-func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, workers, holders map[[2]int64]string, cause string) error {
+func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, workers map[[2]int64]string, holders *leaseBook, cause string) error {
 	outcomes, err := s.opts.Store.FailAttempts(ctx, failures)
 	if err != nil {
 		return err
@@ -297,7 +308,7 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 		}
 		holder := o.WorkerID
 		if holder == "" {
-			holder = holders[[2]int64{o.InstanceID, int64(o.Attempt)}]
+			holder = holders.holder([2]int64{o.InstanceID, int64(o.Attempt)})
 		}
 		if o.Applied && workers == nil && holder != "" && s.workers.suspend(holder) {
 			// Its lease lapsed: no retry goes back to it, and what waits

@@ -510,3 +510,13 @@ func (s *Store) GetAttemptState(ctx context.Context, id int64) (AttemptState, er
 	}
 	return a, nil
 }
+
+// Now returns PostgreSQL's clock: the time the times it records (such as
+// dispatched_at) are compared with.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
+	}
+	return now, nil
+}

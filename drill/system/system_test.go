@@ -22,12 +22,7 @@ func TestMain(m *testing.M) {
 // defect not yet fixed; the test logs them instead of failing. Each names
 // its defect; docs/drill.md lists them. Every other check of the scenario
 // still fails the test.
-var knownDefects = map[[2]string]string{
-	{"nats-kill", "duplicate executions of a succeeded attempt"}: "after a kill -9 of the nats-server an attempt " +
-		"sometimes runs twice (1 of 3 runs of make test on 2026-12-02). Suspected: a dispatch message whose " +
-		"acknowledgement the server lost is delivered again after its lease aged out (lease TTL 2 s, outage 2 s), " +
-		"and the lease create, which expects the key to have no history, succeeds, as on a cluster (docs/scaling.md)",
-}
+var knownDefects = map[[2]string]string{}
 
 // TestEveryScenario runs the short version of every scenario of ax drill
 // system (seconds, not minutes) against its own sandbox and fails with

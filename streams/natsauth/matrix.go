@@ -36,6 +36,8 @@ func Actions(top streams.Topology) []Action {
 		{What: "route work to a pool", Subject: top.Dispatch(own, schemas.PriorityNormal, "hello")},
 		{What: "publish a report on its pool's work", Subject: top.Report(own, worker, 1)},
 		{What: "publish a report on another pool's work", Subject: top.Report(other, worker, 1)},
+		{What: "ask whether a redelivered attempt of its pool may start", Subject: top.Fence(own, worker, 1)},
+		{What: "ask whether a redelivered attempt of another pool may start", Subject: top.Fence(other, worker, 1)},
 		{What: "publish a task log line", Subject: top.Log(1)},
 		{What: "publish an audit record", Subject: top.Audit("hello")},
 		{What: "send a worker a control order", Subject: top.Control(worker)},

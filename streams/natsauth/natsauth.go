@@ -203,6 +203,9 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 			// pinned to one: the dispatcher applies a report only when
 			// the subject's pool and worker are the attempt's.
 			pub = append(pub, top.Reports(pool, worker))
+			// Fence questions likewise: the dispatcher answers only about
+			// the attempts of the subject's pool.
+			pub = append(pub, top.Fences(pool, worker))
 		}
 		// The worker's own consumer, by its worker id: "worker_<id>" on
 		// ax.dispatch.worker.<id>. With any worker id, any worker consumer

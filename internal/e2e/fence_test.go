@@ -1,0 +1,255 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+// The tests of this file play a nats-server that lost, in a kill -9, an
+// acknowledged ack of a dispatch message and the lease history of its
+// attempt: the message comes again (delivered more than once) and the
+// lease key has no history, so the create-only lease write cannot fence
+// it out. The dispatcher's fence must.
+
+const countTask = `
+task_name: hello
+execution:
+  handler: test.count
+  retry: {max_attempts: 3, initial_interval_sec: 0}
+`
+
+// stoppable starts an executor serving mux on the default pool and returns
+// a function that stops it and waits until it has stopped.
+func (s *system) stoppable(workerID string, mux *executor.Mux) (stop func()) {
+	s.t.Helper()
+	conn, _ := s.srv.Connect()
+	svc, err := executor.New(executor.Options{Conn: conn, WorkerID: workerID, Mux: mux, Slots: 4, Logger: s.log})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := svc.Run(ctx); err != nil {
+			s.t.Errorf("executor %s: %v", workerID, err)
+		}
+	}()
+	<-svc.Ready()
+	stop = func() { cancel(); <-done }
+	s.t.Cleanup(stop)
+	return stop
+}
+
+// redispatch puts attempt of instance id on its queue again, as the
+// dispatcher once routed it, and makes its next delivery a redelivery:
+// the test takes it from the pool consumer and gives it back. No
+// executor may pull the queue meanwhile.
+func (s *system) redispatch(id int64, attempt int) {
+	s.t.Helper()
+	ctx := context.Background()
+	in, err := s.store.GetInstance(ctx, id)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	d := schemas.Dispatch{InstanceID: id, Task: in.Task, TaskVersion: in.TaskVersion, Handler: "test.count", Attempt: attempt,
+		MaxAttempts: in.MaxAttempts, EventID: in.EventID, Priority: in.Priority, Pool: in.Pool, TimeoutMS: time.Minute.Milliseconds(),
+		FiredAt: in.FiredAt, DispatchedAt: time.Now()}
+	top := s.srv.Topology
+	if _, err := streams.Publish(ctx, s.js, top.Dispatch(in.Pool, in.Priority, d.Handler), "", d); err != nil {
+		s.t.Fatal(err)
+	}
+	s.giveBack(in.Pool, in.Priority, id)
+}
+
+// giveBack takes the dispatch message of instance id from its pool
+// consumer and gives it back, so that its next delivery is its second.
+func (s *system) giveBack(pool string, p schemas.Priority, id int64) {
+	s.t.Helper()
+	c, err := s.js.CreateOrUpdateConsumer(context.Background(), s.srv.Topology.DispatchStream(), s.srv.Topology.PoolConsumer(pool, p, "test.count"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	m, err := c.Next(jetstream.FetchMaxWait(30 * time.Second))
+	if err != nil {
+		s.t.Fatalf("take the dispatch message of instance %d: %v", id, err)
+	}
+	if d, err := streams.Decode[schemas.Dispatch](m.Subject(), m.Data()); err != nil || d.InstanceID != id {
+		s.t.Fatalf("took dispatch message %+v (%v), want instance %d's", d, err, id)
+	}
+	if err := m.Nak(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// purgeLease removes every trace of the lease of an attempt from the
+// leases bucket, expiry marker included, as a server that lost them would.
+func (s *system) purgeLease(id int64, attempt int) {
+	s.t.Helper()
+	ctx := context.Background()
+	top := s.srv.Topology
+	st, err := s.js.Stream(ctx, "KV_"+top.LeasesBucket())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject("$KV."+top.LeasesBucket()+"."+streams.LeaseKey(id, attempt))); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// dispatchEmpty waits until AX_DISPATCH holds no message: each was acked or terminated.
+func (s *system) dispatchEmpty() {
+	s.t.Helper()
+	waitFor(s.t, "AX_DISPATCH to be empty", time.Minute, func() (bool, error) {
+		st, err := s.js.Stream(context.Background(), s.srv.Topology.DispatchStream())
+		if err != nil {
+			return false, err
+		}
+		return st.CachedInfo().State.Msgs == 0, nil
+	})
+}
+
+// TestRedeliveryOfASucceededAttemptDoesNotRunIt: attempt 1 succeeded; its
+// dispatch message comes again with no lease history. It must not run.
+func TestRedeliveryOfASucceededAttemptDoesNotRunIt(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	var runs atomic.Int64
+	stop := s.stoppable("w1", countingMux(&runs))
+	s.apply(countTask)
+	id := s.fire("hello", nil)
+	s.waitState(id, schemas.StateSucceeded, time.Minute)
+	stop()
+
+	s.redispatch(id, 1)
+	s.purgeLease(id, 1)
+	s.stoppable("w2", countingMux(&runs))
+	s.dispatchEmpty()
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1: a redelivery of a succeeded attempt ran", n)
+	}
+	in, err := s.store.GetInstance(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"→CREATED", "CREATED→DISPATCHED", "DISPATCHED→RUNNING", "RUNNING→SUCCEEDED"}
+	if in.State != schemas.StateSucceeded || in.Attempt != 1 || !slices.Equal(path(in), want) {
+		t.Errorf("instance %s at attempt %d via %v, want SUCCEEDED at 1 via %v", in.State, in.Attempt, path(in), want)
+	}
+}
+
+// TestRedeliveryOfAnAttemptThatNeverRanRunsIt: a dispatch message given
+// back before any worker started it (as a full worker or a held mutex
+// does) runs, once.
+func TestRedeliveryOfAnAttemptThatNeverRanRunsIt(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	var runs atomic.Int64
+	s.apply(countTask)
+	id := s.fire("hello", nil)
+	s.waitState(id, schemas.StateDispatched, time.Minute)
+	s.giveBack(schemas.DefaultPool, schemas.PriorityNormal, id)
+	s.stoppable("w1", countingMux(&runs))
+	in := s.waitState(id, schemas.StateSucceeded, time.Minute)
+	if in.Attempt != 1 || runs.Load() != 1 {
+		t.Errorf("succeeded at attempt %d after %d runs, want attempt 1 after 1", in.Attempt, runs.Load())
+	}
+}
+
+// TestRedeliveryOfALostAttemptFailsIt: attempt 1's lease was put (the
+// dispatcher saw it) and then lost with its history, its report never
+// came, and its dispatch message comes again: it may have run, so it is
+// failed as lost, and attempt 2 runs instead.
+func TestRedeliveryOfALostAttemptFailsIt(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	var runs atomic.Int64
+	s.apply(countTask)
+	id := s.fire("hello", nil)
+	s.waitState(id, schemas.StateDispatched, time.Minute)
+	// A worker took the lease, then the server lost it and the ack.
+	leases, err := s.js.KeyValue(context.Background(), s.srv.Topology.LeasesBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, _ := json.Marshal(schemas.Lease{InstanceID: id, Attempt: 1, WorkerID: "w0", AcquiredAt: time.Now()})
+	if _, err := leases.Create(context.Background(), streams.LeaseKey(id, 1), lease); err != nil {
+		t.Fatal(err)
+	}
+	s.giveBack(schemas.DefaultPool, schemas.PriorityNormal, id)
+	// The dispatcher saw the put before the loss.
+	waitFor(t, "the dispatcher to see the lease", time.Minute, func() (bool, error) {
+		return s.dispatcher.LeaseSeen(id, 1), nil
+	})
+	s.purgeLease(id, 1)
+	s.stoppable("w1", countingMux(&runs))
+	in := s.waitState(id, schemas.StateSucceeded, time.Minute)
+	if in.Attempt != 2 || runs.Load() != 1 {
+		t.Errorf("succeeded at attempt %d after %d runs, want attempt 2 after 1 (attempt 1 failed as lost, not run)", in.Attempt, runs.Load())
+	}
+	if p := path(in); !slices.Contains(p, "DISPATCHED→RETRYING") {
+		t.Errorf("transitions %v, want attempt 1 failed from DISPATCHED", p)
+	}
+}
+
+// TestForeignFenceQuestions acts as a hostile executor: the gpu pool's
+// credentials ask whether a default-pool attempt may start. The server
+// refuses the question on the default pool's subject; on its own pool's
+// subject the dispatcher refuses it and counts it; the attempt is not
+// touched and runs on its own pool.
+func TestForeignFenceQuestions(t *testing.T) {
+	t.Parallel()
+	a := newAuthSystem(t)
+	a.apply(`
+task_name: plain-echo
+execution:
+  handler: builtin.echo
+`)
+	id := a.fire("plain-echo", map[string]string{"x": "y"})
+	a.waitState(id, schemas.StateDispatched, time.Minute)
+
+	v := &violations{}
+	nc := a.connect(gpuExecutor, v)
+	q, _ := json.Marshal(schemas.FenceQuestion{InstanceID: id, Attempt: 1, WorkerID: "evil"})
+	// On the default pool's subject: the server refuses to deliver it.
+	own := a.top.Fence(schemas.DefaultPool, "evil", id)
+	if err := errors.Join(nc.Publish(own, q), nc.Flush()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to refuse a fence question on another pool's subject", time.Minute, func() (bool, error) { return v.seen(own), nil })
+	// On its own pool's subject: the dispatcher refuses it.
+	reply, err := nc.Request(a.top.Fence("gpu", "evil", id), q, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ans schemas.FenceAnswer
+	if err := json.Unmarshal(reply.Data, &ans); err != nil || ans.Start {
+		t.Fatalf("answer %s (%v), want a refusal", reply.Data, err)
+	}
+	if n := counterValue(t, a.reg, "ax_fence_answers_total", "answer", "refused"); n != 1 {
+		t.Errorf("ax_fence_answers_total{answer=refused} = %v, want 1", n)
+	}
+	in, err := a.store.GetInstance(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.State != schemas.StateDispatched || in.Attempt != 1 {
+		t.Fatalf("after the foreign question the instance is %s at attempt %d, want DISPATCHED at 1", in.State, in.Attempt)
+	}
+	a.executor(string(natsauth.Executor), "d1", schemas.DefaultPool)
+	if in := a.waitState(id, schemas.StateSucceeded, time.Minute); in.Attempt != 1 {
+		t.Errorf("succeeded at attempt %d, want 1", in.Attempt)
+	}
+}
