@@ -30,29 +30,6 @@ execution:
   retry: {max_attempts: 3, initial_interval_sec: 0}
 `
 
-// stoppable starts an executor serving mux on the default pool and returns
-// a function that stops it and waits until it has stopped.
-func (s *system) stoppable(workerID string, mux *executor.Mux) (stop func()) {
-	s.t.Helper()
-	conn, _ := s.srv.Connect()
-	svc, err := executor.New(executor.Options{Conn: conn, WorkerID: workerID, Mux: mux, Slots: 4, Logger: s.log})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := svc.Run(ctx); err != nil {
-			s.t.Errorf("executor %s: %v", workerID, err)
-		}
-	}()
-	<-svc.Ready()
-	stop = func() { cancel(); <-done }
-	s.t.Cleanup(stop)
-	return stop
-}
-
 // redispatch puts attempt of instance id on its queue again, as the
 // dispatcher once routed it, and makes its next delivery a redelivery:
 // the test takes it from the pool consumer and gives it back. No
@@ -127,7 +104,7 @@ func TestRedeliveryOfASucceededAttemptDoesNotRunIt(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	var runs atomic.Int64
-	stop := s.stoppable("w1", countingMux(&runs))
+	stop := s.worker(executor.Options{WorkerID: "w1", Mux: countingMux(&runs)})
 	s.apply(countTask)
 	id := s.fire("hello", nil)
 	s.waitState(id, schemas.StateSucceeded, time.Minute)
@@ -135,7 +112,7 @@ func TestRedeliveryOfASucceededAttemptDoesNotRunIt(t *testing.T) {
 
 	s.redispatch(id, 1)
 	s.purgeLease(id, 1)
-	s.stoppable("w2", countingMux(&runs))
+	s.worker(executor.Options{WorkerID: "w2", Mux: countingMux(&runs)})
 	s.dispatchEmpty()
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want 1: a redelivery of a succeeded attempt ran", n)
@@ -161,7 +138,7 @@ func TestRedeliveryOfAnAttemptThatNeverRanRunsIt(t *testing.T) {
 	id := s.fire("hello", nil)
 	s.waitState(id, schemas.StateDispatched, time.Minute)
 	s.giveBack(schemas.DefaultPool, schemas.PriorityNormal, id)
-	s.stoppable("w1", countingMux(&runs))
+	s.worker(executor.Options{WorkerID: "w1", Mux: countingMux(&runs)})
 	in := s.waitState(id, schemas.StateSucceeded, time.Minute)
 	if in.Attempt != 1 || runs.Load() != 1 {
 		t.Errorf("succeeded at attempt %d after %d runs, want attempt 1 after 1", in.Attempt, runs.Load())
@@ -194,7 +171,7 @@ func TestRedeliveryOfALostAttemptFailsIt(t *testing.T) {
 		return s.dispatcher.LeaseSeen(id, 1), nil
 	})
 	s.purgeLease(id, 1)
-	s.stoppable("w1", countingMux(&runs))
+	s.worker(executor.Options{WorkerID: "w1", Mux: countingMux(&runs)})
 	in := s.waitState(id, schemas.StateSucceeded, time.Minute)
 	if in.Attempt != 2 || runs.Load() != 1 {
 		t.Errorf("succeeded at attempt %d after %d runs, want attempt 2 after 1 (attempt 1 failed as lost, not run)", in.Attempt, runs.Load())
