@@ -65,6 +65,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"no: it ran, runs or is over; lost: no, and it was failed as lost because it may have run and its lease is gone; " +
 				"refused: about another pool's attempt, or malformed; unanswered: PostgreSQL or NATS failed, the executor asks again)."}, []string{"answer"}),
 	}
+	for _, answer := range []string{fenceStart, fenceNo, fenceLostAnswer, fenceRefused, fenceUnanswered} {
+		m.fence.WithLabelValues(answer) // shown at 0 before the first question
+	}
 	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.reaperLeft, m.refused, m.rerouted, m.handedBack, m.fence} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
