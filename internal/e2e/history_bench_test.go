@@ -18,9 +18,9 @@ import (
 // 1,000,000; make bench-history: 10,000,000) ended instances of the
 // benchmark's own task in the history, then empty again, so that a drift of
 // a shared machine's load over the long load shows as a difference of the
-// two empty runs. The history is —
-// spread over the 12 months before now, two transitions each, with their
-// keys — as a year of an installation leaves them. Each time it reports a
+// two empty runs. The history's instances are spread over the 12 months
+// before now, two transitions each, with their keys, as a year of an
+// installation leaves them. Each time it reports a
 // burst of AX_BENCH_N (default 20000) firings (instances/s, CPU per
 // instance) and a steady AX_BENCH_RATE (default 200) firings/s for
 // AX_BENCH_SECONDS (default 10) (firing → handler start p50 and p99). The
