@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -57,6 +58,13 @@ type Options struct {
 	// History configures the instance history's maintenance (defaults:
 	// see [HistoryOptions]).
 	History HistoryOptions
+	// Protocol is the version of the executor protocol the dispatcher
+	// writes its dispatch messages in (default schemas.ExecutorProtocol):
+	// it routes an attempt only to workers whose record says they speak
+	// it, and a version above 1 only to a worker's own subject, since any
+	// worker of a pool pulls the pool's subjects (docs/executor-protocol.md,
+	// "Versions").
+	Protocol int
 }
 
 // Service is a dispatcher. Make one with [New] and start it with [Service.Run].
@@ -114,6 +122,12 @@ func New(opts Options) (*Service, error) {
 	}
 	if opts.RandFunc == nil {
 		opts.RandFunc = randFloat
+	}
+	if opts.Protocol < 0 {
+		return nil, fmt.Errorf("new dispatcher: Options.Protocol %d: give a version of the executor protocol, 1 or more, or 0 for %d", opts.Protocol, schemas.ExecutorProtocol)
+	}
+	if opts.Protocol == 0 {
+		opts.Protocol = schemas.ExecutorProtocol
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = prometheus.NewRegistry()

@@ -76,6 +76,7 @@ func dispatchMsg(r route, d schemas.Dispatch) (*nats.Msg, error) {
 // errNoWorker says that no live worker may take an attempt now.
 type errNoWorker struct {
 	pool, handler, minVersion string
+	protocol                  int
 }
 
 func (e errNoWorker) Error() string {
@@ -83,15 +84,21 @@ func (e errNoWorker) Error() string {
 	if e.minVersion != "" {
 		msg += " at version " + e.minVersion + " or newer"
 	}
+	if e.protocol > 1 {
+		msg += fmt.Sprintf(" and speaks version %d of the executor protocol", e.protocol)
+	}
 	return msg
 }
 
 // route decides where an attempt goes, by its instance's route:
 //
-//   - "pull" without min_worker_version: the pool's subject at the
+//   - "pull" without min_worker_version, in version 1 of the executor
+//     protocol: the pool's subject at the
 //     attempt's priority for its handler, where the pool's workers that
 //     registered the handler pull it; with none live, it waits there.
-//   - "pull" with min_worker_version: the own subject of the least busy
+//   - "pull" with min_worker_version, or in a later version of the
+//     protocol (which a worker of the pool that speaks only version 1
+//     must not see): the own subject of the least busy
 //     eligible live worker (busy/slots from its heartbeat, plus what this
 //     batch routed to it: load), so that no older worker ever sees it.
 //   - "worker": the named worker's own subject, live or not: the message
@@ -102,8 +109,9 @@ func (e errNoWorker) Error() string {
 //     rendered hash_key by rendezvous hashing (see [rendezvous]). A key
 //     that does not render falls back to "pull" with a warning.
 //
-// Eligible workers serve the pool, have the handler registered and run
-// min_worker_version or newer. errNoWorker says none is live.
+// Eligible workers serve the pool, have the handler registered, run
+// min_worker_version or newer and speak the dispatcher's version of the
+// executor protocol (Options.Protocol). errNoWorker says none is live.
 func (s *Service) route(a store.Attempt, load map[string]int) (route, error) {
 	pool := route{subject: s.top.Dispatch(a.Pool, a.Priority, a.Handler), ring: s.top.Ready(a.Pool, a.Priority, a.Handler),
 		msgID: dispatchMsgID(a.ID, a.Attempt)}
@@ -115,11 +123,12 @@ func (s *Service) route(a store.Attempt, load map[string]int) (route, error) {
 		return route{subject: s.top.DispatchWorker(id), ring: s.top.ReadyWorker(id),
 			msgID: dispatchMsgID(a.ID, a.Attempt) + "@" + id, worker: id, header: encodeRoute(a)}
 	}
-	noWorker := errNoWorker{pool: a.Pool, handler: a.Handler, minVersion: a.MinWorkerVersion}
+	protocol := s.opts.Protocol
+	noWorker := errNoWorker{pool: a.Pool, handler: a.Handler, minVersion: a.MinWorkerVersion, protocol: protocol}
 	switch a.Strategy {
 	case schemas.DispatchWorker:
 		if w, ok := s.workers.live(a.Key); ok && (!slices.Contains(w.Handlers, a.Handler) ||
-			!schemas.VersionAtLeast(w.Version, a.MinWorkerVersion)) {
+			!schemas.VersionAtLeast(w.Version, a.MinWorkerVersion) || !w.Speaks(protocol)) {
 			return route{}, noWorker
 		}
 		return to(a.Key), nil
@@ -130,16 +139,16 @@ func (s *Service) route(a store.Attempt, load map[string]int) (route, error) {
 				Msg("hash_key does not render over the payload; the attempt is routed as pull")
 			break
 		}
-		workers := s.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion)
+		workers := s.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion, protocol)
 		if len(workers) == 0 {
 			return route{}, noWorker
 		}
 		return to(rendezvous(key, workers)), nil
 	}
-	if a.MinWorkerVersion == "" {
+	if a.MinWorkerVersion == "" && protocol <= 1 {
 		return pool, nil
 	}
-	workers := s.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion)
+	workers := s.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion, protocol)
 	if len(workers) == 0 {
 		return route{}, noWorker
 	}

@@ -521,6 +521,7 @@ func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch
 			Parents:       a.Parents,
 			ShardIndex:    a.ShardIndex,
 			ShardCount:    a.ShardCount,
+			Protocol:      s.opts.Protocol,
 		}
 		m, err := dispatchMsg(r, d)
 		if err != nil {

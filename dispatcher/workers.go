@@ -124,8 +124,9 @@ func (v *liveWorkers) live(id string) (schemas.Worker, bool) {
 }
 
 // eligible returns the live workers that serve pool, have handler
-// registered and run minVersion or newer, by id.
-func (v *liveWorkers) eligible(pool, handler, minVersion string) []schemas.Worker {
+// registered, run minVersion or newer and speak version protocol of the
+// executor protocol, by id.
+func (v *liveWorkers) eligible(pool, handler, minVersion string, protocol int) []schemas.Worker {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var out []schemas.Worker
@@ -134,7 +135,7 @@ func (v *liveWorkers) eligible(pool, handler, minVersion string) []schemas.Worke
 		if !v.isLive(w, now) {
 			continue
 		}
-		if eligible(w.Worker, pool, handler, minVersion) {
+		if eligible(w.Worker, pool, handler, minVersion) && w.Speaks(protocol) {
 			out = append(out, w.Worker)
 		}
 	}

@@ -138,7 +138,7 @@ func (d *taskDrill) redeliver(ctx context.Context, inst schemas.Instance, worker
 	msg := schemas.Dispatch{InstanceID: inst.ID, Task: inst.Task, TaskVersion: inst.TaskVersion, Handler: d.def.Execution.Handler,
 		Attempt: inst.Attempt, MaxAttempts: inst.MaxAttempts, EventID: inst.EventID, Priority: inst.Priority, Payload: inst.Payload,
 		TimeoutMS: d.timeout.Milliseconds(), FiredAt: inst.FiredAt, DispatchedAt: time.Now(), RunID: inst.RunID,
-		MutexTemplate: d.def.Concurrency.MutexKey}
+		MutexTemplate: d.def.Concurrency.MutexKey, Pool: inst.Pool, Protocol: schemas.ExecutorProtocol}
 	m, err := streams.NewMsg(d.opts.Topology.DispatchWorker(worker), fmt.Sprintf("drill-dup-%d-%d", inst.ID, inst.Attempt), msg)
 	if err != nil {
 		return 0, err

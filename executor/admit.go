@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -45,11 +46,23 @@ type pending struct {
 // report) so that the instance's record reads RUNNING then FAILED, with
 // the reason. A message whose handler is not registered here is given
 // back for unregisteredDelay: it waits for a worker that has the handler.
+// So is a message written in a version of the executor protocol this
+// worker does not speak (see [schemas.ExecutorProtocol]): it waits for a
+// worker that does.
 func (s *Service) admit(m jetstream.Msg) *pending {
 	d, err := decodeDispatch(m)
 	if err != nil {
 		s.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable dispatch message; terminating it")
 		s.term(m)
+		return nil
+	}
+	if v := schemas.ProtocolOrOne(d.Protocol); v > schemas.ExecutorProtocol {
+		// The dispatcher routes such a message only to a worker whose
+		// record says it speaks the version: this one did not.
+		log := s.taskLogger(&d)
+		log.Warn().Int("protocol", v).Int("speaks", schemas.ExecutorProtocol).Dur("delay", unregisteredDelay).
+			Msg("the attempt is written in a version of the executor protocol this worker does not speak; it waits for a worker that does")
+		giveBack(m, &log)
 		return nil
 	}
 	p := &pending{msg: m, d: d}
@@ -62,9 +75,7 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 		log := s.taskLogger(&d)
 		log.Warn().Str("handler", d.Handler).Strs("handlers", s.opts.Mux.Names()).Dur("delay", unregisteredDelay).
 			Msg("the attempt was routed to this worker, which has no such handler; it waits for a worker that has it")
-		if err := m.NakWithDelay(unregisteredDelay); err != nil {
-			log.Warn().Err(err).Msg("requeue dispatch message; it comes back after the ack wait")
-		}
+		giveBack(m, &log)
 		return nil
 	}
 	s.mu.Lock()
@@ -91,6 +102,14 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 		p.handler = e.wrapped
 	}
 	return p
+}
+
+// giveBack hands a message this worker must not run back to JetStream for
+// unregisteredDelay, so that another worker may take it meanwhile.
+func giveBack(m jetstream.Msg, log *zerolog.Logger) {
+	if err := m.NakWithDelay(unregisteredDelay); err != nil {
+		log.Warn().Err(err).Msg("requeue dispatch message; it comes back after the ack wait")
+	}
 }
 
 // fail makes the attempt fail permanently with err, without waiting.

@@ -37,6 +37,7 @@ func (s *Service) putWorker(ctx context.Context) error {
 		Busy:        s.Busy(),
 		StartedAt:   s.startedAt,
 		HeartbeatAt: s.opts.NowFunc(),
+		Protocol:    schemas.ExecutorProtocol,
 	}
 	data, err := json.Marshal(w)
 	if err != nil {

@@ -63,6 +63,7 @@ var golden = []goldenMessage{
 		Parents:       goldenParents,
 		ShardIndex:    2,
 		ShardCount:    4,
+		Protocol:      1,
 	}},
 	{"report", "json/report.schema.json#", &Report{
 		InstanceID:   4711,
@@ -86,6 +87,7 @@ var golden = []goldenMessage{
 		Busy:        3,
 		StartedAt:   goldenTime(-time.Hour),
 		HeartbeatAt: goldenTime(10 * time.Second),
+		Protocol:    1,
 	}},
 	{"lease", "json/lease.schema.json#", &Lease{
 		InstanceID: 4711,

@@ -240,7 +240,27 @@ type Dispatch struct {
 	// instance that is not a shard.
 	ShardIndex int `json:"shard_index,omitempty"`
 	ShardCount int `json:"shard_count,omitempty"`
+	// Protocol is the version of the executor protocol the message is
+	// written in (see [ExecutorProtocol]); 0, a message of a dispatcher
+	// older than the field, means 1. An executor runs only a message of a
+	// version it speaks.
+	Protocol int `json:"protocol,omitempty"`
 }
+
+// ExecutorProtocol is the version of the executor protocol
+// (docs/executor-protocol.md) that this AX speaks: the dispatcher writes
+// its dispatch messages in it and the Go executor declares it in its
+// worker record. A later version adds to the one before, so a worker
+// that speaks version n speaks every version from 1 to n.
+const ExecutorProtocol = 1
+
+// ProtocolOrOne returns a protocol field as read off the wire: 0 (left
+// out, by a dispatcher or worker older than the field) means 1.
+func ProtocolOrOne(v int) int { return max(v, 1) }
+
+// Speaks reports whether the worker speaks version v of the executor
+// protocol: its record's protocol (1 when left out) is v or later.
+func (w Worker) Speaks(v int) bool { return ProtocolOrOne(w.Protocol) >= ProtocolOrOne(v) }
 
 // Timeout returns the attempt's time limit.
 func (d *Dispatch) Timeout() time.Duration { return time.Duration(d.TimeoutMS) * time.Millisecond }
@@ -314,6 +334,10 @@ type Worker struct {
 	Busy        int       `json:"busy"`
 	StartedAt   time.Time `json:"started_at"`
 	HeartbeatAt time.Time `json:"heartbeat_at"`
+	// Protocol is the latest version of the executor protocol the worker
+	// speaks (it speaks every version from 1 to it); 0, a worker older
+	// than the field, means 1.
+	Protocol int `json:"protocol,omitempty"`
 }
 
 // Lease is the value of key <instance_id>.<attempt> in the ax-leases bucket:
