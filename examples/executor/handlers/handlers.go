@@ -30,6 +30,7 @@ func Register(m *executor.Mux) {
 	m.HandleFunc("search.rebuild", rebuildIndex)
 	m.HandleFunc("settlement.daily", settleDay)
 	registerDrill(m)
+	RegisterConformance(m, ConformancePrefix)
 }
 
 // flushCache is examples/broadcast.yaml's handler: each executor of the

@@ -1,0 +1,187 @@
+package conformance
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// seen is one message the kit saw on the wire, in the order the server
+// delivered it: a report, a write of a lease or a write of a worker record.
+type seen struct {
+	at      time.Time
+	subject string
+	msgID   string
+	op      string // the KV-Operation header of a bucket write: "" (a put), DEL or PURGE
+	data    []byte
+}
+
+// observer records the executor side's traffic of one pool: the pool's
+// reports and every write of the leases and workers buckets. One channel
+// takes the three subscriptions' messages, so that their order is the
+// order the server handled them in: a lease created before a report is
+// seen before it.
+type observer struct {
+	top  streams.Topology
+	pool string
+	subs []*nats.Subscription
+	ch   chan *nats.Msg
+	quit chan struct{} // closed by stop
+	done chan struct{} // closed when the recording goroutine returned
+
+	mu  sync.Mutex
+	log []seen
+}
+
+// observe subscribes on nc and records until stop.
+func observe(nc *nats.Conn, top streams.Topology, pool string) (*observer, error) {
+	o := &observer{top: top, pool: pool, ch: make(chan *nats.Msg, 65536), quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		for {
+			var m *nats.Msg
+			select {
+			case m = <-o.ch:
+			case <-o.quit:
+				return
+			}
+			s := seen{at: time.Now(), subject: m.Subject, data: m.Data}
+			if m.Header != nil {
+				s.msgID, s.op = m.Header.Get(streams.HeaderMsgID), m.Header.Get(kvOperationHeader)
+			}
+			o.mu.Lock()
+			o.log = append(o.log, s)
+			o.mu.Unlock()
+		}
+	}()
+	for _, subject := range []string{top.Reports(pool, "*"), "$KV." + top.LeasesBucket() + ".>", "$KV." + top.WorkersBucket() + ".>"} {
+		sub, err := nc.ChanSubscribe(subject, o.ch)
+		if err != nil {
+			o.stop()
+			return nil, fmt.Errorf("subscribe to %s (the kit's NATS user must be allowed to; use the dispatcher's): %w", subject, err)
+		}
+		o.subs = append(o.subs, sub)
+	}
+	if err := nc.Flush(); err != nil {
+		o.stop()
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	return o, nil
+}
+
+// stop ends the subscriptions and the recording.
+func (o *observer) stop() {
+	for _, s := range o.subs {
+		_ = s.Unsubscribe()
+	}
+	o.subs = nil
+	select {
+	case <-o.quit:
+	default:
+		close(o.quit)
+	}
+	<-o.done
+}
+
+// snapshot returns what was seen so far.
+func (o *observer) snapshot() []seen {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]seen(nil), o.log...)
+}
+
+// wireReport is a report as seen, with its place in the log.
+type wireReport struct {
+	idx int
+	seen
+	r   schemas.Report
+	err error // the body does not decode
+}
+
+// reports returns the reports seen on instance id, in order.
+func (o *observer) reports(id int64) []wireReport {
+	var out []wireReport
+	suffix := "." + strconv.FormatInt(id, 10)
+	for i, s := range o.snapshot() {
+		if !strings.HasPrefix(s.subject, o.top.Prefix()+".report.") || !strings.HasSuffix(s.subject, suffix) {
+			continue
+		}
+		w := wireReport{idx: i, seen: s}
+		w.err = json.Unmarshal(s.data, &w.r)
+		out = append(out, w)
+	}
+	return out
+}
+
+// leaseWrites returns the writes of the lease of an attempt, in order,
+// with their places in the log.
+func (o *observer) leaseWrites(id int64, attempt int) (idx []int, writes []seen) {
+	subject := "$KV." + o.top.LeasesBucket() + "." + streams.LeaseKey(id, attempt)
+	for i, s := range o.snapshot() {
+		if s.subject == subject {
+			idx, writes = append(idx, i), append(writes, s)
+		}
+	}
+	return idx, writes
+}
+
+// workerWrites returns the writes of worker id's record, in order.
+func (o *observer) workerWrites(id string) []seen {
+	subject := "$KV." + o.top.WorkersBucket() + "." + id
+	var out []seen
+	for _, s := range o.snapshot() {
+		if s.subject == subject {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// kvOperationHeader is the header of a bucket write that deletes or
+// purges its key.
+const kvOperationHeader = "KV-Operation"
+
+// msgIDRE is the form of a report's Nats-Msg-Id:
+// <instance>-<attempt>-<started|final>-<nonce>.
+var msgIDRE = regexp.MustCompile(`^([0-9]+)-([0-9]+)-(started|final)-(\S+)$`)
+
+// checkReport returns what is wrong with a report as it came (subject,
+// body, Nats-Msg-Id), "" when nothing is.
+func (o *observer) checkReport(w wireReport, id int64) string {
+	if w.err != nil {
+		return fmt.Sprintf("report on %s does not decode: %v", w.subject, w.err)
+	}
+	r := w.r
+	if r.InstanceID != id || r.Attempt < 1 || r.WorkerID == "" {
+		return fmt.Sprintf("report on %s names instance %d attempt %d worker %q", w.subject, r.InstanceID, r.Attempt, r.WorkerID)
+	}
+	if want := o.top.Report(o.pool, r.WorkerID, id); w.subject != want {
+		return fmt.Sprintf("report of worker %q came on %s, want %s", r.WorkerID, w.subject, want)
+	}
+	switch r.Kind {
+	case schemas.ReportStarted, schemas.ReportSucceeded, schemas.ReportFailed:
+	default:
+		return fmt.Sprintf("report on %s has kind %q", w.subject, r.Kind)
+	}
+	if r.At.IsZero() || r.StartedAt.IsZero() {
+		return fmt.Sprintf("%s report on %s lacks at or started_at", r.Kind, w.subject)
+	}
+	m := msgIDRE.FindStringSubmatch(w.msgID)
+	kind := "final"
+	if r.Kind == schemas.ReportStarted {
+		kind = "started"
+	}
+	if m == nil || m[1] != strconv.FormatInt(id, 10) || m[2] != strconv.Itoa(r.Attempt) || m[3] != kind {
+		return fmt.Sprintf("%s report of attempt %d has Nats-Msg-Id %q, want %d-%d-%s-<nonce>", r.Kind, r.Attempt, w.msgID, id, r.Attempt, kind)
+	}
+	return ""
+}
