@@ -40,7 +40,7 @@ func newConformanceExecutorCmd() *cobra.Command {
 		opts      conformance.Options
 	)
 	cmd := &cobra.Command{
-		Use:   "executor --pool P",
+		Use:   "executor",
 		Short: "Fire the conformance tasks at a running worker and check the executor protocol's rules",
 		Long: `Point the conformance kit at your worker, in any language, running against a
 running AX (ax dev, or a real installation). The worker serves pool --pool and
@@ -80,9 +80,6 @@ otherwise the NATS flags' (or --observer-creds), e.g. the dispatcher's.`,
 			asJSON, err := g.json()
 			if err != nil {
 				return err
-			}
-			if opts.Pool == "" {
-				return errors.New("--pool is required: the pool your worker serves (ax dev's workers serve default)")
 			}
 			if workerPID < 0 {
 				return fmt.Errorf("--worker-pid %d: give the process id of the worker, or leave it out to skip the drain check", workerPID)
@@ -134,7 +131,8 @@ otherwise the NATS flags' (or --observer-creds), e.g. the dispatcher's.`,
 	f := cmd.Flags()
 	_ = f.Set("log-level", envOr("AX_LOG_LEVEL", "warn"))
 	f.Lookup("log-level").DefValue = "warn"
-	f.StringVar(&opts.Pool, "pool", "", "the pool the worker under test serves (required)")
+	f.StringVar(&opts.Pool, "pool", "", "the pool the worker under test serves (required; ax dev's own workers serve default)")
+	_ = cmd.MarkFlagRequired("pool")
 	f.StringVar(&opts.HandlerPrefix, "handler-prefix", conformance.DefaultHandlerPrefix, "the prefix of the conformance handlers' names")
 	f.StringVar(&devDir, "ax-dev", "", "data folder of a running ax dev (.ax): watch as its dispatcher user")
 	f.String("observer-creds", "", "NATS credentials file of a user that may subscribe to the pool's reports and the buckets' subjects (a dispatcher's); default: the NATS flags")
