@@ -423,7 +423,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 func (k *kit) finals(id int64) map[int]wireReport {
 	out := map[int]wireReport{}
 	for _, w := range k.obs.reports(id) {
-		if w.err == nil && w.r.Kind != schemas.ReportStarted {
+		if w.err == nil && w.r.Kind.IsFinal() {
 			if _, ok := out[w.r.Attempt]; !ok {
 				out[w.r.Attempt] = w
 			}
@@ -573,7 +573,7 @@ func (k *kit) checkReports(ctx context.Context, ids []int64) {
 				problems = append(problems, p)
 				continue
 			}
-			if w.r.Kind != schemas.ReportStarted {
+			if w.r.Kind.IsFinal() {
 				finals[w.r.Attempt]++
 			}
 		}

@@ -167,9 +167,7 @@ func (o *observer) checkReport(w wireReport, id int64) string {
 	if want := o.top.Report(o.pool, r.WorkerID, id); w.subject != want {
 		return fmt.Sprintf("report of worker %q came on %s, want %s", r.WorkerID, w.subject, want)
 	}
-	switch r.Kind {
-	case schemas.ReportStarted, schemas.ReportSucceeded, schemas.ReportFailed:
-	default:
+	if r.Kind != schemas.ReportStarted && !r.Kind.IsFinal() {
 		return fmt.Sprintf("report on %s has kind %q", w.subject, r.Kind)
 	}
 	if r.At.IsZero() || r.StartedAt.IsZero() {
