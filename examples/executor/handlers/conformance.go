@@ -93,7 +93,7 @@ func conformanceLog(ctx context.Context, _ *executor.Task, p conformanceLines) (
 	}
 	log := executor.Logger(ctx)
 	for i := 1; i <= n; i++ {
-		log.Info().Int("i", i).Msg(fmt.Sprintf("conformance line %d of %d", i, n))
+		log.Info(fmt.Sprintf("conformance line %d of %d", i, n), "i", i)
 	}
 	return json.RawMessage(fmt.Sprintf(`{"lines":%d}`, n)), nil
 }
