@@ -30,7 +30,7 @@ export interface Dispatch {
   shard_count?: number;
 }
 
-export type ReportKind = "started" | "succeeded" | "failed";
+export type ReportKind = "started" | "succeeded" | "failed" | "released";
 
 /** Report is an executor's word on one attempt (report.schema.json). */
 export interface Report {

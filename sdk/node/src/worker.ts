@@ -848,9 +848,20 @@ export class Worker {
     }
     const fields: Record<string, unknown> = { outcome: rep.kind, duration_ms: Date.parse(rep.at) - a.startedAt.getTime() };
     if (rep.kind === "failed") a.log.warn("attempt finished", { ...fields, error: rep.error, permanent: rep.permanent ?? false });
+    else if (rep.kind === "released") a.log.warn("attempt finished", { ...fields, reason: rep.error });
     else a.log.info("attempt finished", fields);
     // The report is stored: the lease is no longer renewed and ages out one TTL after its last renewal.
     this.release(a);
+    if (rep.kind === "released") {
+      // A handed-back attempt's lease goes now rather than one TTL later:
+      // the reaper takes a delete for a retired lease (only an expiry is a
+      // death), and the released report decides the attempt.
+      try {
+        await this.leases.delete(a.key);
+      } catch (err) {
+        a.log.warn("delete the lease of a handed-back attempt; it expires with its TTL instead", { error: (err as Error).message });
+      }
+    }
   }
 
   private release(a: Attempt): void {
@@ -954,6 +965,15 @@ export class Worker {
       rep.kind = "succeeded";
       rep.output = JSON.parse(text);
       if (rep.output === null) delete rep.output;
+      return rep;
+    }
+    if (cause instanceof ShutdownError) {
+      // The worker is leaving and its grace passed: the attempt is handed
+      // back, to run again elsewhere without spending one of its attempts.
+      rep.kind = "released";
+      rep.error = `handed back: worker ${this.workerId} stopped and its shutdown timeout of ${goDuration(this.shutdownMs)} passed before the handler returned`;
+      const e = r.err;
+      if (returned && e !== undefined && e !== cause && !isAbortError(e)) rep.error += " (handler returned: " + errorText(e) + ")";
       return rep;
     }
     if (cause instanceof Error) {
@@ -1065,7 +1085,7 @@ export class Worker {
     const late = await Promise.race([all().then(() => false), graceOver]);
     clearTimeout(timer);
     if (late) {
-      this.log.warn("shutdown timeout passed; cancelling running attempts", { busy: this.held });
+      this.log.warn("shutdown timeout passed; cancelling running attempts and handing them back", { busy: this.held });
       for (const a of this.running.values()) a.controller.abort(new ShutdownError());
       await all();
     }

@@ -253,10 +253,37 @@ describe("a Node worker", () => {
     await dev.waitState(id, ["RUNNING"]);
     w.proc.kill("SIGTERM");
     assert.equal(await w.exited, 0, w.output());
-    const inst = await dev.instance(id);
+    // Its final report is stored before it exits; the dispatcher applies it soon after.
+    const inst = await dev.waitState(id, ["SUCCEEDED", "FAILED", "RETRYING"]);
     assert.equal(inst.state, "SUCCEEDED", JSON.stringify(inst));
     assert.deepEqual(inst.output, { slept_ms: 3000, worker: "node-test-drained" });
     const r = await dev.api<{ workers: Array<{ id: string }> }>("GET", "/v1/workers");
     assert.ok(!r.workers.some((x) => x.id === "node-test-drained"), `the drained worker is still listed: ${JSON.stringify(r.workers)}`);
+  });
+});
+
+describe("a Node worker leaving", () => {
+  test("hands back an attempt that outlives its shutdown timeout: the next attempt runs elsewhere at once, no attempt spent", async () => {
+    // One attempt only, and a backoff of 10 minutes: only a hand-back runs it again, and at once.
+    await dev.applyTask("node-handback", "node.hold", { retry: { max_attempts: 1, backoff: "fixed", initial_interval_sec: 600, max_interval_sec: 600 } });
+    const a = spawnWorker("node-test-handback", { AX_SHUTDOWN_MS: "1000" });
+    await a.ready;
+    const id = await dev.fire("node-handback");
+    const inst = await dev.waitState(id, ["RUNNING"]);
+    assert.equal(inst.worker_id, "node-test-handback");
+    const b = spawnWorker("node-test-takes-over", { AX_HOLD: "0" });
+    await b.ready;
+    a.proc.kill("SIGTERM");
+    assert.equal(await a.exited, 0, a.output());
+    const done = await dev.waitState(id, ["SUCCEEDED", "FAILED"]);
+    assert.equal(done.state, "SUCCEEDED", JSON.stringify(done));
+    assert.equal(done.attempt, 2);
+    assert.equal(done.max_attempts, 2, "a hand-back raises max_attempts by one");
+    assert.equal(done.worker_id, "node-test-takes-over");
+    const back = done.transitions.find((t) => t.to === "RETRYING" && t.attempt === 1);
+    assert.ok(back, JSON.stringify(done.transitions));
+    assert.match(String(back.reason), /^handed back: worker node-test-handback stopped and its shutdown timeout of 1s passed before the handler returned/);
+    b.proc.kill("SIGTERM");
+    assert.equal(await b.exited, 0, b.output());
   });
 });
