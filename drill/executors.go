@@ -152,7 +152,7 @@ func (d *taskDrill) liveExecutor(not string) *drillExecutor {
 // wrap returns h as x runs it: it records each call and injects the
 // faults of the drill copy the attempt belongs to.
 func (d *taskDrill) wrap(x *drillExecutor, h executor.Handler) executor.Handler {
-	return executor.HandlerFunc(func(ctx context.Context, t *executor.Task) (any, error) {
+	return executor.HandlerFunc(func(ctx context.Context, t *executor.Job) (any, error) {
 		key := callKey{t.InstanceID, t.Attempt}
 		c := d.noteCall(key, x.id)
 		switch {
@@ -175,7 +175,7 @@ func (d *taskDrill) wrap(x *drillExecutor, h executor.Handler) executor.Handler 
 }
 
 // call runs the handler for c, noting when its context ends.
-func (d *taskDrill) call(ctx context.Context, h executor.Handler, t *executor.Task, c *call) (any, error) {
+func (d *taskDrill) call(ctx context.Context, h executor.Handler, t *executor.Job, c *call) (any, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	d.mu.Lock()
@@ -197,7 +197,7 @@ func (d *taskDrill) call(ctx context.Context, h executor.Handler, t *executor.Ta
 // crashMidRun runs the handler and crashes x after a random share of the
 // plain runs' median run time, or as soon as the handler returns if that
 // is sooner: either way before the attempt is reported.
-func (d *taskDrill) crashMidRun(ctx context.Context, x *drillExecutor, h executor.Handler, t *executor.Task, c *call) (any, error) {
+func (d *taskDrill) crashMidRun(ctx context.Context, x *drillExecutor, h executor.Handler, t *executor.Job, c *call) (any, error) {
 	d.mu.Lock()
 	wait := time.Duration((0.3 + 0.5*rand.Float64()) * float64(d.runP50))
 	d.crashTo = wait

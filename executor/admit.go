@@ -115,7 +115,7 @@ func giveBack(m jetstream.Msg, log *zerolog.Logger) {
 // fail makes the attempt fail permanently with err, without waiting.
 func (p *pending) fail(err error) {
 	err = Permanent(err)
-	p.handler = HandlerFunc(func(context.Context, *Task) (any, error) { return nil, err })
+	p.handler = HandlerFunc(func(context.Context, *Job) (any, error) { return nil, err })
 	p.doomed = true
 }
 

@@ -27,7 +27,7 @@ type attempt struct {
 	hs        *handlerState // nil when the worker has no such handler
 	mutexKey  string        // the mutex key the attempt holds, "" for none
 	mutexRev  uint64        // the mutex key's revision, the holder's
-	task      *Task
+	task      *Job
 	startedAt time.Time
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -187,7 +187,7 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 		}
 	}
 	a.ctx, a.cancel = withOnce(withLogger(ctx, a.hlog), &onceScope{s: s, dispatch: &a.dispatch, log: a.hlog}), cancel
-	a.task = &Task{
+	a.task = &Job{
 		InstanceID:  d.InstanceID,
 		Name:        d.Task,
 		Handler:     d.Handler,

@@ -34,7 +34,7 @@ func RegisterBuiltins(m *Mux) {
 	m.HandleFunc(BuiltinFail, fail)
 }
 
-func echo(_ context.Context, t *Task) (any, error) {
+func echo(_ context.Context, t *Job) (any, error) {
 	if len(t.Payload) == 0 {
 		return nil, nil
 	}
@@ -49,7 +49,7 @@ type sleepOutput struct {
 	SleptSeconds float64 `json:"slept_seconds"`
 }
 
-func sleep(ctx context.Context, _ *Task, p sleepPayload) (any, error) {
+func sleep(ctx context.Context, _ *Job, p sleepPayload) (any, error) {
 	if p.Seconds == nil {
 		return nil, Permanent(errors.New(`builtin.sleep: the payload needs "seconds", a number >= 0, e.g. {"seconds": 1.5}`))
 	}
@@ -78,7 +78,7 @@ func sleep(ctx context.Context, _ *Task, p sleepPayload) (any, error) {
 	}
 }
 
-func fail(_ context.Context, t *Task) (any, error) {
+func fail(_ context.Context, t *Job) (any, error) {
 	var p struct {
 		Message string `json:"message"`
 	}

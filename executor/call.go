@@ -18,7 +18,7 @@ func init() { sdkhook.Call = callOutside }
 // recovery and the rules that turn its result into a report — with no
 // worker: for executortest.Call.
 func callOutside(ctx context.Context, handler, task any, lines func(schemas.LogLine), once sdkhook.Once) (schemas.Report, error) {
-	h, t := handler.(Handler), task.(*Task)
+	h, t := handler.(Handler), task.(*Job)
 	d := schemas.Dispatch{InstanceID: t.InstanceID, Task: t.Name, Handler: t.Handler, Attempt: t.Attempt,
 		MaxAttempts: t.MaxAttempts, EventID: t.EventID, Priority: t.Priority}
 	log := newTaskLogger(&funcSink{d: &d, workerID: t.WorkerID, lines: lines})

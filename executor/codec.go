@@ -12,7 +12,7 @@ import (
 // outputs, with the worker's codec, so that the handler sees plaintext. An
 // envelope the worker cannot open (no codec, an unknown key) fails the
 // attempt permanently: another attempt would not have the key either.
-func (s *Service) openTask(t *Task) error {
+func (s *Service) openTask(t *Job) error {
 	var err error
 	if t.Payload, err = s.open(t.Payload); err != nil {
 		return fmt.Errorf("task %q: payload: %w", t.Name, err)

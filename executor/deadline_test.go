@@ -17,7 +17,7 @@ func TestResultAfterTheDeadlineIsATimeout(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("stubborn", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("stubborn", func(ctx context.Context, _ *executor.Job) (any, error) {
 		<-ctx.Done()
 		return "done anyway", nil
 	})

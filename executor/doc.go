@@ -14,7 +14,7 @@
 //	}
 //
 //	mux := executor.NewMux()
-//	mux.Handle("images.resize", executor.JSON(func(ctx context.Context, t *executor.Task, p Resize) (any, error) {
+//	mux.Handle("images.resize", executor.JSON(func(ctx context.Context, t *executor.Job, p Resize) (any, error) {
 //		executor.Logger(ctx).Info("resizing", "image", p.Image)
 //		if p.Width <= 0 {
 //			return nil, executor.Permanent(fmt.Errorf("width %d: use a positive width", p.Width))

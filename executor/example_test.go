@@ -26,7 +26,7 @@ type Invoice struct {
 // with Permanent.
 func ExampleJSON() {
 	mux := executor.NewMux()
-	mux.Handle("billing.invoice", executor.JSON(func(ctx context.Context, t *executor.Task, inv Invoice) (any, error) {
+	mux.Handle("billing.invoice", executor.JSON(func(ctx context.Context, t *executor.Job, inv Invoice) (any, error) {
 		log := executor.Logger(ctx)
 		if inv.Cents <= 0 {
 			return nil, executor.Permanent(fmt.Errorf("invoice for %s: %d cents; the amount must be positive", inv.Customer, inv.Cents))
@@ -39,7 +39,7 @@ func ExampleJSON() {
 	// Outside a worker, a handler is a plain function to call (and to unit test).
 	h, _ := mux.Handler("billing.invoice")
 	for _, payload := range []string{`{"customer": "acme", "cents": 1200}`, `{"customer": "acme", "cents": 0}`, `{"client": "acme"}`} {
-		out, err := h.HandleTask(context.Background(), &executor.Task{InstanceID: 7, Name: "invoice", Payload: json.RawMessage(payload)})
+		out, err := h.HandleTask(context.Background(), &executor.Job{InstanceID: 7, Name: "invoice", Payload: json.RawMessage(payload)})
 		fmt.Println(out, err, executor.IsPermanent(err))
 	}
 	// Output:
@@ -67,7 +67,7 @@ func ExamplePermanent() {
 // worker.
 func ExampleLogger() {
 	mux := executor.NewMux()
-	mux.HandleFunc("reports.nightly", func(ctx context.Context, t *executor.Task) (any, error) {
+	mux.HandleFunc("reports.nightly", func(ctx context.Context, t *executor.Job) (any, error) {
 		log := executor.Logger(ctx)
 		log.Info("report built", "rows", 1200)
 		if t.Attempt == t.MaxAttempts {
@@ -91,7 +91,7 @@ func ExampleNew() {
 
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
-	mux.Handle("billing.invoice", executor.JSON(func(ctx context.Context, t *executor.Task, inv Invoice) (any, error) {
+	mux.Handle("billing.invoice", executor.JSON(func(ctx context.Context, t *executor.Job, inv Invoice) (any, error) {
 		return nil, nil
 	}))
 
@@ -129,7 +129,7 @@ func sendReceipt(context.Context, Order) error { return nil }
 // tagged with the attempt.
 func ExampleOnce() {
 	mux := executor.NewMux()
-	mux.Handle("orders.checkout", executor.JSON(func(ctx context.Context, t *executor.Task, o Order) (any, error) {
+	mux.Handle("orders.checkout", executor.JSON(func(ctx context.Context, t *executor.Job, o Order) (any, error) {
 		log := executor.Logger(ctx)
 		if o.Cents <= 0 {
 			return nil, executor.Permanent(fmt.Errorf("order %d: %d cents; the amount must be positive", o.ID, o.Cents))
@@ -155,10 +155,10 @@ func ExampleOnce() {
 // partner's API is called at most 10 times a second, in bursts of 5.
 func ExampleMux_Handle() {
 	mux := executor.NewMux()
-	mux.HandleFunc("reports.export", func(ctx context.Context, t *executor.Task) (any, error) {
+	mux.HandleFunc("reports.export", func(ctx context.Context, t *executor.Job) (any, error) {
 		return nil, nil
 	}, executor.Concurrency(2))
-	mux.HandleFunc("partner.sync", func(ctx context.Context, t *executor.Task) (any, error) {
+	mux.HandleFunc("partner.sync", func(ctx context.Context, t *executor.Job) (any, error) {
 		return nil, nil
 	}, executor.RateLimit(10, 5), executor.Concurrency(4))
 	fmt.Println(mux.Names())
@@ -171,17 +171,17 @@ func ExampleMux_Handle() {
 func ExampleMux_Use() {
 	mux := executor.NewMux()
 	mux.Use(func(next executor.Handler) executor.Handler {
-		return executor.HandlerFunc(func(ctx context.Context, t *executor.Task) (any, error) {
+		return executor.HandlerFunc(func(ctx context.Context, t *executor.Job) (any, error) {
 			out, err := next.HandleTask(ctx, t)
 			fmt.Printf("%s attempt %d: err=%v\n", t.Handler, t.Attempt, err)
 			return out, err
 		})
 	})
-	mux.HandleFunc("mail.send", func(ctx context.Context, t *executor.Task) (any, error) {
+	mux.HandleFunc("mail.send", func(ctx context.Context, t *executor.Job) (any, error) {
 		return nil, errors.New("smtp: connection refused")
 	})
 
-	_, _ = mux.HandleTask(context.Background(), &executor.Task{Name: "welcome-mail", Handler: "mail.send", Attempt: 1})
+	_, _ = mux.HandleTask(context.Background(), &executor.Job{Name: "welcome-mail", Handler: "mail.send", Attempt: 1})
 	// Output: mail.send attempt 1: err=smtp: connection refused
 }
 
@@ -194,7 +194,7 @@ type Quote struct {
 // and the report carries it as JSON. Lenient decodes a payload that has
 // fields the type does not know, which the strict default refuses.
 func ExampleLenient() {
-	quote := func(ctx context.Context, t *executor.Task, inv Invoice) (Quote, error) {
+	quote := func(ctx context.Context, t *executor.Job, inv Invoice) (Quote, error) {
 		return Quote{Cents: inv.Cents * 120 / 100}, nil
 	}
 	strict := executor.JSON(quote)
@@ -202,7 +202,7 @@ func ExampleLenient() {
 
 	payload := json.RawMessage(`{"customer": "acme", "cents": 1000, "currency": "EUR"}`)
 	for _, h := range []executor.Handler{strict, lenient} {
-		out, err := h.HandleTask(context.Background(), &executor.Task{Name: "quote", Payload: payload})
+		out, err := h.HandleTask(context.Background(), &executor.Job{Name: "quote", Payload: payload})
 		fmt.Printf("%+v %v\n", out, err)
 	}
 	// Output:

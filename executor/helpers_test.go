@@ -208,7 +208,7 @@ type gate struct {
 
 func newGate() *gate { return &gate{open: make(chan struct{}), entered: make(chan int64, 100)} }
 
-func (g *gate) HandleTask(ctx context.Context, t *executor.Task) (any, error) {
+func (g *gate) HandleTask(ctx context.Context, t *executor.Job) (any, error) {
 	g.entered <- t.InstanceID
 	select {
 	case <-g.open:

@@ -54,7 +54,7 @@ func TestEncodeOutput(t *testing.T) {
 func TestOutcome(t *testing.T) {
 	s := &Service{opts: Options{WorkerID: "w", NowFunc: func() time.Time { return time.Unix(0, 0) }}}
 	deadline := time.Unix(100, 0)
-	a := &attempt{dispatch: schemas.Dispatch{InstanceID: 1, Attempt: 1}, task: &Task{Deadline: deadline}}
+	a := &attempt{dispatch: schemas.Dispatch{InstanceID: 1, Attempt: 1}, task: &Job{Deadline: deadline}}
 	timeout := timeoutError{d: time.Second}
 	inTime, late := deadline.Add(-time.Millisecond), deadline.Add(1500*time.Millisecond)
 	const handedBack = "handed back: worker w stopped and its shutdown timeout of 0s passed before the handler returned"
@@ -99,7 +99,7 @@ func TestOutcome(t *testing.T) {
 // the failure is permanent or the context's end decided the outcome.
 func TestOutcomeRetryAfter(t *testing.T) {
 	s := &Service{opts: Options{WorkerID: "w", NowFunc: func() time.Time { return time.Unix(0, 0) }}}
-	a := &attempt{dispatch: schemas.Dispatch{InstanceID: 1, Attempt: 1}, task: &Task{}}
+	a := &attempt{dispatch: schemas.Dispatch{InstanceID: 1, Attempt: 1}, task: &Job{}}
 	rateLimited := errors.New("429 too many requests")
 	tests := []struct {
 		name      string

@@ -53,7 +53,7 @@ func TestIsolationSlowHandlerDoesNotBlockFast(t *testing.T) {
 	mux := executor.NewMux()
 	slow := newGate()
 	var inSlow, mostSlow atomic.Int32
-	mux.HandleFunc("slow", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("slow", func(ctx context.Context, task *executor.Job) (any, error) {
 		n := inSlow.Add(1)
 		defer inSlow.Add(-1)
 		for m := mostSlow.Load(); n > m && !mostSlow.CompareAndSwap(m, n); m = mostSlow.Load() {
@@ -112,7 +112,7 @@ func TestIsolationRateLimit(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("limited", func(context.Context, *executor.Task) (any, error) { return nil, nil },
+	mux.HandleFunc("limited", func(context.Context, *executor.Job) (any, error) { return nil, nil },
 		executor.RateLimit(5, 1))
 	w.worker("w1", mux, nil)
 	const n = 20
@@ -144,7 +144,7 @@ func TestIsolationRateLimitedHandlerLeavesOthersRunning(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("limited", func(context.Context, *executor.Task) (any, error) { return nil, nil },
+	mux.HandleFunc("limited", func(context.Context, *executor.Job) (any, error) { return nil, nil },
 		executor.RateLimit(2, 1), executor.Concurrency(2))
 	executor.RegisterBuiltins(mux)
 	w.worker("w1", mux, func(o *executor.Options) { o.Slots = 4 })

@@ -24,7 +24,7 @@ import (
 // it, so JSON(fn) reads the same for both.
 //
 // JSON panics when fn or an option is nil.
-func JSON[In, Out any](fn func(ctx context.Context, t *Task, payload In) (Out, error), opts ...JSONOption) Handler {
+func JSON[In, Out any](fn func(ctx context.Context, t *Job, payload In) (Out, error), opts ...JSONOption) Handler {
 	if fn == nil {
 		panic("executor: JSON with a nil function")
 	}
@@ -35,7 +35,7 @@ func JSON[In, Out any](fn func(ctx context.Context, t *Task, payload In) (Out, e
 		}
 		opt(&cfg)
 	}
-	return HandlerFunc(func(ctx context.Context, t *Task) (any, error) {
+	return HandlerFunc(func(ctx context.Context, t *Job) (any, error) {
 		var p In
 		if err := decodePayload(t.Payload, &p, cfg.lenient); err != nil {
 			return nil, Permanent(fmt.Errorf("task %q: payload does not fit %s: %w", t.Name, reflect.TypeFor[In](), err))

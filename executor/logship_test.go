@@ -71,7 +71,7 @@ func TestHandlerLogsShipToAXLogs(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("logs", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("logs", func(ctx context.Context, task *executor.Job) (any, error) {
 		log := executor.Logger(ctx)
 		log.Info("charging", "order", "A-1", "cents", 1200)
 		sub := log.With("step", "receipt")
@@ -155,7 +155,7 @@ func TestTaskLogsShipInBatchesAndOnTime(t *testing.T) {
 			w := newWorld(t)
 			release := make(chan struct{})
 			mux := executor.NewMux()
-			mux.HandleFunc("chatty", func(ctx context.Context, task *executor.Task) (any, error) {
+			mux.HandleFunc("chatty", func(ctx context.Context, task *executor.Job) (any, error) {
 				for i := range tt.lines {
 					executor.Logger(ctx).Info("working", "i", i)
 				}
@@ -189,7 +189,7 @@ func TestTaskLogLevelAndPanics(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("panics", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("panics", func(ctx context.Context, task *executor.Job) (any, error) {
 		executor.Logger(ctx).Debug("hidden")
 		executor.Logger(ctx).Info("shown")
 		panic("out of cheese")

@@ -30,7 +30,7 @@ func TestMutexSerializesEqualKeys(t *testing.T) {
 	var mu sync.Mutex
 	inShop := map[int]int{}
 	mux := executor.NewMux()
-	mux.Handle("sync", executor.JSON(func(ctx context.Context, _ *executor.Task, p shopPayload) (any, error) {
+	mux.Handle("sync", executor.JSON(func(ctx context.Context, _ *executor.Job, p shopPayload) (any, error) {
 		mu.Lock()
 		inShop[p.ShopID]++
 		if n := inShop[p.ShopID]; n > 1 {
@@ -122,7 +122,7 @@ func TestMutexHeldElsewhereRequeues(t *testing.T) {
 	w := newWorld(t)
 	var runs sync.Map
 	mux := executor.NewMux()
-	mux.HandleFunc("count", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("count", func(_ context.Context, task *executor.Job) (any, error) {
 		runs.Store(task.InstanceID, true)
 		return nil, nil
 	})

@@ -108,7 +108,7 @@ func wrap(name string, h Handler, mw []Middleware) Handler {
 // A name the mux does not have fails permanently, with an error that lists
 // the names it has. A mux can so be registered in another mux, wrapped in
 // middleware of its own, or called directly by a test.
-func (m *Mux) HandleTask(ctx context.Context, t *Task) (any, error) {
+func (m *Mux) HandleTask(ctx context.Context, t *Job) (any, error) {
 	e, ok := m.entry(t.Handler)
 	if !ok {
 		return nil, Permanent(fmt.Errorf("task %q: no handler %q here (handlers: %s); register it with Mux.Handle",
@@ -118,7 +118,7 @@ func (m *Mux) HandleTask(ctx context.Context, t *Task) (any, error) {
 }
 
 // HandleFunc registers f under name, like [Mux.Handle].
-func (m *Mux) HandleFunc(name string, f func(ctx context.Context, t *Task) (any, error), opts ...HandlerOption) {
+func (m *Mux) HandleFunc(name string, f func(ctx context.Context, t *Job) (any, error), opts ...HandlerOption) {
 	if f == nil {
 		panic("executor: Mux.HandleFunc(" + name + ") with a nil function")
 	}

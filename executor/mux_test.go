@@ -9,7 +9,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 )
 
-func nop(context.Context, *executor.Task) (any, error) { return nil, nil }
+func nop(context.Context, *executor.Job) (any, error) { return nil, nil }
 
 func TestMuxRegistrationPanics(t *testing.T) {
 	t.Parallel()
@@ -41,7 +41,7 @@ func TestMuxLookup(t *testing.T) {
 	t.Parallel()
 	m := executor.NewMux()
 	m.HandleFunc("zeta", nop)
-	m.Handle("alpha", executor.HandlerFunc(func(context.Context, *executor.Task) (any, error) { return "alpha", nil }))
+	m.Handle("alpha", executor.HandlerFunc(func(context.Context, *executor.Job) (any, error) { return "alpha", nil }))
 	executor.RegisterBuiltins(m)
 	if got, want := m.Names(), []string{"alpha", "builtin.echo", "builtin.fail", "builtin.sleep", "zeta"}; !slices.Equal(got, want) {
 		t.Errorf("Names() = %v, want %v", got, want)
@@ -50,7 +50,7 @@ func TestMuxLookup(t *testing.T) {
 	if !ok {
 		t.Fatal("alpha is not found")
 	}
-	if out, _ := h.HandleTask(context.Background(), &executor.Task{}); out != "alpha" {
+	if out, _ := h.HandleTask(context.Background(), &executor.Job{}); out != "alpha" {
 		t.Errorf("alpha returned %v", out)
 	}
 	if _, ok := m.Handler("beta"); ok {
@@ -65,20 +65,20 @@ func TestMuxMiddleware(t *testing.T) {
 	var calls []string
 	tag := func(name string) executor.Middleware {
 		return func(next executor.Handler) executor.Handler {
-			return executor.HandlerFunc(func(ctx context.Context, t *executor.Task) (any, error) {
+			return executor.HandlerFunc(func(ctx context.Context, t *executor.Job) (any, error) {
 				calls = append(calls, name+">"+t.Handler)
 				return next.HandleTask(ctx, t)
 			})
 		}
 	}
 	m := executor.NewMux()
-	m.HandleFunc("before", func(context.Context, *executor.Task) (any, error) { return "b", nil })
+	m.HandleFunc("before", func(context.Context, *executor.Job) (any, error) { return "b", nil })
 	m.Use(tag("outer"), tag("inner"))
-	m.HandleFunc("after", func(context.Context, *executor.Task) (any, error) { return "a", nil })
+	m.HandleFunc("after", func(context.Context, *executor.Job) (any, error) { return "a", nil })
 
 	var h executor.Handler = m
 	for _, name := range []string{"before", "after"} {
-		if _, err := h.HandleTask(context.Background(), &executor.Task{Handler: name}); err != nil {
+		if _, err := h.HandleTask(context.Background(), &executor.Job{Handler: name}); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -88,18 +88,18 @@ func TestMuxMiddleware(t *testing.T) {
 	}
 	calls = nil
 	byName, _ := m.Handler("after")
-	if out, _ := byName.HandleTask(context.Background(), &executor.Task{Handler: "after"}); out != "a" || len(calls) != 2 {
+	if out, _ := byName.HandleTask(context.Background(), &executor.Job{Handler: "after"}); out != "a" || len(calls) != 2 {
 		t.Errorf("Mux.Handler(after) returned %v with calls %v, want a through both middlewares", out, calls)
 	}
 
-	_, err := m.HandleTask(context.Background(), &executor.Task{Name: "t", Handler: "missing"})
+	_, err := m.HandleTask(context.Background(), &executor.Job{Name: "t", Handler: "missing"})
 	if !executor.IsPermanent(err) || !strings.Contains(err.Error(), `no handler "missing" here (handlers: after, before)`) {
 		t.Errorf("unknown handler: %v, want a permanent error listing the handlers", err)
 	}
 
 	outer := executor.NewMux()
 	outer.Handle("nested", m)
-	if out, err := outer.HandleTask(context.Background(), &executor.Task{Handler: "nested"}); err == nil || out != nil {
+	if out, err := outer.HandleTask(context.Background(), &executor.Job{Handler: "nested"}); err == nil || out != nil {
 		t.Errorf("a mux inside a mux looks up the same t.Handler: got %v, %v, want an unknown-handler error", out, err)
 	}
 }

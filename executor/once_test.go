@@ -29,7 +29,7 @@ func TestOnceSkipsDoneWorkOnRetry(t *testing.T) {
 	w := newWorld(t)
 	var charges atomic.Int32
 	mux := executor.NewMux()
-	mux.Handle("checkout", executor.JSON(func(ctx context.Context, task *executor.Task, p orderPayload) (any, error) {
+	mux.Handle("checkout", executor.JSON(func(ctx context.Context, task *executor.Job, p orderPayload) (any, error) {
 		err := executor.Once(ctx, chargeKey(p), func(context.Context) error {
 			charges.Add(1)
 			return nil
@@ -75,7 +75,7 @@ func TestOnceRetriesFailedWork(t *testing.T) {
 	w := newWorld(t)
 	var calls atomic.Int32
 	mux := executor.NewMux()
-	mux.HandleFunc("flaky", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("flaky", func(ctx context.Context, task *executor.Job) (any, error) {
 		err := executor.Once(ctx, "flaky-step", func(context.Context) error {
 			calls.Add(1)
 			switch task.Attempt {
@@ -118,7 +118,7 @@ func TestOnceConcurrentCallsWait(t *testing.T) {
 	entered := make(chan int64, 2)
 	release := make(chan struct{})
 	mux := executor.NewMux()
-	mux.HandleFunc("send", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("send", func(ctx context.Context, task *executor.Job) (any, error) {
 		arrived <- task.InstanceID
 		return nil, executor.Once(ctx, "welcome-mail-7", func(ctx context.Context) error {
 			calls.Add(1)
@@ -163,7 +163,7 @@ func TestOnceTakesOverAnExpiredRecord(t *testing.T) {
 	var calls atomic.Int32
 	ran := make(chan time.Time, 1)
 	mux := executor.NewMux()
-	mux.HandleFunc("import", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("import", func(ctx context.Context, task *executor.Job) (any, error) {
 		return nil, executor.Once(ctx, "import-9", func(context.Context) error {
 			calls.Add(1)
 			ran <- time.Now()
@@ -205,7 +205,7 @@ func TestOnceMisuse(t *testing.T) {
 
 	w := newWorld(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("bad-key", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("bad-key", func(ctx context.Context, _ *executor.Job) (any, error) {
 		return nil, executor.Once(ctx, "order 42", fn)
 	})
 	w.worker("w1", mux, nil)

@@ -11,9 +11,9 @@ import (
 )
 
 // A task chained after others (its definition's after) reads how each
-// parent ended in the run, and its output, from its Task.
-func ExampleTask_Parent() {
-	publish := executor.HandlerFunc(func(ctx context.Context, t *executor.Task) (any, error) {
+// parent ended in the run, and its output, from its Job.
+func ExampleJob_Parent() {
+	publish := executor.HandlerFunc(func(ctx context.Context, t *executor.Job) (any, error) {
 		report, ok := t.Parent("nightly-report")
 		if !ok || report.State != schemas.StateSucceeded {
 			return nil, executor.Permanent(errors.New("no report to publish"))
@@ -29,7 +29,7 @@ func ExampleTask_Parent() {
 	})
 
 	// Outside a worker, the parents are set by hand, as the dispatcher would.
-	out, err := publish.HandleTask(context.Background(), &executor.Task{
+	out, err := publish.HandleTask(context.Background(), &executor.Job{
 		Name:  "report-publish",
 		RunID: "run-4711",
 		Parents: map[string]executor.ParentResult{
@@ -38,7 +38,7 @@ func ExampleTask_Parent() {
 		},
 	})
 	fmt.Println(out, err)
-	_, err = publish.HandleTask(context.Background(), &executor.Task{Name: "report-publish"})
+	_, err = publish.HandleTask(context.Background(), &executor.Job{Name: "report-publish"})
 	fmt.Println(err)
 	// Output:
 	// published s3://reports/2025-03-01.pdf in run-4711 (fx-rates FAILED) <nil>

@@ -49,7 +49,7 @@ type point struct {
 
 func TestJSON(t *testing.T) {
 	t.Parallel()
-	h := executor.JSON(func(_ context.Context, _ *executor.Task, p point) (any, error) {
+	h := executor.JSON(func(_ context.Context, _ *executor.Job, p point) (any, error) {
 		return p.X + p.Y, nil
 	})
 	tests := []struct {
@@ -66,7 +66,7 @@ func TestJSON(t *testing.T) {
 		{payload: `{"x": 1} {"y": 2}`, err: `unexpected data after the JSON value`},
 	}
 	for _, tt := range tests {
-		out, err := h.HandleTask(context.Background(), &executor.Task{Name: "plot", Payload: json.RawMessage(tt.payload)})
+		out, err := h.HandleTask(context.Background(), &executor.Job{Name: "plot", Payload: json.RawMessage(tt.payload)})
 		switch {
 		case tt.err == "" && (err != nil || out != tt.want):
 			t.Errorf("payload %s: got %v, %v; want %v", tt.payload, out, err, tt.want)
@@ -80,7 +80,7 @@ func TestJSON(t *testing.T) {
 // unknown fields but not wrong types or trailing data.
 func TestJSONTypedOutput(t *testing.T) {
 	t.Parallel()
-	sum := func(_ context.Context, _ *executor.Task, p point) (point, error) {
+	sum := func(_ context.Context, _ *executor.Job, p point) (point, error) {
 		if p.X < 0 {
 			return point{X: -1}, errors.New("negative")
 		}
@@ -88,7 +88,7 @@ func TestJSONTypedOutput(t *testing.T) {
 	}
 	strict, lenient := executor.JSON(sum), executor.JSON(sum, executor.Lenient())
 	call := func(h executor.Handler, payload string) (any, error) {
-		return h.HandleTask(context.Background(), &executor.Task{Name: "plot", Payload: json.RawMessage(payload)})
+		return h.HandleTask(context.Background(), &executor.Job{Name: "plot", Payload: json.RawMessage(payload)})
 	}
 	if out, err := call(strict, `{"x": 1, "y": 2}`); err != nil || out != (point{X: 3}) {
 		t.Errorf("strict: %v, %v; want {3 0}", out, err)
@@ -121,7 +121,7 @@ func TestBuiltins(t *testing.T) {
 	executor.RegisterBuiltins(m)
 	run := func(ctx context.Context, name, payload string) (string, error) {
 		h, _ := m.Handler(name)
-		out, err := h.HandleTask(ctx, &executor.Task{Name: "t", Payload: json.RawMessage(payload)})
+		out, err := h.HandleTask(ctx, &executor.Job{Name: "t", Payload: json.RawMessage(payload)})
 		if err != nil {
 			return "", err
 		}

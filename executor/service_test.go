@@ -86,7 +86,7 @@ func TestFailures(t *testing.T) {
 		wantPermanent bool
 	}{{
 		name: "payload-does-not-decode",
-		handler: executor.JSON(func(context.Context, *executor.Task, order) (any, error) {
+		handler: executor.JSON(func(context.Context, *executor.Job, order) (any, error) {
 			return nil, nil
 		}),
 		payload:       `{"item":"a","qty":3}`,
@@ -94,25 +94,25 @@ func TestFailures(t *testing.T) {
 		wantPermanent: true,
 	}, {
 		name: "permanent",
-		handler: executor.HandlerFunc(func(context.Context, *executor.Task) (any, error) {
+		handler: executor.HandlerFunc(func(context.Context, *executor.Job) (any, error) {
 			return nil, executor.Permanent(errors.New("account closed"))
 		}),
 		wantError:     []string{"account closed"},
 		wantPermanent: true,
 	}, {
 		name:      "plain-error",
-		handler:   executor.HandlerFunc(func(context.Context, *executor.Task) (any, error) { return nil, errors.New("disk full") }),
+		handler:   executor.HandlerFunc(func(context.Context, *executor.Job) (any, error) { return nil, errors.New("disk full") }),
 		wantError: []string{"disk full"},
 	}, {
 		name: "panic",
-		handler: executor.HandlerFunc(func(_ context.Context, t *executor.Task) (any, error) {
+		handler: executor.HandlerFunc(func(_ context.Context, t *executor.Job) (any, error) {
 			var items []int
 			return items[t.Attempt], nil
 		}),
 		wantError: []string{"handler panicked: runtime error: index out of range [1] with length 0"},
 	}, {
 		name:          "output-not-json",
-		handler:       executor.HandlerFunc(func(context.Context, *executor.Task) (any, error) { return json.RawMessage("{"), nil }),
+		handler:       executor.HandlerFunc(func(context.Context, *executor.Job) (any, error) { return json.RawMessage("{"), nil }),
 		wantError:     []string{"encode output"},
 		wantPermanent: true,
 	}}
@@ -209,7 +209,7 @@ func TestControlCancel(t *testing.T) {
 	w := newWorld(t)
 	mux := executor.NewMux()
 	causes := make(chan error, 1)
-	mux.HandleFunc("wait", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("wait", func(ctx context.Context, _ *executor.Job) (any, error) {
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
 		return nil, ctx.Err()
@@ -282,7 +282,7 @@ func TestLeaseLost(t *testing.T) {
 	w := newWorld(t)
 	mux := executor.NewMux()
 	causes := make(chan error, 1)
-	mux.HandleFunc("wait", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("wait", func(ctx context.Context, task *executor.Job) (any, error) {
 		if task.Attempt > 1 {
 			return nil, nil
 		}
@@ -315,7 +315,7 @@ func TestSecondDeliveryIsNotRun(t *testing.T) {
 	w := newWorld(t)
 	var calls sync.Map
 	mux := executor.NewMux()
-	mux.HandleFunc("count", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("count", func(_ context.Context, task *executor.Job) (any, error) {
 		n, _ := calls.LoadOrStore(task.InstanceID, new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
 		return nil, nil
@@ -344,7 +344,7 @@ func TestSlots(t *testing.T) {
 	mux := executor.NewMux()
 	g := newGate()
 	var inFlight, most atomic.Int32
-	mux.HandleFunc("gate", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("gate", func(ctx context.Context, task *executor.Job) (any, error) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -604,9 +604,9 @@ func (l lines) Write(p []byte) (int, error) {
 func TestTaskAndLogger(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	tasks := make(chan executor.Task, 1)
+	tasks := make(chan executor.Job, 1)
 	mux := executor.NewMux()
-	mux.HandleFunc("inspect", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("inspect", func(ctx context.Context, task *executor.Job) (any, error) {
 		executor.Logger(ctx).Info("working", "step", "one")
 		if deadline, ok := ctx.Deadline(); !ok || !deadline.Equal(task.Deadline) {
 			t.Errorf("context deadline %v, task deadline %v", deadline, task.Deadline)

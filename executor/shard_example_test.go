@@ -12,7 +12,7 @@ import (
 // ShardIndex and ShardCount.
 func ExampleTask_shards() {
 	accounts := []string{"a-1", "a-2", "a-3", "a-4", "a-5", "a-6", "a-7"}
-	rebuild := executor.HandlerFunc(func(ctx context.Context, t *executor.Task) (any, error) {
+	rebuild := executor.HandlerFunc(func(ctx context.Context, t *executor.Job) (any, error) {
 		count := max(t.ShardCount, 1) // 0 when the task is not sharded: all the work
 		var mine []string
 		for i, a := range accounts {
@@ -25,7 +25,7 @@ func ExampleTask_shards() {
 
 	// Outside a worker, the shard is set by hand, as the dispatcher would.
 	for i := range 3 {
-		out, _ := rebuild.HandleTask(context.Background(), &executor.Task{Name: "rebuild-index", ShardIndex: i, ShardCount: 3})
+		out, _ := rebuild.HandleTask(context.Background(), &executor.Job{Name: "rebuild-index", ShardIndex: i, ShardCount: 3})
 		fmt.Println(i, out)
 	}
 	// Output:

@@ -39,7 +39,7 @@ type Work struct {
 // with O_APPEND: the lines of several processes never interleave, and a
 // line written is on file even if its process is killed right after.
 func RegisterHandlers(mux *executor.Mux, path string) {
-	mux.Handle(WorkHandler, executor.JSON(func(ctx context.Context, t *executor.Task, w Work) (any, error) {
+	mux.Handle(WorkHandler, executor.JSON(func(ctx context.Context, t *executor.Job, w Work) (any, error) {
 		if err := appendLedger(path, "start", t); err != nil {
 			return nil, err
 		}
@@ -53,12 +53,12 @@ func RegisterHandlers(mux *executor.Mux, path string) {
 		}
 		return nil, appendLedger(path, "end", t)
 	}))
-	mux.HandleFunc(PoisonHandler, func(context.Context, *executor.Task) (any, error) {
+	mux.HandleFunc(PoisonHandler, func(context.Context, *executor.Job) (any, error) {
 		panic("drill: a poison handler")
 	})
 }
 
-func appendLedger(path, kind string, t *executor.Task) error {
+func appendLedger(path, kind string, t *executor.Job) error {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("open the drill ledger: %w", err)

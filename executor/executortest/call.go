@@ -48,7 +48,7 @@ func (r *Result) Messages() []string {
 type Option func(*call)
 
 type call struct {
-	task    executor.Task
+	task    executor.Job
 	once    *Once
 	timeout time.Duration
 }
@@ -56,7 +56,7 @@ type call struct {
 // WithTask lets edit change the attempt's facts before the handler sees
 // them: Attempt and MaxAttempts to test a last attempt, Parents, ShardIndex
 // and ShardCount, InstanceID, RunID.
-func WithTask(edit func(t *executor.Task)) Option { return func(c *call) { edit(&c.task) } }
+func WithTask(edit func(t *executor.Job)) Option { return func(c *call) { edit(&c.task) } }
 
 // WithOnce makes executor.Once in the handler use o's records, so that a
 // later Call with the same o sees the work an earlier one did. Without it
@@ -65,7 +65,7 @@ func WithOnce(o *Once) Option { return func(c *call) { c.once = o } }
 
 // WithTimeout gives the attempt the task's timeout d: the handler's
 // context ends d after the call starts, with the cause a worker gives it
-// ("timeout after …"), and Task.Deadline is set.
+// ("timeout after …"), and Job.Deadline is set.
 func WithTimeout(d time.Duration) Option { return func(c *call) { c.timeout = d } }
 
 // Call runs the handler that mux registers under name on one attempt whose
@@ -93,7 +93,7 @@ func Call(t testing.TB, mux *executor.Mux, name string, payload any, opts ...Opt
 		t.Fatalf("executortest.Call(%q): payload: %v", name, err)
 	}
 	now := time.Now()
-	c := call{task: executor.Task{InstanceID: 1, Name: name, Handler: name, Attempt: 1, MaxAttempts: 1,
+	c := call{task: executor.Job{InstanceID: 1, Name: name, Handler: name, Attempt: 1, MaxAttempts: 1,
 		EventID: "executortest-1", Priority: schemas.PriorityNormal, Payload: raw, FiredAt: now,
 		WorkerID: "executortest", RunID: "executortest-run-1"}}
 	for _, opt := range opts {

@@ -30,7 +30,7 @@ type receipt struct {
 // first attempt asking for a retry in a minute, and succeeds on a later one.
 func checkoutMux(charges *atomic.Int64) *executor.Mux {
 	mux := executor.NewMux()
-	mux.Handle("checkout", executor.JSON(func(ctx context.Context, t *executor.Task, o order) (receipt, error) {
+	mux.Handle("checkout", executor.JSON(func(ctx context.Context, t *executor.Job, o order) (receipt, error) {
 		log := executor.Logger(ctx).With("order", o.ID)
 		if err := executor.Once(ctx, fmt.Sprintf("charge-%d", o.ID), func(context.Context) error {
 			charges.Add(1)
@@ -71,7 +71,7 @@ func TestCall(t *testing.T) {
 	}
 
 	second := executortest.Call(t, mux, "checkout", json.RawMessage(`{"id": 7, "cents": 1200}`),
-		executortest.WithOnce(once), executortest.WithTask(func(t *executor.Task) { t.Attempt, t.MaxAttempts = 2, 3 }))
+		executortest.WithOnce(once), executortest.WithTask(func(t *executor.Job) { t.Attempt, t.MaxAttempts = 2, 3 }))
 	if !second.Succeeded() || string(second.Output) != `{"charged":1200}` || second.Err != nil {
 		t.Errorf("attempt 2: %+v, want success with the receipt", second)
 	}
@@ -96,17 +96,17 @@ func TestCallOutcomes(t *testing.T) {
 	mux := executor.NewMux()
 	var seen []string
 	mux.Use(func(next executor.Handler) executor.Handler {
-		return executor.HandlerFunc(func(ctx context.Context, t *executor.Task) (any, error) {
+		return executor.HandlerFunc(func(ctx context.Context, t *executor.Job) (any, error) {
 			seen = append(seen, t.Handler)
 			return next.HandleTask(ctx, t)
 		})
 	})
-	mux.HandleFunc("panics", func(context.Context, *executor.Task) (any, error) { panic("boom") })
-	mux.HandleFunc("slow", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("panics", func(context.Context, *executor.Job) (any, error) { panic("boom") })
+	mux.HandleFunc("slow", func(ctx context.Context, _ *executor.Job) (any, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
-	mux.HandleFunc("unencodable", func(context.Context, *executor.Task) (any, error) { return make(chan int), nil })
+	mux.HandleFunc("unencodable", func(context.Context, *executor.Job) (any, error) { return make(chan int), nil })
 
 	p := executortest.Call(t, mux, "panics", nil)
 	if p.Succeeded() || p.Report.Error != "handler panicked: boom" || len(p.Logs) != 1 || p.Logs[0].Level != "error" {
@@ -139,7 +139,7 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 func TestCallMistakesFailTheTest(t *testing.T) {
 	t.Parallel()
 	mux := executor.NewMux()
-	mux.HandleFunc("a", func(context.Context, *executor.Task) (any, error) { return nil, nil })
+	mux.HandleFunc("a", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	for _, tt := range []struct {
 		name    string
 		payload any
@@ -211,7 +211,7 @@ func ExampleCall() {
 	fmt.Println(r.Report.Kind, r.Report.Error, r.Report.RetryAfterMS, r.Messages())
 
 	r = executortest.Call(t, mux, "checkout", order{ID: 7, Cents: 1200},
-		executortest.WithTask(func(t *executor.Task) { t.Attempt = 2 }))
+		executortest.WithTask(func(t *executor.Job) { t.Attempt = 2 }))
 	fmt.Println(r.Report.Kind, string(r.Output), schemas.ReportSucceeded == r.Report.Kind)
 	// Output:
 	// failed receipt service busy 60000 [charged receipt service busy]

@@ -92,7 +92,7 @@ func TestConsecutiveFailuresAlertFiresAndResolves(t *testing.T) {
 	var failing atomic.Bool
 	failing.Store(true)
 	mux := executor.NewMux()
-	mux.HandleFunc("test.flaky", func(context.Context, *executor.Task) (any, error) {
+	mux.HandleFunc("test.flaky", func(context.Context, *executor.Job) (any, error) {
 		if failing.Load() {
 			return nil, executor.Permanent(errors.New("disk full"))
 		}

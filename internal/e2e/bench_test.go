@@ -38,7 +38,7 @@ func benchSystem(b *testing.B) *benchRig {
 	s := &benchRig{system: newSystemTTL(b, ttl)}
 	s.log = zerolog.Nop()
 	mux := executor.NewMux()
-	mux.HandleFunc("bench.noop", func(context.Context, *executor.Task) (any, error) { return nil, nil })
+	mux.HandleFunc("bench.noop", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	serviceLabel("executor")
 	conn, _ := s.srv.Connect()
 	executortest.Run(b, executor.Options{Conn: conn, WorkerID: "bench", Mux: mux, Slots: 256, Logger: s.log})

@@ -129,7 +129,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	consoleURL := s.consoleAPI(reg)
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
-	mux.HandleFunc("test.greet", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("test.greet", func(ctx context.Context, task *executor.Job) (any, error) {
 		var p struct {
 			Who string `json:"who"`
 		}

@@ -107,10 +107,10 @@ func TestChainRunsChildWithParentOutput(t *testing.T) {
 		run    string
 	}
 	got := make(chan seen, 1)
-	mux.HandleFunc("chain.extract", func(context.Context, *executor.Task) (any, error) {
+	mux.HandleFunc("chain.extract", func(context.Context, *executor.Job) (any, error) {
 		return map[string]int{"rows": 3}, nil
 	})
-	mux.HandleFunc("chain.load", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("chain.load", func(_ context.Context, task *executor.Job) (any, error) {
 		p, ok := task.Parent("extract")
 		got <- seen{p, ok, task.RunID}
 		return nil, nil
@@ -146,10 +146,10 @@ func TestChainDiamondRunsJoinOnceAfterBoth(t *testing.T) {
 	mux := executor.NewMux()
 	var joins atomic.Int32
 	var parentsSeen atomic.Value
-	mux.HandleFunc("chain.out", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("chain.out", func(_ context.Context, task *executor.Job) (any, error) {
 		return task.Name, nil
 	})
-	mux.HandleFunc("chain.join", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("chain.join", func(_ context.Context, task *executor.Job) (any, error) {
 		joins.Add(1)
 		parentsSeen.Store(task.Parents)
 		return nil, nil
@@ -197,7 +197,7 @@ func TestChainFailedParentSkipsDescendants(t *testing.T) {
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
 	var ran atomic.Int32
-	mux.HandleFunc("chain.count", func(context.Context, *executor.Task) (any, error) {
+	mux.HandleFunc("chain.count", func(context.Context, *executor.Job) (any, error) {
 		ran.Add(1)
 		return nil, nil
 	})
@@ -230,7 +230,7 @@ func TestChainOnFailureAndAlways(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("chain.maybe", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("chain.maybe", func(_ context.Context, task *executor.Job) (any, error) {
 		var p struct{ Fail bool }
 		if err := json.Unmarshal(task.Payload, &p); err != nil {
 			return nil, executor.Permanent(err)
@@ -240,7 +240,7 @@ func TestChainOnFailureAndAlways(t *testing.T) {
 		}
 		return "fine", nil
 	})
-	mux.HandleFunc("chain.noop", func(context.Context, *executor.Task) (any, error) { return nil, nil })
+	mux.HandleFunc("chain.noop", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	s.executor("w1", mux, 4)
 	s.apply(chainDef("p", "chain.maybe"))
 	s.apply(chainDef("onfail", "chain.noop", "p:failure"))
@@ -295,8 +295,8 @@ func TestChainJoinUnderConcurrentEnds(t *testing.T) {
 	var mu sync.Mutex
 	joins := make(map[string]int)
 	mux := executor.NewMux()
-	mux.HandleFunc("chain.now", func(context.Context, *executor.Task) (any, error) { return nil, nil })
-	mux.HandleFunc("chain.barrier", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("chain.now", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	mux.HandleFunc("chain.barrier", func(ctx context.Context, _ *executor.Job) (any, error) {
 		if arrived.Add(1) == 2*diamonds {
 			close(release)
 		}
@@ -307,7 +307,7 @@ func TestChainJoinUnderConcurrentEnds(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	})
-	mux.HandleFunc("chain.join", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("chain.join", func(_ context.Context, task *executor.Job) (any, error) {
 		mu.Lock()
 		joins[task.RunID]++
 		mu.Unlock()

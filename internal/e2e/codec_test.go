@@ -86,7 +86,7 @@ func TestCodecKeepsPayloadsOpaque(t *testing.T) {
 		seen []string
 	)
 	mux := executor.NewMux()
-	mux.Handle("test.charge", executor.JSON(func(_ context.Context, _ *executor.Task, p struct {
+	mux.Handle("test.charge", executor.JSON(func(_ context.Context, _ *executor.Job, p struct {
 		Card string `json:"card"`
 	}) (any, error) {
 		mu.Lock()

@@ -54,7 +54,7 @@ func (s *system) instances(task string) []schemas.Instance {
 // gated serves "test.gate", which runs until release is closed or its context ends.
 func gated(release <-chan struct{}) *executor.Mux {
 	mux := executor.NewMux()
-	mux.HandleFunc("test.gate", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("test.gate", func(ctx context.Context, _ *executor.Job) (any, error) {
 		select {
 		case <-release:
 			return nil, nil
@@ -62,7 +62,7 @@ func gated(release <-chan struct{}) *executor.Mux {
 			return nil, context.Cause(ctx)
 		}
 	})
-	mux.HandleFunc("test.brief", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("test.brief", func(ctx context.Context, _ *executor.Job) (any, error) {
 		time.Sleep(10 * time.Millisecond)
 		return nil, nil
 	})

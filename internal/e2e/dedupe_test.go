@@ -74,7 +74,7 @@ func TestUserIDsCannotTakeAXsOwn(t *testing.T) {
 	s := newSystem(t)
 	release := make(chan struct{})
 	mux := executor.NewMux()
-	mux.HandleFunc("test.fail-first", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("test.fail-first", func(ctx context.Context, task *executor.Job) (any, error) {
 		if task.Attempt > 1 {
 			return "ok", nil
 		}

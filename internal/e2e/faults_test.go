@@ -266,7 +266,7 @@ func waitLedgerEnded(t *testing.T, pool *pgxpool.Pool, fired int) {
 // for work (or until its context ends, an error).
 func ledgerMux(ledger string, work time.Duration) *executor.Mux {
 	mux := executor.NewMux()
-	mux.HandleFunc("ledger", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("ledger", func(ctx context.Context, task *executor.Job) (any, error) {
 		f, err := os.OpenFile(ledger, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err != nil {
 			return nil, err

@@ -35,7 +35,7 @@ func TestIsolationSlowHandlerLeavesTheWorkerToOthers(t *testing.T) {
 	var slowRuns atomic.Int32
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
-	mux.HandleFunc("test.slow", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("test.slow", func(ctx context.Context, _ *executor.Job) (any, error) {
 		slowRuns.Add(1)
 		entered <- struct{}{}
 		select {
@@ -86,7 +86,7 @@ func TestIsolationRateLimitThroughThePipeline(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("test.limited", func(context.Context, *executor.Task) (any, error) { return nil, nil },
+	mux.HandleFunc("test.limited", func(context.Context, *executor.Job) (any, error) { return nil, nil },
 		executor.RateLimit(5, 1))
 	s.isolationExecutor("w1", mux, 16)
 	s.apply(`
@@ -117,7 +117,7 @@ func TestIsolationOnceSkipsTheDoneStepOnRetry(t *testing.T) {
 	s := newSystem(t)
 	var charges atomic.Int32
 	mux := executor.NewMux()
-	mux.HandleFunc("test.checkout", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("test.checkout", func(ctx context.Context, task *executor.Job) (any, error) {
 		err := executor.Once(ctx, "charge-"+task.EventID, func(context.Context) error {
 			charges.Add(1)
 			return nil

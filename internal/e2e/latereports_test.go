@@ -153,7 +153,7 @@ execution:
 	runs := make(map[int64]int)
 	release := make(chan struct{})
 	mux := executor.NewMux()
-	mux.HandleFunc("ledger", func(ctx context.Context, t *executor.Task) (any, error) {
+	mux.HandleFunc("ledger", func(ctx context.Context, t *executor.Job) (any, error) {
 		mu.Lock()
 		runs[t.InstanceID]++
 		mu.Unlock()

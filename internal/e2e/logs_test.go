@@ -42,7 +42,7 @@ func TestTaskLogsOfASucceededRun(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("test.chatty", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("test.chatty", func(ctx context.Context, task *executor.Job) (any, error) {
 		log := executor.Logger(ctx)
 		for i := range 20 {
 			log.Info("copied row", "row", i, "table", "orders")

@@ -83,11 +83,11 @@ func TestMetricsEndToEnd(t *testing.T) {
 
 	var attempts atomic.Int64
 	mux := executor.NewMux()
-	mux.HandleFunc("test.ok", func(context.Context, *executor.Task) (any, error) { return "ok", nil })
-	mux.HandleFunc("test.fail", func(context.Context, *executor.Task) (any, error) {
+	mux.HandleFunc("test.ok", func(context.Context, *executor.Job) (any, error) { return "ok", nil })
+	mux.HandleFunc("test.fail", func(context.Context, *executor.Job) (any, error) {
 		return nil, executor.Permanent(errors.New("no"))
 	})
-	mux.HandleFunc("test.second", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("test.second", func(_ context.Context, task *executor.Job) (any, error) {
 		attempts.Add(1)
 		if task.Attempt == 1 {
 			return nil, errors.New("not yet")

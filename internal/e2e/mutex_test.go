@@ -17,7 +17,7 @@ func TestMutexKeySerialisesRunsOfOneKey(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("test.hold", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("test.hold", func(ctx context.Context, _ *executor.Job) (any, error) {
 		select {
 		case <-time.After(300 * time.Millisecond):
 			return nil, nil

@@ -27,7 +27,7 @@ func TestPauseAndResume(t *testing.T) {
 	release := make(chan struct{})
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
-	mux.HandleFunc("test.gate", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("test.gate", func(ctx context.Context, _ *executor.Job) (any, error) {
 		select {
 		case <-release:
 			return nil, nil

@@ -21,7 +21,7 @@ import (
 func countingMux(runs *atomic.Int64) *executor.Mux {
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
-	mux.HandleFunc("test.count", func(_ context.Context, t *executor.Task) (any, error) {
+	mux.HandleFunc("test.count", func(_ context.Context, t *executor.Job) (any, error) {
 		runs.Add(1)
 		return t.Payload, nil
 	})
@@ -190,7 +190,7 @@ func TestTaskFailingTwiceThenSucceedsWithExponentialBackoff(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("test.third-time-lucky", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("test.third-time-lucky", func(_ context.Context, task *executor.Job) (any, error) {
 		if task.Attempt < 3 {
 			return nil, fmt.Errorf("attempt %d: not yet", task.Attempt)
 		}

@@ -31,16 +31,16 @@ func TestRedactHidesFieldsInEveryAnswer(t *testing.T) {
 		cards []string
 	)
 	mux := executor.NewMux()
-	mux.Handle("test.vault", executor.JSON(func(_ context.Context, _ *executor.Task, p map[string]any) (any, error) {
+	mux.Handle("test.vault", executor.JSON(func(_ context.Context, _ *executor.Job, p map[string]any) (any, error) {
 		mu.Lock()
 		cards = append(cards, fmt.Sprint(p["card"].(map[string]any)["number"]))
 		mu.Unlock()
 		return map[string]any{"token": outSecret, "ok": true}, nil
 	}))
-	mux.HandleFunc("test.child", func(context.Context, *executor.Task) (any, error) {
+	mux.HandleFunc("test.child", func(context.Context, *executor.Job) (any, error) {
 		return map[string]any{"pins": []any{map[string]any{"pin": childSecret}}}, nil
 	})
-	mux.HandleFunc("test.hold", func(ctx context.Context, _ *executor.Task) (any, error) {
+	mux.HandleFunc("test.hold", func(ctx context.Context, _ *executor.Job) (any, error) {
 		select {
 		case <-release:
 		case <-ctx.Done():

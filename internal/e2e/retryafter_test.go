@@ -17,7 +17,7 @@ func TestRetryAfterReplacesTheBackoff(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	mux := executor.NewMux()
-	mux.HandleFunc("test.snooze", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("test.snooze", func(_ context.Context, task *executor.Job) (any, error) {
 		if task.Attempt == 1 {
 			wait := 600 * time.Millisecond
 			if task.Name == "capped" {

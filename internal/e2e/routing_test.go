@@ -23,7 +23,7 @@ type calls struct {
 // mux serves "test.where" for worker id: it succeeds and counts the call.
 func (c *calls) mux(id string) *executor.Mux {
 	m := executor.NewMux()
-	m.HandleFunc("test.where", func(context.Context, *executor.Task) (any, error) {
+	m.HandleFunc("test.where", func(context.Context, *executor.Job) (any, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.count == nil {
@@ -259,7 +259,7 @@ func TestRoutingMinWorkerVersion(t *testing.T) {
 func (c *calls) muxOf(id string, handlers ...string) *executor.Mux {
 	m := executor.NewMux()
 	for _, h := range handlers {
-		m.HandleFunc(h, func(context.Context, *executor.Task) (any, error) {
+		m.HandleFunc(h, func(context.Context, *executor.Job) (any, error) {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if c.count == nil {
@@ -358,7 +358,7 @@ func TestRoutingHashReroutesAKilledWorkersBacklog(t *testing.T) {
 	var runs ledger
 	muxFor := func(id string, block bool) *executor.Mux {
 		m := executor.NewMux()
-		m.HandleFunc("test.where", func(ctx context.Context, task *executor.Task) (any, error) {
+		m.HandleFunc("test.where", func(ctx context.Context, task *executor.Job) (any, error) {
 			if block {
 				<-ctx.Done()
 				return nil, context.Cause(ctx)
@@ -435,7 +435,7 @@ func TestRoutingPinnedWaitsForItsWorker(t *testing.T) {
 	var c calls
 	entered, release := make(chan struct{}, 10), make(chan struct{})
 	gatedMux := executor.NewMux()
-	gatedMux.HandleFunc("test.where", func(ctx context.Context, _ *executor.Task) (any, error) {
+	gatedMux.HandleFunc("test.where", func(ctx context.Context, _ *executor.Job) (any, error) {
 		entered <- struct{}{}
 		<-release
 		return nil, nil

@@ -52,7 +52,7 @@ WHERE parent_id = $1 ORDER BY shard_index`, parent)
 // every attempt of shard fail (-1: none).
 func shardMux(mu *sync.Mutex, seen *[][2]int, fail int) *executor.Mux {
 	m := executor.NewMux()
-	m.HandleFunc("test.shard", func(_ context.Context, t *executor.Task) (any, error) {
+	m.HandleFunc("test.shard", func(_ context.Context, t *executor.Job) (any, error) {
 		mu.Lock()
 		*seen = append(*seen, [2]int{t.ShardIndex, t.ShardCount})
 		mu.Unlock()

@@ -50,7 +50,7 @@ func TestStaleReportLeavesATrace(t *testing.T) {
 	})
 	s.apply("task_name: fenced\nexecution: {handler: test.fenced, retry: {max_attempts: 2, initial_interval_sec: 0}}\n")
 	mux := executor.NewMux()
-	mux.HandleFunc("test.fenced", func(_ context.Context, t *executor.Task) (any, error) {
+	mux.HandleFunc("test.fenced", func(_ context.Context, t *executor.Job) (any, error) {
 		if t.Attempt == 1 {
 			return nil, errors.New("first attempt fails")
 		}

@@ -47,7 +47,7 @@ type Ledger struct {
 }
 
 // HandleTask applies the effect and returns how many lines it wrote.
-func (l *Ledger) HandleTask(ctx context.Context, t *executor.Task) (any, error) {
+func (l *Ledger) HandleTask(ctx context.Context, t *executor.Job) (any, error) {
 	line := fmt.Sprintf("%s %d %d\n", t.EventID, t.InstanceID, t.Attempt)
 	apply := func(context.Context) error { return l.append(line) }
 	var err error
@@ -109,7 +109,7 @@ func (l *Ledger) AppliedEffects(_ context.Context, inst schemas.Instance) (int, 
 // sleeps the payload's "seconds" (default 10) and never looks at its
 // context, so a cancel or its timeout does not stop it, the mistake ax
 // drill task's cancellation check catches.
-func sleepIgnoringCancel(_ context.Context, t *executor.Task) (any, error) {
+func sleepIgnoringCancel(_ context.Context, t *executor.Job) (any, error) {
 	p := struct {
 		Seconds *float64 `json:"seconds"`
 	}{}

@@ -35,7 +35,7 @@ func Register(m *executor.Mux) {
 
 // flushCache is examples/broadcast.yaml's handler: each executor of the
 // pool flushes its own cache.
-func flushCache(ctx context.Context, t *executor.Task) (any, error) {
+func flushCache(ctx context.Context, t *executor.Job) (any, error) {
 	executor.Logger(ctx).Info("cache flushed")
 	return map[string]any{"worker_id": t.WorkerID, "flushed": true}, nil
 }
@@ -47,7 +47,7 @@ type shop struct {
 // syncShop is examples/isolation.yaml's handler; the task's mutex key keeps
 // two syncs of one shop apart. The invoice step runs once per shop and day,
 // however often the attempt is retried.
-func syncShop(ctx context.Context, t *executor.Task, p shop) (any, error) {
+func syncShop(ctx context.Context, t *executor.Job, p shop) (any, error) {
 	day := t.FiredAt.UTC().Format(time.DateOnly)
 	err := executor.Once(ctx, fmt.Sprintf("shop-%d-invoice-%s", p.ShopID, day), func(ctx context.Context) error {
 		executor.Logger(ctx).Info("invoice sent", "shop_id", p.ShopID, "day", day)
@@ -61,7 +61,7 @@ func syncShop(ctx context.Context, t *executor.Task, p shop) (any, error) {
 
 // backupDisk is examples/pinned-worker.yaml's handler, run only by the
 // worker the task names.
-func backupDisk(ctx context.Context, t *executor.Task) (any, error) {
+func backupDisk(ctx context.Context, t *executor.Job) (any, error) {
 	executor.Logger(ctx).Info("backup written")
 	return map[string]any{"worker_id": t.WorkerID, "backup": "backup-" + t.FiredAt.UTC().Format("20060102")}, nil
 }
@@ -73,7 +73,7 @@ type order struct {
 
 // enrichOrder is examples/routing.yaml's handler: the orders of one
 // customer reach one worker, which would keep that customer's profile cached.
-func enrichOrder(ctx context.Context, t *executor.Task, p order) (any, error) {
+func enrichOrder(ctx context.Context, t *executor.Job, p order) (any, error) {
 	if p.CustomerID <= 0 {
 		return nil, executor.Permanent(fmt.Errorf(`orders.enrich: the payload needs "customer_id", a number above 0, e.g. {"customer_id": 7}`))
 	}
@@ -83,7 +83,7 @@ func enrichOrder(ctx context.Context, t *executor.Task, p order) (any, error) {
 
 // rebuildIndex is examples/shards.yaml's handler: each shard rebuilds its
 // share of the index.
-func rebuildIndex(ctx context.Context, t *executor.Task) (any, error) {
+func rebuildIndex(ctx context.Context, t *executor.Job) (any, error) {
 	executor.Logger(ctx).Info("shard rebuilt", "shard", t.ShardIndex, "of", t.ShardCount)
 	return map[string]any{"shard": t.ShardIndex, "of": t.ShardCount}, nil
 }
@@ -93,7 +93,7 @@ var shanghai = time.FixedZone("CST", 8*60*60)
 
 // settleDay is examples/design-task.json's handler: it settles the day
 // before the firing, in the zone of the task's cron trigger.
-func settleDay(ctx context.Context, t *executor.Task) (any, error) {
+func settleDay(ctx context.Context, t *executor.Job) (any, error) {
 	day := t.FiredAt.In(shanghai).AddDate(0, 0, -1).Format(time.DateOnly)
 	executor.Logger(ctx).Info("day settled", "day", day)
 	return map[string]any{"settled_day": day}, nil

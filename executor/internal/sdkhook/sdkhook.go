@@ -14,7 +14,7 @@ type Once interface {
 	Run(ctx context.Context, key string, fn func(ctx context.Context) error) error
 }
 
-// Call runs handler (an executor.Handler) on task (an *executor.Task) with
+// Call runs handler (an executor.Handler) on task (an *executor.Job) with
 // a context carrying a logger whose lines go to lines and once for
 // executor.Once. It returns the final report a worker would publish and
 // the handler's error as returned. Set by package executor.

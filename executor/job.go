@@ -8,9 +8,11 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-// Task is the facts of one attempt of a task instance, as its handler sees
-// them. The handler must not modify it.
-type Task struct {
+// Job is one attempt of one task instance, as its handler sees it: the
+// instance, which attempt this is, the payload, the deadline. The handler
+// must not modify it. (AX's "task" is the definition an instance is made
+// from, so the handler's value is not called Task; see docs/execution.md.)
+type Job struct {
 	// InstanceID identifies the instance. With Attempt it is a key for
 	// business idempotency: a retried attempt has the same InstanceID.
 	InstanceID int64
@@ -42,7 +44,7 @@ type Task struct {
 	RunID string
 	// Parents tells, for a task that fired because the tasks in its after
 	// ended, how each of them ended in the run, by task name; nil for an
-	// instance no chain fired. See [Task.Parent].
+	// instance no chain fired. See [Job.Parent].
 	Parents map[string]ParentResult
 	// ShardIndex and ShardCount place the attempt among the children of a
 	// sharded firing (execution.shards) or a broadcast: it is shard
@@ -52,6 +54,13 @@ type Task struct {
 	ShardCount int
 }
 
+// Task is the former name of [Job].
+//
+// Deprecated: use Job. Task named the handler's attempt after the task
+// definition it comes from; the alias keeps code written against it
+// compiling.
+type Task = Job
+
 // ParentResult is how one parent of a chained task ended in the run: its
 // instance, its terminal state (SUCCEEDED, FAILED, SKIPPED or CANCELLED)
 // and, when it succeeded, the output its handler returned (empty for none).
@@ -60,7 +69,7 @@ type ParentResult = schemas.ParentResult
 // Parent returns how the parent task called name ended in the instance's
 // run; ok is false when name is not a parent of this firing. Decode its
 // output with json.Unmarshal(p.Output, &v).
-func (t *Task) Parent(name string) (p ParentResult, ok bool) {
+func (t *Job) Parent(name string) (p ParentResult, ok bool) {
 	p, ok = t.Parents[name]
 	return p, ok
 }
@@ -83,11 +92,11 @@ func (t *Task) Parent(name string) (p ParentResult, ok bool) {
 // nil still succeeds, since the work was done. A panic is recovered and
 // fails the attempt.
 type Handler interface {
-	HandleTask(ctx context.Context, t *Task) (output any, err error)
+	HandleTask(ctx context.Context, t *Job) (output any, err error)
 }
 
 // HandlerFunc adapts an ordinary function to a [Handler].
-type HandlerFunc func(ctx context.Context, t *Task) (any, error)
+type HandlerFunc func(ctx context.Context, t *Job) (any, error)
 
 // HandleTask calls f(ctx, t).
-func (f HandlerFunc) HandleTask(ctx context.Context, t *Task) (any, error) { return f(ctx, t) }
+func (f HandlerFunc) HandleTask(ctx context.Context, t *Job) (any, error) { return f(ctx, t) }
