@@ -2,12 +2,10 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/ax-scheduler/ax/store"
@@ -15,11 +13,6 @@ import (
 
 // Alerts: the auditor raises and resolves them; the API lists them, lets an
 // operator acknowledge one, and keeps the rules and the channels.
-
-// alertList is the answer to GET /v1/alerts.
-type alertList struct {
-	Alerts []store.Alert `json:"alerts"`
-}
 
 // alertParams are the query parameters GET /v1/alerts takes.
 var alertParams = map[string]bool{"state": true, "limit": true, "before": true}
@@ -104,11 +97,6 @@ func (s *Service) ackAlert(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// alertRuleList is the answer to GET /v1/alert-rules.
-type alertRuleList struct {
-	Rules []store.AlertRule `json:"rules"`
-}
-
 func (s *Service) listAlertRules(w http.ResponseWriter, r *http.Request) {
 	rules, err := s.opts.Store.ListAlertRules(r.Context())
 	if err != nil {
@@ -119,19 +107,6 @@ func (s *Service) listAlertRules(w http.ResponseWriter, r *http.Request) {
 		rules = []store.AlertRule{}
 	}
 	writeJSON(w, http.StatusOK, alertRuleList{Rules: rules})
-}
-
-// AlertRuleRequest is the body of PUT /v1/alert-rules/{name}: the whole rule.
-type AlertRuleRequest struct {
-	// Kind is the check the rule makes (see store.AlertKind); a rule's
-	// kind never changes.
-	Kind  store.AlertKind  `json:"kind"`
-	Level store.AlertLevel `json:"level"`
-	// Params are the kind's parameters (see store.AlertParams); left out,
-	// every parameter takes its default.
-	Params json.RawMessage `json:"params,omitempty"`
-	// Enabled says whether the auditor checks the rule (default true).
-	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // putAlertRule answers PUT /v1/alert-rules/{name}: it creates the rule or
@@ -179,11 +154,6 @@ func decodeStrict(data []byte, v any, what string) *Error {
 	return nil
 }
 
-// alertChannelList is the answer to GET /v1/alert-channels.
-type alertChannelList struct {
-	Channels []store.AlertChannel `json:"channels"`
-}
-
 func (s *Service) listAlertChannels(w http.ResponseWriter, r *http.Request) {
 	chs, err := s.opts.Store.ListAlertChannels(r.Context())
 	if err != nil {
@@ -194,15 +164,6 @@ func (s *Service) listAlertChannels(w http.ResponseWriter, r *http.Request) {
 		chs = []store.AlertChannel{}
 	}
 	writeJSON(w, http.StatusOK, alertChannelList{Channels: chs})
-}
-
-// AlertChannelRequest is the body of POST /v1/alert-channels.
-type AlertChannelRequest struct {
-	// Kind is the payload shape: "webhook" (JSON), "wecom" (a WeCom group
-	// robot) or "slack" (a Slack incoming webhook, or one that takes its payload).
-	Kind store.AlertChannelKind `json:"kind"`
-	// URL is where the notifications are posted.
-	URL string `json:"url"`
 }
 
 // addAlertChannel answers POST /v1/alert-channels with 201 and the channel.
@@ -250,85 +211,4 @@ func (s *Service) deleteAlertChannel(w http.ResponseWriter, r *http.Request) {
 	}
 	s.opts.Logger.Info().Int64("channel_id", id).Str("operator", operator(r)).Msg("alert channel deleted")
 	writeJSON(w, http.StatusOK, ch)
-}
-
-// AlertQuery selects alerts for [Client.ListAlerts]; zero fields select everything.
-type AlertQuery struct {
-	State store.AlertState
-	// Limit is the most alerts returned (the API's default is 100, its maximum 1000).
-	Limit int
-	// Before keeps the alerts whose id is lower, for paging.
-	Before int64
-}
-
-// ListAlerts returns alerts, newest first.
-func (c *Client) ListAlerts(ctx context.Context, q AlertQuery) ([]store.Alert, error) {
-	v := url.Values{}
-	if q.State != "" {
-		v.Set("state", string(q.State))
-	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	if q.Before != 0 {
-		v.Set("before", strconv.FormatInt(q.Before, 10))
-	}
-	path := "/v1/alerts"
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
-	var out alertList
-	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
-	return out.Alerts, err
-}
-
-// AckAlert acknowledges alert id and returns it. A resolved alert is an
-// *[Error] with Status 409, an unknown one 404.
-func (c *Client) AckAlert(ctx context.Context, id int64) (store.Alert, error) {
-	var out store.Alert
-	err := c.do(ctx, http.MethodPost, "/v1/alerts/"+strconv.FormatInt(id, 10)+"/ack", "", nil, &out)
-	return out, err
-}
-
-// ListAlertRules returns every alert rule, by name.
-func (c *Client) ListAlertRules(ctx context.Context) ([]store.AlertRule, error) {
-	var out alertRuleList
-	err := c.do(ctx, http.MethodGet, "/v1/alert-rules", "", nil, &out)
-	return out.Rules, err
-}
-
-// PutAlertRule creates the rule name or replaces it, and returns it.
-func (c *Client) PutAlertRule(ctx context.Context, name string, req AlertRuleRequest) (store.AlertRule, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return store.AlertRule{}, fmt.Errorf("put alert rule %s: encode request: %w", name, err)
-	}
-	var out store.AlertRule
-	err = c.do(ctx, http.MethodPut, "/v1/alert-rules/"+url.PathEscape(name), "application/json", body, &out)
-	return out, err
-}
-
-// ListAlertChannels returns every alert channel, by id.
-func (c *Client) ListAlertChannels(ctx context.Context) ([]store.AlertChannel, error) {
-	var out alertChannelList
-	err := c.do(ctx, http.MethodGet, "/v1/alert-channels", "", nil, &out)
-	return out.Channels, err
-}
-
-// AddAlertChannel adds a channel and returns it.
-func (c *Client) AddAlertChannel(ctx context.Context, req AlertChannelRequest) (store.AlertChannel, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return store.AlertChannel{}, fmt.Errorf("add alert channel: encode request: %w", err)
-	}
-	var out store.AlertChannel
-	err = c.do(ctx, http.MethodPost, "/v1/alert-channels", "application/json", body, &out)
-	return out, err
-}
-
-// DeleteAlertChannel deletes channel id and returns it.
-func (c *Client) DeleteAlertChannel(ctx context.Context, id int64) (store.AlertChannel, error) {
-	var out store.AlertChannel
-	err := c.do(ctx, http.MethodDelete, "/v1/alert-channels/"+strconv.FormatInt(id, 10), "", nil, &out)
-	return out, err
 }

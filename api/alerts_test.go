@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/store"
 )
@@ -31,14 +32,14 @@ func TestAlerts(t *testing.T) {
 	if _, err := e.store.ResolveAlerts(ctx, "backlog", []string{"mail"}, fixedNow); err != nil {
 		t.Fatal(err)
 	}
-	all, err := e.client.ListAlerts(ctx, api.AlertQuery{})
+	all, err := e.client.ListAlerts(ctx, apiclient.AlertQuery{})
 	if err != nil || len(all) != 2 || all[0].ID != second.ID || all[1].Task != "etl" || all[1].InstanceID != 42 {
 		t.Fatalf("alerts = %+v, %v", all, err)
 	}
-	if firing, err := e.client.ListAlerts(ctx, api.AlertQuery{State: store.AlertFiring}); err != nil || len(firing) != 1 || firing[0].ID != first.ID {
+	if firing, err := e.client.ListAlerts(ctx, apiclient.AlertQuery{State: store.AlertFiring}); err != nil || len(firing) != 1 || firing[0].ID != first.ID {
 		t.Errorf("firing alerts = %+v, %v", firing, err)
 	}
-	if page, err := e.client.ListAlerts(ctx, api.AlertQuery{Limit: 1, Before: second.ID}); err != nil || len(page) != 1 || page[0].ID != first.ID {
+	if page, err := e.client.ListAlerts(ctx, apiclient.AlertQuery{Limit: 1, Before: second.ID}); err != nil || len(page) != 1 || page[0].ID != first.ID {
 		t.Errorf("second page = %+v, %v", page, err)
 	}
 

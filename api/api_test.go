@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -45,7 +46,7 @@ type env struct {
 	js     jetstream.JetStream
 	svc    *api.Service
 	srv    *httptest.Server
-	client *api.Client
+	client *apiclient.Client
 	log    *syncBuffer
 	// admin is the secret of an admin token called apitest.AdminName,
 	// which client and http send.
@@ -84,8 +85,8 @@ func newEnv(t *testing.T, tune func(*api.Options)) *env {
 }
 
 // as returns a client of the API that sends the token secret.
-func (e *env) as(secret string) *api.Client {
-	c := api.NewClient(e.srv.URL, e.srv.Client())
+func (e *env) as(secret string) *apiclient.Client {
+	c := apiclient.NewClient(e.srv.URL, e.srv.Client())
 	c.Token = secret
 	return c
 }
@@ -414,7 +415,7 @@ func TestTasks(t *testing.T) {
 
 	_, err = e.client.GetTask(ctx, "missing")
 	var apiErr *api.Error
-	if !errors.As(err, &apiErr) || apiErr.Status != 404 || apiErr.Code != "task_not_found" || !api.IsNotFound(err) {
+	if !errors.As(err, &apiErr) || apiErr.Status != 404 || apiErr.Code != "task_not_found" || !apiclient.IsNotFound(err) {
 		t.Errorf("GetTask(missing) error = %#v, want *api.Error 404", err)
 	}
 	if !strings.Contains(err.Error(), `task "missing" does not exist`) {
@@ -516,7 +517,7 @@ func TestFireWaitsForInstance(t *testing.T) {
 	if err != nil || in.ID != id {
 		t.Errorf("InstanceByEvent = %+v, %v; want instance %d", in, err, id)
 	}
-	if _, err := e.client.InstanceByEvent(t.Context(), "nightly-report", "ev-none"); !api.IsNotFound(err) {
+	if _, err := e.client.InstanceByEvent(t.Context(), "nightly-report", "ev-none"); !apiclient.IsNotFound(err) {
 		t.Errorf("InstanceByEvent(unknown event) error = %v, want 404", err)
 	}
 }
@@ -636,15 +637,15 @@ func TestInstances(t *testing.T) {
 		return fmt.Sprint(out)
 	}
 	for _, tt := range []struct {
-		q    api.InstanceQuery
+		q    apiclient.InstanceQuery
 		want []int64
 	}{
-		{api.InstanceQuery{}, []int64{id3, id2, id}},
-		{api.InstanceQuery{Task: "nightly-report"}, []int64{id3, id}},
-		{api.InstanceQuery{State: schemas.StateSkipped}, []int64{id3, id2}},
-		{api.InstanceQuery{State: "skipped", Task: "other"}, []int64{id2}},
-		{api.InstanceQuery{Limit: 1}, []int64{id3}},
-		{api.InstanceQuery{Limit: 1, Before: id3}, []int64{id2}},
+		{apiclient.InstanceQuery{}, []int64{id3, id2, id}},
+		{apiclient.InstanceQuery{Task: "nightly-report"}, []int64{id3, id}},
+		{apiclient.InstanceQuery{State: schemas.StateSkipped}, []int64{id3, id2}},
+		{apiclient.InstanceQuery{State: "skipped", Task: "other"}, []int64{id2}},
+		{apiclient.InstanceQuery{Limit: 1}, []int64{id3}},
+		{apiclient.InstanceQuery{Limit: 1, Before: id3}, []int64{id2}},
 	} {
 		list, err := e.client.ListInstances(ctx, tt.q)
 		if err != nil {
@@ -754,7 +755,7 @@ func TestRun(t *testing.T) {
 	go func() { done <- e.svc.Run(ctx) }()
 	transport := &http.Transport{}
 	defer transport.CloseIdleConnections()
-	client := api.NewClient("http://"+addr, &http.Client{Transport: transport})
+	client := apiclient.NewClient("http://"+addr, &http.Client{Transport: transport})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := client.Health(t.Context())
@@ -766,7 +767,7 @@ func TestRun(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	client2 := api.NewClient("http://"+addr+"/", nil)
+	client2 := apiclient.NewClient("http://"+addr+"/", nil)
 	client2.Token = e.admin
 	if _, err := client2.ListTasks(t.Context()); err != nil {
 		t.Errorf("ListTasks through a base URL with a slash: %v", err)
@@ -795,7 +796,7 @@ func TestClientErrors(t *testing.T) {
 		http.Error(w, "upstream down", http.StatusBadGateway)
 	}))
 	defer proxy.Close()
-	_, err := api.NewClient(proxy.URL, proxy.Client()).ListTasks(t.Context())
+	_, err := apiclient.NewClient(proxy.URL, proxy.Client()).ListTasks(t.Context())
 	var apiErr *api.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != 502 || !strings.Contains(err.Error(), "upstream down") {
 		t.Errorf("error = %v", err)
@@ -827,13 +828,13 @@ func TestDeleteTask(t *testing.T) {
 	if _, err := e.client.DeleteTask(ctx, "doomed"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client.GetTask(ctx, "doomed"); !api.IsNotFound(err) {
+	if _, err := e.client.GetTask(ctx, "doomed"); !apiclient.IsNotFound(err) {
 		t.Errorf("get after delete: %v, want not found", err)
 	}
-	if _, err := e.client.Fire(ctx, "doomed", api.FireRequest{}); !api.IsNotFound(err) {
+	if _, err := e.client.Fire(ctx, "doomed", api.FireRequest{}); !apiclient.IsNotFound(err) {
 		t.Errorf("fire after delete: %v, want not found", err)
 	}
-	if _, err := e.client.DeleteTask(ctx, "doomed"); !api.IsNotFound(err) {
+	if _, err := e.client.DeleteTask(ctx, "doomed"); !apiclient.IsNotFound(err) {
 		t.Errorf("delete twice: %v, want not found", err)
 	}
 	list, err := e.client.ListTasks(ctx)

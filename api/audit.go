@@ -10,11 +10,6 @@ import (
 	"github.com/ax-scheduler/ax/store"
 )
 
-// auditList is the answer to GET /v1/audit.
-type auditList struct {
-	Records []schemas.AuditRecord `json:"records"`
-}
-
 // auditParams are the query parameters GET /v1/audit takes.
 var auditParams = map[string]bool{"task": true, "instance": true, "operator": true, "since": true, "limit": true, "before": true}
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -37,7 +37,7 @@ func TestAudit(t *testing.T) {
 	}
 	id := e.insertInstance("nightly-report", "ev-1", schemas.StateDispatched) // alice's CREATED, the dispatcher's DISPATCHED
 
-	recs, err := e.client.Audit(ctx, api.AuditQuery{})
+	recs, err := e.client.Audit(ctx, apiclient.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,15 +80,15 @@ func TestAudit(t *testing.T) {
 	}
 
 	for _, tt := range []struct {
-		q    api.AuditQuery
+		q    apiclient.AuditQuery
 		want int
 	}{
-		{api.AuditQuery{Task: "nightly-report"}, 5},
-		{api.AuditQuery{InstanceID: id}, 2},
-		{api.AuditQuery{Operator: "alice"}, 3},
-		{api.AuditQuery{Since: recs[1].At}, 2},
-		{api.AuditQuery{Limit: 2, Before: recs[1].ID}, 2},
-		{api.AuditQuery{Operator: "bob", Since: recs[4].At, Task: "nightly-report"}, 1},
+		{apiclient.AuditQuery{Task: "nightly-report"}, 5},
+		{apiclient.AuditQuery{InstanceID: id}, 2},
+		{apiclient.AuditQuery{Operator: "alice"}, 3},
+		{apiclient.AuditQuery{Since: recs[1].At}, 2},
+		{apiclient.AuditQuery{Limit: 2, Before: recs[1].ID}, 2},
+		{apiclient.AuditQuery{Operator: "bob", Since: recs[4].At, Task: "nightly-report"}, 1},
 	} {
 		got, err := e.client.Audit(ctx, tt.q)
 		if err != nil || len(got) != tt.want {
@@ -124,7 +124,7 @@ func TestAudit(t *testing.T) {
 			t.Errorf("GET /v1/audit?%s: status %d %v, want 400 %s field %s", tt.query, status, er, tt.code, tt.field)
 		}
 	}
-	_, err = e.client.Audit(ctx, api.AuditQuery{Since: time.Now(), Operator: "a b&c"})
+	_, err = e.client.Audit(ctx, apiclient.AuditQuery{Since: time.Now(), Operator: "a b&c"})
 	if err != nil {
 		t.Errorf("Audit with characters to escape: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -132,7 +133,7 @@ func TestRoleChecks(t *testing.T) {
 		t.Errorf("operator applies a task: %v, want 403", err)
 	}
 	// The change is recorded as the token's.
-	recs, err := e.client.Audit(ctx, api.AuditQuery{Operator: "otto"})
+	recs, err := e.client.Audit(ctx, apiclient.AuditQuery{Operator: "otto"})
 	if err != nil || len(recs) != 1 || recs[0].Action != "disable" {
 		t.Errorf("audit of otto = %+v, %v; want the disable", recs, err)
 	}

@@ -11,12 +11,6 @@ import (
 	"github.com/ax-scheduler/ax/streams"
 )
 
-// CancelRequest is the optional body of POST /v1/instances/{id}/cancel.
-type CancelRequest struct {
-	// Reason is recorded on the CANCELLED transition (default "cancelled by <operator>").
-	Reason string `json:"reason,omitempty"`
-}
-
 // cancel asks the dispatcher to cancel an instance: the API writes no
 // instance itself, so it publishes the order on the task's trigger subject,
 // which the dispatcher applies as a guarded transition (and tells a running

@@ -13,49 +13,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-// Error is a refusal or failure of the API: the body {"error": …} of every
-// 4xx and 5xx answer, and what [Client] methods return for one. Its Error
-// method reads well on its own, for a CLI user.
-type Error struct {
-	// Status is the HTTP status of the answer.
-	Status int `json:"-"`
-	// Code names the kind of error for programs, e.g. "task_disabled".
-	Code string `json:"code"`
-	// Message says what was wrong and how to fix it.
-	Message string `json:"message"`
-	// Field names the offending request field or parameter, when there is one.
-	Field string `json:"field,omitempty"`
-	// Problems lists every rule a task definition or a firing broke.
-	Problems []schemas.Problem `json:"problems,omitempty"`
-}
-
-// Error returns the message. When there are several problems, it returns
-// the message's lead ("invalid task definition") followed by one line per
-// problem instead, which reads better in a terminal than the one-line
-// message that joins them.
-func (e *Error) Error() string {
-	if e.Message == "" {
-		return fmt.Sprintf("the AX API answered %d %s", e.Status, http.StatusText(e.Status))
-	}
-	if len(e.Problems) < 2 {
-		return e.Message
-	}
-	lead, _, _ := strings.Cut(e.Message, ": ")
-	var b strings.Builder
-	b.WriteString(lead)
-	b.WriteString(":")
-	for _, p := range e.Problems {
-		b.WriteString("\n  - ")
-		b.WriteString(p.String())
-	}
-	return b.String()
-}
-
-// errorBody is the JSON body of an error answer.
-type errorBody struct {
-	Error *Error `json:"error"`
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -26,9 +26,3 @@ func (s *Service) health(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, healthBody{Status: "ok"})
 }
-
-// healthBody is the answer to GET /healthz.
-type healthBody struct {
-	Status string `json:"status"`
-	Error  *Error `json:"error,omitempty"`
-}

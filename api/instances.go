@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,11 +13,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
-
-// instanceList is the answer to GET /v1/instances.
-type instanceList struct {
-	Instances []schemas.Instance `json:"instances"`
-}
 
 // instanceID returns the {id} of the path, or an answer saying why it
 // cannot name an instance.
@@ -56,16 +50,6 @@ func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, in)
-}
-
-// RerunRequest is the optional body of POST /v1/instances/{id}/rerun.
-type RerunRequest struct {
-	// Operator is accepted for older clients and not recorded: the
-	// operator of a rerun is the name of the request's token.
-	Operator string `json:"operator,omitempty"`
-	// Payload, when set, replaces the instance's payload (any JSON value);
-	// it must satisfy the task's payload_schema like any firing's.
-	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // rerun fires the task of an instance again, as a new manual firing with the

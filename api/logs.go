@@ -36,17 +36,6 @@ const (
 	readLogsTimeout = 30 * time.Second
 )
 
-// LogPage is the answer to GET /v1/instances/{id}/logs: task log lines of
-// an instance, oldest first.
-type LogPage struct {
-	Lines []schemas.LogLine `json:"lines"`
-	// Next is the AX_LOGS stream sequence of the last line read (0 when
-	// none was): pass it as after to read the lines that come later.
-	Next uint64 `json:"next"`
-	// More says that the limit cut the answer: more lines follow Next.
-	More bool `json:"more,omitempty"`
-}
-
 // logQuery is what a request for an instance's logs asks for.
 type logQuery struct {
 	attempt int

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -85,20 +85,20 @@ func TestInstanceLogs(t *testing.T) {
 	ctx := t.Context()
 	for _, tt := range []struct {
 		name string
-		q    api.LogQuery
+		q    apiclient.LogQuery
 		want string
 		next uint64
 		more bool
 	}{
-		{"all", api.LogQuery{}, "step 0, step 1, step 2, step 3, step 4", seqs[4], false},
-		{"attempt", api.LogQuery{Attempt: 2}, "step 3, step 4", seqs[4], false},
-		{"since", api.LogQuery{Since: logAt(2)}, "step 2, step 3, step 4", seqs[4], false},
-		{"since later", api.LogQuery{Since: time.Now().Add(time.Hour)}, "", 0, false},
-		{"limit", api.LogQuery{Limit: 2}, "step 0, step 1", seqs[1], true},
-		{"after", api.LogQuery{After: seqs[1], Limit: 2}, "step 2, step 3", seqs[3], true},
-		{"last page", api.LogQuery{After: seqs[3], Limit: 2}, "step 4", seqs[4], false},
-		{"attempt and limit", api.LogQuery{Attempt: 1, Limit: 3}, "step 0, step 1, step 2", seqs[2], true},
-		{"after the end", api.LogQuery{After: seqs[4]}, "", seqs[4], false},
+		{"all", apiclient.LogQuery{}, "step 0, step 1, step 2, step 3, step 4", seqs[4], false},
+		{"attempt", apiclient.LogQuery{Attempt: 2}, "step 3, step 4", seqs[4], false},
+		{"since", apiclient.LogQuery{Since: logAt(2)}, "step 2, step 3, step 4", seqs[4], false},
+		{"since later", apiclient.LogQuery{Since: time.Now().Add(time.Hour)}, "", 0, false},
+		{"limit", apiclient.LogQuery{Limit: 2}, "step 0, step 1", seqs[1], true},
+		{"after", apiclient.LogQuery{After: seqs[1], Limit: 2}, "step 2, step 3", seqs[3], true},
+		{"last page", apiclient.LogQuery{After: seqs[3], Limit: 2}, "step 4", seqs[4], false},
+		{"attempt and limit", apiclient.LogQuery{Attempt: 1, Limit: 3}, "step 0, step 1, step 2", seqs[2], true},
+		{"after the end", apiclient.LogQuery{After: seqs[4]}, "", seqs[4], false},
 	} {
 		page, err := e.client.Logs(ctx, id, tt.q)
 		if err != nil {
@@ -116,7 +116,7 @@ func TestInstanceLogs(t *testing.T) {
 		t.Errorf("logs of a quiet instance: %d %v", status, body)
 	}
 
-	if _, err := e.client.Logs(ctx, quiet+100, api.LogQuery{}); !api.IsNotFound(err) ||
+	if _, err := e.client.Logs(ctx, quiet+100, apiclient.LogQuery{}); !apiclient.IsNotFound(err) ||
 		!strings.Contains(err.Error(), fmt.Sprintf("instance %d does not exist", quiet+100)) {
 		t.Errorf("logs of a missing instance: %v", err)
 	}
@@ -156,7 +156,7 @@ func TestFollowLogs(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		state, err := e.client.FollowLogs(t.Context(), id, api.LogQuery{}, func(l schemas.LogLine) error {
+		state, err := e.client.FollowLogs(t.Context(), id, apiclient.LogQuery{}, func(l schemas.LogLine) error {
 			got <- l
 			return nil
 		})
@@ -204,7 +204,7 @@ func TestFollowLogs(t *testing.T) {
 
 	// Filters apply to a followed log too; the stream is server-sent events.
 	var lines []schemas.LogLine
-	state, err := e.client.FollowLogs(t.Context(), id, api.LogQuery{Attempt: 1, Since: logAt(1)}, func(l schemas.LogLine) error {
+	state, err := e.client.FollowLogs(t.Context(), id, apiclient.LogQuery{Attempt: 1, Since: logAt(1)}, func(l schemas.LogLine) error {
 		lines = append(lines, l)
 		return nil
 	})
@@ -212,7 +212,7 @@ func TestFollowLogs(t *testing.T) {
 		t.Errorf("follow attempt 1 since line 1: %q, %v, %v", messages(lines), state, err)
 	}
 	// A start past every line ends the stream all the same.
-	if _, err := e.client.FollowLogs(t.Context(), id, api.LogQuery{Since: time.Now().Add(time.Hour)}, func(l schemas.LogLine) error {
+	if _, err := e.client.FollowLogs(t.Context(), id, apiclient.LogQuery{Since: time.Now().Add(time.Hour)}, func(l schemas.LogLine) error {
 		t.Errorf("line %+v from the future", l)
 		return nil
 	}); err != nil {
@@ -251,7 +251,7 @@ func TestFollowLogsEvents(t *testing.T) {
 	}
 
 	// A follow of a missing instance is refused like any request.
-	if _, err := e.client.FollowLogs(t.Context(), id+100, api.LogQuery{}, func(schemas.LogLine) error { return nil }); !api.IsNotFound(err) {
+	if _, err := e.client.FollowLogs(t.Context(), id+100, apiclient.LogQuery{}, func(schemas.LogLine) error { return nil }); !apiclient.IsNotFound(err) {
 		t.Errorf("follow a missing instance: %v", err)
 	}
 }

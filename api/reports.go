@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -86,41 +85,4 @@ func healthOptions(q url.Values) (store.HealthOptions, *Error) {
 // exposition format.
 func (s *Service) metrics(w http.ResponseWriter, r *http.Request) {
 	metrics.Handler(s.opts.Metrics).ServeHTTP(w, r)
-}
-
-// HealthQuery moves the thresholds of [Client.HealthReport]; zero fields
-// keep the API's defaults.
-type HealthQuery struct {
-	MinFailures int
-	Grace       time.Duration
-	Runs        int
-	MinRuns     int
-	Factor      float64
-}
-
-// HealthReport returns the fleet's health report.
-func (c *Client) HealthReport(ctx context.Context, q HealthQuery) (store.HealthReport, error) {
-	v := url.Values{}
-	if q.MinFailures != 0 {
-		v.Set("min_failures", strconv.Itoa(q.MinFailures))
-	}
-	if q.Grace != 0 {
-		v.Set("grace", q.Grace.String())
-	}
-	if q.Runs != 0 {
-		v.Set("runs", strconv.Itoa(q.Runs))
-	}
-	if q.MinRuns != 0 {
-		v.Set("min_runs", strconv.Itoa(q.MinRuns))
-	}
-	if q.Factor != 0 {
-		v.Set("factor", strconv.FormatFloat(q.Factor, 'g', -1, 64))
-	}
-	path := "/v1/reports/health"
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
-	var out store.HealthReport
-	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
-	return out, err
 }

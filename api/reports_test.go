@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/store"
 )
@@ -23,7 +24,7 @@ func TestHealthReport(t *testing.T) {
 	for range 2 {
 		e.insertEnded("orphan", "FAILED")
 	}
-	rep, err := e.client.HealthReport(ctx, api.HealthQuery{})
+	rep, err := e.client.HealthReport(ctx, apiclient.HealthQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestHealthReport(t *testing.T) {
 		!strings.Contains(rep.Rules.ConsecutiveFailures, "latest 2 or more") {
 		t.Errorf("report = %+v", rep)
 	}
-	rep, err = e.client.HealthReport(ctx, api.HealthQuery{MinFailures: 3, Grace: time.Hour, Runs: 10, MinRuns: 3, Factor: 3})
+	rep, err = e.client.HealthReport(ctx, apiclient.HealthQuery{MinFailures: 3, Grace: time.Hour, Runs: 10, MinRuns: 3, Factor: 3})
 	if err != nil || len(rep.ConsecutiveFailures) != 0 || !strings.Contains(rep.Rules.DurationOutliers, "3 × the p95 of the 10") {
 		t.Errorf("report with thresholds = %+v, %v", rep, err)
 	}

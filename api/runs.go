@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"strings"
 	"time"
@@ -15,62 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
-
-// FireRequest is the body of POST /v1/tasks/{name}/runs. Every field may be
-// left out, and so may the body.
-type FireRequest struct {
-	// Payload is handed to the handler as it is (any JSON value).
-	Payload json.RawMessage `json:"payload,omitempty"`
-	// PayloadVersion must equal the task's schema_version; 0 means 1.
-	PayloadVersion int `json:"payload_version,omitempty"`
-	// EventID identifies the firing: firing again with the same id makes no
-	// second instance. Empty means a new random id.
-	EventID string `json:"event_id,omitempty"`
-	// IdempotencyKey makes the firing's event id "idem-<key>": firing again
-	// with the same key and payload (compared as JSON values) returns the
-	// original instance, and with another payload is refused with 409. It
-	// excludes EventID.
-	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	// Priority overrides the task's priority for this firing.
-	Priority schemas.Priority `json:"priority,omitempty"`
-	// Operator, when set, makes the firing a manual one (source "manual")
-	// rather than an event. Its value is not recorded: the operator of
-	// every firing through the API is the name of the request's token.
-	Operator string `json:"operator,omitempty"`
-	// RunAt delays the firing until then: its instance is created no
-	// earlier, with RunAt as its fired_at. It excludes Delay.
-	RunAt time.Time `json:"run_at,omitzero"`
-	// Delay delays the firing by a Go duration ("90s", "2h") from when the
-	// API receives it. It excludes RunAt.
-	Delay string `json:"delay,omitempty"`
-	// RunID makes the firing part of that run, so that the tasks chained
-	// after it (their after) fire in it: e.g. the second root of a join
-	// fired into the run of the first. Empty starts a new run.
-	RunID string `json:"run_id,omitempty"`
-}
-
-// FireResult is the answer to POST /v1/tasks/{name}/runs and POST
-// /v1/instances/{id}/rerun: 201 with the instance when the dispatcher
-// created it within the API's RunWait; 200 with the instance an earlier
-// firing with the same idempotency key made (Existing); 202 with the event
-// id (InstanceID 0) when the instance is not there yet — a delayed firing,
-// which also tells its RunAt, or a dispatcher that did not keep up.
-type FireResult struct {
-	InstanceID int64 `json:"instance_id,omitempty"`
-	// Task is the task fired (for a rerun, the instance's task).
-	Task    string        `json:"task"`
-	EventID string        `json:"event_id"`
-	State   schemas.State `json:"state,omitempty"`
-	// RunAt is when a delayed firing is due.
-	RunAt time.Time `json:"run_at,omitzero"`
-	// Existing is true when an earlier firing with the same idempotency key
-	// made the instance (or is the delayed firing still waiting).
-	Existing bool `json:"existing,omitempty"`
-}
 
 // maxOperatorLen is the maxLength of a firing's operator in
 // trigger.schema.json.
@@ -238,7 +186,7 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 		writeJSON(w, http.StatusAccepted, FireResult{Task: name, EventID: eventID})
 		return
 	}
-	if ev.IdempotencyKey != "" && !sameJSON(in.Payload, ev.Payload) {
+	if ev.IdempotencyKey != "" && !wire.SameJSON(in.Payload, ev.Payload) {
 		// Another request with the key won the race to the dispatcher.
 		writeError(w, idempotencyConflict(ev, in.ID))
 		return
@@ -254,7 +202,7 @@ func (s *Service) answerRepeat(w http.ResponseWriter, r *http.Request, ev schema
 	in, err := s.opts.Store.InstanceByEvent(r.Context(), ev.Task, eventID)
 	switch {
 	case err == nil:
-		if !sameJSON(in.Payload, ev.Payload) {
+		if !wire.SameJSON(in.Payload, ev.Payload) {
 			writeError(w, idempotencyConflict(ev, in.ID))
 			return true
 		}
@@ -272,7 +220,7 @@ func (s *Service) answerRepeat(w http.ResponseWriter, r *http.Request, ev schema
 	if !ok {
 		return false
 	}
-	if !sameJSON(pending.Payload, ev.Payload) {
+	if !wire.SameJSON(pending.Payload, ev.Payload) {
 		writeError(w, &Error{Status: http.StatusConflict, Code: "idempotency_conflict", Field: "idempotency_key",
 			Message: fmt.Sprintf("idempotency_key %q of task %q belongs to a firing due at %s with another payload; send the same payload to get that firing back, or use a new key for a new firing",
 				ev.IdempotencyKey, ev.Task, pending.RunAt.Format(time.RFC3339Nano))})
@@ -344,67 +292,6 @@ func (s *Service) publishDelayed(ctx context.Context, ev schemas.TriggerEvent, e
 		return subject, fmt.Errorf("publish to %s: %w", subject, err)
 	}
 	return subject, nil
-}
-
-// sameJSON reports whether two JSON documents are the same value: key order,
-// spacing and the spelling of numbers (1.0, 1e0) do not matter. An empty
-// document is null.
-func sameJSON(a, b json.RawMessage) bool {
-	va, okA := decodeValue(a)
-	vb, okB := decodeValue(b)
-	return okA && okB && equalValues(va, vb)
-}
-
-func decodeValue(data json.RawMessage) (any, bool) {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, true
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, false
-	}
-	return v, true
-}
-
-func equalValues(a, b any) bool {
-	switch a := a.(type) {
-	case map[string]any:
-		b, ok := b.(map[string]any)
-		if !ok || len(a) != len(b) {
-			return false
-		}
-		for k, va := range a {
-			vb, ok := b[k]
-			if !ok || !equalValues(va, vb) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		b, ok := b.([]any)
-		if !ok || len(a) != len(b) {
-			return false
-		}
-		for i := range a {
-			if !equalValues(a[i], b[i]) {
-				return false
-			}
-		}
-		return true
-	case json.Number:
-		b, ok := b.(json.Number)
-		if !ok {
-			return false
-		}
-		// Exact: numbers beyond float64's precision count digit by digit.
-		ra, okA := new(big.Rat).SetString(a.String())
-		rb, okB := new(big.Rat).SetString(b.String())
-		return okA && okB && ra.Cmp(rb) == 0
-	default:
-		return a == b
-	}
 }
 
 // readFireRequest decodes the optional body of a firing, refusing unknown

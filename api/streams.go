@@ -7,54 +7,11 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/streams"
 )
-
-// StreamInfo is one of AX's JetStream streams as GET /v1/streams shows it.
-type StreamInfo struct {
-	Name string `json:"name"`
-	// Bucket names the key-value bucket the stream holds; empty for a stream
-	// that is not a bucket.
-	Bucket   string   `json:"bucket,omitempty"`
-	Subjects []string `json:"subjects"`
-	// Retention is limits, interest or workqueue.
-	Retention string `json:"retention"`
-	Messages  uint64 `json:"messages"`
-	Bytes     uint64 `json:"bytes"`
-	FirstSeq  uint64 `json:"first_seq"`
-	LastSeq   uint64 `json:"last_seq"`
-	// Consumers lists the stream's consumers, by name.
-	Consumers []ConsumerInfo `json:"consumers"`
-}
-
-// ConsumerInfo is one consumer of a stream as GET /v1/streams shows it.
-type ConsumerInfo struct {
-	Name string `json:"name"`
-	// Durable is false for an ephemeral consumer (a watcher, a log reader).
-	Durable bool `json:"durable"`
-	// Pending counts the messages not yet delivered.
-	Pending uint64 `json:"pending"`
-	// AckPending counts the messages delivered and not yet acknowledged.
-	AckPending int `json:"ack_pending"`
-	// Redelivered counts the messages delivered more than once and not yet
-	// acknowledged.
-	Redelivered int `json:"redelivered"`
-	// Waiting counts the pull requests waiting for messages.
-	Waiting int `json:"waiting"`
-	// LastActive is when a message was last delivered, if ever.
-	LastActive *time.Time `json:"last_active,omitempty"`
-}
-
-// streamList is the answer to GET /v1/streams.
-type streamList struct {
-	Streams []StreamInfo `json:"streams"`
-	// Missing names the streams of the topology that do not exist.
-	Missing []string `json:"missing,omitempty"`
-}
 
 // listStreams answers GET /v1/streams: each stream and bucket of AX's
 // topology with its state and its consumers.

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"time"
@@ -78,37 +77,4 @@ func (s *Service) summaryFilter(q url.Values) (store.SummaryFilter, *Error) {
 		f.Step = d
 	}
 	return f, nil
-}
-
-// SummaryQuery selects what [Client.Summary] sums up; zero fields keep the
-// API's defaults (every task, the last hour, no series).
-type SummaryQuery struct {
-	Task         string
-	Since, Until time.Time
-	Step         time.Duration
-}
-
-// Summary sums up the instances fired in a window: counts by state, the
-// success rate and the run time percentiles (GET /v1/reports/summary).
-func (c *Client) Summary(ctx context.Context, q SummaryQuery) (store.Summary, error) {
-	v := url.Values{}
-	if q.Task != "" {
-		v.Set("task", q.Task)
-	}
-	if !q.Since.IsZero() {
-		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
-	}
-	if !q.Until.IsZero() {
-		v.Set("until", q.Until.UTC().Format(time.RFC3339Nano))
-	}
-	if q.Step != 0 {
-		v.Set("step", q.Step.String())
-	}
-	path := "/v1/reports/summary"
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
-	var out store.Summary
-	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
-	return out, err
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -23,7 +24,7 @@ func TestSummary(t *testing.T) {
 	}
 	e.insertEnded("other", "CANCELLED")
 
-	sum, err := e.client.Summary(ctx, api.SummaryQuery{})
+	sum, err := e.client.Summary(ctx, apiclient.SummaryQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,14 +35,14 @@ func TestSummary(t *testing.T) {
 	if w := sum.Until.Sub(sum.Since); w != time.Hour {
 		t.Errorf("the default window is %v long, want 1h", w)
 	}
-	one, err := e.client.Summary(ctx, api.SummaryQuery{Task: "other", Since: time.Now().Add(-10 * time.Minute), Step: time.Minute})
+	one, err := e.client.Summary(ctx, apiclient.SummaryQuery{Task: "other", Since: time.Now().Add(-10 * time.Minute), Step: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if one.Total != 1 || one.SuccessRate != nil || one.StepSeconds != 60 || len(one.Series) < 10 || len(one.Series) > 11 {
 		t.Errorf("summary of other = total %d rate %v step %v, %d buckets", one.Total, one.SuccessRate, one.StepSeconds, len(one.Series))
 	}
-	past, err := e.client.Summary(ctx, api.SummaryQuery{Since: time.Now().Add(-3 * time.Hour), Until: time.Now().Add(-2 * time.Hour)})
+	past, err := e.client.Summary(ctx, apiclient.SummaryQuery{Since: time.Now().Add(-3 * time.Hour), Until: time.Now().Add(-2 * time.Hour)})
 	if err != nil || past.Total != 0 {
 		t.Errorf("summary of an hour without instances = %+v, %v", past, err)
 	}

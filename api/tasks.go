@@ -15,39 +15,6 @@ import (
 	"github.com/ax-scheduler/ax/store"
 )
 
-// HeaderOperator is the header that named who makes a change before the API
-// took tokens.
-//
-// Deprecated: the API records the name of the request's token as the
-// operator of every change, and ignores this header.
-const HeaderOperator = "X-Ax-Operator"
-
-// TaskInfo is a task as the API shows it.
-type TaskInfo struct {
-	// Task is the definition of the current version, defaults filled in.
-	Task      *schemas.Task `json:"task"`
-	Version   int           `json:"version"`
-	Enabled   bool          `json:"enabled"`
-	Paused    bool          `json:"paused"`
-	CreatedAt time.Time     `json:"created_at"`
-	UpdatedAt time.Time     `json:"updated_at"`
-	// NextFireTimes lists the next 5 firings of each cron trigger (GET
-	// /v1/tasks/{name} only).
-	NextFireTimes []TriggerTimes `json:"next_fire_times,omitempty"`
-}
-
-// ApplyResult is the answer to POST /v1/tasks.
-type ApplyResult struct {
-	TaskInfo
-	// Changed is false when the definition equals the current version's,
-	// which then stays current.
-	Changed bool `json:"changed"`
-	// Warnings lists what may keep the task from running although its
-	// definition is valid, e.g. a handler no live worker serves. Workers
-	// come and go, so these never refuse a definition.
-	Warnings []string `json:"warnings,omitempty"`
-}
-
 // handlerCheckTimeout bounds the look at the live workers that apply makes
 // to warn of a handler none of them serves.
 const handlerCheckTimeout = 2 * time.Second
@@ -70,11 +37,6 @@ func (s *Service) handlerWarnings(ctx context.Context, def *schemas.Task) []stri
 		}
 	}
 	return []string{fmt.Sprintf("no live worker serves handler %q: the task's instances will wait until an executor that registered it starts (see GET /v1/workers, ax worker list)", handler)}
-}
-
-// taskList is the answer to GET /v1/tasks.
-type taskList struct {
-	Tasks []TaskInfo `json:"tasks"`
 }
 
 func taskInfo(rec store.TaskRecord) TaskInfo {

@@ -41,17 +41,6 @@ func (s *Service) forgetTask(ctx context.Context, name string) {
 	}
 }
 
-// TriggerTimes is when one cron trigger of a task fires next.
-type TriggerTimes struct {
-	// Trigger is the trigger's index in the task's triggers.
-	Trigger  int    `json:"trigger"`
-	Schedule string `json:"schedule"`
-	Timezone string `json:"timezone"`
-	// Local are the instants in the trigger's zone; UTC the same instants in UTC.
-	Local []time.Time `json:"local"`
-	UTC   []time.Time `json:"utc"`
-}
-
 // nextFireTimes returns the next n firings of every cron trigger of def after now.
 func nextFireTimes(def *schemas.Task, now time.Time, n int) []TriggerTimes {
 	var out []TriggerTimes

@@ -11,27 +11,6 @@ import (
 	"github.com/ax-scheduler/ax/store"
 )
 
-// CreateTokenRequest is the body of POST /v1/tokens.
-type CreateTokenRequest struct {
-	// Name is recorded as the operator of every change made with the token;
-	// no other live token may have it.
-	Name string `json:"name"`
-	// Role is viewer, operator or admin.
-	Role store.Role `json:"role"`
-}
-
-// CreatedToken is the answer to POST /v1/tokens: the token and its secret,
-// which is shown this once and never again.
-type CreatedToken struct {
-	Token  store.Token `json:"token"`
-	Secret string      `json:"secret"`
-}
-
-// tokenList is the answer to GET /v1/tokens.
-type tokenList struct {
-	Tokens []store.Token `json:"tokens"`
-}
-
 func (s *Service) listTokens(w http.ResponseWriter, r *http.Request) {
 	toks, err := s.opts.Store.ListTokens(r.Context())
 	if err != nil {

@@ -18,11 +18,6 @@ import (
 // readNATSTimeout bounds the NATS reads of one request for workers or streams.
 const readNATSTimeout = 10 * time.Second
 
-// workerList is the answer to GET /v1/workers.
-type workerList struct {
-	Workers []schemas.Worker `json:"workers"`
-}
-
 // listWorkers answers GET /v1/workers from the ax-workers bucket: every
 // worker whose last heartbeat has not expired, by id.
 func (s *Service) listWorkers(w http.ResponseWriter, r *http.Request) {

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -43,7 +44,7 @@ type TaskOptions struct {
 	Task string
 	// Client talks to the AX API, with a token that may apply tasks, fire
 	// and cancel (operator or admin). Required.
-	Client *api.Client
+	Client *apiclient.Client
 	// Connect opens a NATS connection for one drill executor, with an
 	// executor's credentials. Each executor gets its own, so that a node
 	// crash closes one. Required.

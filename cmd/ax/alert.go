@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -41,7 +42,7 @@ timeout_rate, P2 backlog and duration_jitter. See docs/operations.md.`,
 
 func newAlertListCmd() *cobra.Command {
 	var (
-		q     api.AlertQuery
+		q     apiclient.AlertQuery
 		state string
 	)
 	cmd := &cobra.Command{

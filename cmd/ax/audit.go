@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -32,7 +32,7 @@ func rootCLI(cmd *cobra.Command) (*cli, error) {
 
 func newAuditCmd() *cobra.Command {
 	var (
-		q     api.AuditQuery
+		q     apiclient.AuditQuery
 		since string
 	)
 	cmd := &cobra.Command{

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -136,7 +137,7 @@ Exit codes:
 // instance ids; with wait, it waits for them all, showing progress, prints
 // how many ended in each state, and turns any end other than SUCCEEDED, or
 // the timeout, into an exit code.
-func (g *cli) fireCount(cmd *cobra.Command, client *api.Client, task string, req api.FireRequest, count int, wait bool, timeout time.Duration) error {
+func (g *cli) fireCount(cmd *cobra.Command, client *apiclient.Client, task string, req api.FireRequest, count int, wait bool, timeout time.Duration) error {
 	structured, err := g.json()
 	if err != nil {
 		return err
@@ -225,7 +226,7 @@ func printStateCounts(w io.Writer, ins []schemas.Instance) error {
 // or on standard error why there is none yet; with wait, it then follows the
 // instance until it ends, prints its final state and turns an end other than
 // SUCCEEDED, or the timeout, into an exit code.
-func (g *cli) follow(cmd *cobra.Command, client *api.Client, res api.FireResult, wait bool, timeout time.Duration, asJSON bool) error {
+func (g *cli) follow(cmd *cobra.Command, client *apiclient.Client, res api.FireResult, wait bool, timeout time.Duration, asJSON bool) error {
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	if res.Existing {
 		if res.InstanceID != 0 {
@@ -252,19 +253,19 @@ func (g *cli) follow(cmd *cobra.Command, client *api.Client, res api.FireResult,
 
 	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 	defer cancel()
-	w := waiter{client: client, g: g}
 	if res.InstanceID == 0 {
-		var err error
-		if res.InstanceID, err = w.instanceOf(ctx, res.Task, res.EventID); err != nil {
-			return w.timedOut(err, fmt.Errorf("the dispatcher created no instance for event %s of task %s within %s; is it running?", res.EventID, res.Task, timeout))
+		made, err := client.WaitFiring(ctx, res.Task, res.EventID)
+		if err != nil {
+			return g.timedOut(err, fmt.Errorf("the dispatcher created no instance for event %s of task %s within %s; is it running?", res.EventID, res.Task, timeout))
 		}
+		res.InstanceID = made.ID
 	}
 	if !asJSON {
 		fmt.Fprintln(out, res.InstanceID)
 	}
-	in, err := w.end(ctx, res.InstanceID)
+	in, err := client.WaitInstance(ctx, res.InstanceID)
 	if err != nil {
-		return w.timedOut(err, fmt.Errorf("instance %d is still %s after %s; follow it with: ax instance get %d", res.InstanceID, w.last, timeout, res.InstanceID))
+		return g.timedOut(err, fmt.Errorf("instance %d is still %s after %s; follow it with: ax instance get %d", res.InstanceID, in.State, timeout, res.InstanceID))
 	}
 	if asJSON {
 		if err := g.printData(out, in); err != nil {
@@ -314,71 +315,11 @@ func why(in schemas.Instance) string {
 	return ""
 }
 
-// waiter polls the API for ax fire --wait.
-type waiter struct {
-	client *api.Client
-	g      *cli
-	// last is the state the instance was last seen in.
-	last schemas.State
-}
-
-// instanceOf waits until the instance of a firing exists and returns its id.
-func (w *waiter) instanceOf(ctx context.Context, task, eventID string) (int64, error) {
-	var id int64
-	err := poll(ctx, func() (bool, error) {
-		in, err := w.client.InstanceByEvent(ctx, task, eventID)
-		if api.IsNotFound(err) {
-			return false, nil
-		}
-		id = in.ID
-		return err == nil, err
-	})
-	return id, err
-}
-
-// end waits until instance id is in a terminal state and returns it.
-func (w *waiter) end(ctx context.Context, id int64) (schemas.Instance, error) {
-	var in schemas.Instance
-	err := poll(ctx, func() (bool, error) {
-		var err error
-		in, err = w.client.GetInstance(ctx, id)
-		if err != nil {
-			return false, err
-		}
-		w.last = in.State
-		return in.State.Terminal(), nil
-	})
-	return in, err
-}
-
 // timedOut turns a wait that hit its deadline into exit code 3 with the
 // message msg; other errors pass.
-func (w *waiter) timedOut(err, msg error) error {
+func (g *cli) timedOut(err, msg error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return &exitError{code: exitTimeout, err: msg}
 	}
-	return w.g.apiError(err)
-}
-
-// poll calls check at a growing interval until it reports done, fails, or
-// ctx ends.
-func poll(ctx context.Context, check func() (bool, error)) error {
-	interval := 100 * time.Millisecond
-	for {
-		done, err := check()
-		if done || err != nil {
-			if err != nil && ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
-		}
-		t := time.NewTimer(interval)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		interval = min(interval*3/2, 2*time.Second)
-	}
+	return g.apiError(err)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -204,7 +205,7 @@ func printInstance(w io.Writer, in schemas.Instance) error {
 
 func newInstanceListCmd(g *cli) *cobra.Command {
 	var (
-		q            api.InstanceQuery
+		q            apiclient.InstanceQuery
 		state        string
 		since, until string
 	)

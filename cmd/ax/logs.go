@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -20,7 +20,7 @@ func init() { extraCommands = append(extraCommands, newLogsCmd) }
 
 func newLogsCmd() *cobra.Command {
 	var (
-		q      api.LogQuery
+		q      apiclient.LogQuery
 		since  string
 		follow bool
 	)
@@ -109,7 +109,7 @@ time, fields).`,
 
 // noLines says on w that instance id has no log lines that q selects, so
 // that an empty answer is not mistaken for a hang or a fault.
-func noLines(w io.Writer, id int64, q api.LogQuery) {
+func noLines(w io.Writer, id int64, q apiclient.LogQuery) {
 	filter := ""
 	if q.Attempt > 0 || !q.Since.IsZero() {
 		filter = " that --attempt and --since select"

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -18,7 +19,7 @@ const manyWorkers = 8
 // fireMany fires task n times with req, from manyWorkers goroutines, and
 // returns the results in firing order. Each firing gets its own event id
 // (req.EventID must be empty). It stops at the first refusal.
-func fireMany(ctx context.Context, client *api.Client, task string, req api.FireRequest, n int) ([]api.FireResult, error) {
+func fireMany(ctx context.Context, client *apiclient.Client, task string, req api.FireRequest, n int) ([]api.FireResult, error) {
 	results := make([]api.FireResult, n)
 	err := eachIndex(ctx, n, func(ctx context.Context, i int) error {
 		res, err := client.Fire(ctx, task, req)
@@ -36,18 +37,18 @@ func fireMany(ctx context.Context, client *api.Client, task string, req api.Fire
 // them in the order of res. On ctx's deadline it returns what ended with
 // an error that wraps context.DeadlineExceeded; the instances that did not
 // end are zero.
-func (g *cli) waitMany(ctx context.Context, client *api.Client, res []api.FireResult, ended func(schemas.Instance)) ([]schemas.Instance, error) {
+func (g *cli) waitMany(ctx context.Context, client *apiclient.Client, res []api.FireResult, ended func(schemas.Instance)) ([]schemas.Instance, error) {
 	out := make([]schemas.Instance, len(res))
 	err := eachIndex(ctx, len(res), func(ctx context.Context, i int) error {
-		w := waiter{client: client, g: g}
 		id := res[i].InstanceID
 		if id == 0 {
-			var err error
-			if id, err = w.instanceOf(ctx, res[i].Task, res[i].EventID); err != nil {
+			made, err := client.WaitFiring(ctx, res[i].Task, res[i].EventID)
+			if err != nil {
 				return fmt.Errorf("event %s: %w", res[i].EventID, err)
 			}
+			id = made.ID
 		}
-		in, err := w.end(ctx, id)
+		in, err := client.WaitInstance(ctx, id)
 		if err != nil {
 			return fmt.Errorf("instance %d: %w", id, err)
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -26,7 +26,7 @@ func newReportCmd() *cobra.Command {
 }
 
 func newReportHealthCmd() *cobra.Command {
-	var q api.HealthQuery
+	var q apiclient.HealthQuery
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "What needs a look: failing tasks, missed schedules, slow runs, tasks without an owner",

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -73,11 +74,11 @@ see "ax completion bash --help" for where to put it.
 
 // client returns an API client that sends the API token: --token, else
 // $AX_TOKEN. The API records the token's name as the operator of changes.
-func (g *cli) client() *api.Client { return g.clientWith(&http.Client{Timeout: time.Minute}) }
+func (g *cli) client() *apiclient.Client { return g.clientWith(&http.Client{Timeout: time.Minute}) }
 
 // clientWith is client over hc.
-func (g *cli) clientWith(hc *http.Client) *api.Client {
-	c := api.NewClient(g.apiURL, hc)
+func (g *cli) clientWith(hc *http.Client) *apiclient.Client {
+	c := apiclient.NewClient(g.apiURL, hc)
 	c.Token = g.token
 	c.Codec = g.codec
 	if c.Token == "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/auditor/monitor"
 	"github.com/ax-scheduler/ax/executor"
@@ -149,7 +150,7 @@ func TestConsecutiveFailuresAlertFiresAndResolves(t *testing.T) {
 		!strings.Contains(string(slack.wait(t, 2)[1]), "RESOLVED consecutive_failures: nightly") {
 		t.Error("WeCom or Slack were not told of the resolution")
 	}
-	alerts, err := s.client.ListAlerts(ctx, api.AlertQuery{})
+	alerts, err := s.client.ListAlerts(ctx, apiclient.AlertQuery{})
 	if err != nil || len(alerts) != 1 || alerts[0].State != store.AlertResolved || alerts[0].Count != 3 {
 		t.Errorf("alerts = %+v, %v; want one resolved after 3 failures", alerts, err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -163,7 +163,7 @@ func TestAuditTrailHoldsEveryTransitionAndActionOnce(t *testing.T) {
 	}
 
 	// The API reads the same trail from PostgreSQL.
-	recs, err := s.client.Audit(ctx, api.AuditQuery{Limit: store.MaxAuditLimit})
+	recs, err := s.client.Audit(ctx, apiclient.AuditQuery{Limit: store.MaxAuditLimit})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/metrics"
@@ -362,7 +363,7 @@ func TestConsoleUnderABacklog(t *testing.T) {
 	var sum store.Summary
 	waitFor(t, "every run to end", 2*time.Minute, func() (bool, error) {
 		var err error
-		sum, err = s.client.Summary(context.Background(), api.SummaryQuery{})
+		sum, err = s.client.Summary(context.Background(), apiclient.SummaryQuery{})
 		return sum.States[schemas.StateSucceeded] == ok && sum.States[schemas.StateFailed] == failed, err
 	})
 	if sum.Total != ok+failed || sum.RunTime.Count != ok+failed || sum.RunTime.P50 == nil {
@@ -408,7 +409,7 @@ func TestConsoleUnderABacklog(t *testing.T) {
 	}
 
 	// Pages of 50, older and back.
-	page := func(q api.InstanceQuery) []int64 {
+	page := func(q apiclient.InstanceQuery) []int64 {
 		t.Helper()
 		q.Task, q.Limit = "echo", 50
 		list, err := s.client.ListInstances(context.Background(), q)
@@ -421,8 +422,8 @@ func TestConsoleUnderABacklog(t *testing.T) {
 		}
 		return ids
 	}
-	first := page(api.InstanceQuery{})
-	second := page(api.InstanceQuery{Before: first[len(first)-1]})
+	first := page(apiclient.InstanceQuery{})
+	second := page(apiclient.InstanceQuery{Before: first[len(first)-1]})
 	do(t, ctx, "open the newest page", 10*time.Second,
 		chromedp.Navigate(s.apiURL+"/#/instances?task=echo"),
 		waitIDs(first),

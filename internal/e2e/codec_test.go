@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -98,7 +99,7 @@ func TestCodecKeepsPayloadsOpaque(t *testing.T) {
 	executortest.Run(t, executor.Options{Conn: conn, WorkerID: "w-codec", Mux: mux, Slots: 2, Logger: s.log, Codec: testCodec(t)})
 	s.apply("task_name: charge\nexecution: {handler: test.charge}\n")
 
-	client := api.NewClient(s.apiURL, nil)
+	client := apiclient.NewClient(s.apiURL, nil)
 	client.Token, client.Codec = s.admin, testCodec(t)
 	res, err := client.Fire(context.Background(), "charge", api.FireRequest{Payload: json.RawMessage(`{"card":"` + secret + `"}`), IdempotencyKey: "charge-1"})
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
@@ -430,7 +431,7 @@ execution:
 	}
 	check(id, "dave")
 
-	if _, err := alice.Rerun(ctx, orig.ID+1000); !api.IsNotFound(err) {
+	if _, err := alice.Rerun(ctx, orig.ID+1000); !apiclient.IsNotFound(err) {
 		t.Errorf("rerun of an unknown instance: %v, want 404", err)
 	}
 	s.drained(s.srv.Topology.ReportsStream(), "recorder")

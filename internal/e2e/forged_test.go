@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
@@ -80,7 +81,7 @@ func newAuthSystem(t *testing.T) *authSystem {
 	t.Cleanup(hs.Close)
 	a.apiURL = hs.URL
 	a.admin = apitest.Admin(t, st)
-	a.client = api.NewClient(hs.URL, hs.Client())
+	a.client = apiclient.NewClient(hs.URL, hs.Client())
 	a.client.Token = a.admin
 	return a
 }

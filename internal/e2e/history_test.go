@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -73,7 +74,7 @@ func TestHistoryMovesRetainsAndArchives(t *testing.T) {
 		t.Fatalf("%d sessions hold the history lock (%v), want 1 of the two dispatchers", leaders, err)
 	}
 
-	list, err := s.client.ListInstances(ctx, api.InstanceQuery{Archived: true})
+	list, err := s.client.ListInstances(ctx, apiclient.InstanceQuery{Archived: true})
 	if err != nil {
 		t.Fatal(err)
 	}

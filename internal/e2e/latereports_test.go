@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
@@ -42,7 +43,7 @@ func newBareSystem(t *testing.T, ttl time.Duration) *system {
 	hs := httptest.NewServer(a.Handler())
 	t.Cleanup(hs.Close)
 	s.admin = apitest.Admin(t, st)
-	s.client = api.NewClient(hs.URL, hs.Client())
+	s.client = apiclient.NewClient(hs.URL, hs.Client())
 	s.client.Token = s.admin
 	s.apiURL = hs.URL
 	return s

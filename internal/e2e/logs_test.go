@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
@@ -21,7 +21,7 @@ import (
 func (s *system) logsOf(id int64) []schemas.LogLine {
 	s.t.Helper()
 	var lines []schemas.LogLine
-	q := api.LogQuery{}
+	q := apiclient.LogQuery{}
 	for {
 		page, err := s.client.Logs(context.Background(), id, q)
 		if err != nil {
@@ -75,7 +75,7 @@ execution:
 	}
 
 	var followed []schemas.LogLine
-	state, err := s.client.FollowLogs(context.Background(), id, api.LogQuery{}, func(l schemas.LogLine) error {
+	state, err := s.client.FollowLogs(context.Background(), id, apiclient.LogQuery{}, func(l schemas.LogLine) error {
 		followed = append(followed, l)
 		return nil
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
@@ -136,7 +137,7 @@ func TestNATSPermissions(t *testing.T) {
 	t.Cleanup(hs.Close)
 	s.apiURL = hs.URL
 	s.admin = apitest.Admin(t, st)
-	s.client = api.NewClient(hs.URL, hs.Client())
+	s.client = apiclient.NewClient(hs.URL, hs.Client())
 	s.client.Token = s.admin
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
@@ -154,7 +155,7 @@ concurrency:
 	s.waitState(id, schemas.StateSucceeded, 20*time.Second)
 	ctx := context.Background()
 	waitFor(t, "the attempt's log lines", 10*time.Second, func() (bool, error) {
-		page, err := s.client.Logs(ctx, id, api.LogQuery{})
+		page, err := s.client.Logs(ctx, id, apiclient.LogQuery{})
 		return err == nil && len(page.Lines) > 0, err
 	})
 	workers, err := s.client.ListWorkers(ctx)

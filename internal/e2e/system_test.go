@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
@@ -44,7 +45,7 @@ type system struct {
 	js     jetstream.JetStream
 	store  *store.Store
 	pool   *pgxpool.Pool
-	client *api.Client
+	client *apiclient.Client
 	apiURL string
 	log    zerolog.Logger
 	// admin is the secret of an admin token called apitest.AdminName,
@@ -106,7 +107,7 @@ func newSystemTTL(t testing.TB, ttl time.Duration, tune ...func(*dispatcher.Opti
 	hs := httptest.NewServer(a.Handler())
 	t.Cleanup(hs.Close)
 	s.admin = apitest.Admin(t, st)
-	s.client = api.NewClient(hs.URL, hs.Client())
+	s.client = apiclient.NewClient(hs.URL, hs.Client())
 	s.client.Token = s.admin
 	s.apiURL = hs.URL
 	return s
@@ -119,8 +120,8 @@ func serviceLabel(name string) {
 }
 
 // clientAs returns a client of the API with a new token called name.
-func (s *system) clientAs(name string, role store.Role) *api.Client {
-	c := api.NewClient(s.apiURL, nil)
+func (s *system) clientAs(name string, role store.Role) *apiclient.Client {
+	c := apiclient.NewClient(s.apiURL, nil)
 	c.Token = apitest.Token(s.t, s.store, name, role)
 	return c
 }

@@ -1,4 +1,4 @@
-package api
+package wire
 
 import (
 	"encoding/json"
@@ -26,8 +26,8 @@ func TestSameJSON(t *testing.T) {
 		{``, `{}`, false},
 		{`{"a":`, `{"a":`, false}, // not JSON: never the same
 	} {
-		if got := sameJSON(json.RawMessage(tt.a), json.RawMessage(tt.b)); got != tt.same {
-			t.Errorf("sameJSON(%s, %s) = %t, want %t", tt.a, tt.b, got, tt.same)
+		if got := SameJSON(json.RawMessage(tt.a), json.RawMessage(tt.b)); got != tt.same {
+			t.Errorf("SameJSON(%s, %s) = %t, want %t", tt.a, tt.b, got, tt.same)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package api
+package apiclient
 
 import (
 	"bufio"
@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
 )
 
 // Client calls the AX API. It is safe for concurrent use once its fields
@@ -69,51 +69,51 @@ type InstanceQuery struct {
 
 // ApplyTask sends a task definition; contentType is "application/json" or
 // "application/yaml".
-func (c *Client) ApplyTask(ctx context.Context, body []byte, contentType string) (ApplyResult, error) {
-	var out ApplyResult
+func (c *Client) ApplyTask(ctx context.Context, body []byte, contentType string) (wire.ApplyResult, error) {
+	var out wire.ApplyResult
 	err := c.do(ctx, http.MethodPost, "/v1/tasks", contentType, body, &out)
 	return out, err
 }
 
 // ListTasks returns every task, by name.
-func (c *Client) ListTasks(ctx context.Context) ([]TaskInfo, error) {
-	var out taskList
+func (c *Client) ListTasks(ctx context.Context) ([]wire.TaskInfo, error) {
+	var out wire.TaskList
 	err := c.do(ctx, http.MethodGet, "/v1/tasks", "", nil, &out)
 	return out.Tasks, err
 }
 
 // GetTask returns the task called name.
-func (c *Client) GetTask(ctx context.Context, name string) (TaskInfo, error) {
-	var out TaskInfo
+func (c *Client) GetTask(ctx context.Context, name string) (wire.TaskInfo, error) {
+	var out wire.TaskInfo
 	err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(name), "", nil, &out)
 	return out, err
 }
 
 // SetTaskEnabled enables or disables the task called name and returns it.
-func (c *Client) SetTaskEnabled(ctx context.Context, name string, enabled bool) (TaskInfo, error) {
+func (c *Client) SetTaskEnabled(ctx context.Context, name string, enabled bool) (wire.TaskInfo, error) {
 	action := "disable"
 	if enabled {
 		action = "enable"
 	}
-	var out TaskInfo
+	var out wire.TaskInfo
 	err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(name)+"/"+action, "", nil, &out)
 	return out, err
 }
 
 // DeleteTask deletes a task and returns it as it was.
-func (c *Client) DeleteTask(ctx context.Context, name string) (TaskInfo, error) {
-	var out TaskInfo
+func (c *Client) DeleteTask(ctx context.Context, name string) (wire.TaskInfo, error) {
+	var out wire.TaskInfo
 	err := c.do(ctx, http.MethodDelete, "/v1/tasks/"+url.PathEscape(name), "", nil, &out)
 	return out, err
 }
 
 // SetTaskPaused pauses (paused) or resumes a task and returns it.
-func (c *Client) SetTaskPaused(ctx context.Context, name string, paused bool) (TaskInfo, error) {
+func (c *Client) SetTaskPaused(ctx context.Context, name string, paused bool) (wire.TaskInfo, error) {
 	action := "resume"
 	if paused {
 		action = "pause"
 	}
-	var out TaskInfo
+	var out wire.TaskInfo
 	err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(name)+"/"+action, "", nil, &out)
 	return out, err
 }
@@ -122,23 +122,23 @@ func (c *Client) SetTaskPaused(ctx context.Context, name string, paused bool) (T
 // the instance while the API waited (or an earlier firing with the same
 // idempotency key did: Existing), and only the EventID otherwise (then see
 // [Client.InstanceByEvent]); a delayed firing has only its EventID and RunAt.
-// A reused idempotency key with another payload is an *[Error] with Status 409.
-func (c *Client) Fire(ctx context.Context, task string, req FireRequest) (FireResult, error) {
+// A reused idempotency key with another payload is an *[wire.Error] with Status 409.
+func (c *Client) Fire(ctx context.Context, task string, req wire.FireRequest) (wire.FireResult, error) {
 	plain := req.Payload
 	var err error
 	if req.Payload, err = c.seal(req.Payload); err != nil {
-		return FireResult{}, fmt.Errorf("fire %s: %w", task, err)
+		return wire.FireResult{}, fmt.Errorf("fire %s: %w", task, err)
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return FireResult{}, fmt.Errorf("fire %s: encode request: %w", task, err)
+		return wire.FireResult{}, fmt.Errorf("fire %s: encode request: %w", task, err)
 	}
-	var out FireResult
+	var out wire.FireResult
 	err = c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/runs", "application/json", body, &out)
-	if e, ok := errors.AsType[*Error](err); ok && e.Code == "idempotency_conflict" && c.Codec != nil {
+	if e, ok := errors.AsType[*wire.Error](err); ok && e.Code == "idempotency_conflict" && c.Codec != nil {
 		// Another envelope of the same plaintext is the same payload.
-		if in, gerr := c.InstanceByEvent(ctx, task, schemas.IdempotencyEventIDPrefix+req.IdempotencyKey); gerr == nil && sameJSON(in.Payload, plain) {
-			return FireResult{InstanceID: in.ID, Task: task, EventID: in.EventID, State: in.State, Existing: true}, nil
+		if in, gerr := c.InstanceByEvent(ctx, task, schemas.IdempotencyEventIDPrefix+req.IdempotencyKey); gerr == nil && wire.SameJSON(in.Payload, plain) {
+			return wire.FireResult{InstanceID: in.ID, Task: task, EventID: in.EventID, State: in.State, Existing: true}, nil
 		}
 	}
 	return out, err
@@ -181,24 +181,24 @@ func (c *Client) open(in *schemas.Instance) error {
 // Rerun fires the task of instance id again as a new manual firing with the
 // instance's payload and priority, by the client's Operator, and answers
 // like [Client.Fire].
-func (c *Client) Rerun(ctx context.Context, id int64) (FireResult, error) {
-	var out FireResult
+func (c *Client) Rerun(ctx context.Context, id int64) (wire.FireResult, error) {
+	var out wire.FireResult
 	err := c.do(ctx, http.MethodPost, "/v1/instances/"+strconv.FormatInt(id, 10)+"/rerun", "", nil, &out)
 	return out, err
 }
 
 // RerunWith is [Client.Rerun] with a request: req.Payload, when set,
 // replaces the instance's payload.
-func (c *Client) RerunWith(ctx context.Context, id int64, req RerunRequest) (FireResult, error) {
+func (c *Client) RerunWith(ctx context.Context, id int64, req wire.RerunRequest) (wire.FireResult, error) {
 	var err error
 	if req.Payload, err = c.seal(req.Payload); err != nil {
-		return FireResult{}, fmt.Errorf("rerun instance %d: %w", id, err)
+		return wire.FireResult{}, fmt.Errorf("rerun instance %d: %w", id, err)
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return FireResult{}, fmt.Errorf("rerun instance %d: encode request: %w", id, err)
+		return wire.FireResult{}, fmt.Errorf("rerun instance %d: encode request: %w", id, err)
 	}
-	var out FireResult
+	var out wire.FireResult
 	err = c.do(ctx, http.MethodPost, "/v1/instances/"+strconv.FormatInt(id, 10)+"/rerun", "application/json", body, &out)
 	return out, err
 }
@@ -207,7 +207,7 @@ func (c *Client) RerunWith(ctx context.Context, id int64, req RerunRequest) (Fir
 // It returns the instance: CANCELLED, or as it was when the dispatcher had
 // not applied the cancel within the API's RunWait.
 func (c *Client) Cancel(ctx context.Context, id int64, reason string) (schemas.Instance, error) {
-	body, err := json.Marshal(CancelRequest{Reason: reason})
+	body, err := json.Marshal(wire.CancelRequest{Reason: reason})
 	if err != nil {
 		return schemas.Instance{}, err
 	}
@@ -220,7 +220,7 @@ func (c *Client) Cancel(ctx context.Context, id int64, reason string) (schemas.I
 }
 
 // InstanceByEvent returns the instance that the firing eventID of task made,
-// or an *[Error] with Status 404 while there is none.
+// or an *[wire.Error] with Status 404 while there is none.
 func (c *Client) InstanceByEvent(ctx context.Context, task, eventID string) (schemas.Instance, error) {
 	var out schemas.Instance
 	err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(task)+"/runs/"+url.PathEscape(eventID), "", nil, &out)
@@ -271,7 +271,7 @@ func (c *Client) ListInstances(ctx context.Context, q InstanceQuery) ([]schemas.
 	if len(v) > 0 {
 		path += "?" + v.Encode()
 	}
-	var out instanceList
+	var out wire.InstanceList
 	if err := c.do(ctx, http.MethodGet, path, "", nil, &out); err != nil {
 		return nil, err
 	}
@@ -329,48 +329,48 @@ func (c *Client) authorize(req *http.Request) {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	if c.Operator != "" {
-		req.Header.Set(HeaderOperator, c.Operator)
+		req.Header.Set(wire.HeaderOperator, c.Operator)
 	}
 }
 
 // ListWorkers returns the live workers (those whose heartbeat has not
 // expired from the ax-workers bucket), by id.
 func (c *Client) ListWorkers(ctx context.Context) ([]schemas.Worker, error) {
-	var out workerList
+	var out wire.WorkerList
 	err := c.do(ctx, http.MethodGet, "/v1/workers", "", nil, &out)
 	return out.Workers, err
 }
 
 // ListStreams returns AX's JetStream streams and buckets with their
 // consumers, and the names of the topology's streams that do not exist.
-func (c *Client) ListStreams(ctx context.Context) (streams []StreamInfo, missing []string, err error) {
-	var out streamList
+func (c *Client) ListStreams(ctx context.Context) (streams []wire.StreamInfo, missing []string, err error) {
+	var out wire.StreamList
 	err = c.do(ctx, http.MethodGet, "/v1/streams", "", nil, &out)
 	return out.Streams, out.Missing, err
 }
 
 // ListTokens returns every API token, the revoked ones too (admin only).
-func (c *Client) ListTokens(ctx context.Context) ([]store.Token, error) {
-	var out tokenList
+func (c *Client) ListTokens(ctx context.Context) ([]schemas.Token, error) {
+	var out wire.TokenList
 	err := c.do(ctx, http.MethodGet, "/v1/tokens", "", nil, &out)
 	return out.Tokens, err
 }
 
 // CreateToken makes an API token called name with role and returns it with
 // its secret, which cannot be read again (admin only).
-func (c *Client) CreateToken(ctx context.Context, name string, role store.Role) (CreatedToken, error) {
-	body, err := json.Marshal(CreateTokenRequest{Name: name, Role: role})
+func (c *Client) CreateToken(ctx context.Context, name string, role schemas.Role) (wire.CreatedToken, error) {
+	body, err := json.Marshal(wire.CreateTokenRequest{Name: name, Role: role})
 	if err != nil {
-		return CreatedToken{}, fmt.Errorf("create token %s: encode request: %w", name, err)
+		return wire.CreatedToken{}, fmt.Errorf("create token %s: encode request: %w", name, err)
 	}
-	var out CreatedToken
+	var out wire.CreatedToken
 	err = c.do(ctx, http.MethodPost, "/v1/tokens", "application/json", body, &out)
 	return out, err
 }
 
 // RevokeToken revokes the token id and returns it (admin only).
-func (c *Client) RevokeToken(ctx context.Context, id int64) (store.Token, error) {
-	var out store.Token
+func (c *Client) RevokeToken(ctx context.Context, id int64) (schemas.Token, error) {
+	var out schemas.Token
 	err := c.do(ctx, http.MethodDelete, "/v1/tokens/"+strconv.FormatInt(id, 10), "", nil, &out)
 	return out, err
 }
@@ -378,7 +378,7 @@ func (c *Client) RevokeToken(ctx context.Context, id int64) (store.Token, error)
 // decodeError makes an *Error of a non-2xx answer, also one that did not
 // come from the API (a proxy's HTML page, say).
 func decodeError(resp *http.Response, data []byte) error {
-	var body errorBody
+	var body wire.ErrorBody
 	if err := json.Unmarshal(data, &body); err == nil && body.Error != nil && body.Error.Message != "" {
 		body.Error.Status = resp.StatusCode
 		return body.Error
@@ -387,7 +387,7 @@ func decodeError(resp *http.Response, data []byte) error {
 	if len(msg) > 200 {
 		msg = msg[:200] + "…"
 	}
-	e := &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode),
+	e := &wire.Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode),
 		Message: fmt.Sprintf("%s %s answered %s", resp.Request.Method, resp.Request.URL, resp.Status)}
 	if msg != "" {
 		e.Message += ": " + msg
@@ -395,16 +395,16 @@ func decodeError(resp *http.Response, data []byte) error {
 	return e
 }
 
-// IsNotFound reports whether err is an *[Error] with status 404.
+// IsNotFound reports whether err is an *[wire.Error] with status 404.
 func IsNotFound(err error) bool {
-	e, ok := errors.AsType[*Error](err)
+	e, ok := errors.AsType[*wire.Error](err)
 	return ok && e.Status == http.StatusNotFound
 }
 
 // Health returns nil when the API answers that PostgreSQL and NATS are up,
-// and an *[Error] naming what is down otherwise.
+// and an *[wire.Error] naming what is down otherwise.
 func (c *Client) Health(ctx context.Context) error {
-	var out healthBody
+	var out wire.HealthBody
 	return c.do(ctx, http.MethodGet, "/healthz", "", nil, &out)
 }
 
@@ -448,7 +448,7 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]schemas.AuditRecord
 	if len(v) > 0 {
 		path += "?" + v.Encode()
 	}
-	var out auditList
+	var out wire.AuditList
 	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
 	return out.Records, err
 }
@@ -484,8 +484,8 @@ func (q LogQuery) values() url.Values {
 
 // Logs returns one page of the task log lines of instance id, oldest first:
 // read on with After set to the page's Next while its More is true. An
-// instance that does not exist is an *[Error] with Status 404.
-func (c *Client) Logs(ctx context.Context, id int64, q LogQuery) (LogPage, error) {
+// instance that does not exist is an *[wire.Error] with Status 404.
+func (c *Client) Logs(ctx context.Context, id int64, q LogQuery) (wire.LogPage, error) {
 	v := q.values()
 	if q.Limit != 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
@@ -494,7 +494,7 @@ func (c *Client) Logs(ctx context.Context, id int64, q LogQuery) (LogPage, error
 	if len(v) > 0 {
 		path += "?" + v.Encode()
 	}
-	var out LogPage
+	var out wire.LogPage
 	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
 	return out, err
 }

@@ -1,0 +1,73 @@
+package apiclient
+
+import (
+	"context"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// Intervals between the reads of [Client.WaitInstance] and
+// [Client.WaitFiring]: the first wait, growing by half each time up to the
+// last.
+const (
+	WaitFirstInterval = 100 * time.Millisecond
+	WaitMaxInterval   = 2 * time.Second
+)
+
+// WaitInstance reads instance id until it has ended (its state is
+// terminal) and returns it. When ctx ends first, it returns the instance as
+// it last read it (its State is where it was; zero when no read
+// succeeded) and ctx's error; any other error of a read ends the wait.
+func (c *Client) WaitInstance(ctx context.Context, id int64) (schemas.Instance, error) {
+	var in schemas.Instance
+	err := poll(ctx, func() (bool, error) {
+		got, err := c.GetInstance(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		in = got
+		return in.State.Terminal(), nil
+	})
+	return in, err
+}
+
+// WaitFiring waits until the firing eventID of task has made its instance
+// (the dispatcher creates it; a delayed firing's at its time) and returns
+// it, in whatever state it is. While the API answers 404 it reads again;
+// when ctx ends first it returns ctx's error.
+func (c *Client) WaitFiring(ctx context.Context, task, eventID string) (schemas.Instance, error) {
+	var in schemas.Instance
+	err := poll(ctx, func() (bool, error) {
+		got, err := c.InstanceByEvent(ctx, task, eventID)
+		if IsNotFound(err) {
+			return false, nil
+		}
+		in = got
+		return err == nil, err
+	})
+	return in, err
+}
+
+// poll calls check at a growing interval until it reports done, fails, or
+// ctx ends. A check that fails because ctx ended returns ctx's error.
+func poll(ctx context.Context, check func() (bool, error)) error {
+	interval := WaitFirstInterval
+	for {
+		done, err := check()
+		if done || err != nil {
+			if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		interval = min(interval*3/2, WaitMaxInterval)
+	}
+}

@@ -1,0 +1,85 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// TestClientWaits checks the client's waits against the API: WaitFiring
+// reads through the 404s until the firing's instance exists, and
+// WaitInstance returns the instance once it has ended, or as it last was
+// with the context's error.
+func TestClientWaits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.apply("task_name: etl\nexecution: {handler: h}\n")
+	ctx := t.Context()
+	// A client that counts the 404s it is answered.
+	var notFound atomic.Int64
+	client := apiclient.NewClient(e.srv.URL, &http.Client{Transport: countNotFound{next: e.srv.Client().Transport, n: &notFound}})
+	client.Token = e.admin
+
+	made := make(chan int64, 1)
+	type result struct {
+		in  schemas.Instance
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		in, err := client.WaitFiring(ctx, "etl", "late")
+		waited <- result{in, err}
+	}()
+	// The instance appears only after a first read answered 404.
+	deadline := time.Now().Add(60 * time.Second)
+	for notFound.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("WaitFiring made no read within 60s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	made <- e.insertInstance("etl", "late", schemas.StateRunning)
+	var got result
+	select {
+	case got = <-waited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("WaitFiring did not return within 60s of the instance's creation")
+	}
+	id := <-made
+	if got.err != nil || got.in.ID != id || got.in.State != schemas.StateRunning {
+		t.Fatalf("WaitFiring = %d %s, %v; want instance %d RUNNING", got.in.ID, got.in.State, got.err, id)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	in, err := e.client.WaitInstance(short, id)
+	if !errors.Is(err, context.DeadlineExceeded) || in.ID != id || in.State != schemas.StateRunning {
+		t.Fatalf("WaitInstance of a running instance = %d %s, %v; want it RUNNING with the deadline's error", in.ID, in.State, err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE instances SET state = 'SUCCEEDED', finished_at = now() WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if in, err = e.client.WaitInstance(ctx, id); err != nil || in.State != schemas.StateSucceeded {
+		t.Fatalf("WaitInstance of an ended instance = %s, %v; want SUCCEEDED", in.State, err)
+	}
+}
+
+// countNotFound counts the answers 404 of the requests it passes on.
+type countNotFound struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (c countNotFound) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusNotFound {
+		c.n.Add(1)
+	}
+	return resp, err
+}
