@@ -17,10 +17,9 @@ import (
 )
 
 // HeaderOperator is the header that named who makes a change before the API
-// took tokens.
-//
-// Deprecated: the API records the name of the request's token as the
-// operator of every change, and ignores this header.
+// took tokens. The API records the name of the request's token as the
+// operator of every change and ignores it; a client still sends it for an
+// older server (see api.HeaderOperator, deprecated).
 const HeaderOperator = "X-Ax-Operator"
 
 // TaskInfo is a task as the API shows it.
