@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/drill"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -59,7 +60,7 @@ type Options struct {
 	HandlerPrefix string
 	// Client talks to the AX API with a token that may apply tasks, fire
 	// and cancel (operator or admin). Required.
-	Client *api.Client
+	Client *apiclient.Client
 	// Conn is a NATS connection that may subscribe to the pool's report
 	// subjects and the leases and workers buckets' subjects, and read the
 	// workers bucket: the dispatcher's user has these rights. Required.
@@ -524,7 +525,7 @@ func (k *kit) checkDeadline(inst schemas.Instance) {
 func (k *kit) checkLogs(ctx context.Context, inst schemas.Instance) {
 	var lines []schemas.LogLine
 	_ = k.within(ctx, 15*time.Second, func() (bool, error) {
-		page, err := k.opts.Client.Logs(ctx, inst.ID, api.LogQuery{})
+		page, err := k.opts.Client.Logs(ctx, inst.ID, apiclient.LogQuery{})
 		if err == nil {
 			lines = page.Lines
 		}
