@@ -213,7 +213,9 @@ func (k *kit) apply(ctx context.Context, kind string, tags []string) error {
 		"description": "ax conformance executor: the " + kind + " check of pool " + k.opts.Pool + " (safe to delete)",
 		"triggers":    []any{map[string]string{"type": "manual"}},
 		"execution":   map[string]any{"handler": k.opts.HandlerPrefix + handler, "timeout": timeout, "retry": retry},
-		"dispatch":    map[string]any{"tags": tags},
+	}
+	if len(tags) > 0 {
+		def["dispatch"] = map[string]any{"tags": tags}
 	}
 	body, err := json.Marshal(def)
 	if err != nil {

@@ -25,7 +25,8 @@ import (
 )
 
 // TestConformanceCommand runs ax conformance executor against a Go
-// executor with the conformance handlers, through a real dispatcher and
+// executor with the conformance handlers on the default pool (tasks
+// without tags), through a real dispatcher and
 // API: it exits 0 with every check passed but the drain, which it did not
 // check without --worker-pid; and it refuses a pool no worker serves.
 func TestConformanceCommand(t *testing.T) {
@@ -62,7 +63,7 @@ func TestConformanceCommand(t *testing.T) {
 	mux := executor.NewMux()
 	handlers.RegisterConformance(mux, handlers.ConformancePrefix)
 	wconn, _ := ns.Connect()
-	executortest.Run(t, executor.Options{Conn: wconn, WorkerID: "cli-worker", Pools: []string{"cli"}, Mux: mux,
+	executortest.Run(t, executor.Options{Conn: wconn, WorkerID: "cli-worker", Mux: mux,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 
 	ax := func(args ...string) (int, string, string) {
@@ -71,9 +72,9 @@ func TestConformanceCommand(t *testing.T) {
 			"--nats-url", ns.URL, "--wait", "1m"}, args...), strings.NewReader(""), &out, &errOut)
 		return code, out.String(), errOut.String()
 	}
-	code, out, errOut := ax("--pool", "cli", "-o", "json")
+	code, out, errOut := ax("--pool", "default", "-o", "json")
 	if code != 0 {
-		t.Fatalf("ax conformance executor --pool cli: exit %d\n%s%s", code, out, errOut)
+		t.Fatalf("ax conformance executor --pool default: exit %d\n%s%s", code, out, errOut)
 	}
 	var r drill.Report
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
