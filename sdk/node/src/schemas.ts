@@ -8,6 +8,9 @@ export interface Parent {
   [field: string]: unknown;
 }
 
+/** The version of the executor protocol (docs/executor-protocol.md, "Versions") this SDK speaks. */
+export const EXECUTOR_PROTOCOL = 1;
+
 /** Dispatch is the message on ax.dispatch.*: one attempt for an executor to run (dispatch.schema.json). */
 export interface Dispatch {
   instance_id: number;
@@ -28,6 +31,14 @@ export interface Dispatch {
   parents?: Record<string, Parent>;
   shard_index?: number;
   shard_count?: number;
+  /** The protocol version the message is written in; absent means 1. */
+  protocol?: number;
+}
+
+/** FenceAnswer is a dispatcher's reply to a fence question (fence_answer.schema.json). */
+export interface FenceAnswer {
+  start: boolean;
+  reason: string;
 }
 
 export type ReportKind = "started" | "succeeded" | "failed" | "released";
@@ -58,6 +69,8 @@ export interface WorkerRecord {
   busy: number;
   started_at: string;
   heartbeat_at: string;
+  /** The latest executor protocol version the worker speaks. */
+  protocol?: number;
 }
 
 /** Lease is the value of key <instance_id>.<attempt> in ax-leases (lease.schema.json). */
@@ -117,6 +130,7 @@ export function decodeDispatch(subject: string, data: Uint8Array): Dispatch {
   if (typeof d.task !== "string" || !taskRE.test(d.task)) problems.push("task must match " + taskRE.source);
   if (typeof d.handler !== "string" || !handlerRE.test(d.handler)) problems.push("handler must match " + handlerRE.source);
   if (d.pool !== undefined && (typeof d.pool !== "string" || d.pool === "")) problems.push("pool must be a non-empty string");
+  if (d.protocol !== undefined && (typeof d.protocol !== "number" || !Number.isSafeInteger(d.protocol) || d.protocol < 0)) problems.push("protocol must be a non-negative integer");
   if (problems.length > 0) {
     throw new Error(`dispatch message on ${subject}: ${problems.join("; ")}`);
   }

@@ -62,6 +62,10 @@ export class Topology {
   report(pool: string, workerID: string, instanceID: number): string {
     return this.subject("report", pool, workerID, String(instanceID));
   }
+  /** ax.fence.<pool>.<worker_id>.<instance_id>: where a worker asks whether a redelivered attempt may start. */
+  fence(pool: string, workerID: string, instanceID: number): string {
+    return this.subject("fence", pool, workerID, String(instanceID));
+  }
   /** ax.log.<instance_id>. */
   log(instanceID: number): string {
     return this.subject("log", String(instanceID));

@@ -11,7 +11,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 
 import { CancelledError, goDuration, isPermanent, LeaseLostError, PermanentError, retryAfter, ShutdownError, TimeoutError } from "./errors.js";
 import { LogShipper } from "./logs.js";
-import { decodeDispatch, type Control, type Dispatch, type Parent, type Report, type ReportKind, type WorkerRecord } from "./schemas.js";
+import { decodeDispatch, EXECUTOR_PROTOCOL, type Control, type Dispatch, type FenceAnswer, type Parent, type Report, type ReportKind, type WorkerRecord } from "./schemas.js";
 import { DEFAULT_POOL, leaseKey, PRIORITIES, Topology, WORKER_POOL, type ConsumerSettings } from "./topology.js";
 
 /** The version a worker states in ax-workers unless told another. */
@@ -20,7 +20,8 @@ export const DEFAULT_VERSION = "0.1.0";
 // Timings the Go executor uses (executor/service.go, admit.go, lease.go).
 const OP_TIMEOUT_MS = 10_000; // one request to the server
 const ABANDON_AFTER_MS = 10_000; // a handler that ignores its signal's abort
-const UNREGISTERED_DELAY_MS = 30_000; // work pinned here for a handler it lacks
+const UNREGISTERED_DELAY_MS = 30_000; // work pinned here for a handler it lacks, or of a later protocol
+const FENCE_TIMEOUT_MS = 5_000; // the wait for a dispatcher's answer to a fence question
 const LOW_FIRST_EVERY = 5; // every fifth round that takes work drains lowest priority first
 const REPORT_HEADROOM = 4 << 10; // room for a report's headers under the max payload
 const PUBLISH_BACKOFF_MS = [100, 300, 1000, 3000]; // retries of a report
@@ -496,6 +497,7 @@ export class Worker {
       busy: this.held,
       started_at: this.startedAt.toISOString(),
       heartbeat_at: new Date().toISOString(),
+      protocol: EXECUTOR_PROTOCOL,
     };
   }
 
@@ -682,6 +684,15 @@ export class Worker {
       m.msg.respond("+TERM");
       return undefined;
     }
+    const protocol = Math.max(d.protocol ?? 1, 1);
+    if (protocol > EXECUTOR_PROTOCOL) {
+      // Written for a later protocol than this worker speaks: leave it to one that does.
+      this.taskLog(d).warn("the attempt is written in a later executor protocol than this worker speaks; giving it back for a worker that does", {
+        protocol, speaks: EXECUTOR_PROTOCOL, delay_ms: UNREGISTERED_DELAY_MS,
+      });
+      nakWithDelay(m.msg, UNREGISTERED_DELAY_MS);
+      return undefined;
+    }
     const entry = this.handlers.get(d.handler);
     if (!entry) {
       // Only the worker's own queue can hold it: work pinned here by name.
@@ -711,6 +722,7 @@ export class Worker {
   // --- start: lease, ack, run (executor/attempt.go start) ---
 
   private async start(batch: Array<{ d: Dispatch; entry: Entry; m: Delivered }>): Promise<void> {
+    batch = await this.fence(batch);
     if (batch.length === 0) return;
     const now = new Date();
     const results = await Promise.allSettled(batch.map(async ({ d }) => {
@@ -751,6 +763,55 @@ export class Worker {
       this.reporting.add(p);
       void p.finally(() => this.reporting.delete(p));
     }
+  }
+
+  /**
+   * fence asks the dispatchers, for each redelivered message (delivered
+   * more than once), whether its attempt provably never ran: a server that
+   * lost an acknowledged ack may have lost the lease too, so the lease alone
+   * does not fence a redelivery (executor/fence.go). A "no" terminates the
+   * message; no answer gives it back to ask again. First deliveries go on.
+   */
+  private async fence(batch: Array<{ d: Dispatch; entry: Entry; m: Delivered }>): Promise<Array<{ d: Dispatch; entry: Entry; m: Delivered }>> {
+    if (!batch.some((p) => p.m.delivered > 1)) return batch;
+    const answers = await Promise.all(batch.map((p) => (p.m.delivered > 1 ? this.askFence(p.d).then((a) => a, (err: Error) => err) : undefined)));
+    return batch.filter((p, i) => {
+      const a = answers[i];
+      if (a === undefined) return true;
+      const log = this.taskLog(p.d);
+      if (a instanceof Error) {
+        log.warn("redelivered attempt not started: no dispatcher answered whether it ran; giving it back to ask again", { error: a.message, delay_ms: this.idleWaitMs });
+        this.unadmit(p.entry);
+        nakWithDelay(p.m.msg, this.idleWaitMs);
+        return false;
+      }
+      if (a.start) {
+        log.info("redelivered attempt may start: the dispatcher says it never ran", { reason: a.reason });
+        return true;
+      }
+      log.info("redelivered attempt must not start; terminating this delivery", { reason: a.reason });
+      this.unadmit(p.entry);
+      p.m.msg.respond("+TERM");
+      return false;
+    });
+  }
+
+  private async askFence(d: Dispatch): Promise<FenceAnswer> {
+    const subject = this.topology.fence(d.pool || DEFAULT_POOL, this.workerId, d.instance_id);
+    let reply: Msg;
+    try {
+      reply = await this.nc.request(subject, JSON.stringify({ instance_id: d.instance_id, attempt: d.attempt, worker_id: this.workerId }), { timeout: FENCE_TIMEOUT_MS });
+    } catch (err) {
+      throw new Error(`ask ${subject}: ${(err as Error).message}`, { cause: err });
+    }
+    let a: FenceAnswer;
+    try {
+      a = reply.json<FenceAnswer>();
+    } catch (err) {
+      throw new Error(`ask ${subject}: the answer is not JSON: ${(err as Error).message}`, { cause: err });
+    }
+    if (typeof a?.start !== "boolean") throw new Error(`ask ${subject}: the answer has no boolean "start": ${reply.string()}`);
+    return a;
   }
 
   private register(d: Dispatch, entry: Entry, key: string, lease: string, revision: number, startedAt: Date): Attempt {

@@ -6,9 +6,12 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import type { NatsConnection } from "@nats-io/transport-node";
+import { readFileSync } from "node:fs";
+import path from "node:path";
 
-import { CancelledError, connectExecutor, PermanentError, RetryAfterError, TimeoutError, Worker, type Logger } from "../src/index.js";
+import { connect, createInbox, type Msg, type NatsConnection } from "@nats-io/transport-node";
+
+import { CancelledError, connectExecutor, PermanentError, RetryAfterError, TimeoutError, Topology, Worker, type Logger } from "../src/index.js";
 import { Dev, waitFor } from "./harness.js";
 
 const dev = new Dev();
@@ -285,5 +288,55 @@ describe("a Node worker leaving", () => {
     assert.match(String(back.reason), /^handed back: worker node-test-handback stopped and its shutdown timeout of 1s passed before the handler returned/);
     b.proc.kill("SIGTERM");
     assert.equal(await b.exited, 0, b.output());
+  });
+});
+
+describe("a redelivered attempt", () => {
+  test("asks the fence before its lease, and runs when the dispatcher says it never ran", async () => {
+    const t = new Topology();
+    // Listen to the fence questions as ax dev's dispatcher user (the executor may not).
+    const users = JSON.parse(readFileSync(path.join(dev.dir, "nats-users.json"), "utf8")) as Record<string, string>;
+    const observer = await connect({ servers: dev.natsURL, user: "dispatcher", pass: users.dispatcher });
+    const questions: Array<{ subject: string; body: unknown }> = [];
+    observer.subscribe(t.prefix + ".fence.>", { callback: (err, m) => {
+      if (!err) questions.push({ subject: m.subject, body: m.json() });
+    } });
+    await observer.flush();
+    try {
+      // The queue's consumer, made as a worker would, then the attempt taken
+      // once and given back without a lease: its next delivery is a redelivery.
+      const cfg = t.poolConsumer("default", "normal", "node.fenced");
+      const made = await nc.request(`$JS.API.CONSUMER.CREATE.${t.dispatchStream}.${cfg.durable_name}.${cfg.filter_subject}`,
+        JSON.stringify({ stream_name: t.dispatchStream, config: cfg, action: "create" }));
+      assert.ok(!made.json<{ error?: unknown }>().error, made.string());
+      await dev.applyTask("node-fenced", "node.fenced", { retry: { max_attempts: 1, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } });
+      const id = await dev.fire("node-fenced");
+      const inbox = createInbox("_INBOX_executor");
+      const first = await waitFor("the first delivery", async () => {
+        const got = await new Promise<Msg | undefined>((resolve) => {
+          const sub = nc.subscribe(inbox, { max: 1, callback: (_e, m) => resolve(m.headers?.code ? undefined : m) });
+          setTimeout(() => {
+            sub.unsubscribe();
+            resolve(undefined);
+          }, 2000);
+          nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${t.dispatchStream}.${cfg.durable_name}`, JSON.stringify({ batch: 1, no_wait: true }), { reply: inbox });
+        });
+        return got;
+      });
+      assert.equal(first.json<{ instance_id: number }>().instance_id, id);
+      first.respond("-NAK");
+      const w = spawnWorker("node-test-fenced");
+      await w.ready;
+      const done = await dev.waitState(id, ["SUCCEEDED", "FAILED"]);
+      assert.equal(done.state, "SUCCEEDED", JSON.stringify(done));
+      assert.deepEqual(done.output, { worker: "node-test-fenced", attempt: 1 });
+      const q = questions.find((x) => x.subject === t.fence("default", "node-test-fenced", id));
+      assert.ok(q, `no fence question on ${t.fence("default", "node-test-fenced", id)}: ${JSON.stringify(questions)}`);
+      assert.deepEqual(q.body, { instance_id: id, attempt: 1, worker_id: "node-test-fenced" });
+      w.proc.kill("SIGTERM");
+      assert.equal(await w.exited, 0, w.output());
+    } finally {
+      await observer.close();
+    }
   });
 });

@@ -7,6 +7,7 @@
 // Handlers:
 //   node.hold   runs until its signal aborts, unless AX_HOLD is "0" (then it returns at once)
 //   node.slow   returns {slept_ms} after AX_SLOW_MS (default 2000), ignoring nothing
+//   node.fenced returns {worker, attempt} at once
 
 import { connectExecutor, Worker } from "../src/index.js";
 
@@ -22,6 +23,7 @@ worker.handle("node.slow", async (ctx) => {
   await new Promise((r) => setTimeout(r, ms));
   return { slept_ms: ms, worker: ctx.workerId };
 });
+worker.handle("node.fenced", async (ctx) => ({ worker: ctx.workerId, attempt: ctx.attempt }));
 worker.handleSignals();
 const running = worker.run();
 await worker.ready();
