@@ -51,7 +51,7 @@ func TestRedeliveryAsksTheFence(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[int64]int{}
 	mux := executor.NewMux()
-	mux.HandleFunc("count", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("count", func(_ context.Context, task *executor.Job) (any, error) {
 		mu.Lock()
 		calls[task.InstanceID]++
 		mu.Unlock()
@@ -101,7 +101,7 @@ func TestRedeliveryWaitsForADispatcher(t *testing.T) {
 	w := newWorld(t)
 	var calls atomic.Int32
 	mux := executor.NewMux()
-	mux.HandleFunc("count", func(context.Context, *executor.Task) (any, error) {
+	mux.HandleFunc("count", func(context.Context, *executor.Job) (any, error) {
 		calls.Add(1)
 		return nil, nil
 	})

@@ -24,7 +24,7 @@ func TestProtocolVersion(t *testing.T) {
 	var mu sync.Mutex
 	var ran []int64
 	mux := executor.NewMux()
-	mux.HandleFunc("count", func(_ context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("count", func(_ context.Context, task *executor.Job) (any, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		ran = append(ran, task.InstanceID)

@@ -78,11 +78,11 @@ func TestConformanceCatchesBadWorker(t *testing.T) {
 		h, _ := good.Handler(conformance.DefaultHandlerPrefix + name)
 		mux.Handle(conformance.DefaultHandlerPrefix+name, h)
 	}
-	mux.HandleFunc(conformance.DefaultHandlerPrefix+conformance.Sleep, func(context.Context, *executor.Task) (any, error) {
+	mux.HandleFunc(conformance.DefaultHandlerPrefix+conformance.Sleep, func(context.Context, *executor.Job) (any, error) {
 		time.Sleep(8 * time.Second) // ignores its context
 		return nil, nil
 	})
-	mux.HandleFunc(conformance.DefaultHandlerPrefix+conformance.Log, func(context.Context, *executor.Task) (any, error) {
+	mux.HandleFunc(conformance.DefaultHandlerPrefix+conformance.Log, func(context.Context, *executor.Job) (any, error) {
 		return map[string]int{"lines": 3}, nil
 	})
 	r := runConformance(t, mux, false)

@@ -29,7 +29,7 @@ func RegisterConformance(m *executor.Mux, prefix string) {
 }
 
 // conformanceEcho returns the payload as it came; no payload, no output.
-func conformanceEcho(_ context.Context, t *executor.Task) (any, error) {
+func conformanceEcho(_ context.Context, t *executor.Job) (any, error) {
 	if len(t.Payload) == 0 {
 		return nil, nil
 	}
@@ -42,7 +42,7 @@ type conformanceFailures struct {
 
 // conformanceFail fails its first failures attempts (default 2), deciding
 // from the attempt number alone, then succeeds with {"attempt": n}.
-func conformanceFail(_ context.Context, t *executor.Task, p conformanceFailures) (any, error) {
+func conformanceFail(_ context.Context, t *executor.Job, p conformanceFailures) (any, error) {
 	n := 2
 	if p.Failures != nil {
 		n = *p.Failures
@@ -54,7 +54,7 @@ func conformanceFail(_ context.Context, t *executor.Task, p conformanceFailures)
 }
 
 // conformancePermanent fails without retry.
-func conformancePermanent(context.Context, *executor.Task) (any, error) {
+func conformancePermanent(context.Context, *executor.Job) (any, error) {
 	return nil, executor.Permanent(errors.New("conformance: permanent failure"))
 }
 
@@ -65,7 +65,7 @@ type conformanceSleepFor struct {
 // conformanceSleep sleeps ms milliseconds (default 1000) and succeeds with
 // {"slept_ms": ms}, or stops at once and fails with the cause when its
 // context ends first (a cancel, the deadline, a shutdown past its timeout).
-func conformanceSleep(ctx context.Context, _ *executor.Task, p conformanceSleepFor) (any, error) {
+func conformanceSleep(ctx context.Context, _ *executor.Job, p conformanceSleepFor) (any, error) {
 	ms := int64(1000)
 	if p.MS != nil {
 		ms = *p.MS
@@ -86,7 +86,7 @@ type conformanceLines struct {
 
 // conformanceLog writes lines log lines (default 3), "conformance line i
 // of n" at level info with the field i, and succeeds with {"lines": n}.
-func conformanceLog(ctx context.Context, _ *executor.Task, p conformanceLines) (any, error) {
+func conformanceLog(ctx context.Context, _ *executor.Job, p conformanceLines) (any, error) {
 	n := 3
 	if p.Lines != nil {
 		n = *p.Lines
