@@ -50,9 +50,9 @@ build: ## build the ax binary into bin/ax
 test: chromium ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
 	AX_CHROMIUM=$(CHROMIUM) $(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
-test-cluster: ## the pipeline on a three-node NATS cluster through two node restarts (not in make test yet: it finds a handler run twice)
+test-cluster: ## the pipeline on a three-node NATS cluster through two node restarts, verbose (also in make test), and nats-server's lost limit markers (a server bug, not in make test)
 	AX_TEST_CLUSTER=1 $(GO) test -race -count=1 -v -run ClusterKeepsLimitMarkers ./internal/natsembed/
-	AX_TEST_CLUSTER=1 $(WITHPG) $(GO) test -race -count=1 -v -run NATSNodeRestarts ./internal/e2e/
+	$(WITHPG) $(GO) test -race -count=1 -v -run NATSNodeRestarts ./internal/e2e/
 
 chromium: ## make sure the browser test has Chromium: installs Debian's chromium as root, else says how
 	@case "$(PKGS)" in *...*|*e2e*) ;; *) exit 0 ;; esac; \
