@@ -14,18 +14,13 @@ import (
 // Alerts: the auditor raises and resolves them; the API lists them, lets an
 // operator acknowledge one, and keeps the rules and the channels.
 
-// alertParams are the query parameters GET /v1/alerts takes.
-var alertParams = map[string]bool{"state": true, "limit": true, "before": true}
-
 // listAlerts answers GET /v1/alerts?state=&limit=&before=, newest first.
 func (s *Service) listAlerts(w http.ResponseWriter, r *http.Request) {
 	var f store.AlertFilter
-	q := r.URL.Query()
-	for k := range q {
-		if !alertParams[k] {
-			writeError(w, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with state, limit and before", k))
-			return
-		}
+	q, e := s.readQuery(r, "state", "limit", "before")
+	if e != nil {
+		writeError(w, e)
+		return
 	}
 	if st := q.Get("state"); st != "" {
 		if !store.AlertState(st).Valid() {
@@ -34,13 +29,9 @@ func (s *Service) listAlerts(w http.ResponseWriter, r *http.Request) {
 		}
 		f.State = store.AlertState(st)
 	}
-	if limit := q.Get("limit"); limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > store.MaxAlertLimit {
-			writeError(w, badRequest("invalid_parameter", "limit", "limit=%q is not a number from 1 to %d", limit, store.MaxAlertLimit))
-			return
-		}
-		f.Limit = n
+	if f.Limit, e = q.limit("limit", store.MaxAlertLimit); e != nil {
+		writeError(w, e)
+		return
 	}
 	if before := q.Get("before"); before != "" {
 		id, err := strconv.ParseInt(before, 10, 64)

@@ -10,9 +10,6 @@ import (
 	"github.com/ax-scheduler/ax/store"
 )
 
-// auditParams are the query parameters GET /v1/audit takes.
-var auditParams = map[string]bool{"task": true, "instance": true, "operator": true, "since": true, "limit": true, "before": true}
-
 // listAudit answers GET /v1/audit from PostgreSQL: instance transitions and
 // operator actions merged, newest first. The store holds a record from the
 // moment its change commits; AX_AUDIT once the auditor relayed it.
@@ -42,11 +39,9 @@ func (s *Service) listAudit(w http.ResponseWriter, r *http.Request) {
 // parameters: a misspelt filter must not silently list everything.
 func (s *Service) auditFilter(r *http.Request) (store.AuditFilter, *Error) {
 	var f store.AuditFilter
-	q := r.URL.Query()
-	for k := range q {
-		if !auditParams[k] {
-			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, instance, operator, since, limit and before", k)
-		}
+	q, e := s.readQuery(r, "task", "instance", "operator", "since", "limit", "before")
+	if e != nil {
+		return f, e
 	}
 	if task := q.Get("task"); task != "" {
 		if !taskNameRE.MatchString(task) {
@@ -69,20 +64,11 @@ func (s *Service) auditFilter(r *http.Request) (store.AuditFilter, *Error) {
 		}
 		f.Operator = op
 	}
-	if since := q.Get("since"); since != "" {
-		t, ok := s.parseSince(since)
-		if !ok {
-			return f, badRequest("invalid_parameter", "since",
-				"since=%q is neither an RFC 3339 time (2025-03-01T12:00:00Z) nor a positive duration back from now (90m, 24h)", since)
-		}
-		f.Since = t
+	if f.Since, e = q.time("since", time.Time{}); e != nil {
+		return f, e
 	}
-	if limit := q.Get("limit"); limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > store.MaxAuditLimit {
-			return f, badRequest("invalid_parameter", "limit", "limit=%q is not a number from 1 to %d", limit, store.MaxAuditLimit)
-		}
-		f.Limit = n
+	if f.Limit, e = q.limit("limit", store.MaxAuditLimit); e != nil {
+		return f, e
 	}
 	if before := q.Get("before"); before != "" {
 		if _, _, ok := schemas.ParseAuditID(before); !ok {

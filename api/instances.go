@@ -88,9 +88,6 @@ func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// listParams are the query parameters GET /v1/instances takes.
-var listParams = map[string]bool{"task": true, "state": true, "limit": true, "before": true, "after": true, "since": true, "until": true, "archived": true}
-
 func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
 	f, e := s.instanceFilter(r)
 	if e != nil {
@@ -116,11 +113,9 @@ func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
 // parameters: a misspelt filter must not silently list everything.
 func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error) {
 	var f store.InstanceFilter
-	q := r.URL.Query()
-	for k := range q {
-		if !listParams[k] {
-			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; filter with task, state, since, until, limit, before, after and archived", k)
-		}
+	q, e := s.readQuery(r, "task", "state", "since", "until", "limit", "before", "after", "archived")
+	if e != nil {
+		return f, e
 	}
 	if task := q.Get("task"); task != "" {
 		if !taskNameRE.MatchString(task) {
@@ -136,23 +131,14 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error)
 				"state=%q is not an instance state; use one of CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED", state)
 		}
 	}
-	if limit := q.Get("limit"); limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > store.MaxInstanceLimit {
-			return f, badRequest("invalid_parameter", "limit",
-				"limit=%q is not a number from 1 to %d", limit, store.MaxInstanceLimit)
-		}
-		f.Limit = n
+	if f.Limit, e = q.limit("limit", store.MaxInstanceLimit); e != nil {
+		return f, e
 	}
-	for name, at := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
-		if v := q.Get(name); v != "" {
-			t, ok := s.parseSince(v)
-			if !ok {
-				return f, badRequest("invalid_parameter", name,
-					"%s=%q is neither an RFC 3339 time (2026-11-29T08:00:00Z) nor a duration back from now (90m)", name, v)
-			}
-			*at = t
-		}
+	if f.Since, e = q.time("since", time.Time{}); e != nil {
+		return f, e
+	}
+	if f.Until, e = q.time("until", time.Time{}); e != nil {
+		return f, e
 	}
 	switch archived := q.Get("archived"); archived {
 	case "", "false":

@@ -45,9 +45,6 @@ type logQuery struct {
 	follow  bool
 }
 
-// logParams are the query parameters GET /v1/instances/{id}/logs takes.
-var logParams = map[string]bool{"attempt": true, "since": true, "limit": true, "after": true, "follow": true}
-
 // instanceLogs answers GET /v1/instances/{id}/logs from AX_LOGS, so that
 // the logs of an attempt outlive its executor. With follow=true it answers
 // with server-sent events: the lines there are, then each new line as it is
@@ -88,11 +85,9 @@ func (s *Service) instanceLogs(w http.ResponseWriter, r *http.Request) {
 // parameters: a misspelt filter must not silently show everything.
 func (s *Service) logQuery(r *http.Request) (logQuery, *Error) {
 	q := logQuery{limit: DefaultLogLimit}
-	v := r.URL.Query()
-	for k := range v {
-		if !logParams[k] {
-			return q, badRequest("unknown_parameter", k, "unknown query parameter %q; use attempt, since, limit, after and follow", k)
-		}
+	v, e := s.readQuery(r, "attempt", "since", "limit", "after", "follow")
+	if e != nil {
+		return q, e
 	}
 	if a := v.Get("attempt"); a != "" {
 		n, err := strconv.Atoi(a)
@@ -101,13 +96,8 @@ func (s *Service) logQuery(r *http.Request) (logQuery, *Error) {
 		}
 		q.attempt = n
 	}
-	if since := v.Get("since"); since != "" {
-		t, ok := s.parseSince(since)
-		if !ok {
-			return q, badRequest("invalid_parameter", "since",
-				"since=%q is neither an RFC 3339 time (2025-03-01T12:00:00Z) nor a positive duration back from now (90m, 24h)", since)
-		}
-		q.since = t
+	if q.since, e = v.time("since", time.Time{}); e != nil {
+		return q, e
 	}
 	if f := v.Get("follow"); f != "" {
 		b, err := strconv.ParseBool(f)
@@ -116,14 +106,12 @@ func (s *Service) logQuery(r *http.Request) (logQuery, *Error) {
 		}
 		q.follow = b
 	}
-	if limit := v.Get("limit"); limit != "" {
-		if q.follow {
-			return q, badRequest("invalid_parameter", "limit", "limit does not apply to follow=true, which streams every line; leave it out")
-		}
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > MaxLogLimit {
-			return q, badRequest("invalid_parameter", "limit", "limit=%q is not a number from 1 to %d", limit, MaxLogLimit)
-		}
+	if v.Get("limit") != "" && q.follow {
+		return q, badRequest("invalid_parameter", "limit", "limit does not apply to follow=true, which streams every line; leave it out")
+	}
+	if n, e := v.limit("limit", MaxLogLimit); e != nil {
+		return q, e
+	} else if n != 0 {
 		q.limit = n
 	}
 	after := v.Get("after")

@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -10,13 +9,10 @@ import (
 	"github.com/ax-scheduler/ax/store"
 )
 
-// healthReportParams are the query parameters GET /v1/reports/health takes.
-var healthReportParams = map[string]bool{"min_failures": true, "grace": true, "runs": true, "min_runs": true, "factor": true}
-
 // healthReport answers GET /v1/reports/health with the fleet's health
 // report (see store.HealthReport); the query may move its thresholds.
 func (s *Service) healthReport(w http.ResponseWriter, r *http.Request) {
-	o, e := healthOptions(r.URL.Query())
+	o, e := s.healthOptions(r)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -31,13 +27,11 @@ func (s *Service) healthReport(w http.ResponseWriter, r *http.Request) {
 }
 
 // healthOptions reads the query of GET /v1/reports/health.
-func healthOptions(q url.Values) (store.HealthOptions, *Error) {
+func (s *Service) healthOptions(r *http.Request) (store.HealthOptions, *Error) {
 	var o store.HealthOptions
-	for k := range q {
-		if !healthReportParams[k] {
-			return o, badRequest("unknown_parameter", k,
-				"unknown query parameter %q; the health report takes min_failures, grace, runs, min_runs and factor", k)
-		}
+	q, e := s.readQuery(r, "min_failures", "grace", "runs", "min_runs", "factor")
+	if e != nil {
+		return o, e
 	}
 	intParam := func(name string, lo, hi int, dst *int) *Error {
 		v := q.Get(name)

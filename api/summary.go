@@ -2,14 +2,10 @@ package api
 
 import (
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/ax-scheduler/ax/store"
 )
-
-// summaryParams are the query parameters GET /v1/reports/summary takes.
-var summaryParams = map[string]bool{"task": true, "since": true, "until": true, "step": true}
 
 // defaultSummaryWindow is how far back GET /v1/reports/summary looks
 // without since.
@@ -20,7 +16,7 @@ const defaultSummaryWindow = time.Hour
 // by PostgreSQL — their count by state, the success rate, the run time
 // percentiles, and with step the same bucket by bucket.
 func (s *Service) instanceSummary(w http.ResponseWriter, r *http.Request) {
-	f, e := s.summaryFilter(r.URL.Query())
+	f, e := s.summaryFilter(r)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -34,12 +30,11 @@ func (s *Service) instanceSummary(w http.ResponseWriter, r *http.Request) {
 }
 
 // summaryFilter reads the query of GET /v1/reports/summary.
-func (s *Service) summaryFilter(q url.Values) (store.SummaryFilter, *Error) {
+func (s *Service) summaryFilter(r *http.Request) (store.SummaryFilter, *Error) {
 	var f store.SummaryFilter
-	for k := range q {
-		if !summaryParams[k] {
-			return f, badRequest("unknown_parameter", k, "unknown query parameter %q; the summary takes task, since, until and step", k)
-		}
+	q, e := s.readQuery(r, "task", "since", "until", "step")
+	if e != nil {
+		return f, e
 	}
 	if task := q.Get("task"); task != "" {
 		if !taskNameRE.MatchString(task) {
@@ -49,16 +44,11 @@ func (s *Service) summaryFilter(q url.Values) (store.SummaryFilter, *Error) {
 		f.Task = task
 	}
 	now := s.opts.NowFunc()
-	f.Since, f.Until = now.Add(-defaultSummaryWindow), now
-	for name, at := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
-		if v := q.Get(name); v != "" {
-			t, ok := s.parseSince(v)
-			if !ok {
-				return f, badRequest("invalid_parameter", name,
-					"%s=%q is neither an RFC 3339 time (2026-11-29T08:00:00Z) nor a duration back from now (90m)", name, v)
-			}
-			*at = t
-		}
+	if f.Since, e = q.time("since", now.Add(-defaultSummaryWindow)); e != nil {
+		return f, e
+	}
+	if f.Until, e = q.time("until", now); e != nil {
+		return f, e
 	}
 	if !f.Since.Before(f.Until) {
 		return f, badRequest("invalid_parameter", "since", "since (%s) is not before until (%s); the window must not be empty",
