@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, symlinkSync } from "node:fs";
 import path from "node:path";
 
 import { connect, createInbox, type Msg, type NatsConnection } from "@nats-io/transport-node";
@@ -338,5 +338,39 @@ describe("a redelivered attempt", () => {
     } finally {
       await observer.close();
     }
+  });
+});
+
+describe("the example worker (examples/node)", () => {
+  test("passes ax conformance executor, the drain included", async () => {
+    // examples/node depends on this package by path (file:../../sdk/node):
+    // link it as npm install would, so that the example runs as shipped.
+    const example = fileURLToPath(new URL("../../../../examples/node/", import.meta.url));
+    const link = path.join(example, "node_modules", "@ax-scheduler", "executor");
+    if (!existsSync(link)) {
+      mkdirSync(path.dirname(link), { recursive: true });
+      symlinkSync(path.relative(path.dirname(link), fileURLToPath(new URL("../../", import.meta.url))), link, "dir");
+    }
+    const w = spawn(process.execPath, [path.join(example, "worker.mjs")], {
+      env: { ...process.env, AX_DEV_DATA: dev.dir, NATS_URL: dev.natsURL, AX_WORKER_ID: "node-example" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    children.push(w);
+    let wout = "";
+    w.stdout!.on("data", (b: Buffer) => (wout += b.toString()));
+    w.stderr!.on("data", (b: Buffer) => (wout += b.toString()));
+    await waitFor("the example worker to start", (): boolean => {
+      if (w.exitCode !== null) throw new Error("the example worker exited: " + wout);
+      return wout.includes("SIGTERM or Ctrl-C drains it");
+    });
+    const kit = spawn(process.env.AX_BIN!, ["conformance", "executor", "--pool", "default", "--ax-dev", dev.dir, "--nats-url", dev.natsURL,
+      "--api", dev.apiURL, "--worker-pid", String(w.pid)], { env: { ...process.env, AX_TOKEN: dev.token }, stdio: ["ignore", "pipe", "pipe"] });
+    let kout = "";
+    kit.stdout!.on("data", (b: Buffer) => (kout += b.toString()));
+    kit.stderr!.on("data", (b: Buffer) => (kout += b.toString()));
+    const code = await new Promise<number | null>((r) => kit.once("exit", (c) => r(c)));
+    assert.equal(code, 0, `ax conformance executor exited ${code}:\n${kout}\nthe worker's log:\n${wout}`);
+    assert.match(kout, /drain/);
+    assert.doesNotMatch(kout, /not checked/, kout);
   });
 });
