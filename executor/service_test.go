@@ -641,3 +641,31 @@ func TestTaskAndLogger(t *testing.T) {
 		break
 	}
 }
+
+// A worker runs a mux's handlers in its middleware, and reports the
+// RetryAfter a handler asks for as retry_after_ms.
+func TestWorkerRunsMiddlewareAndReportsRetryAfter(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mux := executor.NewMux()
+	mux.HandleFunc("snooze", func(context.Context, *executor.Job) (any, error) {
+		return nil, executor.RetryAfter(90*time.Second, errors.New("rate limited"))
+	})
+	var wrapped atomic.Int64
+	mux.Use(func(next executor.Handler) executor.Handler {
+		return executor.HandlerFunc(func(ctx context.Context, j *executor.Job) (any, error) {
+			wrapped.Add(1)
+			return next.HandleTask(ctx, j)
+		})
+	})
+	executortest.Run(t, w.options(mux))
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 9, Attempt: 1, MaxAttempts: 3, Task: "t", Handler: "snooze"})
+	w.nextOf(schemas.ReportStarted, 9)
+	r := w.nextOf(schemas.ReportFailed, 9)
+	if r.Error != "rate limited" || r.RetryAfterMS != 90000 || r.Permanent {
+		t.Errorf("report %+v, want rate limited with retry_after_ms 90000", r.Report)
+	}
+	if n := wrapped.Load(); n != 1 {
+		t.Errorf("middleware ran %d times, want 1", n)
+	}
+}
