@@ -14,6 +14,7 @@ import (
 
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/streamstest"
@@ -191,13 +192,7 @@ func (w *world) dispatchEmpty() {
 // eventually polls cond until it holds, failing the test after a while.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.ForTrue(t, what, wait, cond)
 }
 
 // gate is a handler that blocks until it is opened or its context ends.

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/internal/wait"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -63,13 +64,7 @@ func (e *env) monitored(c *clock) *auditor {
 // waitUntil polls cond until it holds, for up to 20 s.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for wait := time.Millisecond; !cond(); wait = min(2*wait, 50*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(wait)
-	}
+	waittest.ForTrue(t, what, 20*time.Second, cond)
 }
 
 // apply applies a task definition given as YAML.

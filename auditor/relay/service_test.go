@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -139,20 +140,13 @@ func (e *env) outbox() map[string]schemas.AuditRecord {
 // waitStream waits until AX_AUDIT holds n messages.
 func (e *env) waitStream(n uint64) {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+	waittest.For(e.t, fmt.Sprintf("AX_AUDIT to hold %d messages", n), 30*time.Second, func() (bool, error) {
 		info, err := e.stream().Info(context.Background())
 		if err != nil {
-			e.t.Fatal(err)
+			return false, err
 		}
-		if info.State.Msgs >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("AX_AUDIT holds %d messages after 30s, want %d", info.State.Msgs, n)
-		}
-		time.Sleep(wait)
-	}
+		return info.State.Msgs >= n, nil
+	})
 }
 
 func (e *env) stream() jetstream.Stream {

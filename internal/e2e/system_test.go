@@ -23,6 +23,7 @@ import (
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -169,20 +170,7 @@ func (s *system) fire(task string, payload any) int64 {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(wait)
-	}
+	waittest.For(t, what, timeout, cond)
 }
 
 // waitState waits until the instance is in state and returns it.

@@ -2,6 +2,7 @@ package wait
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -19,5 +20,22 @@ func TestSleep(t *testing.T) {
 	cancel()
 	if Sleep(ctx, time.Hour) {
 		t.Error("Sleep on an ended context reported that the hour passed")
+	}
+}
+
+func TestUntil(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	if err := Until(context.Background(), func() (bool, error) { calls++; return calls == 3, nil }); err != nil || calls != 3 {
+		t.Errorf("Until = %v after %d calls, want nil after 3", err, calls)
+	}
+	boom := errors.New("boom")
+	if err := Until(context.Background(), func() (bool, error) { return false, boom }); !errors.Is(err, boom) {
+		t.Errorf("Until with a failing condition = %v, want %v", err, boom)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := Until(ctx, func() (bool, error) { return false, nil }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Until past its deadline = %v, want context.DeadlineExceeded", err)
 	}
 }
