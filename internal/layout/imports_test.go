@@ -28,12 +28,16 @@ var allowed = map[string][]string{
 	// run a drill executor, the API's client to fire and read; drill/system
 	// starts a whole sandbox.
 	"drill": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "internal"},
+	// conformance checks a worker in any language from the outside, as an
+	// operator's tool: the API's client to fire, NATS to watch the wire,
+	// drill's verdict table to print.
+	"conformance": {"schemas", "streams", "api", "drill", "internal"},
 }
 
 // testOnly lists imports a folder's tests may add: test servers of the
 // packages below them, and the services an end-to-end test runs.
 var testOnly = map[string][]string{
-	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples", "drill"},
+	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples", "drill", "conformance"},
 	"drill":    {"examples"},
 }
 
