@@ -117,12 +117,8 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error)
 	if e != nil {
 		return f, e
 	}
-	if task := q.Get("task"); task != "" {
-		if !taskNameRE.MatchString(task) {
-			return f, badRequest("invalid_parameter", "task",
-				"task=%q is not a task name: use 1-64 lower-case letters, digits, '_' and '-', starting with a letter or digit", task)
-		}
-		f.Task = task
+	if f.Task, e = q.task("task"); e != nil {
+		return f, e
 	}
 	if state := q.Get("state"); state != "" {
 		f.State = schemas.State(strings.ToUpper(state))

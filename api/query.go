@@ -59,6 +59,16 @@ func (q query) time(name string, def time.Time) (time.Time, *Error) {
 	return t, nil
 }
 
+// task reads the parameter name as a task name; absent, it is "".
+func (q query) task(name string) (string, *Error) {
+	v := q.Get(name)
+	if v != "" && !taskNameRE.MatchString(v) {
+		return "", badRequest("invalid_parameter", name,
+			"%s=%q is not a task name: use 1-64 lower-case letters, digits, '_' and '-', starting with a letter or digit", name, v)
+	}
+	return v, nil
+}
+
 // listWords joins words as "a, b and c".
 func listWords(words []string) string {
 	if len(words) < 2 {

@@ -36,12 +36,8 @@ func (s *Service) summaryFilter(r *http.Request) (store.SummaryFilter, *Error) {
 	if e != nil {
 		return f, e
 	}
-	if task := q.Get("task"); task != "" {
-		if !taskNameRE.MatchString(task) {
-			return f, badRequest("invalid_parameter", "task",
-				"task=%q is not a task name: use 1-64 lower-case letters, digits, '_' and '-', starting with a letter or digit", task)
-		}
-		f.Task = task
+	if f.Task, e = q.task("task"); e != nil {
+		return f, e
 	}
 	now := s.opts.NowFunc()
 	if f.Since, e = q.time("since", now.Add(-defaultSummaryWindow)); e != nil {
