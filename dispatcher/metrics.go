@@ -21,6 +21,8 @@ type metrics struct {
 	// refusedReports counts the reports refused because they came from
 	// another pool or worker than the attempt's, by kind.
 	refusedReports *prometheus.CounterVec
+	// progress counts the progress reports, by what became of them.
+	progress *prometheus.CounterVec
 	// reaperLeft counts the expired leases and overdue attempts the reaper
 	// did not fail because their final report waited in AX_REPORTS.
 	reaperLeft *prometheus.CounterVec
@@ -48,7 +50,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_stale_reports_total",
 			Help: "Executor reports refused as stale (their attempt was fenced out), by kind (started, succeeded, failed)."}, []string{"kind"}),
 		refusedReports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_refused_reports_total",
-			Help: "Executor reports refused because they did not come from the attempt's holder (another pool, another worker, or a subject that does not name the report's worker), by kind (started, succeeded, failed); never applied."}, []string{"kind"}),
+			Help: "Executor reports refused because they did not come from the attempt's holder (another pool, another worker, or a subject that does not name the report's worker), by kind (started, succeeded, failed, progress); never applied."}, []string{"kind"}),
+		progress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_progress_reports_total",
+			Help: "Progress reports, by result (applied: now the instance's progress; dropped: the attempt was not RUNNING, " +
+				"or a newer progress was stored; refused: not from the attempt's holder)."}, []string{"result"}),
 		reaperLeft: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_reaper_left_to_report_total",
 			Help: "Expired leases and overdue attempts the reaper did not fail because their final report waited in AX_REPORTS, by cause (lease expired, timeout); counted at each look."}, []string{"cause"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_refused_firings_total",
@@ -68,7 +73,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, answer := range []string{fenceStart, fenceNo, fenceLostAnswer, fenceRefused, fenceUnanswered} {
 		m.fence.WithLabelValues(answer) // shown at 0 before the first question
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.reaperLeft, m.refused, m.rerouted, m.handedBack, m.fence} {
+	for _, result := range []string{"applied", "dropped", "refused"} {
+		m.progress.WithLabelValues(result) // shown at 0 before the first report
+	}
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.rerouted, m.handedBack, m.fence} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

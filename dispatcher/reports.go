@@ -25,7 +25,7 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	if s.opts.DrillFaults {
 		msgs = s.drillReportFaults(ctx, msgs)
 	}
-	var started, final []schemas.Report
+	var started, final, progress []schemas.Report
 	var stale []store.StaleReport
 	// The reports of one attempt in a batch come from one worker: one from
 	// another waits for a later batch, so that the store, which merges an
@@ -41,7 +41,14 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 			_ = m.Term()
 			continue
 		}
-		if r.Kind != schemas.ReportStarted && !r.Kind.IsFinal() {
+		switch {
+		case r.Kind == schemas.ReportProgress:
+			if r.Progress == nil || r.Progress.Check() != nil {
+				s.log.Warn().Str("subject", m.Subject()).Msg("malformed progress report dropped")
+				_ = m.Term()
+				continue
+			}
+		case r.Kind != schemas.ReportStarted && !r.Kind.IsFinal():
 			s.log.Warn().Str("subject", m.Subject()).Str("kind", string(r.Kind)).Msg("report of unknown kind dropped")
 			_ = m.Term()
 			continue
@@ -65,9 +72,12 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 		holders[key] = pool + "." + worker
 		handled = append(handled, m)
 		workers[key] = r.WorkerID
-		if r.Kind == schemas.ReportStarted {
+		switch r.Kind {
+		case schemas.ReportProgress:
+			progress = append(progress, r)
+		case schemas.ReportStarted:
 			started = append(started, r)
-		} else {
+		default:
 			final = append(final, r)
 		}
 	}
@@ -126,10 +136,6 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 			}
 		}
 	}
-	if err := s.opts.Store.RecordStaleReports(ctx, stale); err != nil {
-		s.retryLater(msgs, err)
-		return
-	}
 	promoted, err := s.afterEnds(ctx, batch, ended)
 	if err != nil {
 		s.retryLater(msgs, err)
@@ -139,9 +145,49 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 		s.retryLater(msgs, err)
 		return
 	}
+	// Progress last, after the started reports it follows and after what
+	// the final reports set going, which it must not hold up.
+	refused, err := s.applyProgress(ctx, progress)
+	if err != nil {
+		s.retryLater(msgs, err)
+		return
+	}
+	if err := s.opts.Store.RecordStaleReports(ctx, append(stale, refused...)); err != nil {
+		s.retryLater(msgs, err)
+		return
+	}
 	for _, m := range handled {
 		_ = m.Ack()
 	}
+}
+
+// applyProgress records a batch's progress reports, one statement for all
+// (none when there are none), and returns the timeline events of the ones
+// refused because they did not come from the attempt's holder.
+func (s *Service) applyProgress(ctx context.Context, reports []schemas.Report) ([]store.StaleReport, error) {
+	if len(reports) == 0 {
+		return nil, nil
+	}
+	outcomes, err := s.opts.Store.ApplyProgress(ctx, reports)
+	if err != nil {
+		return nil, err
+	}
+	var refused []store.StaleReport
+	for i, o := range outcomes {
+		r := reports[i]
+		switch {
+		case o.Applied:
+			s.metrics.progress.WithLabelValues("applied").Inc()
+		case o.Refused:
+			s.metrics.progress.WithLabelValues("refused").Inc()
+			refused = append(refused, s.noteRefused(r, fmt.Sprintf(
+				"progress report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, or another worker (%q) holds it",
+				r.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
+		default:
+			s.metrics.progress.WithLabelValues("dropped").Inc()
+		}
+	}
+	return refused, nil
 }
 
 // scheduleRetry adds to batch the firing of the attempt after o's, delayed by

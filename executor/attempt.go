@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +42,11 @@ type attempt struct {
 	started     int           // startedPending, startedSending or startedDone
 	startedDue  time.Time     // when it is due, on the real clock
 	startedSent chan struct{} // closed once a report being sent is done
+
+	svc *Service // the worker running it
+	// progress is its progress reporting: nil until the handler reports
+	// progress, endedProgress once the handler returned without.
+	progress atomic.Pointer[progressState]
 }
 
 // timeoutError is the cause of an attempt's context at its deadline.
@@ -169,7 +175,7 @@ func (s *Service) reportID(d schemas.Dispatch, kind schemas.ReportKind) string {
 // the pending attempt's slots and mutex.
 func (s *Service) register(p *pending, key string, lease []byte, revision uint64, startedAt time.Time) *attempt {
 	d := p.d
-	a := &attempt{dispatch: d, key: key, lease: lease, startedAt: startedAt, revision: revision,
+	a := &attempt{svc: s, dispatch: d, key: key, lease: lease, startedAt: startedAt, revision: revision,
 		handler: p.handler, hs: p.hs, mutexKey: p.mutexKey, mutexRev: p.mutexRev}
 	a.log = s.taskLogger(&d)
 	a.hlog = s.handlerLogger(&a.dispatch, a.log)
@@ -203,6 +209,7 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 		Parents:     d.Parents,
 		ShardIndex:  d.ShardIndex,
 		ShardCount:  d.ShardCount,
+		run:         a,
 	}
 
 	s.mu.Lock()
@@ -237,6 +244,7 @@ func (s *Service) runAttempt(a *attempt) {
 	}
 	cause := context.Cause(a.ctx)
 	a.cancel(context.Canceled) // release the context's resources; the cause is read
+	s.endProgress(a)
 	s.settleStarted(a)
 	if errors.Is(cause, ErrLeaseLost) {
 		finish()

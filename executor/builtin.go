@@ -22,8 +22,10 @@ const (
 //   - builtin.echo succeeds; its output is the payload as it is.
 //   - builtin.sleep sleeps for the payload's seconds ({"seconds": 1.5}, a
 //     number >= 0) and outputs {"slept_seconds": 1.5}. It logs a line when
-//     it starts and one per whole second slept ("slept 1s of 1.5s"). It
-//     fails, with the context's error wrapped, when its context ends first.
+//     it starts and one per whole second slept ("slept 1s of 1.5s"), and
+//     reports its progress with each (milliseconds slept of the whole, see
+//     [Job.Progress]). It fails, with the context's error wrapped, when
+//     its context ends first.
 //   - builtin.fail always fails, not permanently, with the payload's message
 //     ({"message": "disk full"}) as the error text, or a default text.
 //
@@ -49,7 +51,7 @@ type sleepOutput struct {
 	SleptSeconds float64 `json:"slept_seconds"`
 }
 
-func sleep(ctx context.Context, _ *Job, p sleepPayload) (any, error) {
+func sleep(ctx context.Context, t *Job, p sleepPayload) (any, error) {
 	if p.Seconds == nil {
 		return nil, Permanent(errors.New(`builtin.sleep: the payload needs "seconds", a number >= 0, e.g. {"seconds": 1.5}`))
 	}
@@ -70,7 +72,11 @@ func sleep(ctx context.Context, _ *Job, p sleepPayload) (any, error) {
 		case <-timer.C:
 			return sleepOutput{SleptSeconds: sec}, nil
 		case <-tick.C:
-			log.Info(fmt.Sprintf("slept %ds of %s", slept, d), "slept_seconds", slept, "seconds", sec)
+			msg := fmt.Sprintf("slept %ds of %s", slept, d)
+			log.Info(msg, "slept_seconds", slept, "seconds", sec)
+			if err := t.Progress(ctx, min(time.Since(start), d).Milliseconds(), d.Milliseconds(), msg); err != nil {
+				log.Debug("progress not reported", "error", err)
+			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("builtin.sleep: interrupted after %s of %s: %w",
 				time.Since(start).Round(time.Millisecond), d, ctx.Err())

@@ -52,6 +52,10 @@ type Job struct {
 	// neither sharded nor broadcast.
 	ShardIndex int
 	ShardCount int
+
+	// run is the attempt the worker runs this as, for [Job.Progress]; nil
+	// for a Job no worker made.
+	run *attempt
 }
 
 // Task is the former name of [Job], kept so that code written against it

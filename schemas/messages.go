@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Source says what fired a trigger event.
@@ -282,11 +283,52 @@ const (
 	// run again from the beginning by the next attempt (see
 	// docs/execution.md, "Scale-in").
 	ReportReleased ReportKind = "released"
+	// ReportProgress tells how far a running attempt has got: it changes
+	// no state (see docs/execution.md, "Progress").
+	ReportProgress ReportKind = "progress"
 )
 
 // IsFinal reports whether a report of kind k ends its attempt.
 func (k ReportKind) IsFinal() bool {
 	return k == ReportSucceeded || k == ReportFailed || k == ReportReleased
+}
+
+// MaxProgressMessage is the longest [Progress.Message], in bytes.
+const MaxProgressMessage = 256
+
+// Progress is how far an attempt has got, as its handler last said:
+// Done of Total units (Total 0: unknown), with a short message.
+type Progress struct {
+	Done    int64  `json:"done"`
+	Total   int64  `json:"total"`
+	Message string `json:"message,omitempty"`
+}
+
+// Check returns what is wrong with p, or nil.
+func (p Progress) Check() error {
+	switch {
+	case p.Done < 0 || p.Total < 0:
+		return fmt.Errorf("progress %d of %d: done and total must not be negative", p.Done, p.Total)
+	case p.Total > 0 && p.Done > p.Total:
+		return fmt.Errorf("progress %d of %d: done must not exceed total (pass total 0 when it is unknown)", p.Done, p.Total)
+	case len(p.Message) > MaxProgressMessage:
+		return fmt.Errorf("progress message of %d bytes: at most %d bytes are allowed", len(p.Message), MaxProgressMessage)
+	case !utf8.ValidString(p.Message):
+		return fmt.Errorf("progress message %q is not valid UTF-8", p.Message)
+	}
+	return nil
+}
+
+// InstanceProgress is the latest progress of an instance's attempt, as the
+// dispatcher recorded it.
+type InstanceProgress struct {
+	// Attempt is the attempt that reported it.
+	Attempt int    `json:"attempt"`
+	Done    int64  `json:"done"`
+	Total   int64  `json:"total"`
+	Message string `json:"message,omitempty"`
+	// At is when the handler reported it (the worker's clock).
+	At time.Time `json:"at"`
 }
 
 // Report is the message on ax.report.<pool>.<worker_id>.<instance_id>: an
@@ -315,6 +357,9 @@ type Report struct {
 	// report, in place of the task's backoff; the dispatcher caps it at the
 	// retry policy's max interval. 0 (absent) means the backoff.
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+	// Progress is how far the attempt has got: set on a progress report
+	// only, and required there.
+	Progress *Progress `json:"progress,omitempty"`
 	// Pool is the pool the report's subject names (ax.report.<pool>.…),
 	// set by the dispatcher from the subject, never read from the body: the
 	// store applies a report only to an instance of that pool.
@@ -449,6 +494,9 @@ type Instance struct {
 	// Events are what befell the instance without changing its state (a
 	// report refused as stale), oldest first.
 	Events []InstanceEvent `json:"events,omitempty"`
+	// Progress is the latest progress its handler reported while running,
+	// kept after the attempt ends; nil when none did.
+	Progress *InstanceProgress `json:"progress,omitempty"`
 	// Archived is true for an instance read from the history or the
 	// archive: it ended long enough ago to leave the hot tables (see
 	// docs/operations.md, "Instance history and retention").

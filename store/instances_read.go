@@ -48,17 +48,23 @@ type InstanceFilter struct {
 
 const instanceColumns = `id, task, task_version, event_id, source, state, attempt, max_attempts,
 	priority, pool, worker_id, payload, output, error, fired_at, created_at, started_at, finished_at,
-	run_id, parents`
+	run_id, parents, progress`
 
 func scanInstance(row pgx.CollectableRow) (schemas.Instance, error) {
 	var in schemas.Instance
-	var parents []byte
+	var parents, progress []byte
 	err := row.Scan(&in.ID, &in.Task, &in.TaskVersion, &in.EventID, &in.Source, &in.State, &in.Attempt,
 		&in.MaxAttempts, &in.Priority, &in.Pool, &in.WorkerID, &in.Payload, &in.Output, &in.Error,
-		&in.FiredAt, &in.CreatedAt, &in.StartedAt, &in.FinishedAt, &in.RunID, &parents)
+		&in.FiredAt, &in.CreatedAt, &in.StartedAt, &in.FinishedAt, &in.RunID, &parents, &progress)
 	if err == nil && len(parents) > 0 {
 		if err = json.Unmarshal(parents, &in.Parents); err != nil {
 			err = fmt.Errorf("decode parents of instance %d: %w", in.ID, err)
+		}
+	}
+	if err == nil && len(progress) > 0 {
+		in.Progress = new(schemas.InstanceProgress)
+		if err = json.Unmarshal(progress, in.Progress); err != nil {
+			err = fmt.Errorf("decode progress of instance %d: %w", in.ID, err)
 		}
 	}
 	return in, err
