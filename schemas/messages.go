@@ -508,9 +508,9 @@ type Instance struct {
 type InstanceEvent struct {
 	// Kind is stale_started, stale_succeeded or stale_failed: a report of
 	// that kind refused because its attempt was fenced out; or
-	// refused_started, refused_succeeded or refused_failed: one refused
-	// because it came from another pool or another worker than the
-	// attempt's (a forged report).
+	// refused_started, refused_succeeded, refused_failed or
+	// refused_progress: one refused because it came from another pool or
+	// another worker than the attempt's (a forged report).
 	Kind     string    `json:"kind"`
 	Attempt  int       `json:"attempt"`
 	Operator string    `json:"operator,omitempty"`

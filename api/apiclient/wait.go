@@ -32,6 +32,24 @@ func (c *Client) WaitInstance(ctx context.Context, id int64) (schemas.Instance, 
 	return in, err
 }
 
+// WatchInstance is [Client.WaitInstance] that calls seen with the instance
+// each time it reads it, and reads at least once a second (the interval
+// between a handler's progress reports): ax fire --wait draws the
+// instance's progress from it.
+func (c *Client) WatchInstance(ctx context.Context, id int64, seen func(schemas.Instance)) (schemas.Instance, error) {
+	var in schemas.Instance
+	err := pollUpTo(ctx, min(WaitMaxInterval, time.Second), func() (bool, error) {
+		got, err := c.GetInstance(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		in = got
+		seen(in)
+		return in.State.Terminal(), nil
+	})
+	return in, err
+}
+
 // WaitFiring waits until the firing eventID of task has made its instance
 // (the dispatcher creates it; a delayed firing's at its time) and returns
 // it, in whatever state it is. While the API answers 404 it reads again;
@@ -52,6 +70,11 @@ func (c *Client) WaitFiring(ctx context.Context, task, eventID string) (schemas.
 // poll calls check at a growing interval until it reports done, fails, or
 // ctx ends. A check that fails because ctx ended returns ctx's error.
 func poll(ctx context.Context, check func() (bool, error)) error {
+	return pollUpTo(ctx, WaitMaxInterval, check)
+}
+
+// pollUpTo is poll with intervals that grow up to maxInterval.
+func pollUpTo(ctx context.Context, maxInterval time.Duration, check func() (bool, error)) error {
 	interval := WaitFirstInterval
 	for {
 		done, err := check()
@@ -68,6 +91,6 @@ func poll(ctx context.Context, check func() (bool, error)) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		interval = min(interval*3/2, WaitMaxInterval)
+		interval = min(interval*3/2, maxInterval)
 	}
 }

@@ -48,7 +48,10 @@ not before, and ax prints nothing on standard output (it says when on standard
 error) unless it waits.
 
 With --wait, ax then follows the instance until it ends and prints its final
-state; --timeout must then cover any delay too.
+state; --timeout must then cover any delay too. While it runs, the progress its
+handler reports (Task.Progress) is drawn as a bar on standard error, or printed
+there a line per value ("instance 42: 420/1200 (35%): uploading") when standard
+error is not a terminal.
 
 --count N fires the task N times (each firing its own event, so not with
 --event-id or --idempotency-key) and prints the instance ids. With --wait it
@@ -263,7 +266,24 @@ func (g *cli) follow(cmd *cobra.Command, client *apiclient.Client, res api.FireR
 	if !asJSON {
 		fmt.Fprintln(out, res.InstanceID)
 	}
-	in, err := client.WaitInstance(ctx, res.InstanceID)
+	// The instance's progress, as its handler reports it: a bar on a
+	// terminal, a line per value elsewhere; on standard error, which
+	// leaves standard output the id and the final state.
+	var bar *progressBar
+	var shown schemas.InstanceProgress
+	in, err := client.WatchInstance(ctx, res.InstanceID, func(in schemas.Instance) {
+		if in.Progress == nil || *in.Progress == shown {
+			return
+		}
+		shown = *in.Progress
+		if bar == nil {
+			bar = &progressBar{w: errOut, terminal: isTerminal(errOut)}
+		}
+		bar.Set(int(shown.Done), int(shown.Total), shown.Message, fmt.Sprintf("instance %d: %s", res.InstanceID, progressText(shown)))
+	})
+	if bar != nil {
+		bar.Finish()
+	}
 	if err != nil {
 		return g.timedOut(err, fmt.Errorf("instance %d is still %s after %s; follow it with: ax instance get %d", res.InstanceID, in.State, timeout, res.InstanceID))
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,49 @@ func TestFireLater(t *testing.T) {
 		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {
 			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), code, out, errOut, tt.want)
 		}
+	}
+}
+
+// TestFireWaitShowsProgress has ax fire --wait follow instances whose
+// handler reported progress: off a terminal it prints the progress on
+// standard error, a line per value, and leaves standard output as it was;
+// ax instance get shows it too.
+func TestFireWaitShowsProgress(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
+		t.Fatal(errOut)
+	}
+	running := e.insertInstance("nightly-report", "ev-running", schemas.StateRunning, "")
+	done := e.insertInstance("nightly-report", "ev-done", schemas.StateSucceeded, "")
+	unknown := e.insertInstance("nightly-report", "ev-unknown", schemas.StateRunning, "")
+	for id, progress := range map[int64]string{
+		running: `{"attempt": 2, "done": 2, "total": 4, "message": "halfway", "at": "2026-03-14T15:09:26Z"}`,
+		done:    `{"attempt": 2, "done": 4, "total": 4, "at": "2026-03-14T15:09:27Z"}`,
+		unknown: `{"attempt": 2, "done": 42, "total": 0, "message": "rows so far", "at": "2026-03-14T15:09:28Z"}`,
+	} {
+		if _, err := e.pool.Exec(t.Context(), `UPDATE instances SET progress = $2 WHERE id = $1`, id, progress); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		event  string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"ev-running", 3, fmt.Sprintf("%d\n", running), fmt.Sprintf("instance %d: 2/4 (50%%): halfway\nax: instance %d is still RUNNING after", running, running)},
+		{"ev-done", 0, fmt.Sprintf("%d\nSUCCEEDED\n", done), fmt.Sprintf("instance %d: 4/4 (100%%)\n", done)},
+		{"ev-unknown", 3, fmt.Sprintf("%d\n", unknown), fmt.Sprintf("instance %d: 42 done: rows so far\n", unknown)},
+	} {
+		code, out, errOut := e.ax("", "fire", "nightly-report", "--event-id", tt.event, "--wait", "--timeout", "1500ms")
+		if code != tt.code || out != tt.stdout || !strings.HasPrefix(errOut, tt.stderr) || strings.Count("\n"+errOut, "\ninstance ") != 1 {
+			t.Errorf("fire --event-id %s --wait: exit %d, stdout %q, stderr %q; want exit %d, %q, %q (one progress line)",
+				tt.event, code, out, errOut, tt.code, tt.stdout, tt.stderr)
+		}
+	}
+	get := e.mustAx("instance", "get", fmt.Sprint(running))
+	if !regexp.MustCompile(`PROGRESS\s+2/4 \(50%\): halfway \(attempt 2, at \S+`).MatchString(get) {
+		t.Errorf("instance get shows no progress:\n%s", get)
 	}
 }

@@ -170,6 +170,9 @@ func printInstance(w io.Writer, in schemas.Instance) error {
 	fmt.Fprintf(tw, "FIRED\t%s\n", timeOrDash(&in.FiredAt))
 	fmt.Fprintf(tw, "STARTED\t%s\n", timeOrDash(in.StartedAt))
 	fmt.Fprintf(tw, "FINISHED\t%s\n", timeOrDash(in.FinishedAt))
+	if in.Progress != nil {
+		fmt.Fprintf(tw, "PROGRESS\t%s (attempt %d, at %s)\n", progressText(*in.Progress), in.Progress.Attempt, timeOrDash(&in.Progress.At))
+	}
 	if len(in.Payload) > 0 {
 		fmt.Fprintf(tw, "PAYLOAD\t%s\n", in.Payload)
 	}

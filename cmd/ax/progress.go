@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // progressBar reports how many of a known number of things are done. On a
@@ -18,6 +20,9 @@ type progressBar struct {
 	what     string
 	total    int
 	done     int
+	// drawn is the length of the line drawn last, to blank what a
+	// shorter one leaves.
+	drawn int
 }
 
 // barWidth is the number of cells of a drawn bar.
@@ -44,6 +49,20 @@ func (p *progressBar) Step(line string) {
 	p.draw()
 }
 
+// Set sets how many things of how many are done (total 0: unknown) and
+// what follows the bar (a message); line is what to print instead when the
+// output is not a terminal.
+func (p *progressBar) Set(done, total int, what, line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done, p.total, p.what = done, total, what
+	if !p.terminal {
+		fmt.Fprintln(p.w, line)
+		return
+	}
+	p.draw()
+}
+
 // Finish ends the drawn bar's line; it does nothing off a terminal.
 func (p *progressBar) Finish() {
 	p.mu.Lock()
@@ -58,11 +77,26 @@ func (p *progressBar) draw() {
 	if !p.terminal {
 		return
 	}
-	filled := barWidth
+	filled, total := 0, "?"
 	if p.total > 0 {
-		filled = p.done * barWidth / p.total
+		filled, total = min(max(p.done, 0)*barWidth/p.total, barWidth), fmt.Sprint(p.total)
 	}
-	digits := len(fmt.Sprint(p.total))
-	fmt.Fprintf(p.w, "\r[%s%s] %*d/%d %s", strings.Repeat("#", filled), strings.Repeat("-", barWidth-filled),
-		digits, p.done, p.total, p.what)
+	line := fmt.Sprintf("[%s%s] %*d/%s %s", strings.Repeat("#", filled), strings.Repeat("-", barWidth-filled),
+		len(total), p.done, total, p.what)
+	pad := max(p.drawn-len(line), 0)
+	p.drawn = len(line)
+	fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", pad))
+}
+
+// progressText says an instance's progress in words: "420/1200 (35%):
+// uploading", "42 done" when the total is unknown.
+func progressText(p schemas.InstanceProgress) string {
+	s := fmt.Sprintf("%d done", p.Done)
+	if p.Total > 0 {
+		s = fmt.Sprintf("%d/%d (%d%%)", p.Done, p.Total, p.Done*100/p.Total)
+	}
+	if p.Message != "" {
+		s += ": " + p.Message
+	}
+	return s
 }
