@@ -93,6 +93,21 @@ function duration(inst) {
   return new Date(inst.finished_at) - new Date(inst.started_at);
 }
 
+/**
+ * progressBar shows an instance's progress, as its handler last reported
+ * it: a bar of done over total (a moving one when the total is unknown),
+ * the figures and the message, and which attempt said it when.
+ */
+function progressBar(p) {
+  if (!p) return '—';
+  const known = p.total > 0;
+  const figures = known ? `${p.done} / ${p.total} (${Math.floor(100 * p.done / p.total)} %)` : `${p.done} done`;
+  return h('div', { id: 'progress', class: 'progress', 'data-done': p.done, 'data-total': p.total },
+    h('progress', { max: known ? p.total : undefined, value: known ? p.done : undefined }),
+    h('span', { class: 'progress-text' }, figures, p.message ? ' — ' + p.message : ''),
+    h('div', { class: 'muted small' }, `attempt ${p.attempt}, reported ${fmtTime(p.at)}`));
+}
+
 function taskLink(name) { return h('a', { href: '#/tasks/' + encodeURIComponent(name) }, name); }
 function instLink(id) { return h('a', { href: '#/instances/' + id }, '#' + id); }
 
@@ -570,6 +585,7 @@ async function instanceView(id, toLogs) {
       ['attempt', `${i.attempt} of ${i.max_attempts}`], ['priority', i.priority], ['pool', i.pool || '—'], ['worker', i.worker_id || '—'],
       ['fired', fmtTime(i.fired_at)], ['created', fmtTime(i.created_at)], ['started', fmtTime(i.started_at)], ['finished', fmtTime(i.finished_at)],
       ['run time', fmtDur(duration(i))],
+      ['progress', progressBar(i.progress)],
       ['payload', i.payload ? h('pre', { class: 'code' }, JSON.stringify(i.payload, null, 2)) : '—'],
       ['output', i.output ? h('pre', { class: 'code' }, JSON.stringify(i.output, null, 2)) : '—'],
       ['error', i.error ? h('span', { class: 'err' }, i.error) : '—'],

@@ -263,11 +263,29 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "greeted everyone")]`)),
 	)
 
-	// Cancel stops a running instance.
+	// A running instance's page shows the progress its handler reports
+	// (builtin.sleep: milliseconds slept of 60000, each second), and the bar
+	// moves as the reports come.
 	s.apply("task_name: sleeper\nexecution: {handler: builtin.sleep}\n")
 	sleeper := s.fire("sleeper", map[string]float64{"seconds": 60})
-	do(t, ctx, "cancel a running instance", 20*time.Second,
+	do(t, ctx, "open a running instance", 20*time.Second,
 		chromedp.Navigate(fmt.Sprintf("%s/#/instances/%d", consoleURL, sleeper)),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="RUNNING"]`)))
+	shownProgress := func(step string, above int64) int64 {
+		t.Helper()
+		return read(t, ctx, step, 40*time.Second, chromedp.Poll[int64](fmt.Sprintf(`(() => {
+			const el = document.querySelector('#progress');
+			const bar = el && el.querySelector('progress');
+			if (!el || !bar || el.dataset.total !== '60000' || Number(bar.value) !== Number(el.dataset.done)) return false;
+			const done = Number(el.dataset.done);
+			return done > %d && el.textContent.includes('of 1m0s') ? done : false;
+		})()`, above)))
+	}
+	first := shownProgress("see the progress bar", 0)
+	shownProgress("see the progress bar move", first)
+
+	// Cancel stops a running instance.
+	do(t, ctx, "cancel a running instance", 20*time.Second,
 		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="RUNNING"]`)),
 		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "sleeping")]`)),
 		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
