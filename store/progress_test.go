@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -137,5 +139,68 @@ func TestApplyProgress(t *testing.T) {
 	unknown.InstanceID = id + 1000
 	if o := apply(unknown)[0]; o.Found || o.Applied {
 		t.Errorf("progress of an unknown instance = %+v; want not found", o)
+	}
+}
+
+// TestApplyProgressCostsOneHOTUpdatePerAttempt counts what a batch of
+// progress reports writes: one row update per attempt, however many
+// reports of it the batch holds, and each a HOT update (the progress
+// column has no index and nothing indexed changes), which writes no index
+// entry. An index on the column, or a write of an indexed one, would fail it.
+func TestApplyProgressCostsOneHOTUpdatePerAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	// One connection, so that the statistics it flushes are all there are.
+	cfg := storetest.NewDB(t).Config().Copy()
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := store.New(pool)
+	applyTasks(t, st, "prog")
+	made := create(t, st, newRunInstance("prog", "e1", "", schemas.StateDispatched),
+		newRunInstance("prog", "e2", "", schemas.StateDispatched), newRunInstance("prog", "e3", "", schemas.StateDispatched))
+	t0 := time.Now()
+	var started, progress []schemas.Report
+	for _, m := range made {
+		started = append(started, schemas.Report{InstanceID: m.ID, Attempt: 1, WorkerID: "w1", Pool: "default",
+			Kind: schemas.ReportStarted, StartedAt: t0, At: t0})
+		for i := range 4 {
+			progress = append(progress, schemas.Report{InstanceID: m.ID, Attempt: 1, WorkerID: "w1", Pool: "default",
+				Kind: schemas.ReportProgress, StartedAt: t0, At: t0.Add(time.Duration(i) * time.Second),
+				Progress: &schemas.Progress{Done: int64(i), Total: 4}})
+		}
+	}
+	if _, err := st.ApplyReports(ctx, started, nil); err != nil {
+		t.Fatal(err)
+	}
+	updates := func() (all, hot int64) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables, pg_stat_clear_snapshot()
+			WHERE relid = 'instances'::regclass`).Scan(&all, &hot); err != nil {
+			t.Fatal(err)
+		}
+		return all, hot
+	}
+	all0, hot0 := updates()
+	out, err := st.ApplyProgress(ctx, progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := 0
+	for _, o := range out {
+		if o.Applied {
+			applied++
+		}
+	}
+	all, hot := updates()
+	if applied != 3 || all-all0 != 3 || hot-hot0 != 3 {
+		t.Errorf("%d progress reports of 3 attempts: %d applied, %d row updates of which %d HOT; want 3, 3, 3",
+			len(progress), applied, all-all0, hot-hot0)
 	}
 }
