@@ -12,13 +12,13 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-// TestProgressChecksItsArguments calls Task.Progress on a Task no worker
+// TestProgressChecksItsArguments calls Job.Progress on a Job no worker
 // made, as a handler's unit test does: values in range are taken (and go
 // nowhere), others are refused with an error that says what to fix, and so
 // is any call once the context ended.
 func TestProgressChecksItsArguments(t *testing.T) {
 	t.Parallel()
-	task := &executor.Task{InstanceID: 1, Attempt: 1}
+	task := &executor.Job{InstanceID: 1, Attempt: 1}
 	ctx := context.Background()
 	for _, ok := range []struct {
 		done, total int64
@@ -59,9 +59,9 @@ func TestProgressReportsOnTheWire(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	step := make(chan struct{})
-	returned := make(chan *executor.Task, 1)
+	returned := make(chan *executor.Job, 1)
 	mux := builtins()
-	mux.HandleFunc("steps", func(ctx context.Context, task *executor.Task) (any, error) {
+	mux.HandleFunc("steps", func(ctx context.Context, task *executor.Job) (any, error) {
 		if err := task.Progress(ctx, 1, 100, "first"); err != nil {
 			return nil, err
 		}

@@ -49,7 +49,7 @@ error) unless it waits.
 
 With --wait, ax then follows the instance until it ends and prints its final
 state; --timeout must then cover any delay too. While it runs, the progress its
-handler reports (Task.Progress) is drawn as a bar on standard error, or printed
+handler reports (Job.Progress) is drawn as a bar on standard error, or printed
 there a line per value ("instance 42: 420/1200 (35%): uploading") when standard
 error is not a terminal.
 
