@@ -30,6 +30,10 @@ func TestCheckReport(t *testing.T) {
 		{"started id on a final", "ax.report.js.w1.7", "7-2-started-abc", "succeeded", "Nats-Msg-Id"},
 		{"another attempt's id", "ax.report.js.w1.7", "7-1-final-abc", "succeeded", "Nats-Msg-Id"},
 		{"unknown kind", "ax.report.js.w1.7", "7-2-final-abc", "done", "kind"},
+		{"progress without its progress", "ax.report.js.w1.7", "", "progress", "has no progress"},
+		{"progress, no Nats-Msg-Id", "ax.report.js.w1.7", "", `progress","progress":{"done":3,"total":10},"note":"`, ""},
+		{"progress past its total", "ax.report.js.w1.7", "", `progress","progress":{"done":11,"total":10},"note":"`, "must not exceed total"},
+		{"progress on a final", "ax.report.js.w1.7", "7-2-final-abc", `succeeded","progress":{"done":1,"total":1},"note":"`, "carries progress"},
 	} {
 		got := o.checkReport(report(tc.subject, tc.msgID, tc.kind), 7)
 		if (tc.wrong == "") != (got == "") || !strings.Contains(got, tc.wrong) {

@@ -167,11 +167,24 @@ func (o *observer) checkReport(w wireReport, id int64) string {
 	if want := o.top.Report(o.pool, r.WorkerID, id); w.subject != want {
 		return fmt.Sprintf("report of worker %q came on %s, want %s", r.WorkerID, w.subject, want)
 	}
-	if r.Kind != schemas.ReportStarted && !r.Kind.IsFinal() {
+	if r.Kind != schemas.ReportStarted && r.Kind != schemas.ReportProgress && !r.Kind.IsFinal() {
 		return fmt.Sprintf("report on %s has kind %q", w.subject, r.Kind)
 	}
 	if r.At.IsZero() || r.StartedAt.IsZero() {
 		return fmt.Sprintf("%s report on %s lacks at or started_at", r.Kind, w.subject)
+	}
+	if r.Kind == schemas.ReportProgress {
+		// A progress report needs no Nats-Msg-Id (a duplicate is harmless).
+		if r.Progress == nil {
+			return fmt.Sprintf("progress report on %s has no progress", w.subject)
+		}
+		if err := r.Progress.Check(); err != nil {
+			return fmt.Sprintf("progress report on %s: %v", w.subject, err)
+		}
+		return ""
+	}
+	if r.Progress != nil {
+		return fmt.Sprintf("%s report on %s carries progress, which only a progress report may", r.Kind, w.subject)
 	}
 	m := msgIDRE.FindStringSubmatch(w.msgID)
 	kind := "final"
