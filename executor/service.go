@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -293,7 +294,7 @@ func (s *Service) setUp(ctx context.Context) error {
 	// The worker's own subject comes first: the dispatcher routed that
 	// work to this worker alone, so no other can take it.
 	s.own = &queue{pool: streams.WorkerPool, subject: topo.DispatchWorker(s.opts.WorkerID)}
-	if s.own.consumer, err = s.consumer(ctx, topo.WorkerConsumer(s.opts.WorkerID)); err != nil {
+	if s.own.consumer, err = s.consumer(ctx, topo.WorkerConsumer(s.opts.WorkerID), "its worker id "+s.opts.WorkerID); err != nil {
 		return err
 	}
 	// A queue per pool, priority and handler: the worker pulls only the
@@ -309,7 +310,7 @@ func (s *Service) setUp(ctx context.Context) error {
 	s.byRing = make(map[string]*queue)
 	for _, q := range pullOrder(s.opts.Pools, schemas.Priorities, s.opts.Mux.Names()) {
 		cfg := topo.PoolConsumer(q.pool, q.priority, q.handler)
-		if q.consumer, err = s.consumer(ctx, cfg); err != nil {
+		if q.consumer, err = s.consumer(ctx, cfg, "pool "+q.pool+" and handler "+q.handler); err != nil {
 			return err
 		}
 		q.subject = cfg.FilterSubject
@@ -323,12 +324,23 @@ func (s *Service) setUp(ctx context.Context) error {
 // consumer returns the durable consumer of cfg on AX_DISPATCH, making it
 // if it is not there. A consumer that is there keeps its settings, even if
 // they differ from cfg's: the worker follows the topology, it does not
-// reset it.
-func (s *Service) consumer(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+// reset it. whose says what the consumer is for ("pool gpu and handler
+// x"): a credential that does not name it gets no answer (the server
+// drops a request it may not publish), and the error says so.
+func (s *Service) consumer(ctx context.Context, cfg jetstream.ConsumerConfig, whose string) (jetstream.Consumer, error) {
 	stream := s.opts.Topology.DispatchStream()
-	c, err := s.js.CreateConsumer(ctx, stream, cfg)
+	reqCtx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	c, err := s.js.CreateConsumer(reqCtx, stream, cfg)
 	if errors.Is(err, jetstream.ErrConsumerExists) {
-		c, err = s.js.Consumer(ctx, stream, cfg.Durable)
+		c, err = s.js.Consumer(reqCtx, stream, cfg.Durable)
+	}
+	if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)) {
+		return nil, fmt.Errorf("create consumer %s on %s: no answer in %s: if the NATS server logs a permissions violation "+
+			"for $JS.API.CONSUMER.CREATE.%s.%s, this worker's NATS credential does not name %s; make the credential for what the "+
+			"worker serves (ax user add executor --pool <pool> --worker <worker id> --handler <handler>, one --handler per handler "+
+			"it registers: %s), or register only the handlers the credential names: %w",
+			cfg.Durable, stream, opTimeout, stream, cfg.Durable, whose, strings.Join(s.opts.Mux.Names(), ", "), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on %s: %w", cfg.Durable, stream, err)

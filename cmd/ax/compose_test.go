@@ -13,6 +13,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // composeFile is the part of docker-compose.yml the checks read.
@@ -104,6 +107,26 @@ func TestSecretsMakeAWorkingServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, _ := os.ReadFile(filepath.Join(secrets, "executor", "nats.nk"))
+	// A worker of the gpu pool gets a user of its own, which the second
+	// run of ax secrets writes into the authorization.
+	add := newUserAddExecutorCmd()
+	add.SetArgs([]string{"--dir", secrets, "--pool", "gpu", "--worker", "g1", "--handler", "builtin.echo"})
+	add.SetOut(&bytes.Buffer{})
+	if err := add.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--dir", secrets, "--pool", "gpu", "--worker", "g1"},
+		{"--dir", secrets, "--pool", "gpu", "--handler", "builtin.echo"},
+	} {
+		add = newUserAddExecutorCmd()
+		add.SetArgs(args)
+		add.SetOut(&bytes.Buffer{})
+		add.SetErr(&bytes.Buffer{})
+		if err := add.Execute(); err == nil || !strings.Contains(err.Error(), "must name") {
+			t.Errorf("ax user add executor %v: %v, want an error naming what is missing", args, err)
+		}
+	}
 	cmd = newSecretsCmd()
 	cmd.SetArgs([]string{"--dir", secrets})
 	cmd.SetOut(&bytes.Buffer{})
@@ -139,8 +162,8 @@ func TestSecretsMakeAWorkingServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nats-server refuses compose's configuration: %v", err)
 	}
-	if len(opts.Nkeys) != 5 {
-		t.Fatalf("the configuration has %d NKey users, want 5", len(opts.Nkeys))
+	if len(opts.Nkeys) != 6 {
+		t.Fatalf("the configuration has %d NKey users, want 5 and the gpu worker's", len(opts.Nkeys))
 	}
 	// The parsed users on a server of the test's own.
 	opts.Host, opts.Port, opts.HTTPPort, opts.Cluster = "127.0.0.1", -1, 0, server.ClusterOpts{}
@@ -187,5 +210,36 @@ func TestSecretsMakeAWorkingServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		nc.Close()
+	}
+
+	// The gpu worker's user reaches its handler's gpu queue, and not the
+	// default pool's.
+	opt, err := nats.NkeyOptionFromSeed(filepath.Join(secrets, "executor-g1", "nats.nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	nc, err := nats.Connect(ns.ClientURL(), opt, nats.CustomInboxPrefix("_INBOX_executor-g1"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		t.Fatalf("connect as executor-g1: %v", err)
+	}
+	defer nc.Close()
+	info := func(pool string) string {
+		return "$JS.API.CONSUMER.INFO.AX_DISPATCH." + streams.PoolConsumerName(pool, schemas.PriorityNormal, "builtin.echo")
+	}
+	if _, err := nc.Request(info("gpu"), nil, 20*time.Second); err != nil {
+		t.Errorf("executor-g1 asking for its gpu queue: %v, want an answer", err)
+	}
+	if err := nc.Publish(info(schemas.DefaultPool), nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), info(schemas.DefaultPool)) {
+			t.Errorf("executor-g1 asking for the default pool's queue: %v, want a permissions violation", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("executor-g1 asking for the default pool's queue: not refused")
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
-	"github.com/ax-scheduler/ax/drill"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
@@ -30,11 +29,6 @@ import (
 )
 
 func init() { extraCommands = append(extraCommands, newDevCmd) }
-
-// devExecutorScope is what ax dev's executor user may serve: the default
-// pool, which ax dev's own executor serves, and the drill pool, which the
-// executors of ax drill task serve.
-var devExecutorScope = natsauth.Scope{Pools: []string{schemas.DefaultPool, drill.Pool}}
 
 func newDevCmd() *cobra.Command {
 	var (
@@ -48,6 +42,7 @@ func newDevCmd() *cobra.Command {
 		alertAllow  string
 		history     historyFlags
 		leaseTTL    time.Duration
+		poolArgs    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -94,6 +89,14 @@ cleanly; it starts again on the same data.`,
 			if err := checkLeaseTTL(leaseTTL); err != nil {
 				return err
 			}
+			var extraPools []devPool
+			for _, arg := range poolArgs {
+				p, err := parseDevPool(arg)
+				if err != nil {
+					return err
+				}
+				extraPools = append(extraPools, p)
+			}
 
 			if c.databaseURL == "" {
 				cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(dir, "postgres"), Logger: log})
@@ -133,7 +136,16 @@ cleanly; it starts again on the same data.`,
 			if err != nil {
 				return err
 			}
-			users := natsauth.Users(top, natsUsers, devExecutorScope)
+			// ax dev's executor user is its own worker's: the default pool,
+			// the built-in handlers, its worker id.
+			mux := executor.NewMux()
+			executor.RegisterBuiltins(mux)
+			users := natsauth.Users(top, natsUsers, natsauth.Scope{Pools: []string{schemas.DefaultPool}, WorkerID: devWorkerID, Handlers: mux.Names()})
+			extra, extraPasswords, err := devExtraUsers(top, dir, drillHandlers(), extraPools)
+			if err != nil {
+				return err
+			}
+			users = append(users, extra...)
 			natsNote, replicas := "", 1
 			switch {
 			case clusterSize <= 1:
@@ -204,8 +216,6 @@ cleanly; it starts again on the same data.`,
 					closeConn()
 				}
 			}()
-			mux := executor.NewMux()
-			executor.RegisterBuiltins(mux)
 			for _, err := range []error{
 				add("dispatcher", func(nc *nats.Conn) (runner, error) {
 					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(), DrillFaults: true,
@@ -215,7 +225,7 @@ cleanly; it starts again on the same data.`,
 					return trigger.New(trigger.Options{Conn: nc, Store: st, Topology: top, Logger: log})
 				}),
 				add("executor", func(nc *nats.Conn) (runner, error) {
-					return executor.New(executor.Options{Conn: nc, Topology: top, Mux: mux, Logger: log})
+					return executor.New(executor.Options{Conn: nc, Topology: top, WorkerID: devWorkerID, Mux: mux, Logger: log})
 				}),
 				add("api", func(nc *nats.Conn) (runner, error) {
 					return api.New(api.Options{Store: st, Conn: nc, Topology: top, Addr: httpAddr, Logger: log, Metrics: m.registry()})
@@ -263,12 +273,16 @@ cleanly; it starts again on the same data.`,
 			for i, svc := range services {
 				run(names[i], svc)
 			}
+			poolNote, err := writeDevPools(dir, c.natsURL, extraPools, extraPasswords)
+			if err != nil {
+				return err
+			}
 			tokenNote := "kept in " + filepath.Join(dir, "admin.token")
 			if madeToken {
 				tokenNote = "made now, " + tokenNote
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), `AX is running (data in %s)
-  NATS     %s (a user per service; passwords in %s)%s
+  NATS     %s (a user per service; passwords in %s)%s%s
   API      http://%s (admin token %q %s)
   Console  http://%s (log in with the admin token)
   Metrics  %s
@@ -278,7 +292,7 @@ Use the API as admin (bin/ax reads both):
 Try it:
   ax task apply -f examples/hello.yaml && ax fire hello --payload '{"name":"world"}' --wait
 Ctrl-C stops it.
-`, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), natsNote, httpAddr, devAdminName, tokenNote, httpAddr, metricsNote, httpAddr, token)
+`, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), natsNote, poolNote, httpAddr, devAdminName, tokenNote, httpAddr, metricsNote, httpAddr, token)
 			wg.Wait()
 			if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 				return err
@@ -297,6 +311,7 @@ Ctrl-C stops it.
 		"address of the embedded NATS server's HTTP monitoring port, for prometheus-nats-exporter and NATS Surveyor; \"off\" closes it (env AX_NATS_MONITOR)")
 	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL,
 		"how long an attempt's lease lives without renewal: a killed worker's attempts are retried elsewhere about this long after it died")
+	f.StringArrayVar(&poolArgs, "pool", nil, "make a least-privilege NATS user for a worker of another pool, as NAME:handler,handler (repeatable): it may pull only those handlers' queues of that pool, as worker NAME-1; its settings go to <data>/executor-NAME.env")
 	alertAllowFlag(cmd, &alertAllow)
 	history.flags(cmd)
 	m.flags(cmd, "127.0.0.1:9090")

@@ -175,8 +175,14 @@ func drillConnect(c conn, devDir, dispatchCreds string) (func(role natsauth.Role
 			return nil, fmt.Errorf("--ax-dev %s: read %s: %w (start ax dev first, or give the folder it keeps its data in)", devDir, path, err)
 		}
 		return func(role natsauth.Role, name string) (*nats.Conn, error) {
+			// ax dev's executor user is its own worker's; the drill's
+			// executors have one of their own, for the drill pool.
+			user := string(role)
+			if role == natsauth.Executor {
+				user = devDrillUser
+			}
 			cc := c
-			cc.natsCreds, cc.natsUser, cc.natsPass, cc.natsInbox = "", string(role), passwords[role], natsauth.InboxPrefix(string(role))
+			cc.natsCreds, cc.natsUser, cc.natsPass, cc.natsInbox = "", user, passwords[natsauth.Role(user)], natsauth.InboxPrefix(user)
 			return cc.connectNATS("drill " + name)
 		}, nil
 	}

@@ -124,7 +124,7 @@ func TestRootFlags(t *testing.T) {
 // a test would start them.
 var serviceCommands = map[string]bool{
 	"ax dev": true, "ax dispatcher": true, "ax trigger": true, "ax executor": true, "ax api": true, "ax auditor": true,
-	"ax secrets": true, "ax drill system": true, "ax nats-server": true,
+	"ax secrets": true, "ax user add executor": true, "ax drill system": true, "ax nats-server": true,
 }
 
 // TestCommandTree walks the whole command tree: every runnable command has

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
+	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
@@ -25,7 +26,8 @@ var dbRoles = []natsauth.Role{natsauth.Dispatcher, natsauth.Trigger, natsauth.AP
 func newSecretsCmd() *cobra.Command {
 	var (
 		dir, owner, pgOwner, pgHost, pgUser, pgDB, pools string
-		prefix                                           string
+		prefix, worker                                   string
+		handlers                                         []string
 	)
 	cmd := &cobra.Command{
 		Use:   "secrets",
@@ -40,7 +42,10 @@ func newSecretsCmd() *cobra.Command {
   <dir>/<role>/pgpass      the same, for each service that uses PostgreSQL (PGPASSFILE)
 
 Secrets that exist are kept; auth.conf is written again, so that an upgrade
-takes the permissions of the new version. Every file is mode 0600, owned by
+takes the permissions of the new version, with the executor users that
+ax user add executor recorded in <dir>/nats/executors.json. The executor
+user is one worker's (--executor-worker, the executor's AX_WORKER_ID) and
+may pull only the queues of --executor-handler of --pools. Every file is mode 0600, owned by
 --owner (the services' user) or --postgres-owner.`,
 		Example: `  ax secrets --dir /secrets --owner 65532:65532 --postgres-owner 999:999`,
 		Args:    cobra.NoArgs,
@@ -59,33 +64,25 @@ takes the permissions of the new version. Every file is mode 0600, owned by
 			}
 			keys := map[natsauth.Role]string{}
 			for _, role := range natsauth.Roles {
-				seed, err := keepOrMake(filepath.Join(dir, string(role), "nats.nk"), uid, gid, func() (string, error) {
-					kp, err := nkeys.CreateUser()
-					if err != nil {
-						return "", err
-					}
-					seed, err := kp.Seed()
-					return string(seed), err
-				})
-				if err != nil {
-					return err
-				}
-				kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(seed)))
-				if err != nil {
-					return fmt.Errorf("read the NKey seed of %s: %w; delete %s to make a new one", role, err, filepath.Join(dir, string(role), "nats.nk"))
-				}
-				if keys[role], err = kp.PublicKey(); err != nil {
+				if keys[role], err = keepOrMakeNKey(filepath.Join(dir, string(role), "nats.nk"), string(role), uid, gid); err != nil {
 					return err
 				}
 			}
-			scope := natsauth.Scope{}
+			scope := natsauth.Scope{WorkerID: worker, Handlers: handlers}
 			for p := range strings.SplitSeq(pools, ",") {
 				if p = strings.TrimSpace(p); p != "" {
 					scope.Pools = append(scope.Pools, p)
 				}
 			}
-			auth := "# Written by ax secrets: the NATS users of AX's services, by NKey.\n" +
-				natsauth.NKeyServerConfig(top, scope, keys)
+			if err := scope.Check(); err != nil {
+				return fmt.Errorf("the executor's user: %w", err)
+			}
+			more, err := loadExecutorUsers(dir)
+			if err != nil {
+				return err
+			}
+			auth := "# Written by ax secrets: the NATS users of AX's services, by NKey, and the executor users of ax user add.\n" +
+				natsauth.NKeyServerConfig(top, scope, keys, more...)
 			if err := writeSecret(filepath.Join(dir, "nats", "auth.conf"), auth, -1, -1); err != nil {
 				return err
 			}
@@ -117,6 +114,8 @@ takes the permissions of the new version. Every file is mode 0600, owned by
 	f.StringVar(&pgUser, "postgres-user", "ax", "PostgreSQL's user, for the pgpass files")
 	f.StringVar(&pgDB, "postgres-db", "ax", "PostgreSQL's database, for the pgpass files")
 	f.StringVar(&pools, "pools", "default", "pools the executor user serves, comma-separated")
+	f.StringVar(&worker, "executor-worker", "executor-1", "the worker id of the executor user (its --worker-id): the user may be that worker only")
+	f.StringSliceVar(&handlers, "executor-handler", builtinHandlers(), "handlers the executor user may pull, repeatable (default: ax executor's built-in ones)")
 	f.StringVar(&prefix, "prefix", envOr("AX_PREFIX", "ax"), "subject prefix of this installation (env AX_PREFIX)")
 	return cmd
 }
@@ -133,6 +132,27 @@ func parseOwner(s string) (int, int, error) {
 		return 0, 0, fmt.Errorf("%q is not uid:gid, such as 65532:65532", s)
 	}
 	return uid, gid, nil
+}
+
+// keepOrMakeNKey returns the public key of the NKey user seed kept at
+// path for user, making the seed if there is none (see keepOrMake).
+func keepOrMakeNKey(path, user string, uid, gid int) (string, error) {
+	seed, err := keepOrMake(path, uid, gid, func() (string, error) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return "", err
+		}
+		seed, err := kp.Seed()
+		return string(seed), err
+	})
+	if err != nil {
+		return "", err
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(seed)))
+	if err != nil {
+		return "", fmt.Errorf("read the NKey seed of %s: %w; delete %s to make a new one", user, err, path)
+	}
+	return kp.PublicKey()
 }
 
 // keepOrMake returns the secret kept at path, or makes one with mk and
@@ -177,4 +197,11 @@ func writeSecret(path, data string, uid, gid int) error {
 		}
 	}
 	return nil
+}
+
+// builtinHandlers are the handlers of ax executor.
+func builtinHandlers() []string {
+	mux := executor.NewMux()
+	executor.RegisterBuiltins(mux)
+	return mux.Names()
 }

@@ -203,7 +203,7 @@ func TestExecutorWithItsNATSUser(t *testing.T) {
 	t.Parallel()
 	top := streams.Default()
 	passwords := map[natsauth.Role]string{natsauth.Dispatcher: "d-pw", natsauth.Executor: "e-pw"}
-	ns, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(), Users: natsauth.Users(top, passwords, natsauth.Scope{})})
+	ns, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(), Users: natsauth.Users(top, passwords, natsauth.Scope{WorkerID: "w-auth", Handlers: builtinHandlers()})})
 	if err != nil {
 		t.Fatal(err)
 	}

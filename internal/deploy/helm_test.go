@@ -68,10 +68,15 @@ func helm(t *testing.T, args ...string) (string, error) {
 }
 
 // defaultAuthorization is the chart's files/nats-authorization.conf: the
-// users of the default topology with an executor for pool "default".
+// users of the default topology with an executor for pool "default" and
+// the built-in handlers (executorDefaults.handlers), any worker id (the
+// pool's replicas share the user).
 func defaultAuthorization() string {
-	return natsauth.ServerConfig(streams.Default(), natsauth.Scope{Pools: []string{schemas.DefaultPool}})
+	return natsauth.ServerConfig(streams.Default(), natsauth.Scope{Pools: []string{schemas.DefaultPool}, Handlers: builtinHandlers})
 }
+
+// builtinHandlers are values.yaml's executorDefaults.handlers.
+var builtinHandlers = []string{executor.BuiltinEcho, executor.BuiltinSleep, executor.BuiltinFail}
 
 // TestChartAuthorizationIsNatsauths checks that the chart's default NATS
 // authorization is what streams/natsauth renders (go test -update rewrites it).
@@ -160,7 +165,7 @@ func TestChartRendersTheTopology(t *testing.T) {
 	t.Parallel()
 	top := streams.Default()
 	pools := []string{schemas.DefaultPool, "gpu+large"}
-	auth := natsauth.ServerConfig(top, natsauth.Scope{Pools: pools})
+	auth := natsauth.ServerConfig(top, natsauth.Scope{Pools: pools, Handlers: append(builtinHandlers, "train.model")})
 	indented := "    " + strings.ReplaceAll(strings.TrimSuffix(auth, "\n"), "\n", "\n    ")
 	objects := render(t, `
 database: {url: "postgres://ax@db/ax"}

@@ -29,8 +29,10 @@ import (
 )
 
 // authSystem is a dispatcher and an API on a server with the users ax dev
-// makes (natsauth.Users, any worker id, any handler) plus an executor user
-// of the pool gpu, for tests that act as a hostile credential holder.
+// makes (natsauth.Users; its executor user the default pool's worker
+// defaultWorker, with the built-in handlers) plus an executor user of the
+// pool gpu that its workers share (any worker id, the built-in handlers),
+// for tests that act as a hostile credential holder.
 type authSystem struct {
 	*system
 	top       streams.Topology
@@ -42,6 +44,12 @@ type authSystem struct {
 // gpuExecutor is the user of the gpu pool's executors.
 const gpuExecutor = "executor-gpu"
 
+// defaultWorker is the worker the executor user may be.
+const defaultWorker = "w1"
+
+// builtins are the built-in handlers, which the executor users name.
+var builtins = []string{executor.BuiltinEcho, executor.BuiltinFail, executor.BuiltinSleep}
+
 func newAuthSystem(t *testing.T) *authSystem {
 	t.Helper()
 	top := streams.Default()
@@ -51,8 +59,9 @@ func newAuthSystem(t *testing.T) *authSystem {
 		roles[role] = "pw-" + string(role)
 		passwords[string(role)] = roles[role]
 	}
-	users := append(natsauth.Users(top, roles, natsauth.Scope{}), &server.User{Username: gpuExecutor,
-		Password: passwords[gpuExecutor], Permissions: natsauth.Permissions(top, natsauth.Executor, gpuExecutor, natsauth.Scope{Pools: []string{"gpu"}})})
+	users := append(natsauth.Users(top, roles, natsauth.Scope{Pools: []string{schemas.DefaultPool}, WorkerID: defaultWorker, Handlers: builtins}),
+		&server.User{Username: gpuExecutor, Password: passwords[gpuExecutor],
+			Permissions: natsauth.Permissions(top, natsauth.Executor, gpuExecutor, natsauth.Scope{Pools: []string{"gpu"}, Handlers: builtins})})
 	ns, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(), Users: users})
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +82,7 @@ func newAuthSystem(t *testing.T) *authSystem {
 	}
 	a.run("dispatcher", d.Run)
 	<-d.Ready()
+	a.dispatcher = d
 	srv, err := api.New(api.Options{Store: st, Conn: a.connect(string(natsauth.API), nil), Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -168,13 +178,13 @@ dispatch:
 	}
 	waitFor(t, "the server to refuse a report on the gpu pool's subject", time.Minute, func() (bool, error) { return v.seen(gpuSubject), nil })
 	// On its own pool's subject, which it may use: the dispatcher refuses it.
-	if _, err := streams.Publish(ctx, js, a.top.Report(schemas.DefaultPool, "evil", id), "", forged); err != nil {
+	if _, err := streams.Publish(ctx, js, a.top.Report(schemas.DefaultPool, defaultWorker, id), "", forged); err != nil {
 		t.Fatal(err)
 	}
 	// And a subject that names another worker than the body.
 	other := forged
 	other.WorkerID = "w-honest"
-	if _, err := streams.Publish(ctx, js, a.top.Report(schemas.DefaultPool, "evil", id), "", other); err != nil {
+	if _, err := streams.Publish(ctx, js, a.top.Report(schemas.DefaultPool, defaultWorker, id), "", other); err != nil {
 		t.Fatal(err)
 	}
 	// Refused: counted, and on the timeline (recorded after the count).

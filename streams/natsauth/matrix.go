@@ -43,12 +43,17 @@ func Actions(top streams.Topology) []Action {
 		{What: "send a worker a control order", Subject: top.Control(worker)},
 		{What: "hear its own worker's control orders", Subject: top.Control(worker), Subscribe: true},
 		{What: "announce a task change (`$KV." + top.TasksBucket() + "`)", Subject: kvKey(top.TasksBucket(), "hello")},
-		{What: "write a heartbeat (`$KV." + top.WorkersBucket() + "`)", Subject: kvKey(top.WorkersBucket(), worker)},
+		{What: "write its worker's heartbeat (`$KV." + top.WorkersBucket() + "`)", Subject: kvKey(top.WorkersBucket(), worker)},
+		{What: "write another worker's heartbeat", Subject: kvKey(top.WorkersBucket(), "w2")},
 		{What: "write a lease (`$KV." + top.LeasesBucket() + "`)", Subject: kvKey(top.LeasesBucket(), "1")},
 		{What: "pull firings from the dispatcher's consumer", Subject: api + "CONSUMER.MSG.NEXT." + top.TriggersStream() + "." + d.Durable},
 		{What: "pull reports from the recorder's consumer", Subject: api + "CONSUMER.MSG.NEXT." + top.ReportsStream() + "." + top.RecorderConsumer().Durable},
 		{What: "pull its pool's work", Subject: api + "CONSUMER.MSG.NEXT." + top.DispatchStream() + "." + pool.Durable},
 		{What: "pull another pool's work", Subject: api + "CONSUMER.MSG.NEXT." + top.DispatchStream() + "." + otherPool.Durable},
+		{What: "read the state of another pool's consumer", Subject: api + "CONSUMER.INFO." + top.DispatchStream() + "." + otherPool.Durable},
+		{What: "acknowledge another pool's work", Subject: "$JS.ACK." + top.DispatchStream() + "." + otherPool.Durable + ".1.1.1.1.0"},
+		{What: "pull another handler's work of its pool", Subject: api + "CONSUMER.MSG.NEXT." + top.DispatchStream() + "." + top.PoolConsumer(own, schemas.PriorityNormal, "other").Durable},
+		{What: "pull another worker's own work", Subject: api + "CONSUMER.MSG.NEXT." + top.DispatchStream() + "." + top.WorkerConsumer("w2").Durable},
 		{What: "make or change its pool's consumer", Subject: api + "CONSUMER.CREATE." + top.DispatchStream() + "." + pool.Durable + "." + pool.FilterSubject},
 		{What: "make or change another pool's consumer", Subject: api + "CONSUMER.CREATE." + top.DispatchStream() + "." + otherPool.Durable + "." + otherPool.FilterSubject},
 		{What: "read a dispatch message by sequence", Subject: api + "STREAM.MSG.GET." + top.DispatchStream()},
@@ -106,9 +111,13 @@ func matches(pattern, subject string) bool {
 	return len(p) == len(s)
 }
 
+// MatrixScope is the executor's scope in [Matrix]: the pool "default",
+// the worker "w1" and the handler "hello", as every executor credential AX
+// makes names its pools, worker and handlers (see [Scope.Check]).
+var MatrixScope = Scope{Pools: []string{schemas.DefaultPool}, WorkerID: "w1", Handlers: []string{"hello"}}
+
 // Matrix renders, as a Markdown table, which role may take which action of
-// [Actions] in topology top, with an executor scoped to the pool
-// "default" and any worker id.
+// [Actions] in topology top, with an executor of [MatrixScope].
 func Matrix(top streams.Topology) string {
 	var b strings.Builder
 	b.WriteString("| action | subject |")
@@ -122,7 +131,7 @@ func Matrix(top streams.Topology) string {
 	b.WriteString("\n")
 	perms := make([]*server.Permissions, len(Roles))
 	for i, role := range Roles {
-		perms[i] = Permissions(top, role, string(role), Scope{})
+		perms[i] = Permissions(top, role, string(role), MatrixScope)
 	}
 	for _, a := range Actions(top) {
 		verb := "pub"

@@ -64,18 +64,58 @@ var Roles = []Role{Dispatcher, Trigger, Executor, API, Auditor}
 type Scope struct {
 	// Pools are the pools the executor serves (default
 	// schemas.DefaultPool).
-	Pools []string
-	// WorkerID, when set, is the only worker id whose heartbeat key and
-	// control subject the executor may use; empty allows any worker id.
-	WorkerID string
-	// Handlers, when set, are the only handlers whose queues of its pools
-	// the executor may pull (consumers "pool_<pool>_<priority>_<handler>…",
-	// see streams.PoolConsumerName). Empty allows the queues of any
-	// handler: a consumer's name is one subject token, so the permission
-	// then names any consumer of AX_DISPATCH, and only the consumers it
-	// may create are held to its pools' subjects. Name the handlers to keep
-	// an executor to its pools' work.
-	Handlers []string
+	Pools []string `json:"pools,omitempty"`
+	// WorkerID, when set, is the only worker id whose heartbeat key,
+	// reports, own consumer and control subject the executor may use.
+	// Empty allows any worker id, and so any worker consumer by name —
+	// and a consumer's name is one subject token, so that is any
+	// consumer of AX_DISPATCH, every pool's: [Scope.Check] refuses it.
+	WorkerID string `json:"worker_id,omitempty"`
+	// Handlers are the only handlers whose queues of its pools the
+	// executor may pull, read and acknowledge (consumers
+	// "pool_<pool>_<priority>_<handler>…", see streams.PoolConsumerName).
+	// No permission can say "any consumer of this pool", so without
+	// handlers the executor gets no pool queue at all, only its own
+	// worker consumer; [Scope.Check] refuses such a scope.
+	Handlers []string `json:"handlers,omitempty"`
+}
+
+// Check reports what keeps scope from holding an executor to its pools:
+// it must name its worker and the handlers it serves, and every pool,
+// handler and worker id must be a subject token (a handler may have
+// dots). Every executor credential AX makes passes it.
+func (s Scope) Check() error {
+	if len(s.Handlers) == 0 {
+		return errors.New("an executor credential must name the handlers its worker serves (--handler NAME, repeatable): " +
+			"a pool's queues are one consumer per handler, and a credential reaches only the queues it names")
+	}
+	if s.WorkerID == "" {
+		return errors.New("an executor credential must name its worker (--worker ID, the worker's --worker-id): " +
+			"a worker's own consumer is named by its worker id, and a credential for any worker id could pull any consumer of every pool")
+	}
+	bad := func(what, v string, dots bool) error {
+		tokens := []string{v}
+		if dots {
+			tokens = strings.Split(v, ".")
+		}
+		for _, tok := range tokens {
+			if tok == "" || strings.ContainsAny(tok, " \t\r\n*>.") {
+				return fmt.Errorf("%s %q is not a subject token: no spaces, wildcards (* >) or empty parts", what, v)
+			}
+		}
+		return nil
+	}
+	for _, p := range s.Pools {
+		if err := bad("pool", p, false); err != nil {
+			return err
+		}
+	}
+	for _, h := range s.Handlers {
+		if err := bad("handler", h, true); err != nil {
+			return err
+		}
+	}
+	return bad("worker id", s.WorkerID, false)
 }
 
 // InboxPrefix is the inbox prefix that a connection of user must use
@@ -178,16 +218,10 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		pub = append(pub, info(top.DispatchStream(), top.ReportsStream(), top.LogsStream(),
 			kv(top.LeasesBucket()), kv(top.WorkersBucket()), kv(top.MutexBucket()), kv(top.OnceBucket()))...)
 		stream := top.DispatchStream()
-		if len(scope.Handlers) == 0 {
-			// Any handler: any consumer by name, and new consumers only
-			// on the pools' subjects.
-			pub = append(pub, "$JS.API.CONSUMER.INFO."+stream+".*", "$JS.API.CONSUMER.MSG.NEXT."+stream+".*")
-			pub = append(pub, ack(stream, "*")...)
-		}
+		// Its handlers' queues of its pools, each by name: a consumer name
+		// is one subject token, so there is no permission for "this pool's
+		// consumers", and an executor without handlers gets none.
 		for _, pool := range pools {
-			if len(scope.Handlers) == 0 {
-				pub = append(pub, "$JS.API.CONSUMER.CREATE."+stream+".*."+top.Dispatch(pool, "*", ">"))
-			}
 			for _, p := range schemas.Priorities {
 				for _, h := range scope.Handlers {
 					c := top.PoolConsumer(pool, p, h)
@@ -278,14 +312,30 @@ func ServerConfig(top streams.Topology, scope Scope) string {
 // of a nats-server configuration file, each user known by the public NKey
 // keys holds for its role ("U…") instead of a password: a service proves
 // its role with the seed, which the server never sees (NATS_NKEY). A role
-// without a key is left out.
-func NKeyServerConfig(top streams.Topology, scope Scope, keys map[Role]string) string {
-	return serverConfig(top, scope, func(role Role) string {
-		if keys[role] == "" {
-			return ""
+// without a key is left out; more are executor users of their own (see
+// [NKeyUser]), after the roles'.
+func NKeyServerConfig(top streams.Topology, scope Scope, keys map[Role]string, more ...NKeyUser) string {
+	var b strings.Builder
+	b.WriteString("authorization {\n  users = [\n")
+	for _, role := range Roles {
+		if keys[role] != "" {
+			writeUser(&b, fmt.Sprintf("      nkey: %q\n", keys[role]), Permissions(top, role, string(role), scope))
 		}
-		return fmt.Sprintf("      nkey: %q\n", keys[role])
-	})
+	}
+	for _, u := range more {
+		writeUser(&b, fmt.Sprintf("      # %s\n      nkey: %q\n", u.Name, u.NKey), Permissions(top, Executor, u.Name, u.Scope))
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+// An NKeyUser is an executor user of its own beside the roles' (one per
+// worker, say, made by ax user add executor): its name (its inbox is
+// [InboxPrefix] of it), its public NKey, and its scope.
+type NKeyUser struct {
+	Name  string `json:"name"`
+	NKey  string `json:"nkey"`
+	Scope Scope  `json:"scope"`
 }
 
 // serverConfig renders the authorization block; credential gives the lines
@@ -294,21 +344,25 @@ func serverConfig(top streams.Topology, scope Scope, credential func(Role) strin
 	var b strings.Builder
 	b.WriteString("authorization {\n  users = [\n")
 	for _, role := range Roles {
-		cred := credential(role)
-		if cred == "" {
-			continue
+		if cred := credential(role); cred != "" {
+			writeUser(&b, cred, Permissions(top, role, string(role), scope))
 		}
-		b.WriteString("    {\n" + cred)
-		if p := Permissions(top, role, string(role), scope); p != nil {
-			b.WriteString("      permissions: {\n")
-			writeList(&b, "publish", p.Publish.Allow)
-			writeList(&b, "subscribe", p.Subscribe.Allow)
-			b.WriteString("      }\n")
-		}
-		b.WriteString("    }\n")
 	}
 	b.WriteString("  ]\n}\n")
 	return b.String()
+}
+
+// writeUser writes one user of the authorization block: the lines that
+// identify it, and its permissions (none: everything).
+func writeUser(b *strings.Builder, cred string, p *server.Permissions) {
+	b.WriteString("    {\n" + cred)
+	if p != nil {
+		b.WriteString("      permissions: {\n")
+		writeList(b, "publish", p.Publish.Allow)
+		writeList(b, "subscribe", p.Subscribe.Allow)
+		b.WriteString("      }\n")
+	}
+	b.WriteString("    }\n")
 }
 
 // PasswordEnv names the environment variable [ServerConfig] reads the
@@ -329,7 +383,27 @@ func writeList(b *strings.Builder, name string, subjects []string) {
 // passwords across restarts, and only the owner of the data folder can
 // read them.
 func LoadOrCreatePasswords(path string) (map[Role]string, error) {
-	passwords := map[Role]string{}
+	names := make([]string, len(Roles))
+	for i, role := range Roles {
+		names[i] = string(role)
+	}
+	all, err := LoadOrCreateUserPasswords(path, names)
+	if err != nil {
+		return nil, err
+	}
+	passwords := make(map[Role]string, len(Roles))
+	for _, role := range Roles {
+		passwords[role] = all[string(role)]
+	}
+	return passwords, nil
+}
+
+// LoadOrCreateUserPasswords is [LoadOrCreatePasswords] for the users
+// called names (ax dev's executor users of other pools, say, beside the
+// roles): it returns every password the file holds, with one made for
+// each name it lacked.
+func LoadOrCreateUserPasswords(path string, names []string) (map[string]string, error) {
+	passwords := map[string]string{}
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -341,15 +415,15 @@ func LoadOrCreatePasswords(path string) (map[Role]string, error) {
 		}
 	}
 	changed := false
-	for _, role := range Roles {
-		if passwords[role] != "" {
+	for _, name := range names {
+		if passwords[name] != "" {
 			continue
 		}
 		b := make([]byte, 24)
 		if _, err := rand.Read(b); err != nil {
 			return nil, fmt.Errorf("make NATS password: %w", err)
 		}
-		passwords[role] = base64.RawURLEncoding.EncodeToString(b)
+		passwords[name] = base64.RawURLEncoding.EncodeToString(b)
 		changed = true
 	}
 	if !changed {

@@ -67,7 +67,7 @@ func TestDocsGiveTheConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := natsauth.ServerConfig(streams.Default(), natsauth.Scope{})
+	cfg := natsauth.ServerConfig(streams.Default(), natsauth.MatrixScope)
 	if !strings.Contains(string(doc), cfg) {
 		t.Errorf("docs/security.md does not hold the configuration natsauth renders; replace its block with:\n%s", cfg)
 	}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/ax-scheduler/ax/drill"
+	"github.com/ax-scheduler/ax/examples/executor/handlers"
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+// devWorkerID is the worker id of ax dev's own executor, which its
+// executor user is pinned to.
+const devWorkerID = "ax-dev"
+
+// devDrillUser is the NATS user of the executors of ax drill task --ax-dev,
+// which serve the pool drill.drill.Pool under worker ids of their own.
+const devDrillUser = "executor-drill"
+
+// devPool is an extra pool of ax dev (--pool NAME:handler,handler): a
+// NATS user of its own for one worker of it, in another language say.
+type devPool struct {
+	scope natsauth.Scope
+	user  string
+}
+
+// parseDevPool reads --pool NAME:handler[,handler…].
+func parseDevPool(arg string) (devPool, error) {
+	name, list, _ := strings.Cut(arg, ":")
+	name = strings.TrimSpace(name)
+	var handlers []string
+	for h := range strings.SplitSeq(list, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			handlers = append(handlers, h)
+		}
+	}
+	if name == "" {
+		return devPool{}, fmt.Errorf("--pool %q: give the pool and its handlers, as --pool js:hello,resize", arg)
+	}
+	if len(handlers) == 0 {
+		return devPool{}, fmt.Errorf("--pool %q: name the handlers its worker serves, as --pool %s:hello,resize: a credential reaches only the queues of the handlers it names", arg, name)
+	}
+	if name == schemas.DefaultPool || name == drill.Pool || name == streams.WorkerPool {
+		return devPool{}, fmt.Errorf("--pool %q: ax dev's own executor serves pool %s (and the drill's %s; %s is reserved); give another pool name", arg, schemas.DefaultPool, drill.Pool, streams.WorkerPool)
+	}
+	worker := strings.NewReplacer("+", "-", ".", "-").Replace(name) + "-1"
+	p := devPool{user: "executor-" + name, scope: natsauth.Scope{Pools: []string{name}, WorkerID: worker, Handlers: handlers}}
+	if err := p.scope.Check(); err != nil {
+		return devPool{}, fmt.Errorf("--pool %q: %w", arg, err)
+	}
+	return p, nil
+}
+
+// devExtraUsers returns the NATS users of the drill's executors and of
+// the extra pools, with their passwords, kept in <dir>/nats-users.json
+// beside the services' ones.
+func devExtraUsers(top streams.Topology, dir string, drillHandlers []string, pools []devPool) ([]*server.User, map[string]string, error) {
+	names := []string{devDrillUser}
+	for _, p := range pools {
+		names = append(names, p.user)
+	}
+	passwords, err := natsauth.LoadOrCreateUserPasswords(filepath.Join(dir, "nats-users.json"), names)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The drill's executors come and go under worker ids of their own, so
+	// their user names no worker: ax dev's only executor user that does
+	// not, on a pool no task of yours is in (see docs/security.md).
+	drillScope := natsauth.Scope{Pools: []string{drill.Pool}, Handlers: drillHandlers}
+	users := []*server.User{{Username: devDrillUser, Password: passwords[devDrillUser],
+		Permissions: natsauth.Permissions(top, natsauth.Executor, devDrillUser, drillScope)}}
+	for _, p := range pools {
+		users = append(users, &server.User{Username: p.user, Password: passwords[p.user],
+			Permissions: natsauth.Permissions(top, natsauth.Executor, p.user, p.scope)})
+	}
+	return users, passwords, nil
+}
+
+// writeDevPools writes each extra pool's connection settings to
+// <dir>/executor-<pool>.env (mode 0600), and returns the banner's lines.
+func writeDevPools(dir, natsURL string, pools []devPool, passwords map[string]string) (string, error) {
+	var note strings.Builder
+	for _, p := range pools {
+		pool := p.scope.Pools[0]
+		env := fmt.Sprintf("NATS_URL=%s\nNATS_USER=%s\nNATS_PASSWORD=%s\nNATS_INBOX_PREFIX=%s\nAX_POOLS=%s\nAX_WORKER_ID=%s\n",
+			natsURL, p.user, passwords[p.user], natsauth.InboxPrefix(p.user), pool, p.scope.WorkerID)
+		path := filepath.Join(dir, "executor-"+pool+".env")
+		if err := os.WriteFile(path, []byte(env), 0o600); err != nil {
+			return "", fmt.Errorf("write the settings of pool %s: %w", pool, err)
+		}
+		// WriteFile keeps the mode of a file that was there.
+		if err := os.Chmod(path, 0o600); err != nil {
+			return "", fmt.Errorf("write the settings of pool %s: %w", pool, err)
+		}
+		fmt.Fprintf(&note, "\n  Pool     %s: NATS user %s for worker id %s, handlers %s only; settings in %s\n"+
+			"           (set -a; . %s; set +a — then start the worker with that worker id)",
+			pool, p.user, p.scope.WorkerID, strings.Join(p.scope.Handlers, ", "), path, path)
+	}
+	return note.String(), nil
+}
+
+// drillHandlers are the handlers of ax drill task's executors.
+func drillHandlers() []string {
+	mux := executor.NewMux()
+	executor.RegisterBuiltins(mux)
+	handlers.Register(mux)
+	return mux.Names()
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+func init() { extraCommands = append(extraCommands, newUserCmd) }
+
+// userNameRE is what an executor user's name may be.
+var userNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// executorsFile is where ax user add executor keeps the executor users it
+// made, in a folder of ax secrets: ax secrets renders them into auth.conf.
+func executorsFile(dir string) string { return filepath.Join(dir, "nats", "executors.json") }
+
+// loadExecutorUsers reads the executor users of the secrets folder dir.
+func loadExecutorUsers(dir string) ([]natsauth.NKeyUser, error) {
+	data, err := os.ReadFile(executorsFile(dir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the executor users: %w", err)
+	}
+	var users []natsauth.NKeyUser
+	if err := json.Unmarshal(data, &users); err != nil {
+		return nil, fmt.Errorf("read the executor users from %s: %w; fix or delete the file (then add the users again)", executorsFile(dir), err)
+	}
+	for _, u := range users {
+		if err := u.Scope.Check(); err != nil {
+			return nil, fmt.Errorf("executor user %s in %s: %w", u.Name, executorsFile(dir), err)
+		}
+	}
+	return users, nil
+}
+
+func newUserCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "user",
+		Short: "Make NATS users of their own for executors (in a folder of ax secrets)",
+		Args:  cobra.NoArgs,
+	}
+	add := &cobra.Command{Use: "add", Short: "Add a NATS user", Args: cobra.NoArgs}
+	add.AddCommand(newUserAddExecutorCmd())
+	cmd.AddCommand(add)
+	return cmd
+}
+
+func newUserAddExecutorCmd() *cobra.Command {
+	var (
+		dir, name, worker, owner string
+		pools, handlers          []string
+	)
+	cmd := &cobra.Command{
+		Use:   "executor",
+		Short: "Make a least-privilege NATS user for one executor worker",
+		Long: `Make a NATS user for one worker: it may pull only the queues of the handlers
+named, of the pools named, be only the worker named (its heartbeat key, its own
+consumer, its control subject, its reports), and nothing of any other pool.
+
+It writes the user's NKey seed to <dir>/<name>/nats.nk (mode 0600) and records the
+user in <dir>/nats/executors.json, where ax secrets finds it: run ax secrets on
+the same folder again (docker compose does on every start) to write it into
+<dir>/nats/auth.conf, then restart or reload the NATS servers. Adding a user
+that exists replaces its pools, worker and handlers and keeps its key.`,
+		Example: `  ax user add executor --dir /secrets --pool gpu --worker gpu-1 --handler train.model
+  NATS_NKEY=/secrets/executor-gpu-1/nats.nk NATS_INBOX_PREFIX=_INBOX_executor-gpu-1 \
+    my-worker --pool gpu --worker-id gpu-1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			scope := natsauth.Scope{Pools: pools, WorkerID: worker, Handlers: handlers}
+			if len(scope.Pools) == 0 {
+				return errors.New("--pool: name the pools the worker serves (repeatable)")
+			}
+			if err := scope.Check(); err != nil {
+				return err
+			}
+			if name == "" {
+				name = "executor-" + worker
+			}
+			if slices.Contains(natsauth.Roles, natsauth.Role(name)) {
+				return fmt.Errorf("--name %s is a service's user, which ax secrets makes; give another name", name)
+			}
+			if !userNameRE.MatchString(name) {
+				return fmt.Errorf("--name %q: use letters, digits, '-' and '_' (it names a folder and the user's inbox subject)", name)
+			}
+			uid, gid, err := parseOwner(owner)
+			if err != nil {
+				return fmt.Errorf("--owner: %w", err)
+			}
+			seedPath := filepath.Join(dir, name, "nats.nk")
+			pub, err := keepOrMakeNKey(seedPath, name, uid, gid)
+			if err != nil {
+				return err
+			}
+			users, err := loadExecutorUsers(dir)
+			if err != nil {
+				return err
+			}
+			users = slices.DeleteFunc(users, func(u natsauth.NKeyUser) bool { return u.Name == name })
+			users = append(users, natsauth.NKeyUser{Name: name, NKey: pub, Scope: scope})
+			data, err := json.MarshalIndent(users, "", "  ")
+			if err != nil {
+				return err
+			}
+			if err := writeSecret(executorsFile(dir), string(data)+"\n", -1, -1); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), `executor user %s (NKey %s) added for worker %s of pool(s) %s, handlers %s
+  seed in %s
+Next: run ax secrets --dir %s again to write it into the NATS authorization, reload
+the NATS servers, and start the worker with
+  NATS_NKEY=%s NATS_INBOX_PREFIX=%s <worker> --worker-id %s
+`, name, pub, worker, strings.Join(pools, ", "), strings.Join(handlers, ", "), seedPath, dir, seedPath, natsauth.InboxPrefix(name), worker)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", "", "the folder of ax secrets (required)")
+	_ = cmd.MarkFlagRequired("dir")
+	f.StringSliceVar(&pools, "pool", nil, "a pool the worker serves (repeatable; required)")
+	f.StringVar(&worker, "worker", "", "the worker id the user may be (the worker's --worker-id; required)")
+	f.StringSliceVar(&handlers, "handler", nil, "a handler the worker serves (repeatable; required): the user may pull only these handlers' queues")
+	f.StringVar(&name, "name", "", "the NATS user's name, and its folder in --dir (default executor-<worker>)")
+	f.StringVar(&owner, "owner", "", "uid:gid that owns the seed (default: this process)")
+	return cmd
+}
