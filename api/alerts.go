@@ -115,7 +115,7 @@ func (s *Service) putAlertRule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rule := store.AlertRule{Name: name, Kind: req.Kind, Level: req.Level, Params: req.Params, Enabled: req.Enabled == nil || *req.Enabled}
-	out, err := s.opts.Store.PutAlertRule(r.Context(), rule)
+	out, err := s.opts.Store.PutAlertRule(r.Context(), rule, operator(r))
 	if ce, ok := errors.AsType[*store.AlertConfigError](err); ok {
 		writeError(w, badRequest("invalid_alert_rule", ce.Field, "alert rule %s: %s", name, ce.Error()))
 		return
@@ -169,7 +169,7 @@ func (s *Service) addAlertChannel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	ch, err := s.opts.Store.AddAlertChannel(r.Context(), req.Kind, req.URL)
+	ch, err := s.opts.Store.AddAlertChannel(r.Context(), req.Kind, req.URL, operator(r))
 	if ce, ok := errors.AsType[*store.AlertConfigError](err); ok {
 		writeError(w, badRequest("invalid_alert_channel", ce.Field, "alert channel: %s", ce.Error()))
 		return
@@ -190,7 +190,7 @@ func (s *Service) deleteAlertChannel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	ch, err := s.opts.Store.DeleteAlertChannel(r.Context(), id)
+	ch, err := s.opts.Store.DeleteAlertChannel(r.Context(), id, operator(r))
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, &Error{Status: http.StatusNotFound, Code: "alert_channel_not_found", Field: "id",
 			Message: fmt.Sprintf("alert channel %d does not exist; list them with GET /v1/alert-channels (ax alert channel list)", id)})

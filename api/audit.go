@@ -43,8 +43,14 @@ func (s *Service) auditFilter(r *http.Request) (store.AuditFilter, *Error) {
 	if e != nil {
 		return f, e
 	}
-	if f.Task, e = q.task("task"); e != nil {
-		return f, e
+	switch task := q.Get("task"); task {
+	case schemas.AuditTaskTokens, schemas.AuditTaskAlerts:
+		// The actions on no task: token and alert changes.
+		f.Task = task
+	default:
+		if f.Task, e = q.task("task"); e != nil {
+			return f, e
+		}
 	}
 	if inst := q.Get("instance"); inst != "" {
 		id, err := strconv.ParseInt(inst, 10, 64)

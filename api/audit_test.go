@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -55,11 +56,15 @@ func TestAudit(t *testing.T) {
 		"enable alice ",
 		"disable bob ",
 		`apply alice {"version":1}`,
+		// The tokens the test made, as every token made is.
+		`token_create apitest {"role":"admin","token":"bob","token_id":3}`,
+		`token_create apitest {"role":"admin","token":"alice","token_id":2}`,
+		`token_create apitest {"role":"admin","token":"test-admin","token_id":1}`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("Audit() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if len(recs) == 5 && (recs[2].ID[:2] != "o-" || recs[0].ID[:2] != "t-" || recs[2].Task != "nightly-report" || recs[2].At.IsZero()) {
+	if len(recs) == 8 && (recs[2].ID[:2] != "o-" || recs[0].ID[:2] != "t-" || recs[2].Task != "nightly-report" || recs[2].At.IsZero()) {
 		t.Errorf("records = %+v", recs)
 	}
 
@@ -97,7 +102,7 @@ func TestAudit(t *testing.T) {
 	}
 	// since also takes a duration back from now; fixedNow is 2025, so an
 	// hour back from it keeps every record.
-	if _, body := e.do("GET", "/v1/audit?since=1h", "", nil); len(body["records"].([]any)) != 5 {
+	if _, body := e.do("GET", "/v1/audit?since=1h", "", nil); len(body["records"].([]any)) != 8 {
 		t.Errorf("since=1h: %v", body)
 	}
 
@@ -127,5 +132,77 @@ func TestAudit(t *testing.T) {
 	_, err = e.client.Audit(ctx, apiclient.AuditQuery{Since: time.Now(), Operator: "a b&c"})
 	if err != nil {
 		t.Errorf("Audit with characters to escape: %v", err)
+	}
+}
+
+// TestAuditTokenAndAlertChanges makes, revokes and changes tokens, alert
+// rules and channels as two admins: each change is an operator action in
+// the audit trail, with the admin who made it and no secret.
+func TestAuditTokenAndAlertChanges(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := t.Context()
+	alice := e.as(apitest.Token(t, e.store, "alice", store.RoleAdmin))
+	bob := e.as(apitest.Token(t, e.store, "bob", store.RoleAdmin))
+
+	made, err := alice.CreateToken(ctx, "ci", store.RoleOperator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.RevokeToken(ctx, made.Token.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.PutAlertRule(ctx, "backlog", api.AlertRuleRequest{Kind: store.AlertBacklog, Level: store.AlertP1}); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := alice.AddAlertChannel(ctx, api.AlertChannelRequest{Kind: store.ChannelSlack, URL: "https://hooks.example.com/services/T0/B0/secret-path"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.DeleteAlertChannel(ctx, ch.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A refused change is no action.
+	if _, err := alice.DeleteAlertChannel(ctx, ch.ID); !isStatus(err, 404) {
+		t.Fatalf("deleting a deleted channel: %v, want 404", err)
+	}
+
+	want := []string{
+		fmt.Sprintf(`_alerts alert_channel_delete bob {"kind":"slack","channel_id":%d}`, ch.ID),
+		fmt.Sprintf(`_alerts alert_channel_add alice {"kind":"slack","channel_id":%d}`, ch.ID),
+		`_alerts alert_rule_put bob {"kind":"backlog","rule":"backlog","level":"P1","params":{},"enabled":true}`,
+		fmt.Sprintf(`_tokens token_revoke bob {"role":"operator","token":"ci","token_id":%d}`, made.Token.ID),
+		fmt.Sprintf(`_tokens token_create alice {"role":"operator","token":"ci","token_id":%d}`, made.Token.ID),
+	}
+	var got []string
+	for _, task := range []string{schemas.AuditTaskAlerts, schemas.AuditTaskTokens} {
+		recs, err := e.client.Audit(ctx, apiclient.AuditQuery{Task: task})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Kind != schemas.AuditAction || r.Operator == "apitest" {
+				continue
+			}
+			got = append(got, fmt.Sprintf("%s %s %s %s", r.Task, r.Action, r.Operator, r.Details))
+			if strings.Contains(string(r.Details), "secret") {
+				t.Errorf("the audit record %s holds a secret: %s", r.ID, r.Details)
+			}
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the audit of the token and alert changes =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Asked for by operator, as for any other action.
+	recs, err := e.client.Audit(ctx, apiclient.AuditQuery{Operator: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, r := range recs {
+		actions = append(actions, string(r.Action))
+	}
+	if strings.Join(actions, " ") != "alert_channel_add token_create" {
+		t.Errorf("alice's actions = %v, want the channel she added and the token she made", actions)
 	}
 }

@@ -208,7 +208,7 @@ func TestTokenRoutes(t *testing.T) {
 	if _, err := ops.ListTasks(ctx); err != nil {
 		t.Fatalf("the ops token: %v", err)
 	}
-	if _, err := e.store.RevokeToken(ctx, "ops"); err != nil {
+	if _, err := e.store.RevokeToken(ctx, "ops", "test"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(api.DefaultTokenCacheTTL + 5*time.Second)
@@ -247,14 +247,14 @@ func TestRunRefusesWithoutAnAdminToken(t *testing.T) {
 		}
 	}
 	check("on an empty database")
-	if _, _, err := st.CreateToken(t.Context(), "olga", store.RoleOperator); err != nil {
+	if _, _, err := st.CreateToken(t.Context(), "olga", store.RoleOperator, "test"); err != nil {
 		t.Fatal(err)
 	}
 	check("with an operator token only")
-	if _, _, err := st.CreateToken(t.Context(), "root", store.RoleAdmin); err != nil {
+	if _, _, err := st.CreateToken(t.Context(), "root", store.RoleAdmin, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.RevokeToken(t.Context(), "root"); err != nil {
+	if _, err := st.RevokeToken(t.Context(), "root", "test"); err != nil {
 		t.Fatal(err)
 	}
 	check("with a revoked admin token only")

@@ -54,7 +54,7 @@ func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("invalid_role", "role", "%v", err))
 		return
 	}
-	tok, secret, err := s.opts.Store.CreateToken(r.Context(), req.Name, req.Role)
+	tok, secret, err := s.opts.Store.CreateToken(r.Context(), req.Name, req.Role, operator(r))
 	if errors.Is(err, store.ErrTokenNameTaken) {
 		writeError(w, &Error{Status: http.StatusConflict, Code: "token_name_taken", Field: "name",
 			Message: fmt.Sprintf("a live token is already called %q; revoke it first (DELETE /v1/tokens/{id}, ax token revoke) or choose another name", req.Name)})
@@ -75,7 +75,7 @@ func (s *Service) revokeToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("invalid_token_id", "id", "%q is not a token id: use the number GET /v1/tokens (ax token list) shows", raw))
 		return
 	}
-	tok, err := s.opts.Store.RevokeToken(r.Context(), raw)
+	tok, err := s.opts.Store.RevokeToken(r.Context(), raw, operator(r))
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, &Error{Status: http.StatusNotFound, Code: "token_not_found", Field: "id",
 			Message: fmt.Sprintf("no live token has id %d; list them with GET /v1/tokens (ax token list)", id)})

@@ -541,6 +541,20 @@ const (
 	ActionRerun   OperatorAction = "rerun"   // fired an instance's firing again
 	ActionCancel  OperatorAction = "cancel"  // cancelled an instance
 	ActionDelete  OperatorAction = "delete"  // deleted a task
+
+	ActionTokenCreate        OperatorAction = "token_create"         // made an API token
+	ActionTokenRevoke        OperatorAction = "token_revoke"         // revoked an API token
+	ActionAlertRulePut       OperatorAction = "alert_rule_put"       // created or replaced an alert rule
+	ActionAlertChannelAdd    OperatorAction = "alert_channel_add"    // added an alert channel
+	ActionAlertChannelDelete OperatorAction = "alert_channel_delete" // deleted an alert channel
+)
+
+// The task names of the actions on no task, in their audit records (and
+// subjects, ax.audit.<task>): no task is called so, since a task's name
+// starts with a letter or a digit.
+const (
+	AuditTaskTokens = "_tokens" // token creation and revocation
+	AuditTaskAlerts = "_alerts" // alert rule and channel changes
 )
 
 // AuditRecord is the message on ax.audit.<task>: one entry of the audit

@@ -40,8 +40,10 @@ func (s *Store) ListAlertRules(ctx context.Context) ([]AlertRule, error) {
 // PutAlertRule creates the rule r.Name or replaces its level, params and
 // enabled flag, and returns it as stored. A rule's kind never changes: a
 // rule of another kind under that name is an *[AlertConfigError], and so
-// is a rule whose name, kind, level or params are wrong.
-func (s *Store) PutAlertRule(ctx context.Context, r AlertRule) (AlertRule, error) {
+// is a rule whose name, kind, level or params are wrong. The audit trail
+// records that operator put it (an action alert_rule_put of
+// schemas.AuditTaskAlerts, in the same statement).
+func (s *Store) PutAlertRule(ctx context.Context, r AlertRule, operator string) (AlertRule, error) {
 	if !alertRuleNameRE(r.Name) {
 		return AlertRule{}, schemas.AlertConfigErrorf("name", "%q is not a rule name: use 1-64 lower-case letters, digits, '_' and '-'", r.Name)
 	}
@@ -53,11 +55,15 @@ func (s *Store) PutAlertRule(ctx context.Context, r AlertRule) (AlertRule, error
 		params = json.RawMessage(`{}`)
 	}
 	rows, err := s.pool.Query(ctx, `
-		INSERT INTO alert_rules AS r (name, kind, level, params, enabled) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (name) DO UPDATE SET level = EXCLUDED.level, params = EXCLUDED.params,
-			enabled = EXCLUDED.enabled, updated_at = now()
-		WHERE r.kind = EXCLUDED.kind
-		RETURNING `+alertRuleColumns, r.Name, string(r.Kind), string(r.Level), []byte(params), r.Enabled)
+		WITH t AS (
+			INSERT INTO alert_rules AS r (name, kind, level, params, enabled) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (name) DO UPDATE SET level = EXCLUDED.level, params = EXCLUDED.params,
+				enabled = EXCLUDED.enabled, updated_at = now()
+			WHERE r.kind = EXCLUDED.kind
+			RETURNING `+alertRuleColumns+`
+		), a AS (`+actionInsert(6, `jsonb_build_object('rule', name, 'kind', kind, 'level', level, 'params', params, 'enabled', enabled)`)+`)
+		SELECT `+alertRuleColumns+` FROM t`, r.Name, string(r.Kind), string(r.Level), []byte(params), r.Enabled,
+		string(schemas.ActionAlertRulePut), schemas.AuditTaskAlerts, operator)
 	if err != nil {
 		return AlertRule{}, fmt.Errorf("put alert rule %s: %w", r.Name, err)
 	}
@@ -71,6 +77,10 @@ func (s *Store) PutAlertRule(ctx context.Context, r AlertRule) (AlertRule, error
 	}
 	return out[0], nil
 }
+
+// channelDetails are an alert channel action's details: never the URL,
+// which may hold a secret (a WeCom key, a Slack webhook path).
+const channelDetails = `jsonb_build_object('channel_id', id, 'kind', kind)`
 
 // alertRuleNameRE reports whether name is a valid rule name.
 func alertRuleNameRE(name string) bool {
@@ -98,10 +108,11 @@ func (s *Store) ListAlertChannels(ctx context.Context) ([]AlertChannel, error) {
 	return out, nil
 }
 
-// AddAlertChannel stores a channel and returns it. A kind that is not one
-// of the channel kinds, or a URL that is not an absolute http(s) URL, is an
-// *[AlertConfigError].
-func (s *Store) AddAlertChannel(ctx context.Context, kind AlertChannelKind, rawURL string) (AlertChannel, error) {
+// AddAlertChannel stores a channel and returns it; the audit trail records
+// that operator added it (its id and kind: the URL may hold a secret). A
+// kind that is not one of the channel kinds, or a URL that is not an
+// absolute http(s) URL, is an *[AlertConfigError].
+func (s *Store) AddAlertChannel(ctx context.Context, kind AlertChannelKind, rawURL string, operator string) (AlertChannel, error) {
 	switch kind {
 	case ChannelWebhook, ChannelWeCom, ChannelSlack:
 	default:
@@ -111,8 +122,11 @@ func (s *Store) AddAlertChannel(ctx context.Context, kind AlertChannelKind, rawU
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return AlertChannel{}, schemas.AlertConfigErrorf("url", "%q is not an absolute http or https URL", rawURL)
 	}
-	rows, err := s.pool.Query(ctx, `INSERT INTO alert_channels (kind, url) VALUES ($1, $2) RETURNING id, kind, url, created_at`,
-		string(kind), rawURL)
+	rows, err := s.pool.Query(ctx, `
+		WITH t AS (INSERT INTO alert_channels (kind, url) VALUES ($1, $2) RETURNING id, kind, url, created_at),
+		a AS (`+actionInsert(3, channelDetails)+`)
+		SELECT id, kind, url, created_at FROM t`,
+		string(kind), rawURL, string(schemas.ActionAlertChannelAdd), schemas.AuditTaskAlerts, operator)
 	if err != nil {
 		return AlertChannel{}, fmt.Errorf("add alert channel: %w", err)
 	}
@@ -124,9 +138,14 @@ func (s *Store) AddAlertChannel(ctx context.Context, kind AlertChannelKind, rawU
 }
 
 // DeleteAlertChannel deletes channel id and returns it, or returns an
-// error wrapping [ErrNotFound].
-func (s *Store) DeleteAlertChannel(ctx context.Context, id int64) (AlertChannel, error) {
-	rows, err := s.pool.Query(ctx, `DELETE FROM alert_channels WHERE id = $1 RETURNING id, kind, url, created_at`, id)
+// error wrapping [ErrNotFound]; the audit trail records that operator
+// deleted it.
+func (s *Store) DeleteAlertChannel(ctx context.Context, id int64, operator string) (AlertChannel, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH t AS (DELETE FROM alert_channels WHERE id = $1 RETURNING id, kind, url, created_at),
+		a AS (`+actionInsert(2, channelDetails)+`)
+		SELECT id, kind, url, created_at FROM t`,
+		id, string(schemas.ActionAlertChannelDelete), schemas.AuditTaskAlerts, operator)
 	if err != nil {
 		return AlertChannel{}, fmt.Errorf("delete alert channel %d: %w", id, err)
 	}

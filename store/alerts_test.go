@@ -93,14 +93,14 @@ func TestPutAlertRule(t *testing.T) {
 	st := store.New(storetest.NewDB(t))
 	ctx := t.Context()
 	r, err := st.PutAlertRule(ctx, store.AlertRule{Name: "consecutive_failures", Kind: store.AlertConsecutiveFailures,
-		Level: store.AlertP0, Params: json.RawMessage(`{"failures": 5}`), Enabled: false})
+		Level: store.AlertP0, Params: json.RawMessage(`{"failures": 5}`), Enabled: false}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Level != store.AlertP0 || r.Enabled || compact(r.Params) != `{"failures":5}` {
 		t.Errorf("replaced rule = %+v", r)
 	}
-	n, err := st.PutAlertRule(ctx, store.AlertRule{Name: "etl-backlog", Kind: store.AlertBacklog, Level: store.AlertP1, Enabled: true})
+	n, err := st.PutAlertRule(ctx, store.AlertRule{Name: "etl-backlog", Kind: store.AlertBacklog, Level: store.AlertP1, Enabled: true}, "test")
 	if err != nil || compact(n.Params) != `{}` || !n.Enabled {
 		t.Fatalf("new rule = %+v, %v", n, err)
 	}
@@ -109,7 +109,7 @@ func TestPutAlertRule(t *testing.T) {
 		{Name: "Bad Name", Kind: store.AlertBacklog, Level: store.AlertP1},
 		{Name: "x", Kind: store.AlertBacklog, Level: store.AlertP1, Params: json.RawMessage(`{"age": 5}`)},
 	} {
-		if _, err := st.PutAlertRule(ctx, bad); !errors.As(err, new(*store.AlertConfigError)) {
+		if _, err := st.PutAlertRule(ctx, bad, "test"); !errors.As(err, new(*store.AlertConfigError)) {
 			t.Errorf("PutAlertRule(%+v) = %v, want an *AlertConfigError", bad, err)
 		}
 	}
@@ -123,11 +123,11 @@ func TestAlertChannels(t *testing.T) {
 	t.Parallel()
 	st := store.New(storetest.NewDB(t))
 	ctx := t.Context()
-	a, err := st.AddAlertChannel(ctx, store.ChannelSlack, "https://hooks.example.com/x")
+	a, err := st.AddAlertChannel(ctx, store.ChannelSlack, "https://hooks.example.com/x", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := st.AddAlertChannel(ctx, store.ChannelWeCom, "http://127.0.0.1:9/robot")
+	b, err := st.AddAlertChannel(ctx, store.ChannelWeCom, "http://127.0.0.1:9/robot", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,14 +135,14 @@ func TestAlertChannels(t *testing.T) {
 		kind store.AlertChannelKind
 		url  string
 	}{{"email", "https://x"}, {store.ChannelWebhook, "ftp://x/y"}, {store.ChannelWebhook, "/relative"}} {
-		if _, err := st.AddAlertChannel(ctx, tt.kind, tt.url); !errors.As(err, new(*store.AlertConfigError)) {
+		if _, err := st.AddAlertChannel(ctx, tt.kind, tt.url, "test"); !errors.As(err, new(*store.AlertConfigError)) {
 			t.Errorf("AddAlertChannel(%s, %s) = %v, want an *AlertConfigError", tt.kind, tt.url, err)
 		}
 	}
-	if gone, err := st.DeleteAlertChannel(ctx, a.ID); err != nil || gone != a {
+	if gone, err := st.DeleteAlertChannel(ctx, a.ID, "test"); err != nil || gone != a {
 		t.Fatalf("delete = %+v, %v; want %+v", gone, err, a)
 	}
-	if _, err := st.DeleteAlertChannel(ctx, a.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.DeleteAlertChannel(ctx, a.ID, "test"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("second delete = %v, want ErrNotFound", err)
 	}
 	chs, err := st.ListAlertChannels(ctx)

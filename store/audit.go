@@ -63,6 +63,16 @@ func recordAction(ctx context.Context, q querier, a Action) (int64, error) {
 	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
 }
 
+// actionInsert is the INSERT, for a WITH clause, that records an action
+// on each row of t, a data-modifying WITH query of the same statement:
+// its action, task and operator are the statement's parameters $n, $n+1
+// and $n+2, its details the SQL expression details of t's row. The
+// change and its audit record are then one statement.
+func actionInsert(n int, details string) string {
+	return fmt.Sprintf(`INSERT INTO operator_actions (action, task, operator, details)
+		SELECT $%d, $%d, $%d, %s FROM t`, n, n+1, n+2, details)
+}
+
 // versionDetails are the details of an action that made version v of a task.
 func versionDetails(v int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"version":%d}`, v)) }
 

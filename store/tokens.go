@@ -86,6 +86,9 @@ var ErrTokenNameTaken = errors.New("a live token already has this name")
 
 const tokenColumns = `id, name, role, created_at, last_used_at, revoked_at`
 
+// tokenDetails are a token action's details: never its secret.
+const tokenDetails = `jsonb_build_object('token_id', id, 'token', name, 'role', role)`
+
 func scanToken(row pgx.Row) (Token, error) {
 	var t Token
 	err := row.Scan(&t.ID, &t.Name, &t.Role, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt)
@@ -93,9 +96,11 @@ func scanToken(row pgx.Row) (Token, error) {
 }
 
 // CreateToken makes a live token called name with role and returns it with
-// its secret, which is not kept and cannot be read again. A name that a
-// live token has is refused with [ErrTokenNameTaken].
-func (s *Store) CreateToken(ctx context.Context, name string, role Role) (Token, string, error) {
+// its secret, which is not kept and cannot be read again; the audit trail
+// records that operator made it (an action token_create of
+// schemas.AuditTaskTokens, in the same statement). A name that a live token
+// has is refused with [ErrTokenNameTaken].
+func (s *Store) CreateToken(ctx context.Context, name string, role Role, operator string) (Token, string, error) {
 	if err := ValidateTokenName(name); err != nil {
 		return Token{}, "", fmt.Errorf("create token: %w", err)
 	}
@@ -107,8 +112,12 @@ func (s *Store) CreateToken(ctx context.Context, name string, role Role) (Token,
 		return Token{}, "", fmt.Errorf("create token %s: %w", name, err)
 	}
 	t, err := scanToken(s.pool.QueryRow(ctx, `
-		INSERT INTO api_tokens (name, role, secret_hash) VALUES ($1, $2, $3)
-		RETURNING `+tokenColumns, name, string(role), HashTokenSecret(secret)))
+		WITH t AS (
+			INSERT INTO api_tokens (name, role, secret_hash) VALUES ($1, $2, $3)
+			RETURNING `+tokenColumns+`
+		), a AS (`+actionInsert(4, tokenDetails)+`)
+		SELECT `+tokenColumns+` FROM t`, name, string(role), HashTokenSecret(secret),
+		string(schemas.ActionTokenCreate), schemas.AuditTaskTokens, operator))
 	if pe, ok := errors.AsType[*pgconn.PgError](err); ok && pe.Code == "23505" && pe.ConstraintName == "api_tokens_live_name_idx" {
 		return Token{}, "", fmt.Errorf("create token %s: %w; revoke it first or choose another name", name, ErrTokenNameTaken)
 	}
@@ -163,15 +172,21 @@ func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
 }
 
 // RevokeToken revokes the live token that ref names — its id, or its name —
-// and returns it. A ref that names no live token is an error wrapping
-// [ErrNotFound]. Revoking is for good: make a new token to take its place.
-func (s *Store) RevokeToken(ctx context.Context, ref string) (Token, error) {
-	const q = `UPDATE api_tokens SET revoked_at = now() WHERE %s AND revoked_at IS NULL RETURNING ` + tokenColumns
+// and returns it; the audit trail records that operator revoked it. A ref
+// that names no live token is an error wrapping [ErrNotFound]. Revoking is
+// for good: make a new token to take its place.
+func (s *Store) RevokeToken(ctx context.Context, ref string, operator string) (Token, error) {
+	q := `WITH t AS (
+			UPDATE api_tokens SET revoked_at = now() WHERE %s AND revoked_at IS NULL RETURNING ` + tokenColumns + `
+		), a AS (` + actionInsert(2, tokenDetails) + `)
+		SELECT ` + tokenColumns + ` FROM t`
+	args := []any{ref, string(schemas.ActionTokenRevoke), schemas.AuditTaskTokens, operator}
 	var row pgx.Row
 	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
-		row = s.pool.QueryRow(ctx, fmt.Sprintf(q, "id = $1"), id)
+		args[0] = id
+		row = s.pool.QueryRow(ctx, fmt.Sprintf(q, "id = $1"), args...)
 	} else {
-		row = s.pool.QueryRow(ctx, fmt.Sprintf(q, "name = $1"), ref)
+		row = s.pool.QueryRow(ctx, fmt.Sprintf(q, "name = $1"), args...)
 	}
 	t, err := scanToken(row)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -67,7 +67,7 @@ func TestTokens(t *testing.T) {
 	if ok, err := st.LiveTokenExists(ctx, store.RoleViewer); err != nil || ok {
 		t.Fatalf("LiveTokenExists on an empty table = %t, %v", ok, err)
 	}
-	op, opSecret, err := st.CreateToken(ctx, "ci", store.RoleOperator)
+	op, opSecret, err := st.CreateToken(ctx, "ci", store.RoleOperator, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,11 +95,11 @@ func TestTokens(t *testing.T) {
 		{"1ci", store.RoleViewer, "starting with a letter"},
 		{"ci2", "root", "use viewer, operator or admin"},
 	} {
-		if _, _, err := st.CreateToken(ctx, c.name, c.role); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, _, err := st.CreateToken(ctx, c.name, c.role, "test"); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("CreateToken(%q, %q) = %v, want %q", c.name, c.role, err, c.want)
 		}
 	}
-	if _, _, err := st.CreateToken(ctx, "ci", store.RoleViewer); !errors.Is(err, store.ErrTokenNameTaken) {
+	if _, _, err := st.CreateToken(ctx, "ci", store.RoleViewer, "test"); !errors.Is(err, store.ErrTokenNameTaken) {
 		t.Errorf("CreateToken of a taken name = %v, want ErrTokenNameTaken", err)
 	}
 	if ok, err := st.LiveTokenExists(ctx, store.RoleOperator); err != nil || !ok {
@@ -143,7 +143,7 @@ func TestTokens(t *testing.T) {
 		}
 	}
 
-	admin, adminSecret, err := st.CreateToken(ctx, "alice@example.com", store.RoleAdmin)
+	admin, adminSecret, err := st.CreateToken(ctx, "alice@example.com", store.RoleAdmin, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,24 +152,24 @@ func TestTokens(t *testing.T) {
 	}
 
 	// Revoke by name, then by id.
-	revoked, err := st.RevokeToken(ctx, "ci")
+	revoked, err := st.RevokeToken(ctx, "ci", "test")
 	if err != nil || revoked.ID != op.ID || revoked.RevokedAt == nil {
 		t.Errorf("RevokeToken(ci) = %+v, %v", revoked, err)
 	}
 	if _, err := st.TokenBySecret(ctx, opSecret); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("TokenBySecret of a revoked token = %v, want ErrNotFound", err)
 	}
-	if _, err := st.RevokeToken(ctx, "ci"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.RevokeToken(ctx, "ci", "test"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RevokeToken(ci) again = %v, want ErrNotFound", err)
 	}
-	if _, err := st.RevokeToken(ctx, "999"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.RevokeToken(ctx, "999", "test"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RevokeToken(999) = %v, want ErrNotFound", err)
 	}
 	// A revoked token's name may be taken again.
-	if _, _, err := st.CreateToken(ctx, "ci", store.RoleViewer); err != nil {
+	if _, _, err := st.CreateToken(ctx, "ci", store.RoleViewer, "test"); err != nil {
 		t.Errorf("CreateToken(ci) after its revocation: %v", err)
 	}
-	if _, err := st.RevokeToken(ctx, strconv.FormatInt(admin.ID, 10)); err != nil {
+	if _, err := st.RevokeToken(ctx, strconv.FormatInt(admin.ID, 10), "test"); err != nil {
 		t.Errorf("RevokeToken by id: %v", err)
 	}
 	if _, err := st.TokenBySecret(ctx, adminSecret); !errors.Is(err, store.ErrNotFound) {

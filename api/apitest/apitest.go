@@ -17,7 +17,7 @@ const AdminName = "test-admin"
 // secret. It fails t when it cannot.
 func Token(t testing.TB, st *store.Store, name string, role store.Role) string {
 	t.Helper()
-	_, secret, err := st.CreateToken(context.WithoutCancel(t.Context()), name, role)
+	_, secret, err := st.CreateToken(context.WithoutCancel(t.Context()), name, role, "apitest")
 	if err != nil {
 		t.Fatalf("apitest: %v", err)
 	}

@@ -399,7 +399,7 @@ func decodeNotification(t *testing.T, body []byte) Notification {
 
 func (e *env) channel(kind store.AlertChannelKind, url string) {
 	e.t.Helper()
-	if _, err := e.st.AddAlertChannel(context.Background(), kind, url); err != nil {
+	if _, err := e.st.AddAlertChannel(context.Background(), kind, url, "test"); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -489,7 +489,7 @@ func TestStateRules(t *testing.T) {
 	put := func(name, kind string, params string) {
 		t.Helper()
 		if _, err := e.st.PutAlertRule(ctx, store.AlertRule{Name: name, Kind: store.AlertKind(kind), Level: store.AlertP1,
-			Params: json.RawMessage(params), Enabled: true}); err != nil {
+			Params: json.RawMessage(params), Enabled: true}, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,6 +18,10 @@ import (
 // devAdminName names the admin token ax dev makes.
 const devAdminName = "dev-admin"
 
+// devOperator is the operator the audit trail records for ax dev's own
+// changes (its admin token).
+const devOperator = "ax dev"
+
 // devAdminToken returns the secret of ax dev's admin token, kept in
 // <dir>/admin.token (mode 0600): the one there while its token is live in
 // the store, else a new admin token called dev-admin, written there
@@ -39,12 +43,12 @@ func devAdminToken(ctx context.Context, st *store.Store, dir string) (secret str
 			return "", false, fmt.Errorf("check the dev admin token in %s: %w", path, err)
 		}
 	}
-	_, secret, err = st.CreateToken(ctx, devAdminName, store.RoleAdmin)
+	_, secret, err = st.CreateToken(ctx, devAdminName, store.RoleAdmin, devOperator)
 	if errors.Is(err, store.ErrTokenNameTaken) {
-		if _, err := st.RevokeToken(ctx, devAdminName); err != nil {
+		if _, err := st.RevokeToken(ctx, devAdminName, devOperator); err != nil {
 			return "", false, fmt.Errorf("replace the dev admin token: %w", err)
 		}
-		_, secret, err = st.CreateToken(ctx, devAdminName, store.RoleAdmin)
+		_, secret, err = st.CreateToken(ctx, devAdminName, store.RoleAdmin, devOperator)
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("make the dev admin token: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os/user"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -64,12 +65,22 @@ func withTokens(ctx context.Context, g *cli, c *conn, fn func(tokens) error) err
 
 type storeTokens struct{ st *store.Store }
 
+// localOperator is the operator the audit trail records for a token made
+// or revoked in PostgreSQL directly: the machine's user that ran ax.
+func localOperator() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	return "local:" + name
+}
+
 func (s storeTokens) create(ctx context.Context, name string, role store.Role) (store.Token, string, error) {
-	return s.st.CreateToken(ctx, name, role)
+	return s.st.CreateToken(ctx, name, role, localOperator())
 }
 func (s storeTokens) list(ctx context.Context) ([]store.Token, error) { return s.st.ListTokens(ctx) }
 func (s storeTokens) revoke(ctx context.Context, idOrName string) (store.Token, error) {
-	return s.st.RevokeToken(ctx, idOrName)
+	return s.st.RevokeToken(ctx, idOrName, localOperator())
 }
 
 // apiTokens are the tokens of the API, which an admin token may manage.

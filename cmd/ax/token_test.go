@@ -272,7 +272,7 @@ func TestDevAdminToken(t *testing.T) {
 		t.Errorf("second start: made %t, same %t, %v", made, again == first, err)
 	}
 	// Its token revoked: a new one.
-	if _, err := st.RevokeToken(ctx, "dev-admin"); err != nil {
+	if _, err := st.RevokeToken(ctx, "dev-admin", "test"); err != nil {
 		t.Fatal(err)
 	}
 	third, made, err := devAdminToken(ctx, st, dir)
