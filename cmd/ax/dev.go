@@ -22,7 +22,6 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
-	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 	"github.com/ax-scheduler/ax/trigger"
@@ -136,12 +135,14 @@ cleanly; it starts again on the same data.`,
 			if err != nil {
 				return err
 			}
-			// ax dev's executor user is its own worker's: the default pool,
-			// the built-in handlers, its worker id.
+			// ax dev's own executor has a user of its own worker's (the
+			// default pool, the built-in handlers, its worker id); the
+			// executor user is shared by the workers one attaches (see
+			// docs/security.md).
 			mux := executor.NewMux()
 			executor.RegisterBuiltins(mux)
-			users := natsauth.Users(top, natsUsers, natsauth.Scope{Pools: []string{schemas.DefaultPool}, WorkerID: devWorkerID, Handlers: mux.Names()})
-			extra, extraPasswords, err := devExtraUsers(top, dir, drillHandlers(), extraPools)
+			users := natsauth.Users(top, natsUsers, devSharedScope)
+			extra, extraPasswords, err := devExtraUsers(top, dir, mux.Names(), drillHandlers(), extraPools)
 			if err != nil {
 				return err
 			}
@@ -199,7 +200,11 @@ cleanly; it starts again on the same data.`,
 			var services []func(context.Context) error
 			var names []string
 			add := func(name string, build func(nc *nats.Conn) (runner, error)) error {
-				nc, err := c.connectAs(natsauth.Role(name), natsUsers)
+				user, passwords := natsauth.Role(name), natsUsers
+				if user == natsauth.Executor {
+					user, passwords = devOwnUser, map[natsauth.Role]string{devOwnUser: extraPasswords[devOwnUser]}
+				}
+				nc, err := c.connectAs(user, passwords)
 				if err != nil {
 					return err
 				}

@@ -17,8 +17,18 @@ import (
 )
 
 // devWorkerID is the worker id of ax dev's own executor, which its
-// executor user is pinned to.
+// user, devOwnUser, is pinned to.
 const devWorkerID = "ax-dev"
+
+// devOwnUser is the NATS user of ax dev's own executor.
+const devOwnUser = "executor-ax-dev"
+
+// devSharedScope is the scope of ax dev's executor user, which the workers
+// one attaches to ax dev share (the Node SDK's tests, examples/executor
+// --ax-dev): the default pool and the drill's, any worker id, any handler —
+// and so any consumer by name. A development server's convenience that
+// Scope.Check refuses elsewhere: ax dev --pool makes least-privilege ones.
+var devSharedScope = natsauth.Scope{Pools: []string{schemas.DefaultPool, drill.Pool}}
 
 // devDrillUser is the NATS user of the executors of ax drill task --ax-dev,
 // which serve the pool drill.drill.Pool under worker ids of their own.
@@ -58,11 +68,12 @@ func parseDevPool(arg string) (devPool, error) {
 	return p, nil
 }
 
-// devExtraUsers returns the NATS users of the drill's executors and of
-// the extra pools, with their passwords, kept in <dir>/nats-users.json
-// beside the services' ones.
-func devExtraUsers(top streams.Topology, dir string, drillHandlers []string, pools []devPool) ([]*server.User, map[string]string, error) {
-	names := []string{devDrillUser}
+// devExtraUsers returns the NATS users of ax dev's own executor (serving
+// ownHandlers), of the drill's executors and of the extra pools, with
+// their passwords, kept in <dir>/nats-users.json beside the services'
+// ones.
+func devExtraUsers(top streams.Topology, dir string, ownHandlers, drillHandlers []string, pools []devPool) ([]*server.User, map[string]string, error) {
+	names := []string{devOwnUser, devDrillUser}
 	for _, p := range pools {
 		names = append(names, p.user)
 	}
@@ -74,8 +85,11 @@ func devExtraUsers(top streams.Topology, dir string, drillHandlers []string, poo
 	// their user names no worker: ax dev's only executor user that does
 	// not, on a pool no task of yours is in (see docs/security.md).
 	drillScope := natsauth.Scope{Pools: []string{drill.Pool}, Handlers: drillHandlers}
-	users := []*server.User{{Username: devDrillUser, Password: passwords[devDrillUser],
-		Permissions: natsauth.Permissions(top, natsauth.Executor, devDrillUser, drillScope)}}
+	own := natsauth.Scope{Pools: []string{schemas.DefaultPool}, WorkerID: devWorkerID, Handlers: ownHandlers}
+	users := []*server.User{
+		{Username: devOwnUser, Password: passwords[devOwnUser], Permissions: natsauth.Permissions(top, natsauth.Executor, devOwnUser, own)},
+		{Username: devDrillUser, Password: passwords[devDrillUser], Permissions: natsauth.Permissions(top, natsauth.Executor, devDrillUser, drillScope)},
+	}
 	for _, p := range pools {
 		users = append(users, &server.User{Username: p.user, Password: passwords[p.user],
 			Permissions: natsauth.Permissions(top, natsauth.Executor, p.user, p.scope)})
