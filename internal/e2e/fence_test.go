@@ -225,7 +225,7 @@ execution:
 	if in.State != schemas.StateDispatched || in.Attempt != 1 {
 		t.Fatalf("after the foreign question the instance is %s at attempt %d, want DISPATCHED at 1", in.State, in.Attempt)
 	}
-	a.executor(string(natsauth.Executor), "d1", schemas.DefaultPool)
+	a.executor(string(natsauth.Executor), defaultWorker, schemas.DefaultPool)
 	if in := a.waitState(id, schemas.StateSucceeded, time.Minute); in.Attempt != 1 {
 		t.Errorf("succeeded at attempt %d, want 1", in.Attempt)
 	}
