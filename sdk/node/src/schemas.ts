@@ -41,7 +41,33 @@ export interface FenceAnswer {
   reason: string;
 }
 
-export type ReportKind = "started" | "succeeded" | "failed" | "released";
+export type ReportKind = "started" | "progress" | "succeeded" | "failed" | "released";
+
+/** The longest progress message, in bytes of UTF-8. */
+export const MAX_PROGRESS_MESSAGE = 256;
+
+/** Progress is how far an attempt has got: done of total units (total 0: unknown), with a short message. */
+export interface Progress {
+  done: number;
+  total: number;
+  message?: string;
+}
+
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** checkProgress throws an error saying what is wrong with the values (schemas.Progress.Check in Go). */
+export function checkProgress(done: unknown, total: unknown, message: unknown): Progress {
+  if (typeof done !== "number" || !Number.isSafeInteger(done) || typeof total !== "number" || !Number.isSafeInteger(total)) {
+    throw new Error(`progress ${String(done)} of ${String(total)}: done and total must be integers`);
+  }
+  if (done < 0 || total < 0) throw new Error(`progress ${done} of ${total}: done and total must not be negative`);
+  if (total > 0 && done > total) throw new Error(`progress ${done} of ${total}: done must not exceed total (pass total 0 when it is unknown)`);
+  if (typeof message !== "string") throw new Error(`progress message ${String(message)}: must be a string`);
+  const size = Buffer.byteLength(message, "utf8");
+  if (size > MAX_PROGRESS_MESSAGE) throw new Error(`progress message of ${size} bytes: at most ${MAX_PROGRESS_MESSAGE} bytes are allowed`);
+  if (loneSurrogate.test(message)) throw new Error(`progress message ${JSON.stringify(message)} is not valid UTF-8 (it has a lone surrogate)`);
+  return message === "" ? { done, total } : { done, total, message };
+}
 
 /** Report is an executor's word on one attempt (report.schema.json). */
 export interface Report {
@@ -56,6 +82,8 @@ export interface Report {
   permanent?: boolean;
   /** On a failure that is not permanent: run the next attempt this many ms after the report, instead of the backoff. */
   retry_after_ms?: number;
+  /** On a progress report only, and required there: how far the attempt has got. */
+  progress?: Progress;
 }
 
 /** WorkerRecord is the value of key <worker_id> in ax-workers (worker.schema.json). */

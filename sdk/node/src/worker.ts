@@ -11,7 +11,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 
 import { CancelledError, goDuration, isPermanent, LeaseLostError, PermanentError, retryAfter, ShutdownError, TimeoutError } from "./errors.js";
 import { LogShipper } from "./logs.js";
-import { decodeDispatch, EXECUTOR_PROTOCOL, type Control, type Dispatch, type FenceAnswer, type Parent, type Report, type ReportKind, type WorkerRecord } from "./schemas.js";
+import { checkProgress, decodeDispatch, EXECUTOR_PROTOCOL, type Control, type Dispatch, type FenceAnswer, type Parent, type Progress, type Report, type ReportKind, type WorkerRecord } from "./schemas.js";
 import { DEFAULT_POOL, leaseKey, PRIORITIES, Topology, WORKER_POOL, type ConsumerSettings } from "./topology.js";
 
 /** The version a worker states in ax-workers unless told another. */
@@ -25,6 +25,13 @@ const FENCE_TIMEOUT_MS = 5_000; // the wait for a dispatcher's answer to a fence
 const LOW_FIRST_EVERY = 5; // every fifth round that takes work drains lowest priority first
 const REPORT_HEADROOM = 4 << 10; // room for a report's headers under the max payload
 const PUBLISH_BACKOFF_MS = [100, 300, 1000, 3000]; // retries of a report
+
+/**
+ * The least time between two progress reports of one attempt, in ms
+ * (executor.ProgressInterval): ctx.progress keeps the latest value and
+ * sends it when this much has passed since the last report.
+ */
+export const PROGRESS_INTERVAL_MS = 1000;
 
 // JetStream API error codes.
 const ERR_WRONG_LAST_SEQUENCE = 10071;
@@ -96,6 +103,25 @@ export interface Context {
   readonly shardCount?: number;
   /** The dispatch message as it came. */
   readonly dispatch: Readonly<Dispatch>;
+  /**
+   * progress reports how far the attempt has got: done units of total (0
+   * when the total is unknown), with a short message (at most 256 bytes
+   * of UTF-8). The dispatcher keeps the latest on the instance, where the
+   * API, `ax instance get`, `ax fire --wait` and the console show it.
+   *
+   * It keeps the value and returns at once, never waiting for the
+   * network: the worker sends at most one progress report per attempt per
+   * PROGRESS_INTERVAL_MS, always the latest value. The first call sends
+   * the attempt's started report at once (not after startedDelayMs), and
+   * the progress after it. A value not yet sent when the handler returns
+   * is dropped: the final report follows.
+   *
+   * It throws for values out of range (not integers, negative, done >
+   * total > 0, a message too long or with a lone surrogate), once the
+   * signal has aborted, and once the handler has returned. A report that
+   * fails to publish is logged, not thrown; the next value is sent anyway.
+   */
+  progress(done: number, total?: number, message?: string): void;
 }
 
 /** A Handler runs one attempt: its result is the output, a thrown error the failure. */
@@ -167,7 +193,19 @@ interface Attempt {
   started: "pending" | "sending" | "done";
   startedSent?: Promise<void>;
   startedTimer?: NodeJS.Timeout;
+  progress?: ProgressState;
 }
+
+/** An attempt's progress reporting (executor/progress.go progressState), made on its first ctx.progress. */
+interface ProgressState {
+  latest?: { p: Progress; at: Date }; // the value not sent yet
+  started: Promise<void>; // the attempt's started report, sent at once
+  timer?: NodeJS.Timeout; // the next send, when one is due
+  sending: boolean;
+  last: number; // when the last report was sent (Date.now()), 0 before the first
+  closed: boolean; // the handler returned: nothing more is sent
+}
+
 
 /** A queue is one consumer the worker pulls (executor/pull.go's queue). */
 interface Queue {
@@ -874,11 +912,74 @@ export class Worker {
     a.started = "done";
   }
 
+  // --- progress (executor/progress.go) ---
+
+  /** progress keeps the attempt's latest progress and makes sure a send of it is due. */
+  private progress(a: Attempt, done: number, total: number, message: string): void {
+    const p = checkProgress(done, total, message);
+    if (a.progress?.closed) throw new Error("progress: the attempt has ended; its final report says the rest");
+    const signal = a.controller.signal;
+    if (signal.aborted) {
+      const reason = signal.reason as unknown;
+      throw new Error(`progress: ${reason instanceof Error ? reason.message : String(reason)}`, { cause: reason });
+    }
+    // The dispatcher applies progress to a RUNNING attempt only: the
+    // started report goes first, at once.
+    const ps = (a.progress ??= { started: this.sendStarted(a), sending: false, last: 0, closed: false });
+    ps.latest = { p, at: new Date() };
+    this.scheduleProgress(a, ps);
+  }
+
+  /** scheduleProgress makes the next send due when the interval since the last one has passed, unless one is due or on its way. */
+  private scheduleProgress(a: Attempt, ps: ProgressState): void {
+    if (ps.timer || ps.sending || ps.closed || !ps.latest) return;
+    // A timer even when no wait is left, so that a burst of calls in one
+    // turn of the event loop goes as one report of its last value.
+    ps.timer = setTimeout(() => void this.sendProgress(a, ps), Math.max(0, ps.last + PROGRESS_INTERVAL_MS - Date.now()));
+  }
+
+  /** sendProgress publishes the latest value, after the started report, without a Nats-Msg-Id. */
+  private async sendProgress(a: Attempt, ps: ProgressState): Promise<void> {
+    ps.timer = undefined;
+    ps.sending = true;
+    try {
+      await ps.started;
+      const v = ps.latest;
+      ps.latest = undefined;
+      if (ps.closed || !v) return;
+      const rep: Report = {
+        instance_id: a.d.instance_id, attempt: a.d.attempt, worker_id: this.workerId, kind: "progress",
+        at: v.at.toISOString(), started_at: a.startedAt.toISOString(), progress: v.p,
+      };
+      // No Nats-Msg-Id: a progress report published twice is harmless, the
+      // dispatcher keeps only a newer one than it has.
+      try {
+        await this.js.publish(this.reportSubject(a.d), JSON.stringify(rep), { timeout: OP_TIMEOUT_MS });
+      } catch (err) {
+        a.log.warn("report progress; the next value will be sent anyway", { error: (err as Error).message, done: v.p.done, total: v.p.total });
+      }
+      ps.last = Date.now();
+    } finally {
+      ps.sending = false;
+    }
+    this.scheduleProgress(a, ps);
+  }
+
+  /** endProgress: the handler has returned, so no progress report is sent after, and a pending value is dropped. */
+  private endProgress(a: Attempt): void {
+    const ps = (a.progress ??= { started: Promise.resolve(), sending: false, last: 0, closed: true });
+    ps.closed = true;
+    ps.latest = undefined;
+    clearTimeout(ps.timer);
+    ps.timer = undefined;
+  }
+
   // --- running and reporting (executor/attempt.go runAttempt, outcome) ---
 
   private async runAttempt(a: Attempt): Promise<void> {
     a.log.debug("attempt started", { handler: a.d.handler });
     const r = await this.invoke(a);
+    this.endProgress(a);
     clearTimeout(a.timer);
     const cause: unknown = a.controller.signal.aborted ? a.controller.signal.reason : undefined;
     await this.settleStarted(a);
@@ -987,6 +1088,7 @@ export class Worker {
       shardIndex: d.shard_index,
       shardCount: d.shard_count,
       dispatch: d,
+      progress: (done: number, total = 0, message = "") => this.progress(a, done, total, message),
     });
   }
 

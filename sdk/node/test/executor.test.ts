@@ -11,7 +11,7 @@ import path from "node:path";
 
 import { connect, createInbox, type Msg, type NatsConnection } from "@nats-io/transport-node";
 
-import { CancelledError, connectExecutor, PermanentError, RetryAfterError, TimeoutError, Topology, Worker, type Logger } from "../src/index.js";
+import { CancelledError, checkProgress, connectExecutor, PermanentError, RetryAfterError, TimeoutError, Topology, Worker, type Logger } from "../src/index.js";
 import { Dev, waitFor } from "./harness.js";
 
 const dev = new Dev();
@@ -30,6 +30,17 @@ const note = (id: number, attempt: number) => {
   seen.set(id, s);
   return s;
 };
+
+// Lets the handler of instance id go on to its next step.
+const step = (id: number) => {
+  const go = gates.get(id);
+  assert.ok(go, `the handler of instance ${id} does not wait`);
+  gates.delete(id);
+  go();
+};
+const gate = (id: number) => new Promise<void>((resolve) => gates.set(id, resolve));
+// What the burst handler measured and met, by instance id.
+const burst = new Map<number, { pacedMs?: number; after?: unknown }>();
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
@@ -72,6 +83,37 @@ before(async () => {
     });
     return { released: true };
   });
+  worker.handle("node.progress", async (ctx) => {
+    for (let i = 1; i <= 3; i++) {
+      ctx.progress(i, 3, `step ${i} of 3`);
+      await gate(ctx.instanceId);
+    }
+    return { steps: 3 };
+  });
+  worker.handle("node.burst", async (ctx) => {
+    const b: { pacedMs?: number; after?: unknown } = {};
+    burst.set(ctx.instanceId, b);
+    ctx.progress(1, 100, "first");
+    await gate(ctx.instanceId);
+    for (let i = 2; i <= 50; i++) ctx.progress(i, 100, "burst"); // in one turn of the event loop
+    await gate(ctx.instanceId);
+    const t0 = Date.now();
+    for (let i = 51; i <= 90; i++) {
+      ctx.progress(i, 100, "paced");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    b.pacedMs = Date.now() - t0;
+    await gate(ctx.instanceId);
+    ctx.progress(99, 100, "never sent");
+    setImmediate(() => {
+      try {
+        ctx.progress(100, 100, "after the end");
+      } catch (err) {
+        b.after = err;
+      }
+    });
+    return { burst: true };
+  });
   running = worker.run();
   await worker.ready();
 });
@@ -108,7 +150,7 @@ describe("a Node worker", () => {
     const w = r.workers.find((w) => w.id === "node-test-main");
     assert.ok(w, `node-test-main is not among the workers: ${JSON.stringify(r.workers)}`);
     assert.deepEqual(w.pools, ["default"]);
-    assert.deepEqual(w.handlers, ["node.echo", "node.flaky", "node.permanent", "node.snooze", "node.wait"]);
+    assert.deepEqual(w.handlers, ["node.burst", "node.echo", "node.flaky", "node.permanent", "node.progress", "node.snooze", "node.wait"]);
     assert.equal(w.slots, 4);
     assert.equal(w.version, "0.1.0");
   });
@@ -262,6 +304,87 @@ describe("a Node worker", () => {
     assert.deepEqual(inst.output, { slept_ms: 3000, worker: "node-test-drained" });
     const r = await dev.api<{ workers: Array<{ id: string }> }>("GET", "/v1/workers");
     assert.ok(!r.workers.some((x) => x.id === "node-test-drained"), `the drained worker is still listed: ${JSON.stringify(r.workers)}`);
+  });
+});
+
+describe("ctx.progress", () => {
+  test("checks its arguments, saying what is wrong", async () => {
+    for (const [done, total, message] of [[0, 0, ""], [3, 10, "three"], [10, 10, ""], [42, 0, "unknown total"], [1, 1, "é".repeat(128)]] as const) {
+      assert.doesNotThrow(() => checkProgress(done, total, message));
+    }
+    for (const [done, total, message, want] of [
+      [-1, 10, "", /must not be negative/], [1, -1, "", /must not be negative/], [11, 10, "", /done must not exceed total/],
+      [1.5, 10, "", /must be integers/], ["1", 10, "", /must be integers/], [1, 2, "x".repeat(257), /of 257 bytes: at most 256 bytes/],
+      [1, 2, "é".repeat(129), /of 258 bytes/], [1, 2, "\uD800", /not valid UTF-8/], [1, 2, 7, /must be a string/],
+    ] as const) {
+      assert.throws(() => checkProgress(done, total, message), want, `checkProgress(${done}, ${total}, ${String(message).slice(0, 10)})`);
+    }
+  });
+
+  test("reports each step: the API's instance shows the latest", async () => {
+    await dev.applyTask("node-progress", "node.progress");
+    const id = await dev.fire("node-progress");
+    for (let i = 1; i <= 3; i++) {
+      const inst = await waitFor(`instance ${id} to show progress ${i} of 3`, async () => {
+        const inst = await dev.instance(id);
+        const p = inst.progress as { done?: number } | undefined;
+        return p?.done === i ? inst : undefined;
+      });
+      assert.equal(inst.state, "RUNNING", JSON.stringify(inst));
+      const p = inst.progress as { attempt: number; done: number; total: number; message: string; at: string };
+      assert.deepEqual({ attempt: p.attempt, done: p.done, total: p.total, message: p.message }, { attempt: 1, done: i, total: 3, message: `step ${i} of 3` });
+      assert.ok(Date.parse(p.at) >= Date.parse(inst.transitions.find((t) => t.to === "RUNNING")!.at) - 1000, JSON.stringify(inst));
+      step(id);
+    }
+    const done = await dev.waitState(id, ["SUCCEEDED", "FAILED"]);
+    assert.equal(done.state, "SUCCEEDED", JSON.stringify(done));
+    assert.deepEqual(done.output, { steps: 3 });
+    assert.deepEqual({ ...(done.progress as object), at: undefined }, { attempt: 1, done: 3, total: 3, message: "step 3 of 3", at: undefined }, "the last progress stays after the end");
+  });
+
+  test("on the wire: started first, a burst throttled to its latest value, at most one a second, none after the end", async () => {
+    const t = new Topology();
+    // Listen to the reports as ax dev's dispatcher user.
+    const users = JSON.parse(readFileSync(path.join(dev.dir, "nats-users.json"), "utf8")) as Record<string, string>;
+    const observer = await connect({ servers: dev.natsURL, user: "dispatcher", pass: users.dispatcher });
+    const reports: Array<{ kind: string; progress?: { done: number; total: number; message?: string }; instance_id: number }> = [];
+    observer.subscribe(t.prefix + ".report.>", { callback: (err, m) => {
+      if (!err) reports.push(m.json());
+    } });
+    await observer.flush();
+    try {
+      await dev.applyTask("node-burst", "node.burst");
+      const id = await dev.fire("node-burst");
+      const mine = () => reports.filter((r) => r.instance_id === id);
+      const progress = () => mine().filter((r) => r.kind === "progress").map((r) => r.progress!);
+      const saw = (done: number) => waitFor(`a progress report of ${done} for instance ${id}`, () => progress().some((p) => p.done === done));
+
+      await saw(1);
+      assert.deepEqual(mine().map((r) => r.kind), ["started", "progress"], "the started report goes before the first progress");
+      assert.deepEqual(progress(), [{ done: 1, total: 100, message: "first" }]);
+      step(id);
+      await saw(50);
+      assert.deepEqual(progress().slice(1), [{ done: 50, total: 100, message: "burst" }], "49 calls in one turn of the event loop are one report of the last");
+      step(id);
+      await saw(90);
+      const paced = progress().filter((p) => p.message === "paced");
+      const ms = await waitFor("the handler to measure its paced calls", () => burst.get(id)?.pacedMs);
+      // 40 calls over ms: a report a second at most, the last value last.
+      assert.ok(paced.length >= 1 && paced.length <= Math.floor(ms / 1000) + 2, `${paced.length} reports of 40 calls over ${ms} ms: ${JSON.stringify(paced)}`);
+      assert.equal(paced.at(-1)!.done, 90, "the latest value is sent at the end of the window");
+      step(id);
+      const done = await dev.waitState(id, ["SUCCEEDED", "FAILED"]);
+      assert.equal(done.state, "SUCCEEDED", JSON.stringify(done));
+      await waitFor("the final report on the wire", () => mine().some((r) => r.kind === "succeeded"));
+      const kinds = mine().map((r) => r.kind);
+      assert.equal(kinds.at(-1), "succeeded", `a report after the final one: ${kinds.join(", ")}`);
+      assert.ok(!progress().some((p) => p.done === 99), "the value pending when the handler returned was dropped");
+      assert.equal((done.progress as { done: number }).done, 90);
+      const after = await waitFor("ctx.progress after the return to throw", () => burst.get(id)?.after);
+      assert.match((after as Error).message, /the attempt has ended/);
+    } finally {
+      await observer.close();
+    }
   });
 });
 
