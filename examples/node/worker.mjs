@@ -2,6 +2,8 @@
 //
 // It serves the pools in AX_POOLS (default "default") with:
 //   node.greet      the example: greets {"name": ...}, logging to the task log
+//   node.count      counts to {"to": n} (default 10), a step each {"step_ms": ms}
+//                   (default 500), reporting its progress (ax fire --wait draws it)
 //   conformance.*   the handlers `ax conformance executor` fires at a worker
 //                   (docs/executor-protocol.md, "Conformance handlers")
 //
@@ -31,6 +33,32 @@ worker.handle("node.greet", async (ctx, payload) => {
   },
 });
 
+// sleep waits ms, or rejects with the signal's reason once it aborts.
+const sleep = (ms, signal) => new Promise((resolve, reject) => {
+  const timer = setTimeout(resolve, ms);
+  signal.addEventListener("abort", () => {
+    clearTimeout(timer);
+    reject(signal.reason);
+  }, { once: true });
+});
+
+worker.handle("node.count", async (ctx, { to, stepMs }) => {
+  for (let i = 1; i <= to; i++) {
+    await sleep(stepMs, ctx.signal);
+    // Never waits for the network: the worker sends the latest value at most once a second.
+    ctx.progress(i, to, `counted to ${i}`);
+  }
+  return { counted: to };
+}, {
+  parse: (raw) => {
+    const to = raw?.to ?? 10;
+    const stepMs = raw?.step_ms ?? 500;
+    if (!Number.isSafeInteger(to) || to < 1) throw new Error('want {"to": <a positive integer>}');
+    if (!Number.isSafeInteger(stepMs) || stepMs < 0) throw new Error('want {"step_ms": <milliseconds, 0 or more>}');
+    return { to, stepMs };
+  },
+});
+
 // The conformance handlers: exactly what the kit expects of them.
 const object = (raw) => (raw !== null && typeof raw === "object" && !Array.isArray(raw) ? raw : {});
 
@@ -48,13 +76,7 @@ worker.handle("conformance.permanent", async () => {
 
 worker.handle("conformance.sleep", async (ctx) => {
   const ms = object(ctx.payload).ms ?? 1000;
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    ctx.signal.addEventListener("abort", () => {
-      clearTimeout(timer);
-      reject(ctx.signal.reason);
-    }, { once: true });
-  });
+  await sleep(ms, ctx.signal);
   return { slept_ms: ms };
 });
 

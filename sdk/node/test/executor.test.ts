@@ -2,7 +2,7 @@
 // API and reads the outcome there, as a user would.
 
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
@@ -465,7 +465,7 @@ describe("a redelivered attempt", () => {
 });
 
 describe("the example worker (examples/node)", () => {
-  test("passes ax conformance executor, the drain included", async () => {
+  test("reports progress from its count task, and passes ax conformance executor, the drain included", async () => {
     // examples/node depends on this package by path (file:../../sdk/node):
     // link it as npm install would, so that the example runs as shipped.
     const example = fileURLToPath(new URL("../../../../examples/node/", import.meta.url));
@@ -486,6 +486,16 @@ describe("the example worker (examples/node)", () => {
       if (w.exitCode !== null) throw new Error("the example worker exited: " + wout);
       return wout.includes("SIGTERM or Ctrl-C drains it");
     });
+    // Its progress example, applied from its task file as the README says.
+    const apply = spawnSync(process.env.AX_BIN!, ["task", "apply", "-f", path.join(example, "count.yaml"), "--api", dev.apiURL],
+      { env: { ...process.env, AX_TOKEN: dev.token }, encoding: "utf8" });
+    assert.equal(apply.status, 0, `ax task apply -f examples/node/count.yaml: ${apply.stdout}${apply.stderr}`);
+    const counted = await dev.waitState(await dev.fire("count", { to: 4, step_ms: 400 }), ["SUCCEEDED", "FAILED"]);
+    assert.equal(counted.state, "SUCCEEDED", JSON.stringify(counted));
+    assert.deepEqual(counted.output, { counted: 4 });
+    // The value reported just before the return is dropped (the final report follows): an earlier one stays.
+    const p = counted.progress as { done: number; total: number; message: string } | undefined;
+    assert.ok(p && p.total === 4 && p.done >= 1 && p.done <= 4 && p.message === `counted to ${p.done}`, JSON.stringify(counted));
     const kit = spawn(process.env.AX_BIN!, ["conformance", "executor", "--pool", "default", "--ax-dev", dev.dir, "--nats-url", dev.natsURL,
       "--api", dev.apiURL, "--worker-pid", String(w.pid)], { env: { ...process.env, AX_TOKEN: dev.token }, stdio: ["ignore", "pipe", "pipe"] });
     let kout = "";
