@@ -210,15 +210,58 @@ func (r *run) startExecutor() error {
 	return err
 }
 
-// restart kills the dispatcher called name with kill -9 and starts it
-// again after gap.
-func (r *run) restart(name string, gap time.Duration) error {
+// burst is how many firings restart fires at once before its kill.
+const burst = 40
+
+// restart kills the dispatcher called name with kill -9 while its batch of
+// firings is inside PostgreSQL, and starts it again after gap. The drill
+// holds a SHARE lock on instances (a moment: reads go on, writes wait),
+// fires a burst of firings and waits until the dispatchers' inserts of
+// their instances wait for the lock; then it kills the dispatcher and lets
+// the lock go. The dead dispatcher's statement runs on in its PostgreSQL
+// backend and commits or not, the firings it held unacknowledged: they
+// come back after the ack wait and must each make one instance — not
+// none (the firings acknowledged before the commit are lost) and not a
+// second one (the firing dedupe). A kill at a random moment between the
+// load's firings, 50 ms apart, mostly hit an idle dispatcher.
+func (r *run) restart(ctx context.Context, name string, gap time.Duration) error {
+	r.mu.Lock()
+	prefix := fmt.Sprintf("%s-burst-%d-", r.sc.Name, len(r.faults))
+	r.mu.Unlock()
+	tx, err := r.sb.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("hold the dispatchers' batch: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '10s'; LOCK TABLE instances IN SHARE MODE`); err != nil {
+		return fmt.Errorf("hold the dispatchers' batch: %w", err)
+	}
+	var wg sync.WaitGroup
+	for i := range burst {
+		// A firing JetStream did not take is not fired: nothing to check.
+		wg.Go(func() { _ = r.publish(r.task, prefix+strconv.Itoa(i), r.opts.Work, strconv.Itoa(i%16)) })
+	}
+	defer wg.Wait()
+	// Every running dispatcher's batch waits (or 10 s passed: a dispatcher
+	// that never got there is killed anyway).
+	want := len(r.sb.Running(r.sc.Name + "-d"))
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var waiting int
+		err := r.sb.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO instances%'`).Scan(&waiting)
+		if err == nil && waiting >= want || ctx.Err() != nil {
+			break
+		}
+	}
 	if err := r.sb.Proc(name).Kill(); err != nil {
 		return err
 	}
 	r.fault(name, time.Now())
+	if err := tx.Rollback(ctx); err != nil {
+		return fmt.Errorf("let the dispatchers' batch go: %w", err)
+	}
 	time.Sleep(gap)
-	_, err := r.sb.StartDispatcher(name)
+	_, err = r.sb.StartDispatcher(name)
 	return err
 }
 
@@ -423,8 +466,9 @@ func (r *run) longRuns(ctx context.Context, n int, work time.Duration) ([]string
 }
 
 // settle waits until every firing has its instance, every instance has
-// ended, every run of a live worker has ended and every report has been
-// recorded (a stopped worker's late reports included), twice in a row a
+// ended, every run of a live worker has ended and every firing and report
+// has been handled (a killed dispatcher's, redelivered after the ack wait,
+// and a stopped worker's late reports included), twice in a row a
 // poll apart, for up to opts.Settle.
 func (r *run) settle(ctx context.Context) error {
 	deadline := time.Now().Add(r.opts.Settle)
@@ -484,13 +528,24 @@ func (r *run) settled(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
-	recorder, err := r.sb.JS.Consumer(ctx, r.sb.Top.ReportsStream(), r.sb.Top.RecorderConsumer().Durable)
-	if err != nil {
-		return false, err
+	// Neither consumer holds a message: a killed dispatcher's firings and
+	// reports, redelivered after the ack wait, have been handled (a firing
+	// whose instance it had made, made again, would be doubled).
+	for _, c := range [][2]string{
+		{r.sb.Top.ReportsStream(), r.sb.Top.RecorderConsumer().Durable},
+		{r.sb.Top.TriggersStream(), r.sb.Top.DispatcherConsumer().Durable},
+	} {
+		consumer, err := r.sb.JS.Consumer(ctx, c[0], c[1])
+		if err != nil {
+			return false, err
+		}
+		info, err := consumer.Info(ctx)
+		if err != nil {
+			return false, err
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			return false, nil
+		}
 	}
-	info, err := recorder.Info(ctx)
-	if err != nil {
-		return false, err
-	}
-	return info.NumPending == 0 && info.NumAckPending == 0, nil
+	return true, nil
 }

@@ -128,7 +128,7 @@ func Scenarios() []Scenario {
 						return nil
 					}
 					name := fmt.Sprintf("%s-d%d", r.sc.Name, i%2+1)
-					if err := r.restart(name, time.Second); err != nil {
+					if err := r.restart(context.WithoutCancel(ctx), name, time.Second); err != nil {
 						return err
 					}
 				}
@@ -141,7 +141,7 @@ func Scenarios() []Scenario {
 				if !r.sleep(ctx, r.d/3) {
 					return nil
 				}
-				return r.restart(r.sc.Name+"-d1", 2*time.Second)
+				return r.restart(context.WithoutCancel(ctx), r.sc.Name+"-d1", 2*time.Second)
 			},
 		},
 		{

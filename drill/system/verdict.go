@@ -32,6 +32,10 @@ type Result struct {
 	// Stuck counts the instances that had not ended when the settle time
 	// was up.
 	Stuck int `json:"stuck"`
+	// Doubled counts the extra instances of a firing: instances beyond the
+	// first with the same task and event id (a redelivered firing whose
+	// instance was made again).
+	Doubled int `json:"doubled_firings"`
 	// Duplicates counts the extra runs, in the ledger, of the attempt an
 	// instance succeeded with.
 	Duplicates int `json:"duplicates"`
@@ -207,8 +211,14 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	res.Created, res.Faults = len(insts), len(faults)
 	var ticks []time.Time
 	cronTicks := 0
+	made := make(map[[2]string]bool, len(insts))
 	for _, in := range insts {
 		delete(events, in.eventID)
+		if k := [2]string{in.task, in.eventID}; made[k] {
+			res.Doubled++
+		} else {
+			made[k] = true
+		}
 		switch {
 		case !in.state.Terminal():
 			res.Stuck++
@@ -345,6 +355,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		{Name: "firings made", Expected: "> 0", Observed: fmt.Sprint(res.Fired), Pass: res.Fired > 0},
 		zero("lost", res.Lost),
 		zero("stuck", res.Stuck),
+		zero("firings made into more than one instance (extra instances)", res.Doubled),
 		zero("duplicate executions of a succeeded attempt", res.Duplicates),
 		zero("stale reports accepted", res.StaleAccepted),
 		zero("successes without their run (untrue outcomes)", res.Untrue),
