@@ -93,7 +93,7 @@ async function ensureConsumer(cfg) {
   try {
     await jsm.consumers.add("AX_DISPATCH", cfg, { action: "create" });
   } catch (err) {
-    if (err?.api_error?.err_code === 10148 || /already exists/.test(String(err?.message))) {
+    if (err?.code === 10148 || err?.api_error?.err_code === 10148 || /already exists/.test(String(err?.message))) {
       await jsm.consumers.info("AX_DISPATCH", cfg.durable_name); // use it as it is
       return;
     }
