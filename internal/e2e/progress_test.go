@@ -133,8 +133,8 @@ func TestForgedProgress(t *testing.T) {
 	forged := schemas.Report{InstanceID: id, Attempt: 1, Kind: schemas.ReportProgress, StartedAt: time.Now(),
 		At: time.Now().Add(time.Hour), Progress: &schemas.Progress{Done: 1, Total: 1, Message: "forged"}}
 	for _, f := range []struct{ user, pool, worker string }{
-		{gpuExecutor, "gpu", "g2"},                               // another worker of the pool
-		{string(natsauth.Executor), schemas.DefaultPool, "evil"}, // another pool
+		{gpuExecutor, "gpu", "g2"},                                      // another worker of the pool
+		{string(natsauth.Executor), schemas.DefaultPool, defaultWorker}, // another pool, as the worker its user may be
 	} {
 		js, err := jetstream.New(a.connect(f.user, nil))
 		if err != nil {
