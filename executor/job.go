@@ -59,10 +59,10 @@ type Job struct {
 }
 
 // Task is the former name of [Job], kept so that code written against it
-// compiles; new code uses Job. Task named the handler's attempt after the
-// task definition it comes from. (It is to be marked deprecated once no
-// code in this repository uses it: staticcheck fails a build on the uses
-// of a deprecated name.)
+// compiles. Task named the handler's attempt after the task definition it
+// comes from.
+//
+// Deprecated: use [Job].
 type Task = Job
 
 // ParentResult is how one parent of a chained task ended in the run: its
