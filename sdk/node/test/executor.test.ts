@@ -372,6 +372,8 @@ describe("ctx.progress", () => {
       // 40 calls over ms: a report a second at most, the last value last.
       assert.ok(paced.length >= 1 && paced.length <= Math.floor(ms / 1000) + 2, `${paced.length} reports of 40 calls over ${ms} ms: ${JSON.stringify(paced)}`);
       assert.equal(paced.at(-1)!.done, 90, "the latest value is sent at the end of the window");
+      // Applied before the final report, not in one batch with it (after which a progress report is too late).
+      await waitFor(`instance ${id} to show progress 90`, async () => ((await dev.instance(id)).progress as { done?: number } | undefined)?.done === 90);
       step(id);
       const done = await dev.waitState(id, ["SUCCEEDED", "FAILED"]);
       assert.equal(done.state, "SUCCEEDED", JSON.stringify(done));
@@ -490,12 +492,16 @@ describe("the example worker (examples/node)", () => {
     const apply = spawnSync(process.env.AX_BIN!, ["task", "apply", "-f", path.join(example, "count.yaml"), "--api", dev.apiURL],
       { env: { ...process.env, AX_TOKEN: dev.token }, encoding: "utf8" });
     assert.equal(apply.status, 0, `ax task apply -f examples/node/count.yaml: ${apply.stdout}${apply.stderr}`);
-    const counted = await dev.waitState(await dev.fire("count", { to: 4, step_ms: 400 }), ["SUCCEEDED", "FAILED"]);
+    const countID = await dev.fire("count", { to: 10, step_ms: 500 });
+    const midway = await waitFor(`count instance ${countID} to show its progress while it runs`, async () => {
+      const inst = await dev.instance(countID);
+      return inst.progress && inst.state === "RUNNING" ? inst : undefined;
+    });
+    const p = midway.progress as { done: number; total: number; message: string };
+    assert.ok(p.total === 10 && p.done >= 1 && p.done <= 10 && p.message === `counted to ${p.done}`, JSON.stringify(midway));
+    const counted = await dev.waitState(countID, ["SUCCEEDED", "FAILED"]);
     assert.equal(counted.state, "SUCCEEDED", JSON.stringify(counted));
-    assert.deepEqual(counted.output, { counted: 4 });
-    // The value reported just before the return is dropped (the final report follows): an earlier one stays.
-    const p = counted.progress as { done: number; total: number; message: string } | undefined;
-    assert.ok(p && p.total === 4 && p.done >= 1 && p.done <= 4 && p.message === `counted to ${p.done}`, JSON.stringify(counted));
+    assert.deepEqual(counted.output, { counted: 10 });
     const kit = spawn(process.env.AX_BIN!, ["conformance", "executor", "--pool", "default", "--ax-dev", dev.dir, "--nats-url", dev.natsURL,
       "--api", dev.apiURL, "--worker-pid", String(w.pid)], { env: { ...process.env, AX_TOKEN: dev.token }, stdio: ["ignore", "pipe", "pipe"] });
     let kout = "";
