@@ -201,6 +201,27 @@ func (r *run) killExecutor(name string) error {
 	return nil
 }
 
+// busyExecutor returns one of workers that the ledger shows running an
+// attempt now, so that a kill cuts an attempt short: on a loaded machine a
+// kill at a fixed moment may find its victim idle, and then nothing is
+// rehearsed. It looks for a second at most, then returns fallback.
+func (r *run) busyExecutor(ctx context.Context, workers []string, fallback string) string {
+	deadline := time.Now().Add(time.Second)
+	for {
+		runs, err := ReadLedger(r.sb.Ledger)
+		if err == nil {
+			for _, run := range slices.Backward(runs) {
+				if run.End.IsZero() && slices.Contains(workers, run.Worker) {
+					return run.Worker
+				}
+			}
+		}
+		if time.Now().After(deadline) || !r.sleep(ctx, 20*time.Millisecond) {
+			return fallback
+		}
+	}
+}
+
 func (r *run) startExecutor() error {
 	r.mu.Lock()
 	r.nextExec++

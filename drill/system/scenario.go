@@ -56,7 +56,7 @@ func Scenarios() []Scenario {
 					if len(workers) == 0 {
 						return fmt.Errorf("no executor left to kill")
 					}
-					victim := workers[i%len(workers)]
+					victim := r.busyExecutor(ctx, workers, workers[i%len(workers)])
 					if err := r.killExecutor(victim); err != nil {
 						return err
 					}
