@@ -177,9 +177,26 @@ func TestExactlyOnceThroughNATSNodeRestarts(t *testing.T) {
 	st := store.New(pool)
 	applyLedgerTask(t, st)
 
+	// The topology first, trying again for up to three minutes: on a loaded
+	// machine a cold cluster was seen to take longer to create the R3
+	// streams than the dispatcher's start allows, and this test is about
+	// node restarts, not a cold start's pace.
+	cfg := streams.Config{Replicas: 3, LeaseTTL: clusterLeaseTTL}
+	ensureBy := time.Now().Add(3 * time.Minute)
+	for {
+		ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := cluster.top.Ensure(ectx, cluster.js, cfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(ensureBy) {
+			t.Fatalf("ensure the topology on the cluster: %v", err)
+		}
+	}
+
 	dispatchConn, _ := cluster.connect("dispatcher")
-	d, err := dispatcher.New(dispatcher.Options{Conn: dispatchConn, Store: st, Logger: log,
-		Streams: streams.Config{Replicas: 3, LeaseTTL: clusterLeaseTTL}})
+	d, err := dispatcher.New(dispatcher.Options{Conn: dispatchConn, Store: st, Logger: log, Streams: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
