@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 )
 
 // TestMonitorPortServesJsz starts a server with its monitoring port open
@@ -53,28 +54,42 @@ func TestMonitorPortServesJsz(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := http.Get("http://" + mon.String() + "/jsz?consumers=true&config=true")
+	// The server counts a consumer's pending messages after it acks the
+	// publish, so /jsz is awaited until it has seen all three, the way an
+	// exporter scraping it on an interval would see them.
+	var last string
+	waittest.For(t, "/jsz to list consumer pool of WORK with 3 pending", 10*time.Second, func() (bool, error) {
+		pending, found, err := jszPending(mon.String(), "WORK", "pool")
+		if err != nil {
+			return false, err
+		}
+		last = fmt.Sprintf("found=%v num_pending=%d", found, pending)
+		return found && pending == 3, nil
+	})
+	t.Logf("/jsz: %s", last)
+}
+
+// jszPending reads a consumer's num_pending from the monitoring port's /jsz.
+func jszPending(mon, stream, consumer string) (pending uint64, found bool, err error) {
+	r, err := http.Get("http://" + mon + "/jsz?consumers=true&config=true")
 	if err != nil {
-		t.Fatal(err)
+		return 0, false, err
 	}
 	defer r.Body.Close()
 	var info server.JSInfo
 	if err := json.NewDecoder(r.Body).Decode(&info); err != nil {
-		t.Fatal(err)
+		return 0, false, err
 	}
 	for _, acc := range info.AccountDetails {
 		for _, st := range acc.Streams {
 			for _, c := range st.Consumer {
-				if st.Name == "WORK" && c.Name == "pool" {
-					if c.NumPending != 3 {
-						t.Errorf("/jsz: num_pending = %d, want 3", c.NumPending)
-					}
-					return
+				if st.Name == stream && c.Name == consumer {
+					return c.NumPending, true, nil
 				}
 			}
 		}
 	}
-	t.Errorf("/jsz does not list consumer pool of WORK: %+v", info)
+	return 0, false, nil
 }
 
 // TestMonitorPortClosedByDefault: no monitoring port unless asked.
