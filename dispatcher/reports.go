@@ -81,6 +81,18 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 			final = append(final, r)
 		}
 	}
+	// An attempt's progress reports come before its final report in the
+	// stream, and once the final report is applied the attempt takes no
+	// more progress: the progress of an attempt that ends in this batch is
+	// applied before the final reports, the rest after them, which it must
+	// not hold up.
+	ending, progress := splitProgress(progress, final)
+	refusedEarly, err := s.applyProgress(ctx, ending)
+	if err != nil {
+		s.retryLater(msgs, err)
+		return
+	}
+	stale = append(stale, refusedEarly...)
 	outcomes, err := s.opts.Store.ApplyReports(ctx, started, final)
 	if err != nil {
 		s.retryLater(msgs, err)
@@ -145,8 +157,8 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 		s.retryLater(msgs, err)
 		return
 	}
-	// Progress last, after the started reports it follows and after what
-	// the final reports set going, which it must not hold up.
+	// The other attempts' progress last, after what the final reports set
+	// going.
 	refused, err := s.applyProgress(ctx, progress)
 	if err != nil {
 		s.retryLater(msgs, err)
@@ -159,6 +171,26 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	for _, m := range handled {
 		_ = m.Ack()
 	}
+}
+
+// splitProgress splits progress into the reports of attempts that have a
+// final report in final, and the others.
+func splitProgress(progress, final []schemas.Report) (ending, others []schemas.Report) {
+	if len(progress) == 0 || len(final) == 0 {
+		return nil, progress
+	}
+	ends := make(map[[2]int64]bool, len(final))
+	for _, r := range final {
+		ends[[2]int64{r.InstanceID, int64(r.Attempt)}] = true
+	}
+	for _, r := range progress {
+		if ends[[2]int64{r.InstanceID, int64(r.Attempt)}] {
+			ending = append(ending, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return ending, others
 }
 
 // applyProgress records a batch's progress reports, one statement for all

@@ -32,8 +32,8 @@ var errAttemptEnded = errors.New("progress: the attempt has ended; its final rep
 // that it starts on the first call, so an attempt that never reports
 // progress costs nothing. The attempt's started report goes before its
 // first progress report — at once, rather than after
-// [Options.StartedDelay] — since the dispatcher applies progress only to a
-// RUNNING attempt. A value not yet sent when the handler returns is
+// [Options.StartedDelay] — so that an attempt that shows progress shows as
+// RUNNING. A value not yet sent when the handler returns is
 // dropped: the final report follows.
 //
 // It returns an error for values out of range (negative, done > total >

@@ -27,9 +27,12 @@ type ProgressOutcome struct {
 }
 
 // ApplyProgress records a batch of progress reports in one statement: a
-// report becomes its instance's progress when the instance is RUNNING at
-// the report's attempt, held by the report's worker in the report's pool,
-// and the report is newer than the progress stored — a later at, or the
+// report becomes its instance's progress when the instance is DISPATCHED or
+// RUNNING at the report's attempt, in the report's pool and, once a started
+// or final report named the attempt's holder, held by the report's worker
+// (holderCheck, as for the started and final reports; an attempt the
+// executor reports no started report for is DISPATCHED until its final
+// report), and the report is newer than the progress stored — a later at, or the
 // same at and more done — so that a report delivered late or twice changes
 // nothing. It changes nothing else of the instance: no state, no
 // updated_at, no transition, nothing audited; the column it writes has no
@@ -74,7 +77,7 @@ WITH r AS (
 	AS t(id, attempt, pool, worker_id, done, total, message, at)
 ), live AS (
 	SELECT i.id FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
-	WHERE i.state = 'RUNNING' AND i.pool = r.pool AND i.worker_id = r.worker_id
+	WHERE i.state IN ('DISPATCHED', 'RUNNING') AND `+holderCheck+`
 		AND (i.progress IS NULL OR (i.progress->>'attempt')::int < r.attempt
 			OR ((i.progress->>'attempt')::int = r.attempt
 				AND ((i.progress->>'at')::timestamptz, (i.progress->>'done')::bigint) < (r.at, r.done)))

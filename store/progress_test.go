@@ -12,7 +12,7 @@ import (
 )
 
 // TestApplyProgress walks one attempt's progress through the rules of
-// ApplyProgress: not before the attempt runs, only from its holder, only
+// ApplyProgress: before the started report too, only from its holder, only
 // newer than the stored one, the newest of a batch, never after the end,
 // and never a transition.
 func TestApplyProgress(t *testing.T) {
@@ -48,10 +48,19 @@ func TestApplyProgress(t *testing.T) {
 		return in.Progress
 	}
 
-	// DISPATCHED: the started report has not come; nothing is written, and
-	// a report from the pool is not refused (the attempt has no holder yet).
-	if o := apply(progress("w1", 0, 1, "early"))[0]; o.Applied || o.Refused || !o.Found {
-		t.Fatalf("progress while DISPATCHED = %+v; want neither applied nor refused", o)
+	// DISPATCHED: no started report has come (a short attempt sends
+	// none); the progress is written all the same, from a worker of the
+	// pool (the attempt has no holder yet), and not from another pool.
+	early := progress("w1", 0, 1, "early")
+	early.Pool = "gpu"
+	if o := apply(early)[0]; o.Applied || !o.Refused {
+		t.Fatalf("progress from another pool while DISPATCHED = %+v; want refused", o)
+	}
+	if o := apply(progress("w1", 0, 1, "early"))[0]; !o.Applied || o.Refused || o.State != schemas.StateDispatched {
+		t.Fatalf("progress while DISPATCHED = %+v; want applied", o)
+	}
+	if p := stored(); p == nil || p.Done != 1 || p.Message != "early" {
+		t.Fatalf("stored progress = %+v; want the early one", p)
 	}
 	if _, err := st.ApplyReports(ctx, []schemas.Report{{InstanceID: id, Attempt: 1, WorkerID: "w1", Pool: "default",
 		Kind: schemas.ReportStarted, StartedAt: t0, At: t0}}, nil); err != nil {

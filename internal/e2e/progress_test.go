@@ -156,3 +156,75 @@ func TestForgedProgress(t *testing.T) {
 		t.Errorf("progress = %+v; want g1's, of 4000 ms", p)
 	}
 }
+
+// TestProgressOfAnAttemptThatEndsInTheSameBatch plays an executor that sends
+// no started report (a short attempt; docs/executor-protocol.md): its
+// progress reports come while the instance is DISPATCHED, and the last one
+// in the same batch as the final report (the recorder is paused until both
+// are stored). Each is recorded: the first while the attempt is
+// DISPATCHED, the last before the final report ends the attempt.
+func TestProgressOfAnAttemptThatEndsInTheSameBatch(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	s := newSystem(t, func(o *dispatcher.Options) { o.Metrics = reg })
+	ctx := context.Background()
+	top := s.srv.Topology
+	// No executor serves the handler: the test is the worker.
+	s.apply("task_name: unserved\nexecution:\n  handler: test.unserved\n")
+	id := s.fire("unserved", nil)
+	s.waitState(id, schemas.StateDispatched, time.Minute)
+	const worker = "w-proto"
+	started := time.Now()
+	report := func(kind schemas.ReportKind, p *schemas.Progress) {
+		t.Helper()
+		r := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: worker, Kind: kind, StartedAt: started, At: time.Now(), Progress: p}
+		if _, err := streams.Publish(ctx, s.js, top.Report(schemas.DefaultPool, worker, id), "", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	progressOf := func() *schemas.InstanceProgress {
+		t.Helper()
+		in, err := s.client.GetInstance(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.Progress
+	}
+
+	report(schemas.ReportProgress, &schemas.Progress{Done: 1, Total: 10, Message: "first"})
+	waitFor(t, "the first progress report to be handled", time.Minute, func() (bool, error) {
+		return counterValue(t, reg, "ax_dispatcher_progress_reports_total", "result", "applied")+
+			counterValue(t, reg, "ax_dispatcher_progress_reports_total", "result", "dropped") == 1, nil
+	})
+	if p := progressOf(); p == nil || p.Done != 1 || p.Message != "first" {
+		t.Fatalf("progress of the DISPATCHED attempt = %+v; want the first report's", p)
+	}
+
+	// The last progress and the final report, stored before the recorder
+	// may take either: one batch.
+	if _, err := s.js.PauseConsumer(ctx, top.ReportsStream(), top.RecorderConsumer().Durable, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	report(schemas.ReportProgress, &schemas.Progress{Done: 10, Total: 10, Message: "last"})
+	report(schemas.ReportSucceeded, nil)
+	waitFor(t, "both reports to be stored", time.Minute, func() (bool, error) {
+		st, err := s.js.Stream(ctx, top.ReportsStream())
+		if err != nil {
+			return false, err
+		}
+		return st.CachedInfo().State.Msgs == 2, nil
+	})
+	if _, err := s.js.ResumeConsumer(ctx, top.ReportsStream(), top.RecorderConsumer().Durable); err != nil {
+		t.Fatal(err)
+	}
+	in := s.waitState(id, schemas.StateSucceeded, time.Minute)
+	if p := in.Progress; p == nil || p.Done != 10 || p.Message != "last" {
+		t.Errorf("progress after success = %+v; want the last report's, 10 of 10", p)
+	}
+	if n := counterValue(t, reg, "ax_dispatcher_progress_reports_total", "result", "applied"); n != 2 {
+		t.Errorf("%v progress reports applied; want 2", n)
+	}
+	if got, want := path(in), []string{"→CREATED", "CREATED→DISPATCHED", "DISPATCHED→RUNNING", "RUNNING→SUCCEEDED"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("transitions = %v; want %v", got, want)
+	}
+}
