@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -37,13 +39,7 @@ func TestClientWaits(t *testing.T) {
 		waited <- result{in, err}
 	}()
 	// The instance appears only after a first read answered 404.
-	deadline := time.Now().Add(60 * time.Second)
-	for notFound.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("WaitFiring made no read within 60s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.ForTrue(t, "WaitFiring's first read answered 404", 60*time.Second, func() bool { return notFound.Load() > 0 })
 	made <- e.insertInstance("etl", "late", schemas.StateRunning)
 	var got result
 	select {
@@ -54,6 +50,25 @@ func TestClientWaits(t *testing.T) {
 	id := <-made
 	if got.err != nil || got.in.ID != id || got.in.State != schemas.StateRunning {
 		t.Fatalf("WaitFiring = %d %s, %v; want instance %d RUNNING", got.in.ID, got.in.State, got.err, id)
+	}
+
+	// FireInstance waits the same way when the API answers before the
+	// dispatcher made the instance (no dispatcher runs here).
+	fired := make(chan result, 1)
+	seen := notFound.Load()
+	go func() {
+		id, err := client.FireInstance(ctx, "etl", api.FireRequest{EventID: "later"})
+		fired <- result{schemas.Instance{ID: id}, err}
+	}()
+	waittest.ForTrue(t, "FireInstance's first read of its event answered 404", 60*time.Second, func() bool { return notFound.Load() > seen })
+	later := e.insertInstance("etl", "later", schemas.StateRunning)
+	select {
+	case got = <-fired:
+	case <-time.After(60 * time.Second):
+		t.Fatal("FireInstance did not return within 60s of the instance's creation")
+	}
+	if got.err != nil || got.in.ID != later {
+		t.Fatalf("FireInstance = %d, %v; want instance %d", got.in.ID, got.err, later)
 	}
 
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)

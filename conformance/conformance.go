@@ -348,28 +348,16 @@ func (k *kit) run(ctx context.Context) error {
 	return k.drain(ctx)
 }
 
-// fire fires the kit's task of kind and returns its instance id.
+// fire fires the kit's task of kind and returns its instance id, waiting
+// up to the kit's wait for the dispatcher to create it.
 func (k *kit) fire(ctx context.Context, kind string, payload json.RawMessage) (int64, error) {
-	res, err := k.opts.Client.Fire(ctx, k.names[kind], api.FireRequest{Payload: payload, Operator: "ax conformance"})
+	ctx, cancel := context.WithTimeout(ctx, k.opts.Wait)
+	defer cancel()
+	id, err := k.opts.Client.FireInstance(ctx, k.names[kind], api.FireRequest{Payload: payload, Operator: "ax conformance"})
 	if err != nil {
-		return 0, fmt.Errorf("conformance: fire %s: %w", k.names[kind], err)
+		return 0, fmt.Errorf("conformance: %w", err)
 	}
-	if res.InstanceID != 0 {
-		return res.InstanceID, nil
-	}
-	deadline := time.Now().Add(k.opts.Wait)
-	for {
-		inst, err := k.opts.Client.InstanceByEvent(ctx, k.names[kind], res.EventID)
-		if err == nil {
-			return inst.ID, nil
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("conformance: fire %s: no instance for event %s after %s: %w", k.names[kind], res.EventID, k.opts.Wait, err)
-		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return 0, err
-		}
-	}
+	return id, nil
 }
 
 // waitEnd waits for instance id to end and returns it.

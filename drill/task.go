@@ -220,28 +220,16 @@ func (d *taskDrill) apply(ctx context.Context, kind string) (string, error) {
 	return c.TaskName, nil
 }
 
-// fire fires the copy of kind and returns its instance id.
+// fire fires the copy of kind and returns its instance id, waiting up to
+// the drill's wait for the dispatcher to create it.
 func (d *taskDrill) fire(ctx context.Context, kind string) (int64, error) {
-	res, err := d.opts.Client.Fire(ctx, d.names[kind], api.FireRequest{Payload: d.opts.Payload, Operator: "ax drill"})
+	ctx, cancel := context.WithTimeout(ctx, d.opts.Wait)
+	defer cancel()
+	id, err := d.opts.Client.FireInstance(ctx, d.names[kind], api.FireRequest{Payload: d.opts.Payload, Operator: "ax drill"})
 	if err != nil {
-		return 0, fmt.Errorf("fire %s: %w", d.names[kind], err)
+		return 0, err
 	}
-	if res.InstanceID != 0 {
-		return res.InstanceID, nil
-	}
-	deadline := time.Now().Add(d.opts.Wait)
-	for {
-		inst, err := d.opts.Client.InstanceByEvent(ctx, d.names[kind], res.EventID)
-		if err == nil {
-			return inst.ID, nil
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("fire %s: no instance for event %s after %s: %w", d.names[kind], res.EventID, d.opts.Wait, err)
-		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return 0, err
-		}
-	}
+	return id, nil
 }
 
 // waitEnd waits for instance id to end, up to the drill's wait, and

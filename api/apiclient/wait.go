@@ -2,8 +2,10 @@ package apiclient
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -65,6 +67,27 @@ func (c *Client) WaitFiring(ctx context.Context, task, eventID string) (schemas.
 		return err == nil, err
 	})
 	return in, err
+}
+
+// FireInstance fires task with req and returns the id of the instance the
+// firing made: the one in the API's answer or, when the API answered
+// before the dispatcher created it, the one [Client.WaitFiring] reads. A
+// delayed firing waits until its time. When ctx ends first it returns ctx's
+// error wrapped with the event's id; give ctx the deadline the caller
+// allows the dispatcher.
+func (c *Client) FireInstance(ctx context.Context, task string, req wire.FireRequest) (int64, error) {
+	res, err := c.Fire(ctx, task, req)
+	if err != nil {
+		return 0, err
+	}
+	if res.InstanceID != 0 {
+		return res.InstanceID, nil
+	}
+	in, err := c.WaitFiring(ctx, task, res.EventID)
+	if err != nil {
+		return 0, fmt.Errorf("fire %s: no instance for event %s: %w", task, res.EventID, err)
+	}
+	return in.ID, nil
 }
 
 // poll calls check at a growing interval until it reports done, fails, or
