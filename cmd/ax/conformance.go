@@ -1,10 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 	"syscall"
 	"time"
 
@@ -107,24 +104,7 @@ otherwise the NATS flags' (or --observer-creds), e.g. the dispatcher's.`,
 			defer nc.Close()
 			opts.Conn, opts.Client = nc, g.client()
 			r, err := conformance.Executor(cmd.Context(), opts)
-			if _, ok := errors.AsType[*url.Error](err); ok {
-				return g.apiError(err)
-			}
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				err = g.printData(cmd.OutOrStdout(), r)
-			} else {
-				err = r.WriteTable(cmd.OutOrStdout())
-			}
-			if err != nil {
-				return err
-			}
-			if !r.Passed() {
-				return &exitError{code: exitNotSucceeded, err: fmt.Errorf("the worker of pool %s failed: %s", opts.Pool, strings.Join(r.Failed(), "; "))}
-			}
-			return nil
+			return g.printVerdict(cmd.OutOrStdout(), asJSON, r, err, fmt.Sprintf("the worker of pool %s", opts.Pool))
 		},
 	}
 	c.natsFlags(cmd)

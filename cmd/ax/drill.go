@@ -1,7 +1,15 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
 	"github.com/spf13/cobra"
+
+	"github.com/ax-scheduler/ax/drill"
 )
 
 func init() { extraCommands = append(extraCommands, newDrillCmd) }
@@ -30,4 +38,31 @@ See docs/drill.md for every check and how to read a verdict.`,
 		cmd.AddCommand(newCmd())
 	}
 	return cmd
+}
+
+// printVerdict ends a command that checks something and prints a
+// [drill.Report] (ax drill task, ax conformance executor): given the
+// report and the error of the run, it prints r as --output asks (JSON or
+// YAML when asJSON, else its table) and returns an exit error naming the
+// failed checks as "<subject> failed: ..." when one failed. An API that
+// could not be reached is said as such.
+func (g *cli) printVerdict(w io.Writer, asJSON bool, r *drill.Report, err error, subject string) error {
+	if _, ok := errors.AsType[*url.Error](err); ok {
+		return g.apiError(err)
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		err = g.printData(w, r)
+	} else {
+		err = r.WriteTable(w)
+	}
+	if err != nil {
+		return err
+	}
+	if !r.Passed() {
+		return &exitError{code: exitNotSucceeded, err: fmt.Errorf("%s failed: %s", subject, strings.Join(r.Failed(), "; "))}
+	}
+	return nil
 }

@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -125,24 +123,7 @@ that links them, as ax executor's users do (see docs/drill.md).`,
 			executor.RegisterBuiltins(mux)
 			handlers.Register(mux)
 			r, err := drill.Task(cmd.Context(), opts, mux)
-			if _, ok := errors.AsType[*url.Error](err); ok {
-				return g.apiError(err)
-			}
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				err = g.printData(cmd.OutOrStdout(), r)
-			} else {
-				err = r.WriteTable(cmd.OutOrStdout())
-			}
-			if err != nil {
-				return err
-			}
-			if !r.Passed() {
-				return &exitError{code: exitNotSucceeded, err: fmt.Errorf("drill of %s failed: %s", args[0], strings.Join(r.Failed(), "; "))}
-			}
-			return nil
+			return g.printVerdict(cmd.OutOrStdout(), asJSON, r, err, "drill of "+args[0])
 		},
 	}
 	c.natsFlags(cmd)
