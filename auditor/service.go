@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/auditor/job"
 	"github.com/ax-scheduler/ax/auditor/monitor"
 	"github.com/ax-scheduler/ax/auditor/relay"
 	"github.com/ax-scheduler/ax/store"
@@ -87,20 +88,17 @@ func New(opts Options) (*Service, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = prometheus.NewRegistry()
 	}
-	r, err := relay.New(relay.Options{
-		Conn: opts.Conn, Store: opts.Store, Topology: opts.Topology, BatchSize: opts.BatchSize,
-		PollInterval: opts.PollInterval, RetryInterval: opts.RetryInterval, AckTimeout: opts.AckTimeout,
+	base := job.Base{
+		Conn: opts.Conn, Store: opts.Store, Topology: opts.Topology, BatchSize: opts.BatchSize, RetryInterval: opts.RetryInterval,
 		ShutdownTimeout: opts.ShutdownTimeout, Logger: opts.Logger, Metrics: opts.Metrics,
-	})
+	}
+	r, err := relay.New(relay.Options{Base: base, PollInterval: opts.PollInterval, AckTimeout: opts.AckTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("new auditor: %w", err)
 	}
 	m, err := monitor.New(monitor.Options{
-		Conn: opts.Conn, Store: opts.Store, Topology: opts.Topology, BatchSize: opts.BatchSize,
-		RetryInterval: opts.RetryInterval, ShutdownTimeout: opts.ShutdownTimeout, Logger: opts.Logger,
-		Metrics: opts.Metrics, RefreshInterval: opts.RefreshInterval, LagInterval: opts.LagInterval,
-		ConsoleURL: opts.ConsoleURL, Destinations: opts.Destinations, NotifyTimeout: opts.NotifyTimeout,
-		NowFunc: opts.NowFunc,
+		Base: base, RefreshInterval: opts.RefreshInterval, LagInterval: opts.LagInterval, ConsoleURL: opts.ConsoleURL,
+		Destinations: opts.Destinations, NotifyTimeout: opts.NotifyTimeout, NowFunc: opts.NowFunc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new auditor: %w", err)

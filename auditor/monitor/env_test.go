@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/ax-scheduler/ax/auditor/job"
 	"github.com/ax-scheduler/ax/auditor/relay"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams/streamstest"
@@ -40,13 +41,13 @@ func (e *env) start(ctx context.Context, batchSize int, tune func(*Service)) *au
 	e.t.Helper()
 	conn, _ := e.srv.Connect()
 	rel, err := relay.New(relay.Options{
-		Conn: conn, Store: e.st, BatchSize: batchSize, PollInterval: 5 * time.Millisecond,
-		RetryInterval: 50 * time.Millisecond, Logger: e.log,
+		Base:         job.Base{Conn: conn, Store: e.st, BatchSize: batchSize, RetryInterval: 50 * time.Millisecond, Logger: e.log},
+		PollInterval: 5 * time.Millisecond,
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	svc, err := New(Options{Conn: conn, Store: e.st, BatchSize: batchSize, RetryInterval: 50 * time.Millisecond, Logger: e.log})
+	svc, err := New(Options{Base: job.Base{Conn: conn, Store: e.st, BatchSize: batchSize, RetryInterval: 50 * time.Millisecond, Logger: e.log}})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/auditor/job"
 	axmetrics "github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/schemas"
@@ -144,8 +145,10 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 
 	reg := axmetrics.NewRegistry()
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	svc, err := New(Options{Conn: connect(natsauth.Auditor), Store: store.New(storetest.NewDB(t)), Metrics: reg,
-		LagInterval: 50 * time.Millisecond, RetryInterval: 50 * time.Millisecond, Logger: log})
+	svc, err := New(Options{
+		Base:        job.Base{Conn: connect(natsauth.Auditor), Store: store.New(storetest.NewDB(t)), Metrics: reg, RetryInterval: 50 * time.Millisecond, Logger: log},
+		LagInterval: 50 * time.Millisecond,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,27 +2,21 @@ package monitor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/auditor/job"
 	"github.com/ax-scheduler/ax/streams"
 )
 
-// Defaults of [Options].
+// Defaults of [Options] (the others are [job.Base]'s).
 const (
-	DefaultBatchSize       = 500
-	DefaultRetryInterval   = 3 * time.Second
-	DefaultShutdownTimeout = 10 * time.Second
 	DefaultRefreshInterval = 15 * time.Second
 	DefaultLagInterval     = 5 * time.Second
 	DefaultConsoleURL      = "http://127.0.0.1:8080"
@@ -31,33 +25,15 @@ const (
 
 // Options configures a [Service]. Zero fields take the stated defaults.
 type Options struct {
-	// Conn is the NATS connection the monitor consumes the audit trail and
-	// watches ax-workers on. Required; the caller keeps ownership.
-	Conn *nats.Conn
-	// Store is the PostgreSQL store. Required. The leader opens one
-	// connection of its own with the settings of the store's pool, to hold
-	// the monitoring lock.
-	Store *store.Store
-	// Topology names the subjects, streams and buckets (default
-	// streams.Default()).
-	Topology streams.Topology
-	// BatchSize is the most audit records handled in one batch (default
-	// DefaultBatchSize).
-	BatchSize int
-	// RetryInterval is how often a follower tries to take the lead, how long
-	// a leader that failed waits before it tries again, and how long a batch
-	// PostgreSQL failed waits for redelivery (default DefaultRetryInterval).
-	RetryInterval time.Duration
-	// ShutdownTimeout bounds how long Run lets the queued notifications be
-	// sent after its context ends (default DefaultShutdownTimeout).
-	ShutdownTimeout time.Duration
-	// Logger receives the monitor's log lines (default: none).
-	Logger zerolog.Logger
-	// Metrics is where the monitor registers its metrics (see
-	// docs/operations.md); nil means a registry of its own that nobody
-	// serves; a registry takes one monitor. The fleet metrics are computed
-	// by the monitor that leads (see [Service.Monitoring]).
-	Metrics prometheus.Registerer
+	// Base holds the options both of the auditor's jobs take: Conn (the
+	// connection the monitor consumes the audit trail and watches
+	// ax-workers on), Store, Topology, BatchSize (the most audit records
+	// handled in one batch), RetryInterval (also how long a batch
+	// PostgreSQL failed waits for redelivery), ShutdownTimeout (how long
+	// Run lets the queued notifications be sent after its context ends),
+	// Logger and Metrics (a registry takes one monitor; the fleet metrics
+	// are computed by the monitor that leads, see [Service.Monitoring]).
+	job.Base
 	// RefreshInterval is how often the leader refreshes the gauges read
 	// from PostgreSQL and evaluates the alert rules over a state (default
 	// DefaultRefreshInterval).
@@ -100,40 +76,21 @@ type Service struct {
 
 // New validates opts and fills in the defaults. It does no I/O.
 func New(opts Options) (*Service, error) {
-	if opts.Conn == nil {
-		return nil, errors.New("new monitor: Options.Conn is required")
+	if err := opts.Fill("monitor"); err != nil {
+		return nil, err
 	}
-	if opts.Store == nil {
-		return nil, errors.New("new monitor: Options.Store is required")
-	}
-	if opts.Topology == (streams.Topology{}) {
-		opts.Topology = streams.Default()
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = DefaultBatchSize
-	}
-	def(&opts.RetryInterval, DefaultRetryInterval)
-	def(&opts.ShutdownTimeout, DefaultShutdownTimeout)
-	def(&opts.RefreshInterval, DefaultRefreshInterval)
-	def(&opts.LagInterval, DefaultLagInterval)
+	job.Default(&opts.RefreshInterval, DefaultRefreshInterval)
+	job.Default(&opts.LagInterval, DefaultLagInterval)
 	if opts.ConsoleURL == "" {
 		opts.ConsoleURL = DefaultConsoleURL
 	}
-	def(&opts.NotifyTimeout, DefaultNotifyTimeout)
+	job.Default(&opts.NotifyTimeout, DefaultNotifyTimeout)
 	dest, err := opts.Destinations.compile()
 	if err != nil {
 		return nil, fmt.Errorf("new monitor: Options.Destinations: %w", err)
 	}
 	if opts.NowFunc == nil {
 		opts.NowFunc = time.Now
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = prometheus.NewRegistry()
 	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {

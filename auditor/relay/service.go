@@ -7,60 +7,39 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/auditor/job"
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
 
-// Defaults of [Options].
+// Defaults of [Options] (the others are [job.Base]'s).
 const (
-	DefaultBatchSize       = 500
-	DefaultPollInterval    = 200 * time.Millisecond
-	DefaultRetryInterval   = 3 * time.Second
-	DefaultAckTimeout      = 30 * time.Second
-	DefaultShutdownTimeout = 10 * time.Second
+	DefaultPollInterval = 200 * time.Millisecond
+	DefaultAckTimeout   = 30 * time.Second
 )
 
 // Options configures a [Service]. Zero fields take the stated defaults.
 type Options struct {
-	// Conn is the NATS connection the records are published on. Required;
-	// the caller keeps ownership.
-	Conn *nats.Conn
-	// Store is the PostgreSQL store. Required. The leader opens one
-	// connection of its own with the settings of the store's pool, to hold
-	// the relay's lock.
-	Store *store.Store
-	// Topology names the subjects and the stream (default streams.Default()).
-	Topology streams.Topology
-	// BatchSize is the most records published in one batch (default
-	// DefaultBatchSize).
-	BatchSize int
+	// Base holds the options both of the auditor's jobs take: Conn (the
+	// connection the records are published on), Store, Topology, BatchSize
+	// (the most records published in one batch), RetryInterval,
+	// ShutdownTimeout (how long Run lets a batch in flight finish —
+	// published and its cursor saved — after its context ends), Logger and
+	// Metrics (where the relay registers ax_audit_records_relayed_total and
+	// ax_audit_relay_leader).
+	job.Base
 	// PollInterval is how long the leader waits before it looks at the
 	// outbox again when it found nothing new (default DefaultPollInterval).
 	PollInterval time.Duration
-	// RetryInterval is how often a follower tries to take the lead, and how
-	// long a leader that failed waits before it tries again (default
-	// DefaultRetryInterval).
-	RetryInterval time.Duration
 	// AckTimeout bounds the wait for a batch's acknowledgements (default
 	// DefaultAckTimeout).
 	AckTimeout time.Duration
-	// ShutdownTimeout bounds how long Run lets a batch in flight finish —
-	// published and its cursor saved — after its context ends (default
-	// DefaultShutdownTimeout).
-	ShutdownTimeout time.Duration
-	// Logger receives the relay's log lines (default: none).
-	Logger zerolog.Logger
-	// Metrics is where the relay registers ax_audit_records_relayed_total
-	// and ax_audit_relay_leader (see docs/operations.md); nil means a
-	// registry of its own that nobody serves.
-	Metrics prometheus.Registerer
 }
 
 // Service is an outbox relay. Make one with [New] and start it with
@@ -81,30 +60,11 @@ type Service struct {
 
 // New validates opts and fills in the defaults. It does no I/O.
 func New(opts Options) (*Service, error) {
-	if opts.Conn == nil {
-		return nil, errors.New("new audit relay: Options.Conn is required")
+	if err := opts.Fill("audit relay"); err != nil {
+		return nil, err
 	}
-	if opts.Store == nil {
-		return nil, errors.New("new audit relay: Options.Store is required")
-	}
-	if opts.Topology == (streams.Topology{}) {
-		opts.Topology = streams.Default()
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = DefaultBatchSize
-	}
-	def(&opts.PollInterval, DefaultPollInterval)
-	def(&opts.RetryInterval, DefaultRetryInterval)
-	def(&opts.AckTimeout, DefaultAckTimeout)
-	def(&opts.ShutdownTimeout, DefaultShutdownTimeout)
-	if opts.Metrics == nil {
-		opts.Metrics = prometheus.NewRegistry()
-	}
+	job.Default(&opts.PollInterval, DefaultPollInterval)
+	job.Default(&opts.AckTimeout, DefaultAckTimeout)
 	s := &Service{
 		opts: opts,
 		top:  opts.Topology,

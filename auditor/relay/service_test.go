@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/ax-scheduler/ax/auditor/job"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -61,8 +62,8 @@ func (e *env) start(ctx context.Context, batchSize int, tune func(*Service)) *au
 	e.t.Helper()
 	conn, _ := e.srv.Connect()
 	svc, err := New(Options{
-		Conn: conn, Store: e.st, BatchSize: batchSize, PollInterval: 5 * time.Millisecond,
-		RetryInterval: 50 * time.Millisecond, Logger: e.log,
+		Base:         job.Base{Conn: conn, Store: e.st, BatchSize: batchSize, RetryInterval: 50 * time.Millisecond, Logger: e.log},
+		PollInterval: 5 * time.Millisecond,
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -417,7 +418,7 @@ func TestPublishIsFenced(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	conn, js := e.srv.Connect()
-	s, err := New(Options{Conn: conn, Store: e.st})
+	s, err := New(Options{Base: job.Base{Conn: conn, Store: e.st}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,19 +466,19 @@ func TestPublishIsFenced(t *testing.T) {
 
 func TestNewRequires(t *testing.T) {
 	t.Parallel()
-	if _, err := New(Options{Store: &store.Store{}}); err == nil || !strings.Contains(err.Error(), "Conn") {
+	if _, err := New(Options{Base: job.Base{Store: &store.Store{}}}); err == nil || !strings.Contains(err.Error(), "Conn") {
 		t.Errorf("New without Conn = %v", err)
 	}
 	e := newEnv(t)
 	conn, _ := e.srv.Connect()
-	if _, err := New(Options{Conn: conn}); err == nil || !strings.Contains(err.Error(), "Store") {
+	if _, err := New(Options{Base: job.Base{Conn: conn}}); err == nil || !strings.Contains(err.Error(), "Store") {
 		t.Errorf("New without Store = %v", err)
 	}
-	s, err := New(Options{Conn: conn, Store: e.st})
+	s, err := New(Options{Base: job.Base{Conn: conn, Store: e.st}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.opts.BatchSize != DefaultBatchSize || s.opts.PollInterval != DefaultPollInterval || s.top != streams.Default() {
+	if s.opts.BatchSize != job.DefaultBatchSize || s.opts.PollInterval != DefaultPollInterval || s.top != streams.Default() {
 		t.Errorf("defaults = %+v", s.opts)
 	}
 }
