@@ -54,7 +54,7 @@ func newReceiver(t *testing.T) *receiver {
 func (r *receiver) wait(t *testing.T, n int) []json.RawMessage {
 	t.Helper()
 	var got []json.RawMessage
-	waitFor(t, fmt.Sprintf("%d notifications at %s", n, r.URL), 20*time.Second, func() (bool, error) {
+	waitFor(t, fmt.Sprintf("%d notifications at %s", n, r.URL), 60*time.Second, func() (bool, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		got = append([]json.RawMessage(nil), r.bodies...)
@@ -78,7 +78,7 @@ func (s *system) monitor(reg prometheus.Registerer) {
 		s.t.Fatal(err)
 	}
 	s.run("auditor", a.Run)
-	waitFor(s.t, "the auditor to monitor", 20*time.Second, func() (bool, error) { return a.Monitoring(), nil })
+	waitFor(s.t, "the auditor to monitor", 60*time.Second, func() (bool, error) { return a.Monitoring(), nil })
 }
 
 // TestConsecutiveFailuresAlertFiresAndResolves runs a task that fails three
@@ -117,7 +117,7 @@ func TestConsecutiveFailuresAlertFiresAndResolves(t *testing.T) {
 	var last int64
 	for range 3 {
 		last = s.fire("nightly", nil)
-		s.waitState(last, schemas.StateFailed, 20*time.Second)
+		s.waitState(last, schemas.StateFailed, 60*time.Second)
 	}
 	var firing monitor.Notification
 	if err := json.Unmarshal(hook.wait(t, 1)[0], &firing); err != nil {
@@ -138,7 +138,7 @@ func TestConsecutiveFailuresAlertFiresAndResolves(t *testing.T) {
 	}
 
 	failing.Store(false)
-	s.waitState(s.fire("nightly", nil), schemas.StateSucceeded, 20*time.Second)
+	s.waitState(s.fire("nightly", nil), schemas.StateSucceeded, 60*time.Second)
 	var resolved monitor.Notification
 	if err := json.Unmarshal(hook.wait(t, 2)[1], &resolved); err != nil {
 		t.Fatal(err)

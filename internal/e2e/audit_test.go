@@ -102,11 +102,11 @@ func TestAuditTrailHoldsEveryTransitionAndActionOnce(t *testing.T) {
 		if i == len(ids)-1 {
 			want = schemas.StateFailed
 		}
-		instances[id] = s.waitState(id, want, 15*time.Second)
+		instances[id] = s.waitState(id, want, 60*time.Second)
 	}
 
 	total := s.outboxSize()
-	waitFor(t, "AX_AUDIT to hold the whole outbox", 15*time.Second, func() (bool, error) {
+	waitFor(t, "AX_AUDIT to hold the whole outbox", 60*time.Second, func() (bool, error) {
 		stream, err := s.js.Stream(ctx, s.srv.Topology.AuditStream())
 		if err != nil {
 			return false, err

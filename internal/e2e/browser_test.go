@@ -148,7 +148,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	s.executor("worker-1", mux, 4)
 	ctx := browser(t, path)
 
-	do(t, ctx, "log in with a wrong token", 15*time.Second,
+	do(t, ctx, "log in with a wrong token", 60*time.Second,
 		chromedp.Navigate(consoleURL+"/"),
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), "not-a-token"),
@@ -160,7 +160,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	def := "task_name: greet\nowner: browser-test\ndescription: Greets whoever the payload names.\n" +
 		"execution:\n  handler: test.greet\n  timeout: 30s\ntriggers:\n  - type: cron\n    schedule: \"0 3 * * *\"\n" +
 		"redact: [pin]\n"
-	do(t, ctx, "apply a task", 10*time.Second,
+	do(t, ctx, "apply a task", 60*time.Second,
 		chromedp.Navigate(consoleURL+"/#/tasks"),
 		chromedp.WaitVisible(chromedp.ID("definition")),
 		chromedp.SetValue(chromedp.ID("definition"), def),
@@ -173,19 +173,19 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// A refused definition shows each of its problems once.
 	bad := "task_name: bad\nexecution:\n  handler: test.greet\n  retry:\n    max_attempts: 0\npriority: whenever\n"
-	do(t, ctx, "apply a refused task", 10*time.Second,
+	do(t, ctx, "apply a refused task", 60*time.Second,
 		chromedp.SetValue(chromedp.ID("definition"), bad),
 		click("#apply button[type=submit]"),
 		chromedp.WaitVisible(chromedp.CSS(`#apply div[role="alert"]`)),
 	)
-	refusal := read(t, ctx, "read the refusal", 5*time.Second, chromedp.Text(chromedp.CSS(`#apply div[role="alert"]`)))
+	refusal := read(t, ctx, "read the refusal", 60*time.Second, chromedp.Text(chromedp.CSS(`#apply div[role="alert"]`)))
 	for field, problem := range map[string]string{"execution.retry.max_attempts": "must be at least 1", "priority": "must be one of urgent, normal, low"} {
 		if n := strings.Count(refusal, problem); n != 1 || !strings.Contains(refusal, field+": "+problem) {
 			t.Errorf("the refusal shows %q %d times, want once, after its field %s:\n%s", problem, n, field, refusal)
 		}
 	}
 
-	do(t, ctx, "pause and resume the task", 10*time.Second,
+	do(t, ctx, "pause and resume the task", 60*time.Second,
 		chromedp.Navigate(consoleURL+"/#/tasks/greet"),
 		chromedp.WaitVisible(chromedp.CSS(`h1 button[data-action="pause"]`)),
 		click(`h1 button[data-action="pause"]`),
@@ -197,31 +197,31 @@ func TestConsoleInBrowser(t *testing.T) {
 	if info, err := s.client.GetTask(context.Background(), "greet"); err != nil || info.Paused || !info.Enabled {
 		t.Fatalf("after pause and resume in the console, the task is %+v (%v), want enabled and not paused", info, err)
 	}
-	if name := read(t, ctx, "read the task's name", 5*time.Second, chromedp.Text(chromedp.ID("task-name"))); name != "greet" {
+	if name := read(t, ctx, "read the task's name", 60*time.Second, chromedp.Text(chromedp.ID("task-name"))); name != "greet" {
 		t.Errorf("the task page names %q, want greet", name)
 	}
-	do(t, ctx, "fire the task with a payload", 10*time.Second,
+	do(t, ctx, "fire the task with a payload", 60*time.Second,
 		chromedp.SetValue(chromedp.ID("payload"), `{"who": "the browser", "pin": "4321-secret"}`),
 		click("#fire button[type=submit]"),
 		chromedp.WaitVisible(chromedp.ID("state")),
 	)
 
-	do(t, ctx, "watch the instance succeed and read its log", 20*time.Second,
+	do(t, ctx, "watch the instance succeed and read its log", 60*time.Second,
 		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="SUCCEEDED"]`)),
 		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "greeted everyone")]`)),
 	)
 	// The field the task's redact names shows as the marker, to the admin too.
-	do(t, ctx, "wait for the redacted payload", 10*time.Second,
+	do(t, ctx, "wait for the redacted payload", 60*time.Second,
 		chromedp.WaitVisible(chromedp.Search(`//tr[td[1][text()="payload"]]/td[2]/pre[contains(., "`+schemas.RedactedMarker+`")]`)))
-	shown := read(t, ctx, "read the redacted payload", 5*time.Second,
+	shown := read(t, ctx, "read the redacted payload", 60*time.Second,
 		chromedp.Text(chromedp.Search(`//tr[td[1][text()="payload"]]/td[2]`)))
 	if !strings.Contains(shown, `"pin": "`+schemas.RedactedMarker+`"`) || strings.Contains(shown, "4321-secret") || !strings.Contains(shown, "the browser") {
 		t.Errorf("the instance page shows the payload\n%s\nwant pin as %q and who as it is", shown, schemas.RedactedMarker)
 	}
-	if state := read(t, ctx, "read the state", 5*time.Second, chromedp.Text(chromedp.ID("state"))); state != string(schemas.StateSucceeded) {
+	if state := read(t, ctx, "read the state", 60*time.Second, chromedp.Text(chromedp.ID("state"))); state != string(schemas.StateSucceeded) {
 		t.Errorf("the instance page shows state %q, want SUCCEEDED", state)
 	}
-	logs := read(t, ctx, "read the log tail", 5*time.Second, chromedp.Text(chromedp.ID("logs")))
+	logs := read(t, ctx, "read the log tail", 60*time.Second, chromedp.Text(chromedp.ID("logs")))
 	for i := range 3 {
 		if want := fmt.Sprintf(`greeting the browser {"step":%d}`, i+1); !strings.Contains(logs, want) {
 			t.Errorf("the log tail lacks %q:\n%s", want, logs)
@@ -230,12 +230,12 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The instance the console made is the one the API reports, with the
 	// payload typed into the console.
-	hash := read(t, ctx, "read the location", 5*time.Second, chromedp.Evaluate[string](`location.hash`))
+	hash := read(t, ctx, "read the location", 60*time.Second, chromedp.Evaluate[string](`location.hash`))
 	var id int64
 	if _, err := fmt.Sscanf(hash, "#/instances/%d", &id); err != nil {
 		t.Fatalf("the console is at %q after firing, want #/instances/<id>", hash)
 	}
-	inst := s.waitState(id, schemas.StateSucceeded, 5*time.Second)
+	inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	var payload map[string]string
 	if err := json.Unmarshal(inst.Payload, &payload); err != nil || payload["who"] != "the browser" {
 		t.Errorf("instance %d has payload %s, want the one typed into the console", id, inst.Payload)
@@ -244,19 +244,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	if inst.Source != schemas.SourceManual {
 		t.Errorf("instance %d fired from the console has source %q, want %q", id, inst.Source, schemas.SourceManual)
 	}
-	if src := read(t, ctx, "read the source", 5*time.Second,
+	if src := read(t, ctx, "read the source", 60*time.Second,
 		chromedp.Text(chromedp.Search(`//tr[td[1][text()="source"]]/td[2]`))); src != string(schemas.SourceManual) {
 		t.Errorf("the instance page shows source %q, want %q", src, schemas.SourceManual)
 	}
 
 	// The alert notifications link to the log of an instance.
-	do(t, ctx, "open the log link", 10*time.Second,
+	do(t, ctx, "open the log link", 60*time.Second,
 		chromedp.Navigate(fmt.Sprintf("%s/#/instances/%d/logs", consoleURL, id)),
 		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "greeted everyone")]`)),
 	)
 
 	// Rerun makes another instance, which the console opens.
-	do(t, ctx, "rerun the instance", 20*time.Second,
+	do(t, ctx, "rerun the instance", 60*time.Second,
 		click("#rerun"),
 		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//h1[contains(., "Instance #%d")]`, id+1))),
 		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="SUCCEEDED"]`)),
@@ -268,7 +268,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// moves as the reports come.
 	s.apply("task_name: sleeper\nexecution: {handler: builtin.sleep}\n")
 	sleeper := s.fire("sleeper", map[string]float64{"seconds": 60})
-	do(t, ctx, "open a running instance", 20*time.Second,
+	do(t, ctx, "open a running instance", 60*time.Second,
 		chromedp.Navigate(fmt.Sprintf("%s/#/instances/%d", consoleURL, sleeper)),
 		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="RUNNING"]`)))
 	shownProgress := func(step string, above int64) int64 {
@@ -285,7 +285,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	shownProgress("see the progress bar move", first)
 
 	// Cancel stops a running instance.
-	do(t, ctx, "cancel a running instance", 20*time.Second,
+	do(t, ctx, "cancel a running instance", 60*time.Second,
 		chromedp.WaitVisible(chromedp.Search(`//span[@id="state"]/span[text()="RUNNING"]`)),
 		chromedp.WaitVisible(chromedp.Search(`//pre[@id="logs"]/div[contains(., "sleeping")]`)),
 		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
@@ -297,7 +297,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	)
 	// The CANCELLED badge has a look of its own: neither the plain badge's
 	// nor that of SKIPPED, which the system decides.
-	colours := read(t, ctx, "read the badge colours", 5*time.Second, chromedp.Evaluate[map[string]string](`(() => {
+	colours := read(t, ctx, "read the badge colours", 60*time.Second, chromedp.Evaluate[map[string]string](`(() => {
 		const bg = (el) => getComputedStyle(el).backgroundColor;
 		const probe = (cls) => { const el = document.createElement('span'); el.className = cls; document.body.append(el); const c = bg(el); el.remove(); return c; };
 		const el = document.querySelector('#state .badge');
@@ -321,14 +321,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		{"#/audit", `//td/code[text()="worker:worker-1"]`},
 		{"#/", `//h2[text()="Fleet measures"]`},
 	} {
-		do(t, ctx, "open "+p.hash, 10*time.Second,
+		do(t, ctx, "open "+p.hash, 60*time.Second,
 			chromedp.Navigate(consoleURL+"/"+p.hash),
 			chromedp.WaitVisible(chromedp.Search(p.shows)),
 		)
-		if n := read(t, ctx, "look for errors on "+p.hash, 5*time.Second, chromedp.Evaluate[int](`document.querySelectorAll("main .error").length`)); n != 0 {
+		if n := read(t, ctx, "look for errors on "+p.hash, 60*time.Second, chromedp.Evaluate[int](`document.querySelectorAll("main .error").length`)); n != 0 {
 			t.Errorf("%s shows %d errors", p.hash, n)
 		}
-		if junk := read(t, ctx, "look for junk on "+p.hash, 5*time.Second, chromedp.Evaluate[[]string](
+		if junk := read(t, ctx, "look for junk on "+p.hash, 60*time.Second, chromedp.Evaluate[[]string](
 			`document.querySelector("main").innerText.match(/\b(null|undefined|NaN)\b|\[object \w+\]/g) || []`)); len(junk) != 0 {
 			t.Errorf("%s shows %q as text", p.hash, junk)
 		}
@@ -343,7 +343,7 @@ func TestConsoleInBrowser(t *testing.T) {
 // dashboard.
 func login(t *testing.T, ctx context.Context, token string) {
 	t.Helper()
-	do(t, ctx, "log in", 10*time.Second,
+	do(t, ctx, "log in", 60*time.Second,
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SetValue(chromedp.ID("token"), token),
 		click("#login button[type=submit]"),
@@ -389,13 +389,13 @@ func TestConsoleUnderABacklog(t *testing.T) {
 	}
 
 	ctx := browser(t, path)
-	do(t, ctx, "open the console", 10*time.Second, chromedp.Navigate(s.apiURL+"/"))
+	do(t, ctx, "open the console", 60*time.Second, chromedp.Navigate(s.apiURL+"/"))
 	login(t, ctx, s.admin)
 	stat := func(label string) string {
-		return read(t, ctx, "read "+label, 5*time.Second, chromedp.Evaluate[string](fmt.Sprintf(statJS, label)))
+		return read(t, ctx, "read "+label, 60*time.Second, chromedp.Evaluate[string](fmt.Sprintf(statJS, label)))
 	}
 	runs, rate := fmt.Sprint(ok+failed), fmt.Sprintf("%.1f %%", 100*float64(ok)/float64(ok+failed))
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	actx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	_, err := chromedp.Run(actx, chromedp.Steps(waitStat("runs in the last hour", runs), waitStat("success rate", rate)))
 	cancel()
 	if err != nil {
@@ -405,24 +405,24 @@ func TestConsoleUnderABacklog(t *testing.T) {
 	if lat := stat("latency p50 / p95"); strings.Contains(lat, "—") {
 		t.Errorf("the dashboard shows latencies %q, want the p50 and p95 of %d runs", lat, ok+failed)
 	}
-	do(t, ctx, "read the count of failures", 5*time.Second,
+	do(t, ctx, "read the count of failures", 60*time.Second,
 		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//p[@id="states"]/a[@data-state="FAILED"]/span[@class="count"][text()="%d"]`, failed))))
 	// The chart of the hour counts every run too.
-	charted := read(t, ctx, "read the throughput chart", 5*time.Second, chromedp.Evaluate[int](
+	charted := read(t, ctx, "read the throughput chart", 60*time.Second, chromedp.Evaluate[int](
 		`Chart.getChart('throughput').data.datasets.reduce((a, d) => a + d.data.reduce((x, y) => x + y, 0), 0)`))
 	if charted != ok+failed {
 		t.Errorf("the throughput chart shows %d runs, want %d", charted, ok+failed)
 	}
 
 	// The count of a state links to those instances of the hour.
-	do(t, ctx, "open the failures of the hour", 10*time.Second,
+	do(t, ctx, "open the failures of the hour", 60*time.Second,
 		click(`#states a[data-state="FAILED"]`),
 		chromedp.WaitVisible(chromedp.ID("page-older")),
 	)
 	if got := shownIDs(t, ctx); len(got) != failed {
 		t.Errorf("the failures of the hour list %d instances, want %d", len(got), failed)
 	}
-	if hash := read(t, ctx, "read the location", 5*time.Second, chromedp.Evaluate[string](`location.hash`)); hash != "#/instances?state=FAILED&since=1h" {
+	if hash := read(t, ctx, "read the location", 60*time.Second, chromedp.Evaluate[string](`location.hash`)); hash != "#/instances?state=FAILED&since=1h" {
 		t.Errorf("the count of failures links to %s", hash)
 	}
 
@@ -442,18 +442,18 @@ func TestConsoleUnderABacklog(t *testing.T) {
 	}
 	first := page(apiclient.InstanceQuery{})
 	second := page(apiclient.InstanceQuery{Before: first[len(first)-1]})
-	do(t, ctx, "open the newest page", 10*time.Second,
+	do(t, ctx, "open the newest page", 60*time.Second,
 		chromedp.Navigate(s.apiURL+"/#/instances?task=echo"),
 		waitIDs(first),
 		chromedp.WaitVisible(chromedp.CSS(`span#page-newer.disabled`)),
 	)
-	do(t, ctx, "page to older instances", 10*time.Second, click("a#page-older"), waitIDs(second))
-	do(t, ctx, "page back to newer ones", 10*time.Second, click("a#page-newer"), waitIDs(first))
-	do(t, ctx, "page to older instances again", 10*time.Second, click("a#page-older"), waitIDs(second))
-	do(t, ctx, "go to the newest page", 10*time.Second, click("a#page-newest"), waitIDs(first))
+	do(t, ctx, "page to older instances", 60*time.Second, click("a#page-older"), waitIDs(second))
+	do(t, ctx, "page back to newer ones", 60*time.Second, click("a#page-newer"), waitIDs(first))
+	do(t, ctx, "page to older instances again", 60*time.Second, click("a#page-older"), waitIDs(second))
+	do(t, ctx, "go to the newest page", 60*time.Second, click("a#page-newest"), waitIDs(first))
 
 	// The time filter reaches the API: nothing was fired before 2020.
-	do(t, ctx, "filter by time", 10*time.Second,
+	do(t, ctx, "filter by time", 60*time.Second,
 		setValue("#filter-until", "2020-01-01T00:00:00Z"),
 		click(`form.filters button[type=submit]`),
 		chromedp.WaitVisible(chromedp.Search(`//p[text()="No instances match."]`)),
@@ -462,13 +462,13 @@ func TestConsoleUnderABacklog(t *testing.T) {
 		click(`form.filters button[type=submit]`),
 		waitIDs(first),
 	)
-	if hash := read(t, ctx, "read the location", 5*time.Second, chromedp.Evaluate[string](`location.hash`)); hash != "#/instances?task=echo&since=1h" {
+	if hash := read(t, ctx, "read the location", 60*time.Second, chromedp.Evaluate[string](`location.hash`)); hash != "#/instances?task=echo&since=1h" {
 		t.Errorf("the filter routes to %s, want #/instances?task=echo&since=1h", hash)
 	}
 
 	// The newest page shows a new run by itself.
 	id := s.fire("echo", nil)
-	do(t, ctx, "see a new run appear", 20*time.Second,
+	do(t, ctx, "see a new run appear", 60*time.Second,
 		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//td/a[@href="#/instances/%d"]`, id))))
 }
 
@@ -478,7 +478,7 @@ const idsJS = `[...document.querySelectorAll('main tbody tr td:first-child a')].
 // shownIDs returns the ids of the instances listed on the page.
 func shownIDs(t *testing.T, ctx context.Context) []int64 {
 	t.Helper()
-	return read(t, ctx, "read the instances listed", 5*time.Second, chromedp.Evaluate[[]int64](idsJS))
+	return read(t, ctx, "read the instances listed", 60*time.Second, chromedp.Evaluate[[]int64](idsJS))
 }
 
 // waitIDs waits until the page lists the instances ids, in that order.
@@ -511,8 +511,8 @@ func screenshots(t *testing.T, ctx context.Context, s *system, consoleURL string
 		s.fire("greet", map[string]string{"who": "the screenshots"})
 		s.fire("nightly-report", map[string]float64{"seconds": 0.1})
 	}
-	s.waitState(s.fire("sync-crm", map[string]string{"message": "the CRM answered 503"}), schemas.StateFailed, 10*time.Second)
-	s.waitState(s.fire("greet", map[string]string{"who": "everyone"}), schemas.StateSucceeded, 10*time.Second)
+	s.waitState(s.fire("sync-crm", map[string]string{"message": "the CRM answered 503"}), schemas.StateFailed, 60*time.Second)
+	s.waitState(s.fire("greet", map[string]string{"who": "everyone"}), schemas.StateSucceeded, 60*time.Second)
 	dir := filepath.Join("..", "..", "docs", "screenshots")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -526,7 +526,7 @@ func screenshots(t *testing.T, ctx context.Context, s *system, consoleURL string
 		{"instances", "#/instances", "main table"},
 	}
 	for _, p := range pages {
-		do(t, ctx, "open "+p.name, 15*time.Second,
+		do(t, ctx, "open "+p.name, 60*time.Second,
 			// Away first: a navigation to the hash on screen loads nothing.
 			chromedp.Navigate("about:blank"),
 			chromedp.Navigate(consoleURL+"/"+p.hash),
@@ -538,7 +538,7 @@ func screenshots(t *testing.T, ctx context.Context, s *system, consoleURL string
 				return err
 			}),
 		)
-		png := read(t, ctx, "screenshot "+p.name, 15*time.Second, chromedp.FullScreenshot(100))
+		png := read(t, ctx, "screenshot "+p.name, 60*time.Second, chromedp.FullScreenshot(100))
 		path := filepath.Join(dir, p.name+".png")
 		if err := os.WriteFile(path, png, 0o644); err != nil {
 			t.Fatal(err)

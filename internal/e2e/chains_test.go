@@ -124,7 +124,7 @@ func TestChainRunsChildWithParentOutput(t *testing.T) {
 	if want := fmt.Sprintf("run-%d", id); run != want {
 		t.Errorf("the root's run is %q, want %q", run, want)
 	}
-	load := s.chained("load", run, schemas.StateSucceeded, 15*time.Second)
+	load := s.chained("load", run, schemas.StateSucceeded, 60*time.Second)
 	g := <-got
 	if !g.ok || g.parent.InstanceID != id || g.parent.State != schemas.StateSucceeded || compactJSON(g.parent.Output) != `{"rows":3}` {
 		t.Errorf("load's handler saw parent extract = %+v (ok %t), want instance %d SUCCEEDED with {\"rows\":3}", g.parent, g.ok, id)
@@ -162,9 +162,9 @@ func TestChainDiamondRunsJoinOnceAfterBoth(t *testing.T) {
 
 	id := s.fire("a", nil)
 	run := s.runOf(id)
-	b := s.chained("b", run, schemas.StateSucceeded, 15*time.Second)
-	c := s.chained("c", run, schemas.StateSucceeded, 15*time.Second)
-	d := s.chained("d", run, schemas.StateSucceeded, 15*time.Second)
+	b := s.chained("b", run, schemas.StateSucceeded, 60*time.Second)
+	c := s.chained("c", run, schemas.StateSucceeded, 60*time.Second)
+	d := s.chained("d", run, schemas.StateSucceeded, 60*time.Second)
 	for _, in := range []schemas.Instance{b, c, d} {
 		if in.RunID != run {
 			t.Errorf("%s ran in %q, want %q", in.Task, in.RunID, run)
@@ -207,14 +207,14 @@ func TestChainFailedParentSkipsDescendants(t *testing.T) {
 	s.apply(chainDef("c", "chain.count", "b:failure"))
 
 	id := s.fire("a", nil)
-	s.waitState(id, schemas.StateFailed, 15*time.Second)
+	s.waitState(id, schemas.StateFailed, 60*time.Second)
 	run := s.runOf(id)
-	b := s.chained("b", run, schemas.StateSkipped, 15*time.Second)
+	b := s.chained("b", run, schemas.StateSkipped, 60*time.Second)
 	if got, want := skippedReason(b), "parent a ended FAILED but the task runs after it on success"; got != want {
 		t.Errorf("b SKIPPED for %q, want %q", got, want)
 	}
 	// b's own end propagates: c runs after b on failure, and b did not fail.
-	c := s.chained("c", run, schemas.StateSkipped, 15*time.Second)
+	c := s.chained("c", run, schemas.StateSkipped, 60*time.Second)
 	if got, want := skippedReason(c), "parent b ended SKIPPED but the task runs after it on failure"; got != want {
 		t.Errorf("c SKIPPED for %q, want %q", got, want)
 	}
@@ -247,25 +247,25 @@ func TestChainOnFailureAndAlways(t *testing.T) {
 	s.apply(chainDef("always", "chain.noop", "p:always"))
 
 	ok := s.fire("p", map[string]bool{"fail": false})
-	s.waitState(ok, schemas.StateSucceeded, 15*time.Second)
+	s.waitState(ok, schemas.StateSucceeded, 60*time.Second)
 	okRun := s.runOf(ok)
-	s.chained("always", okRun, schemas.StateSucceeded, 15*time.Second)
-	skipped := s.chained("onfail", okRun, schemas.StateSkipped, 15*time.Second)
+	s.chained("always", okRun, schemas.StateSucceeded, 60*time.Second)
+	skipped := s.chained("onfail", okRun, schemas.StateSkipped, 60*time.Second)
 	if got, want := skippedReason(skipped), "parent p ended SUCCEEDED but the task runs after it on failure"; got != want {
 		t.Errorf("onfail SKIPPED for %q, want %q", got, want)
 	}
 
 	bad := s.fire("p", map[string]bool{"fail": true})
-	s.waitState(bad, schemas.StateFailed, 15*time.Second)
+	s.waitState(bad, schemas.StateFailed, 60*time.Second)
 	badRun := s.runOf(bad)
 	if badRun == okRun {
 		t.Fatalf("two firings share the run %s", badRun)
 	}
-	onfail := s.chained("onfail", badRun, schemas.StateSucceeded, 15*time.Second)
+	onfail := s.chained("onfail", badRun, schemas.StateSucceeded, 60*time.Second)
 	if createdReason(onfail) != "after p (FAILED)" {
 		t.Errorf("onfail's CREATED reason = %q", createdReason(onfail))
 	}
-	s.chained("always", badRun, schemas.StateSucceeded, 15*time.Second)
+	s.chained("always", badRun, schemas.StateSucceeded, 60*time.Second)
 }
 
 // TestChainJoinUnderConcurrentEnds runs 20 diamonds whose middle tasks all
@@ -391,11 +391,11 @@ func TestChainTwoRootJoinWaitsForTheSameRun(t *testing.T) {
 	s.apply(chainDef("j", "builtin.echo", "r1", "r2"))
 
 	first := s.fire("r1", nil)
-	s.waitState(first, schemas.StateSucceeded, 15*time.Second)
+	s.waitState(first, schemas.StateSucceeded, 60*time.Second)
 	run := s.runOf(first)
 	// r2 in a run of its own does not complete r1's.
 	other := s.fire("r2", nil)
-	s.waitState(other, schemas.StateSucceeded, 15*time.Second)
+	s.waitState(other, schemas.StateSucceeded, 60*time.Second)
 	s.drained(s.srv.Topology.ReportsStream(), "recorder")
 	s.drained(s.srv.Topology.TriggersStream(), "dispatcher")
 	list, err := s.store.ListInstances(context.Background(), store.InstanceFilter{Task: "j"})
@@ -413,7 +413,7 @@ func TestChainTwoRootJoinWaitsForTheSameRun(t *testing.T) {
 	if got := s.runOf(res.InstanceID); got != run {
 		t.Errorf("r2 fired with run_id %s is in run %s", run, got)
 	}
-	j := s.chained("j", run, schemas.StateSucceeded, 15*time.Second)
+	j := s.chained("j", run, schemas.StateSucceeded, 60*time.Second)
 	if j.Parents["r1"].InstanceID != first || j.Parents["r2"].InstanceID != res.InstanceID ||
 		string(j.Parents["r2"].Output) != `"second"` {
 		t.Errorf("j's parents = %+v, want r1 %d and r2 %d", j.Parents, first, res.InstanceID)

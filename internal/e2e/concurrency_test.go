@@ -138,7 +138,7 @@ concurrency:
 	first := map[string]int64{}
 	for _, task := range []string{"discard", "buffer-one", "cancel-other"} {
 		first[task] = s.fire(task, nil)
-		s.waitState(first[task], schemas.StateRunning, 10*time.Second)
+		s.waitState(first[task], schemas.StateRunning, 60*time.Second)
 	}
 	for _, task := range []string{"discard", "buffer-one", "cancel-other"} {
 		s.fireMany(task, 3)
@@ -160,14 +160,14 @@ concurrency:
 	}
 	// cancel_other: each newer firing cancels the one running (or about to);
 	// the last one runs.
-	s.waitState(first["cancel-other"], schemas.StateCancelled, 10*time.Second)
-	waitFor(t, "cancel_other to settle", 10*time.Second, func() (bool, error) {
+	s.waitState(first["cancel-other"], schemas.StateCancelled, 60*time.Second)
+	waitFor(t, "cancel_other to settle", 60*time.Second, func() (bool, error) {
 		got := states("cancel-other")
 		return fmt.Sprint(got) == "[CANCELLED CANCELLED CANCELLED RUNNING]", nil
 	})
 	close(release)
 	buffered := s.instances("buffer-one")[1]
-	s.waitState(buffered.ID, schemas.StateSucceeded, 10*time.Second)
+	s.waitState(buffered.ID, schemas.StateSucceeded, 60*time.Second)
 	if inst, err := s.store.GetInstance(ctx, first["cancel-other"]); err != nil || !strings.Contains(inst.Error, "cancel_other") {
 		t.Errorf("the cancelled run's error = %q (%v), want it to name cancel_other", inst.Error, err)
 	}
@@ -190,9 +190,9 @@ concurrency:
 `)
 	ctx := context.Background()
 	running := s.fire("cancellable", nil)
-	s.waitState(running, schemas.StateRunning, 10*time.Second)
+	s.waitState(running, schemas.StateRunning, 60*time.Second)
 	waiting := s.fire("cancellable", nil)
-	s.waitState(waiting, schemas.StateWaiting, 10*time.Second)
+	s.waitState(waiting, schemas.StateWaiting, 60*time.Second)
 
 	inst, err := s.client.Cancel(ctx, running, "wrong input")
 	if err != nil {
@@ -208,8 +208,8 @@ concurrency:
 	}
 	// The freed slot starts the waiting instance; the cancelled attempt's
 	// own failure report, when its worker stops it, changes nothing.
-	s.waitState(waiting, schemas.StateRunning, 10*time.Second)
-	waitFor(t, "the worker to stop the cancelled attempt", 10*time.Second, func() (bool, error) {
+	s.waitState(waiting, schemas.StateRunning, 60*time.Second)
+	waitFor(t, "the worker to stop the cancelled attempt", 60*time.Second, func() (bool, error) {
 		return worker.Busy() == 1, nil
 	})
 	s.drained(s.srv.Topology.ReportsStream(), "recorder")

@@ -60,7 +60,7 @@ triggers:
 	clock.WaitTimers(t, 2)
 	s.drained(s.srv.Topology.TriggersStream(), "dispatcher")
 
-	waitFor(t, "both replicas' publishes", 10*time.Second, func() (bool, error) {
+	waitFor(t, "both replicas' publishes", 60*time.Second, func() (bool, error) {
 		return published.Load() >= 2*ticks, nil
 	})
 	if n := published.Load(); n != 2*ticks {

@@ -66,7 +66,7 @@ triggers:
 		return slices.ContainsFunc(deadlines, tick.Equal)
 	})
 	clock.Set(tick)
-	waitFor(t, "the cron firing's instance", 10*time.Second, func() (bool, error) {
+	waitFor(t, "the cron firing's instance", 60*time.Second, func() (bool, error) {
 		list, err := s.store.ListInstances(context.Background(), store.InstanceFilter{Task: "minutely"})
 		return len(list) == 1, err
 	})

@@ -21,7 +21,7 @@ func (s *system) awaitEvent(task, eventID string) schemas.Instance {
 	s.t.Helper()
 	ctx := context.Background()
 	var id int64
-	waitFor(s.t, "the instance of "+task+" event "+eventID, 10*time.Second, func() (bool, error) {
+	waitFor(s.t, "the instance of "+task+" event "+eventID, 60*time.Second, func() (bool, error) {
 		in, err := s.store.InstanceByEvent(ctx, task, eventID)
 		if errors.Is(err, store.ErrNotFound) {
 			return false, nil
@@ -128,7 +128,7 @@ func TestUserIDsCannotTakeAXsOwn(t *testing.T) {
 
 	close(release)
 	released = true
-	inst := s.waitState(id, schemas.StateSucceeded, 15*time.Second)
+	inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	if inst.Attempt != 2 {
 		t.Errorf("instance %d succeeded at attempt %d, want 2 (its retry)", id, inst.Attempt)
 	}

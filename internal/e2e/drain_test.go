@@ -79,7 +79,7 @@ execution:
 		t.Fatal(err)
 	}
 	// Once it says it waits for its attempts, it pulls no more.
-	waitFor(t, "the executor to stop pulling", 20*time.Second, func() (bool, error) {
+	waitFor(t, "the executor to stop pulling", 60*time.Second, func() (bool, error) {
 		return strings.Contains(stderr.String(), "waiting for running attempts"), nil
 	})
 	later := s.fire("drained", map[string]float64{"seconds": 0})
@@ -93,7 +93,7 @@ execution:
 	case <-time.After(60 * time.Second):
 		t.Fatal("the executor did not exit within 60 s of SIGTERM")
 	}
-	inst := s.waitState(id, schemas.StateSucceeded, 10*time.Second)
+	inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	succeeded := 0
 	for _, tr := range inst.Transitions {
 		if tr.To == schemas.StateSucceeded {
@@ -115,7 +115,7 @@ execution:
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
 	s.executor("successor", mux, 4)
-	next := s.waitState(later, schemas.StateSucceeded, 20*time.Second)
+	next := s.waitState(later, schemas.StateSucceeded, 60*time.Second)
 	if next.WorkerID != "successor" || next.Attempt != 1 {
 		t.Errorf("the firing after SIGTERM ran on %q attempt %d, want successor attempt 1", next.WorkerID, next.Attempt)
 	}

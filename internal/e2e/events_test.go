@@ -155,7 +155,7 @@ execution:
 	past := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	s.publish("later", fmt.Sprintf(`{"event_id": "nats-past", "run_at": %q}`, past.Format(time.RFC3339Nano)))
 
-	waitFor(t, "the dispatcher to schedule nats-delay", 5*time.Second, func() (bool, error) {
+	waitFor(t, "the dispatcher to schedule nats-delay", 60*time.Second, func() (bool, error) {
 		_, err := trig.GetLastMsgForSubject(ctx, top.SchedFiring("later", "nats-delay"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false, nil
@@ -163,7 +163,7 @@ execution:
 		return err == nil, err
 	})
 	var past1 schemas.Instance
-	waitFor(t, "nats-past to fire at once", 5*time.Second, func() (bool, error) {
+	waitFor(t, "nats-past to fire at once", 60*time.Second, func() (bool, error) {
 		var err error
 		past1, err = s.store.InstanceByEvent(ctx, "later", "nats-past")
 		if errors.Is(err, store.ErrNotFound) {
@@ -177,7 +177,7 @@ execution:
 
 	for _, f := range firings {
 		var tm timing
-		waitFor(t, f.eventID+" to succeed", 15*time.Second, func() (bool, error) {
+		waitFor(t, f.eventID+" to succeed", 60*time.Second, func() (bool, error) {
 			var err error
 			tm, err = s.timing("later", f.eventID)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -236,7 +236,7 @@ execution:
 		due     time.Time
 	}{{"api", res.RunAt}, {"nats", published.Add(6 * time.Second)}} {
 		var tm timing
-		waitFor(t, f.eventID+" to succeed", 15*time.Second, func() (bool, error) {
+		waitFor(t, f.eventID+" to succeed", 60*time.Second, func() (bool, error) {
 			var err error
 			tm, err = s.timing("patient", f.eventID)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -298,7 +298,7 @@ execution:
 	if len(list) != 1 || list[0].ID != first {
 		t.Errorf("instances of charge = %+v, want only %d", list, first)
 	}
-	s.waitState(first, schemas.StateSucceeded, 10*time.Second)
+	s.waitState(first, schemas.StateSucceeded, 60*time.Second)
 
 	// A delayed firing holds its key while it waits for its time.
 	status, body = s.post("/v1/tasks/charge/runs", `{"idempotency_key": "order-7", "delay": "1h", "payload": {"order": 7}}`)
@@ -349,7 +349,7 @@ payload_schema:
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst := s.waitState(bad.ID, schemas.StateSkipped, 5*time.Second)
+	inst := s.waitState(bad.ID, schemas.StateSkipped, 60*time.Second)
 	last := inst.Transitions[len(inst.Transitions)-1]
 	if last.From != schemas.StateCreated || !strings.Contains(last.Reason, "payload.order.id") || !strings.Contains(last.Reason, "must be a whole number") {
 		t.Errorf("skipped %s→%s with reason %q, want the violation at payload.order.id", last.From, last.To, last.Reason)
@@ -358,7 +358,7 @@ payload_schema:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.waitState(good.ID, schemas.StateSucceeded, 10*time.Second)
+	s.waitState(good.ID, schemas.StateSucceeded, 60*time.Second)
 	s.drained(s.srv.Topology.ReportsStream(), "recorder")
 	if n := runs.Load(); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
@@ -383,11 +383,11 @@ execution:
 	if err != nil || res.InstanceID == 0 {
 		t.Fatalf("fire: %+v, %v", res, err)
 	}
-	orig := s.waitState(res.InstanceID, schemas.StateSucceeded, 10*time.Second)
+	orig := s.waitState(res.InstanceID, schemas.StateSucceeded, 60*time.Second)
 
 	check := func(id int64, operator string) {
 		t.Helper()
-		in := s.waitState(id, schemas.StateSucceeded, 10*time.Second)
+		in := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 		if in.ID == orig.ID || in.EventID == orig.EventID || in.Source != schemas.SourceManual ||
 			in.Priority != schemas.PriorityUrgent || string(in.Payload) != string(orig.Payload) || string(in.Output) != string(orig.Payload) {
 			t.Errorf("rerun instance = %+v, want a new manual instance with the payload %s at priority urgent", in, orig.Payload)
@@ -462,7 +462,7 @@ func TestOrderReminderExample(t *testing.T) {
 	}
 	s.publish("order-reminder", `{"idempotency_key": "order-43", "payload": {"order_id": "43", "email": "bob@example.com"}}`)
 	var good, bad schemas.Instance
-	waitFor(t, "both instances", 10*time.Second, func() (bool, error) {
+	waitFor(t, "both instances", 60*time.Second, func() (bool, error) {
 		list, err := s.store.ListInstances(ctx, store.InstanceFilter{Task: "order-reminder"})
 		for _, in := range list {
 			switch in.EventID {
@@ -477,8 +477,8 @@ func TestOrderReminderExample(t *testing.T) {
 	if good.FiredAt.Before(fired.Add(time.Second).Truncate(time.Microsecond)) {
 		t.Errorf("the reminder is due at %v, before the delay of 1s after %v", good.FiredAt, fired)
 	}
-	s.waitState(good.ID, schemas.StateSucceeded, 10*time.Second)
-	inst := s.waitState(bad.ID, schemas.StateSkipped, 5*time.Second)
+	s.waitState(good.ID, schemas.StateSucceeded, 60*time.Second)
+	inst := s.waitState(bad.ID, schemas.StateSkipped, 60*time.Second)
 	if reason := inst.Transitions[len(inst.Transitions)-1].Reason; !strings.Contains(reason, "payload.order_id") {
 		t.Errorf("skipped with reason %q, want the path payload.order_id", reason)
 	}

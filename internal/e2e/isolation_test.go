@@ -65,14 +65,14 @@ execution:
 		quick = append(quick, s.fire("quick", map[string]int{"n": i}))
 	}
 	for _, id := range quick {
-		s.waitState(id, schemas.StateSucceeded, 10*time.Second)
+		s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	}
 	if n := slowRuns.Load(); n != 1 {
 		t.Fatalf("%d slow attempts run, want 1 while the first holds the handler's slot", n)
 	}
 	close(open)
 	for _, id := range slow {
-		if inst := s.waitState(id, schemas.StateSucceeded, 10*time.Second); inst.Attempt != 1 {
+		if inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second); inst.Attempt != 1 {
 			t.Errorf("slow instance %d needed attempt %d, want 1: a requeue is not a retry", id, inst.Attempt)
 		}
 	}
@@ -101,7 +101,7 @@ execution:
 	}
 	var starts []time.Time
 	for _, id := range ids {
-		inst := s.waitState(id, schemas.StateSucceeded, 15*time.Second)
+		inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 		starts = append(starts, *inst.StartedAt)
 	}
 	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
@@ -140,7 +140,7 @@ execution:
     initial_interval_sec: 0
 `)
 	id := s.fire("checkout", nil)
-	inst := s.waitState(id, schemas.StateSucceeded, 15*time.Second)
+	inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	want := []string{"→CREATED", "CREATED→DISPATCHED", "DISPATCHED→RUNNING", "RUNNING→RETRYING",
 		"RETRYING→DISPATCHED", "DISPATCHED→RUNNING", "RUNNING→SUCCEEDED"}
 	if got := path(inst); !slices.Equal(got, want) {

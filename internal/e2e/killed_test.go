@@ -46,7 +46,7 @@ execution:
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
 	s.executor("rescuer", mux, 4)
-	inst := s.waitState(id, schemas.StateSucceeded, 15*time.Second)
+	inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	if inst.Attempt != 2 || inst.WorkerID != "rescuer" {
 		t.Errorf("succeeded on attempt %d by %q, want attempt 2 by rescuer", inst.Attempt, inst.WorkerID)
 	}

@@ -57,7 +57,7 @@ execution:
   handler: test.chatty
 `)
 	id := s.fire("chatty", nil)
-	s.waitState(id, schemas.StateSucceeded, 10*time.Second)
+	s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 
 	lines := s.logsOf(id)
 	if len(lines) != 21 {
@@ -111,7 +111,7 @@ execution:
 	id := s.fire("sleeper", map[string]float64{"seconds": 60})
 	s.waitState(id, schemas.StateRunning, 30*time.Second)
 	var seen []schemas.LogLine
-	waitFor(t, `"slept 2s" in the logs`, 15*time.Second, func() (bool, error) {
+	waitFor(t, `"slept 2s" in the logs`, 60*time.Second, func() (bool, error) {
 		seen = s.logsOf(id)
 		return slices.ContainsFunc(seen, func(l schemas.LogLine) bool { return l.Message == "slept 2s of 1m0s" }), nil
 	})
@@ -141,7 +141,7 @@ execution:
 
 	// The lease expires, the only attempt fails; ax logs reads the same
 	// lines, and a follower ends with the instance.
-	s.waitState(id, schemas.StateFailed, 15*time.Second)
+	s.waitState(id, schemas.StateFailed, 60*time.Second)
 	out, err := exec.Command(bin, "logs", fmt.Sprint(id), "--api", s.apiURL, "--token", s.admin).Output()
 	if err != nil {
 		t.Fatalf("ax logs: %v", err)

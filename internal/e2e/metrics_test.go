@@ -103,11 +103,11 @@ func TestMetricsEndToEnd(t *testing.T) {
 		task  string
 		state schemas.State
 	}{{"ok", schemas.StateSucceeded}, {"ok", schemas.StateSucceeded}, {"fail", schemas.StateFailed}, {"second", schemas.StateSucceeded}} {
-		s.waitState(s.fire(tt.task, nil), tt.state, 20*time.Second)
+		s.waitState(s.fire(tt.task, nil), tt.state, 60*time.Second)
 	}
 
 	var families map[string]*dto.MetricFamily
-	waitFor(t, "the instances to be counted", 20*time.Second, func() (bool, error) {
+	waitFor(t, "the instances to be counted", 60*time.Second, func() (bool, error) {
 		families = scrape(t, srv)
 		ok, _ := value(families, "ax_instances_ended_total", map[string]string{"task": "ok", "state": "SUCCEEDED"})
 		second, _ := value(families, "ax_instances_ended_total", map[string]string{"task": "second", "state": "SUCCEEDED"})
@@ -134,7 +134,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 	}
 	// The worker's gauges come from its heartbeats; the busy count settles
 	// once a heartbeat follows the last run.
-	waitFor(t, "the worker's gauges", 20*time.Second, func() (bool, error) {
+	waitFor(t, "the worker's gauges", 60*time.Second, func() (bool, error) {
 		families = scrape(t, srv)
 		workers, _ := value(families, "ax_workers", map[string]string{"pool": "default"})
 		slots, _ := value(families, "ax_executor_slots", map[string]string{"pool": "default"})

@@ -152,9 +152,9 @@ concurrency:
   mutex_key: "guarded"
 `)
 	id := s.fire("guarded", map[string]float64{"seconds": 0.1})
-	s.waitState(id, schemas.StateSucceeded, 20*time.Second)
+	s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	ctx := context.Background()
-	waitFor(t, "the attempt's log lines", 10*time.Second, func() (bool, error) {
+	waitFor(t, "the attempt's log lines", 60*time.Second, func() (bool, error) {
 		page, err := s.client.Logs(ctx, id, apiclient.LogQuery{})
 		return err == nil && len(page.Lines) > 0, err
 	})
@@ -165,7 +165,7 @@ concurrency:
 	if _, missing, err := s.client.ListStreams(ctx); err != nil || len(missing) != 0 {
 		t.Errorf("ListStreams: missing %v, %v", missing, err)
 	}
-	waitFor(t, "the audit trail on AX_AUDIT", 10*time.Second, func() (bool, error) {
+	waitFor(t, "the audit trail on AX_AUDIT", 60*time.Second, func() (bool, error) {
 		js, _ := jetstream.New(conns[natsauth.Dispatcher])
 		stream, err := js.Stream(ctx, top.AuditStream())
 		if err != nil {
@@ -202,7 +202,7 @@ concurrency:
 		defer cancel()
 		done := make(chan error, 1)
 		go func() { done <- action(ctx) }()
-		waitFor(t, "the server to refuse "+what, 15*time.Second, func() (bool, error) { return v.seen(subject), nil })
+		waitFor(t, "the server to refuse "+what, 60*time.Second, func() (bool, error) { return v.seen(subject), nil })
 		cancel()
 		if err := <-done; wantErr && err == nil {
 			t.Errorf("%s: no error", what)

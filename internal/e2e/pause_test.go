@@ -59,7 +59,7 @@ triggers:
 	clock.WaitFor(t, func(_ time.Time, d []time.Time) bool { return slices.ContainsFunc(d, start.Add(30*time.Second).Equal) })
 	clock.Set(start.Add(30 * time.Second))
 	var running schemas.Instance
-	waitFor(t, "the first tick's run", 10*time.Second, func() (bool, error) {
+	waitFor(t, "the first tick's run", 60*time.Second, func() (bool, error) {
 		list, err := s.store.ListInstances(ctx, store.InstanceFilter{Task: "pausable"})
 		if len(list) == 1 {
 			running = list[0]
@@ -71,7 +71,7 @@ triggers:
 		t.Fatal(err)
 	}
 	close(release)
-	s.waitState(running.ID, schemas.StateSucceeded, 10*time.Second)
+	s.waitState(running.ID, schemas.StateSucceeded, 60*time.Second)
 
 	// While paused: the API refuses, a plain publish is recorded SKIPPED, ticks pass.
 	var apiErr *api.Error
@@ -84,7 +84,7 @@ triggers:
 		t.Fatal(err)
 	}
 	var skipped schemas.Instance
-	waitFor(t, "the plain firing's instance", 10*time.Second, func() (bool, error) {
+	waitFor(t, "the plain firing's instance", 60*time.Second, func() (bool, error) {
 		var err error
 		skipped, err = s.store.InstanceByEvent(ctx, "pausable", "while-paused")
 		if errors.Is(err, store.ErrNotFound) {
@@ -101,7 +101,7 @@ triggers:
 		t.Fatal(err)
 	}
 	var cron []schemas.Instance
-	waitFor(t, "the catch-up firing after resume", 10*time.Second, func() (bool, error) {
+	waitFor(t, "the catch-up firing after resume", 60*time.Second, func() (bool, error) {
 		list, err := s.store.ListInstances(ctx, store.InstanceFilter{Task: "pausable"})
 		cron = cron[:0]
 		for _, inst := range list {

@@ -40,7 +40,7 @@ execution:
   handler: test.count
 `)
 	id := s.fire("hello", map[string]string{"greeting": "hi"})
-	inst := s.waitState(id, schemas.StateSucceeded, 10*time.Second)
+	inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 
 	want := []string{"→CREATED", "CREATED→DISPATCHED", "DISPATCHED→RUNNING", "RUNNING→SUCCEEDED"}
 	if got := path(inst); !slices.Equal(got, want) {
@@ -83,7 +83,7 @@ execution:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.waitState(inst.ID, schemas.StateSucceeded, 10*time.Second)
+	s.waitState(inst.ID, schemas.StateSucceeded, 60*time.Second)
 	list, err := s.store.ListInstances(context.Background(), store.InstanceFilter{Task: "once"})
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ execution:
     initial_interval_sec: 0.2
 `)
 	id := s.fire("flaky", map[string]string{"message": "disk full"})
-	inst := s.waitState(id, schemas.StateFailed, 15*time.Second)
+	inst := s.waitState(id, schemas.StateFailed, 60*time.Second)
 
 	want := []string{
 		"→CREATED", "CREATED→DISPATCHED",
@@ -166,7 +166,7 @@ execution:
     initial_interval_sec: 0
 `)
 	id := s.fire("fenced", nil)
-	before := s.waitState(id, schemas.StateFailed, 10*time.Second)
+	before := s.waitState(id, schemas.StateFailed, 60*time.Second)
 
 	// A late success from attempt 1 must not resurrect the instance.
 	late := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "ghost", Kind: schemas.ReportSucceeded,
@@ -207,7 +207,7 @@ execution:
     initial_interval_sec: 0.2
 `)
 	id := s.fire("lucky", nil)
-	inst := s.waitState(id, schemas.StateSucceeded, 15*time.Second)
+	inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	if inst.Attempt != 3 || string(inst.Output) != `{"attempt": 3}` {
 		t.Errorf("attempt %d, output %s; want attempt 3 with its output", inst.Attempt, inst.Output)
 	}

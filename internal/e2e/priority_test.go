@@ -53,7 +53,7 @@ execution:
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every firing's instance", 10*time.Second, func() (bool, error) {
+	waitFor(t, "every firing's instance", 60*time.Second, func() (bool, error) {
 		var n int
 		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances`).Scan(&n)
 		return n == 45, err

@@ -34,7 +34,7 @@ func (s *system) putWorker(id string, fields map[string]any) {
 	if _, err := kv.Put(context.Background(), id, data); err != nil {
 		s.t.Fatal(err)
 	}
-	waitFor(s.t, "the dispatcher to see worker "+id, 10*time.Second, func() (bool, error) {
+	waitFor(s.t, "the dispatcher to see worker "+id, 60*time.Second, func() (bool, error) {
 		for _, w := range s.dispatcher.Workers() {
 			if w.ID == id {
 				return true, nil
@@ -53,7 +53,7 @@ func (s *system) ownDispatch(id string) schemas.Dispatch {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	m, err := c.Next(jetstream.FetchMaxWait(20 * time.Second))
+	m, err := c.Next(jetstream.FetchMaxWait(60 * time.Second))
 	if err != nil {
 		s.t.Fatalf("no dispatch message for worker %s: %v", id, err)
 	}

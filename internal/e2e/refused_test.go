@@ -82,7 +82,7 @@ func TestRefusedFiringsDelayNoOther(t *testing.T) {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	waitFor(t, "the 9 good firings", 10*time.Second, func() (bool, error) {
+	waitFor(t, "the 9 good firings", 60*time.Second, func() (bool, error) {
 		var n int
 		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE task = 'sturdy' AND event_id LIKE 'good-%' AND state = 'DISPATCHED'`).Scan(&n)
 		return n == 9, err
@@ -92,7 +92,7 @@ func TestRefusedFiringsDelayNoOther(t *testing.T) {
 	skipped := func(eventID, reason string) {
 		t.Helper()
 		var inst schemas.Instance
-		waitFor(t, "instance of "+eventID, 10*time.Second, func() (bool, error) {
+		waitFor(t, "instance of "+eventID, 60*time.Second, func() (bool, error) {
 			var err error
 			inst, err = s.store.InstanceByEvent(ctx, "sturdy", eventID)
 			if errors.Is(err, store.ErrNotFound) {

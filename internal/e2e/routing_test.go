@@ -81,7 +81,7 @@ func (s *system) worker(opts executor.Options) (stop func()) {
 // routedTo waits until the dispatcher routes over exactly the workers ids.
 func (s *system) routedTo(ids ...string) {
 	s.t.Helper()
-	waitFor(s.t, fmt.Sprintf("the dispatcher to see workers %v", ids), 10*time.Second, func() (bool, error) {
+	waitFor(s.t, fmt.Sprintf("the dispatcher to see workers %v", ids), 60*time.Second, func() (bool, error) {
 		var live []string
 		for _, w := range s.dispatcher.Workers() {
 			live = append(live, w.ID)
@@ -99,7 +99,7 @@ func (s *system) ranOn(task string, payloads ...any) []string {
 	}
 	out := make([]string, len(ids))
 	for i, id := range ids {
-		out[i] = s.waitState(id, schemas.StateSucceeded, 20*time.Second).WorkerID
+		out[i] = s.waitState(id, schemas.StateSucceeded, 60*time.Second).WorkerID
 	}
 	return out
 }
@@ -118,7 +118,7 @@ func TestRoutingPullSpreads(t *testing.T) {
 	// Each worker has two slots, so four attempts run only if both pull.
 	on := make(map[string]int)
 	for _, id := range ids {
-		on[s.waitState(id, schemas.StateRunning, 20*time.Second).WorkerID]++
+		on[s.waitState(id, schemas.StateRunning, 60*time.Second).WorkerID]++
 	}
 	close(release)
 	if on["w1"] != 2 || on["w2"] != 2 {
@@ -145,9 +145,9 @@ func TestRoutingWorker(t *testing.T) {
 	// A worker that is not live gets its work when it comes.
 	s.apply("task_name: later\nexecution: {handler: test.where}\ndispatch: {strategy: worker, worker: w9}\n")
 	id := s.fire("later", nil)
-	s.waitState(id, schemas.StateDispatched, 10*time.Second)
+	s.waitState(id, schemas.StateDispatched, 60*time.Second)
 	s.worker(executor.Options{WorkerID: "w9", Mux: c.mux("w9")})
-	if w := s.waitState(id, schemas.StateSucceeded, 20*time.Second).WorkerID; w != "w9" {
+	if w := s.waitState(id, schemas.StateSucceeded, 60*time.Second).WorkerID; w != "w9" {
 		t.Fatalf("instance ran on %s, want w9", w)
 	}
 }
@@ -237,7 +237,7 @@ func TestRoutingMinWorkerVersion(t *testing.T) {
 	// No live worker may take it: it waits, routed again until one comes.
 	first := s.fire("modern", nil)
 	s.worker(executor.Options{WorkerID: "new", Version: "2.0.0", Mux: c.mux("new")})
-	if w := s.waitState(first, schemas.StateSucceeded, 20*time.Second).WorkerID; w != "new" {
+	if w := s.waitState(first, schemas.StateSucceeded, 60*time.Second).WorkerID; w != "new" {
 		t.Fatalf("the first instance ran on %s, want new", w)
 	}
 	var payloads []any
@@ -322,7 +322,7 @@ func TestRoutingNoCapableWorkerWaits(t *testing.T) {
 		t.Fatalf("the instance no live worker can run is %s (%s), want it DISPATCHED, waiting", inst.State, inst.Error)
 	}
 	s.worker(executor.Options{WorkerID: "capable", Mux: c.muxOf("capable", "test.where")})
-	if w := s.waitState(waiting, schemas.StateSucceeded, 20*time.Second).WorkerID; w != "capable" {
+	if w := s.waitState(waiting, schemas.StateSucceeded, 60*time.Second).WorkerID; w != "capable" {
 		t.Fatalf("the instance ran on %s, want capable", w)
 	}
 }
@@ -402,7 +402,7 @@ func TestRoutingHashReroutesAKilledWorkersBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := s.srv.Topology.DispatchWorker("w2")
-	waitFor(t, "w2 to run one attempt with a backlog behind it", 20*time.Second, func() (bool, error) {
+	waitFor(t, "w2 to run one attempt with a backlog behind it", 60*time.Second, func() (bool, error) {
 		if victim.Busy() != 1 {
 			return false, nil
 		}
@@ -415,7 +415,7 @@ func TestRoutingHashReroutesAKilledWorkersBacklog(t *testing.T) {
 
 	conn.Close() // killed: no heartbeat, no lease renewal, no goodbye
 	for _, id := range ids {
-		inst := s.waitState(id, schemas.StateSucceeded, 25*time.Second)
+		inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 		if inst.WorkerID != "w1" {
 			t.Errorf("instance %d succeeded on %s, want w1", id, inst.WorkerID)
 		}
@@ -453,9 +453,9 @@ func TestRoutingPinnedWaitsForItsWorker(t *testing.T) {
 	}()
 	close(release)
 	<-stopped
-	s.waitState(first, schemas.StateSucceeded, 10*time.Second)
+	s.waitState(first, schemas.StateSucceeded, 60*time.Second)
 	for _, id := range waiting {
-		waitFor(t, "the instance to say that its worker left", 10*time.Second, func() (bool, error) {
+		waitFor(t, "the instance to say that its worker left", 60*time.Second, func() (bool, error) {
 			inst, err := s.store.GetInstance(context.Background(), id)
 			if err != nil {
 				return false, err
@@ -473,7 +473,7 @@ func TestRoutingPinnedWaitsForItsWorker(t *testing.T) {
 	}
 	s.worker(executor.Options{WorkerID: "w9", Mux: c.mux("w9")})
 	for _, id := range waiting {
-		if w := s.waitState(id, schemas.StateSucceeded, 20*time.Second).WorkerID; w != "w9" {
+		if w := s.waitState(id, schemas.StateSucceeded, 60*time.Second).WorkerID; w != "w9" {
 			t.Errorf("instance %d ran on %s, want w9", id, w)
 		}
 	}

@@ -73,7 +73,7 @@ func TestShards(t *testing.T) {
 	s.apply("task_name: split\nexecution: {handler: test.shard, shards: 4}\n")
 
 	id := s.fire("split", map[string]int{"day": 1})
-	parent := s.waitState(id, schemas.StateSucceeded, 20*time.Second)
+	parent := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	if got := path(parent); !slices.Equal(got, []string{"→CREATED", "CREATED→DISPATCHED", "DISPATCHED→RUNNING", "RUNNING→SUCCEEDED"}) {
 		t.Errorf("parent path = %v", got)
 	}
@@ -102,7 +102,7 @@ func TestShardFails(t *testing.T) {
 	s.apply("task_name: split\nexecution: {handler: test.shard, shards: 4, retry: {max_attempts: 2, initial_interval_sec: 0}}\n")
 
 	id := s.fire("split", nil)
-	parent := s.waitState(id, schemas.StateFailed, 20*time.Second)
+	parent := s.waitState(id, schemas.StateFailed, 60*time.Second)
 	if !strings.Contains(parent.Error, "2 (FAILED)") {
 		t.Errorf("parent error = %q, want it to name shard 2", parent.Error)
 	}
@@ -127,7 +127,7 @@ func TestBroadcast(t *testing.T) {
 	s.apply("task_name: everywhere\nexecution: {handler: test.where}\ndispatch: {strategy: broadcast}\n")
 
 	id := s.fire("everywhere", nil)
-	s.waitState(id, schemas.StateSucceeded, 20*time.Second)
+	s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	kids := s.children(id)
 	var on []string
 	for _, k := range kids {

@@ -200,7 +200,7 @@ func (s *system) waitState(id int64, state schemas.State, timeout time.Duration)
 func (s *system) drained(stream, consumer string) {
 	s.t.Helper()
 	ctx := context.Background()
-	waitFor(s.t, consumer+" to drain", 10*time.Second, func() (bool, error) {
+	waitFor(s.t, consumer+" to drain", 60*time.Second, func() (bool, error) {
 		c, err := s.js.Consumer(ctx, stream, consumer)
 		if err != nil {
 			return false, err

@@ -41,7 +41,7 @@ execution:
 		t.Fatal(err)
 	}
 	id := s.fire("hung", map[string]int{"seconds": 60})
-	msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+	msg, err := cons.Next(jetstream.FetchMaxWait(60 * time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ execution:
 		t.Fatal(err)
 	}
 	_ = msg.Ack()
-	s.waitState(id, schemas.StateRunning, 10*time.Second)
+	s.waitState(id, schemas.StateRunning, 60*time.Second)
 
 	// Keep the lease alive, as a hung but connected executor would.
 	renewed := make(chan struct{})
@@ -91,7 +91,7 @@ execution:
 	}()
 	defer func() { stopRenewing(); <-renewed }()
 
-	inst := s.waitState(id, schemas.StateFailed, 10*time.Second)
+	inst := s.waitState(id, schemas.StateFailed, 60*time.Second)
 	if !strings.HasPrefix(inst.Error, "timeout") {
 		t.Errorf("error = %q, want a timeout", inst.Error)
 	}
@@ -102,7 +102,7 @@ execution:
 	if took := last.At.Sub(now); took < time.Second {
 		t.Errorf("failed %v after the start, before the 1s timeout", took)
 	}
-	order, err := orders.NextMsg(5 * time.Second)
+	order, err := orders.NextMsg(60 * time.Second)
 	if err != nil {
 		t.Fatalf("no stop order to the worker: %v", err)
 	}
