@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -741,32 +743,41 @@ func TestNewRequires(t *testing.T) {
 
 func TestRun(t *testing.T) {
 	t.Parallel()
-	// A free port: listen, note it, close. Run listens on it again.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	e := newEnv(t, func(o *api.Options) { o.Addr = addr })
-
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- e.svc.Run(ctx) }()
-	transport := &http.Transport{}
+	// Run listens on an address of its own choosing: a free port, noted and
+	// closed, which another process on a busy machine may take before Run
+	// listens on it again. Such a port is given up for another one.
+	e := newEnv(t, nil)
+	var (
+		addr      string
+		cancel    context.CancelFunc
+		done      chan error
+		transport = &http.Transport{}
+	)
 	defer transport.CloseIdleConnections()
-	client := apiclient.NewClient("http://"+addr, &http.Client{Transport: transport})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := client.Health(t.Context())
-		if err == nil {
+	for try := 1; ; try++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = ln.Addr().String()
+		ln.Close()
+		svc, err := api.New(api.Options{Store: e.store, Conn: e.nc, Logger: zerolog.New(e.log), Addr: addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(t.Context())
+		done = make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		if answers(t, apiclient.NewClient("http://"+addr, &http.Client{Transport: transport}), done) {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the API never answered on %s: %v", addr, err)
+		cancel()
+		if try == 5 {
+			t.Fatalf("five free ports were taken before Run listened on them")
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	defer cancel()
 	client2 := apiclient.NewClient("http://"+addr+"/", nil)
 	client2.Token = e.admin
 	if _, err := client2.ListTasks(t.Context()); err != nil {
@@ -788,6 +799,45 @@ func TestRun(t *testing.T) {
 		t.Errorf("Run = %v, want nil after a clean shutdown", err)
 	}
 }
+
+// answers waits up to a minute for the API that Run serves to answer its
+// health check, and reports whether it did. It reports false when Run
+// could not listen because the address was taken meanwhile; any other end
+// of Run, or a minute without an answer, fails the test.
+func answers(t *testing.T, client *apiclient.Client, done <-chan error) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var lastErr error
+	err := wait.Until(ctx, func() (bool, error) {
+		select {
+		case err := <-done:
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return false, errTaken
+			}
+			return false, fmt.Errorf("Run returned %v before the API answered", err)
+		default:
+		}
+		// One check at a time is bounded: a port taken by another
+		// listener may accept and never answer.
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		lastErr = client.Health(hctx)
+		return lastErr == nil, nil
+	})
+	switch {
+	case errors.Is(err, errTaken):
+		t.Logf("the free port was taken before Run listened on it: trying another")
+		return false
+	case errors.Is(err, context.DeadlineExceeded):
+		t.Fatalf("the API never answered in a minute: %v", lastErr)
+	case err != nil:
+		t.Fatal(err)
+	}
+	return true
+}
+
+var errTaken = errors.New("address taken")
 
 func TestClientErrors(t *testing.T) {
 	t.Parallel()
