@@ -493,7 +493,7 @@ func TestFireWaitsForInstance(t *testing.T) {
 		res, err := e.client.Fire(context.WithoutCancel(t.Context()), "nightly-report", api.FireRequest{EventID: "ev-wait"})
 		done <- result{res, err}
 	}()
-	if _, err := sub.NextMsg(10 * time.Second); err != nil {
+	if _, err := sub.NextMsg(time.Minute); err != nil {
 		t.Fatalf("the firing was never published: %v", err)
 	}
 	id := e.insertInstance("nightly-report", "ev-wait", schemas.StateDispatched)

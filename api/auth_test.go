@@ -211,7 +211,7 @@ func TestTokenRoutes(t *testing.T) {
 	if _, err := e.store.RevokeToken(ctx, "ops", "test"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(api.DefaultTokenCacheTTL + 5*time.Second)
+	deadline := time.Now().Add(api.DefaultTokenCacheTTL + 30*time.Second)
 	for {
 		_, err := ops.ListTasks(ctx)
 		if isStatus(err, 401) {
