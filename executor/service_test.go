@@ -438,8 +438,27 @@ func TestDoorbell(t *testing.T) {
 	opts := w.options(builtins())
 	opts.IdleWait = time.Hour
 	executortest.Run(t, opts)
+	// counted waits until the queue's consumer counts its one attempt: the
+	// server counts a stored message after it acks the publish, and a ring
+	// heard before then fetches nothing and is spent (the worker would find
+	// the attempt at its next poll, an hour away here).
+	counted := func(p schemas.Priority) {
+		t.Helper()
+		c, err := w.js.Consumer(t.Context(), w.topo.DispatchStream(), w.topo.PoolConsumer(schemas.DefaultPool, p, executor.BuiltinEcho).Durable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the "+string(p)+" queue's consumer to count its attempt", func() bool {
+			info, err := c.Info(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return info.NumPending > 0 || info.Delivered.Consumer > 0
+		})
+	}
 	// The worker polled once, found nothing and waits for an hour or a ring.
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinEcho})
+	counted(schemas.PriorityNormal)
 	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool, schemas.PriorityNormal, executor.BuiltinEcho), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -447,6 +466,7 @@ func TestDoorbell(t *testing.T) {
 	w.nextOf(schemas.ReportSucceeded, 1)
 	// A freed slot is another reason to look again; the next attempt needs a ring.
 	w.dispatch(schemas.PriorityUrgent, schemas.Dispatch{InstanceID: 2, Handler: executor.BuiltinEcho})
+	counted(schemas.PriorityUrgent)
 	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool, schemas.PriorityUrgent, executor.BuiltinEcho), nil); err != nil {
 		t.Fatal(err)
 	}
