@@ -23,6 +23,39 @@ import (
 // with the machine's other load than the pipeline's rates.
 func BenchmarkCreateInstances(b *testing.B) {
 	const n, batch = 20000, 250
+	pool, st, pid := benchStore(b)
+	ctx := context.Background()
+	wal := func() (lsn int64) {
+		if err := pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&lsn); err != nil {
+			b.Fatal(err)
+		}
+		return lsn
+	}
+	var own, backend time.Duration
+	var walBytes int64
+	for round := 0; b.Loop(); round++ {
+		in := burstFirings(round, n)
+		w0 := wal()
+		o0, b0 := cpuTimes(b, pid)
+		for i := 0; i < n; i += batch {
+			if _, err := st.CreateInstances(ctx, in[i:i+batch]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		o1, b1 := cpuTimes(b, pid)
+		own, backend, walBytes = own+o1-o0, backend+b1-b0, walBytes+wal()-w0
+	}
+	total := float64(b.N * n)
+	b.ReportMetric(float64(own.Microseconds())/total, "process_cpu_us/inst")
+	b.ReportMetric(float64(backend.Microseconds())/total, "backend_cpu_us/inst")
+	b.ReportMetric(float64(walBytes)/total, "wal_bytes/inst")
+	b.Logf("settings: %s; load average %s", pgSettings(b, pool), cpustat.LoadAverage())
+}
+
+// benchStore returns a store on a fresh database over one connection, with
+// task "burst" applied, and the process id of that connection's PostgreSQL
+// backend, whose CPU time the benchmarks read from /proc.
+func benchStore(b *testing.B) (*pgxpool.Pool, *store.Store, int) {
 	db := storetest.New(b)
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
@@ -33,66 +66,46 @@ func BenchmarkCreateInstances(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer pool.Close()
+	b.Cleanup(pool.Close)
 	st := store.New(pool)
 	if _, _, err := st.ApplyTask(b.Context(), parseTask(b, "task_name: burst\nexecution: {handler: builtin.echo}\n"), ""); err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
 	var pid int
-	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+	if err := pool.QueryRow(b.Context(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		b.Fatal(err)
 	}
 	if _, comm, err := cpustat.Parent(pid); err != nil || comm != "postgres" {
 		b.Fatalf("the benchmark reads the CPU time of its PostgreSQL backend from /proc: the server must run on this machine (%v)", err)
 	}
-	wal := func() (lsn int64) {
-		if err := pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&lsn); err != nil {
-			b.Fatal(err)
+	return pool, st, pid
+}
+
+// burstFirings returns n firings of task "burst", their event ids new in round.
+func burstFirings(round, n int) []store.NewInstance {
+	in := make([]store.NewInstance, n)
+	for i := range in {
+		in[i] = store.NewInstance{
+			Task: "burst", TaskVersion: 1, EventID: fmt.Sprintf("r%d-%d", round, i), Source: schemas.SourceEvent,
+			Priority: schemas.PriorityNormal, Pool: "default", Handler: "builtin.echo", TimeoutMS: 60000,
+			MaxAttempts: 1, Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), FiredAt: time.Now(),
+			State: schemas.StateDispatched,
 		}
-		return lsn
 	}
-	var own, backend time.Duration
-	var walBytes int64
-	for round := 0; b.Loop(); round++ {
-		in := make([]store.NewInstance, n)
-		for i := range in {
-			in[i] = store.NewInstance{
-				Task: "burst", TaskVersion: 1, EventID: fmt.Sprintf("r%d-%d", round, i), Source: schemas.SourceEvent,
-				Priority: schemas.PriorityNormal, Pool: "default", Handler: "builtin.echo", TimeoutMS: 60000,
-				MaxAttempts: 1, Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), FiredAt: time.Now(),
-				State: schemas.StateDispatched,
-			}
-		}
-		w0 := wal()
-		b0, err := cpustat.Tree(pid)
-		if err != nil {
-			b.Fatal(err)
-		}
-		o0, err := cpustat.Self()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := 0; i < n; i += batch {
-			if _, err := st.CreateInstances(ctx, in[i:i+batch]); err != nil {
-				b.Fatal(err)
-			}
-		}
-		o1, err := cpustat.Self()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b1, err := cpustat.Tree(pid)
-		if err != nil {
-			b.Fatal(err)
-		}
-		own, backend, walBytes = own+o1-o0, backend+b1-b0, walBytes+wal()-w0
+	return in
+}
+
+// cpuTimes returns the CPU time of this process and of the PostgreSQL backend pid.
+func cpuTimes(b *testing.B, pid int) (self, backend time.Duration) {
+	backend, err := cpustat.Tree(pid)
+	if err != nil {
+		b.Fatal(err)
 	}
-	total := float64(b.N * n)
-	b.ReportMetric(float64(own.Microseconds())/total, "process_cpu_us/inst")
-	b.ReportMetric(float64(backend.Microseconds())/total, "backend_cpu_us/inst")
-	b.ReportMetric(float64(walBytes)/total, "wal_bytes/inst")
-	b.Logf("settings: %s; load average %s", pgSettings(b, pool), cpustat.LoadAverage())
+	self, err = cpustat.Self()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return self, backend
 }
 
 // pgSettings names the server's durability settings.
@@ -103,4 +116,77 @@ func pgSettings(b *testing.B, pool *pgxpool.Pool) string {
 		b.Fatal(err)
 	}
 	return "fsync=" + fsync + " synchronous_commit=" + sync
+}
+
+// BenchmarkInstanceLife runs the PostgreSQL side of a burst's instances on
+// one connection: it creates 20,000 instances in batches of 250, then ends
+// each with a final report (no started report before it, as the executor
+// sends for a short attempt) in batches of 250, and reports per instance the
+// WAL records and bytes written (pg_stat_wal, the whole server's), the
+// transitions recorded, and the CPU of the PostgreSQL backend and of this
+// process. The counts do not move with the machine's other load; the CPU
+// times do.
+func BenchmarkInstanceLife(b *testing.B) {
+	const n, batch = 20000, 250
+	pool, st, pid := benchStore(b)
+	ctx := context.Background()
+	// wal returns the server's WAL records and insert position, once this
+	// backend has flushed its counts to the statistics.
+	wal := func() (records, lsn int64) {
+		if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			b.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT wal_records, pg_current_wal_insert_lsn() - '0/0'::pg_lsn FROM pg_stat_wal`).Scan(&records, &lsn); err != nil {
+			b.Fatal(err)
+		}
+		return records, lsn
+	}
+	count := func() (c int64) {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM instance_transitions`).Scan(&c); err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	var own, backend time.Duration
+	var walRecords, walBytes, transitions int64
+	for round := 0; b.Loop(); round++ {
+		in := burstFirings(round, n)
+		t0 := count()
+		r0, w0 := wal()
+		o0, b0 := cpuTimes(b, pid)
+		var reports []schemas.Report
+		for i := 0; i < n; i += batch {
+			made, err := st.CreateInstances(ctx, in[i:i+batch])
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, a := range made {
+				now := time.Now()
+				reports = append(reports, schemas.Report{InstanceID: a.ID, Attempt: a.Attempt, WorkerID: "w1",
+					Kind: schemas.ReportSucceeded, At: now, StartedAt: now, Output: json.RawMessage(`{}`), Pool: "default"})
+			}
+		}
+		for i := 0; i < len(reports); i += batch {
+			out, err := st.ApplyReports(ctx, nil, reports[i:min(i+batch, len(reports))])
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, o := range out {
+				if !o.Applied || o.State != schemas.StateSucceeded {
+					b.Fatalf("instance %d: applied %v, state %s", o.InstanceID, o.Applied, o.State)
+				}
+			}
+		}
+		o1, b1 := cpuTimes(b, pid)
+		r1, w1 := wal()
+		own, backend = own+o1-o0, backend+b1-b0
+		walRecords, walBytes, transitions = walRecords+r1-r0, walBytes+w1-w0, transitions+count()-t0
+	}
+	total := float64(b.N * n)
+	b.ReportMetric(float64(own.Microseconds())/total, "process_cpu_us/inst")
+	b.ReportMetric(float64(backend.Microseconds())/total, "backend_cpu_us/inst")
+	b.ReportMetric(float64(walRecords)/total, "wal_records/inst")
+	b.ReportMetric(float64(walBytes)/total, "wal_bytes/inst")
+	b.ReportMetric(float64(transitions)/total, "transitions/inst")
+	b.Logf("settings: %s; load average %s", pgSettings(b, pool), cpustat.LoadAverage())
 }

@@ -113,7 +113,7 @@ FROM instances WHERE task = $1 AND (state IN `+activeStates+` OR state = 'WAITIN
 				return err
 			}
 		}
-		attempts, err = createInstances(ctx, tx, decided)
+		attempts, err = createInstances(ctx, tx, decided, false)
 		return err
 	})
 	if err != nil {

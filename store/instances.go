@@ -3,11 +3,13 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -158,10 +160,32 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 // transaction is creating at the same moment is left out of the result: that
 // transaction owns it.
 func (s *Store) CreateInstances(ctx context.Context, in []NewInstance) ([]Attempt, error) {
-	return createInstances(ctx, s.pool, in)
+	return createInstances(ctx, s.pool, in, true)
 }
 
-func createInstances(ctx context.Context, q querier, in []NewInstance) ([]Attempt, error) {
+// Two ways to insert a batch's instances. A batch whose keys are all new —
+// every batch of a burst — is inserted plainly, each key first looked up
+// (plainInsert): an INSERT … ON CONFLICT inserts each row speculatively and
+// then confirms it, one more WAL record and a second probe of the unique
+// index per instance. When the plain insert meets a key that another
+// transaction inserted meanwhile (or one repeated in the batch), the unique
+// index refuses it, the statement changes nothing, and the batch is inserted
+// again with ON CONFLICT (conflictInsert), which waits for that transaction
+// and skips its keys.
+const (
+	plainInsert = `AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.task = numbered.task AND i.event_id = numbered.event_id)
+	ORDER BY task COLLATE "C", event_id COLLATE "C"`
+	conflictInsert = `-- A conflicting insert waits for the transaction that inserted the key
+	-- first: in one global order, two batches never wait for each other.
+	ORDER BY task COLLATE "C", event_id COLLATE "C"
+	ON CONFLICT (task, event_id) DO NOTHING`
+)
+
+// createInstances inserts the batch with conflictInsert, or with plainInsert
+// first when plain is set: q must then run each statement in a transaction
+// of its own (a pool), since a refused plain insert aborts the transaction
+// it runs in.
+func createInstances(ctx context.Context, q querier, in []NewInstance, plain bool) ([]Attempt, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
@@ -176,9 +200,29 @@ func createInstances(ctx context.Context, q querier, in []NewInstance) ([]Attemp
 	if err != nil {
 		return nil, fmt.Errorf("create %d instances: encode: %w", n, &DataError{err: err})
 	}
+	if plain {
+		out, err := insertInstances(ctx, q, batch, plainInsert)
+		if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != "23505" || pe.ConstraintName != "instances_task_event_id_key" {
+			if err != nil {
+				return nil, fmt.Errorf("create %d instances: %w", n, err)
+			}
+			return out, nil
+		}
+	}
+	out, err := insertInstances(ctx, q, batch, conflictInsert)
+	if err != nil {
+		return nil, fmt.Errorf("create %d instances: %w", n, err)
+	}
+	return out, nil
+}
+
+// insertInstances runs the creation statement for the JSON batch, its
+// instances inserted as how says (plainInsert or conflictInsert).
+func insertInstances(ctx context.Context, q querier, batch []byte, how string) ([]Attempt, error) {
 	rows, err := q.Query(ctx, `
 WITH input AS (
-	SELECT * FROM jsonb_to_recordset($1::jsonb) AS t(task text, task_version int, event_id text, source text,
+	-- A key given twice makes one instance with one CREATED transition.
+	SELECT DISTINCT ON (task, event_id) * FROM jsonb_to_recordset($1::jsonb) AS t(task text, task_version int, event_id text, source text,
 		operator text, priority text, pool text, handler text, timeout_ms bigint, max_attempts int,
 		retry_policy jsonb, payload jsonb, fired_at timestamptz, mutex_template text, state text, reason text,
 		created_reason text, run_id text, parents jsonb, dispatch_strategy text, dispatch_key text,
@@ -200,10 +244,7 @@ WITH input AS (
 	FROM numbered
 	-- An instance moved to the history keeps its key there (see MoveHistory).
 	WHERE NOT EXISTS (SELECT 1 FROM instance_history_keys k WHERE k.task = numbered.task AND k.event_id = numbered.event_id)
-	-- A conflicting insert waits for the transaction that inserted the key
-	-- first: in one global order, two batches never wait for each other.
-	ORDER BY task COLLATE "C", event_id COLLATE "C"
-	ON CONFLICT (task, event_id) DO NOTHING
+	`+how+`
 	RETURNING *
 ), created AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
@@ -219,13 +260,9 @@ UNION ALL
 SELECT `+attemptColumns("i")+` FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`,
 		batch)
 	if err != nil {
-		return nil, fmt.Errorf("create %d instances: %w", n, err)
+		return nil, err
 	}
-	out, err := collectAttempts(rows)
-	if err != nil {
-		return nil, fmt.Errorf("create %d instances: %w", n, err)
-	}
-	return out, nil
+	return collectAttempts(rows)
 }
 
 // Coordinates reports whether the instance is the parent of a sharded or
