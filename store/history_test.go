@@ -372,3 +372,51 @@ func TestExpireHistory(t *testing.T) {
 		t.Fatalf("firings of an archived and a dropped instance made %+v, want plain's only", again)
 	}
 }
+
+// TestTransitionsHaveTheirInstance checks what the foreign key of
+// instance_transitions.instance_id guarded before migration 00016 dropped
+// it: every transition written has its instance in the hot tables, the move
+// to the history takes an instance's transitions with it, and a report for
+// an instance that moved writes no transition.
+func TestTransitionsHaveTheirInstance(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	applyTasks(t, st, "fk")
+	made := create(t, st, newRunInstance("fk", "e0", "", schemas.StateDispatched),
+		newRunInstance("fk", "e1", "", schemas.StateDispatched), firedAt("fk", "e2", time.Now()))
+	ids := make(map[string]int64)
+	for _, a := range made {
+		ids[a.EventID] = a.ID
+	}
+	now := time.Now()
+	report := schemas.Report{InstanceID: ids["e0"], Attempt: 1, WorkerID: "w1", Kind: schemas.ReportSucceeded,
+		StartedAt: now, At: now, Pool: "default"}
+	if out, err := st.ApplyReports(ctx, nil, []schemas.Report{report}); err != nil || !out[0].Applied {
+		t.Fatalf("ApplyReports = %+v, %v", out, err)
+	}
+	const orphans = `SELECT count(*) FROM instance_transitions t WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = t.instance_id)`
+	if n := count(t, pool, orphans); n != 0 {
+		t.Fatalf("%d transitions without their instance before the move", n)
+	}
+	relayAll(t, pool)
+	if res := moveAll(t, st); res.Moved != 2 {
+		t.Fatalf("MoveHistory = %+v, want e0 and e2 moved", res)
+	}
+	// The report again, for an instance no longer in the hot tables.
+	out, err := st.ApplyReports(ctx, nil, []schemas.Report{report})
+	if err != nil || out[0].Applied || out[0].Found {
+		t.Fatalf("ApplyReports after the move = %+v, %v; want not applied, not found", out, err)
+	}
+	if n := count(t, pool, orphans); n != 0 {
+		t.Fatalf("%d transitions without their instance after the move", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM instance_transitions`); n != 2 {
+		t.Fatalf("%d transitions in the hot table, want e1's 2", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM instance_transition_history WHERE instance_id = ANY($1)`,
+		[]int64{ids["e0"], ids["e2"]}); n != 4+2 {
+		t.Fatalf("%d transitions of e0 and e2 in the history, want 6 (CREATED, DISPATCHED, RUNNING, SUCCEEDED; CREATED, SKIPPED)", n)
+	}
+}
