@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -154,23 +155,23 @@ func (e *env) events() []schemas.TriggerEvent {
 	return out
 }
 
-// lastTick waits until the stored trigger state of (task, index) is tick.
+// waitLastTick waits, for up to a minute, until the stored trigger state
+// of (task, index) is tick.
 func (e *env) waitLastTick(task string, index int, tick time.Time) {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		states, err := e.st.GetTriggerStates(context.Background(), []string{task})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		st, ok := states[store.TriggerKey{Task: task, TriggerIndex: index}]
-		if ok && st.LastTick.Equal(tick) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("trigger state of %s/%d is %+v (found %t), want last tick %v", task, index, st, ok, tick)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var (
+		st store.TriggerState
+		ok bool
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := wait.Until(ctx, func() (bool, error) {
+		states, err := e.st.GetTriggerStates(ctx, []string{task})
+		st, ok = states[store.TriggerKey{Task: task, TriggerIndex: index}]
+		return ok && st.LastTick.Equal(tick), err
+	})
+	if err != nil {
+		e.t.Fatalf("trigger state of %s/%d is %+v (found %t), want last tick %v: %v", task, index, st, ok, tick, err)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // WaitTimeout is how long, in real time, [Clock.WaitTimers] waits.
-const WaitTimeout = 20 * time.Second
+const WaitTimeout = time.Minute
 
 // Clock is a simulated [trigger.Clock]. Time stands still until the test
 // calls [Clock.Set] or [Clock.Advance], which fire every timer that falls
