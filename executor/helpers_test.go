@@ -24,7 +24,7 @@ import (
 const leaseTTL = 2 * time.Second
 
 // wait bounds every wait of a test for a condition.
-const wait = 15 * time.Second
+const wait = time.Minute
 
 // world is one test's NATS server, with the test playing the dispatcher.
 type world struct {
