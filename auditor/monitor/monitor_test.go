@@ -61,10 +61,10 @@ func (e *env) monitored(c *clock) *auditor {
 	return a
 }
 
-// waitUntil polls cond until it holds, for up to 20 s.
+// waitUntil polls cond until it holds, for up to a minute.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	waittest.ForTrue(t, what, 20*time.Second, cond)
+	waittest.ForTrue(t, what, time.Minute, cond)
 }
 
 // apply applies a task definition given as YAML.
