@@ -21,12 +21,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/internal/wait"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -34,7 +34,7 @@ import (
 	"github.com/ax-scheduler/ax/streams/streamstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { waittest.VerifyTestMain(m) }
 
 // fixedNow is the time the API stamps on the firings it publishes.
 var fixedNow = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)

@@ -3,9 +3,9 @@ package executor_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	waittest.VerifyTestMain(m)
 }

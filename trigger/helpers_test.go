@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/ax-scheduler/ax/internal/wait"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -22,7 +22,7 @@ import (
 	"github.com/ax-scheduler/ax/trigger/triggertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { waittest.VerifyTestMain(m) }
 
 // env is one test's installation: NATS, PostgreSQL and a simulated clock
 // shared by the trigger services the test starts.

@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/ax-scheduler/ax/auditor/job"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
@@ -28,7 +27,7 @@ import (
 	"github.com/ax-scheduler/ax/streams/streamstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { waittest.VerifyTestMain(m) }
 
 // env is a NATS server with the topology and a database, for auditors.
 type env struct {

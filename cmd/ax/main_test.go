@@ -3,10 +3,10 @@ package main
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 )
 
 // TestMain fails the package's tests when a goroutine outlives them.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	waittest.VerifyTestMain(m)
 }

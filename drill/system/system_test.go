@@ -12,10 +12,11 @@ import (
 
 	"github.com/ax-scheduler/ax/drill/system"
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { systemtest.Remove() }))
+	waittest.VerifyTestMain(m, goleak.Cleanup(func(int) { systemtest.Remove() }))
 }
 
 // knownDefects are the checks, by scenario, that fail now and then for a

@@ -32,7 +32,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { systemtest.Remove() }))
+	waittest.VerifyTestMain(m, goleak.Cleanup(func(int) { systemtest.Remove() }))
 }
 
 // leaseTTL is short so that a lost worker is noticed within a test's patience.

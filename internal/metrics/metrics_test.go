@@ -10,10 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
+
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { waittest.VerifyTestMain(m) }
 
 func TestServeListener(t *testing.T) {
 	reg := NewRegistry()

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
+
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { waittest.VerifyTestMain(m) }
 
 // clusterDir returns a fresh folder that the postgres system user can reach
 // when the tests run as root (t.TempDir's parents are private to root).

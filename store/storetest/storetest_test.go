@@ -6,10 +6,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
+
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { waittest.VerifyTestMain(m) }
 
 func TestNewDBGivesSeparateMigratedDatabases(t *testing.T) {
 	t.Parallel()
