@@ -63,9 +63,14 @@ func decodeRoute(a *store.Attempt, header string) error {
 
 // dispatchMsg is the message that publishes d on route r.
 func dispatchMsg(r route, d schemas.Dispatch) (*nats.Msg, error) {
-	m, err := streams.NewMsg(r.subject, r.msgID, d)
+	data, err := schemas.MarshalDispatch(d)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encode message for %s: %w", r.subject, err)
+	}
+	m := nats.NewMsg(r.subject)
+	m.Data = data
+	if r.msgID != "" {
+		m.Header.Set(streams.HeaderMsgID, r.msgID)
 	}
 	if r.header != "" {
 		m.Header.Set(routeHeader, r.header)

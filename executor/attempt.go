@@ -136,9 +136,9 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 
 // decodeDispatch decodes and checks a dispatch message.
 func decodeDispatch(m jetstream.Msg) (schemas.Dispatch, error) {
-	d, err := streams.Decode[schemas.Dispatch](m.Subject(), m.Data())
+	d, err := schemas.DecodeDispatch(m.Data())
 	if err != nil {
-		return d, err
+		return d, fmt.Errorf("decode message on %s: %w", m.Subject(), err)
 	}
 	if d.InstanceID <= 0 || d.Attempt <= 0 {
 		return d, fmt.Errorf("dispatch message on %s: instance_id %d and attempt %d must be positive", m.Subject(), d.InstanceID, d.Attempt)

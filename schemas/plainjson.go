@@ -1,0 +1,407 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// plainReader reads a JSON object of the plain form json.Marshal writes for
+// AX's own messages, without reflection: exact keys, strings without
+// escapes, integers, times and raw values. It does not say why it stops:
+// any other input (an escape, a null, a key in another case, a fraction,
+// whitespace where it is unusual) sets bad, and the caller decodes the data
+// with encoding/json instead, which reads it as it always has and words the
+// error. What it does read it reads as encoding/json would.
+type plainReader struct {
+	data         []byte
+	pos          int
+	open, closed bool // the braces were read
+	bad          bool
+}
+
+func (r *plainReader) space() {
+	for r.pos < len(r.data) {
+		switch r.data[r.pos] {
+		case ' ', '\t', '\n', '\r':
+			r.pos++
+		default:
+			return
+		}
+	}
+}
+
+// next moves to the object's next member and returns its key, or returns
+// false at the object's end (or when the input is not plain). The first
+// call reads the opening brace.
+func (r *plainReader) next() ([]byte, bool) {
+	if r.bad || r.closed {
+		return nil, false
+	}
+	r.space()
+	switch {
+	case !r.open:
+		r.open = true
+		if !r.eat('{') {
+			r.bad = true
+			return nil, false
+		}
+		r.space()
+		if r.eat('}') {
+			r.closed = true
+			return nil, false
+		}
+	case r.eat(','):
+		r.space()
+	case r.eat('}'):
+		r.closed = true
+		return nil, false
+	default:
+		r.bad = true
+		return nil, false
+	}
+	key, ok := r.rawString()
+	r.space()
+	if !ok || !r.eat(':') {
+		r.bad = true
+		return nil, false
+	}
+	r.space()
+	return key, true
+}
+
+// eat reads c if it is the next byte.
+func (r *plainReader) eat(c byte) bool {
+	if r.pos < len(r.data) && r.data[r.pos] == c {
+		r.pos++
+		return true
+	}
+	return false
+}
+
+// end reports whether the object read is all of the input, and plain.
+func (r *plainReader) end() bool {
+	r.space()
+	return r.closed && !r.bad && r.pos == len(r.data)
+}
+
+// rawString reads a string without escapes or control characters, in
+// valid UTF-8, and returns its bytes between the quotes.
+func (r *plainReader) rawString() ([]byte, bool) {
+	if r.pos >= len(r.data) || r.data[r.pos] != '"' {
+		return nil, false
+	}
+	start := r.pos + 1
+	ascii := true
+	for i := start; i < len(r.data); i++ {
+		switch c := r.data[i]; {
+		case c == '"':
+			s := r.data[start:i]
+			if !ascii && !utf8.Valid(s) {
+				return nil, false
+			}
+			r.pos = i + 1
+			return s, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return nil, false
+}
+
+// str reads a string value.
+func (r *plainReader) str() string {
+	s, ok := r.rawString()
+	if !ok {
+		r.bad = true
+		return ""
+	}
+	return string(s)
+}
+
+// int reads an integer value that fits in bits bits, as encoding/json
+// reads one into an int of that size; anything else (a fraction, an
+// exponent, an overflow) is not plain.
+func (r *plainReader) int(bits uint) int64 {
+	i := r.pos
+	neg := i < len(r.data) && r.data[i] == '-'
+	if neg {
+		i++
+	}
+	start := i
+	limit := uint64(1)<<(bits-1) - 1 // the largest that fits; its negation too
+	var n uint64
+	for ; i < len(r.data) && r.data[i] >= '0' && r.data[i] <= '9'; i++ {
+		d := uint64(r.data[i] - '0')
+		if n > (limit-d)/10 {
+			r.bad = true
+			return 0
+		}
+		n = n*10 + d
+	}
+	digits := i - start
+	if digits == 0 || (digits > 1 && r.data[start] == '0') {
+		r.bad = true
+		return 0
+	}
+	if i < len(r.data) {
+		switch r.data[i] {
+		case ',', '}', ' ', '\t', '\n', '\r':
+		default:
+			r.bad = true
+			return 0
+		}
+	}
+	r.pos = i
+	if neg {
+		return -int64(n)
+	}
+	return int64(n)
+}
+
+// time reads a time value as encoding/json does: time.Time's UnmarshalJSON
+// of the quoted literal.
+func (r *plainReader) time() time.Time {
+	start := r.pos
+	if _, ok := r.rawString(); !ok {
+		r.bad = true
+		return time.Time{}
+	}
+	var t time.Time
+	if t.UnmarshalJSON(r.data[start:r.pos]) != nil {
+		r.bad = true
+	}
+	return t
+}
+
+// raw reads any value but null and returns a copy of its bytes, as
+// encoding/json fills a json.RawMessage.
+func (r *plainReader) raw() json.RawMessage {
+	if r.pos >= len(r.data) || r.data[r.pos] == 'n' {
+		r.bad = true
+		return nil
+	}
+	start, depth := r.pos, 0
+	i := r.pos
+scan:
+	for ; i < len(r.data); i++ {
+		switch r.data[i] {
+		case '"':
+			for i++; i < len(r.data) && r.data[i] != '"'; i++ {
+				if r.data[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				i++
+				break scan
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth < 0 {
+				break scan
+			}
+			if depth == 0 {
+				i++
+				break scan
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				break scan
+			}
+		}
+	}
+	if i > len(r.data) {
+		i = len(r.data)
+	}
+	v := r.data[start:i]
+	if !json.Valid(v) {
+		r.bad = true
+		return nil
+	}
+	r.pos = i
+	return append(json.RawMessage(nil), v...)
+}
+
+// DecodeDispatch decodes a dispatch message's body as json.Unmarshal does,
+// without its reflection for the plain encoding the dispatcher writes (no
+// parents); any other body is decoded by json.Unmarshal itself.
+func DecodeDispatch(data []byte) (Dispatch, error) {
+	if d, ok := decodePlainDispatch(data); ok {
+		return d, nil
+	}
+	var d Dispatch
+	err := json.Unmarshal(data, &d)
+	return d, err
+}
+
+func decodePlainDispatch(data []byte) (d Dispatch, ok bool) {
+	r := plainReader{data: data}
+	for {
+		key, more := r.next()
+		if !more {
+			break
+		}
+		switch string(key) {
+		case "instance_id":
+			d.InstanceID = r.int(64)
+		case "task":
+			d.Task = r.str()
+		case "task_version":
+			d.TaskVersion = int(r.int(strconv.IntSize))
+		case "handler":
+			d.Handler = r.str()
+		case "attempt":
+			d.Attempt = int(r.int(strconv.IntSize))
+		case "max_attempts":
+			d.MaxAttempts = int(r.int(strconv.IntSize))
+		case "event_id":
+			d.EventID = r.str()
+		case "priority":
+			d.Priority = Priority(r.str())
+		case "pool":
+			d.Pool = r.str()
+		case "payload":
+			d.Payload = r.raw()
+		case "timeout_ms":
+			d.TimeoutMS = r.int(64)
+		case "mutex_template":
+			d.MutexTemplate = r.str()
+		case "fired_at":
+			d.FiredAt = r.time()
+		case "dispatched_at":
+			d.DispatchedAt = r.time()
+		case "run_id":
+			d.RunID = r.str()
+		case "shard_index":
+			d.ShardIndex = int(r.int(strconv.IntSize))
+		case "shard_count":
+			d.ShardCount = int(r.int(strconv.IntSize))
+		case "protocol":
+			d.Protocol = int(r.int(strconv.IntSize))
+		default: // parents, or a key encoding/json matches otherwise
+			r.bad = true
+		}
+	}
+	if !r.end() {
+		return Dispatch{}, false
+	}
+	return d, true
+}
+
+// MarshalDispatch encodes d as json.Marshal does, byte for byte, without
+// its reflection when d is plain: strings and a payload that encode as
+// they are (no escapes, a compact payload) and no parents. Any other d is
+// encoded by json.Marshal itself.
+func MarshalDispatch(d Dispatch) ([]byte, error) {
+	if b, ok := appendPlainDispatch(make([]byte, 0, 512), &d); ok {
+		return b, nil
+	}
+	return json.Marshal(d)
+}
+
+func appendPlainDispatch(b []byte, d *Dispatch) ([]byte, bool) {
+	if len(d.Parents) > 0 || !plainRaw(d.Payload) {
+		return nil, false
+	}
+	w := plainWriter{b: b, ok: true}
+	w.int(`{"instance_id":`, d.InstanceID)
+	w.str(`,"task":`, d.Task)
+	w.int(`,"task_version":`, int64(d.TaskVersion))
+	w.str(`,"handler":`, d.Handler)
+	w.int(`,"attempt":`, int64(d.Attempt))
+	w.int(`,"max_attempts":`, int64(d.MaxAttempts))
+	w.str(`,"event_id":`, d.EventID)
+	w.str(`,"priority":`, string(d.Priority))
+	w.str(`,"pool":`, d.Pool)
+	if len(d.Payload) > 0 {
+		w.b = append(append(w.b, `,"payload":`...), d.Payload...)
+	}
+	w.int(`,"timeout_ms":`, d.TimeoutMS)
+	if d.MutexTemplate != "" {
+		w.str(`,"mutex_template":`, d.MutexTemplate)
+	}
+	w.time(`,"fired_at":`, d.FiredAt)
+	w.time(`,"dispatched_at":`, d.DispatchedAt)
+	if d.RunID != "" {
+		w.str(`,"run_id":`, d.RunID)
+	}
+	if d.ShardIndex != 0 {
+		w.int(`,"shard_index":`, int64(d.ShardIndex))
+	}
+	if d.ShardCount != 0 {
+		w.int(`,"shard_count":`, int64(d.ShardCount))
+	}
+	if d.Protocol != 0 {
+		w.int(`,"protocol":`, int64(d.Protocol))
+	}
+	w.b = append(w.b, '}')
+	return w.b, w.ok
+}
+
+// plainWriter appends the members of a JSON object as json.Marshal writes
+// them; ok turns false at a value it would write otherwise.
+type plainWriter struct {
+	b  []byte
+	ok bool
+}
+
+func (w *plainWriter) int(key string, v int64) {
+	w.b = strconv.AppendInt(append(w.b, key...), v, 10)
+}
+
+func (w *plainWriter) str(key, s string) {
+	if !plainString(s) {
+		w.ok = false
+		return
+	}
+	w.b = append(append(append(append(w.b, key...), '"'), s...), '"')
+}
+
+func (w *plainWriter) time(key string, t time.Time) {
+	w.b = append(append(w.b, key...), '"')
+	var err error
+	if w.b, err = t.AppendText(w.b); err != nil {
+		w.ok = false
+	}
+	w.b = append(w.b, '"')
+}
+
+// plainString reports whether json.Marshal writes s as it is between
+// quotes: valid UTF-8 without control characters, quotes, backslashes,
+// the characters it escapes for HTML (<, >, &) and U+2028, U+2029.
+func plainString(s string) bool {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return ascii || (utf8.ValidString(s) && !strings.ContainsRune(s, '\u2028') && !strings.ContainsRune(s, '\u2029'))
+}
+
+// plainRaw reports whether json.Marshal writes the raw value v as it is:
+// valid JSON without whitespace (its compaction would drop it) or the
+// characters it escapes for HTML. An empty v is omitted, and plain.
+func plainRaw(v json.RawMessage) bool {
+	if len(v) == 0 {
+		return true
+	}
+	for _, c := range v {
+		switch c {
+		case ' ', '\t', '\n', '\r', '<', '>', '&':
+			return false
+		}
+	}
+	return !bytes.Contains(v, []byte("\u2028")) && !bytes.Contains(v, []byte("\u2029")) && json.Valid(v)
+}
