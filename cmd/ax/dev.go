@@ -135,23 +135,20 @@ cleanly; it starts again on the same data.`,
 			if err != nil {
 				return err
 			}
-			// ax dev's own executor has a user of its own worker's (the
-			// default pool, the built-in handlers, its worker id); the
-			// executor user is shared by the workers one attaches (see
-			// docs/security.md).
+			// Every executor user is one worker's: ax dev's own executor
+			// (the default pool, the built-in handlers, its worker id), and
+			// those of the workers one attaches (see docs/security.md).
 			mux := executor.NewMux()
 			executor.RegisterBuiltins(mux)
-			users := natsauth.Users(top, natsUsers, devSharedScope)
-			extra, extraPasswords, err := devExtraUsers(top, dir, mux.Names(), drillHandlers(), extraPools)
+			auth, extraPasswords, err := devAuth(top, dir, natsUsers, mux.Names(), extraPools)
 			if err != nil {
 				return err
 			}
-			users = append(users, extra...)
 			natsNote, replicas := "", 1
 			switch {
 			case clusterSize <= 1:
 				ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats"),
-					MonitorHost: monHost, MonitorPort: monPort, Users: users})
+					MonitorHost: monHost, MonitorPort: monPort, Auth: auth})
 				if err != nil {
 					return fmt.Errorf("%w (is another NATS server on %s or %s? choose other addresses with --nats and --nats-monitor)",
 						err, natsAddr, natsMon)
@@ -178,7 +175,7 @@ cleanly; it starts again on the same data.`,
 					}
 				}
 				cl, err := natsembed.StartCluster(natsembed.ClusterOptions{Size: clusterSize, Dir: filepath.Join(dir, "nats-cluster"),
-					Host: host, Ports: ports, MonitorPort: monPort, Users: users})
+					Host: host, Ports: ports, MonitorPort: monPort, Auth: auth})
 				if err != nil {
 					return fmt.Errorf("%w (are other servers on the ports from %s? choose another with --nats)", err, natsAddr)
 				}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,16 +24,16 @@ const devWorkerID = "ax-dev"
 // devOwnUser is the NATS user of ax dev's own executor.
 const devOwnUser = "executor-ax-dev"
 
-// devSharedScope is the scope of ax dev's executor user, which the workers
-// one attaches to ax dev share (the Node SDK's tests, examples/executor
-// --ax-dev): the default pool and the drill's, any worker id, any handler —
-// and so any consumer by name. A development server's convenience that
-// Scope.Check refuses elsewhere: ax dev --pool makes least-privilege ones.
-var devSharedScope = natsauth.Scope{Pools: []string{schemas.DefaultPool, drill.Pool}}
+// devExampleWorkers are the worker ids of the example executor's users
+// that ax dev makes (go run ./examples/executor --ax-dev .ax --worker-id
+// example-1): the default pool, the built-in and example handlers.
+// backup-host-1 is the worker examples/pinned-worker.yaml names.
+var devExampleWorkers = []string{"example-1", "example-2", "example-3", "backup-host-1"}
 
-// devDrillUser is the NATS user of the executors of ax drill task --ax-dev,
-// which serve the pool drill.drill.Pool under worker ids of their own.
-const devDrillUser = "executor-drill"
+// devWorkersFile is where ax dev keeps the users of the workers one
+// attaches, one worker id each: its NATS server reads it on every
+// connection, so ax user add executor --ax-dev adds one while it runs.
+func devWorkersFile(dir string) string { return filepath.Join(dir, "nats-workers.json") }
 
 // devPool is an extra pool of ax dev (--pool NAME:handler,handler): a
 // NATS user of its own for one worker of it, in another language say.
@@ -68,12 +69,15 @@ func parseDevPool(arg string) (devPool, error) {
 	return p, nil
 }
 
-// devExtraUsers returns the NATS users of ax dev's own executor (serving
-// ownHandlers), of the drill's executors and of the extra pools, with
-// their passwords, kept in <dir>/nats-users.json beside the services'
-// ones.
-func devExtraUsers(top streams.Topology, dir string, ownHandlers, drillHandlers []string, pools []devPool) ([]*server.User, map[string]string, error) {
-	names := []string{devOwnUser, devDrillUser}
+// devAuth returns who may connect to ax dev's NATS server: the services'
+// users (the passwords of roles), ax dev's own executor (serving
+// ownHandlers), the extra pools' users, with their passwords kept in
+// <dir>/nats-users.json beside the services' ones, and the worker users of
+// <dir>/nats-workers.json, among them the example executor's, which it
+// makes. Every executor user is one worker's; the roles' executor user is
+// not made.
+func devAuth(top streams.Topology, dir string, roles map[natsauth.Role]string, ownHandlers []string, pools []devPool) (*natsauth.Authenticator, map[string]string, error) {
+	names := []string{devOwnUser}
 	for _, p := range pools {
 		names = append(names, p.user)
 	}
@@ -81,20 +85,21 @@ func devExtraUsers(top streams.Topology, dir string, ownHandlers, drillHandlers 
 	if err != nil {
 		return nil, nil, err
 	}
-	// The drill's executors come and go under worker ids of their own, so
-	// their user names no worker: ax dev's only executor user that does
-	// not, on a pool no task of yours is in (see docs/security.md).
-	drillScope := natsauth.Scope{Pools: []string{drill.Pool}, Handlers: drillHandlers}
+	services := maps.Clone(roles)
+	delete(services, natsauth.Executor)
+	users := natsauth.Users(top, services, natsauth.Scope{})
 	own := natsauth.Scope{Pools: []string{schemas.DefaultPool}, WorkerID: devWorkerID, Handlers: ownHandlers}
-	users := []*server.User{
-		{Username: devOwnUser, Password: passwords[devOwnUser], Permissions: natsauth.Permissions(top, natsauth.Executor, devOwnUser, own)},
-		{Username: devDrillUser, Password: passwords[devDrillUser], Permissions: natsauth.Permissions(top, natsauth.Executor, devDrillUser, drillScope)},
-	}
+	users = append(users, &server.User{Username: devOwnUser, Password: passwords[devOwnUser], Permissions: natsauth.Permissions(top, natsauth.Executor, devOwnUser, own)})
 	for _, p := range pools {
 		users = append(users, &server.User{Username: p.user, Password: passwords[p.user],
 			Permissions: natsauth.Permissions(top, natsauth.Executor, p.user, p.scope)})
 	}
-	return users, passwords, nil
+	for _, w := range devExampleWorkers {
+		if _, err := natsauth.AddWorkerUser(devWorkersFile(dir), natsauth.Scope{Pools: []string{schemas.DefaultPool}, WorkerID: w, Handlers: exampleHandlers()}); err != nil {
+			return nil, nil, err
+		}
+	}
+	return natsauth.NewAuthenticator(top, users, devWorkersFile(dir)), passwords, nil
 }
 
 // writeDevPools writes each extra pool's connection settings to
@@ -120,8 +125,9 @@ func writeDevPools(dir, natsURL string, pools []devPool, passwords map[string]st
 	return note.String(), nil
 }
 
-// drillHandlers are the handlers of ax drill task's executors.
-func drillHandlers() []string {
+// exampleHandlers are the handlers of the example executor and of ax
+// drill task's executors: the built-in ones and examples/executor's.
+func exampleHandlers() []string {
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
 	handlers.Register(mux)

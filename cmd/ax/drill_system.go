@@ -12,9 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/drill/system"
-	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/natsembed"
-	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
@@ -208,8 +206,11 @@ func newNATSServerCmd() *cobra.Command {
 			}
 			ctx, stop := signalContext(cmd)
 			defer stop()
+			// The services' users, and the executors' of the workers file,
+			// one worker each, which the sandbox adds as it starts them.
+			delete(pw, natsauth.Executor)
 			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: storeDir,
-				Users: natsauth.Users(top, pw, natsauth.Scope{Pools: []string{schemas.DefaultPool}, Handlers: systemHandlers()})})
+				Auth: natsauth.NewAuthenticator(top, natsauth.Users(top, pw, natsauth.Scope{}), system.WorkersFile(users))})
 			if err != nil {
 				return err
 			}
@@ -225,14 +226,4 @@ func newNATSServerCmd() *cobra.Command {
 	f.StringVar(&users, "users", "", "the NATS users' password file (made when missing, as ax dev's nats-users.json)")
 	f.StringVar(&prefix, "prefix", streams.DefaultPrefix, "subject prefix of the installation")
 	return cmd
-}
-
-// systemHandlers are the handlers of ax drill system's executors. They
-// share the sandbox's executor user under worker ids the drill picks as it
-// replaces them, so that user names no worker.
-func systemHandlers() []string {
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
-	system.RegisterHandlers(mux, "")
-	return mux.Names()
 }

@@ -114,7 +114,7 @@ that links them, as ax executor's users do (see docs/drill.md).`,
 				log.Warn().Err(err).Msg("no connection that may deliver an attempt twice; the duplicate-delivery check will fail")
 			}
 			if opts.LeaseTTL == 0 {
-				if ttl, err := leaseTTL(cmd.Context(), func(name string) (*nats.Conn, error) { return connectAs(natsauth.Executor, name) }, top.LeasesBucket()); err == nil {
+				if ttl, err := leaseTTL(cmd.Context(), func(name string) (*nats.Conn, error) { return connectAs(natsauth.Dispatcher, name) }, top.LeasesBucket()); err == nil {
 					opts.LeaseTTL = ttl
 				}
 			}
@@ -156,14 +156,20 @@ func drillConnect(c conn, devDir, dispatchCreds string) (func(role natsauth.Role
 			return nil, fmt.Errorf("--ax-dev %s: read %s: %w (start ax dev first, or give the folder it keeps its data in)", devDir, path, err)
 		}
 		return func(role natsauth.Role, name string) (*nats.Conn, error) {
-			// ax dev's executor user is its own worker's; the drill's
-			// executors have one of their own, for the drill pool.
-			user := string(role)
+			// Each drill executor gets a user of its own worker's (its
+			// name is its worker id), for the drill pool, which ax dev
+			// admits from then on.
+			user, pass := string(role), passwords[role]
 			if role == natsauth.Executor {
-				user = devDrillUser
+				u, err := natsauth.AddWorkerUser(devWorkersFile(devDir),
+					natsauth.Scope{Pools: []string{drill.Pool}, WorkerID: name, Handlers: exampleHandlers()})
+				if err != nil {
+					return nil, fmt.Errorf("--ax-dev %s: add the NATS user of drill executor %s: %w", devDir, name, err)
+				}
+				user, pass = u.Name, u.Password
 			}
 			cc := c
-			cc.natsCreds, cc.natsUser, cc.natsPass, cc.natsInbox = "", user, passwords[natsauth.Role(user)], natsauth.InboxPrefix(user)
+			cc.natsCreds, cc.natsUser, cc.natsPass, cc.natsInbox = "", user, pass, natsauth.InboxPrefix(user)
 			return cc.connectNATS("drill " + name)
 		}, nil
 	}

@@ -60,8 +60,8 @@ func newUserCmd() *cobra.Command {
 
 func newUserAddExecutorCmd() *cobra.Command {
 	var (
-		dir, name, worker, owner string
-		pools, handlers          []string
+		dir, devDir, name, worker, owner string
+		pools, handlers                  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "executor",
@@ -74,10 +74,16 @@ It writes the user's NKey seed to <dir>/<name>/nats.nk (mode 0600) and records t
 user in <dir>/nats/executors.json, where ax secrets finds it: run ax secrets on
 the same folder again (docker compose does on every start) to write it into
 <dir>/nats/auth.conf, then restart or reload the NATS servers. Adding a user
-that exists replaces its pools, worker and handlers and keeps its key.`,
+that exists replaces its pools, worker and handlers and keeps its key.
+
+With --ax-dev DIR instead, it adds the user executor-<worker> with a password to
+a running ax dev's <DIR>/nats-workers.json, which its NATS server reads on every
+connection: the worker may connect at once (NATS_USER, NATS_PASSWORD and
+NATS_INBOX_PREFIX printed).`,
 		Example: `  ax user add executor --dir /secrets --pool gpu --worker gpu-1 --handler train.model
   NATS_NKEY=/secrets/executor-gpu-1/nats.nk NATS_INBOX_PREFIX=_INBOX_executor-gpu-1 \
-    my-worker --pool gpu --worker-id gpu-1`,
+    my-worker --pool gpu --worker-id gpu-1
+  ax user add executor --ax-dev .ax --pool default --worker node-1 --handler node.greet`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			scope := natsauth.Scope{Pools: pools, WorkerID: worker, Handlers: handlers}
@@ -86,6 +92,21 @@ that exists replaces its pools, worker and handlers and keeps its key.`,
 			}
 			if err := scope.Check(); err != nil {
 				return err
+			}
+			if devDir != "" {
+				if dir != "" || name != "" || owner != "" {
+					return errors.New("--ax-dev: give --dir, --name and --owner only without it (ax dev's worker users are executor-<worker>, in its data folder)")
+				}
+				u, err := natsauth.AddWorkerUser(devWorkersFile(devDir), scope)
+				if err != nil {
+					return fmt.Errorf("--ax-dev %s: %w", devDir, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "NATS_USER=%s\nNATS_PASSWORD=%s\nNATS_INBOX_PREFIX=%s\nAX_POOLS=%s\nAX_WORKER_ID=%s\n",
+					u.Name, u.Password, natsauth.InboxPrefix(u.Name), strings.Join(pools, ","), worker)
+				return nil
+			}
+			if dir == "" {
+				return errors.New("--dir: give the folder of ax secrets (or --ax-dev, the data folder of ax dev)")
 			}
 			if name == "" {
 				name = "executor-" + worker
@@ -128,8 +149,8 @@ the NATS servers, and start the worker with
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "dir", "", "the folder of ax secrets (required)")
-	_ = cmd.MarkFlagRequired("dir")
+	f.StringVar(&dir, "dir", "", "the folder of ax secrets (this or --ax-dev is required)")
+	f.StringVar(&devDir, "ax-dev", "", "the data folder of ax dev (.ax): add the worker's user to the running ax dev instead")
 	f.StringSliceVar(&pools, "pool", nil, "a pool the worker serves (repeatable; required)")
 	f.StringVar(&worker, "worker", "", "the worker id the user may be (the worker's --worker-id; required)")
 	f.StringSliceVar(&handlers, "handler", nil, "a handler the worker serves (repeatable; required): the user may pull only these handlers' queues")

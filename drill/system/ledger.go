@@ -33,6 +33,15 @@ type Work struct {
 	Key string `json:"key,omitempty"`
 }
 
+// Handlers are the handlers of the sandbox's executors: the built-in ones
+// and the drill's. Each executor's NATS user may pull only these queues.
+func Handlers() []string {
+	mux := executor.NewMux()
+	executor.RegisterBuiltins(mux)
+	RegisterHandlers(mux, "")
+	return mux.Names()
+}
+
 // RegisterHandlers registers the drill's handlers on mux. Every run of
 // [WorkHandler] appends to the ledger at path, one line when it starts and
 // one when it ends (end after its work, cancel when its context ended first),

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/internal/pgcluster"
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
@@ -254,33 +255,43 @@ func (s *Sandbox) signalPostgres(sig syscall.Signal) error {
 
 // StartDispatcher starts an ax dispatcher process called name.
 func (s *Sandbox) StartDispatcher(name string) (*Proc, error) {
-	return s.service(name, natsauth.Dispatcher, "dispatcher", "--database-url", s.DatabaseURL(),
+	return s.service(name, string(natsauth.Dispatcher), s.pw[natsauth.Dispatcher], "dispatcher", "--database-url", s.DatabaseURL(),
 		"--lease-ttl", s.opts.LeaseTTL.String())
 }
 
 // StartTrigger starts an ax trigger process called name.
 func (s *Sandbox) StartTrigger(name string) (*Proc, error) {
-	return s.service(name, natsauth.Trigger, "trigger", "--database-url", s.DatabaseURL())
+	return s.service(name, string(natsauth.Trigger), s.pw[natsauth.Trigger], "trigger", "--database-url", s.DatabaseURL())
 }
 
 // StartExecutor starts an ax executor process serving the drill's
 // handlers too (its hidden --drill-ledger) as worker id with slots slots;
 // its name is its worker id.
 func (s *Sandbox) StartExecutor(id string, slots int) (*Proc, error) {
-	return s.service(id, natsauth.Executor, "executor", "--worker-id", id, "--slots", strconv.Itoa(slots),
+	// Each executor has a NATS user of its own worker's, which the
+	// sandbox's server admits from then on.
+	u, err := natsauth.AddWorkerUser(WorkersFile(s.users), natsauth.Scope{Pools: []string{schemas.DefaultPool}, WorkerID: id, Handlers: Handlers()})
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", id, err)
+	}
+	return s.service(id, u.Name, u.Password, "executor", "--worker-id", id, "--slots", strconv.Itoa(slots),
 		"--drill-ledger", s.Ledger, "--shutdown-timeout", "5s")
 }
 
-// service starts a service process as the NATS user of role.
-func (s *Sandbox) service(name string, role natsauth.Role, sub string, args ...string) (*Proc, error) {
+// WorkersFile is the file of the executors' worker users beside the
+// services' password file users (see natsauth.AddWorkerUser).
+func WorkersFile(users string) string { return filepath.Join(filepath.Dir(users), "nats-workers.json") }
+
+// service starts a service process as the NATS user user.
+func (s *Sandbox) service(name, user, password, sub string, args ...string) (*Proc, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.procs[name]; p != nil && p.Running() {
 		return nil, fmt.Errorf("start %s: it is running already", name)
 	}
-	args = append([]string{sub, "--nats-url", s.NATSURL(), "--nats-user", string(role),
-		"--nats-inbox-prefix", natsauth.InboxPrefix(string(role)), "--log-level", "warn"}, args...)
-	p, err := s.start(name, []string{"NATS_PASSWORD=" + s.pw[role], "AX_METRICS_ADDR="}, args...)
+	args = append([]string{sub, "--nats-url", s.NATSURL(), "--nats-user", user,
+		"--nats-inbox-prefix", natsauth.InboxPrefix(user), "--log-level", "warn"}, args...)
+	p, err := s.start(name, []string{"NATS_PASSWORD=" + password, "AX_METRICS_ADDR="}, args...)
 	if err != nil {
 		return nil, err
 	}

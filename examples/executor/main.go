@@ -8,8 +8,10 @@
 //	go run ./examples/executor --ax-dev .ax --worker-id backup-host-1
 //
 // (backup-host-1 is the worker examples/pinned-worker.yaml names.)
-// (--ax-dev reads the executor user's password from <dir>/nats-users.json
-// and sets the user and its inbox prefix.) Against another installation it
+// --ax-dev connects as the worker's own NATS user, which ax dev keeps in
+// <dir>/nats-workers.json: it makes those of the worker ids example-1 (the
+// default), example-2, example-3 and backup-host-1; add another with
+// ax user add executor --ax-dev. Against another installation it
 // takes the NATS CLI's environment names: NATS_URL, NATS_USER,
 // NATS_PASSWORD, NATS_CREDS, NATS_INBOX_PREFIX.
 package main
@@ -51,7 +53,7 @@ func run() error {
 		user     = flag.String("nats-user", os.Getenv("NATS_USER"), "NATS user (env NATS_USER; password in NATS_PASSWORD)")
 		creds    = flag.String("nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
 		inbox    = flag.String("nats-inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"), "inbox prefix of the NATS user (env NATS_INBOX_PREFIX)")
-		devDir   = flag.String("ax-dev", "", "data folder of a running ax dev (.ax): connect as its executor user")
+		devDir   = flag.String("ax-dev", "", "data folder of a running ax dev (.ax): connect as the worker's user it made (worker id default example-1)")
 		prefix   = flag.String("prefix", envOr("AX_PREFIX", streams.DefaultPrefix), "subject prefix of the installation (env AX_PREFIX)")
 		workerID = flag.String("worker-id", os.Getenv("AX_WORKER_ID"), "worker id (default <hostname>-<random>; env AX_WORKER_ID)")
 		pools    = flag.String("pool", "default", "pools to serve, comma-separated")
@@ -60,11 +62,14 @@ func run() error {
 	flag.Parse()
 	password := os.Getenv("NATS_PASSWORD")
 	if *devDir != "" {
-		p, err := devPassword(*devDir)
+		if *workerID == "" {
+			*workerID = "example-1"
+		}
+		u, p, err := devUser(*devDir, *workerID)
 		if err != nil {
 			return err
 		}
-		*user, password, *inbox = "executor", p, "_INBOX_executor"
+		*user, password, *inbox = u, p, "_INBOX_"+u
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 
@@ -104,22 +109,26 @@ func run() error {
 	return svc.Run(ctx)
 }
 
-// devPassword reads the executor user's password that ax dev keeps in
-// <dir>/nats-users.json.
-func devPassword(dir string) (string, error) {
-	path := filepath.Join(dir, "nats-users.json")
+// devUser reads the NATS user of worker that ax dev keeps in
+// <dir>/nats-workers.json, and its password.
+func devUser(dir, worker string) (string, string, error) {
+	path := filepath.Join(dir, "nats-workers.json")
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("--ax-dev %s: %w (start ax dev first, or give the folder it keeps its data in)", dir, err)
+		return "", "", fmt.Errorf("--ax-dev %s: %w (start ax dev first, or give the folder it keeps its data in)", dir, err)
 	}
-	var passwords map[string]string
-	if err := json.Unmarshal(data, &passwords); err != nil {
-		return "", fmt.Errorf("--ax-dev %s: read %s: %w", dir, path, err)
+	var users []struct{ Name, Password string }
+	if err := json.Unmarshal(data, &users); err != nil {
+		return "", "", fmt.Errorf("--ax-dev %s: read %s: %w", dir, path, err)
 	}
-	if passwords["executor"] == "" {
-		return "", errors.New("--ax-dev " + dir + ": " + path + " names no executor user")
+	for _, u := range users {
+		if u.Name == "executor-"+worker {
+			return u.Name, u.Password, nil
+		}
 	}
-	return passwords["executor"], nil
+	return "", "", errors.New("--ax-dev " + dir + ": " + path + " has no user for worker " + worker +
+		": use --worker-id example-1, example-2, example-3 or backup-host-1, or add one with ax user add executor --ax-dev " + dir +
+		" --pool default --worker " + worker + " --handler NAME (each handler it serves)")
 }
 
 func envOr(name, def string) string {

@@ -7,18 +7,20 @@
 //   conformance.*   the handlers `ax conformance executor` fires at a worker
 //                   (docs/executor-protocol.md, "Conformance handlers")
 //
-// Connection: AX_DEV_DATA=<ax dev's --data folder> reads the executor
-// user's password that ax dev wrote there; otherwise the NATS CLI's
+// Connection: AX_DEV_DATA=<ax dev's --data folder> reads the user of its
+// worker id (AX_WORKER_ID, default node-1) that ax user add executor
+// --ax-dev made there (README.md); otherwise the NATS CLI's
 // NATS_URL, NATS_USER, NATS_PASSWORD (or NATS_CREDS). README.md says how
 // to run it against `make dev`.
 
 import { connectExecutor, devExecutorCredentials, PermanentError, Worker } from "@ax-scheduler/executor";
 
 const dev = process.env.AX_DEV_DATA;
-const nc = await connectExecutor(dev ? devExecutorCredentials(dev) : {});
+const workerId = process.env.AX_WORKER_ID || (dev ? "node-1" : undefined);
+const nc = await connectExecutor(dev ? devExecutorCredentials(dev, workerId) : {});
 const worker = new Worker({
   connection: nc,
-  workerId: process.env.AX_WORKER_ID || undefined,
+  workerId,
   pools: process.env.AX_POOLS ? process.env.AX_POOLS.split(",") : undefined,
   slots: Number(process.env.AX_SLOTS || 0),
 });

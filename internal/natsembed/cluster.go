@@ -34,6 +34,9 @@ type ClusterOptions struct {
 	MonitorPort int
 	// Users, when set, replaces anonymous access on every node.
 	Users []*server.User
+	// Auth, when set, decides who may connect to every node instead of
+	// Users (see [Options]).
+	Auth server.Authentication
 	// Logs prints the servers' own log lines to stderr.
 	Logs bool
 }
@@ -91,7 +94,7 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 		}
 		c.opts = append(c.opts, Options{MonitorHost: o.Host, MonitorPort: mon,
 			Host: o.Host, Port: ports[i], StoreDir: filepath.Join(o.Dir, "node-"+strconv.Itoa(i)),
-			ServerName: o.Name + "-" + strconv.Itoa(i), Users: o.Users, Logs: o.Logs,
+			ServerName: o.Name + "-" + strconv.Itoa(i), Users: o.Users, Auth: o.Auth, Logs: o.Logs,
 			ClusterName: o.Name, ClusterPort: routePorts[i], Routes: routes,
 		})
 	}

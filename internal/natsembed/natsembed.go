@@ -28,6 +28,10 @@ type Options struct {
 	MonitorPort int
 	// Users, when set, replaces anonymous access (see server.User).
 	Users []*server.User
+	// Auth, when set, decides who may connect instead of Users (see
+	// server.Options.CustomClientAuthentication): a server whose users
+	// may change while it runs.
+	Auth server.Authentication
 	// Logs prints the server's own log lines to stderr.
 	Logs bool
 	// ClusterName, when set, makes the server a node of a JetStream
@@ -55,13 +59,14 @@ func Start(o Options) (*server.Server, error) {
 		o.ServerName = "ax"
 	}
 	opts := &server.Options{
-		ServerName: o.ServerName,
-		Host:       o.Host,
-		Port:       o.Port,
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		NoSigs:     true,
-		Users:      o.Users,
+		ServerName:                 o.ServerName,
+		Host:                       o.Host,
+		Port:                       o.Port,
+		JetStream:                  true,
+		StoreDir:                   o.StoreDir,
+		NoSigs:                     true,
+		Users:                      o.Users,
+		CustomClientAuthentication: o.Auth,
 		// A task payload or output may be larger than NATS's 1 MiB default.
 		MaxPayload: 8 << 20,
 	}

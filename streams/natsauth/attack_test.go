@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,33 +15,8 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
+	"github.com/ax-scheduler/ax/streams/natsauth/natsauthtest"
 )
-
-// refusals collects the permission violations a connection is told of.
-type refusals struct {
-	mu   sync.Mutex
-	errs []string
-	seen chan struct{} // gets a value on every error
-}
-
-func (r *refusals) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
-	r.mu.Lock()
-	r.errs = append(r.errs, err.Error())
-	r.mu.Unlock()
-	select {
-	case r.seen <- struct{}{}:
-	default:
-	}
-}
-
-// refused reports whether the server refused a publish to subject.
-func (r *refusals) refused(subject string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.ContainsFunc(r.errs, func(e string) bool {
-		return strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, `"`+subject+`"`)
-	})
-}
 
 // bed is a server with the users natsauth makes, and the topology and the
 // dispatcher's consumers made by the dispatcher's user.
@@ -96,11 +68,11 @@ func newBed(t *testing.T) *bed {
 }
 
 // connect connects as role on its own inbox prefix.
-func (b *bed) connect(t *testing.T, role natsauth.Role) (*nats.Conn, *refusals) {
+func (b *bed) connect(t *testing.T, role natsauth.Role) (*nats.Conn, *natsauthtest.Refusals) {
 	t.Helper()
-	r := &refusals{seen: make(chan struct{}, 1)}
+	r := natsauthtest.New()
 	nc, err := nats.Connect(b.srv.ClientURL(), nats.UserInfo(string(role), b.passwords[role]),
-		nats.CustomInboxPrefix(natsauth.InboxPrefix(string(role))), nats.ErrorHandler(r.handler))
+		nats.CustomInboxPrefix(natsauth.InboxPrefix(string(role))), nats.ErrorHandler(r.Handler))
 	if err != nil {
 		t.Fatalf("connect as %s: %v", role, err)
 	}
@@ -111,26 +83,9 @@ func (b *bed) connect(t *testing.T, role natsauth.Role) (*nats.Conn, *refusals) 
 // attempt runs action until it returns or the server refuses subject to
 // the connection r watches. Whether it worked is for the caller to check
 // by its effect.
-func attempt(t *testing.T, r *refusals, subject string, action func(context.Context) error) {
+func attempt(t *testing.T, r *natsauthtest.Refusals, subject string, action func(context.Context) error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- action(ctx) }()
-	for {
-		select {
-		case <-done:
-			return
-		case <-r.seen:
-			if r.refused(subject) {
-				cancel()
-				<-done
-				return
-			}
-		case <-ctx.Done():
-			t.Fatalf("%s: neither answered nor refused", subject)
-		}
-	}
+	r.Try(t, subject, action)
 }
 
 // state is what the attacks must leave as it was.
@@ -229,7 +184,7 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 			}},
 		} {
 			attempt(t, r, a.subject, a.action)
-			if !r.refused(a.subject) {
+			if !r.Refused(a.subject) {
 				t.Errorf("%s was not refused %s", role, a.subject)
 			}
 		}

@@ -53,17 +53,25 @@ export async function connectExecutor(opts: ConnectOptions = {}): Promise<NatsCo
 }
 
 /**
- * devExecutorCredentials reads the executor user's password that `ax dev`
- * keeps in <dataDir>/nats-users.json, for ConnectOptions.
+ * devExecutorCredentials reads the NATS user of worker workerId that `ax dev`
+ * keeps in <dataDir>/nats-workers.json, for ConnectOptions. Every executor
+ * user of ax dev is one worker's, for the handlers it names: add one with
+ * `ax user add executor --ax-dev <dataDir> --pool default --worker <workerId>
+ * --handler <name>` (each handler the worker serves), which the running ax dev
+ * admits at once.
  */
-export function devExecutorCredentials(dataDir: string): { user: string; pass: string; inboxPrefix: string } {
-  const file = path.join(dataDir, "nats-users.json");
-  let users: Record<string, string>;
+export function devExecutorCredentials(dataDir: string, workerId: string): { user: string; pass: string; inboxPrefix: string } {
+  const file = path.join(dataDir, "nats-workers.json");
+  let users: Array<{ name: string; password: string }>;
   try {
-    users = JSON.parse(readFileSync(file, "utf8")) as Record<string, string>;
+    users = JSON.parse(readFileSync(file, "utf8")) as Array<{ name: string; password: string }>;
   } catch (err) {
-    throw new Error(`read ax dev's NATS passwords from ${file}: ${(err as Error).message}; start \`ax dev --data ${dataDir}\` first`, { cause: err });
+    throw new Error(`read ax dev's worker users from ${file}: ${(err as Error).message}; start \`ax dev --data ${dataDir}\` first`, { cause: err });
   }
-  if (!users.executor) throw new Error(`${file} has no password for the executor user; delete the file and restart ax dev to make new ones`);
-  return { user: "executor", pass: users.executor, inboxPrefix: inboxPrefix("executor") };
+  const name = "executor-" + workerId;
+  const u = users.find((x) => x.name === name);
+  if (!u) {
+    throw new Error(`${file} has no user for worker ${workerId}: add it with \`ax user add executor --ax-dev ${dataDir} --pool default --worker ${workerId} --handler NAME\` (each handler it serves)`);
+  }
+  return { user: name, pass: u.password, inboxPrefix: inboxPrefix(name) };
 }

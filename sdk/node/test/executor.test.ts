@@ -11,7 +11,7 @@ import path from "node:path";
 
 import { connect, createInbox, type Msg, type NatsConnection } from "@nats-io/transport-node";
 
-import { CancelledError, checkProgress, connectExecutor, PermanentError, RetryAfterError, TimeoutError, Topology, Worker, type Logger } from "../src/index.js";
+import { CancelledError, checkProgress, connectExecutor, inboxPrefix, PermanentError, RetryAfterError, TimeoutError, Topology, Worker, type Logger } from "../src/index.js";
 import { Dev, waitFor } from "./harness.js";
 
 const dev = new Dev();
@@ -46,7 +46,9 @@ const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
 before(async () => {
   await dev.start();
-  nc = await connectExecutor(dev.executorCredentials());
+  // Its user may pull node.fenced's queue too: the fence test takes an attempt by hand.
+  nc = await connectExecutor(dev.workerCredentials("node-test-main",
+    ["node.burst", "node.echo", "node.fenced", "node.flaky", "node.permanent", "node.progress", "node.snooze", "node.wait"]));
   worker = new Worker({ connection: nc, workerId: "node-test-main", slots: 4, logger: process.env.AX_TEST_VERBOSE ? undefined : quiet });
   worker.handle<{ name: string }>("node.echo", async (ctx, p) => {
     ctx.logger.info("hello from node", { name: p.name });
@@ -127,9 +129,9 @@ after(async () => {
 });
 
 function spawnWorker(id: string, env: Record<string, string> = {}): { proc: ChildProcess; ready: Promise<void>; exited: Promise<number | null>; output: () => string } {
-  const creds = dev.executorCredentials();
+  const creds = dev.workerCredentials(id, ["node.fenced", "node.hold", "node.slow"]);
   const proc = spawn(process.execPath, [fileURLToPath(new URL("./worker-process.js", import.meta.url))], {
-    env: { ...process.env, NATS_URL: creds.servers, NATS_USER: creds.user, NATS_PASSWORD: creds.pass, AX_WORKER_ID: id, ...env },
+    env: { ...process.env, NATS_URL: creds.servers, NATS_USER: creds.user, NATS_PASSWORD: creds.pass, NATS_INBOX_PREFIX: creds.inboxPrefix, AX_WORKER_ID: id, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   children.push(proc);
@@ -436,7 +438,7 @@ describe("a redelivered attempt", () => {
       assert.ok(!made.json<{ error?: unknown }>().error, made.string());
       await dev.applyTask("node-fenced", "node.fenced", { retry: { max_attempts: 1, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } });
       const id = await dev.fire("node-fenced");
-      const inbox = createInbox("_INBOX_executor");
+      const inbox = createInbox(inboxPrefix("executor-node-test-main"));
       const first = await waitFor("the first delivery", async () => {
         const got = await new Promise<Msg | undefined>((resolve) => {
           const sub = nc.subscribe(inbox, { max: 1, callback: (_e, m) => resolve(m.headers?.code ? undefined : m) });
@@ -476,6 +478,7 @@ describe("the example worker (examples/node)", () => {
       mkdirSync(path.dirname(link), { recursive: true });
       symlinkSync(path.relative(path.dirname(link), fileURLToPath(new URL("../../", import.meta.url))), link, "dir");
     }
+    dev.workerCredentials("node-example", ["node.greet", "node.count", "conformance.echo", "conformance.fail", "conformance.permanent", "conformance.sleep", "conformance.log"]);
     const w = spawn(process.execPath, [path.join(example, "worker.mjs")], {
       env: { ...process.env, AX_DEV_DATA: dev.dir, NATS_URL: dev.natsURL, AX_WORKER_ID: "node-example" },
       stdio: ["ignore", "pipe", "pipe"],

@@ -6,8 +6,8 @@
 // Settings (environment): NATS_URL, NATS_USER, NATS_PASSWORD,
 // NATS_INBOX_PREFIX, AX_POOLS (comma-separated, default "default"),
 // AX_WORKER_ID (default fromdoc-<random>), AX_SLOTS (default 8).
-// AX_DEV_DATA=<ax dev data folder> instead reads the shared executor user
-// from <data>/nats-users.json.
+// AX_DEV_DATA=<ax dev data folder> instead reads the worker's own user,
+// executor-<worker id>, from <data>/nats-workers.json.
 
 import { readFileSync } from "node:fs";
 import os from "node:os";
@@ -33,16 +33,17 @@ const log = (...a) => console.log(new Date().toISOString(), ...a);
 let user = process.env.NATS_USER;
 let pass = process.env.NATS_PASSWORD;
 let inboxPrefix = process.env.NATS_INBOX_PREFIX;
+const workerId = process.env.AX_WORKER_ID ?? `fromdoc-${randomBytes(4).toString("hex")}`;
 if (process.env.AX_DEV_DATA && !user) {
-  const users = JSON.parse(readFileSync(path.join(process.env.AX_DEV_DATA, "nats-users.json"), "utf8"));
-  user = "executor";
-  pass = users.executor;
-  if (!pass) throw new Error(`${process.env.AX_DEV_DATA}/nats-users.json has no executor user`);
+  // ax dev's user of this worker (ax user add executor --ax-dev made it)
+  const users = JSON.parse(readFileSync(path.join(process.env.AX_DEV_DATA, "nats-workers.json"), "utf8"));
+  user = `executor-${workerId}`;
+  pass = users.find((u) => u.name === user)?.password;
+  if (!pass) throw new Error(`${process.env.AX_DEV_DATA}/nats-workers.json has no user ${user}: add it with ax user add executor --ax-dev`);
 }
 if (user && !inboxPrefix) inboxPrefix = `_INBOX_${user}`;
 const servers = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 const pools = (process.env.AX_POOLS ?? "default").split(",").map((s) => s.trim()).filter(Boolean);
-const workerId = process.env.AX_WORKER_ID ?? `fromdoc-${randomBytes(4).toString("hex")}`;
 const slots = Number(process.env.AX_SLOTS ?? 8);
 if (!/^[A-Za-z0-9_-]{1,128}$/.test(workerId)) throw new Error(`AX_WORKER_ID ${JSON.stringify(workerId)} must match ^[A-Za-z0-9_-]{1,128}$`);
 const nonce = randomBytes(12).toString("hex");

@@ -26,6 +26,7 @@ describe("the worker written from the protocol document (test/fromdoc-worker.mjs
   test("passes ax conformance executor, the drain included", async () => {
     // compiled to dist/test: the worker stays in test/, next to node_modules' parent
     const file = fileURLToPath(new URL("../../test/fromdoc-worker.mjs", import.meta.url));
+    dev.workerCredentials("fromdoc-1", ["conformance.echo", "conformance.fail", "conformance.permanent", "conformance.sleep", "conformance.log"]);
     const w = spawn(process.execPath, [file], {
       env: { ...process.env, AX_DEV_DATA: dev.dir, NATS_URL: dev.natsURL, AX_WORKER_ID: "fromdoc-1" },
       stdio: ["ignore", "pipe", "pipe"],

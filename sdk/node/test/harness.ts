@@ -2,7 +2,7 @@
 // node_test.go) on free loopback ports, with its own data folder and
 // private PostgreSQL, and helpers to drive it through its HTTP API.
 
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -88,9 +88,16 @@ export class Dev {
     return this.output;
   }
 
-  /** The executor user's credentials that ax dev wrote. */
-  executorCredentials() {
-    return { servers: this.natsURL, ...devExecutorCredentials(this.dir) };
+  /**
+   * workerCredentials adds the NATS user of worker workerId of pool default,
+   * serving handlers, to the running ax dev (ax user add executor --ax-dev)
+   * and returns its credentials: every executor user of ax dev is one
+   * worker's, for the handlers it names.
+   */
+  workerCredentials(workerId: string, handlers: string[]) {
+    execFileSync(process.env.AX_BIN!, ["user", "add", "executor", "--ax-dev", this.dir, "--pool", "default", "--worker", workerId,
+      ...handlers.flatMap((h) => ["--handler", h])], { encoding: "utf8" });
+    return { servers: this.natsURL, ...devExecutorCredentials(this.dir, workerId) };
   }
 
   async stop(): Promise<void> {
