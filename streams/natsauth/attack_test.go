@@ -34,7 +34,7 @@ func newBed(t *testing.T) *bed {
 		b.passwords[role] = "pw-" + string(role)
 	}
 	srv, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(),
-		Users: natsauth.Users(b.top, b.passwords, natsauth.Scope{Pools: []string{schemas.DefaultPool}})})
+		Users: natsauth.Users(b.top, b.passwords, natsauth.MatrixScope)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,15 +220,8 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		stream := top.DispatchStream()
 		// Its handlers' queues of its pools, each by name: a consumer name
 		// is one subject token, so there is no permission for "this pool's
-		// consumers", and an executor without handlers gets none — unless
-		// it names no worker either: its worker-consumer permission is
-		// then "*", any consumer by name, and it may also make its pools'
-		// consumers. That is ax dev's shared user, for the workers one
-		// attaches to a development server; Scope.Check refuses it.
+		// consumers", and an executor without handlers gets none.
 		for _, pool := range pools {
-			if len(scope.Handlers) == 0 && scope.WorkerID == "" {
-				pub = append(pub, "$JS.API.CONSUMER.CREATE."+stream+".*."+top.Dispatch(pool, "*", ">"))
-			}
 			for _, p := range schemas.Priorities {
 				for _, h := range scope.Handlers {
 					c := top.PoolConsumer(pool, p, h)
