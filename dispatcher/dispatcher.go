@@ -161,7 +161,10 @@ func New(opts Options) (*Service, error) {
 // and its consumers exist: firings published from then on are handled.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-// Run ensures the topology and dispatches until ctx ends. Then it stops
+// Run ensures the topology and dispatches until ctx ends. A start-up
+// request that NATS leaves unanswered or answers "unavailable" (a cluster
+// electing its leaders, [streams.Transient]) is logged and tried again
+// until ctx ends; any other failure to start is returned. Then it stops
 // taking messages, lets the batches in flight finish on a detached context
 // for up to ShutdownTimeout, leaves what is unfinished un-acked for
 // redelivery, and returns once every goroutine it started has exited.
@@ -182,40 +185,53 @@ func (s *Service) Run(ctx context.Context) error {
 // publish of what was stored a no-op.
 const publishAckTimeout = 10 * time.Second
 
+// startFailed logs a start-up failure that the dispatcher tries again.
+func (s *Service) startFailed(err error, wait time.Duration) {
+	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("dispatcher start-up failed; trying again")
+}
+
 func (s *Service) run(ctx context.Context) error {
 	js, err := jetstream.New(s.opts.Conn, jetstream.WithPublishAsyncTimeout(publishAckTimeout))
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
 	s.js = js
-	if err := s.top.Ensure(ctx, js, s.opts.Streams); err != nil {
+	var (
+		triggers, reports jetstream.Consumer
+		reportStream      jetstream.Stream
+		leases, workersKV jetstream.KeyValue
+	)
+	// A cold cluster may take longer to elect its leaders than one request
+	// waits: the start-up work is tried again until it succeeds or ctx ends.
+	setUp := func(ctx context.Context) error {
+		if err := s.top.Ensure(ctx, js, s.opts.Streams); err != nil {
+			return err
+		}
+		if triggers, err = js.CreateOrUpdateConsumer(ctx, s.top.TriggersStream(), s.top.DispatcherConsumer()); err != nil {
+			return fmt.Errorf("consumer on %s: %w", s.top.TriggersStream(), err)
+		}
+		if reports, err = js.CreateOrUpdateConsumer(ctx, s.top.ReportsStream(), s.top.RecorderConsumer()); err != nil {
+			return fmt.Errorf("consumer on %s: %w", s.top.ReportsStream(), err)
+		}
+		if reportStream, err = js.Stream(ctx, s.top.ReportsStream()); err != nil {
+			return fmt.Errorf("stream %s: %w", s.top.ReportsStream(), err)
+		}
+		if leases, err = js.KeyValue(ctx, s.top.LeasesBucket()); err != nil {
+			return fmt.Errorf("bucket %s: %w", s.top.LeasesBucket(), err)
+		}
+		if workersKV, err = js.KeyValue(ctx, s.top.WorkersBucket()); err != nil {
+			return fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
+		}
+		status, err := workersKV.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
+		}
+		s.workers.setTTL(status.TTL())
+		return nil
+	}
+	if err := streams.UntilStarted(ctx, s.startFailed, setUp); err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
-	triggers, err := js.CreateOrUpdateConsumer(ctx, s.top.TriggersStream(), s.top.DispatcherConsumer())
-	if err != nil {
-		return fmt.Errorf("run dispatcher: consumer on %s: %w", s.top.TriggersStream(), err)
-	}
-	reports, err := js.CreateOrUpdateConsumer(ctx, s.top.ReportsStream(), s.top.RecorderConsumer())
-	if err != nil {
-		return fmt.Errorf("run dispatcher: consumer on %s: %w", s.top.ReportsStream(), err)
-	}
-	reportStream, err := js.Stream(ctx, s.top.ReportsStream())
-	if err != nil {
-		return fmt.Errorf("run dispatcher: stream %s: %w", s.top.ReportsStream(), err)
-	}
-	leases, err := js.KeyValue(ctx, s.top.LeasesBucket())
-	if err != nil {
-		return fmt.Errorf("run dispatcher: bucket %s: %w", s.top.LeasesBucket(), err)
-	}
-	workersKV, err := js.KeyValue(ctx, s.top.WorkersBucket())
-	if err != nil {
-		return fmt.Errorf("run dispatcher: bucket %s: %w", s.top.WorkersBucket(), err)
-	}
-	status, err := workersKV.Status(ctx)
-	if err != nil {
-		return fmt.Errorf("run dispatcher: bucket %s: %w", s.top.WorkersBucket(), err)
-	}
-	s.workers.setTTL(status.TTL())
 
 	// A loop that fails stops the others: the service runs whole or not at all.
 	runCtx, cancelRun := context.WithCancelCause(ctx)

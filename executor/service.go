@@ -130,7 +130,10 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // Run runs the worker until ctx ends. It blocks.
 //
 // Run does not create AX's streams and buckets (the dispatcher owns the
-// topology) and returns an error at once if they are missing. When ctx ends
+// topology) and returns an error at once if they are missing; a look-up
+// that NATS leaves unanswered or answers "unavailable" (a cluster electing
+// its leaders, [streams.Transient]) is logged and tried again until ctx
+// ends. When ctx ends
 // it stops pulling work, lets running handlers finish for up to
 // ShutdownTimeout, then cancels them and hands their attempts back (a
 // released report, and the lease deleted: the dispatcher starts the next
@@ -224,8 +227,24 @@ func (s *Service) Run(ctx context.Context) error {
 	return runErr
 }
 
-// setUp looks up the topology and makes the worker's consumers.
+// setUp looks up the topology — trying again, logged, while NATS leaves
+// the look-ups unanswered or answers "unavailable" ([streams.Transient]), as
+// a cluster electing its leaders does — and makes the worker's consumers.
+// A consumer it cannot make stops the start: the likely cause is a
+// credential that does not name it, which waiting does not cure.
 func (s *Service) setUp(ctx context.Context) error {
+	err := streams.UntilStarted(ctx, func(err error, wait time.Duration) {
+		s.log.Warn().Err(err).Dur("retry_in", wait).Msg("executor start-up failed; trying again")
+	}, s.lookUp)
+	if err != nil {
+		return err
+	}
+	return s.makeConsumers(ctx)
+}
+
+// lookUp looks up the streams and buckets the worker uses and checks their
+// settings.
+func (s *Service) lookUp(ctx context.Context) error {
 	topo := s.opts.Topology
 	const hint = "AX's streams and buckets are made by the dispatcher: start `ax dispatcher` or `ax dev` first"
 	for _, name := range []string{topo.DispatchStream(), topo.ReportsStream(), topo.LogsStream()} {
@@ -291,6 +310,13 @@ func (s *Service) setUp(ctx context.Context) error {
 	if s.dispatch, err = s.js.Stream(ctx, topo.DispatchStream()); err != nil {
 		return fmt.Errorf("look up stream %s: %w", topo.DispatchStream(), err)
 	}
+	return nil
+}
+
+// makeConsumers makes the worker's consumers, once the topology is looked up.
+func (s *Service) makeConsumers(ctx context.Context) error {
+	topo := s.opts.Topology
+	var err error
 	// The worker's own subject comes first: the dispatcher routed that
 	// work to this worker alone, so no other can take it.
 	s.own = &queue{pool: streams.WorkerPool, subject: topo.DispatchWorker(s.opts.WorkerID)}

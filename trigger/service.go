@@ -146,9 +146,11 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // and fires them until ctx ends. It watches the tasks bucket and replans a
 // task whenever its entry changes. When ctx ends it stops firing, awaits the
 // publishes in flight and saves the trigger state for up to ShutdownTimeout,
-// and returns once every goroutine it started has exited. A failure to
-// start, or a watcher that closes, is returned; trouble with NATS or
-// PostgreSQL while running is logged and retried.
+// and returns once every goroutine it started has exited. A check that
+// NATS leaves unanswered or answers "unavailable" ([streams.Transient]) is
+// logged and tried again until ctx ends (nil then); any other failure to
+// start (a stream missing), or a watcher that closes, is returned; trouble
+// with NATS or PostgreSQL while running is logged and retried.
 func (s *Service) Run(ctx context.Context) error {
 	// runCtx ends with ctx or when a loop fails; everything that stops at
 	// shutdown watches it, so that all see the same end.
@@ -160,13 +162,26 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.js = js
 	// The dispatcher owns the topology's settings: this service only
-	// checks that what it uses is there, and never resets them.
-	if err := s.top.Require(ctx, js, []string{s.top.TriggersStream()}, []string{s.top.TasksBucket()}); err != nil {
-		return fmt.Errorf("run trigger: %w", err)
-	}
-	kv, err := js.KeyValue(ctx, s.top.TasksBucket())
+	// checks that what it uses is there, and never resets them. A cluster
+	// still electing its leaders leaves the checks unanswered for a while:
+	// they are tried again until ctx ends.
+	var kv jetstream.KeyValue
+	err = streams.UntilStarted(ctx, func(err error, wait time.Duration) {
+		s.log.Warn().Err(err).Dur("retry_in", wait).Msg("trigger start-up failed; trying again")
+	}, func(ctx context.Context) error {
+		if err := s.top.Require(ctx, js, []string{s.top.TriggersStream()}, []string{s.top.TasksBucket()}); err != nil {
+			return err
+		}
+		if kv, err = js.KeyValue(ctx, s.top.TasksBucket()); err != nil {
+			return fmt.Errorf("bucket %s: %w", s.top.TasksBucket(), err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("run trigger: bucket %s: %w", s.top.TasksBucket(), err)
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("run trigger: %w", err)
 	}
 	// Watch before loading: a change made while the tasks load is then
 	// either in what is loaded or reloaded after it.

@@ -117,7 +117,9 @@ func (s *Service) Monitoring() bool { return s.monitoring.Load() }
 // does, until ctx ends; beside it a sender delivers the alert
 // notifications. Then it sends what is queued for up to ShutdownTimeout and
 // returns. It fails at start when the AX_AUDIT stream does not exist (the
-// dispatcher and ax dev create the topology); a failure while it runs —
+// dispatcher and ax dev create the topology), and tries the look-up again,
+// logged, while NATS leaves it unanswered or answers "unavailable"
+// ([streams.Transient]); a failure while it runs —
 // PostgreSQL or NATS gone — is logged, and the monitor gives up the lead
 // and tries again after RetryInterval.
 func (s *Service) Run(ctx context.Context) error {
@@ -125,7 +127,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run monitor: %w", err)
 	}
-	if _, err := js.Stream(ctx, s.top.AuditStream()); err != nil {
+	err = streams.UntilStarted(ctx, func(err error, wait time.Duration) {
+		s.log.Warn().Err(err).Dur("retry_in", wait).Msg("monitor start-up failed; trying again")
+	}, func(ctx context.Context) error {
+		_, err := js.Stream(ctx, s.top.AuditStream())
+		return err
+	})
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -90,7 +90,9 @@ func (s *Service) Leading() bool { return s.leading.Load() }
 // another relay does, until ctx ends. Then it lets the batch in flight be
 // published and its cursor saved, for up to ShutdownTimeout, releases the
 // lead, and returns. It fails at start when the AX_AUDIT stream does not
-// exist (the dispatcher and ax dev create the topology); a failure while it
+// exist (the dispatcher and ax dev create the topology), and tries the
+// look-up again, logged, while NATS leaves it unanswered or answers
+// "unavailable" ([streams.Transient]); a failure while it
 // runs — PostgreSQL or NATS gone — is logged, and the relay gives up the
 // lead and tries again after RetryInterval.
 func (s *Service) Run(ctx context.Context) error {
@@ -98,7 +100,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run audit relay: %w", err)
 	}
-	stream, err := js.Stream(ctx, s.top.AuditStream())
+	var stream jetstream.Stream
+	err = streams.UntilStarted(ctx, func(err error, wait time.Duration) {
+		s.log.Warn().Err(err).Dur("retry_in", wait).Msg("audit relay start-up failed; trying again")
+	}, func(ctx context.Context) (err error) {
+		stream, err = js.Stream(ctx, s.top.AuditStream())
+		return err
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -1,0 +1,72 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Waits of [UntilStarted] between two tries: the first, doubling up to the
+// last.
+const (
+	FirstStartWait = 250 * time.Millisecond
+	MaxStartWait   = 10 * time.Second
+)
+
+// UntilStarted calls setUp — a service's start-up work on the topology:
+// ensuring it, looking up what it uses, making its consumers — until it
+// succeeds, fails for a reason waiting cannot cure, or ctx ends. After a
+// failure that waiting may cure (see [Transient]: a JetStream API request
+// unanswered or answered "unavailable", as on a cluster that has no meta
+// leader yet or a node still starting), it calls onFail with the error and
+// the wait, waits from [FirstStartWait], doubling up to [MaxStartWait], and
+// tries again. It returns nil once setUp succeeded, setUp's error when it
+// is not transient (a stream that is missing, a setting that is wrong:
+// the error says so and how to fix it), or ctx's error when ctx ends first.
+// setUp must be safe to call again after a failure.
+func UntilStarted(ctx context.Context, onFail func(err error, wait time.Duration), setUp func(context.Context) error) error {
+	for wait := FirstStartWait; ; wait = min(2*wait, MaxStartWait) {
+		err := setUp(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !Transient(err) {
+			return err
+		}
+		onFail(err, wait)
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// Transient reports whether err is one that waiting may cure: a request to
+// the JetStream API that timed out or had no responder, a connection that
+// is reconnecting, JetStream not (yet) enabled on the server, or the API's
+// answer that it is unavailable or failed on the server's side (5xx, as a
+// cluster without a meta leader or a stream without a quorum answers).
+// A refusal of the request itself (4xx: not found, a configuration in
+// conflict, no permission) is not.
+func Transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code >= 500
+	}
+	for _, e := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders, nats.ErrConnectionReconnecting,
+		nats.ErrDisconnected, jetstream.ErrJetStreamNotEnabled, jetstream.ErrJetStreamNotEnabledForAccount, jetstream.ErrNoStreamResponse} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
