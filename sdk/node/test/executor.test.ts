@@ -280,16 +280,24 @@ describe("a Node worker", () => {
     const inst = await dev.waitState(id, ["RUNNING"]);
     assert.equal(inst.worker_id, "node-test-killed");
     const b = spawnWorker("node-test-survivor", { AX_HOLD: "0" });
-    await b.ready;
-    a.proc.kill("SIGKILL");
-    await a.exited;
-    const done = await dev.waitState(id, ["SUCCEEDED", "FAILED"], 90_000);
-    assert.equal(done.state, "SUCCEEDED", JSON.stringify(done));
-    assert.equal(done.worker_id, "node-test-survivor");
-    assert.equal(done.attempt, 2);
-    assert.deepEqual(done.output, { worker: "node-test-survivor" });
-    b.proc.kill("SIGTERM");
-    assert.equal(await b.exited, 0, b.output());
+    try {
+      await b.ready;
+      a.proc.kill("SIGKILL");
+      await a.exited;
+      const done = await dev.waitState(id, ["SUCCEEDED", "FAILED"], 90_000);
+      assert.equal(done.state, "SUCCEEDED", JSON.stringify(done));
+      assert.equal(done.worker_id, "node-test-survivor", JSON.stringify(done));
+      assert.equal(done.attempt, 2, JSON.stringify(done.transitions));
+      assert.deepEqual(done.output, { worker: "node-test-survivor" });
+      b.proc.kill("SIGTERM");
+      assert.equal(await b.exited, 0, b.output());
+    } finally {
+      // The survivor serves every node handler: left running after a
+      // failed check, it would take the next tests' attempts.
+      a.proc.kill("SIGKILL");
+      b.proc.kill("SIGKILL");
+      await b.exited;
+    }
   });
 
   test("SIGTERM drains: the running attempt finishes, the worker leaves ax-workers and exits 0", async () => {
