@@ -28,9 +28,7 @@ import (
 // ran: the instance is DISPATCHED at that attempt in PostgreSQL, no report
 // of it waits in AX_REPORTS, and no lease of it was put since this
 // dispatcher began to watch the leases, which it did before the attempt
-// was dispatched — or, for an attempt dispatched before (a dispatcher
-// restart), the leases stream has had one leader since before the dispatch
-// and holds nothing of the attempt's key (leaseNeverPut). When it ran, or that cannot be shown, the answer is no;
+// was dispatched. When it ran, or that cannot be shown, the answer is no;
 // and when its lease is not alive now, the attempt is failed as lost, like
 // a lapsed lease, so that the instance goes on with the next attempt
 // instead of running this one twice or staying DISPATCHED for ever. An
@@ -46,14 +44,6 @@ const fenceLost = "lost: a delivery of the attempt came again with its lease gon
 // (PostgreSQL's clock) for the dispatcher to know every lease put of it,
 // when PostgreSQL's clock could not be read as the watch began.
 const fenceClockSlack = 5 * time.Second
-
-// fenceLeaderSlack is how much earlier than an attempt's dispatch (by
-// PostgreSQL's clock) the leases stream's leader must have been elected (by
-// its server's clock) for the fence to take the stream's history as
-// complete since the dispatch, and how much younger than the bucket's
-// marker TTL the attempt must be: the clocks of the NATS servers,
-// PostgreSQL and the dispatcher must agree within it.
-const fenceLeaderSlack = 30 * time.Second
 
 // fenceAnswerers bounds the fence questions answered at once.
 const fenceAnswerers = 16
@@ -234,39 +224,6 @@ func (s *Service) answerFence(ctx context.Context, leases jetstream.KeyValue, re
 	}
 }
 
-// leaseNeverPut reports whether the leases bucket shows that no lease of
-// attempt q, dispatched at dispatchedAt (PostgreSQL's clock), was ever put:
-// its stream has had one leader since before the attempt was dispatched
-// (by more than fenceLeaderSlack: a server's restart or a leader change is
-// where acknowledged writes and limit markers are lost, and either makes a
-// new leader), the attempt is younger than the bucket's limit markers (a
-// lease put since would still show, alive or as its expiry marker, with
-// fenceLeaderSlack to spare), and the bucket holds no message of its key.
-// A standalone server reports no leader history, so there the answer is
-// always false.
-func (s *Service) leaseNeverPut(ctx context.Context, q schemas.FenceQuestion, dispatchedAt time.Time) (bool, error) {
-	name := "KV_" + s.top.LeasesBucket()
-	stream, err := s.js.Stream(ctx, name)
-	if err != nil {
-		return false, fmt.Errorf("look up stream %s: %w", name, err)
-	}
-	info := stream.CachedInfo()
-	if info.Cluster == nil || info.Cluster.LeaderSince == nil || !info.Cluster.LeaderSince.Add(fenceLeaderSlack).Before(dispatchedAt) {
-		return false, nil
-	}
-	if ttl := info.Config.SubjectDeleteMarkerTTL; ttl <= 0 || !s.now().Add(fenceLeaderSlack).Before(dispatchedAt.Add(ttl)) {
-		return false, nil
-	}
-	_, err = stream.GetLastMsgForSubject(ctx, "$KV."+s.top.LeasesBucket()+"."+streams.LeaseKey(q.InstanceID, q.Attempt))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("read the lease history of attempt %d of instance %d: %w", q.Attempt, q.InstanceID, err)
-	}
-	return false, nil
-}
-
 // decideFence decides whether attempt q of an instance of pool may start.
 // The order of the reads is what makes a yes safe: the lease book first,
 // then AX_REPORTS, then PostgreSQL. A lease put is forgotten only after the
@@ -302,19 +259,8 @@ func (s *Service) decideFence(ctx context.Context, leases jetstream.KeyValue, re
 	case seen:
 		why = "its lease was put"
 	case !s.book.knows(st.DispatchedAt):
-		// Dispatched before this dispatcher watched the leases (it
-		// restarted since): the bucket itself may show that no lease of
-		// it was ever put.
-		kept, err := s.leaseNeverPut(ctx, q, st.DispatchedAt)
-		if err != nil {
-			return "", schemas.FenceAnswer{}, err
-		}
-		if !kept {
-			why = "it was dispatched before this dispatcher watched the leases, and the leases bucket cannot show that no lease of it " +
-				"was put and lost (its stream changed leader since, has no leader history on a standalone server, or the attempt is older than its markers)"
-		}
-	}
-	if why == "" {
+		why = "it was dispatched before this dispatcher watched the leases, so a lease of it may have been put and lost"
+	default:
 		return fenceStart, schemas.FenceAnswer{Start: true, Reason: fmt.Sprintf(
 			"attempt %d never ran: the instance is DISPATCHED at it, no report of it waits and no lease of it was put", q.Attempt)}, nil
 	}

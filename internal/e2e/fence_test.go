@@ -4,22 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
-	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
-	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
@@ -236,117 +229,4 @@ execution:
 	if in := a.waitState(id, schemas.StateSucceeded, time.Minute); in.Attempt != 1 {
 		t.Errorf("succeeded at attempt %d, want 1", in.Attempt)
 	}
-}
-
-// TestRedeliveryOfARequeuedAttemptAfterADispatcherRestartRunsIt, on a
-// three-node cluster: an attempt is dispatched, its dispatcher is replaced
-// by another (which began to watch the leases after the dispatch), and the
-// dispatch message comes again, given back as a full worker requeues it,
-// never leased. The new dispatcher cannot vouch for lease puts before its
-// watch, but the leases stream has had one leader since before the
-// dispatch and holds nothing of the attempt's key: no lease of it was ever
-// put, so it runs, once, as attempt 1 (before, it was failed as lost and
-// attempt 2 ran). On a standalone server, which reports no leader history,
-// the fence cannot show it and still fails it as lost.
-func TestRedeliveryOfARequeuedAttemptAfterADispatcherRestartRunsIt(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	cluster := newNATSCluster(t)
-	pool := storetest.NewDB(t)
-	st := store.New(pool)
-	applyLedgerTask(t, st)
-	cfg := streams.Config{Replicas: 3, LeaseTTL: clusterLeaseTTL}
-	startDispatcher := func(name string, reg *prometheus.Registry) (*dispatcher.Service, context.CancelFunc) {
-		t.Helper()
-		conn, _ := cluster.connect(name)
-		d, err := dispatcher.New(dispatcher.Options{Conn: conn, Store: st, Logger: log, Streams: cfg, Metrics: reg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := d.Run(runCtx); err != nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		}()
-		stop := func() {
-			cancel()
-			<-done
-		}
-		t.Cleanup(stop)
-		select {
-		case <-d.Ready():
-		case <-time.After(3 * time.Minute):
-			t.Fatalf("%s not ready after three minutes", name)
-		}
-		return d, stop
-	}
-	_, stopFirst := startDispatcher("dispatcher-1", prometheus.NewRegistry())
-	cluster.waitHealthy("the topology in three replicas")
-
-	// The leases stream's leader must lead from before the dispatch by more
-	// than the fence's slack for the clocks (30 s).
-	leasesStream := "KV_" + cluster.top.LeasesBucket()
-	waitFor(t, "the leases stream's leader to lead for more than the fence's slack for the clocks", 2*time.Minute, func() (bool, error) {
-		s, err := cluster.js.Stream(ctx, leasesStream)
-		if err != nil {
-			return false, nil // an election
-		}
-		now, err := st.Now(ctx)
-		if err != nil {
-			return false, err
-		}
-		ci := s.CachedInfo().Cluster
-		return ci != nil && ci.LeaderSince != nil && ci.LeaderSince.Add(35*time.Second).Before(now), nil
-	})
-
-	_, js := cluster.connect("load")
-	ev := schemas.TriggerEvent{EventID: "requeued"}
-	if _, err := streams.Publish(ctx, js, cluster.top.Trigger("ledger"), streams.TriggerMsgID("ledger", ev.EventID), ev); err != nil {
-		t.Fatal(err)
-	}
-	var id int64
-	waitFor(t, "the instance to be DISPATCHED", time.Minute, func() (bool, error) {
-		err := pool.QueryRow(ctx, `SELECT id FROM instances WHERE task = 'ledger' AND state = 'DISPATCHED'`).Scan(&id)
-		return err == nil, nil
-	})
-	stopFirst()
-	reg := prometheus.NewRegistry()
-	second, _ := startDispatcher("dispatcher-2", reg)
-
-	// Given back unleased, as a worker whose slots are full does.
-	c, err := js.CreateOrUpdateConsumer(ctx, cluster.top.DispatchStream(), cluster.top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "ledger"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := c.Next(jetstream.FetchMaxWait(time.Minute))
-	if err != nil {
-		t.Fatalf("take the dispatch message: %v", err)
-	}
-	if err := m.Nak(); err != nil {
-		t.Fatal(err)
-	}
-	if second.LeaseSeen(id, 1) {
-		t.Fatal("the second dispatcher saw a lease of attempt 1; want none put")
-	}
-
-	ledger := filepath.Join(t.TempDir(), "ledger")
-	conn, _ := cluster.connect("exec")
-	executortest.Run(t, executor.Options{Conn: conn, WorkerID: "exec", Mux: ledgerMux(ledger, 0), Logger: log})
-	waitLedgerEnded(t, pool, 1)
-	in, err := st.GetInstance(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if in.State != schemas.StateSucceeded || in.Attempt != 1 {
-		t.Errorf("instance %s at attempt %d via %v; want SUCCEEDED at attempt 1 (the requeued attempt ran, not failed as lost)",
-			in.State, in.Attempt, path(in))
-	}
-	if n := counterValue(t, reg, "ax_fence_answers_total", "answer", "start"); n != 1 {
-		t.Errorf("ax_fence_answers_total{answer=start} = %v, want 1: the redelivery asked, and was told to start", n)
-	}
-	checkExactlyOnce(t, pool, 1, ledger)
 }
