@@ -35,10 +35,13 @@ import (
 // production 30 s).
 func benchSystem(b *testing.B) *benchRig {
 	ttl := envDuration(b, "AX_BENCH_LEASE_TTL", streams.DefaultLeaseTTL)
-	s := &benchRig{system: newSystemTTL(b, ttl)}
+	s := &benchRig{system: newSystemTTL(b, ttl), hops: newHopTrace()}
 	s.log = zerolog.Nop()
 	mux := executor.NewMux()
-	mux.HandleFunc("bench.noop", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	mux.HandleFunc("bench.noop", func(_ context.Context, j *executor.Job) (any, error) {
+		s.hops.handlerStarted(j.InstanceID)
+		return nil, nil
+	})
 	serviceLabel("executor")
 	conn, _ := s.srv.Connect()
 	executortest.Run(b, executor.Options{Conn: conn, WorkerID: "bench", Mux: mux, Slots: 256, Logger: s.log})
@@ -59,6 +62,8 @@ type benchRig struct {
 	// benchConns are the NATS connections whose messages a costMeter
 	// counts, by who uses them.
 	benchConns map[string]*nats.Conn
+	// hops follows the instances hop by hop once started.
+	hops *hopTrace
 }
 
 // benchSettings describes what the benchmark runs on: PostgreSQL's
@@ -251,7 +256,8 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 // BenchmarkPipelineLatency fires no-op instances at a steady AX_BENCH_RATE per
 // second (default 1000) for AX_BENCH_SECONDS (default 5) and reports the p50
 // and p99 latency from firing to handler start: the pipeline's latency when
-// it keeps up, without a backlog.
+// it keeps up, without a backlog, and where it goes hop by hop (see
+// [hopTrace]: a listener of its own on the subjects the hops cross).
 func BenchmarkPipelineLatency(b *testing.B) {
 	rate := envInt(b, "AX_BENCH_RATE", 1000)
 	seconds := envInt(b, "AX_BENCH_SECONDS", 5)
@@ -260,6 +266,7 @@ func BenchmarkPipelineLatency(b *testing.B) {
 	const tick = 10 * time.Millisecond
 	perTick := max(rate/int(time.Second/tick), 1)
 	meter := s.newCostMeter(b)
+	s.hops.start(b, s)
 	meter.start()
 	fired := 0
 	var states map[schemas.State]int
@@ -288,6 +295,7 @@ func BenchmarkPipelineLatency(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	benchf(b, "steady %.0f firings/s for %d s: firing → handler start p50 %.1f ms, p99 %.1f ms; %d SUCCEEDED, %d FAILED",
 		firedPerSecond, seconds*b.N, p50, p99, states[schemas.StateSucceeded], states[schemas.StateFailed])
+	s.hops.report(b, s)
 	cost.log(b)
 }
 
