@@ -28,6 +28,9 @@ type metrics struct {
 	reaperLeft *prometheus.CounterVec
 	// refused counts firings refused for what they hold, by stage and action.
 	refused *prometheus.CounterVec
+	// unstorable counts reports holding what PostgreSQL cannot store, by
+	// kind and action.
+	unstorable *prometheus.CounterVec
 	// rerouted counts the attempts taken from the queues of workers that
 	// left, by outcome.
 	rerouted *prometheus.CounterVec
@@ -60,6 +63,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Firings refused for what they hold, by stage (validate: the dispatcher's checks; postgres: a value " +
 				"PostgreSQL refused, found by splitting the batch) and action (skipped: recorded as a SKIPPED instance " +
 				"with the reason; terminated: not recordable, logged and dropped)."}, []string{"stage", "action"}),
+		unstorable: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_unstorable_reports_total",
+			Help: "Executor reports holding what PostgreSQL cannot store, by kind as sent and action (mended: its text " +
+				"made storable before the write, an unstorable output dropped and a success with one recorded as a permanent " +
+				"failure; bare: refused by PostgreSQL, found by splitting the batch, and recorded as a failure without output; " +
+				"terminated: not recordable even so, logged and dropped)."}, []string{"kind", "action"}),
 		rerouted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_rerouted_total",
 			Help: "Attempts taken from the own queue of a worker that left, by outcome (moved: routed again; " +
 				"pinned: pinned to that worker by name, left to wait for it)."}, []string{"outcome"}),
@@ -76,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, result := range []string{"applied", "dropped", "refused"} {
 		m.progress.WithLabelValues(result) // shown at 0 before the first report
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.rerouted, m.handedBack, m.fence} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

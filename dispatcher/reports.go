@@ -36,10 +36,13 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	handled := msgs[:0:0]
 	for _, m := range msgs {
 		var r schemas.Report
-		if err := json.Unmarshal(m.Data(), &r); err != nil || r.InstanceID <= 0 || r.Attempt <= 0 {
+		if err := json.Unmarshal(m.Data(), &r); err != nil || r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt {
 			s.log.Warn().Str("subject", m.Subject()).Msg("malformed report dropped")
 			_ = m.Term()
 			continue
+		}
+		if kind := r.Kind; storableReport(&r) {
+			s.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
 		}
 		switch {
 		case r.Kind == schemas.ReportProgress:
@@ -93,7 +96,7 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 		return
 	}
 	stale = append(stale, refusedEarly...)
-	outcomes, err := s.opts.Store.ApplyReports(ctx, started, final)
+	started, final, outcomes, err := s.applyIsolating(ctx, started, final)
 	if err != nil {
 		s.retryLater(msgs, err)
 		return

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // JSON adapts fn, which takes the payload decoded into an In and returns
@@ -113,6 +115,9 @@ func encodeOutput(out any) (json.RawMessage, error) {
 	data = bytes.TrimSpace(data)
 	if string(data) == "null" {
 		return nil, nil
+	}
+	if problems := schemas.OutputProblems(data); problems != "" {
+		return nil, errors.New("encode output: " + problems)
 	}
 	return json.RawMessage(bytes.Clone(data)), nil
 }

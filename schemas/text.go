@@ -182,3 +182,17 @@ func (w *textWalker) hex(i int) (rune, bool) {
 	n, err := strconv.ParseUint(string(w.data[i:i+4]), 16, 32)
 	return rune(n), err == nil
 }
+
+// OutputProblems says what in a handler's output, a JSON document,
+// PostgreSQL cannot store (see [TextProblems]), each named by its path
+// under "output" ("output.note holds a NUL character …"), or "" when it can
+// store all of it.
+func OutputProblems(output []byte) string {
+	problems := TextProblems(output)
+	names := make([]string, len(problems))
+	for i, p := range problems {
+		p.Field = strings.TrimSuffix("output."+p.Field, ".")
+		names[i] = p.String()
+	}
+	return strings.Join(names, "; ")
+}
