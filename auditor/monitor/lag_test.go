@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
+	"github.com/ax-scheduler/ax/streams/natsauth/natsauthtest"
 )
 
 // TestMonitorReportsConsumerLag builds a backlog on AX_DISPATCH and
@@ -37,29 +37,12 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 	ctx := context.Background()
 	top := streams.Default()
 	passwords := map[natsauth.Role]string{natsauth.Dispatcher: "pw-dispatcher", natsauth.Auditor: "pw-auditor"}
-	ns, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(), Users: natsauth.Users(top, passwords, natsauth.Scope{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	var mu sync.Mutex
-	var refused []string
+	ns := natsauthtest.NewServer(t, natsembed.Options{Users: natsauth.Users(top, passwords, natsauth.Scope{})})
+	refusals := map[natsauth.Role]*natsauthtest.Refusals{}
 	connect := func(role natsauth.Role) *nats.Conn {
 		t.Helper()
-		nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(string(role), passwords[role]),
-			nats.CustomInboxPrefix(natsauth.InboxPrefix(string(role))),
-			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				refused = append(refused, fmt.Sprintf("%s: %v", role, err))
-			}))
-		if err != nil {
-			t.Fatalf("connect as %s: %v", role, err)
-		}
-		t.Cleanup(nc.Close)
+		nc, r := ns.Connect(string(role), passwords[role])
+		refusals[role] = r
 		return nc
 	}
 	js, err := jetstream.New(connect(natsauth.Dispatcher))
@@ -288,10 +271,10 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 			t.Errorf("%s%v = %v (found %t), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(refused) > 0 {
-		t.Errorf("the server refused: %q", refused)
+	for role, r := range refusals {
+		if errs := r.Errors(); len(errs) > 0 {
+			t.Errorf("the server refused %s: %q", role, errs)
+		}
 	}
 }
 

@@ -51,14 +51,7 @@ func TestDevUsersAttack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := natsembed.Start(natsembed.Options{StoreDir: filepath.Join(dir, "nats"), Auth: auth})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
+	srv := natsauthtest.NewServer(t, natsembed.Options{StoreDir: filepath.Join(dir, "nats"), Auth: auth})
 	// A worker attached while ax dev runs.
 	node := natsauth.Scope{Pools: []string{schemas.DefaultPool}, WorkerID: "node-1", Handlers: []string{"node.greet"}}
 	if _, err := natsauth.AddWorkerUser(devWorkersFile(dir), node); err != nil {
@@ -89,20 +82,13 @@ func TestDevUsersAttack(t *testing.T) {
 	if len(workers) != len(devExampleWorkers)+1 {
 		t.Fatalf("nats-workers.json holds %d users, want the %d example workers' and node-1's", len(workers), len(devExampleWorkers))
 	}
-	connect := func(user string, opts ...nats.Option) (*nats.Conn, error) {
-		return nats.Connect(srv.ClientURL(), append([]nats.Option{nats.UserInfo(user, passwords[user]),
-			nats.CustomInboxPrefix(natsauth.InboxPrefix(user)), nats.NoReconnect()}, opts...)...)
-	}
-	if nc, err := connect(string(natsauth.Executor)); err == nil {
+	executorUser := string(natsauth.Executor)
+	if nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(executorUser, passwords[executorUser]), nats.NoReconnect()); err == nil {
 		nc.Close()
 		t.Errorf("the roles' executor user connected: ax dev must admit only one worker's executor users")
 	}
 
-	dnc, err := connect(string(natsauth.Dispatcher))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dnc.Close()
+	dnc, _ := srv.Connect(string(natsauth.Dispatcher), passwords[string(natsauth.Dispatcher)])
 	djs, err := jetstream.New(dnc)
 	if err != nil {
 		t.Fatal(err)
@@ -198,23 +184,13 @@ func TestDevUsersAttack(t *testing.T) {
 		t.Fatalf("users %v: want trigger, api, auditor, executor (refused above), %s, %s, the example workers' and node-1's", users, devOwnUser, gpu.user)
 	}
 	for _, user := range users {
-		v := natsauthtest.New()
-		nc, err := connect(user, nats.ErrorHandler(v.Handler))
-		if err != nil && user == string(natsauth.Executor) {
-			continue
+		if user == executorUser {
+			continue // refused above
 		}
-		if err != nil {
-			t.Fatalf("connect as %s: %v", user, err)
-		}
+		nc, v := srv.Connect(user, passwords[user], nats.NoReconnect())
 		js, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)
-		}
-		request := func(subject, body string) func(context.Context) error {
-			return func(ctx context.Context) error {
-				_, err := nc.RequestWithContext(ctx, subject, []byte(body))
-				return err
-			}
 		}
 		expect := func(what, subject string, action func(context.Context) error) {
 			if !v.Try(t, subject, action) {
@@ -226,7 +202,7 @@ func TestDevUsersAttack(t *testing.T) {
 				continue
 			}
 			d := top.DispatchStream() + "." + x.cfg.Durable
-			expect("pull "+x.cfg.Durable, api+"CONSUMER.MSG.NEXT."+d, request(api+"CONSUMER.MSG.NEXT."+d, `{"batch":1,"no_wait":true}`))
+			expect("pull "+x.cfg.Durable, api+"CONSUMER.MSG.NEXT."+d, natsauthtest.Request(nc, api+"CONSUMER.MSG.NEXT."+d, `{"batch":1,"no_wait":true}`))
 			expect("acknowledge a message of "+x.cfg.Durable, x.ack, func(ctx context.Context) error {
 				if err := nc.Publish(x.ack, nil); err != nil {
 					return err
@@ -239,7 +215,7 @@ func TestDevUsersAttack(t *testing.T) {
 				}
 				return nil
 			})
-			expect("delete "+x.cfg.Durable, api+"CONSUMER.DELETE."+d, request(api+"CONSUMER.DELETE."+d, ""))
+			expect("delete "+x.cfg.Durable, api+"CONSUMER.DELETE."+d, natsauthtest.Request(nc, api+"CONSUMER.DELETE."+d, ""))
 			changed := x.cfg
 			changed.MaxAckPending = 1
 			expect("change "+x.cfg.Durable, api+"CONSUMER.CREATE."+d+"."+x.cfg.FilterSubject, func(ctx context.Context) error {
@@ -248,12 +224,12 @@ func TestDevUsersAttack(t *testing.T) {
 			})
 		}
 		for _, c := range []string{top.TriggersStream() + "." + top.DispatcherConsumer().Durable, top.ReportsStream() + "." + top.RecorderConsumer().Durable} {
-			expect("pull "+c, api+"CONSUMER.MSG.NEXT."+c, request(api+"CONSUMER.MSG.NEXT."+c, `{"batch":1,"no_wait":true}`))
-			expect("delete "+c, api+"CONSUMER.DELETE."+c, request(api+"CONSUMER.DELETE."+c, ""))
+			expect("pull "+c, api+"CONSUMER.MSG.NEXT."+c, natsauthtest.Request(nc, api+"CONSUMER.MSG.NEXT."+c, `{"batch":1,"no_wait":true}`))
+			expect("delete "+c, api+"CONSUMER.DELETE."+c, natsauthtest.Request(nc, api+"CONSUMER.DELETE."+c, ""))
 		}
 		for name, cfg := range before.streams {
-			expect("purge "+name, api+"STREAM.PURGE."+name, request(api+"STREAM.PURGE."+name, ""))
-			expect("delete "+name, api+"STREAM.DELETE."+name, request(api+"STREAM.DELETE."+name, ""))
+			expect("purge "+name, api+"STREAM.PURGE."+name, natsauthtest.Request(nc, api+"STREAM.PURGE."+name, ""))
+			expect("delete "+name, api+"STREAM.DELETE."+name, natsauthtest.Request(nc, api+"STREAM.DELETE."+name, ""))
 			sealed := cfg
 			sealed.Sealed = true
 			expect("seal "+name, api+"STREAM.UPDATE."+name, func(ctx context.Context) error {

@@ -197,15 +197,14 @@ execution:
 	id := a.fire("plain-echo", map[string]string{"x": "y"})
 	a.waitState(id, schemas.StateDispatched, time.Minute)
 
-	v := &violations{}
-	nc := a.connect(gpuExecutor, v)
+	nc, v := a.watch(gpuExecutor)
 	q, _ := json.Marshal(schemas.FenceQuestion{InstanceID: id, Attempt: 1, WorkerID: "evil"})
 	// On the default pool's subject: the server refuses to deliver it.
 	own := a.top.Fence(schemas.DefaultPool, "evil", id)
 	if err := errors.Join(nc.Publish(own, q), nc.Flush()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the server to refuse a fence question on another pool's subject", time.Minute, func() (bool, error) { return v.seen(own), nil })
+	waitFor(t, "the server to refuse a fence question on another pool's subject", time.Minute, func() (bool, error) { return v.Refused(own), nil })
 	// On its own pool's subject: the dispatcher refuses it.
 	reply, err := nc.Request(a.top.Fence("gpu", "evil", id), q, time.Minute)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
+	"github.com/ax-scheduler/ax/streams/natsauth/natsauthtest"
 )
 
 // authSystem is a dispatcher and an API on a server with the users ax dev
@@ -36,7 +37,7 @@ import (
 type authSystem struct {
 	*system
 	top       streams.Topology
-	ns        *server.Server
+	ns        *natsauthtest.Server
 	passwords map[string]string
 	reg       *prometheus.Registry
 }
@@ -62,20 +63,13 @@ func newAuthSystem(t *testing.T) *authSystem {
 	users := append(natsauth.Users(top, roles, natsauth.Scope{Pools: []string{schemas.DefaultPool}, WorkerID: defaultWorker, Handlers: builtins}),
 		&server.User{Username: gpuExecutor, Password: passwords[gpuExecutor],
 			Permissions: natsauth.Permissions(top, natsauth.Executor, gpuExecutor, natsauth.Scope{Pools: []string{"gpu"}, Handlers: builtins})})
-	ns, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(), Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
+	ns := natsauthtest.NewServer(t, natsembed.Options{Users: users})
 	a := &authSystem{top: top, ns: ns, passwords: passwords, reg: prometheus.NewRegistry()}
 	pool := storetest.NewDB(t)
 	st := store.New(pool)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	a.system = &system{t: t, store: st, pool: pool, log: log}
-	d, err := dispatcher.New(dispatcher.Options{Conn: a.connect(string(natsauth.Dispatcher), nil), Store: st,
+	d, err := dispatcher.New(dispatcher.Options{Conn: a.connect(string(natsauth.Dispatcher)), Store: st,
 		Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log, Metrics: a.reg})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +77,7 @@ func newAuthSystem(t *testing.T) *authSystem {
 	a.run("dispatcher", d.Run)
 	<-d.Ready()
 	a.dispatcher = d
-	srv, err := api.New(api.Options{Store: st, Conn: a.connect(string(natsauth.API), nil), Logger: log})
+	srv, err := api.New(api.Options{Store: st, Conn: a.connect(string(natsauth.API)), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,20 +90,18 @@ func newAuthSystem(t *testing.T) *authSystem {
 	return a
 }
 
-// connect connects as user with its inbox prefix; v, when set, hears the
-// server's refusals.
-func (a *authSystem) connect(user string, v *violations) *nats.Conn {
+// connect connects as user with its inbox prefix.
+func (a *authSystem) connect(user string) *nats.Conn {
 	a.t.Helper()
-	opts := []nats.Option{nats.UserInfo(user, a.passwords[user]), nats.CustomInboxPrefix(natsauth.InboxPrefix(user))}
-	if v != nil {
-		opts = append(opts, nats.ErrorHandler(v.handler))
-	}
-	nc, err := nats.Connect(a.ns.ClientURL(), opts...)
-	if err != nil {
-		a.t.Fatalf("connect as %s: %v", user, err)
-	}
-	a.t.Cleanup(nc.Close)
+	nc, _ := a.watch(user)
 	return nc
+}
+
+// watch connects as user with its inbox prefix; the Refusals hear the
+// server's refusals.
+func (a *authSystem) watch(user string) (*nats.Conn, *natsauthtest.Refusals) {
+	a.t.Helper()
+	return a.ns.Connect(user, a.passwords[user])
 }
 
 // executor runs a worker of pools as user.
@@ -117,7 +109,7 @@ func (a *authSystem) executor(user, workerID string, pools ...string) {
 	a.t.Helper()
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
-	executortest.Run(a.t, executor.Options{Conn: a.connect(user, nil), WorkerID: workerID, Pools: pools, Mux: mux,
+	executortest.Run(a.t, executor.Options{Conn: a.connect(user), WorkerID: workerID, Pools: pools, Mux: mux,
 		Slots: 4, Logger: a.log})
 }
 
@@ -162,8 +154,7 @@ dispatch:
 	a.waitState(id, schemas.StateDispatched, time.Minute)
 
 	// The default pool's executor, as ax dev makes it.
-	v := &violations{}
-	nc := a.connect(string(natsauth.Executor), v)
+	nc, v := a.watch(string(natsauth.Executor))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +167,7 @@ dispatch:
 	if err := errors.Join(nc.Publish(gpuSubject, data), nc.Flush()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the server to refuse a report on the gpu pool's subject", time.Minute, func() (bool, error) { return v.seen(gpuSubject), nil })
+	waitFor(t, "the server to refuse a report on the gpu pool's subject", time.Minute, func() (bool, error) { return v.Refused(gpuSubject), nil })
 	// On its own pool's subject, which it may use: the dispatcher refuses it.
 	if _, err := streams.Publish(ctx, js, a.top.Report(schemas.DefaultPool, defaultWorker, id), "", forged); err != nil {
 		t.Fatal(err)
@@ -219,7 +210,7 @@ dispatch:
 	if running.WorkerID != "g1" {
 		t.Fatalf("worker = %q, want g1", running.WorkerID)
 	}
-	gnc := a.connect(gpuExecutor, nil)
+	gnc := a.connect(gpuExecutor)
 	gjs, err := jetstream.New(gnc)
 	if err != nil {
 		t.Fatal(err)

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,39 +25,9 @@ import (
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
+	"github.com/ax-scheduler/ax/streams/natsauth/natsauthtest"
 	"github.com/ax-scheduler/ax/trigger"
 )
-
-// violations collects the permission violations a connection is told of.
-type violations struct {
-	mu   sync.Mutex
-	errs []string
-}
-
-func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.errs = append(v.errs, err.Error())
-}
-
-// all returns every error the connection was told of.
-func (v *violations) all() []string {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return slices.Clone(v.errs)
-}
-
-// seen reports whether the server refused an action on subject.
-func (v *violations) seen(subject string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for _, e := range v.errs {
-		if strings.Contains(strings.ToLower(e), "permissions violation") && strings.Contains(e, `"`+subject+`"`) {
-			return true
-		}
-	}
-	return false
-}
 
 // TestNATSPermissions runs every service on a server with a user per role:
 // the services do their work with their own users, and the executor's user
@@ -72,28 +39,11 @@ func TestNATSPermissions(t *testing.T) {
 	for _, role := range natsauth.Roles {
 		passwords[role] = "pw-" + string(role)
 	}
-	ns, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(),
-		Users: natsauth.Users(top, passwords, natsauth.Scope{Pools: []string{"default"}, WorkerID: "w1",
-			Handlers: []string{executor.BuiltinEcho, executor.BuiltinFail, executor.BuiltinSleep}})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	connect := func(role natsauth.Role, v *violations) *nats.Conn {
+	ns := natsauthtest.NewServer(t, natsembed.Options{Users: natsauth.Users(top, passwords, natsauth.Scope{Pools: []string{"default"}, WorkerID: "w1",
+		Handlers: []string{executor.BuiltinEcho, executor.BuiltinFail, executor.BuiltinSleep}})})
+	connect := func(role natsauth.Role) (*nats.Conn, *natsauthtest.Refusals) {
 		t.Helper()
-		opts := []nats.Option{nats.UserInfo(string(role), passwords[role]), nats.CustomInboxPrefix(natsauth.InboxPrefix(string(role)))}
-		if v != nil {
-			opts = append(opts, nats.ErrorHandler(v.handler))
-		}
-		nc, err := nats.Connect(ns.ClientURL(), opts...)
-		if err != nil {
-			t.Fatalf("connect as %s: %v", role, err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
+		return ns.Connect(string(role), passwords[role])
 	}
 	if _, err := nats.Connect(ns.ClientURL()); err == nil {
 		t.Error("an anonymous connection was accepted")
@@ -106,11 +56,10 @@ func TestNATSPermissions(t *testing.T) {
 
 	// Each service on its own user; a permission it lacks shows up as a
 	// violation on its connection.
-	serviceViolations := map[natsauth.Role]*violations{}
+	serviceRefusals := map[natsauth.Role]*natsauthtest.Refusals{}
 	conns := map[natsauth.Role]*nats.Conn{}
 	for _, role := range natsauth.Roles {
-		serviceViolations[role] = &violations{}
-		conns[role] = connect(role, serviceViolations[role])
+		conns[role], serviceRefusals[role] = connect(role)
 	}
 	d, err := dispatcher.New(dispatcher.Options{Conn: conns[natsauth.Dispatcher], Store: st, Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log})
 	if err != nil {
@@ -173,8 +122,8 @@ concurrency:
 		}
 		return stream.CachedInfo().State.Msgs > 0, nil
 	})
-	for role, v := range serviceViolations {
-		if errs := v.all(); len(errs) > 0 {
+	for role, v := range serviceRefusals {
+		if errs := v.Errors(); len(errs) > 0 {
 			t.Errorf("the %s service was refused: %q", role, errs)
 		}
 	}
@@ -190,8 +139,7 @@ concurrency:
 	}
 
 	// The executor's user, on a connection of its own, is refused the rest.
-	v := &violations{}
-	nc := connect(natsauth.Executor, v)
+	nc, v := connect(natsauth.Executor)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +150,7 @@ concurrency:
 		defer cancel()
 		done := make(chan error, 1)
 		go func() { done <- action(ctx) }()
-		waitFor(t, "the server to refuse "+what, 60*time.Second, func() (bool, error) { return v.seen(subject), nil })
+		waitFor(t, "the server to refuse "+what, 60*time.Second, func() (bool, error) { return v.Refused(subject), nil })
 		cancel()
 		if err := <-done; wantErr && err == nil {
 			t.Errorf("%s: no error", what)
@@ -219,10 +167,7 @@ concurrency:
 	refused("subscribing to every dispatch subject", "ax.dispatch.>", false, sub("ax.dispatch.>"))
 	refused("subscribing to another user's inbox", "_INBOX_api.>", false, sub("_INBOX_api.>"))
 	refused("subscribing to the plain inbox", "_INBOX.>", false, sub("_INBOX.>"))
-	refused("fetching another pool's work", "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+gpu.Durable, true, func(ctx context.Context) error {
-		_, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+gpu.Durable, []byte(`{"batch": 1, "no_wait": true}`))
-		return err
-	})
+	refused("fetching another pool's work", "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+gpu.Durable, true, natsauthtest.Request(nc, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+gpu.Durable, `{"batch": 1, "no_wait": true}`))
 	refused("looking up another pool's consumer", "$JS.API.CONSUMER.INFO."+stream+"."+gpu.Durable, true, func(ctx context.Context) error {
 		_, err := js.Consumer(ctx, stream, gpu.Durable)
 		return err
@@ -232,19 +177,13 @@ concurrency:
 	if _, err := djs.CreateOrUpdateConsumer(ctx, stream, unserved); err != nil {
 		t.Fatal(err)
 	}
-	refused("fetching the work of a handler it does not serve", "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+unserved.Durable, true, func(ctx context.Context) error {
-		_, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+unserved.Durable, []byte(`{"batch": 1, "no_wait": true}`))
-		return err
-	})
+	refused("fetching the work of a handler it does not serve", "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+unserved.Durable, true, natsauthtest.Request(nc, "$JS.API.CONSUMER.MSG.NEXT."+stream+"."+unserved.Durable, `{"batch": 1, "no_wait": true}`))
 	other := top.PoolConsumer("other", schemas.PriorityNormal, executor.BuiltinSleep)
 	refused("making a consumer for another pool", "$JS.API.CONSUMER.CREATE."+stream+"."+other.Durable+"."+other.FilterSubject, true, func(ctx context.Context) error {
 		_, err := js.CreateOrUpdateConsumer(ctx, stream, other)
 		return err
 	})
-	refused("reading a dispatch message directly", "$JS.API.DIRECT.GET."+stream, true, func(ctx context.Context) error {
-		_, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, []byte(`{"seq": 1}`))
-		return err
-	})
+	refused("reading a dispatch message directly", "$JS.API.DIRECT.GET."+stream, true, natsauthtest.Request(nc, "$JS.API.DIRECT.GET."+stream, `{"seq": 1}`))
 	refused("publishing a firing", "ax.trigger.x", true, func(ctx context.Context) error {
 		_, err := js.Publish(ctx, "ax.trigger.x", []byte(`{}`))
 		return err
@@ -257,10 +196,7 @@ concurrency:
 		return errors.Join(nc.Publish("$KV.ax-workers.w2", []byte(`{}`)), nc.Flush())
 	})
 	refused("listening to another worker's orders", "ax.control.w2", false, sub("ax.control.w2"))
-	refused("purging a stream", "$JS.API.STREAM.PURGE."+stream, true, func(ctx context.Context) error {
-		_, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+stream, nil)
-		return err
-	})
+	refused("purging a stream", "$JS.API.STREAM.PURGE."+stream, true, natsauthtest.Request(nc, "$JS.API.STREAM.PURGE."+stream, ""))
 	refused("deleting a stream", "$JS.API.STREAM.DELETE."+stream, true, func(ctx context.Context) error {
 		return js.DeleteStream(ctx, stream)
 	})

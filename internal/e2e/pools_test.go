@@ -14,13 +14,14 @@ import (
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams/natsauth"
+	"github.com/ax-scheduler/ax/streams/natsauth/natsauthtest"
 )
 
 // dispatcherJS is a JetStream context of the dispatcher's user, which may
 // look at everything.
 func (a *authSystem) dispatcherJS() jetstream.JetStream {
 	a.t.Helper()
-	js, err := jetstream.New(a.connect(string(natsauth.Dispatcher), nil))
+	js, err := jetstream.New(a.connect(string(natsauth.Dispatcher)))
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -30,14 +31,14 @@ func (a *authSystem) dispatcherJS() jetstream.JetStream {
 // refusedBy waits until the server refused subject to the connection v
 // watches, after action (which may time out waiting for an answer that
 // never comes).
-func refusedBy(t *testing.T, v *violations, subject string, action func(context.Context) error) {
+func refusedBy(t *testing.T, v *natsauthtest.Refusals, subject string, action func(context.Context) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	if err := action(ctx); err == nil {
 		t.Errorf("%s: answered, want refused", subject)
 	}
-	waitFor(t, "the server to refuse "+subject, time.Minute, func() (bool, error) { return v.seen(subject), nil })
+	waitFor(t, "the server to refuse "+subject, time.Minute, func() (bool, error) { return v.Refused(subject), nil })
 }
 
 // TestPoolsAreABoundary acts as the default pool's executor, with the
@@ -82,17 +83,10 @@ func TestPoolsAreABoundary(t *testing.T) {
 	}
 	seq := msg.CachedInfo().State.LastSeq
 
-	v := &violations{}
-	nc := a.connect(string(natsauth.Executor), v)
+	nc, v := a.watch(string(natsauth.Executor))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
-	}
-	request := func(subject, body string) func(context.Context) error {
-		return func(ctx context.Context) error {
-			_, err := nc.RequestWithContext(ctx, subject, []byte(body))
-			return err
-		}
 	}
 	api := "$JS.API."
 	changed := gpu
@@ -104,7 +98,7 @@ func TestPoolsAreABoundary(t *testing.T) {
 		subject string
 		action  func(context.Context) error
 	}{
-		{api + "CONSUMER.MSG.NEXT." + stream + "." + gpu.Durable, request(api+"CONSUMER.MSG.NEXT."+stream+"."+gpu.Durable, `{"batch":1,"expires":1000000000}`)},
+		{api + "CONSUMER.MSG.NEXT." + stream + "." + gpu.Durable, natsauthtest.Request(nc, api+"CONSUMER.MSG.NEXT."+stream+"."+gpu.Durable, `{"batch":1,"expires":1000000000}`)},
 		{api + "CONSUMER.INFO." + stream + "." + gpu.Durable, func(ctx context.Context) error {
 			_, err := js.Consumer(ctx, stream, gpu.Durable)
 			return err
@@ -145,7 +139,7 @@ func TestPoolsAreABoundary(t *testing.T) {
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
 	mux.HandleFunc("img.resize", func(context.Context, *executor.Job) (any, error) { return nil, nil })
-	svc, err := executor.New(executor.Options{Conn: a.connect(string(natsauth.Executor), nil), WorkerID: defaultWorker, Mux: mux, Logger: a.log})
+	svc, err := executor.New(executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker, Mux: mux, Logger: a.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,17 +163,13 @@ func TestFakeHeartbeatsAreRefused(t *testing.T) {
 	t.Parallel()
 	a := newAuthSystem(t)
 	ctx := context.Background()
-	v := &violations{}
-	nc := a.connect(string(natsauth.Executor), v)
+	nc, v := a.watch(string(natsauth.Executor))
 	for i := range 5 {
 		fake := fmt.Sprintf("fake%d", i)
 		subject := "$KV." + a.top.WorkersBucket() + "." + fake
 		rec := fmt.Sprintf(`{"id":%q,"pools":["default"],"slots":16,"busy":0,"version":"9.9.9","started_at":%q,"heartbeat_at":%q}`,
 			fake, time.Now().Format(time.RFC3339Nano), time.Now().Format(time.RFC3339Nano))
-		refusedBy(t, v, subject, func(ctx context.Context) error {
-			_, err := nc.RequestWithContext(ctx, subject, []byte(rec))
-			return err
-		})
+		refusedBy(t, v, subject, natsauthtest.Request(nc, subject, rec))
 	}
 	kv, err := a.dispatcherJS().KeyValue(ctx, a.top.WorkersBucket())
 	if err != nil {
@@ -191,7 +181,7 @@ func TestFakeHeartbeatsAreRefused(t *testing.T) {
 
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
-	executortest.Run(t, executor.Options{Conn: a.connect(string(natsauth.Executor), nil), WorkerID: defaultWorker, Mux: mux, Slots: 4, Logger: a.log})
+	executortest.Run(t, executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker, Mux: mux, Slots: 4, Logger: a.log})
 	a.routedTo(defaultWorker)
 	a.apply("task_name: pinned\nexecution: {handler: builtin.echo}\ndispatch: {strategy: hash, hash_key: 'c-{{.customer}}'}\n")
 	var ids []int64

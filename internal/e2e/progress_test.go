@@ -136,7 +136,7 @@ func TestForgedProgress(t *testing.T) {
 		{gpuExecutor, "gpu", "g2"},                                      // another worker of the pool
 		{string(natsauth.Executor), schemas.DefaultPool, defaultWorker}, // another pool, as the worker its user may be
 	} {
-		js, err := jetstream.New(a.connect(f.user, nil))
+		js, err := jetstream.New(a.connect(f.user))
 		if err != nil {
 			t.Fatal(err)
 		}

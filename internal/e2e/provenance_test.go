@@ -31,8 +31,7 @@ task_name: payroll
 execution:
   handler: builtin.echo
 `)
-	v := &violations{}
-	nc := a.connect(string(natsauth.Trigger), v)
+	nc, v := a.watch(string(natsauth.Trigger))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +87,7 @@ execution:
 	if err := errors.Join(nc.Publish(apiSubject, []byte(`{"event_id":"spoof-2","source":"manual","operator":"alice-the-admin"}`)), nc.Flush()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the server to refuse the API's subject", time.Minute, func() (bool, error) { return v.seen(apiSubject), nil })
+	waitFor(t, "the server to refuse the API's subject", time.Minute, func() (bool, error) { return v.Refused(apiSubject), nil })
 
 	// The API's firing names the holder of its token.
 	id := a.fire("payroll", nil)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,7 +21,7 @@ import (
 // dispatcher's consumers made by the dispatcher's user.
 type bed struct {
 	top       streams.Topology
-	srv       *server.Server
+	srv       *natsauthtest.Server
 	passwords map[natsauth.Role]string
 	djs       jetstream.JetStream
 }
@@ -33,17 +32,9 @@ func newBed(t *testing.T) *bed {
 	for _, role := range natsauth.Roles {
 		b.passwords[role] = "pw-" + string(role)
 	}
-	srv, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(),
-		Users: natsauth.Users(b.top, b.passwords, natsauth.MatrixScope)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	b.srv = srv
+	b.srv = natsauthtest.NewServer(t, natsembed.Options{Users: natsauth.Users(b.top, b.passwords, natsauth.MatrixScope)})
 	nc, _ := b.connect(t, natsauth.Dispatcher)
+	var err error
 	b.djs, err = jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -70,14 +61,7 @@ func newBed(t *testing.T) *bed {
 // connect connects as role on its own inbox prefix.
 func (b *bed) connect(t *testing.T, role natsauth.Role) (*nats.Conn, *natsauthtest.Refusals) {
 	t.Helper()
-	r := natsauthtest.New()
-	nc, err := nats.Connect(b.srv.ClientURL(), nats.UserInfo(string(role), b.passwords[role]),
-		nats.CustomInboxPrefix(natsauth.InboxPrefix(string(role))), nats.ErrorHandler(r.Handler))
-	if err != nil {
-		t.Fatalf("connect as %s: %v", role, err)
-	}
-	t.Cleanup(nc.Close)
-	return nc, r
+	return b.srv.Connect(string(role), b.passwords[role])
 }
 
 // attempt runs action until it returns or the server refuses subject to
@@ -142,12 +126,6 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		request := func(subject, body string) func(context.Context) error {
-			return func(ctx context.Context) error {
-				_, err := nc.RequestWithContext(ctx, subject, []byte(body))
-				return err
-			}
-		}
 		update := func(stream string, change func(*jetstream.StreamConfig)) func(context.Context) error {
 			return func(ctx context.Context) error {
 				cfg := before.streams[stream]
@@ -165,19 +143,19 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 			subject string
 			action  func(context.Context) error
 		}{
-			{api + "CONSUMER.DELETE." + top.TriggersStream() + ".dispatcher", request(api+"CONSUMER.DELETE."+top.TriggersStream()+".dispatcher", "")},
-			{api + "CONSUMER.MSG.NEXT." + top.TriggersStream() + ".dispatcher", request(api+"CONSUMER.MSG.NEXT."+top.TriggersStream()+".dispatcher", `{"batch":1,"no_wait":true}`)},
+			{api + "CONSUMER.DELETE." + top.TriggersStream() + ".dispatcher", natsauthtest.Request(nc, api+"CONSUMER.DELETE."+top.TriggersStream()+".dispatcher", "")},
+			{api + "CONSUMER.MSG.NEXT." + top.TriggersStream() + ".dispatcher", natsauthtest.Request(nc, api+"CONSUMER.MSG.NEXT."+top.TriggersStream()+".dispatcher", `{"batch":1,"no_wait":true}`)},
 			{api + "CONSUMER.CREATE." + top.TriggersStream() + ".dispatcher." + dispatcher.FilterSubject, func(ctx context.Context) error {
 				_, err := js.UpdateConsumer(ctx, top.TriggersStream(), changed)
 				return err
 			}},
-			{api + "CONSUMER.DELETE." + top.ReportsStream() + ".recorder", request(api+"CONSUMER.DELETE."+top.ReportsStream()+".recorder", "")},
-			{api + "CONSUMER.DELETE." + top.DispatchStream() + "." + pool.Durable, request(api+"CONSUMER.DELETE."+top.DispatchStream()+"."+pool.Durable, "")},
+			{api + "CONSUMER.DELETE." + top.ReportsStream() + ".recorder", natsauthtest.Request(nc, api+"CONSUMER.DELETE."+top.ReportsStream()+".recorder", "")},
+			{api + "CONSUMER.DELETE." + top.DispatchStream() + "." + pool.Durable, natsauthtest.Request(nc, api+"CONSUMER.DELETE."+top.DispatchStream()+"."+pool.Durable, "")},
 			{api + "STREAM.UPDATE." + top.AuditStream(), update(top.AuditStream(), func(c *jetstream.StreamConfig) { c.MaxMsgs = 1 })},
 			{api + "STREAM.UPDATE." + top.LogsStream(), update(top.LogsStream(), func(c *jetstream.StreamConfig) { c.Sealed = true })},
 			{api + "STREAM.UPDATE.KV_" + top.LeasesBucket(), update("KV_"+top.LeasesBucket(), func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour })},
-			{api + "STREAM.PURGE." + top.AuditStream(), request(api+"STREAM.PURGE."+top.AuditStream(), "")},
-			{api + "STREAM.DELETE." + top.LogsStream(), request(api+"STREAM.DELETE."+top.LogsStream(), "")},
+			{api + "STREAM.PURGE." + top.AuditStream(), natsauthtest.Request(nc, api+"STREAM.PURGE."+top.AuditStream(), "")},
+			{api + "STREAM.DELETE." + top.LogsStream(), natsauthtest.Request(nc, api+"STREAM.DELETE."+top.LogsStream(), "")},
 			{api + "STREAM.CREATE.EVIL", func(ctx context.Context) error {
 				_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
 				return err

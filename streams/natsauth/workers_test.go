@@ -29,20 +29,8 @@ func TestAuthenticatorAdmitsWorkersAddedWhileItRuns(t *testing.T) {
 	dir := t.TempDir()
 	workers := filepath.Join(dir, "nats-workers.json")
 	dispatcher := &server.User{Username: "dispatcher", Password: "pw-dispatcher"}
-	srv, err := natsembed.Start(natsembed.Options{StoreDir: filepath.Join(dir, "nats"),
-		Auth: natsauth.NewAuthenticator(top, []*server.User{dispatcher}, workers)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	dnc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("dispatcher", "pw-dispatcher"))
-	if err != nil {
-		t.Fatalf("the service user cannot connect: %v", err)
-	}
-	defer dnc.Close()
+	srv := natsauthtest.NewServer(t, natsembed.Options{Auth: natsauth.NewAuthenticator(top, []*server.User{dispatcher}, workers)})
+	dnc, _ := srv.Connect("dispatcher", "pw-dispatcher")
 	djs, _ := jetstream.New(dnc)
 	if err := top.Ensure(t.Context(), djs, streams.Config{}); err != nil {
 		t.Fatal(err)
@@ -71,13 +59,7 @@ func TestAuthenticatorAdmitsWorkersAddedWhileItRuns(t *testing.T) {
 		}
 	}
 
-	r := natsauthtest.New()
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(u.Name, u.Password),
-		nats.CustomInboxPrefix(natsauth.InboxPrefix(u.Name)), nats.ErrorHandler(r.Handler))
-	if err != nil {
-		t.Fatalf("the worker added after the start cannot connect: %v", err)
-	}
-	defer nc.Close()
+	nc, r := srv.Connect(u.Name, u.Password)
 	js, _ := jetstream.New(nc)
 	kv, err := js.KeyValue(t.Context(), top.WorkersBucket())
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package natsauthtest helps tests that act as a NATS user against a real
-// server: it collects the permission violations the server tells the
-// connection of, so that a test can tell a refused action from one that
+// server: it starts an embedded server that admits only its users, connects
+// as one of them, and collects the permission violations the server tells
+// the connection of, so that a test can tell a refused action from one that
 // did nothing.
 package natsauthtest
 
@@ -35,6 +36,13 @@ func (r *Refusals) Handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 	case r.seen <- struct{}{}:
 	default:
 	}
+}
+
+// Errors returns every error the connection was told of, in order.
+func (r *Refusals) Errors() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.errs)
 }
 
 // Refused reports whether the server refused a publish to (or a
@@ -72,5 +80,14 @@ func (r *Refusals) Try(t testing.TB, subject string, action func(context.Context
 		case <-ctx.Done():
 			t.Fatalf("%s: neither answered nor refused in a minute", subject)
 		}
+	}
+}
+
+// Request returns an action for [Refusals.Try] that sends body to subject on
+// nc and waits for the answer (or for its context to end).
+func Request(nc *nats.Conn, subject, body string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := nc.RequestWithContext(ctx, subject, []byte(body))
+		return err
 	}
 }

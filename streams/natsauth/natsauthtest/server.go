@@ -1,0 +1,59 @@
+package natsauthtest
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/streams/natsauth"
+)
+
+// Server is a test's embedded NATS server that admits only the users it was
+// started with.
+type Server struct {
+	*server.Server
+	t testing.TB
+}
+
+// NewServer starts an embedded JetStream server on a random loopback port
+// that admits the users opts names: opts.Users, or opts.Auth for users added
+// while it runs. Its store is under t.TempDir() unless opts.StoreDir is set.
+// The server shuts down when the test ends; NewServer fails the test when it
+// cannot start or when opts names no users.
+func NewServer(t testing.TB, opts natsembed.Options) *Server {
+	t.Helper()
+	if len(opts.Users) == 0 && opts.Auth == nil {
+		t.Fatal("natsauthtest.NewServer: no users (set Options.Users or Options.Auth)")
+	}
+	if opts.StoreDir == "" {
+		opts.StoreDir = t.TempDir()
+	}
+	s, err := natsembed.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return &Server{Server: s, t: t}
+}
+
+// Connect connects as user with password on the user's own inbox prefix
+// ([natsauth.InboxPrefix]), as AX's services and workers do, with opts
+// after those; the server's refusals to the connection are collected in the
+// Refusals it returns. It fails the test when the server does not admit the
+// user, and closes the connection when the test ends.
+func (s *Server) Connect(user, password string, opts ...nats.Option) (*nats.Conn, *Refusals) {
+	s.t.Helper()
+	r := New()
+	nc, err := nats.Connect(s.ClientURL(), append([]nats.Option{nats.UserInfo(user, password),
+		nats.CustomInboxPrefix(natsauth.InboxPrefix(user)), nats.ErrorHandler(r.Handler)}, opts...)...)
+	if err != nil {
+		s.t.Fatalf("connect as %s: %v", user, err)
+	}
+	s.t.Cleanup(nc.Close)
+	return nc, r
+}
