@@ -20,19 +20,20 @@ import (
 // default to the NATS CLI's environment names, so one environment serves
 // both ax and nats.
 type conn struct {
-	natsURL     string
-	natsCreds   string
-	natsUser    string
-	natsPass    string
-	natsInbox   string
-	natsNKey    string
-	natsCA      string
-	natsCert    string
-	natsKey     string
-	databaseURL string
-	prefix      string
-	logLevel    string
-	logFormat   string
+	natsURL      string
+	natsCreds    string
+	natsUser     string
+	natsPass     string
+	natsPassFile string
+	natsInbox    string
+	natsNKey     string
+	natsCA       string
+	natsCert     string
+	natsKey      string
+	databaseURL  string
+	prefix       string
+	logLevel     string
+	logFormat    string
 }
 
 func envOr(name, def string) string {
@@ -47,7 +48,9 @@ func (c *conn) natsFlags(cmd *cobra.Command) {
 	f.StringVar(&c.natsURL, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated (env NATS_URL)")
 	f.StringVar(&c.natsCreds, "nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file (env NATS_CREDS)")
 	f.StringVar(&c.natsUser, "nats-user", os.Getenv("NATS_USER"), "NATS user name (env NATS_USER)")
-	f.StringVar(&c.natsPass, "nats-password", "", "NATS password (env NATS_PASSWORD)")
+	f.StringVar(&c.natsPass, "nats-password", "", "NATS password (env NATS_PASSWORD); prefer --nats-password-file")
+	f.StringVar(&c.natsPassFile, "nats-password-file", os.Getenv("NATS_PASSWORD_FILE"),
+		"file holding the NATS password, one line (env NATS_PASSWORD_FILE): the password then sits in no environment or command line")
 	f.StringVar(&c.natsInbox, "nats-inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"),
 		"prefix of the inboxes replies come to, when the NATS user may not subscribe to _INBOX.> (env NATS_INBOX_PREFIX; see docs/security.md)")
 	f.StringVar(&c.natsNKey, "nats-nkey", os.Getenv("NATS_NKEY"), "NATS NKey seed file (env NATS_NKEY)")
@@ -98,6 +101,16 @@ func (c *conn) connectNATS(name string) (*nats.Conn, error) {
 		// Not the flag's default: --help would print it.
 		c.natsPass = os.Getenv("NATS_PASSWORD")
 	}
+	if c.natsPassFile != "" {
+		if c.natsPass != "" {
+			return nil, fmt.Errorf("both a NATS password (--nats-password or NATS_PASSWORD) and a password file (--nats-password-file %s) are set: give one", c.natsPassFile)
+		}
+		pw, err := readPasswordFile(c.natsPassFile)
+		if err != nil {
+			return nil, err
+		}
+		c.natsPass = pw
+	}
 	if c.natsUser != "" {
 		opts = append(opts, nats.UserInfo(c.natsUser, c.natsPass))
 	}
@@ -133,6 +146,22 @@ func (c *conn) connectNATS(name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (set --nats-url or NATS_URL)", c.natsURL, err)
 	}
 	return nc, nil
+}
+
+// readPasswordFile reads the password in the file at path: its first line,
+// without the line end. An empty password is an error, not a login without
+// one.
+func readPasswordFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--nats-password-file: %w", err)
+	}
+	pw, _, _ := strings.Cut(string(data), "\n")
+	pw = strings.TrimSuffix(pw, "\r")
+	if pw == "" {
+		return "", fmt.Errorf("--nats-password-file %s: the file holds no password (its first line is empty)", path)
+	}
+	return pw, nil
 }
 
 // openStore connects to PostgreSQL and applies pending migrations.

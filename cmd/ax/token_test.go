@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -220,32 +222,75 @@ func TestExecutorWithItsNATSUser(t *testing.T) {
 	if err := top.Ensure(t.Context(), js, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan int, 1)
-	var errOut bytes.Buffer
-	go func() {
-		done <- run(ctx, []string{"executor", "--nats-url", ns.ClientURL(), "--nats-user", "executor", "--nats-password", "e-pw",
-			"--nats-inbox-prefix", natsauth.InboxPrefix("executor"), "--worker-id", "w-auth", "--log-level", "warn"},
-			strings.NewReader(""), io.Discard, &errOut)
-	}()
 	kv, err := js.KeyValue(t.Context(), top.WorkersBucket())
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := kv.Get(t.Context(), "w-auth"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("the executor never registered: %s", errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	pwFile := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(pwFile, []byte("e-pw\n"), 0o400); err != nil {
+		t.Fatal(err)
 	}
-	cancel()
-	if code := <-done; code != 0 || strings.Contains(errOut.String(), "ermissions") {
-		t.Errorf("ax executor: exit %d, stderr %s", code, errOut.String())
+	// The password as a flag, and read from a file (the Helm chart's way).
+	for _, password := range [][]string{{"--nats-password", "e-pw"}, {"--nats-password-file", pwFile}} {
+		var before uint64
+		if e, err := kv.Get(t.Context(), "w-auth"); err == nil {
+			before = e.Revision()
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan int, 1)
+		var errOut bytes.Buffer
+		go func() {
+			done <- run(ctx, append([]string{"executor", "--nats-url", ns.ClientURL(), "--nats-user", "executor",
+				"--nats-inbox-prefix", natsauth.InboxPrefix("executor"), "--worker-id", "w-auth", "--log-level", "warn"}, password...),
+				strings.NewReader(""), io.Discard, &errOut)
+		}()
+		// Registered: a heartbeat newer than the last run's.
+		waitCtx, stop := context.WithTimeout(t.Context(), 20*time.Second)
+		registered := wait.Until(waitCtx, func() (bool, error) {
+			e, err := kv.Get(waitCtx, "w-auth")
+			return err == nil && e.Revision() > before, nil
+		})
+		stop()
+		cancel()
+		code := <-done
+		if registered != nil {
+			t.Fatalf("ax executor %s never registered (%v): exit %d, stderr %s", password[0], registered, code, errOut.String())
+		}
+		if code != 0 || strings.Contains(errOut.String(), "ermissions") {
+			t.Errorf("ax executor %s: exit %d, stderr %s", password[0], code, errOut.String())
+		}
+	}
+}
+
+// TestReadPasswordFile: the first line of the file, without its line end;
+// an empty or missing file is an error naming the file.
+func TestReadPasswordFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tt := range []struct{ content, want, err string }{
+		{content: "s3cret", want: "s3cret"},
+		{content: "s3cret\n", want: "s3cret"},
+		{content: "s3cret\r\n", want: "s3cret"},
+		{content: "s3 cret\nsecond line\n", want: "s3 cret"},
+		{content: "", err: "holds no password"},
+		{content: "\ns3cret", err: "holds no password"},
+	} {
+		path := filepath.Join(dir, fmt.Sprintf("pw-%q", tt.content))
+		if err := os.WriteFile(path, []byte(tt.content), 0o400); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readPasswordFile(path)
+		if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("readPasswordFile(%q) = %q, %v; want %q, error %q", tt.content, got, err, tt.want, tt.err)
+		}
+	}
+	if _, err := readPasswordFile(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("a missing file: %v", err)
+	}
+	// A password and a file: refused before connecting, not one silently preferred.
+	c := conn{natsURL: "nats://127.0.0.1:1", natsUser: "u", natsPass: "a", natsPassFile: filepath.Join(dir, "missing"), logLevel: "info", logFormat: "json"}
+	if _, err := c.connectNATS("test"); err == nil || !strings.Contains(err.Error(), "give one") {
+		t.Errorf("connect with a password and a password file: %v", err)
 	}
 }
 
