@@ -585,7 +585,7 @@ func (k *kit) checkReports(ctx context.Context, ids []int64) {
 		}
 	}
 	k.report.Expect("reports: subjects, bodies and ids",
-		fmt.Sprintf("on %s.report.%s.<worker>.<instance>, worker_id = the subject's worker, Nats-Msg-Id <instance>-<attempt>-<started|final>-<nonce>, one final report per attempt, none refused",
+		fmt.Sprintf("on %[1]s.report.%[2]s.<worker>.<instance>, worker_id = the subject's worker, Nats-Msg-Id <instance>-<attempt>-<started|final>-<nonce> (final reports may come in batches on %[1]s.report.%[2]s.<worker>.batch, Nats-Msg-Id batch-<n>-<nonce>), one final report per attempt, none refused",
 			k.opts.Topology.Prefix(), k.opts.Pool),
 		orOK(problems, fmt.Sprintf("%d reports", n)), len(problems) == 0 && n > 0)
 }

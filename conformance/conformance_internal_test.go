@@ -34,6 +34,11 @@ func TestCheckReport(t *testing.T) {
 		{"progress, no Nats-Msg-Id", "ax.report.js.w1.7", "", `progress","progress":{"done":3,"total":10},"note":"`, ""},
 		{"progress past its total", "ax.report.js.w1.7", "", `progress","progress":{"done":11,"total":10},"note":"`, "must not exceed total"},
 		{"progress on a final", "ax.report.js.w1.7", "7-2-final-abc", `succeeded","progress":{"done":1,"total":1},"note":"`, "carries progress"},
+		{"in a batch", "ax.report.js.w1.batch", "batch-3-abc", "succeeded", ""},
+		{"in another worker's batch", "ax.report.js.w2.batch", "batch-3-abc", "succeeded", "want ax.report.js.w1.batch"},
+		{"in another pool's batch", "ax.report.default.w1.batch", "batch-3-abc", "succeeded", "want ax.report.js.w1.batch"},
+		{"started in a batch", "ax.report.js.w1.batch", "batch-3-abc", "started", "final reports only"},
+		{"a batch without its id", "ax.report.js.w1.batch", "7-2-final-abc", "failed", "Nats-Msg-Id"},
 	} {
 		got := o.checkReport(report(tc.subject, tc.msgID, tc.kind), 7)
 		if (tc.wrong == "") != (got == "") || !strings.Contains(got, tc.wrong) {

@@ -107,11 +107,27 @@ type wireReport struct {
 	err error // the body does not decode
 }
 
-// reports returns the reports seen on instance id, in order.
+// reports returns the reports seen on instance id, in order: on its own
+// subject, or in a report batch (each of a batch's reports on it, with the
+// batch's subject and id).
 func (o *observer) reports(id int64) []wireReport {
 	var out []wireReport
 	suffix := "." + strconv.FormatInt(id, 10)
 	for i, s := range o.snapshot() {
+		if _, _, ok := o.top.ReportBatchFrom(s.subject); ok {
+			var b schemas.ReportBatch
+			if err := json.Unmarshal(s.data, &b); err != nil {
+				// Whose it is cannot be told: every instance's.
+				out = append(out, wireReport{idx: i, seen: s, err: err})
+				continue
+			}
+			for _, r := range b.Reports {
+				if r.InstanceID == id {
+					out = append(out, wireReport{idx: i, seen: s, r: r})
+				}
+			}
+			continue
+		}
 		if !strings.HasPrefix(s.subject, o.top.Prefix()+".report.") || !strings.HasSuffix(s.subject, suffix) {
 			continue
 		}
@@ -154,6 +170,9 @@ const kvOperationHeader = "KV-Operation"
 // <instance>-<attempt>-<started|final>-<nonce>.
 var msgIDRE = regexp.MustCompile(`^([0-9]+)-([0-9]+)-(started|final)-(\S+)$`)
 
+// batchIDRE is the form of a report batch's Nats-Msg-Id: batch-<n>-<nonce>.
+var batchIDRE = regexp.MustCompile(`^batch-[0-9]+-\S+$`)
+
 // checkReport returns what is wrong with a report as it came (subject,
 // body, Nats-Msg-Id), "" when nothing is.
 func (o *observer) checkReport(w wireReport, id int64) string {
@@ -163,6 +182,21 @@ func (o *observer) checkReport(w wireReport, id int64) string {
 	r := w.r
 	if r.InstanceID != id || r.Attempt < 1 || r.WorkerID == "" {
 		return fmt.Sprintf("report on %s names instance %d attempt %d worker %q", w.subject, r.InstanceID, r.Attempt, r.WorkerID)
+	}
+	if _, _, ok := o.top.ReportBatchFrom(w.subject); ok {
+		switch want := o.top.ReportBatch(o.pool, r.WorkerID); {
+		case w.subject != want:
+			return fmt.Sprintf("report of worker %q came in a batch on %s, want %s", r.WorkerID, w.subject, want)
+		case !r.Kind.IsFinal():
+			return fmt.Sprintf("%s report in a batch on %s: a batch carries final reports only", r.Kind, w.subject)
+		case !batchIDRE.MatchString(w.msgID):
+			return fmt.Sprintf("report batch on %s has Nats-Msg-Id %q, want batch-<n>-<nonce>", w.subject, w.msgID)
+		case r.At.IsZero() || r.StartedAt.IsZero():
+			return fmt.Sprintf("%s report in a batch on %s lacks at or started_at", r.Kind, w.subject)
+		case r.Progress != nil:
+			return fmt.Sprintf("%s report in a batch on %s carries progress, which only a progress report may", r.Kind, w.subject)
+		}
+		return ""
 	}
 	if want := o.top.Report(o.pool, r.WorkerID, id); w.subject != want {
 		return fmt.Sprintf("report of worker %q came on %s, want %s", r.WorkerID, w.subject, want)

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -51,20 +50,31 @@ type Options struct {
 	// (default off): the reports of instances of tasks of type
 	// schemas.DrillJitterTaskType are refused on their first
 	// schemas.DrillReportFaults deliveries and redelivered after a jittered
-	// delay, as if PostgreSQL had failed the transaction. No other report
-	// is touched: drill tasks are applied through the API only. It costs
-	// one query per batch of reports.
+	// delay, as if PostgreSQL had failed the transaction (a report batch
+	// that carries one is refused whole, as that transaction would refuse
+	// it). No other report is touched: drill tasks are applied through the
+	// API only. It costs one query per batch of reports.
 	DrillFaults bool
 	// History configures the instance history's maintenance (defaults:
 	// see [HistoryOptions]).
 	History HistoryOptions
 	// Protocol is the version of the executor protocol the dispatcher
-	// writes its dispatch messages in (default schemas.ExecutorProtocol):
+	// writes its dispatch messages in:
 	// it routes an attempt only to workers whose record says they speak
 	// it, and a version above 1 only to a worker's own subject, since any
 	// worker of a pool pulls the pool's subjects (docs/executor-protocol.md,
-	// "Versions").
+	// "Versions"). Default 1, which every worker speaks: version 2 adds
+	// only the report batch, which a worker sends only when told it may
+	// (see SingleReports).
 	Protocol int
+	// SingleReports stops the dispatcher announcing report batches
+	// (default false: every dispatch message says report_batches, and an
+	// executor that speaks version 2 of the executor protocol sends its
+	// final reports in batches on ax.report.<pool>.<worker_id>.batch). The
+	// dispatcher applies the batches it receives either way. Turn it on
+	// while a dispatcher older than the batches still consumes the
+	// reports: it would drop a batch as malformed.
+	SingleReports bool
 }
 
 // Service is a dispatcher. Make one with [New] and start it with [Service.Run].
@@ -124,10 +134,10 @@ func New(opts Options) (*Service, error) {
 		opts.RandFunc = randFloat
 	}
 	if opts.Protocol < 0 {
-		return nil, fmt.Errorf("new dispatcher: Options.Protocol %d: give a version of the executor protocol, 1 or more, or 0 for %d", opts.Protocol, schemas.ExecutorProtocol)
+		return nil, fmt.Errorf("new dispatcher: Options.Protocol %d: give a version of the executor protocol, 1 or more, or 0 for 1", opts.Protocol)
 	}
 	if opts.Protocol == 0 {
-		opts.Protocol = schemas.ExecutorProtocol
+		opts.Protocol = 1
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = prometheus.NewRegistry()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -217,6 +218,17 @@ func (s *Service) withoutFinalReport(ctx context.Context, reports jetstream.Stre
 			return nil, fmt.Errorf("look for final reports in %s: %w", s.top.ReportsStream(), err)
 		}
 	}
+	if slices.Contains(waiting, false) {
+		// The others' final reports may wait in a batch: one read of the
+		// batches waiting serves them all.
+		batched, err := s.batchedFinals(ctx, reports)
+		if err != nil {
+			return nil, fmt.Errorf("look for final reports in %s: %w", s.top.ReportsStream(), err)
+		}
+		for i, f := range in {
+			waiting[i] = waiting[i] || batched[[2]int64{f.InstanceID, int64(f.Attempt)}]
+		}
+	}
 	out := make([]store.Failure, 0, len(in))
 	left := 0
 	for i, f := range in {
@@ -237,17 +249,61 @@ func (s *Service) withoutFinalReport(ctx context.Context, reports jetstream.Stre
 }
 
 // finalReportWaits reports whether AX_REPORTS holds a final report of the
-// attempt.
+// attempt on its own subject (see [Service.batchedFinals] for those in
+// batches).
 func (s *Service) finalReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int) (bool, error) {
-	return s.reportWaits(ctx, reports, instanceID, attempt, true)
+	return s.singleReportWaits(ctx, reports, instanceID, attempt, true)
 }
 
 // reportWaits reports whether AX_REPORTS holds a report of the attempt: a
-// final one when final, else one of any kind. The reports of an instance match one subject pattern (any pool,
+// final one when final, else one of any kind; on the attempt's own
+// subject, or in a batch.
+func (s *Service) reportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int, final bool) (bool, error) {
+	waits, err := s.singleReportWaits(ctx, reports, instanceID, attempt, final)
+	if waits || err != nil {
+		return waits, err
+	}
+	batched, err := s.batchedFinals(ctx, reports)
+	return batched[[2]int64{instanceID, int64(attempt)}], err
+}
+
+// batchedFinals returns the attempts whose final report waits in a report
+// batch in AX_REPORTS. The batches of every pool and worker match one
+// subject pattern, and the stream, a work queue, holds only those not yet
+// recorded (a batch is acknowledged once all its reports are applied or
+// refused): a few, each read once, in order. An item that its subject's
+// worker could not have sent is refused when recorded, and counts here all
+// the same, as a single report on another worker's subject does.
+func (s *Service) batchedFinals(ctx context.Context, reports jetstream.Stream) (map[[2]int64]bool, error) {
+	subject := s.top.AllReportBatches()
+	finals := make(map[[2]int64]bool)
+	for seq := uint64(1); ; {
+		m, err := reports.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return finals, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var b schemas.ReportBatch
+		if json.Unmarshal(m.Data, &b) == nil {
+			for _, r := range b.Reports {
+				if r.Kind.IsFinal() {
+					finals[[2]int64{r.InstanceID, int64(r.Attempt)}] = true
+				}
+			}
+		}
+		seq = m.Sequence + 1
+	}
+}
+
+// singleReportWaits reports whether AX_REPORTS holds a report of the
+// attempt on its own subject: a final one when final, else one of any
+// kind. The reports of an instance match one subject pattern (any pool,
 // any worker: a report of another is refused when recorded), and the stream, a
 // work queue, holds only those not yet recorded: the last one is looked at
 // first (usually the answer), then, if it is another, each one in turn.
-func (s *Service) reportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int, final bool) (bool, error) {
+func (s *Service) singleReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int, final bool) (bool, error) {
 	subject := s.top.InstanceReports(instanceID)
 	last, err := reports.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

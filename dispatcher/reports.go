@@ -20,21 +20,83 @@ const retryDelay = time.Second
 // handleReports records a batch of executor reports in one transaction and
 // then acts on the outcomes: it schedules the next attempt of every failure
 // with attempts left, fires the tasks chained after the instances that
-// ended, and tells a worker whose attempt was fenced out to stop.
+// ended, and tells a worker whose attempt was fenced out to stop. A report
+// batch ([schemas.ReportBatch]) counts as the reports it carries, each
+// applied or refused on its own; the batch is acknowledged, like a single
+// report, only once all of them are.
 func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	if s.opts.DrillFaults {
 		msgs = s.drillReportFaults(ctx, msgs)
 	}
-	var started, final, progress []schemas.Report
-	var stale []store.StaleReport
-	// The reports of one attempt in a batch come from one worker: one from
-	// another waits for a later batch, so that the store, which merges an
+	reports, stale, handled := s.readReports(msgs)
+	// The reports of one attempt in a round come from one worker, and
+	// one of each kind: one from another, or one more, waits for the next
+	// round (its own statement), so that the store, which merges an
 	// attempt's reports, sees each on its own, and a forged one cannot
 	// displace the true.
-	holders := make(map[[2]int64]string) // "<pool>.<worker>"
-	workers := make(map[[2]int64]string)
-	handled := msgs[:0:0]
+	for len(reports) > 0 {
+		var round []schemas.Report
+		round, reports = nextRound(reports)
+		refused, err := s.applyRound(ctx, round)
+		if err != nil {
+			s.retryLater(msgs, err)
+			return
+		}
+		stale = append(stale, refused...)
+	}
+	if err := s.opts.Store.RecordStaleReports(ctx, stale); err != nil {
+		s.retryLater(msgs, err)
+		return
+	}
+	for _, m := range handled {
+		_ = m.Ack()
+	}
+}
+
+// readReports decodes msgs: the reports to apply, each with its subject's
+// pool, the refusals of those whose subject does not name their worker,
+// and the messages to acknowledge once both are recorded. A message that
+// does not decode, or a report of a kind it cannot carry, is dropped with
+// a warning (a single report's message is terminated); a report batch
+// counts as its reports.
+func (s *Service) readReports(msgs []jetstream.Msg) (reports []schemas.Report, stale []store.StaleReport, handled []jetstream.Msg) {
 	for _, m := range msgs {
+		if pool, worker, ok := s.top.ReportBatchFrom(m.Subject()); ok {
+			var b schemas.ReportBatch
+			if err := json.Unmarshal(m.Data(), &b); err != nil || len(b.Reports) == 0 {
+				s.log.Warn().Str("subject", m.Subject()).Msg("malformed report batch dropped")
+				_ = m.Term()
+				continue
+			}
+			handled = append(handled, m)
+			seen := make(map[[2]int64]bool, len(b.Reports))
+			for _, r := range b.Reports {
+				if r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt || !r.Kind.IsFinal() {
+					s.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
+						Str("kind", string(r.Kind)).Msg("malformed report in a batch dropped (a batch carries final reports only)")
+					continue
+				}
+				key := [2]int64{r.InstanceID, int64(r.Attempt)}
+				if seen[key] {
+					s.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
+						Msg("second final report of an attempt in one batch dropped")
+					continue
+				}
+				seen[key] = true
+				if kind := r.Kind; storableReport(&r) {
+					s.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
+				}
+				r.Pool = pool
+				if r.WorkerID != worker {
+					stale = append(stale, s.noteRefused(r, fmt.Sprintf(
+						"%s report of attempt %d refused: it came in a batch on %s, which does not name its worker %q (its batches come on %s)",
+						r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.ReportBatch("<pool>", r.WorkerID))))
+					continue
+				}
+				reports = append(reports, r)
+			}
+			continue
+		}
 		var r schemas.Report
 		if err := json.Unmarshal(m.Data(), &r); err != nil || r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt {
 			s.log.Warn().Str("subject", m.Subject()).Msg("malformed report dropped")
@@ -56,6 +118,7 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 			_ = m.Term()
 			continue
 		}
+		handled = append(handled, m)
 		pool, worker, ok := s.top.ReportFrom(m.Subject())
 		if !ok || worker != r.WorkerID {
 			// The subject is what NATS permissions bind to the publisher:
@@ -63,18 +126,49 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 			stale = append(stale, s.noteRefused(r, fmt.Sprintf(
 				"%s report of attempt %d refused: it came on %s, which does not name its worker %q (reports come on %s)",
 				r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.Report("<pool>", "<worker_id>", r.InstanceID))))
-			handled = append(handled, m)
 			continue
 		}
 		r.Pool = pool
+		reports = append(reports, r)
+	}
+	return reports, stale, handled
+}
+
+// nextRound splits reports into a round, in which every attempt's reports
+// come from one pool and worker, with at most one started and one final
+// report, and the rest, which wait for a later round.
+func nextRound(reports []schemas.Report) (round, later []schemas.Report) {
+	type holding struct {
+		pool, worker   string
+		started, final bool
+	}
+	held := make(map[[2]int64]*holding, len(reports))
+	for _, r := range reports {
 		key := [2]int64{r.InstanceID, int64(r.Attempt)}
-		if h, seen := holders[key]; seen && h != pool+"."+worker {
-			_ = m.NakWithDelay(retryDelay)
+		h := held[key]
+		if h == nil {
+			h = &holding{pool: r.Pool, worker: r.WorkerID}
+			held[key] = h
+		}
+		if h.pool != r.Pool || h.worker != r.WorkerID ||
+			(r.Kind == schemas.ReportStarted && h.started) || (r.Kind.IsFinal() && h.final) {
+			later = append(later, r)
 			continue
 		}
-		holders[key] = pool + "." + worker
-		handled = append(handled, m)
-		workers[key] = r.WorkerID
+		h.started = h.started || r.Kind == schemas.ReportStarted
+		h.final = h.final || r.Kind.IsFinal()
+		round = append(round, r)
+	}
+	return round, later
+}
+
+// applyRound applies one round of reports (see nextRound): the started
+// and final reports in one statement, the progress around it, and then
+// what the outcomes set going. It returns the timeline events of the
+// reports refused or stale.
+func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]store.StaleReport, error) {
+	var started, final, progress []schemas.Report
+	for _, r := range reports {
 		switch r.Kind {
 		case schemas.ReportProgress:
 			progress = append(progress, r)
@@ -86,20 +180,21 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	// An attempt's progress reports come before its final report in the
 	// stream, and once the final report is applied the attempt takes no
-	// more progress: the progress of an attempt that ends in this batch is
+	// more progress: the progress of an attempt that ends in this round is
 	// applied before the final reports, the rest after them, which it must
 	// not hold up.
 	ending, progress := splitProgress(progress, final)
-	refusedEarly, err := s.applyProgress(ctx, ending)
+	stale, err := s.applyProgress(ctx, ending)
 	if err != nil {
-		s.retryLater(msgs, err)
-		return
+		return nil, err
 	}
-	stale = append(stale, refusedEarly...)
+	if len(started) == 0 && len(final) == 0 {
+		refused, err := s.applyProgress(ctx, progress)
+		return append(stale, refused...), err
+	}
 	started, final, outcomes, err := s.applyIsolating(ctx, started, final)
 	if err != nil {
-		s.retryLater(msgs, err)
-		return
+		return nil, err
 	}
 	batch := streams.NewAsyncBatch(s.js)
 	var ended []store.RunEnd
@@ -127,7 +222,7 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 		switch {
 		case isStarted && !o.Applied && o.Found && !(o.State == schemas.StateRunning && o.CurrentAttempt == o.Attempt):
 			// The attempt is no longer the instance's: stop it where it runs.
-			s.cancelAttempt(workers[[2]int64{o.InstanceID, int64(o.Attempt)}], o,
+			s.cancelAttempt(r.WorkerID, o,
 				fmt.Sprintf("attempt %d is stale: the instance is %s at attempt %d", o.Attempt, o.State, o.CurrentAttempt))
 		case !isStarted && o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt:
 			// Applied now, or applied before a crash that may have lost the
@@ -146,34 +241,24 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 					Msg("report asks for a negative retry_after_ms; the task's backoff applies")
 			}
 			if err := s.scheduleRetry(batch, o, wait); err != nil {
-				s.retryLater(msgs, err)
-				return
+				return nil, err
 			}
 		}
 	}
 	promoted, err := s.afterEnds(ctx, batch, ended)
 	if err != nil {
-		s.retryLater(msgs, err)
-		return
+		return nil, err
 	}
 	if err := s.publishAttempts(ctx, batch, promoted); err != nil {
-		s.retryLater(msgs, err)
-		return
+		return nil, err
 	}
 	// The other attempts' progress last, after what the final reports set
 	// going.
 	refused, err := s.applyProgress(ctx, progress)
 	if err != nil {
-		s.retryLater(msgs, err)
-		return
+		return nil, err
 	}
-	if err := s.opts.Store.RecordStaleReports(ctx, append(stale, refused...)); err != nil {
-		s.retryLater(msgs, err)
-		return
-	}
-	for _, m := range handled {
-		_ = m.Ack()
-	}
+	return append(stale, refused...), nil
 }
 
 // splitProgress splits progress into the reports of attempts that have a

@@ -522,6 +522,7 @@ func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch
 			ShardIndex:    a.ShardIndex,
 			ShardCount:    a.ShardCount,
 			Protocol:      s.opts.Protocol,
+			ReportBatches: !s.opts.SingleReports,
 		}
 		m, err := dispatchMsg(r, d)
 		if err != nil {

@@ -151,11 +151,7 @@ func decodeDispatch(m jetstream.Msg) (schemas.Dispatch, error) {
 // message without a pool (routed by a dispatcher older than the field) is
 // of the default pool.
 func (s *Service) reportSubject(d schemas.Dispatch) string {
-	pool := d.Pool
-	if pool == "" {
-		pool = schemas.DefaultPool
-	}
-	return s.opts.Topology.Report(pool, s.opts.WorkerID, d.InstanceID)
+	return s.opts.Topology.Report(poolOf(&d), s.opts.WorkerID, d.InstanceID)
 }
 
 // reportID is the Nats-Msg-Id of a report: a retried publish of the same
@@ -261,7 +257,11 @@ func (s *Service) runAttempt(a *attempt) {
 			size, s.opts.Conn.MaxPayload())
 		m, encErr = streams.NewMsg(m.Subject, m.Header.Get(streams.HeaderMsgID), rep)
 	}
-	if encErr == nil {
+	switch {
+	case encErr != nil:
+	case a.dispatch.ReportBatches && !s.opts.SingleReports:
+		encErr = s.sendFinal(&a.dispatch, rep.Kind, m.Data)
+	default:
 		encErr = s.publishRetry(m)
 	}
 	if encErr != nil {

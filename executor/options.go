@@ -94,6 +94,12 @@ type Options struct {
 	// start. A negative StartedDelay reports every attempt started before
 	// its handler runs.
 	StartedDelay time.Duration
+	// SingleReports sends every final report alone, on its attempt's own
+	// subject (default false: when the dispatch message says the
+	// dispatchers take report batches, the final reports that end while
+	// another is being published go together in one message, see
+	// [schemas.ReportBatch]).
+	SingleReports bool
 	// Codec, when set, decodes encoded payloads (and encoded parent
 	// outputs) before the handler sees them, and encodes every output the
 	// handler returns, so that the scheduler only ever holds envelopes (see

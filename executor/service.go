@@ -47,6 +47,9 @@ type Service struct {
 	handlerStates map[string]*handlerState // by handler name, made on first use
 	startedQueue  []*attempt               // attempts whose started report waits, by due time
 	startedWake   chan struct{}            // signalled when startedQueue grows
+	finalQueue    []*queuedFinal           // final reports waiting for the sender (see sendFinals)
+	finalWake     chan struct{}            // signalled when finalQueue grows
+	batchSeq      atomic.Uint64            // numbers the report batches (see finalsMsg)
 
 	templates sync.Map // parsed mutex key templates by their text
 
@@ -101,6 +104,7 @@ func New(opts Options) (*Service, error) {
 		doorbell:      make(chan struct{}, 1),
 		freed:         make(chan struct{}, 1),
 		startedWake:   make(chan struct{}, 1),
+		finalWake:     make(chan struct{}, 1),
 		running:       make(map[string]*attempt),
 		handlerStates: make(map[string]*handlerState),
 		hostname:      hostname(),
@@ -200,6 +204,7 @@ func (s *Service) Run(ctx context.Context) error {
 	background.Go(func() { s.heartbeat(bgCtx) })
 	background.Go(func() { s.renewLeases(bgCtx) })
 	background.Go(func() { s.reportStarted(bgCtx) })
+	background.Go(func() { s.sendFinals(bgCtx) })
 	// Stopped with the others once every attempt is reported: it then
 	// ships what is left.
 	background.Go(func() { s.logs.run(bgCtx, s.js) })

@@ -63,7 +63,8 @@ var golden = []goldenMessage{
 		Parents:       goldenParents,
 		ShardIndex:    2,
 		ShardCount:    4,
-		Protocol:      1,
+		Protocol:      2,
+		ReportBatches: true,
 	}},
 	{"report", "json/report.schema.json#", &Report{
 		InstanceID:   4711,
@@ -86,6 +87,23 @@ var golden = []goldenMessage{
 		StartedAt:  goldenTime(91 * time.Second),
 		Progress:   &Progress{Done: 420, Total: 1200, Message: "uploading region eu"},
 	}},
+	{"report_batch", "json/report_batch.schema.json#", &ReportBatch{Reports: []Report{{
+		InstanceID: 4711,
+		Attempt:    3,
+		WorkerID:   "worker-eu-1",
+		Kind:       ReportSucceeded,
+		At:         goldenTime(5 * time.Minute),
+		StartedAt:  goldenTime(91 * time.Second),
+		Output:     json.RawMessage(`{"rows":1200}`),
+	}, {
+		InstanceID: 4712,
+		Attempt:    1,
+		WorkerID:   "worker-eu-1",
+		Kind:       ReportFailed,
+		At:         goldenTime(5 * time.Minute),
+		StartedAt:  goldenTime(4 * time.Minute),
+		Error:      "upload report: connection reset by peer",
+	}}}},
 	{"worker", "json/worker.schema.json#", &Worker{
 		ID:          "worker-eu-1",
 		Hostname:    "eu-host-7",
@@ -96,7 +114,7 @@ var golden = []goldenMessage{
 		Busy:        3,
 		StartedAt:   goldenTime(-time.Hour),
 		HeartbeatAt: goldenTime(10 * time.Second),
-		Protocol:    1,
+		Protocol:    2,
 	}},
 	{"lease", "json/lease.schema.json#", &Lease{
 		InstanceID: 4711,

@@ -246,14 +246,22 @@ type Dispatch struct {
 	// older than the field, means 1. An executor runs only a message of a
 	// version it speaks.
 	Protocol int `json:"protocol,omitempty"`
+	// ReportBatches says that the dispatcher that wrote the message takes
+	// report batches ([ReportBatch], version 2): a worker that speaks
+	// version 2 may send the attempt's final report in one. A worker that
+	// does not, or that is told nothing (false, left out), reports on the
+	// attempt's own subject, which is valid in every version.
+	ReportBatches bool `json:"report_batches,omitempty"`
 }
 
 // ExecutorProtocol is the version of the executor protocol
 // (docs/executor-protocol.md) that this AX speaks: the dispatcher writes
 // its dispatch messages in it and the Go executor declares it in its
 // worker record. A later version adds to the one before, so a worker
-// that speaks version n speaks every version from 1 to n.
-const ExecutorProtocol = 1
+// that speaks version n speaks every version from 1 to n. Version 2 adds
+// the report batch ([ReportBatch]), which a worker may send only when a
+// dispatch message's ReportBatches says the dispatchers take it.
+const ExecutorProtocol = 2
 
 // ProtocolOrOne returns a protocol field as read off the wire: 0 (left
 // out, by a dispatcher or worker older than the field) means 1.
@@ -364,6 +372,19 @@ type Report struct {
 	// set by the dispatcher from the subject, never read from the body: the
 	// store applies a report only to an instance of that pool.
 	Pool string `json:"-"`
+}
+
+// ReportBatch is the message on ax.report.<pool>.<worker_id>.batch
+// (version 2 of the executor protocol): the final reports of several
+// attempts of that worker, every one of the subject's pool, sent as one
+// message. The dispatcher applies each report as if it had come alone on
+// its attempt's subject: one that does not name the subject's worker, or
+// whose attempt is not the subject's pool's or is held by another worker,
+// is refused on its own, and the others are applied.
+type ReportBatch struct {
+	// Reports are final reports (succeeded, failed or released), at most
+	// one per attempt.
+	Reports []Report `json:"reports"`
 }
 
 // Worker is the value of key <worker_id> in the ax-workers bucket, put on

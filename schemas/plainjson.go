@@ -164,6 +164,18 @@ func (r *plainReader) int(bits uint) int64 {
 	return int64(n)
 }
 
+// boolean reads true or false.
+func (r *plainReader) boolean() bool {
+	for _, lit := range []string{"true", "false"} {
+		if bytes.HasPrefix(r.data[r.pos:], []byte(lit)) {
+			r.pos += len(lit)
+			return lit == "true"
+		}
+	}
+	r.bad = true
+	return false
+}
+
 // time reads a time value as encoding/json does: time.Time's UnmarshalJSON
 // of the quoted literal.
 func (r *plainReader) time() time.Time {
@@ -286,6 +298,8 @@ func decodePlainDispatch(data []byte) (d Dispatch, ok bool) {
 			d.ShardCount = int(r.int(strconv.IntSize))
 		case "protocol":
 			d.Protocol = int(r.int(strconv.IntSize))
+		case "report_batches":
+			d.ReportBatches = r.boolean()
 		default: // parents, or a key encoding/json matches otherwise
 			r.bad = true
 		}
@@ -341,6 +355,9 @@ func appendPlainDispatch(b []byte, d *Dispatch) ([]byte, bool) {
 	}
 	if d.Protocol != 0 {
 		w.int(`,"protocol":`, int64(d.Protocol))
+	}
+	if d.ReportBatches {
+		w.b = append(w.b, `,"report_batches":true`...)
 	}
 	w.b = append(w.b, '}')
 	return w.b, w.ok

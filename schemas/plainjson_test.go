@@ -38,7 +38,7 @@ func sameAsUnmarshal(t *testing.T, data []byte) bool {
 var dispatchSamples = []Dispatch{
 	{InstanceID: 1, Task: "noop", TaskVersion: 1, Handler: "noop", Attempt: 1, MaxAttempts: 3, EventID: "bench-17",
 		Priority: PriorityNormal, Pool: DefaultPool, TimeoutMS: 30000, FiredAt: time.Date(2026, 12, 2, 0, 30, 0, 123456789, time.UTC),
-		DispatchedAt: time.Date(2026, 12, 2, 0, 30, 0, 223000000, time.UTC), RunID: "run-1", Protocol: ExecutorProtocol},
+		DispatchedAt: time.Date(2026, 12, 2, 0, 30, 0, 223000000, time.UTC), RunID: "run-1", Protocol: ExecutorProtocol, ReportBatches: true},
 	{InstanceID: math.MaxInt64, Task: "t", Attempt: math.MaxInt32, MaxAttempts: math.MaxInt32, EventID: "é-ü-日本",
 		Payload: json.RawMessage(`{"order":42,"items":[1,2,{"a":"b\"}"}],"s":"x,y}","n":null,"t":true}`), TimeoutMS: math.MaxInt64,
 		MutexTemplate: "{{.order}}", FiredAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("", 3600)),

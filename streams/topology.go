@@ -132,6 +132,38 @@ func (t Topology) Report(pool, workerID string, instanceID int64) string {
 	return t.subject("report", pool, workerID, strconv.FormatInt(instanceID, 10))
 }
 
+// reportBatch is the last token of [Topology.ReportBatch]'s subjects.
+const reportBatch = "batch"
+
+// ReportBatch is the subject of worker workerID's report batches
+// ([schemas.ReportBatch]) on attempts of pool: ax.report.<pool>.<worker_id>.batch.
+// Scoped like [Topology.Report], so that NATS permissions bind the pool
+// and the worker to the publisher, and inside [Topology.Reports]'s
+// pattern, so that an executor's user may publish there exactly when it
+// may publish that worker's single reports.
+func (t Topology) ReportBatch(pool, workerID string) string {
+	return t.subject("report", pool, workerID, reportBatch)
+}
+
+// AllReportBatches is the subject pattern of every report batch, of any
+// pool and worker: what the reaper reads when it looks for an attempt's
+// final report.
+func (t Topology) AllReportBatches() string { return t.subject("report", "*", "*", reportBatch) }
+
+// ReportBatchFrom returns the pool and the worker id a report batch's
+// subject names, false when subject is no subject of [Topology.ReportBatch]'s form.
+func (t Topology) ReportBatchFrom(subject string) (pool, workerID string, ok bool) {
+	rest, found := strings.CutPrefix(subject, t.prefix+".report.")
+	if !found {
+		return "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] != reportBatch {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
 // Reports is the subject pattern of the reports of worker workerID ("*":
 // any worker) of pool: what an executor's user may publish.
 func (t Topology) Reports(pool, workerID string) string {

@@ -56,3 +56,22 @@ func TestFenceFrom(t *testing.T) {
 		}
 	}
 }
+
+func TestReportBatchFrom(t *testing.T) {
+	t.Parallel()
+	top := Default()
+	if pool, worker, ok := top.ReportBatchFrom(top.ReportBatch("gpu", "w1")); !ok || pool != "gpu" || worker != "w1" {
+		t.Errorf("ReportBatchFrom(ReportBatch(gpu, w1)) = %q, %q, %v", pool, worker, ok)
+	}
+	if _, _, ok := top.ReportFrom(top.ReportBatch("gpu", "w1")); ok {
+		t.Error("ReportFrom takes a batch subject for a single report's")
+	}
+	for _, subject := range []string{
+		"ax.report.gpu.w1", "ax.report.gpu.w1.4", "ax.report..w1.batch", "ax.report.gpu..batch",
+		"ax.report.gpu.w1.batch.x", "bx.report.gpu.w1.batch", "ax.fence.gpu.w1.batch",
+	} {
+		if _, _, ok := top.ReportBatchFrom(subject); ok {
+			t.Errorf("ReportBatchFrom(%q) is ok, want not a batch subject", subject)
+		}
+	}
+}

@@ -38,6 +38,7 @@ func newDispatcherCmd() *cobra.Command {
 		replicas int
 		leaseTTL time.Duration
 		drill    bool
+		single   bool
 		history  historyFlags
 	)
 	cmd := &cobra.Command{
@@ -62,8 +63,9 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 			svc, err := dispatcher.New(dispatcher.Options{
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
 				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, Metrics: m.registry(),
-				DrillFaults: drill,
-				History:     hist,
+				DrillFaults:   drill,
+				SingleReports: single,
+				History:       hist,
 			})
 			if err != nil {
 				return err
@@ -76,6 +78,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	f := cmd.Flags()
 	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
 	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL, "how long an attempt's lease lives without renewal")
+	f.BoolVar(&single, "single-reports", false, "do not offer executors report batches: each final report comes alone on its attempt's subject (while dispatchers older than the batches still run)")
 	f.BoolVar(&drill, "drill-faults", false, "let ax drill task inject database jitter into the recording of its own drill-jitter tasks' reports (never other tasks')")
 	history.flags(cmd)
 	m.flags(cmd, "")
@@ -197,6 +200,7 @@ func newExecutorCmd() *cobra.Command {
 		version  string
 		shutdown time.Duration
 		ledger   string
+		single   bool
 
 		codecKeyFile string
 	)
@@ -239,6 +243,7 @@ terminationGracePeriodSeconds: the shutdown timeout plus a few seconds).`,
 			svc, err := executor.New(executor.Options{
 				Conn: o.nc, Topology: o.top, WorkerID: workerID, Pools: pools, Slots: slots,
 				Version: version, Mux: mux, Logger: o.log, ShutdownTimeout: shutdown, Codec: codec,
+				SingleReports: single,
 			})
 			if err != nil {
 				return err
@@ -256,6 +261,7 @@ terminationGracePeriodSeconds: the shutdown timeout plus a few seconds).`,
 	f.DurationVar(&shutdown, "shutdown-timeout", executor.DefaultShutdownTimeout,
 		"how long running attempts may go on after SIGTERM before they are cancelled and handed back to run elsewhere")
 	// The executors of ax drill system's sandbox serve the drill's handlers too.
+	f.BoolVar(&single, "single-reports", false, "send each final report alone on its attempt's subject, even when the dispatchers take report batches")
 	f.StringVar(&ledger, "drill-ledger", "", "serve the handlers of ax drill system as well, appending their runs to this ledger")
 	_ = f.MarkHidden("drill-ledger")
 	m.flags(cmd, "")

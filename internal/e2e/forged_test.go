@@ -114,11 +114,11 @@ func (a *authSystem) executor(user, workerID string, pools ...string) {
 }
 
 // events returns the kinds of the events of instance id.
-func (a *authSystem) events(id int64) []string {
-	a.t.Helper()
-	in, err := a.store.GetInstance(context.Background(), id)
+func (s *system) events(id int64) []string {
+	s.t.Helper()
+	in, err := s.store.GetInstance(context.Background(), id)
 	if err != nil {
-		a.t.Fatal(err)
+		s.t.Fatal(err)
 	}
 	var kinds []string
 	for _, e := range in.Events {

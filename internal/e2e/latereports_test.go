@@ -187,22 +187,34 @@ execution:
 		t.Fatal(err)
 	}
 	var held []jetstream.Msg
+	took := 0 // the final reports they carry: a batch carries several
 	deadline := time.Now().Add(30 * time.Second)
-	for len(held) < n && time.Now().Before(deadline) {
-		batch, err := cons.Fetch(n-len(held), jetstream.FetchMaxWait(time.Second))
+	for took < n && time.Now().Before(deadline) {
+		batch, err := cons.Fetch(n-took, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for m := range batch.Messages() {
-			var r schemas.Report
-			if err := json.Unmarshal(m.Data(), &r); err != nil || r.Kind != schemas.ReportSucceeded {
-				t.Fatalf("report %s, want a success", m.Data())
+			reports := []schemas.Report{{}}
+			var err error
+			if _, _, ok := s.srv.Topology.ReportBatchFrom(m.Subject()); ok {
+				var b schemas.ReportBatch
+				err = json.Unmarshal(m.Data(), &b)
+				reports = b.Reports
+			} else {
+				err = json.Unmarshal(m.Data(), &reports[0])
+			}
+			for _, r := range reports {
+				if err != nil || r.Kind != schemas.ReportSucceeded {
+					t.Fatalf("report %s, want a success", m.Data())
+				}
 			}
 			held = append(held, m)
+			took += len(reports)
 		}
 	}
-	if len(held) < n {
-		t.Fatalf("took %d final reports, want %d", len(held), n)
+	if took < n {
+		t.Fatalf("took %d final reports, want %d", took, n)
 	}
 
 	// A new dispatcher: its reaper sees every attempt's lease expire (or

@@ -67,26 +67,28 @@ func (s *system) ownDispatch(id string) schemas.Dispatch {
 
 // TestRoutingProtocol checks that the dispatcher routes an attempt only to
 // workers that speak the version of the executor protocol its message is
-// written in: a dispatcher writing version 2 gives a pull attempt to the
-// own subject of the worker whose record says 2, never to the pool's
-// subject, where a worker of version 1 (the Go executor, or a record
-// without the field) would pull it; and a record without the field counts
-// as version 1, which a dispatcher of today's version routes to.
+// written in: a dispatcher writing a version later than the Go
+// executor's gives a pull attempt to the own subject of the worker whose
+// record says that version, never to the pool's subject, where the Go
+// executor or a record without the field (version 1) would pull it; and a
+// record without the field counts as version 1, which a dispatcher of the
+// default version (1) routes to.
 func TestRoutingProtocol(t *testing.T) {
 	t.Run("later version", func(t *testing.T) {
-		s := newSystem(t, func(o *dispatcher.Options) { o.Protocol = 2 })
+		later := schemas.ExecutorProtocol + 1
+		s := newSystem(t, func(o *dispatcher.Options) { o.Protocol = later })
 		var c calls
 		s.worker(executor.Options{WorkerID: "current", Mux: c.mux("current")})
 		s.putWorker("legacy", map[string]any{"handlers": []string{"test.where"}})
-		s.putWorker("next", map[string]any{"handlers": []string{"test.where"}, "protocol": 2})
+		s.putWorker("next", map[string]any{"handlers": []string{"test.where"}, "protocol": later})
 		s.apply("task_name: versioned\nexecution: {handler: test.where}\n")
 		id := s.fire("versioned", nil)
 		d := s.ownDispatch("next")
-		if d.InstanceID != id || d.Protocol != 2 || d.Handler != "test.where" {
-			t.Fatalf("worker next got %+v, want instance %d in protocol 2", d, id)
+		if d.InstanceID != id || d.Protocol != later || d.Handler != "test.where" {
+			t.Fatalf("worker next got %+v, want instance %d in protocol %d", d, id, later)
 		}
 		if n := c.of("current"); n != 0 {
-			t.Errorf("the worker of protocol %d ran %d attempts written in protocol 2", schemas.ExecutorProtocol, n)
+			t.Errorf("the worker of protocol %d ran %d attempts written in protocol %d", schemas.ExecutorProtocol, n, later)
 		}
 		if inst, err := s.store.GetInstance(context.Background(), id); err != nil || inst.State != schemas.StateDispatched {
 			t.Errorf("instance %d: %s (%v), want DISPATCHED to worker next", id, inst.State, err)
@@ -98,8 +100,8 @@ func TestRoutingProtocol(t *testing.T) {
 		s.apply("task_name: legacy\nexecution: {handler: test.where}\nmin_worker_version: 2.0.0\n")
 		id := s.fire("legacy", nil)
 		d := s.ownDispatch("legacy")
-		if d.InstanceID != id || d.Protocol != schemas.ExecutorProtocol {
-			t.Fatalf("worker legacy got %+v, want instance %d in protocol %d", d, id, schemas.ExecutorProtocol)
+		if d.InstanceID != id || d.Protocol != 1 || !d.ReportBatches {
+			t.Fatalf("worker legacy got %+v, want instance %d in protocol 1, offering report batches", d, id)
 		}
 	})
 }

@@ -1,0 +1,128 @@
+package executor
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// The final reports of the attempts whose dispatch message says the
+// dispatchers take report batches (schemas.Dispatch.ReportBatches) go
+// through one sender: what is queued when it is free goes out as one
+// message per pool on ax.report.<pool>.<worker_id>.batch, and what is
+// queued while that message is published waits for the next. There is no
+// linger: a lone report goes at once, on its attempt's own subject, and a
+// batch forms only from the reports that end while the one before is in
+// flight, so the idle path costs what it did and a burst costs one message
+// (and one acknowledgement) per batch instead of per attempt.
+
+// maxBatchReports bounds the reports of one batch; the server's max
+// payload bounds its bytes.
+const maxBatchReports = 1000
+
+// queuedFinal is a final report waiting for the sender.
+type queuedFinal struct {
+	d    *schemas.Dispatch
+	kind schemas.ReportKind
+	data []byte     // the report, encoded
+	done chan error // receives the outcome of its publish
+}
+
+// sendFinal publishes the final report of d, encoded as data, through the
+// sender, and returns once it is stored (or failed to be).
+func (s *Service) sendFinal(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) error {
+	q := &queuedFinal{d: d, kind: kind, data: data, done: make(chan error, 1)}
+	s.mu.Lock()
+	s.finalQueue = append(s.finalQueue, q)
+	s.mu.Unlock()
+	signal(s.finalWake)
+	return <-q.done
+}
+
+// sendFinals publishes the queued final reports until ctx ends; Run ends
+// it only once every attempt is reported, so nothing is queued then.
+func (s *Service) sendFinals(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		queued := s.finalQueue
+		s.finalQueue = nil
+		s.mu.Unlock()
+		if len(queued) > 0 {
+			s.publishFinals(queued)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.finalWake:
+		}
+	}
+}
+
+// publishFinals publishes queued as batches, by pool, each within the
+// server's max payload and maxBatchReports, and tells each report its
+// outcome. A batch of one is a single report on its attempt's subject.
+func (s *Service) publishFinals(queued []*queuedFinal) {
+	byPool := make(map[string][]*queuedFinal)
+	var pools []string
+	for _, q := range queued {
+		pool := poolOf(q.d)
+		if byPool[pool] == nil {
+			pools = append(pools, pool)
+		}
+		byPool[pool] = append(byPool[pool], q)
+	}
+	limit := int(s.opts.Conn.MaxPayload() - reportHeadroom)
+	for _, pool := range pools {
+		qs := byPool[pool]
+		for len(qs) > 0 {
+			n, size := 0, len(`{"reports":[]}`)
+			for n < len(qs) && n < maxBatchReports && (n == 0 || size+1+len(qs[n].data) <= limit) {
+				size += len(qs[n].data) + 1
+				n++
+			}
+			err := s.publishRetry(s.finalsMsg(pool, qs[:n]))
+			for _, q := range qs[:n] {
+				q.done <- err
+			}
+			qs = qs[n:]
+		}
+	}
+}
+
+// finalsMsg returns the message of the final reports qs, of pool: a
+// report batch, or the report alone when it is the only one.
+func (s *Service) finalsMsg(pool string, qs []*queuedFinal) *nats.Msg {
+	if len(qs) == 1 {
+		m := nats.NewMsg(s.reportSubject(*qs[0].d))
+		m.Data = qs[0].data
+		m.Header.Set(streams.HeaderMsgID, s.reportID(*qs[0].d, qs[0].kind))
+		return m
+	}
+	m := nats.NewMsg(s.opts.Topology.ReportBatch(pool, s.opts.WorkerID))
+	m.Data = append(m.Data, `{"reports":[`...)
+	for i, q := range qs {
+		if i > 0 {
+			m.Data = append(m.Data, ',')
+		}
+		m.Data = append(m.Data, q.data...)
+	}
+	m.Data = append(m.Data, "]}"...)
+	// The batch's id, unique to this run of the worker and ending in its
+	// random nonce, makes a retried publish a duplicate the stream drops.
+	m.Header.Set(streams.HeaderMsgID, "batch-"+strconv.FormatUint(s.batchSeq.Add(1), 10)+"-"+s.nonce)
+	return m
+}
+
+// poolOf is the pool of d: a dispatch message without one (routed by a
+// dispatcher older than the field) is of the default pool.
+func poolOf(d *schemas.Dispatch) string {
+	if d.Pool == "" {
+		return schemas.DefaultPool
+	}
+	return d.Pool
+}
