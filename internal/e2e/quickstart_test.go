@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,42 +29,7 @@ import (
 func TestQuickStart(t *testing.T) {
 	t.Parallel()
 	bin := systemtest.BuildAX(t)
-	ports := make([]string, 4)
-	for i := range ports {
-		ports[i] = freeAddr(t)
-	}
-	httpAddr, natsAddr, monAddr, metricsAddr := ports[0], ports[1], ports[2], ports[3]
-	var out lockedBuffer
-	dev := exec.Command(bin, "dev", "--data", t.TempDir(), "--http", httpAddr, "--nats", natsAddr,
-		"--nats-monitor", monAddr, "--metrics-addr", metricsAddr, "--log-level", "warn")
-	dev.Env = append(os.Environ(), "DATABASE_URL="+storetest.URL(t))
-	dev.Stdout, dev.Stderr = &out, &out
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- dev.Wait() }()
-	t.Cleanup(func() {
-		_ = dev.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			_ = dev.Process.Kill()
-			<-exited
-		}
-	})
-	exports := regexp.MustCompile(`(?m)^\s*export AX_API_URL=(\S+)\n\s*export AX_TOKEN=(\S+)$`)
-	var m []string
-	waitFor(t, "ax dev's banner", 3*time.Minute, func() (bool, error) {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("ax dev exited (%v) before its banner:\n%s", err, out.String())
-		default:
-		}
-		m = exports.FindStringSubmatch(out.String())
-		return m != nil, nil
-	})
+	httpAddr, out, m := startQuickStartDev(t, bin)
 	if m[1] != "http://"+httpAddr {
 		t.Errorf("the banner exports AX_API_URL=%s, want http://%s", m[1], httpAddr)
 	}
@@ -121,6 +87,75 @@ func TestQuickStart(t *testing.T) {
 	if list, _ := ax("token", "list"); !strings.Contains(list, "newcomer") {
 		t.Errorf("ax token list under ax dev does not show the token made through the API:\n%s", list)
 	}
+}
+
+// startQuickStartDev starts ax dev on loopback ports free a moment before
+// and waits for its banner and for its API and metrics to answer (ax dev
+// prints the banner before those listen); it returns the HTTP address, the
+// process's output and the banner's exports (AX_API_URL, AX_TOKEN). A port
+// picked free can be taken by another process before ax dev listens on it:
+// when ax dev exits saying so, it starts again on fresh ports (at most
+// five times); any other exit fails the test.
+func startQuickStartDev(t *testing.T, bin string) (string, *lockedBuffer, []string) {
+	t.Helper()
+	exports := regexp.MustCompile(`(?m)^\s*export AX_API_URL=(\S+)\n\s*export AX_TOKEN=(\S+)$`)
+	for try := 1; ; try++ {
+		ports := make([]string, 4)
+		for i := range ports {
+			ports[i] = freeAddr(t)
+		}
+		httpAddr, natsAddr, monAddr, metricsAddr := ports[0], ports[1], ports[2], ports[3]
+		out := &lockedBuffer{}
+		dev := exec.Command(bin, "dev", "--data", t.TempDir(), "--http", httpAddr, "--nats", natsAddr,
+			"--nats-monitor", monAddr, "--metrics-addr", metricsAddr, "--log-level", "warn")
+		dev.Env = append(os.Environ(), "DATABASE_URL="+storetest.URL(t))
+		dev.Stdout, dev.Stderr = out, out
+		if err := dev.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- dev.Wait() }()
+		stop := func() {
+			_ = dev.Process.Signal(os.Interrupt)
+			select {
+			case <-exited:
+			case <-time.After(60 * time.Second):
+				_ = dev.Process.Kill()
+				<-exited
+			}
+		}
+		var m []string
+		var exitErr error
+		gone := false
+		waitFor(t, "ax dev's banner, API and metrics", 3*time.Minute, func() (bool, error) {
+			select {
+			case exitErr = <-exited:
+				gone = true
+				return true, nil
+			default:
+			}
+			m = exports.FindStringSubmatch(out.String())
+			return m != nil && answers("http://"+httpAddr+"/healthz") && answers("http://"+metricsAddr+"/metrics"), nil
+		})
+		if !gone {
+			t.Cleanup(stop)
+			return httpAddr, out, m
+		}
+		if !strings.Contains(out.String(), "address already in use") || try == 5 {
+			t.Fatalf("ax dev exited (%v) before its banner (start %d):\n%s", exitErr, try, out.String())
+		}
+		t.Logf("ax dev found a port taken (start %d), starting again on fresh ports:\n%s", try, out.String())
+	}
+}
+
+// answers reports whether a GET of url answers 200 OK.
+func answers(url string) bool {
+	resp, err := http.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // freeAddr returns a loopback address with a port free now.
