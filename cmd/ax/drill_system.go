@@ -177,7 +177,7 @@ func printDrillSystem(w io.Writer, results []system.Result, all bool) error {
 // sandbox (which kills it with kill -9). Not for production: run a real
 // nats-server there.
 func newNATSServerCmd() *cobra.Command {
-	var listen, storeDir, users, prefix string
+	var listen, storeDir, users, prefix, portFile string
 	cmd := &cobra.Command{
 		Use:     "nats-server",
 		Short:   "Run the embedded nats-server alone (for ax drill system's sandbox)",
@@ -214,6 +214,12 @@ func newNATSServerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if portFile != "" {
+				if err := writePortFile(portFile, ns.Addr().(*net.TCPAddr).Port); err != nil {
+					ns.Shutdown()
+					return err
+				}
+			}
 			<-ctx.Done()
 			ns.Shutdown()
 			ns.WaitForShutdown()
@@ -225,5 +231,19 @@ func newNATSServerCmd() *cobra.Command {
 	f.StringVar(&storeDir, "store", "", "JetStream store folder")
 	f.StringVar(&users, "users", "", "the NATS users' password file (made when missing, as ax dev's nats-users.json)")
 	f.StringVar(&prefix, "prefix", streams.DefaultPrefix, "subject prefix of the installation")
+	f.StringVar(&portFile, "port-file", "", "once the server accepts connections, write its client port to this file (with --listen host:0 the server picks a free port)")
 	return cmd
+}
+
+// writePortFile writes port to path whole or not at all (a reader never
+// sees half a number).
+func writePortFile(path string, port int) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(port)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("write the port file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write the port file: %w", err)
+	}
+	return nil
 }

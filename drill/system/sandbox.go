@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -134,9 +134,6 @@ func StartSandbox(ctx context.Context, opts SandboxOptions) (_ *Sandbox, err err
 	if s.pw, err = natsauth.LoadOrCreatePasswords(s.users); err != nil {
 		return nil, fmt.Errorf("start the drill sandbox: %w", err)
 	}
-	if s.natsPort, err = freePort(); err != nil {
-		return nil, fmt.Errorf("start the drill sandbox: %w", err)
-	}
 	if err := s.StartNATS(ctx); err != nil {
 		return nil, err
 	}
@@ -168,24 +165,33 @@ func (s *Sandbox) NATSURL() string { return "nats://127.0.0.1:" + strconv.Itoa(s
 
 // StartNATS starts the nats-server (again, after [Sandbox.KillNATS]) on
 // the sandbox's port and JetStream store, and waits until it accepts
-// connections.
+// connections. The first start lets the server pick a free port itself
+// (a port picked free here could be taken before the server bound it);
+// later starts take that port again, as the services' connections expect.
 func (s *Sandbox) StartNATS(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.nats != nil && s.nats.Running() {
 		return nil
 	}
+	portFile := filepath.Join(s.dir, "nats-server.port")
+	if err := os.Remove(portFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("start the drill sandbox's nats-server: %w", err)
+	}
 	p, err := s.start("nats-server", nil, "nats-server", "--listen", "127.0.0.1:"+strconv.Itoa(s.natsPort),
-		"--store", filepath.Join(s.dir, "nats"), "--users", s.users)
+		"--store", filepath.Join(s.dir, "nats"), "--users", s.users, "--port-file", portFile)
 	if err != nil {
 		return err
 	}
 	s.nats = p
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.natsPort))
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
+		// The server writes the file once it accepts connections.
+		if data, err := os.ReadFile(portFile); err == nil {
+			port, err := strconv.Atoi(strings.TrimSpace(string(data)))
+			if err != nil || port <= 0 || (s.natsPort != 0 && port != s.natsPort) {
+				return fmt.Errorf("start the drill sandbox's nats-server: port file says %q, want port %d", data, s.natsPort)
+			}
+			s.natsPort = port
 			return nil
 		}
 		select {
@@ -382,14 +388,4 @@ func (s *Sandbox) Close() {
 		}
 	}
 	_ = os.RemoveAll(s.dir)
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
