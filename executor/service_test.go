@@ -19,6 +19,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -511,10 +512,7 @@ func TestHeartbeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	<-s.Ready()
+	running := servicetest.Start(t, "executor", s)
 
 	e, err := w.workers.Get(t.Context(), "w1")
 	if err != nil {
@@ -536,8 +534,7 @@ func TestHeartbeat(t *testing.T) {
 	w.nextOf(schemas.ReportStarted, 1)
 	w.nextOf(schemas.ReportSucceeded, 1)
 
-	cancel()
-	if err := <-done; err != nil {
+	if err := running.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.workers.Get(t.Context(), "w1"); !isKeyMissing(err) {

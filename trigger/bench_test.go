@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -84,19 +85,10 @@ func BenchmarkHundredThousandCronTasks(b *testing.B) {
 		ticks = append(ticks, tick)
 	}
 	b.ResetTimer()
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	for loadedAt.IsZero() {
-		select {
-		case err := <-done:
-			b.Fatalf("trigger stopped: %v", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	// Ready is closed after onLoaded has run.
+	running := servicetest.Start(b, "trigger", svc)
 	time.Sleep(warmup + measureFor + time.Second)
-	cancel()
-	if err := <-done; err != nil {
+	if err := running.Stop(); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -93,7 +94,8 @@ func (e *env) put(rec store.TaskRecord) {
 }
 
 // start runs a trigger service until the returned stop is called or the
-// test ends; stop waits for Run to return and fails the test on its error.
+// test ends, and returns once it is ready; stop waits for Run to return and
+// fails the test on its error.
 func (e *env) start(opts trigger.Options) (stop func()) {
 	e.t.Helper()
 	conn, _ := e.srv.Connect()
@@ -103,20 +105,12 @@ func (e *env) start(opts trigger.Options) (stop func()) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				e.t.Errorf("trigger: %v", err)
-			}
-		})
+	running := servicetest.Start(e.t, "trigger", svc)
+	return func() {
+		if err := running.Stop(); err != nil {
+			e.t.Errorf("trigger: %v", err)
+		}
 	}
-	e.t.Cleanup(stop)
-	return stop
 }
 
 // events returns every trigger event in AX_TRIGGERS, in stream order.

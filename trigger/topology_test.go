@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/trigger"
@@ -29,18 +30,7 @@ func TestRunLeavesTheOwnersTopologyAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		t.Fatalf("trigger stopped at start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("trigger not ready after 30s")
-	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := servicetest.Start(t, "trigger", svc).Stop(); err != nil {
 		t.Fatalf("trigger: %v", err)
 	}
 

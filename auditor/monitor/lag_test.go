@@ -18,6 +18,7 @@ import (
 	"github.com/ax-scheduler/ax/auditor/job"
 	axmetrics "github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -135,17 +136,9 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
 	// Every message above is older than any look the auditor takes.
 	started := time.Now()
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("auditor: %v", err)
-		}
-	})
+	servicetest.Go(t, "auditor", svc.Run)
 	srv := httptest.NewServer(axmetrics.Handler(reg))
 	t.Cleanup(srv.Close)
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/ax-scheduler/ax/examples/executor/handlers"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -38,20 +38,7 @@ func TestConformanceCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dispatcher: %v", err)
-		}
-	})
-	select {
-	case <-d.Ready():
-	case <-time.After(30 * time.Second):
-		t.Fatal("dispatcher not ready after 30s")
-	}
+	servicetest.Start(t, "dispatcher", d)
 	aconn, _ := ns.Connect()
 	svc, err := api.New(api.Options{Store: st, Conn: aconn})
 	if err != nil {

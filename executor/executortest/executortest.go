@@ -4,15 +4,16 @@
 package executortest
 
 import (
-	"context"
 	"testing"
 
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 )
 
-// Run starts a worker made from opts on its own goroutine, with the test's
-// context, and returns once the worker is ready to take work ([executor.Service.Ready]).
-// The test fails if New or Run returns an error. When the test ends, Run's
+// Run starts a worker made from opts on its own goroutine and returns once
+// the worker is ready to take work ([executor.Service.Ready]). The test
+// fails if New returns an error, at once if Run returns one before the
+// worker is ready, and at its end if Run returned one. When the test ends, Run's
 // context is cancelled and the cleanup waits for Run to return, so a test
 // sees every report of the attempts that were running.
 func Run(t testing.TB, opts executor.Options) *executor.Service {
@@ -21,22 +22,6 @@ func Run(t testing.TB, opts executor.Options) *executor.Service {
 	if err != nil {
 		t.Fatalf("executortest: %v", err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := s.Run(ctx); err != nil {
-			t.Errorf("executortest: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	select {
-	case <-s.Ready():
-	case <-done:
-		t.FailNow()
-	}
+	servicetest.Start(t, "executor "+opts.WorkerID, s)
 	return s
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/auditor/monitor"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
@@ -77,7 +78,7 @@ func (s *system) monitor(reg prometheus.Registerer) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.run("auditor", a.Run)
+	servicetest.Go(s.t, "auditor", a.Run)
 	waitFor(s.t, "the auditor to monitor", 60*time.Second, func() (bool, error) { return a.Monitoring(), nil })
 }
 

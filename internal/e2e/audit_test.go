@@ -8,6 +8,7 @@ import (
 
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/auditor"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -23,7 +24,7 @@ func (s *system) auditors(n int) {
 		if err != nil {
 			s.t.Fatal(err)
 		}
-		s.run("auditor", a.Run)
+		servicetest.Go(s.t, "auditor", a.Run)
 	}
 }
 

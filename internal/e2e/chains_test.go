@@ -16,6 +16,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -282,12 +283,7 @@ func TestChainJoinUnderConcurrentEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.run("dispatcher-2", second.Run)
-	select {
-	case <-second.Ready():
-	case <-time.After(30 * time.Second):
-		t.Fatal("second dispatcher not ready after 30s")
-	}
+	servicetest.Start(s.t, "dispatcher-2", second)
 
 	// Every middle attempt waits until all of them run, then they all end.
 	var arrived atomic.Int32

@@ -19,6 +19,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -186,12 +187,7 @@ func TestExactlyOnceThroughNATSNodeRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runService(t, "dispatcher", d.Run)
-	select {
-	case <-d.Ready():
-	case <-time.After(3 * time.Minute):
-		t.Fatal("dispatcher not ready after three minutes")
-	}
+	servicetest.Start(t, "dispatcher", d)
 	cluster.waitHealthy("the topology in three replicas")
 
 	ledger := filepath.Join(t.TempDir(), "ledger")
@@ -312,21 +308,4 @@ func countSucceeded(t *testing.T, pool *pgxpool.Pool) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// runService runs a service until the test ends and fails the test if it
-// returns an error: a service that gives up on NATS fails the test.
-func runService(t testing.TB, name string, run func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := run(ctx); err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/trigger"
@@ -51,7 +52,7 @@ triggers:
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.run(fmt.Sprintf("trigger %d", i), tr.Run)
+		servicetest.Start(t, fmt.Sprintf("trigger %d", i), tr)
 	}
 	const ticks = 60
 	for range ticks {
@@ -140,7 +141,7 @@ triggers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.run("trigger", tr.Run)
+	servicetest.Start(t, "trigger", tr)
 	clock.WaitTimers(t, 1)
 	s.drained(s.srv.Topology.TriggersStream(), "dispatcher")
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/trigger"
 	"github.com/ax-scheduler/ax/trigger/triggertest"
@@ -25,12 +26,7 @@ func TestAppliedScheduleIsPlannedAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.run("trigger", tr.Run)
-	select {
-	case <-tr.Ready():
-	case <-time.After(30 * time.Second):
-		t.Fatal("trigger not ready after 30s")
-	}
+	servicetest.Start(s.t, "trigger", tr)
 
 	s.apply(`
 task_name: minutely
@@ -84,8 +80,7 @@ func TestDeletedTaskStopsFiring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.run("trigger", tr.Run)
-	<-tr.Ready()
+	servicetest.Start(s.t, "trigger", tr)
 	s.apply(`
 task_name: doomed
 execution:

@@ -21,6 +21,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -74,8 +75,7 @@ func newAuthSystem(t *testing.T) *authSystem {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.run("dispatcher", d.Run)
-	<-d.Ready()
+	servicetest.Start(a.t, "dispatcher", d)
 	a.dispatcher = d
 	srv, err := api.New(api.Options{Store: st, Conn: a.connect(string(natsauth.API)), Logger: log})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
@@ -38,7 +39,7 @@ func TestHistoryMovesRetainsAndArchives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.run("dispatcher-2", d2.Run)
+	servicetest.Start(t, "dispatcher-2", d2)
 	s.auditors(1)
 	var runs atomic.Int64
 	s.executor("w1", countingMux(&runs), 4)

@@ -18,6 +18,7 @@ import (
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -62,25 +63,12 @@ func (s *system) startDispatcher(ttl time.Duration, tune ...func(*dispatcher.Opt
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := d.Run(ctx); err != nil {
+	running := servicetest.Start(s.t, "dispatcher", d)
+	return func() {
+		if err := running.Stop(); err != nil {
 			s.t.Errorf("dispatcher: %v", err)
 		}
-	}()
-	stop = func() {
-		cancel()
-		<-done
 	}
-	s.t.Cleanup(stop)
-	select {
-	case <-d.Ready():
-	case <-done:
-		s.t.FailNow()
-	}
-	return stop
 }
 
 // counterValue is the sum of the counters called name in reg whose label

@@ -20,6 +20,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -65,19 +66,17 @@ func TestNATSPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.run("dispatcher", d.Run)
-	<-d.Ready()
+	servicetest.Start(s.t, "dispatcher", d)
 	tr, err := trigger.New(trigger.Options{Conn: conns[natsauth.Trigger], Store: st, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.run("trigger", tr.Run)
-	<-tr.Ready()
+	servicetest.Start(s.t, "trigger", tr)
 	au, err := auditor.New(auditor.Options{Conn: conns[natsauth.Auditor], Store: st, PollInterval: 10 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.run("auditor", au.Run)
+	servicetest.Go(s.t, "auditor", au.Run)
 	a, err := api.New(api.Options{Store: st, Conn: conns[natsauth.API], Logger: log})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/trigger"
@@ -43,8 +44,7 @@ func TestPauseAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.run("trigger", tr.Run)
-	<-tr.Ready()
+	servicetest.Start(s.t, "trigger", tr)
 	s.apply(`
 task_name: pausable
 execution:

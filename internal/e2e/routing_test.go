@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -54,28 +55,12 @@ func (s *system) worker(opts executor.Options) (stop func()) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := w.Run(ctx); err != nil {
+	running := servicetest.Start(s.t, "worker "+opts.WorkerID, w)
+	return func() {
+		if err := running.Stop(); err != nil {
 			s.t.Errorf("worker %s: %v", opts.WorkerID, err)
 		}
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
 	}
-	s.t.Cleanup(stop)
-	select {
-	case <-w.Ready():
-	case <-done:
-		s.t.FailNow()
-	}
-	return stop
 }
 
 // routedTo waits until the dispatcher routes over exactly the workers ids.
@@ -377,17 +362,9 @@ func TestRoutingHashReroutesAKilledWorkersBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = victim.Run(ctx) // it fails when its connection is cut: that is the test
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	<-victim.Ready()
+	running := servicetest.Start(t, "worker w2", victim)
+	// It fails when its connection is cut: that is the test.
+	t.Cleanup(func() { _ = running.Stop() })
 	s.routedTo("w1", "w2")
 
 	// The attempt w2 holds when it dies is retried: its worker died.

@@ -17,6 +17,7 @@ import (
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -88,23 +89,23 @@ func TestServicesStartOnceJetStreamAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runService(t, "dispatcher", d.Run)
+	dRun := servicetest.Go(t, "dispatcher", d.Run)
 	tr, err := trigger.New(trigger.Options{Conn: connect("trigger"), Store: st, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runService(t, "trigger", tr.Run)
+	trRun := servicetest.Go(t, "trigger", tr.Run)
 	au, err := auditor.New(auditor.Options{Conn: connect("auditor"), Store: st, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runService(t, "auditor", au.Run)
+	servicetest.Go(t, "auditor", au.Run)
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	ex, err := executor.New(executor.Options{Conn: connect("executor"), WorkerID: "w-start", Mux: ledgerMux(ledger, 0), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runService(t, "executor", ex.Run)
+	exRun := servicetest.Go(t, "executor", ex.Run)
 
 	for _, failed := range []string{"dispatcher start-up failed", "trigger start-up failed", "audit relay start-up failed",
 		"monitor start-up failed", "executor start-up failed"} {
@@ -115,11 +116,17 @@ func TestServicesStartOnceJetStreamAnswers(t *testing.T) {
 	if again, err = natsembed.Start(natsembed.Options{Port: port, StoreDir: dir}); err != nil {
 		t.Fatal(err)
 	}
-	for name, ready := range map[string]<-chan struct{}{"dispatcher": d.Ready(), "trigger": tr.Ready(), "executor": ex.Ready()} {
+	for _, svc := range []struct {
+		name  string
+		ready <-chan struct{}
+		run   *servicetest.Running
+	}{{"dispatcher", d.Ready(), dRun}, {"trigger", tr.Ready(), trRun}, {"executor", ex.Ready(), exRun}} {
 		select {
-		case <-ready:
+		case <-svc.ready:
+		case <-svc.run.Done():
+			t.Fatalf("%s stopped before it was ready: %v", svc.name, svc.run.Stop())
 		case <-time.After(2 * time.Minute):
-			t.Fatalf("%s not ready two minutes after JetStream came back", name)
+			t.Fatalf("%s not ready two minutes after JetStream came back", svc.name)
 		}
 	}
 	waitFor(t, "the auditor to lead the relay and the monitoring", 2*time.Minute, func() (bool, error) {

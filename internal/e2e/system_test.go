@@ -23,6 +23,7 @@ import (
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -92,12 +93,7 @@ func newSystemTTL(t testing.TB, ttl time.Duration, tune ...func(*dispatcher.Opti
 		t.Fatal(err)
 	}
 	s.dispatcher, s.dispatchConn = d, dispatchConn
-	s.run("dispatcher", d.Run)
-	select {
-	case <-d.Ready():
-	case <-time.After(30 * time.Second):
-		t.Fatal("dispatcher not ready after 30s")
-	}
+	servicetest.Start(s.t, "dispatcher", d)
 
 	serviceLabel("api")
 	apiConn, _ := srv.Connect()
@@ -126,9 +122,6 @@ func (s *system) clientAs(name string, role store.Role) *apiclient.Client {
 	c.Token = apitest.Token(s.t, s.store, name, role)
 	return c
 }
-
-// run runs a service until the test ends and fails the test if it fails.
-func (s *system) run(name string, run func(context.Context) error) { runService(s.t, name, run) }
 
 // executor starts an in-process executor serving mux on the default pool.
 func (s *system) executor(workerID string, mux *executor.Mux, slots int) *executor.Service {
