@@ -22,6 +22,7 @@ const (
 	DefaultSlots             = 16
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultIdleWait          = time.Second
+	DefaultDoorbellWait      = 100 * time.Millisecond
 	DefaultShutdownTimeout   = 30 * time.Second
 	DefaultRequeueDelay      = time.Second
 	DefaultLogBuffer         = 10000
@@ -59,6 +60,19 @@ type Options struct {
 	// IdleWait is how long an idle worker waits before polling its consumers
 	// again when no doorbell rings (default [DefaultIdleWait]).
 	IdleWait time.Duration
+	// DoorbellWait is how long a worker whose doorbell rang, but whose
+	// fetch found the queue empty, waits on the server for the queue's next
+	// attempt (default [DefaultDoorbellWait]): the server counts a stored
+	// message for its consumers on a goroutine of its own, after it
+	// acknowledged the publish, so a fetch sent on the ring can come before
+	// the attempt is there. The worker then asks once more, for one message,
+	// with a pull request the server holds until the attempt is counted, and
+	// takes the rest at once; without it the ring would be spent and the
+	// attempt wait for the next ring or IdleWait. A worker that lost the
+	// attempt to another waits the whole DoorbellWait on that queue (its
+	// other queues' doorbells are served after it), and takes the queue's
+	// next attempt if one comes meanwhile.
+	DoorbellWait time.Duration
 	// ShutdownTimeout is how long running handlers may go on after Run's
 	// context ends before their contexts are cancelled and their attempts
 	// handed back, to run again elsewhere without spending an attempt
@@ -157,6 +171,7 @@ func (o Options) withDefaults() (Options, error) {
 	}{
 		{"HeartbeatInterval", &o.HeartbeatInterval, DefaultHeartbeatInterval},
 		{"IdleWait", &o.IdleWait, DefaultIdleWait},
+		{"DoorbellWait", &o.DoorbellWait, DefaultDoorbellWait},
 		{"ShutdownTimeout", &o.ShutdownTimeout, DefaultShutdownTimeout},
 		{"RequeueDelay", &o.RequeueDelay, DefaultRequeueDelay},
 		{"LogFlushInterval", &o.LogFlushInterval, DefaultLogFlushInterval},

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -155,8 +156,15 @@ func (s *Service) fetch(n int, lowFirst bool) []jetstream.Msg {
 		}
 		rung := q.rung.Load()
 		got, err := s.fetchFrom(q, ask, &msgs)
+		more := err != nil || got == ask
+		if got == 0 && err == nil && rung != q.seen {
+			// Rung, yet empty: the server may not count the attempt
+			// yet (see Options.DoorbellWait). Wait on the server for it.
+			got, err = s.awaitRung(q, &msgs)
+			more = err != nil || got > 0
+		}
 		q.seen = rung
-		q.more = err != nil || got == ask
+		q.more = more
 		if _, limited := free[q.handler]; limited {
 			free[q.handler] -= got
 		}
@@ -182,6 +190,25 @@ func (s *Service) fetchFrom(q *queue, n int, msgs *[]jetstream.Msg) (int, error)
 		return got, err
 	}
 	return got, nil
+}
+
+// awaitRung appends the next message of q to msgs, waiting up to
+// DoorbellWait for it on the server, and returns how many it took (0 or 1).
+// It asks for one message: a pull request the server still holds when the
+// worker stops waiting would send what it finds after to no one, and that
+// message would wait out its ack wait.
+func (s *Service) awaitRung(q *queue, msgs *[]jetstream.Msg) (int, error) {
+	m, err := q.consumer.Next(jetstream.FetchMaxWait(s.opts.DoorbellWait))
+	switch {
+	case err == nil:
+		*msgs = append(*msgs, m)
+		return 1, nil
+	case errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
+		return 0, nil
+	default:
+		s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Str("handler", q.handler).Msg("fetch dispatch messages")
+		return 0, err
+	}
 }
 
 // handlersFree returns the free slots of each handler that has a

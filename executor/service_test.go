@@ -501,6 +501,39 @@ func TestDoorbell(t *testing.T) {
 	w.nextOf(schemas.ReportSucceeded, 2)
 }
 
+// TestDoorbellBeforeTheAttempt rings a queue's doorbell before its attempt
+// is in the stream, as a ring heard before the server counts a stored
+// message is: the fetch the ring sends finds nothing, and the worker must not
+// spend the ring on it. It waits on the server for the queue's next message
+// (a pull request the server holds: the consumer counts it waiting) and
+// takes the attempt the moment it comes, with no other ring and no poll
+// (IdleWait an hour).
+func TestDoorbellBeforeTheAttempt(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	opts := w.options(builtins())
+	opts.IdleWait = time.Hour
+	opts.DoorbellWait = time.Minute
+	executortest.Run(t, opts)
+	c, err := w.js.Consumer(t.Context(), w.topo.DispatchStream(), w.topo.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, executor.BuiltinEcho).Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool, schemas.PriorityNormal, executor.BuiltinEcho), nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the worker to wait on the server for the rung queue's attempt", func() bool {
+		info, err := c.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.NumWaiting > 0
+	})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinEcho})
+	w.nextOf(schemas.ReportStarted, 1)
+	w.nextOf(schemas.ReportSucceeded, 1)
+}
+
 func TestHeartbeat(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
