@@ -11,12 +11,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/auditor/job"
 	axmetrics "github.com/ax-scheduler/ax/internal/metrics"
+	"github.com/ax-scheduler/ax/internal/metrics/metricstest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -168,7 +167,7 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 	// A bound on a failing run only: a match ends the loop at once.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		families := scrapeMetrics(t, srv)
+		families := metricstest.Scrape(t, srv)
 		mismatch = ""
 		waiting := map[[2]string]float64{}
 		oldest := map[[2]string]float64{}
@@ -246,7 +245,7 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 	}
 	// The figures are the backlog built above.
 	normalName := top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "test.h").Durable
-	families := scrapeMetrics(t, srv)
+	families := metricstest.Scrape(t, srv)
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -269,22 +268,6 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 			t.Errorf("the server refused %s: %q", role, errs)
 		}
 	}
-}
-
-// scrapeMetrics reads the metrics srv serves, as Prometheus would.
-func scrapeMetrics(t *testing.T, srv *httptest.Server) map[string]*dto.MetricFamily {
-	t.Helper()
-	r, err := srv.Client().Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(r.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return families
 }
 
 // gaugeValue returns the value of the gauge name with exactly labels.

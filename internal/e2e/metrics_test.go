@@ -15,34 +15,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/metrics"
+	"github.com/ax-scheduler/ax/internal/metrics/metricstest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/streamstest"
 )
-
-// scrape reads the metrics srv serves.
-func scrape(t *testing.T, srv *httptest.Server) map[string]*dto.MetricFamily {
-	t.Helper()
-	r, err := srv.Client().Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(r.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return families
-}
 
 // value returns the value of the sample of family name whose labels hold
 // labels (a counter's, a gauge's, or a histogram's count), and whether
@@ -108,7 +91,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 
 	var families map[string]*dto.MetricFamily
 	waitFor(t, "the instances to be counted", 60*time.Second, func() (bool, error) {
-		families = scrape(t, srv)
+		families = metricstest.Scrape(t, srv)
 		ok, _ := value(families, "ax_instances_ended_total", map[string]string{"task": "ok", "state": "SUCCEEDED"})
 		second, _ := value(families, "ax_instances_ended_total", map[string]string{"task": "second", "state": "SUCCEEDED"})
 		fail, _ := value(families, "ax_instances_ended_total", map[string]string{"task": "fail", "state": "FAILED"})
@@ -135,7 +118,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 	// The worker's gauges come from its heartbeats; the busy count settles
 	// once a heartbeat follows the last run.
 	waitFor(t, "the worker's gauges", 60*time.Second, func() (bool, error) {
-		families = scrape(t, srv)
+		families = metricstest.Scrape(t, srv)
 		workers, _ := value(families, "ax_workers", map[string]string{"pool": "default"})
 		slots, _ := value(families, "ax_executor_slots", map[string]string{"pool": "default"})
 		util, found := value(families, "ax_worker_slot_utilization", map[string]string{"worker": "w1"})
