@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
@@ -54,7 +55,69 @@ func newUserCmd() *cobra.Command {
 	}
 	add := &cobra.Command{Use: "add", Short: "Add a NATS user", Args: cobra.NoArgs}
 	add.AddCommand(newUserAddExecutorCmd())
-	cmd.AddCommand(add)
+	cmd.AddCommand(add, newUserTemplateCmd())
+	return cmd
+}
+
+// newUserTemplateCmd prints the NATS users of the Helm chart's values:
+// nats.authorization, and an executor pool's natsUser.
+func newUserTemplateCmd() *cobra.Command {
+	var (
+		prefix          string
+		pools, handlers []string
+	)
+	cmd := &cobra.Command{
+		Use:   "template",
+		Short: "Print the NATS users of the Helm chart (its values nats.authorization and executorPools[].natsUser)",
+		Args:  cobra.NoArgs,
+	}
+	cmd.PersistentFlags().StringVar(&prefix, "prefix", envOr("AX_PREFIX", streams.DefaultPrefix), "subject prefix of the installation (env AX_PREFIX)")
+	services := &cobra.Command{
+		Use:   "services",
+		Short: "Print the authorization block of the services' users (the chart's nats.authorization)",
+		Long: `Print the nats-server authorization block of the dispatcher's, trigger's,
+api's and auditor's users for the prefix, each password read from
+<ROLE>_NATS_PASSWORD: the chart's nats.authorization, to which it adds a user
+per executor replica. The chart's default is this block for prefix ax.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			top, err := streams.NewTopology(prefix)
+			if err != nil {
+				return fmt.Errorf("--prefix: %w", err)
+			}
+			fmt.Fprint(cmd.OutOrStdout(), natsauth.ServicesServerConfig(top))
+			return nil
+		},
+	}
+	executor := &cobra.Command{
+		Use:   "executor",
+		Short: "Print the NATS user of one replica of an executor pool (the chart's executorPools[].natsUser)",
+		Long: `Print the NATS user of a worker of the pools and handlers named, with
+` + natsauth.WorkerIDPlaceholder + ` where its worker id goes and ` + natsauth.PasswordPlaceholder + `
+where its password goes: the chart's executorPools[].natsUser, from which it
+writes the user of each replica of the pool. The chart's default is this user
+for prefix ax, the pool default and the built-in handlers.`,
+		Example: `  ax user template executor --pool gpu --handler train.model`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			top, err := streams.NewTopology(prefix)
+			if err != nil {
+				return fmt.Errorf("--prefix: %w", err)
+			}
+			if len(pools) == 0 {
+				return errors.New("--pool: name the pools the workers serve (repeatable)")
+			}
+			user, err := natsauth.WorkerUserTemplate(top, natsauth.Scope{Pools: pools, Handlers: handlers})
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(cmd.OutOrStdout(), user)
+			return nil
+		},
+	}
+	executor.Flags().StringSliceVar(&pools, "pool", nil, "a pool the workers serve (repeatable)")
+	executor.Flags().StringSliceVar(&handlers, "handler", nil, "a handler the workers register (repeatable)")
+	cmd.AddCommand(services, executor)
 	return cmd
 }
 

@@ -27,7 +27,7 @@ const helmModule = "helm.sh/helm/v3/cmd/helm@v3.22.0"
 
 const chart = "../../deploy/helm/ax"
 
-var update = flag.Bool("update", false, "rewrite deploy/helm/ax/files/nats-authorization.conf from streams/natsauth")
+var update = flag.Bool("update", false, "rewrite deploy/helm/ax/files/nats-*.conf from streams/natsauth")
 
 var (
 	helmOnce sync.Once
@@ -68,32 +68,44 @@ func helm(t *testing.T, args ...string) (string, error) {
 }
 
 // defaultAuthorization is the chart's files/nats-authorization.conf: the
-// users of the default topology with an executor for pool "default" and
-// the built-in handlers (executorDefaults.handlers), any worker id (the
-// pool's replicas share the user).
-func defaultAuthorization() string {
-	return natsauth.ServerConfig(streams.Default(), natsauth.Scope{Pools: []string{schemas.DefaultPool}, Handlers: builtinHandlers})
+// services' users of the default topology, to which the chart adds a user
+// per executor replica.
+func defaultAuthorization() string { return natsauth.ServicesServerConfig(streams.Default()) }
+
+// defaultWorkerUser is the chart's files/nats-executor-user.conf: the
+// worker user of pool "default" and the built-in handlers
+// (executorDefaults.handlers), with placeholders for its worker id and
+// password.
+func defaultWorkerUser(t *testing.T) string {
+	t.Helper()
+	user, err := natsauth.WorkerUserTemplate(streams.Default(), natsauth.Scope{Pools: []string{schemas.DefaultPool}, Handlers: builtinHandlers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return user
 }
 
 // builtinHandlers are values.yaml's executorDefaults.handlers.
 var builtinHandlers = []string{executor.BuiltinEcho, executor.BuiltinSleep, executor.BuiltinFail}
 
-// TestChartAuthorizationIsNatsauths checks that the chart's default NATS
-// authorization is what streams/natsauth renders (go test -update rewrites it).
+// TestChartAuthorizationIsNatsauths checks that the chart's NATS users are
+// what streams/natsauth renders (go test -update rewrites them).
 func TestChartAuthorizationIsNatsauths(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(chart, "files", "nats-authorization.conf")
-	if *update {
-		if err := os.WriteFile(path, []byte(defaultAuthorization()), 0o644); err != nil {
+	for file, want := range map[string]string{"nats-authorization.conf": defaultAuthorization(), "nats-executor-user.conf": defaultWorkerUser(t)} {
+		path := filepath.Join(chart, "files", file)
+		if *update {
+			if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != defaultAuthorization() {
-		t.Errorf("%s is not what streams/natsauth renders; run: go test ./internal/deploy -run TestChartAuthorizationIsNatsauths -update", path)
+		if string(got) != want {
+			t.Errorf("%s is not what streams/natsauth renders; run: go test ./internal/deploy -run TestChartAuthorizationIsNatsauths -update", path)
+		}
 	}
 }
 
@@ -164,15 +176,14 @@ func render(t *testing.T, values string) map[string]object {
 func TestChartRendersTheTopology(t *testing.T) {
 	t.Parallel()
 	top := streams.Default()
-	pools := []string{schemas.DefaultPool, "gpu+large"}
-	auth := natsauth.ServerConfig(top, natsauth.Scope{Pools: pools, Handlers: append(builtinHandlers, "train.model")})
-	indented := "    " + strings.ReplaceAll(strings.TrimSuffix(auth, "\n"), "\n", "\n    ")
+	gpuUser, err := natsauth.WorkerUserTemplate(top, natsauth.Scope{Pools: []string{"gpu+large"}, Handlers: []string{"train.model"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	objects := render(t, `
 database: {url: "postgres://ax@db/ax"}
 nats:
   monitoringEndpoint: nats.nats:8222
-  authorization: |
-`+indented+`
 executorPools:
   - pool: default
     replicas: 2
@@ -180,13 +191,19 @@ executorPools:
     name: gpu
     slots: 4
     handlers: [train.model]
+    natsUser: |
+`+indent(gpuUser, "      ")+`
     shutdownTimeoutSeconds: 600
     autoscaling: {scaleToZero: true, maxReplicas: 4, lagThreshold: 2, activationLagThreshold: 1}
 `)
 
+	// The services' Deployments, and the executors' StatefulSets.
 	deployments := map[string]object{}
 	for key, o := range objects {
-		if name, ok := strings.CutPrefix(key, "Deployment/"); ok {
+		if name, ok := strings.CutPrefix(key, "Deployment/"); ok && !strings.Contains(name, "executor") {
+			deployments[name] = o
+		}
+		if name, ok := strings.CutPrefix(key, "StatefulSet/"); ok && strings.Contains(name, "executor") {
 			deployments[name] = o
 		}
 	}
@@ -209,11 +226,18 @@ executorPools:
 		for _, e := range c.get("env").([]any) {
 			env[object(e.(map[string]any)).str("name")] = object(e.(map[string]any))
 		}
-		if env["NATS_PASSWORD"].str("valueFrom", "secretKeyRef", "name") != "t-ax-nats-users" {
+		executor := strings.Contains(name, "executor")
+		if executor {
+			if _, ok := env["NATS_PASSWORD"]; ok || env["NATS_PASSWORD_FILE"].str("value") != "/run/ax/nats/password" ||
+				env["NATS_USER"].str("value") != "executor-$(POD_NAME)" || env["AX_WORKER_ID"].str("value") != "$(POD_NAME)" ||
+				env["POD_NAME"].str("valueFrom", "fieldRef", "fieldPath") != "metadata.name" {
+				t.Errorf("%s: not its pod's worker user with its password file: %v", name, env)
+			}
+		} else if env["NATS_PASSWORD"].str("valueFrom", "secretKeyRef", "name") != "t-ax-nats-users" {
 			t.Errorf("%s: the NATS password does not come from the users' Secret: %v", name, env["NATS_PASSWORD"])
 		}
 		_, hasDB := env["DATABASE_URL"]
-		if executor := strings.Contains(name, "executor"); executor == hasDB {
+		if executor == hasDB {
 			t.Errorf("%s: DATABASE_URL in its environment: %t (executors never touch PostgreSQL)", name, hasDB)
 		}
 	}
@@ -251,7 +275,8 @@ executorPools:
 			t.Errorf("no ScaledObject for pool %s", tt.pool)
 			continue
 		}
-		if so.str("apiVersion") != "keda.sh/v1alpha1" || so.str("spec", "scaleTargetRef", "name") != "t-ax-executor-"+tt.name {
+		if so.str("apiVersion") != "keda.sh/v1alpha1" || so.str("spec", "scaleTargetRef", "name") != "t-ax-executor-"+tt.name ||
+			so.str("spec", "scaleTargetRef", "kind") != "StatefulSet" {
 			t.Errorf("ScaledObject of %s: %s targets %q", tt.pool, so.str("apiVersion"), so.str("spec", "scaleTargetRef", "name"))
 		}
 		if so.get("spec", "minReplicaCount") != tt.min || so.get("spec", "maxReplicaCount") != tt.max {
@@ -293,12 +318,13 @@ executorPools:
 	// database URL.
 	users := objects["Secret/t-ax-nats-users"]
 	for _, role := range natsauth.Roles {
-		if users.str("data", string(role)) == "" {
-			t.Errorf("the users' Secret has no password for %s", role)
+		if got := users.str("data", string(role)); (got == "") != (role == natsauth.Executor) {
+			t.Errorf("the users' Secret holds %q for %s (a password for each service, none shared by the executors)", got, role)
 		}
 	}
-	if got := objects["Secret/t-ax-nats-auth"].str("stringData", "auth.conf"); got != auth {
-		t.Errorf("the authorization Secret holds\n%s\nwant natsauth's\n%s", got, auth)
+	services := strings.TrimSuffix(defaultAuthorization(), "  ]\n}\n")
+	if got := objects["Secret/t-ax-nats-auth"].str("stringData", "auth.conf"); !strings.HasPrefix(got, services) {
+		t.Errorf("the authorization Secret holds\n%s\nwant natsauth's services first\n%s", got, services)
 	}
 	if got := objects["Secret/t-ax-database"].str("stringData", "DATABASE_URL"); got != "postgres://ax@db/ax" {
 		t.Errorf("the database Secret holds %q", got)
@@ -309,14 +335,24 @@ executorPools:
 // authorization fails the render, naming the fix.
 func TestChartRefusesAPoolItsUsersCannotServe(t *testing.T) {
 	t.Parallel()
-	file := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(file, []byte("database: {url: postgres://x}\nexecutorPools: [{pool: gpu}]\n"), 0o600); err != nil {
-		t.Fatal(err)
+	for values, want := range map[string]string{
+		"executorPools: [{pool: gpu}]":                              "pool gpu is not the pool of its NATS worker user",
+		"executorPools: [{pool: default, handlers: [train.model]}]": "pool default serves handler train.model, which its NATS worker user (natsUser) does not name",
+	} {
+		file := filepath.Join(t.TempDir(), "values.yaml")
+		if err := os.WriteFile(file, []byte("database: {url: postgres://x}\n"+values+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := helm(t, "template", "t", chart, "-f", file)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("helm template with %s: %v; want %q", values, err, want)
+		}
 	}
-	_, err := helm(t, "template", "t", chart, "-f", file)
-	if err == nil || !strings.Contains(err.Error(), "pool gpu is not in the NATS authorization") {
-		t.Errorf("helm template with a pool the authorization lacks: %v", err)
-	}
+}
+
+// indent puts prefix before every line of s.
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n"+prefix)
 }
 
 func keys[V any](m map[string]V) []string {

@@ -24,6 +24,28 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- .name | default (regexReplaceAll "[^a-z0-9-]" (lower .pool) "-") | trunc 30 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+ax.poolValues is the settings of an executor pool (dict: root, pool) as
+YAML: the pool's over executorDefaults, key by key (a merge would not let
+false or 0 override), with replicas and users, the number of its replicas
+that have a NATS user: autoscaling.maxReplicas when autoscaled, else
+replicas.
+*/}}
+{{- define "ax.poolValues" -}}
+{{- $p := .pool -}}
+{{- $v := deepCopy .root.Values.executorDefaults -}}
+{{- range $k, $val := omit $p "pool" "name" "replicas" "autoscaling" }}{{ $_ := set $v $k $val }}{{ end -}}
+{{- range $k, $val := $p.autoscaling | default dict }}{{ $_ := set $v.autoscaling $k $val }}{{ end -}}
+{{- $_ := set $v "replicas" (int ($p.replicas | default 1)) -}}
+{{- $_ := set $v "users" (int (ternary $v.autoscaling.maxReplicas $v.replicas $v.autoscaling.enabled)) -}}
+{{- toYaml $v -}}
+{{- end -}}
+
+{{/* ax.poolStatefulSet is the name of a pool's StatefulSet (dict: root, pool); its pods are <name>-<ordinal>. */}}
+{{- define "ax.poolStatefulSet" -}}
+{{- printf "%s-executor-%s" (include "ax.fullname" .root) (include "ax.poolName" .pool) -}}
+{{- end -}}
+
 {{/* ax.streamPrefix is the upper-case prefix of AX's stream names (streams.Topology). */}}
 {{- define "ax.streamPrefix" -}}
 {{- upper .Values.prefix -}}
@@ -38,6 +60,20 @@ the executor, the prefix, the log format.
 {{- $root := .root -}}
 - name: NATS_URL
   value: {{ $root.Values.nats.url | quote }}
+{{- if eq .role "executor" }}
+{{- /* A worker of its own: the pod's name is its worker id and names its NATS user (natsauth.WorkerUserName). */}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef: {fieldPath: metadata.name}
+- name: AX_WORKER_ID
+  value: "$(POD_NAME)"
+- name: NATS_USER
+  value: "executor-$(POD_NAME)"
+- name: NATS_PASSWORD_FILE
+  value: /run/ax/nats/password
+- name: NATS_INBOX_PREFIX
+  value: "_INBOX_executor-$(POD_NAME)"
+{{- else }}
 - name: NATS_USER
   value: {{ .role | quote }}
 - name: NATS_PASSWORD
@@ -48,6 +84,7 @@ the executor, the prefix, the log format.
 {{- if ne .role "dispatcher" }}
 - name: NATS_INBOX_PREFIX
   value: {{ printf "_INBOX_%s" .role | quote }}
+{{- end }}
 {{- end }}
 {{- if ne .role "executor" }}
 - name: DATABASE_URL
@@ -81,15 +118,19 @@ readinessProbe:
 
 {{/*
 ax.deployment is one service's Deployment (dict: root, component, role,
-args, values, replicas, pool, gracePeriod, extraPorts, probePath, probePort).
+args, values, replicas, pool, gracePeriod, extraPorts, probePath, probePort),
+or with statefulSet an executor pool's StatefulSet: its pods' names are
+their worker ids, and each pod mounts its own NATS password only (an init
+container, ax pod-secret, copies it out of the pool's Secret).
 */}}
 {{- define "ax.deployment" -}}
 {{- $root := .root -}}
 {{- $v := .values -}}
+{{- $name := printf "%s-%s" (include "ax.fullname" $root) .component -}}
 apiVersion: apps/v1
-kind: Deployment
+kind: {{ ternary "StatefulSet" "Deployment" (.statefulSet | default false) }}
 metadata:
-  name: {{ printf "%s-%s" (include "ax.fullname" $root) .component }}
+  name: {{ $name }}
   labels:
     {{- include "ax.labels" $root | nindent 4 }}
     app.kubernetes.io/component: {{ .component }}
@@ -99,6 +140,11 @@ metadata:
 spec:
   {{- if not .autoscaled }}
   replicas: {{ .replicas }}
+  {{- end }}
+  {{- if .statefulSet }}
+  serviceName: {{ $name }}
+  # The replicas share no state: start and stop them together.
+  podManagementPolicy: Parallel
   {{- end }}
   selector:
     matchLabels:
@@ -123,6 +169,44 @@ spec:
       securityContext:
         runAsNonRoot: true
         seccompProfile: {type: RuntimeDefault}
+        {{- if .statefulSet }}
+        # The image's user (distroless nonroot); the group reads the pool's Secret.
+        runAsUser: 65532
+        runAsGroup: 65532
+        fsGroup: 65532
+        {{- end }}
+      {{- if .statefulSet }}
+      # The executor runs handler code: no Kubernetes credential for it.
+      automountServiceAccountToken: false
+      initContainers:
+        - name: nats-password
+          image: {{ include "ax.image" $root }}
+          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          args: [pod-secret, --dir, /secrets/pool, --out, /run/ax/nats/password]
+          env:
+            - name: POD_NAME
+              valueFrom:
+                fieldRef: {fieldPath: metadata.name}
+          volumeMounts:
+            - {name: pool-passwords, mountPath: /secrets/pool, readOnly: true}
+            - {name: nats-password, mountPath: /run/ax/nats}
+          resources:
+            requests: {cpu: 10m, memory: 16Mi}
+            limits: {memory: 32Mi}
+          securityContext:
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            capabilities: {drop: [ALL]}
+      volumes:
+        # Every replica's password: mounted by the init container alone.
+        - name: pool-passwords
+          secret:
+            secretName: {{ printf "%s-nats" $name }}
+            defaultMode: 0440
+        # This pod's password, written by the init container.
+        - name: nats-password
+          emptyDir: {medium: Memory, sizeLimit: 1Mi}
+      {{- end }}
       containers:
         - name: {{ .role }}
           image: {{ include "ax.image" $root }}
@@ -131,6 +215,10 @@ spec:
             {{- toYaml (concat .args ($v.extraArgs | default list)) | nindent 12 }}
           env:
             {{- include "ax.env" (dict "root" $root "role" .role) | nindent 12 }}
+          {{- if .statefulSet }}
+          volumeMounts:
+            - {name: nats-password, mountPath: /run/ax/nats, readOnly: true}
+          {{- end }}
           ports:
             - name: metrics
               containerPort: {{ $root.Values.metricsPort }}
