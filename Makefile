@@ -98,15 +98,17 @@ bench-burst: ## the burst alone, with the production lease TTL and with 2 s: out
 bench-history: ## burst and steady load on an empty database, then with 10,000,000 instances in the history (AX_BENCH_HISTORY)
 	AX_BENCH_HISTORY=$${AX_BENCH_HISTORY:-10000000} $(BENCHPG) $(GO) test -run '^$$' -bench PipelineHistory -benchtime 1x -timeout 2h ./internal/e2e
 
-bench-profile: ## CPU profile of the burst by service, and its costliest functions (AX_BENCH_N=20000)
+bench-profile: ## CPU profile of the burst by service, its costliest functions, and its allocations (AX_BENCH_N=20000)
 	@mkdir -p bin
 	$(GO) test -c -o bin/e2e.test ./internal/e2e
-	$(BENCHPG) env AX_BENCH_CPUPROFILE=bin/burst.pprof bin/e2e.test -test.run '^$$' -test.bench PipelineThroughput -test.benchtime 1x
+	$(BENCHPG) env AX_BENCH_CPUPROFILE=bin/burst.pprof AX_BENCH_MEMPROFILE=bin/burst.allocs bin/e2e.test -test.run '^$$' -test.bench PipelineThroughput -test.benchtime 1x
 	$(GO) tool pprof -tags bin/burst.pprof 2>/dev/null | sed -n '/service/,/^$$/p'
 	@for svc in dispatcher executor nats-server; do \
 		echo "== $$svc: top functions by cumulative CPU (of the whole profile)"; \
 		$(GO) tool pprof -top -cum -nodecount 25 -tagfocus service=$$svc bin/e2e.test bin/burst.pprof 2>/dev/null | sed -n '/flat%/,$$p'; \
 	done
+	@echo "== allocations of the burst by function (objects allocated, sampled)"
+	@$(GO) tool pprof -top -sample_index=alloc_objects -nodecount 30 -base bin/burst.allocs.base bin/e2e.test bin/burst.allocs 2>/dev/null | sed -n '/flat%/,$$p'
 
 bench-peers: ## AX's burst and steady benchmarks and River's, round-robin on one PostgreSQL (fsync on), 3 rounds: medians and ratios
 	cd bench && $(GO) run ./peers -rounds 3

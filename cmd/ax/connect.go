@@ -199,6 +199,7 @@ func (c *conn) open(ctx context.Context, name string, withStore bool) (svc *serv
 	if svc.top, err = c.topology(); err != nil {
 		return nil, nil, err
 	}
+	svc.log.Debug().Str("gc", gcSetting.String()).Msg("garbage collector")
 	if withStore {
 		if svc.pool, svc.store, err = c.openStore(ctx); err != nil {
 			return nil, nil, err

@@ -63,6 +63,7 @@ cleanly; it starts again on the same data.`,
 			if err != nil {
 				return err
 			}
+			log.Debug().Str("gc", gcSetting.String()).Msg("garbage collector")
 			hist, err := history.options()
 			if err != nil {
 				return err

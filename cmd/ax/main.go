@@ -9,9 +9,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/ax-scheduler/ax/internal/gctune"
 )
 
+// gcSetting is the garbage collector's setting gctune.Apply made at
+// start-up; the services log it.
+var gcSetting gctune.Setting
+
 func main() {
+	gcSetting = gctune.Apply()
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 

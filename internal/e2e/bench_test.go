@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/cpustat"
+	"github.com/ax-scheduler/ax/internal/gctune"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -35,6 +38,7 @@ import (
 // production 30 s).
 func benchSystem(b *testing.B) *benchRig {
 	ttl := envDuration(b, "AX_BENCH_LEASE_TTL", streams.DefaultLeaseTTL)
+	benchGC.Do(func() { benchGCSetting = gctune.Apply() })
 	s := &benchRig{system: newSystemTTL(b, ttl), hops: newHopTrace()}
 	s.log = zerolog.Nop()
 	mux := executor.NewMux()
@@ -55,6 +59,13 @@ execution:
 	benchf(b, "settings: %s", s.benchSettings(b, ttl))
 	return s
 }
+
+// benchGCSetting is the garbage collector's setting the benchmarks run
+// with: ax's (gctune.Apply), set once per test binary.
+var (
+	benchGC        sync.Once
+	benchGCSetting gctune.Setting
+)
 
 // benchRig is a system under a benchmark.
 type benchRig struct {
@@ -81,8 +92,8 @@ func (s *system) benchSettings(b *testing.B, ttl time.Duration) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return fmt.Sprintf("postgres %s fsync=%s synchronous_commit=%s full_page_writes=%s; lease TTL %s; JetStream %s storage (nats-server %s embedded); %d CPUs, load average %s",
-		version, fsync, syncCommit, fullPages, ttl, st.CachedInfo().Config.Storage, server.VERSION, cpustat.Cores(), cpustat.LoadAverage())
+	return fmt.Sprintf("postgres %s fsync=%s synchronous_commit=%s full_page_writes=%s; lease TTL %s; JetStream %s storage (nats-server %s embedded); %s; %d CPUs, load average %s",
+		version, fsync, syncCommit, fullPages, ttl, st.CachedInfo().Config.Storage, server.VERSION, benchGCSetting, cpustat.Cores(), cpustat.LoadAverage())
 }
 
 // fireNoop publishes one firing of "noop", asynchronously into batch.
@@ -196,7 +207,9 @@ func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
 //
 // With AX_BENCH_CPUPROFILE set to a file, it writes a CPU profile of the
 // burst alone there, its samples labelled by service
-// (go tool pprof -tags FILE).
+// (go tool pprof -tags FILE). With AX_BENCH_MEMPROFILE set to a file, it
+// writes the allocation profile before the burst to FILE.base and after it
+// to FILE (go tool pprof -sample_index=alloc_objects -base FILE.base FILE).
 func BenchmarkPipelineThroughput(b *testing.B) {
 	n := envInt(b, "AX_BENCH_N", 20000)
 	s := benchSystem(b)
@@ -216,6 +229,10 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 				b.Error(err)
 			}
 		}()
+	}
+	if path := os.Getenv("AX_BENCH_MEMPROFILE"); path != "" {
+		writeAllocs(b, path+".base")
+		defer writeAllocs(b, path)
 	}
 	serviceLabel("bench")
 	defer pprof.SetGoroutineLabels(context.Background())
@@ -251,6 +268,20 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 	benchf(b, "burst of %d no-op firings: %.0f instances/s (%.2f s); %d SUCCEEDED, %d FAILED, states %v; start latency of the backlog p50 %.0f ms, p99 %.0f ms",
 		instances, rate, total.Seconds(), states[schemas.StateSucceeded], states[schemas.StateFailed], states, p50, p99)
 	cost.log(b)
+}
+
+// writeAllocs writes the allocation profile of the process so far to path:
+// a profile taken before the burst is the base (go tool pprof -base) that
+// leaves the set-up out of one taken after it.
+func writeAllocs(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkPipelineLatency fires no-op instances at a steady AX_BENCH_RATE per
@@ -323,13 +354,16 @@ type costMeter struct {
 type costSample struct {
 	machineBusy, machineTotal float64 // seconds of CPU, summed over cores
 	own, postgres             float64 // seconds of CPU
-	natsIn                    int64
-	jsAPI, jsAPIErrors        uint64
-	streams                   map[string]uint64 // last sequence by stream
-	commits, rollbacks        int64
-	deadlocks                 int64
-	walRecords, walSyncs      int64
-	logBytes                  int64
+	// mallocs, allocBytes and gcs are this process's heap allocations,
+	// bytes allocated and completed collections (runtime.MemStats).
+	mallocs, allocBytes, gcs uint64
+	natsIn                   int64
+	jsAPI, jsAPIErrors       uint64
+	streams                  map[string]uint64 // last sequence by stream
+	commits, rollbacks       int64
+	deadlocks                int64
+	walRecords, walSyncs     int64
+	logBytes                 int64
 	// sent and received are the messages each connection of
 	// benchRig.benchConns sent and received, by its name.
 	sent, received map[string]uint64
@@ -403,6 +437,7 @@ func (m *costMeter) stop(n int) cost {
 	c.d = costSample{
 		machineBusy: after.machineBusy - b.machineBusy, machineTotal: after.machineTotal - b.machineTotal,
 		own: after.own - b.own, postgres: after.postgres - b.postgres,
+		mallocs: after.mallocs - b.mallocs, allocBytes: after.allocBytes - b.allocBytes, gcs: after.gcs - b.gcs,
 		natsIn: after.natsIn - b.natsIn, jsAPI: after.jsAPI - b.jsAPI, jsAPIErrors: after.jsAPIErrors - b.jsAPIErrors,
 		streams: map[string]uint64{}, commits: after.commits - b.commits, rollbacks: after.rollbacks - b.rollbacks,
 		deadlocks: after.deadlocks - b.deadlocks, walRecords: after.walRecords - b.walRecords, walSyncs: after.walSyncs - b.walSyncs,
@@ -424,6 +459,7 @@ func (m *costMeter) stop(n int) cost {
 	}
 	m.b.ReportMetric(c.d.machineBusy/float64(n)*1e6, "machine_cpu_us/inst")
 	m.b.ReportMetric((c.d.own+c.d.postgres)/float64(n)*1e6, "own_cpu_us/inst")
+	m.b.ReportMetric(float64(c.d.mallocs)/float64(n), "allocs/inst")
 	m.b.ReportMetric(float64(c.d.jsAPI)/float64(n), "js_api/inst")
 	m.b.ReportMetric(float64(c.deadlockLines), "deadlock_lines")
 	return c
@@ -442,6 +478,9 @@ func (m *costMeter) sample() costSample {
 		m.b.Fatal(err)
 	}
 	c.own = own.Seconds()
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+	c.mallocs, c.allocBytes, c.gcs = mem.Mallocs, mem.TotalAlloc, uint64(mem.NumGC)
 	if m.postmaster != 0 {
 		pg, err := cpustat.Tree(m.postmaster)
 		if err != nil {
@@ -534,6 +573,8 @@ func (c cost) log(b *testing.B) {
 	} else {
 		benchf(b, "CPU of this process (NATS server, dispatcher, executor, firing): %.0f µs per instance; PostgreSQL's is not on this machine or not visible", us(c.d.own))
 	}
+	benchf(b, "allocations of this process (NATS server, dispatcher, executor, firing): %.0f per instance, %.0f bytes per instance; %d collections (%.1f per 1,000 instances)",
+		float64(c.d.mallocs)/n, float64(c.d.allocBytes)/n, c.d.gcs, float64(c.d.gcs)/n*1000)
 	benchf(b, "NATS: %.1f messages into the server per instance, %.2f JetStream API requests per instance (%d errors)",
 		float64(c.d.natsIn)/n, float64(c.d.jsAPI)/n, c.d.jsAPIErrors)
 	var parts []string
