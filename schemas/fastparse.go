@@ -2,14 +2,13 @@ package schemas
 
 import (
 	"bytes"
-	"encoding/json"
 	"regexp"
+	"strings"
 	"unicode/utf8"
 )
 
 // The patterns of trigger.schema.json that the fast path checks itself.
 var (
-	noSpaceRE        = regexp.MustCompile(`^\S+$`)
 	taskNameRE       = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	idempotencyKeyRE = regexp.MustCompile(`^[^\s\x00-\x1f\x7f]+$`)
 )
@@ -23,11 +22,16 @@ var (
 // schema walk. ok is false when data is anything else, or holds parents,
 // a cancel order or a delay: the full path then decides, and words the
 // problems.
+//
+// Both the decode and the encoding it is compared with are made without
+// reflection (decodePlainTriggerEvent, appendPlainTriggerEvent: they read
+// and write as encoding/json does, which their tests check).
 func parseCanonicalTriggerEvent(data []byte) (ev TriggerEvent, ok bool) {
-	if json.Unmarshal(data, &ev) != nil || ev.Parents != nil || ev.Cancel != nil || ev.Delay != "" {
+	if ev, ok = decodePlainTriggerEvent(data); !ok || ev.Delay != "" {
 		return TriggerEvent{}, false
 	}
-	if enc, err := json.Marshal(ev); err != nil || !bytes.Equal(enc, data) {
+	var buf [512]byte
+	if enc, ok := appendPlainTriggerEvent(buf[:0], &ev); !ok || !bytes.Equal(enc, data) {
 		return TriggerEvent{}, false
 	}
 	if len(TextProblems(data)) > 0 || !canonicalFieldsValid(&ev) || len(ev.problems()) > 0 {
@@ -36,18 +40,24 @@ func parseCanonicalTriggerEvent(data []byte) (ev TriggerEvent, ok bool) {
 	return ev, true
 }
 
+// noSpace is the schema's pattern ^\S+$ (RE2's \s: tab, newline, form
+// feed, carriage return and space) without the regexp machine.
+func noSpace(s string) bool {
+	return s != "" && !strings.ContainsAny(s, "\t\n\f\r ")
+}
+
 // canonicalFieldsValid checks ev's fields against trigger.schema.json,
 // where a zero value is an absent field.
 func canonicalFieldsValid(ev *TriggerEvent) bool {
 	maxRunes := func(s string, n int) bool { return utf8.RuneCountInString(s) <= n }
 	switch {
-	case ev.EventID != "" && (!maxRunes(ev.EventID, 200) || !noSpaceRE.MatchString(ev.EventID)),
+	case ev.EventID != "" && (!maxRunes(ev.EventID, 200) || !noSpace(ev.EventID)),
 		ev.Task != "" && !taskNameRE.MatchString(ev.Task),
 		!maxRunes(ev.Operator, 256),
 		ev.PayloadVersion < 0 || ev.PayloadVersion > 2147483647,
 		!maxRunes(ev.Reason, 1024),
 		ev.IdempotencyKey != "" && (!maxRunes(ev.IdempotencyKey, 195) || !idempotencyKeyRE.MatchString(ev.IdempotencyKey)),
-		ev.RunID != "" && (!maxRunes(ev.RunID, 128) || !noSpaceRE.MatchString(ev.RunID)),
+		ev.RunID != "" && (!maxRunes(ev.RunID, 128) || !noSpace(ev.RunID)),
 		ev.Retry != nil && (ev.Retry.InstanceID < 1 || ev.Retry.Attempt < 1 || ev.Retry.Attempt > 2147483647):
 		return false
 	}

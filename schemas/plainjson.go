@@ -73,6 +73,18 @@ func (r *plainReader) next() ([]byte, bool) {
 	return key, true
 }
 
+// members reads the object's members in turn: member gets each key and
+// reads its value (or sets bad).
+func (r *plainReader) members(member func(key []byte)) {
+	for {
+		key, more := r.next()
+		if !more {
+			return
+		}
+		member(key)
+	}
+}
+
 // eat reads c if it is the next byte.
 func (r *plainReader) eat(c byte) bool {
 	if r.pos < len(r.data) && r.data[r.pos] == c {
@@ -256,11 +268,7 @@ func DecodeDispatch(data []byte) (Dispatch, error) {
 
 func decodePlainDispatch(data []byte) (d Dispatch, ok bool) {
 	r := plainReader{data: data}
-	for {
-		key, more := r.next()
-		if !more {
-			break
-		}
+	r.members(func(key []byte) {
 		switch string(key) {
 		case "instance_id":
 			d.InstanceID = r.int(64)
@@ -303,7 +311,7 @@ func decodePlainDispatch(data []byte) (d Dispatch, ok bool) {
 		default: // parents, or a key encoding/json matches otherwise
 			r.bad = true
 		}
-	}
+	})
 	if !r.end() {
 		return Dispatch{}, false
 	}
@@ -421,4 +429,150 @@ func plainRaw(v json.RawMessage) bool {
 		}
 	}
 	return !bytes.Contains(v, []byte("\u2028")) && !bytes.Contains(v, []byte("\u2029")) && json.Valid(v)
+}
+
+// decodePlainTriggerEvent reads a trigger event as json.Unmarshal does,
+// without its reflection, when data is plain (see plainReader) and holds
+// no parents and no cancel order; ok is false for anything else.
+func decodePlainTriggerEvent(data []byte) (ev TriggerEvent, ok bool) {
+	r := plainReader{data: data}
+	r.members(func(key []byte) {
+		switch string(key) {
+		case "event_id":
+			ev.EventID = r.str()
+		case "task":
+			ev.Task = r.str()
+		case "source":
+			ev.Source = Source(r.str())
+		case "operator":
+			ev.Operator = r.str()
+		case "payload":
+			ev.Payload = r.rawOrNull()
+		case "payload_version":
+			ev.PayloadVersion = int(r.int(strconv.IntSize))
+		case "priority":
+			ev.Priority = Priority(r.str())
+		case "fired_at":
+			ev.FiredAt = r.time()
+		case "retry":
+			ev.Retry = r.retryOf()
+		case "reason":
+			ev.Reason = r.str()
+		case "idempotency_key":
+			ev.IdempotencyKey = r.str()
+		case "run_at":
+			ev.RunAt = r.time()
+		case "delay":
+			ev.Delay = r.str()
+		case "run_id":
+			ev.RunID = r.str()
+		default: // cancel, parents, or a key encoding/json matches otherwise
+			r.bad = true
+		}
+	})
+	if !r.end() {
+		return TriggerEvent{}, false
+	}
+	return ev, true
+}
+
+// rawOrNull is raw, and reads null as encoding/json fills a
+// json.RawMessage with it: the four bytes.
+func (r *plainReader) rawOrNull() json.RawMessage {
+	if bytes.HasPrefix(r.data[r.pos:], []byte("null")) {
+		end := r.pos + len("null")
+		if end == len(r.data) || bytes.IndexByte([]byte(",} \t\n\r"), r.data[end]) >= 0 {
+			r.pos = end
+			return json.RawMessage("null")
+		}
+	}
+	return r.raw()
+}
+
+// retryOf reads a RetryOf object value.
+func (r *plainReader) retryOf() *RetryOf {
+	in := plainReader{data: r.data, pos: r.pos}
+	var v RetryOf
+	in.members(func(key []byte) {
+		switch string(key) {
+		case "instance_id":
+			v.InstanceID = in.int(64)
+		case "attempt":
+			v.Attempt = int(in.int(strconv.IntSize))
+		default:
+			in.bad = true
+		}
+	})
+	if in.bad || !in.closed {
+		r.bad = true
+		return nil
+	}
+	r.pos = in.pos
+	return &v
+}
+
+// MarshalTriggerEvent encodes ev as json.Marshal does, byte for byte,
+// without its reflection when ev is plain: strings and a payload that
+// encode as they are, no parents and no cancel order. Any other ev is
+// encoded by json.Marshal itself.
+func MarshalTriggerEvent(ev TriggerEvent) ([]byte, error) {
+	if b, ok := appendPlainTriggerEvent(make([]byte, 0, 256), &ev); ok {
+		return b, nil
+	}
+	return json.Marshal(ev)
+}
+
+func appendPlainTriggerEvent(b []byte, ev *TriggerEvent) ([]byte, bool) {
+	if ev.Cancel != nil || len(ev.Parents) > 0 || !plainRaw(ev.Payload) {
+		return nil, false
+	}
+	w := plainWriter{b: append(b, '{'), ok: true}
+	w.optStr(`"event_id":`, ev.EventID)
+	w.optStr(`"task":`, ev.Task)
+	w.optStr(`"source":`, string(ev.Source))
+	w.optStr(`"operator":`, ev.Operator)
+	if len(ev.Payload) > 0 {
+		w.sep()
+		w.b = append(append(w.b, `"payload":`...), ev.Payload...)
+	}
+	if ev.PayloadVersion != 0 {
+		w.sep()
+		w.int(`"payload_version":`, int64(ev.PayloadVersion))
+	}
+	w.optStr(`"priority":`, string(ev.Priority))
+	if !ev.FiredAt.IsZero() {
+		w.sep()
+		w.time(`"fired_at":`, ev.FiredAt)
+	}
+	if ev.Retry != nil {
+		w.sep()
+		w.int(`"retry":{"instance_id":`, ev.Retry.InstanceID)
+		w.int(`,"attempt":`, int64(ev.Retry.Attempt))
+		w.b = append(w.b, '}')
+	}
+	w.optStr(`"reason":`, ev.Reason)
+	w.optStr(`"idempotency_key":`, ev.IdempotencyKey)
+	if !ev.RunAt.IsZero() {
+		w.sep()
+		w.time(`"run_at":`, ev.RunAt)
+	}
+	w.optStr(`"delay":`, ev.Delay)
+	w.optStr(`"run_id":`, ev.RunID)
+	w.b = append(w.b, '}')
+	return w.b, w.ok
+}
+
+// sep writes the comma before a member that is not the object's first.
+func (w *plainWriter) sep() {
+	if w.b[len(w.b)-1] != '{' {
+		w.b = append(w.b, ',')
+	}
+}
+
+// optStr writes a string member that json.Marshal omits when empty.
+func (w *plainWriter) optStr(key, s string) {
+	if s != "" {
+		w.sep()
+		w.str(key, s)
+	}
 }

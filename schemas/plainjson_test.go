@@ -23,13 +23,22 @@ func sameAsUnmarshal(t *testing.T, data []byte) bool {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q: DecodeDispatch reads\n%+v\njson.Unmarshal\n%+v", data, got, want)
 	}
-	plain, ok := decodePlainDispatch(data)
+	return plainReadsAsUnmarshal(t, data, decodePlainDispatch)
+}
+
+// plainReadsAsUnmarshal fails the test when the plain decoder accepts data
+// and json.Unmarshal refuses it or reads it otherwise. It reports whether
+// the plain decoder took data.
+func plainReadsAsUnmarshal[T any](t *testing.T, data []byte, plain func([]byte) (T, bool)) bool {
+	t.Helper()
+	got, ok := plain(data)
 	if ok {
-		if wantErr != nil {
-			t.Fatalf("%q: the plain path accepts what json.Unmarshal refuses: %v", data, wantErr)
+		var want T
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("%q: the plain path accepts what json.Unmarshal refuses: %v", data, err)
 		}
-		if !reflect.DeepEqual(plain, want) {
-			t.Fatalf("%q: the plain path reads\n%+v\njson.Unmarshal\n%+v", data, plain, want)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: the plain path reads\n%+v\njson.Unmarshal\n%+v", data, got, want)
 		}
 	}
 	return ok
@@ -162,12 +171,23 @@ func BenchmarkDecodeDispatch(b *testing.B) {
 // than json.Marshal. It reports whether the plain path took d.
 func sameAsMarshal(t *testing.T, d Dispatch) bool {
 	t.Helper()
-	want, wantErr := json.Marshal(d)
-	got, err := MarshalDispatch(d)
+	return writesAsMarshal(t, d, MarshalDispatch, appendPlainDispatch)
+}
+
+// writesAsMarshal fails the test when marshal or the plain encoder it
+// takes when it can (plain's ok) encodes v otherwise than json.Marshal. It
+// reports whether the plain encoder took v.
+func writesAsMarshal[T any](t *testing.T, v T, marshal func(T) ([]byte, error), plain func([]byte, *T) ([]byte, bool)) bool {
+	t.Helper()
+	want, wantErr := json.Marshal(v)
+	got, err := marshal(v)
 	if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
-		t.Fatalf("%+v: MarshalDispatch writes %s (error %v), json.Marshal %s (error %v)", d, got, err, want, wantErr)
+		t.Fatalf("%+v: the plain marshal writes %s (error %v), json.Marshal %s (error %v)", v, got, err, want, wantErr)
 	}
-	_, ok := appendPlainDispatch(nil, &d)
+	got, ok := plain(nil, &v)
+	if ok && (wantErr != nil || !bytes.Equal(got, want)) {
+		t.Fatalf("%+v: the plain path writes %s, json.Marshal %s (error %v)", v, got, want, wantErr)
+	}
 	return ok
 }
 
@@ -222,6 +242,144 @@ func FuzzMarshalDispatch(f *testing.F) {
 		sameAsMarshal(t, d)
 		if data, err := json.Marshal(d); err == nil {
 			sameAsUnmarshal(t, data)
+		}
+	})
+}
+
+var triggerSamples = []TriggerEvent{
+	{EventID: "bench-17", FiredAt: time.Date(2026, 12, 2, 0, 30, 0, 123456789, time.UTC)},
+	{EventID: "retry-92-2", Task: "t", Source: SourceRetry, FiredAt: time.Date(2026, 12, 2, 0, 30, 0, 0, time.FixedZone("", -3600)),
+		Retry: &RetryOf{InstanceID: math.MaxInt64, Attempt: math.MaxInt32}},
+	{EventID: "é-日本", Task: "t", Source: SourceManual, Operator: "alice@example.com",
+		Payload: json.RawMessage(`{"order":42,"items":[1,2,{"a":"b\"}"}],"s":"x,y}","n":null,"t":true}`), PayloadVersion: 2,
+		Priority: PriorityUrgent, Reason: "misfire catch_up: tick 1 of 3", RunID: "run-7"},
+	{IdempotencyKey: "order-42", RunAt: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Delay: "90s", Payload: json.RawMessage(`null`)},
+	{Payload: json.RawMessage(`"just-a-string"`), PayloadVersion: -3, Retry: &RetryOf{}},
+	{Payload: json.RawMessage(`-12.5e3`)},
+	{},
+}
+
+// triggerCorpus is plain encodings and what json.Unmarshal reads otherwise
+// or refuses.
+func triggerCorpus() [][]byte {
+	var corpus [][]byte
+	for _, ev := range triggerSamples {
+		data, _ := json.Marshal(ev)
+		corpus = append(corpus, data)
+		for _, cut := range []int{0, 1, len(data) / 3, len(data) / 2, len(data) - 1} {
+			corpus = append(corpus, data[:cut])
+		}
+		corpus = append(corpus, append(bytes.Clone(data), '}'), append([]byte(" \n"), data...))
+		indented, _ := json.MarshalIndent(ev, "", "  ")
+		corpus = append(corpus, indented)
+	}
+	for _, s := range []string{
+		`{}`, `[]`, `null`, `{"event_id":null}`, `{"payload":null}`, `{"payload":nul}`, `{"payload":nullx}`, `{"payload":null }`,
+		`{"payload": null}`, `{"retry":null}`, `{"retry":{}}`, `{"retry":{"instance_id":1}}`, `{"retry":{"attempt":1,"instance_id":2}}`,
+		`{"retry":{"instance_id":1,"other":2}}`, `{"retry":{"instance_id":1}`, `{"retry":{"instance_id":1},}`, `{"retry":[]}`,
+		`{"retry":{"instance_id":"1"}}`, `{"retry":{"instance_id":1.5}}`, `{"retry":{"INSTANCE_ID":1}}`, `{"retry":{"instance_id":1}}}`,
+		`{"cancel":{"instance_id":1}}`, `{"parents":{}}`, `{"Event_ID":"a"}`, `{"event_id":"a","event_id":"b"}`,
+		`{"event_id":"a\u00e9"}`, `{"event_id":"a<b"}`, `{"payload_version":01}`, `{"payload_version":9223372036854775808}`,
+		`{"fired_at":"2026-12-02T00:30:00Z"}`, `{"fired_at":"2026-12-02T00:30:00.000Z"}`, `{"fired_at":"2026-12-02T00:30:00+00:00"}`,
+		`{"run_at":"2026-12-02 00:30:00"}`, `{"delay":"1s"}`, `{"priority":"urgent","source":"cron"}`, `{"source":"cron","priority":"urgent"}`,
+	} {
+		corpus = append(corpus, []byte(s))
+	}
+	return corpus
+}
+
+func TestDecodePlainTriggerEventReadsAsUnmarshalDoes(t *testing.T) {
+	t.Parallel()
+	for _, ev := range triggerSamples {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !plainReadsAsUnmarshal(t, data, decodePlainTriggerEvent) {
+			t.Errorf("%s took json.Unmarshal", data)
+		}
+	}
+	for _, data := range triggerCorpus() {
+		plainReadsAsUnmarshal(t, data, decodePlainTriggerEvent)
+	}
+	for _, s := range []string{`{"cancel":{"instance_id":1}}`, `{"parents":{"a":{"instance_id":1,"state":"SUCCEEDED"}}}`} {
+		if plainReadsAsUnmarshal(t, []byte(s), decodePlainTriggerEvent) {
+			t.Errorf("%s took the plain path, which reads no parents and no cancel order", s)
+		}
+	}
+}
+
+func TestMarshalTriggerEventWritesAsMarshalDoes(t *testing.T) {
+	t.Parallel()
+	for _, ev := range triggerSamples {
+		if !writesAsMarshal(t, ev, MarshalTriggerEvent, appendPlainTriggerEvent) {
+			t.Errorf("%+v took json.Marshal", ev)
+		}
+	}
+	base := triggerSamples[2]
+	for _, s := range []string{"a<b", "a>b", "a&b", `a"b`, `a\b`, "a\nb", "a\x00b", "a\x7fb", "\xff", "a\u2028b", "é"} {
+		for _, set := range []func(*TriggerEvent){
+			func(ev *TriggerEvent) { ev.EventID = s }, func(ev *TriggerEvent) { ev.Task = s },
+			func(ev *TriggerEvent) { ev.Source = Source(s) }, func(ev *TriggerEvent) { ev.Operator = s },
+			func(ev *TriggerEvent) { ev.Priority = Priority(s) }, func(ev *TriggerEvent) { ev.Reason = s },
+			func(ev *TriggerEvent) { ev.IdempotencyKey = s }, func(ev *TriggerEvent) { ev.Delay = s },
+			func(ev *TriggerEvent) { ev.RunID = s },
+		} {
+			ev := base
+			set(&ev)
+			writesAsMarshal(t, ev, MarshalTriggerEvent, appendPlainTriggerEvent)
+		}
+	}
+	for _, p := range []string{`{ }`, "[1,\n2]", `{"a":"<"}`, `"&"`, `{"a":`, `null`} {
+		ev := base
+		ev.Payload = json.RawMessage(p)
+		writesAsMarshal(t, ev, MarshalTriggerEvent, appendPlainTriggerEvent)
+	}
+	for _, at := range []time.Time{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 59))} {
+		ev := base
+		ev.FiredAt, ev.RunAt = at, at
+		writesAsMarshal(t, ev, MarshalTriggerEvent, appendPlainTriggerEvent)
+	}
+	for _, ev := range []TriggerEvent{
+		{Cancel: &CancelOf{InstanceID: 1}},
+		{Parents: map[string]ParentResult{"a": {InstanceID: 1, State: StateSucceeded}}},
+	} {
+		if writesAsMarshal(t, ev, MarshalTriggerEvent, appendPlainTriggerEvent) {
+			t.Errorf("%+v took the plain path", ev)
+		}
+	}
+	if !writesAsMarshal(t, TriggerEvent{Parents: map[string]ParentResult{}}, MarshalTriggerEvent, appendPlainTriggerEvent) {
+		t.Error("an event with an empty parents map (omitted) took json.Marshal")
+	}
+}
+
+// FuzzDecodePlainTriggerEvent checks that the plain path reads any bytes
+// it takes as json.Unmarshal does.
+func FuzzDecodePlainTriggerEvent(f *testing.F) {
+	for _, in := range triggerCorpus() {
+		f.Add(in)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		plainReadsAsUnmarshal(t, data, decodePlainTriggerEvent)
+	})
+}
+
+// FuzzMarshalTriggerEvent checks that MarshalTriggerEvent writes any event
+// of fuzzed strings, numbers and payload as json.Marshal does, and that
+// the plain path reads it back as json.Unmarshal does.
+func FuzzMarshalTriggerEvent(f *testing.F) {
+	f.Add("bench-1", "noop", "event", "", []byte(`{"a":1}`), 1, "", "run-1", int64(1764635400123456789), true)
+	f.Add("a<b", "é", "\xff", "op", []byte("[1, 2]"), -1, "k", "", int64(0), false)
+	f.Fuzz(func(t *testing.T, eventID, task, source, operator string, payload []byte, n int, key, runID string, at int64, retry bool) {
+		ev := TriggerEvent{EventID: eventID, Task: task, Source: Source(source), Operator: operator, Payload: payload,
+			PayloadVersion: n, Priority: Priority(source), FiredAt: time.Unix(0, at).UTC(), Reason: operator,
+			IdempotencyKey: key, RunAt: time.Unix(at, 0).In(time.FixedZone("", n%86400)), Delay: key, RunID: runID}
+		if retry {
+			ev.Retry = &RetryOf{InstanceID: at, Attempt: n}
+		}
+		writesAsMarshal(t, ev, MarshalTriggerEvent, appendPlainTriggerEvent)
+		if data, err := json.Marshal(ev); err == nil {
+			plainReadsAsUnmarshal(t, data, decodePlainTriggerEvent)
 		}
 	})
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // Header names AX sets on its messages.
@@ -30,8 +32,16 @@ func TriggerMsgID(task, eventID string) string { return task + "/" + eventID }
 
 // NewMsg encodes v as JSON into a message for subject with msgID as its
 // Nats-Msg-Id, so that a retried publish is a no-op inside the duplicate window.
+// A trigger event is encoded by schemas.MarshalTriggerEvent, which writes
+// what json.Marshal does without its reflection.
 func NewMsg(subject, msgID string, v any) (*nats.Msg, error) {
-	data, err := json.Marshal(v)
+	var data []byte
+	var err error
+	if ev, ok := v.(schemas.TriggerEvent); ok {
+		data, err = schemas.MarshalTriggerEvent(ev)
+	} else {
+		data, err = json.Marshal(v)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("encode message for %s: %w", subject, err)
 	}
