@@ -34,7 +34,10 @@ func parseCanonicalTriggerEvent(data []byte) (ev TriggerEvent, ok bool) {
 	if enc, ok := appendPlainTriggerEvent(buf[:0], &ev); !ok || !bytes.Equal(enc, data) {
 		return TriggerEvent{}, false
 	}
-	if len(TextProblems(data)) > 0 || !canonicalFieldsValid(&ev) || len(ev.problems()) > 0 {
+	// The plain decode takes strings without escapes or control
+	// characters, in valid UTF-8: only the payload may hold text
+	// PostgreSQL cannot store.
+	if len(TextProblems(ev.Payload)) > 0 || !canonicalFieldsValid(&ev) || len(ev.problems()) > 0 {
 		return TriggerEvent{}, false
 	}
 	return ev, true
