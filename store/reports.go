@@ -279,6 +279,15 @@ func (b *reportRows) add(r reportRow) {
 // transaction of several such statements would have to lock the union
 // first, since two statements each in order are not in order together:
 // which is why the started and final reports of a batch are one statement.
+//
+// The lock is taken on every instance a report names, whatever its state,
+// and the outcome of a report not applied is the instance as locked (cur),
+// not as the statement's snapshot had it: a report that waited for the
+// lock of a cancel (or of the reaper's failure) would otherwise be
+// answered with the instance before it — DISPATCHED with no worker yet,
+// or still RUNNING — and the dispatcher, which tells a stale report from
+// a refused one by the outcome, would count the holder's report as
+// another worker's and never tell the worker to stop the attempt.
 func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 	if len(b.rows) == 0 {
 		return nil, nil
@@ -315,10 +324,12 @@ WITH r AS (
 		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[], $14::text[], $15::bool[])
 	AS t(id, attempt, worker_id, operator, started, final, ok, output, error, permanent, started_at, finished_at,
 		implies_running, pool, released)
-), old AS (
-	SELECT i.id, i.state AS old_state FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
-	WHERE (i.state = 'DISPATCHED' OR (r.final AND i.state = 'RUNNING')) AND (r.pool = '' OR `+holderCheck+`)
+), cur AS (
+	SELECT i.* FROM instances i WHERE i.id IN (SELECT id FROM r)
 	ORDER BY i.id FOR UPDATE OF i
+), old AS (
+	SELECT i.id, i.state AS old_state FROM cur i JOIN r ON r.id = i.id AND r.attempt = i.attempt
+	WHERE (i.state = 'DISPATCHED' OR (r.final AND i.state = 'RUNNING')) AND (r.pool = '' OR `+holderCheck+`)
 ), upd AS (
 	UPDATE instances i SET
 		state = CASE WHEN NOT r.final THEN 'RUNNING'
@@ -353,7 +364,7 @@ WITH r AS (
 SELECT true, upd.old_state, upd.id, upd.attempt, `+outcomeColumns("upd")+` FROM upd
 UNION ALL
 SELECT false, '', r.id, r.attempt, `+outcomeColumns("i")+`
-FROM r LEFT JOIN instances i ON i.id = r.id
+FROM r LEFT JOIN cur i ON i.id = r.id
 WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
 		ids, attempts, workers, operators, starts, finals, oks, outputs, errs, permanents, startedAt, finishedAt, implies, pools,
 		released)

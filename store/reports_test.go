@@ -1,11 +1,13 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -137,5 +139,90 @@ func TestReleasedReportSpendsNoAttempt(t *testing.T) {
 	}
 	if o := out[0]; !o.Applied || o.State != schemas.StateFailed {
 		t.Errorf("outcome of attempt 2's failure %+v, want FAILED", o)
+	}
+}
+
+// TestReportRacingACancelSeesIt hands ApplyReports a report of an attempt
+// whose cancel commits while the report's statement waits for the
+// instance's lock: the started report of a DISPATCHED attempt, and the
+// final report of a RUNNING one from its holder. Neither is applied, and
+// the outcome is the instance as the cancel left it (CANCELLED), not as
+// the statement's snapshot had it (DISPATCHED with no worker yet, or
+// RUNNING): the dispatcher tells a stale report from a refused one, a
+// worker that is not the holder, by that outcome.
+func TestReportRacingACancelSeesIt(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	applyTasks(t, st, "race")
+	now := time.Now()
+	for _, tc := range []struct {
+		name  string
+		state schemas.State // before the cancel
+		kind  schemas.ReportKind
+	}{
+		{"started of a dispatched attempt", schemas.StateDispatched, schemas.ReportStarted},
+		{"final of a running attempt", schemas.StateRunning, schemas.ReportFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			made, err := st.CreateInstances(ctx, []store.NewInstance{newRunInstance("race", tc.name, "", schemas.StateDispatched)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := made[0].ID
+			r := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w1", Pool: "default", Kind: tc.kind, StartedAt: now, At: now, Error: "boom"}
+			if tc.state == schemas.StateRunning {
+				start := r
+				start.Kind = schemas.ReportStarted
+				if out, err := st.ApplyReports(ctx, []schemas.Report{start}, nil); err != nil || !out[0].Applied {
+					t.Fatalf("started report = %+v, %v; want applied", out, err)
+				}
+			}
+			// The cancel holds the instance's lock until it commits.
+			cancel, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cancel.Rollback(ctx)
+			if _, err := cancel.Exec(ctx, `UPDATE instances SET state = 'CANCELLED', finished_at = now(), error = 'cancelled: race' WHERE id = $1`, id); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				out []store.Outcome
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var res result
+				if r.Kind == schemas.ReportStarted {
+					res.out, res.err = st.ApplyReports(ctx, []schemas.Report{r}, nil)
+				} else {
+					res.out, res.err = st.ApplyReports(ctx, nil, []schemas.Report{r})
+				}
+				done <- res
+			}()
+			// The report's statement took its snapshot and waits for the lock.
+			waitCtx, stop := context.WithTimeout(ctx, time.Minute)
+			defer stop()
+			if err := wait.Until(waitCtx, func() (bool, error) {
+				var n int
+				err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+					AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF i%'`).Scan(&n)
+				return n > 0, err
+			}); err != nil {
+				t.Fatalf("the report never waited for the cancel's lock: %v", err)
+			}
+			if err := cancel.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			res := <-done
+			if res.err != nil {
+				t.Fatal(res.err)
+			}
+			if o := res.out[0]; o.Applied || !o.Found || o.State != schemas.StateCancelled || o.CurrentAttempt != 1 {
+				t.Fatalf("outcome = %+v; want not applied, found CANCELLED at attempt 1", o)
+			}
+		})
 	}
 }
