@@ -16,7 +16,7 @@ import (
 
 func init() { extraCommands = append(extraCommands, newAlertCmd) }
 
-func newAlertCmd() *cobra.Command {
+func newAlertCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "alert",
 		Aliases: []string{"alerts"},
@@ -36,11 +36,11 @@ timeout_rate, P2 backlog and duration_jitter. See docs/operations.md.`,
   ax alert channel add --kind slack --url https://hooks.slack.com/services/T0/B0/x`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newAlertListCmd(), newAlertAckCmd(), newAlertRuleCmd(), newAlertChannelCmd())
+	cmd.AddCommand(newAlertListCmd(g), newAlertAckCmd(g), newAlertRuleCmd(g), newAlertChannelCmd(g))
 	return cmd
 }
 
-func newAlertListCmd() *cobra.Command {
+func newAlertListCmd(g *cli) *cobra.Command {
 	var (
 		q     apiclient.AlertQuery
 		state string
@@ -52,10 +52,6 @@ func newAlertListCmd() *cobra.Command {
   ax alert list --state firing -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err
@@ -96,7 +92,7 @@ func printAlerts(w io.Writer, alerts []store.Alert) error {
 	return tw.Flush()
 }
 
-func newAlertAckCmd() *cobra.Command {
+func newAlertAckCmd(g *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "ack ID",
 		Short: "Acknowledge an alert: no more notifications until it resolves",
@@ -106,10 +102,6 @@ resolution is still notified.`,
 		Example: `  ax alert ack 17`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err
@@ -131,7 +123,7 @@ resolution is still notified.`,
 	}
 }
 
-func newAlertRuleCmd() *cobra.Command {
+func newAlertRuleCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "rule",
 		Aliases: []string{"rules"},
@@ -145,10 +137,6 @@ func newAlertRuleCmd() *cobra.Command {
   ax alert rule list -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err
@@ -168,11 +156,11 @@ func newAlertRuleCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(list, newAlertRuleSetCmd())
+	cmd.AddCommand(list, newAlertRuleSetCmd(g))
 	return cmd
 }
 
-func newAlertRuleSetCmd() *cobra.Command {
+func newAlertRuleSetCmd(g *cli) *cobra.Command {
 	var (
 		kind, level, params string
 		enable, disable     bool
@@ -198,10 +186,6 @@ notifications of one alert.`,
   ax alert rule set duration_jitter --disable`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err
@@ -260,7 +244,7 @@ notifications of one alert.`,
 	return cmd
 }
 
-func newAlertChannelCmd() *cobra.Command {
+func newAlertChannelCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "channel",
 		Aliases: []string{"channels"},
@@ -283,10 +267,6 @@ func newAlertChannelCmd() *cobra.Command {
   ax alert channel add --kind wecom --url 'https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=KEY'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err
@@ -311,10 +291,6 @@ func newAlertChannelCmd() *cobra.Command {
   ax alert channel list -o json | jq -r '.[].url'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err
@@ -341,10 +317,6 @@ func newAlertChannelCmd() *cobra.Command {
   ax alert channel delete 3 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			structured, err := g.json()
 			if err != nil {
 				return err

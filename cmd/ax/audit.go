@@ -13,24 +13,7 @@ import (
 
 func init() { extraCommands = append(extraCommands, newAuditCmd) }
 
-// rootCLI returns the operator settings of the root's persistent flags
-// (--api, --output, --token), for a command added through extraCommands.
-func rootCLI(cmd *cobra.Command) (*cli, error) {
-	g := &cli{}
-	var err error
-	if g.apiURL, err = cmd.Flags().GetString("api"); err != nil {
-		return nil, err
-	}
-	if g.output, err = cmd.Flags().GetString("output"); err != nil {
-		return nil, err
-	}
-	if g.token, err = cmd.Flags().GetString("token"); err != nil {
-		return nil, err
-	}
-	return g, nil
-}
-
-func newAuditCmd() *cobra.Command {
+func newAuditCmd(g *cli) *cobra.Command {
 	var (
 		q     apiclient.AuditQuery
 		since string
@@ -49,10 +32,6 @@ page, pass the last id shown as --before.`,
   ax audit --since 2025-03-01T00:00:00Z --limit 1000 --before t-9120`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err

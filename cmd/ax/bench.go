@@ -83,7 +83,7 @@ func readBenchPostgres(ctx context.Context, url string) (*benchPostgres, error) 
 	return &p, nil
 }
 
-func newBenchCmd() *cobra.Command {
+func newBenchCmd(g *cli) *cobra.Command {
 	var (
 		count       int
 		task        string
@@ -118,10 +118,6 @@ they did not all end within --timeout.`,
   ax bench --task resize-image --count 200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			structured, err := g.json()
 			if err != nil {
 				return err

@@ -100,7 +100,7 @@ func TestSecretsMakeAWorkingServer(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	secrets := filepath.Join(dir, "secrets")
-	cmd := newSecretsCmd()
+	cmd := newSecretsCmd(&cli{})
 	cmd.SetArgs([]string{"--dir", secrets})
 	cmd.SetOut(&bytes.Buffer{})
 	if err := cmd.Execute(); err != nil {
@@ -127,7 +127,7 @@ func TestSecretsMakeAWorkingServer(t *testing.T) {
 			t.Errorf("ax user add executor %v: %v, want an error naming what is missing", args, err)
 		}
 	}
-	cmd = newSecretsCmd()
+	cmd = newSecretsCmd(&cli{})
 	cmd.SetArgs([]string{"--dir", secrets})
 	cmd.SetOut(&bytes.Buffer{})
 	if err := cmd.Execute(); err != nil {

@@ -13,7 +13,7 @@ import (
 
 func init() { extraCommands = append(extraCommands, newConformanceCmd) }
 
-func newConformanceCmd() *cobra.Command {
+func newConformanceCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "conformance",
 		Short: "Check that a worker speaks AX's executor protocol",
@@ -25,11 +25,11 @@ check passed; -o json prints the same report as JSON.
                                      worker of pool P and check the rules`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newConformanceExecutorCmd())
+	cmd.AddCommand(newConformanceExecutorCmd(g))
 	return cmd
 }
 
-func newConformanceExecutorCmd() *cobra.Command {
+func newConformanceExecutorCmd(g *cli) *cobra.Command {
 	var (
 		c         conn
 		devDir    string
@@ -70,10 +70,6 @@ otherwise the NATS flags' (or --observer-creds), e.g. the dispatcher's.`,
   NATS_URL=nats://ax-nats:4222 ax conformance executor --pool py --observer-creds dispatcher.creds --api-url http://ax-api:8080`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err

@@ -29,7 +29,7 @@ import (
 
 func init() { extraCommands = append(extraCommands, newDevCmd) }
 
-func newDevCmd() *cobra.Command {
+func newDevCmd(*cli) *cobra.Command {
 	var (
 		c           conn
 		m           metricsServer

@@ -17,9 +17,9 @@ func init() { extraCommands = append(extraCommands, newDrillCmd) }
 // drillCommands holds the constructors of ax drill's subcommands; the
 // files that define them (drill_task.go, drill_system.go) add theirs in
 // their init.
-var drillCommands []func() *cobra.Command
+var drillCommands []func(g *cli) *cobra.Command
 
-func newDrillCmd() *cobra.Command {
+func newDrillCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drill",
 		Short: "Rehearse faults against a task or the whole system and give a verdict",
@@ -35,7 +35,7 @@ See docs/drill.md for every check and how to read a verdict.`,
 		Args: cobra.NoArgs,
 	}
 	for _, newCmd := range drillCommands {
-		cmd.AddCommand(newCmd())
+		cmd.AddCommand(newCmd(g))
 	}
 	return cmd
 }

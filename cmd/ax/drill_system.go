@@ -31,7 +31,7 @@ type drillSystemOutput struct {
 
 // newDrillSystemCmd is ax drill system: the reliability battery against a
 // sandbox it starts itself.
-func newDrillSystemCmd() *cobra.Command {
+func newDrillSystemCmd(g *cli) *cobra.Command {
 	var (
 		scenarios []string
 		opts      system.Options
@@ -59,10 +59,6 @@ docs/drill.md explains every check and scenario.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv(system.SandboxEnv) != "" {
 				return fmt.Errorf("ax drill system runs inside a drill sandbox (%s is set): a drill does not start another", system.SandboxEnv)
-			}
-			g := &cli{output: outputTable}
-			if f := cmd.Flag("output"); f != nil {
-				g.output = f.Value.String()
 			}
 			structured, err := g.json()
 			if err != nil {
@@ -176,7 +172,7 @@ func printDrillSystem(w io.Writer, results []system.Result, all bool) error {
 // in a process of its own, with the users of ax dev, for ax drill system's
 // sandbox (which kills it with kill -9). Not for production: run a real
 // nats-server there.
-func newNATSServerCmd() *cobra.Command {
+func newNATSServerCmd(*cli) *cobra.Command {
 	var listen, storeDir, users, prefix, portFile string
 	cmd := &cobra.Command{
 		Use:     "nats-server",

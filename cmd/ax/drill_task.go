@@ -21,7 +21,7 @@ import (
 
 func init() { drillCommands = append(drillCommands, newDrillTaskCmd) }
 
-func newDrillTaskCmd() *cobra.Command {
+func newDrillTaskCmd(g *cli) *cobra.Command {
 	var (
 		c       conn
 		devDir  string
@@ -65,10 +65,6 @@ that links them, as ax executor's users do (see docs/drill.md).`,
   NATS_URL=nats://ax-nats:4222 NATS_CREDS=executor.creds ax drill task nightly-report --dispatch-creds dispatcher.creds`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err

@@ -18,7 +18,7 @@ import (
 
 func init() { extraCommands = append(extraCommands, newLogsCmd) }
 
-func newLogsCmd() *cobra.Command {
+func newLogsCmd(g *cli) *cobra.Command {
 	var (
 		q      apiclient.LogQuery
 		since  string
@@ -43,10 +43,6 @@ time, fields).`,
   ax logs 42 -o json | jq -r 'select(.level == "error") | .message'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err

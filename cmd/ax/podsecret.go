@@ -52,7 +52,7 @@ func copyPodSecret(dir, key, out string) error {
 
 // newPodSecretCmd is the Helm chart's init container: it hands an executor
 // pod its own NATS password, out of the Secret that holds every replica's.
-func newPodSecretCmd() *cobra.Command {
+func newPodSecretCmd(*cli) *cobra.Command {
 	var dir, key, out string
 	cmd := &cobra.Command{
 		Use:    "pod-secret",

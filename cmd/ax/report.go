@@ -14,18 +14,18 @@ import (
 
 func init() { extraCommands = append(extraCommands, newReportCmd) }
 
-func newReportCmd() *cobra.Command {
+func newReportCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "report",
 		Aliases: []string{"reports"},
 		Short:   "Reports on the fleet",
 		Args:    cobra.NoArgs,
 	}
-	cmd.AddCommand(newReportHealthCmd())
+	cmd.AddCommand(newReportHealthCmd(g))
 	return cmd
 }
 
-func newReportHealthCmd() *cobra.Command {
+func newReportHealthCmd(g *cli) *cobra.Command {
 	var q apiclient.HealthQuery
 	cmd := &cobra.Command{
 		Use:   "health",
@@ -39,10 +39,6 @@ its thresholds.`,
   ax report health --min-failures 3 --factor 3 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			g, err := rootCLI(cmd)
-			if err != nil {
-				return err
-			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err

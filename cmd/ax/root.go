@@ -17,8 +17,10 @@ import (
 
 // extraCommands holds the constructors of the commands that other files of
 // this package add in their init (the services, ax dev): newRootCmd adds
-// one of each.
-var extraCommands []func() *cobra.Command
+// one of each. Every command gets the root's persistent flags (--api,
+// --output, --token) one way: the *cli it is made with, which cobra fills
+// before the command runs.
+var extraCommands []func(g *cli) *cobra.Command
 
 // defaultAPIURL is where ax dev and ax api listen by default.
 const defaultAPIURL = "http://127.0.0.1:8080"
@@ -66,7 +68,7 @@ see "ax completion bash --help" for where to put it.
 	pf.StringVar(&g.token, "token", "", "API token sent with every request (env AX_TOKEN; ax dev prints one)")
 	root.AddCommand(newTaskCmd(g), newFireCmd(g), newInstanceCmd(g), newWorkerCmd(g), newStreamCmd(g), newTokenCmd(g))
 	for _, newCmd := range extraCommands {
-		root.AddCommand(newCmd())
+		root.AddCommand(newCmd(g))
 	}
 	addCompletionExamples(root)
 	return root

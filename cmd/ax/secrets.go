@@ -23,7 +23,7 @@ func init() { extraCommands = append(extraCommands, newSecretsCmd) }
 // dbRoles are the services that use PostgreSQL; the executor never does.
 var dbRoles = []natsauth.Role{natsauth.Dispatcher, natsauth.Trigger, natsauth.API, natsauth.Auditor}
 
-func newSecretsCmd() *cobra.Command {
+func newSecretsCmd(*cli) *cobra.Command {
 	var (
 		dir, owner, pgOwner, pgHost, pgUser, pgDB, pools string
 		prefix, worker                                   string

@@ -31,7 +31,7 @@ func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 }
 
-func newDispatcherCmd() *cobra.Command {
+func newDispatcherCmd(*cli) *cobra.Command {
 	var (
 		c        conn
 		m        metricsServer
@@ -85,7 +85,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	return cmd
 }
 
-func newTriggerCmd() *cobra.Command {
+func newTriggerCmd(*cli) *cobra.Command {
 	var (
 		c conn
 		m metricsServer
@@ -121,7 +121,7 @@ their duplicate firings collapse into one instance.`,
 	return cmd
 }
 
-func newAuditorCmd() *cobra.Command {
+func newAuditorCmd(*cli) *cobra.Command {
 	var (
 		c            conn
 		m            metricsServer
@@ -190,7 +190,7 @@ func alertDestinations(allow string) monitor.DestinationPolicy {
 	return p
 }
 
-func newExecutorCmd() *cobra.Command {
+func newExecutorCmd(*cli) *cobra.Command {
 	var (
 		c        conn
 		m        metricsServer
@@ -276,7 +276,7 @@ func splitEnv(name string) []string {
 	return strings.Split(v, ",")
 }
 
-func newAPICmd() *cobra.Command {
+func newAPICmd(*cli) *cobra.Command {
 	var (
 		c    conn
 		m    metricsServer

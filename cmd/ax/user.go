@@ -47,7 +47,7 @@ func loadExecutorUsers(dir string) ([]natsauth.NKeyUser, error) {
 	return users, nil
 }
 
-func newUserCmd() *cobra.Command {
+func newUserCmd(*cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "user",
 		Short: "Make NATS users of their own for executors (in a folder of ax secrets)",
