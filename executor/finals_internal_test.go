@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -50,13 +51,17 @@ func TestPublishFinals(t *testing.T) {
 		subject, msgID string
 		ids            []int64
 	}
-	stream, err := js.Stream(t.Context(), top.ReportsStream())
+	// The reads cross the server: a minute, not jetstream's default 5 s,
+	// which a loaded machine's make test exceeded.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	stream, err := js.Stream(ctx, top.ReportsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []stored
 	for seq := uint64(1); ; seq++ {
-		m, err := stream.GetMsg(t.Context(), seq)
+		m, err := stream.GetMsg(ctx, seq)
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				break
