@@ -246,6 +246,14 @@ func TestDevUsersAttack(t *testing.T) {
 				_, err := js.Publish(ctx, key, []byte(`{}`))
 				return err
 			})
+			// A forged batch of final reports, as that worker.
+			for _, pool := range s.Pools {
+				batch := top.ReportBatch(pool, s.WorkerID)
+				expect("publish a report batch as "+s.WorkerID, batch, func(ctx context.Context) error {
+					_, err := js.Publish(ctx, batch, []byte(`{"reports":[]}`))
+					return err
+				})
+			}
 		}
 		nc.Close()
 	}

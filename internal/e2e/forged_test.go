@@ -228,3 +228,58 @@ dispatch:
 		t.Errorf("instance = worker %q attempt %d, want g1's first attempt", in.WorkerID, in.Attempt)
 	}
 }
+
+// TestForgedReportBatch acts as the default pool's executor (worker w1)
+// with report batches: one on the gpu pool's batch subject is refused by
+// the server; one on its own carries a true success of its pool's attempt,
+// a success that names another worker and a success of a gpu attempt. The
+// dispatcher applies the first and refuses the other two, each counted and
+// on its instance's timeline as a forged single report is.
+func TestForgedReportBatch(t *testing.T) {
+	t.Parallel()
+	a := newAuthSystem(t)
+	ctx := context.Background()
+	a.apply("task_name: plain-echo\nexecution: {handler: builtin.echo}\n")
+	a.apply("task_name: gpu-echo\nexecution: {handler: builtin.echo}\ndispatch: {tags: [gpu]}\n")
+	own, named, gpu := a.fire("plain-echo", nil), a.fire("plain-echo", nil), a.fire("gpu-echo", nil)
+	for _, id := range []int64{own, named, gpu} {
+		a.waitState(id, schemas.StateDispatched, time.Minute)
+	}
+
+	nc, v := a.watch(string(natsauth.Executor))
+	gpuBatch := a.top.ReportBatch("gpu", defaultWorker)
+	data, _ := json.Marshal(schemas.ReportBatch{Reports: []schemas.Report{finalOf(gpu, defaultWorker, schemas.ReportSucceeded)}})
+	if err := errors.Join(nc.Publish(gpuBatch, data), nc.Flush()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server to refuse a batch on the gpu pool's subject", time.Minute, func() (bool, error) { return v.Refused(gpuBatch), nil })
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := schemas.ReportBatch{Reports: []schemas.Report{finalOf(own, defaultWorker, schemas.ReportSucceeded),
+		finalOf(named, "w-honest", schemas.ReportSucceeded), finalOf(gpu, defaultWorker, schemas.ReportSucceeded)}}
+	if _, err := streams.Publish(ctx, js, a.top.ReportBatch(schemas.DefaultPool, defaultWorker), "", batch); err != nil {
+		t.Fatal(err)
+	}
+	if in := a.waitState(own, schemas.StateSucceeded, time.Minute); in.WorkerID != defaultWorker {
+		t.Errorf("instance %d succeeded by %q, want %s", own, in.WorkerID, defaultWorker)
+	}
+	waitFor(t, "the forged reports of the batch to be refused and recorded", time.Minute, func() (bool, error) {
+		return counterValue(t, a.reg, "ax_refused_reports_total", "kind", "succeeded") == 2 &&
+			len(a.events(named)) > 0 && len(a.events(gpu)) > 0, nil
+	})
+	for _, id := range []int64{named, gpu} {
+		in, err := a.store.GetInstance(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.State != schemas.StateDispatched || in.WorkerID != "" {
+			t.Errorf("instance %d: %s by %q after a forged report, want DISPATCHED as it was", id, in.State, in.WorkerID)
+		}
+		if kinds := a.events(id); len(kinds) != 1 || kinds[0] != "refused_succeeded" {
+			t.Errorf("instance %d: events %v, want the refused report on the timeline", id, kinds)
+		}
+	}
+}

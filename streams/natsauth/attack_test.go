@@ -190,3 +190,43 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 		t.Errorf("the dispatcher cannot delete its consumer: %v", err)
 	}
 }
+
+// TestExecutorCannotForgeReportBatches acts as the executor user of worker
+// w1 of the default pool: a report batch on another worker's or another
+// pool's batch subject is refused by the server, and only the one on its
+// own reaches AX_REPORTS.
+func TestExecutorCannotForgeReportBatches(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	nc, r := b.connect(t, natsauth.Executor)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(subject string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := js.Publish(ctx, subject, []byte(`{"reports":[]}`))
+			return err
+		}
+	}
+	for _, subject := range []string{b.top.ReportBatch(schemas.DefaultPool, "w2"), b.top.ReportBatch("gpu", natsauth.MatrixScope.WorkerID)} {
+		if !r.Try(t, subject, publish(subject)) {
+			t.Errorf("the executor of %s could publish a report batch on %s", natsauth.MatrixScope.WorkerID, subject)
+		}
+	}
+	own := b.top.ReportBatch(schemas.DefaultPool, natsauth.MatrixScope.WorkerID)
+	if err := publish(own)(t.Context()); err != nil {
+		t.Fatalf("publish a report batch on its own subject %s: %v", own, err)
+	}
+	st, err := b.djs.Stream(t.Context(), b.top.ReportsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("AX_REPORTS holds %d messages, want only the batch on %s", info.State.Msgs, own)
+	}
+}
