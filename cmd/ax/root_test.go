@@ -119,13 +119,13 @@ func TestRootFlags(t *testing.T) {
 	}
 }
 
-// serviceCommands run services (or, ax secrets and ax pod-secret, write a
-// deployment's files; ax drill system, start a sandbox of them) rather than talk to the API: they take no -o, and running them in
+// serviceCommands run services (or, ax secrets, ax pod-secret and ax user
+// template, write or print a deployment's files; ax drill system, start a sandbox of them) rather than talk to the API: they take no -o, and running them in
 // a test would start them.
 var serviceCommands = map[string]bool{
 	"ax dev": true, "ax dispatcher": true, "ax trigger": true, "ax executor": true, "ax api": true, "ax auditor": true,
 	"ax secrets": true, "ax user add executor": true, "ax drill system": true, "ax nats-server": true,
-	"ax pod-secret": true,
+	"ax pod-secret": true, "ax user template services": true, "ax user template executor": true,
 }
 
 // TestCommandTree walks the whole command tree: every runnable command has

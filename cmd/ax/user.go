@@ -79,6 +79,8 @@ func newUserTemplateCmd() *cobra.Command {
 api's and auditor's users for the prefix, each password read from
 <ROLE>_NATS_PASSWORD: the chart's nats.authorization, to which it adds a user
 per executor replica. The chart's default is this block for prefix ax.`,
+		Example: `  DISPATCHER_NATS_PASSWORD=… TRIGGER_NATS_PASSWORD=… API_NATS_PASSWORD=… AUDITOR_NATS_PASSWORD=… \
+    ax user template services --prefix ax > nats-authorization.conf`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			top, err := streams.NewTopology(prefix)
