@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,18 +91,19 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 		leaseMsgs[i] = s.leaseMsg(keys[i], values[i], 0)
 	}
 	acks, errs := s.publishAll(opCtx, leaseMsgs)
+	acked := s.confirmAcks(opCtx, ps, errs)
 	as := make([]*attempt, 0, len(ps))
 	for i, p := range ps {
 		switch {
-		case errs[i] == nil:
+		case errs[i] == nil && acked[i] == nil:
 			// Register it before it can be reported started, so that a
 			// cancel sent on seeing the report finds it.
-			a := s.register(p, keys[i], values[i], acks[i].Sequence, now)
-			if err := p.msg.Ack(); err != nil {
-				// The attempt runs; a redelivery of the message is fenced by its lease.
-				a.log.Warn().Err(err).Msg("ack dispatch message")
-			}
-			as = append(as, a)
+			as = append(as, s.register(p, keys[i], values[i], acks[i].Sequence, now))
+		case errs[i] == nil:
+			log := s.taskLogger(&p.d)
+			log.Warn().Err(acked[i]).Msg("the server did not confirm the ack of the dispatch message; " +
+				"not running the attempt, whose lease expires unrenewed and is failed as lost")
+			s.unadmit(p)
 		case isWrongLastSequence(errs[i]):
 			log := s.taskLogger(&p.d)
 			log.Info().Msg("attempt is leased already: another delivery runs or ran it; terminating this one")
@@ -132,6 +134,35 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 		s.runners.Add(1)
 		go s.runAttempt(a)
 	}
+}
+
+// confirmAcks acks, and awaits the server's confirmation of each ack, the
+// dispatch messages of ps whose lease was taken (errs[i] nil), all at
+// once: one round trip for the batch. The result's i-th entry is nil when
+// the server confirmed that message's ack.
+//
+// A handler runs only after the confirmation. The server confirms an ack
+// once it has removed the message from the work queue, a removal written
+// to its store like a publish; but it writes its consumers' state (the
+// delivery counts among it) only every 100 ms or so. A nats-server killed
+// with kill -9 after an unconfirmed ack would give the message again as a
+// first delivery (NumDelivered 1, so no fence question), and the leases
+// bucket keeps an attempt's history only one TTL past its expiry (the
+// bucket's max age removes the expiry marker too): an attempt that had
+// run and succeeded ran again. A confirmed ack makes every message that
+// comes again one whose handler never ran. An ack the server did not
+// confirm leaves the attempt unrun, its lease unrenewed: it expires, and
+// the dispatcher fails the attempt as lost and goes on with the next.
+func (s *Service) confirmAcks(ctx context.Context, ps []*pending, errs []error) []error {
+	acked := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		if errs[i] == nil {
+			wg.Go(func() { acked[i] = p.msg.DoubleAck(ctx) })
+		}
+	}
+	wg.Wait()
+	return acked
 }
 
 // decodeDispatch decodes and checks a dispatch message.

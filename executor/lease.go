@@ -13,8 +13,12 @@ import (
 
 // leaseMsg returns the message that writes the lease value under key in
 // the leases bucket if the key's last revision is revision. Revision 0
-// expects a key never written, nor deleted or expired within the bucket's
-// marker TTL: a key per attempt makes that "no one ever ran this attempt".
+// expects a key never written, nor deleted or expired within the last
+// TTL (the bucket's max age removes an expiry marker one TTL after the
+// expiry, its own TTL notwithstanding): a key per attempt makes that "no
+// one ran this attempt lately", and the confirmed ack of the dispatch
+// message (see confirmAcks) keeps a message whose attempt ran from coming
+// back later.
 func (s *Service) leaseMsg(key string, value []byte, revision uint64) *nats.Msg {
 	m := nats.NewMsg("$KV." + s.opts.Topology.LeasesBucket() + "." + key)
 	m.Data = value

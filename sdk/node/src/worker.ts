@@ -767,22 +767,35 @@ export class Worker {
       const key = leaseKey(d.instance_id, d.attempt);
       const lease = JSON.stringify({ instance_id: d.instance_id, attempt: d.attempt, worker_id: this.workerId, acquired_at: now.toISOString() });
       // Create-only: a key never written (nor deleted or expired within
-      // the bucket's marker TTL) means no one ever ran this attempt.
+      // the last TTL: the bucket's max age removes an expiry marker too)
+      // means no one ran this attempt lately.
       const ack = await this.js.publish(`$KV.${this.topology.leasesBucket}.${key}`, lease, { expect: { lastSubjectSequence: 0 }, timeout: OP_TIMEOUT_MS });
       return { key, lease, revision: ack.seq };
+    }));
+    // The handler runs only after the server confirmed the ack (a double
+    // ack): a plain ack lost in a kill -9 of the server, with the message's
+    // delivery count, brings the message back as a first delivery, which
+    // asks no fence, once the lease's expiry marker is gone
+    // (executor/attempt.go confirmAcks).
+    const acked = await Promise.allSettled(results.map(async (r, i) => {
+      if (r.status !== "fulfilled") return;
+      await this.nc.request(batch[i].m.msg.reply!, "+ACK", { timeout: OP_TIMEOUT_MS });
     }));
     const started: Attempt[] = [];
     results.forEach((r, i) => {
       const { d, entry, m } = batch[i];
-      if (r.status === "fulfilled") {
-        const a = this.register(d, entry, r.value.key, r.value.lease, r.value.revision, now);
-        // The attempt runs; a redelivery of the message is fenced by its lease.
-        m.msg.respond("+ACK");
-        started.push(a);
+      const log = this.taskLog(d);
+      if (r.status === "fulfilled" && acked[i].status === "fulfilled") {
+        started.push(this.register(d, entry, r.value.key, r.value.lease, r.value.revision, now));
         return;
       }
-      const log = this.taskLog(d);
       this.unadmit(entry);
+      if (r.status === "fulfilled") {
+        log.warn("the server did not confirm the ack of the dispatch message; not running the attempt, whose lease expires unrenewed and is failed as lost", {
+          error: String((acked[i] as PromiseRejectedResult).reason),
+        });
+        return;
+      }
       if (isWrongLastSequence(r.reason)) {
         log.info("attempt is leased already: another delivery runs or ran it; terminating this one");
         m.msg.respond("+TERM");

@@ -261,7 +261,12 @@ async function admit(m) {
     log(`lease ${d.instance_id}.${d.attempt}:`, err.message);
     return nak(m, IDLE_MS);
   }
-  m.respond("+ACK");
+  try {
+    await nc.request(m.reply, "+ACK", { timeout: 10_000 }); // a double ack: run only once it is confirmed
+  } catch (err) {
+    log(`ack ${d.instance_id}.${d.attempt} not confirmed, not running it:`, err.message);
+    return;
+  }
   const a = new Attempt(d, lease, leaseSubject, revision, startedAtAttempt);
   running.set(`${d.instance_id}.${d.attempt}`, a);
   a.run().catch((err) => log(`attempt ${d.instance_id}.${d.attempt}:`, err.stack));
