@@ -16,7 +16,8 @@ import (
 )
 
 // seen is one message the kit saw on the wire, in the order the server
-// delivered it: a report, a write of a lease or a write of a worker record.
+// delivered it: a report, a write of a lease or a write of a worker record,
+// or a control order to a worker.
 type seen struct {
 	at      time.Time
 	subject string
@@ -26,8 +27,8 @@ type seen struct {
 }
 
 // observer records the executor side's traffic of one pool: the pool's
-// reports and every write of the leases and workers buckets. One channel
-// takes the three subscriptions' messages, so that their order is the
+// reports, every write of the leases and workers buckets, and the control
+// orders to workers. One channel takes the subscriptions' messages, so that their order is the
 // order the server handled them in: a lease created before a report is
 // seen before it.
 type observer struct {
@@ -63,7 +64,7 @@ func observe(nc *nats.Conn, top streams.Topology, pool string) (*observer, error
 			o.mu.Unlock()
 		}
 	}()
-	for _, subject := range []string{top.Reports(pool, "*"), "$KV." + top.LeasesBucket() + ".>", "$KV." + top.WorkersBucket() + ".>"} {
+	for _, subject := range []string{top.Reports(pool, "*"), "$KV." + top.LeasesBucket() + ".>", "$KV." + top.WorkersBucket() + ".>", top.Control("*")} {
 		sub, err := nc.ChanSubscribe(subject, o.ch)
 		if err != nil {
 			o.stop()
@@ -136,6 +137,20 @@ func (o *observer) reports(id int64) []wireReport {
 		out = append(out, w)
 	}
 	return out
+}
+
+// cancelOrder returns the first cancel of an attempt seen on
+// ax.control.<worker>, if one was.
+func (o *observer) cancelOrder(worker string, id int64, attempt int) (seen, bool) {
+	subject := o.top.Control(worker)
+	for _, s := range o.snapshot() {
+		var c schemas.Control
+		if s.subject == subject && json.Unmarshal(s.data, &c) == nil &&
+			c.Action == schemas.ControlCancel && c.InstanceID == id && c.Attempt == attempt {
+			return s, true
+		}
+	}
+	return seen{}, false
 }
 
 // leaseWrites returns the writes of the lease of an attempt, in order,

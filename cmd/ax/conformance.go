@@ -45,8 +45,8 @@ registers the conformance handlers of docs/executor-protocol.md ("Conformance
 handlers"): conformance.echo, .fail, .permanent, .sleep and .log (another
 prefix with --handler-prefix), and not conformance.missing. The kit applies one
 task per handler (conformance-<handler>-<pool>, task type conformance, safe to
-delete), fires them, watches the pool's reports and the leases and workers
-buckets on NATS, and checks:
+delete), fires them, watches the pool's reports, the leases and workers
+buckets and the workers' control subjects on NATS, and checks:
 
   registration     the worker record: pools, handlers, slots, protocol version
   heartbeats       the record put again at intervals under the bucket's TTL
@@ -56,15 +56,17 @@ buckets on NATS, and checks:
                    one final report per attempt, none refused
   started          a started report for an attempt that runs longer than 1s
   echo, retries, permanent, logs   outputs, retries, failures and log lines
-  cancel, deadline the attempt stopped and reported within --grace
+  cancel, deadline the attempt stopped and reported within --grace of the
+                   cancel's delivery on ax.control.<worker>, or of its deadline
   unknown handler  an attempt of a handler no worker has is left alone
   drain            with --worker-pid: SIGTERM while an attempt runs; it
                    finishes, nothing new is taken, the record goes
 
 Run one worker on the pool for the drain check: the kit signals that process.
-The kit's NATS user must subscribe to the pool's report subjects and the
-buckets' ($KV.<bucket>.>): with --ax-dev it is ax dev's dispatcher user,
-otherwise the NATS flags' (or --observer-creds), e.g. the dispatcher's.`,
+The kit's NATS user must subscribe to the pool's report subjects, the
+buckets' ($KV.<bucket>.>) and ax.control.*: with --ax-dev it is ax dev's
+dispatcher user, otherwise the NATS flags' (or --observer-creds), e.g. the
+dispatcher's.`,
 		Example: `  ax conformance executor --pool js --ax-dev .ax
   ax conformance executor --pool js --ax-dev .ax --worker-pid 4242 -o json
   NATS_URL=nats://ax-nats:4222 ax conformance executor --pool py --observer-creds dispatcher.creds --api-url http://ax-api:8080`,
@@ -111,9 +113,9 @@ otherwise the NATS flags' (or --observer-creds), e.g. the dispatcher's.`,
 	_ = cmd.MarkFlagRequired("pool")
 	f.StringVar(&opts.HandlerPrefix, "handler-prefix", conformance.DefaultHandlerPrefix, "the prefix of the conformance handlers' names")
 	f.StringVar(&devDir, "ax-dev", "", "data folder of a running ax dev (.ax): watch as its dispatcher user")
-	f.String("observer-creds", "", "NATS credentials file of a user that may subscribe to the pool's reports and the buckets' subjects (a dispatcher's); default: the NATS flags")
+	f.String("observer-creds", "", "NATS credentials file of a user that may subscribe to the pool's reports, the buckets' and the control subjects (a dispatcher's); default: the NATS flags")
 	f.IntVar(&workerPID, "worker-pid", 0, "process id of the worker, for the drain check (SIGTERM); 0 skips it")
-	f.DurationVar(&opts.Grace, "grace", 5*time.Second, "how soon after a cancel or its deadline an attempt must be reported")
+	f.DurationVar(&opts.Grace, "grace", 5*time.Second, "how soon after a cancel's delivery on ax.control.<worker>, or its deadline, an attempt must be reported")
 	f.DurationVar(&opts.Wait, "wait", 2*time.Minute, "how long to wait for each instance and report")
 	return cmd
 }
