@@ -244,8 +244,16 @@ func TestConsoleInBrowser(t *testing.T) {
 	if inst.Source != schemas.SourceManual {
 		t.Errorf("instance %d fired from the console has source %q, want %q", id, inst.Source, schemas.SourceManual)
 	}
-	if src := read(t, ctx, "read the source", 60*time.Second,
-		chromedp.Text(chromedp.Search(`//tr[td[1][text()="source"]]/td[2]`))); src != string(schemas.SourceManual) {
+	// The page redraws its table on each refresh, so a cell found in one
+	// step may be gone in the next: read the text in one evaluation, until
+	// the page shows the source.
+	var src string
+	waitFor(t, "the instance page to show the source", 60*time.Second, func() (bool, error) {
+		src = read(t, ctx, "read the source", 10*time.Second, chromedp.Evaluate[string](
+			`(document.evaluate('//tr[td[1][text()="source"]]/td[2]', document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue || {}).textContent || ""`))
+		return src != "", nil
+	})
+	if src != string(schemas.SourceManual) {
 		t.Errorf("the instance page shows source %q, want %q", src, schemas.SourceManual)
 	}
 
