@@ -9,7 +9,7 @@ export interface Parent {
 }
 
 /** The version of the executor protocol (docs/executor-protocol.md, "Versions") this SDK speaks. */
-export const EXECUTOR_PROTOCOL = 1;
+export const EXECUTOR_PROTOCOL = 2;
 
 /** Dispatch is the message on ax.dispatch.*: one attempt for an executor to run (dispatch.schema.json). */
 export interface Dispatch {
@@ -33,6 +33,8 @@ export interface Dispatch {
   shard_count?: number;
   /** The protocol version the message is written in; absent means 1. */
   protocol?: number;
+  /** The dispatchers take report batches (protocol version 2): the final report may go in one. */
+  report_batches?: boolean;
 }
 
 /** FenceAnswer is a dispatcher's reply to a fence question (fence_answer.schema.json). */
@@ -159,6 +161,7 @@ export function decodeDispatch(subject: string, data: Uint8Array): Dispatch {
   if (typeof d.handler !== "string" || !handlerRE.test(d.handler)) problems.push("handler must match " + handlerRE.source);
   if (d.pool !== undefined && (typeof d.pool !== "string" || d.pool === "")) problems.push("pool must be a non-empty string");
   if (d.protocol !== undefined && (typeof d.protocol !== "number" || !Number.isSafeInteger(d.protocol) || d.protocol < 0)) problems.push("protocol must be a non-negative integer");
+  if (d.report_batches !== undefined && typeof d.report_batches !== "boolean") problems.push("report_batches must be true or false");
   if (problems.length > 0) {
     throw new Error(`dispatch message on ${subject}: ${problems.join("; ")}`);
   }

@@ -62,6 +62,10 @@ export class Topology {
   report(pool: string, workerID: string, instanceID: number): string {
     return this.subject("report", pool, workerID, String(instanceID));
   }
+  /** ax.report.<pool>.<worker_id>.batch: a worker's report batches (protocol version 2). */
+  reportBatch(pool: string, workerID: string): string {
+    return this.subject("report", pool, workerID, "batch");
+  }
   /** ax.fence.<pool>.<worker_id>.<instance_id>: where a worker asks whether a redelivered attempt may start. */
   fence(pool: string, workerID: string, instanceID: number): string {
     return this.subject("fence", pool, workerID, String(instanceID));

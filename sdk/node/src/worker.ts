@@ -25,6 +25,7 @@ const FENCE_TIMEOUT_MS = 5_000; // the wait for a dispatcher's answer to a fence
 const LOW_FIRST_EVERY = 5; // every fifth round that takes work drains lowest priority first
 const REPORT_HEADROOM = 4 << 10; // room for a report's headers under the max payload
 const PUBLISH_BACKOFF_MS = [100, 300, 1000, 3000]; // retries of a report
+const MAX_BATCH_REPORTS = 1000; // the final reports of one report batch, at most
 
 /**
  * The least time between two progress reports of one attempt, in ms
@@ -176,6 +177,22 @@ export interface WorkerOptions {
   logFlushIntervalMs?: number;
   /** The worker's own log (default: JSON lines on stderr from info up). */
   logger?: Logger;
+  /**
+   * Send every final report alone, on its attempt's own subject (default
+   * false: when the dispatch message says the dispatchers take report
+   * batches, the final reports that end while another is being published go
+   * together in one message on ax.report.<pool>.<worker_id>.batch).
+   */
+  singleReports?: boolean;
+}
+
+/** A final report waiting for the sender (executor/finals.go queuedFinal). */
+interface QueuedFinal {
+  d: Dispatch;
+  kind: ReportKind;
+  data: string; // the report, encoded
+  resolve: () => void;
+  reject: (err: Error) => void;
 }
 
 /** An attempt running on the worker (executor/attempt.go's attempt). */
@@ -244,6 +261,7 @@ export class Worker {
   private readonly requeueDelayMs: number;
   private readonly logBuffer: number;
   private readonly logFlushMs: number;
+  private readonly singleReports: boolean;
   private readonly log: Logger;
   private readonly nonce = nuid.next();
   private readonly hostname = os.hostname();
@@ -266,6 +284,9 @@ export class Worker {
   private fetching?: { inbox: string; on: (m: Msg) => void };
   private running = new Map<string, Attempt>();
   private reporting = new Set<Promise<void>>();
+  private finalQueue: QueuedFinal[] = [];
+  private sendingFinals = false;
+  private batchSeq = 0;
   private held = 0;
   private startedAt = new Date();
   private lastSweep = 0;
@@ -305,6 +326,7 @@ export class Worker {
     this.requeueDelayMs = positive("requeueDelayMs", opts.requeueDelayMs, 1000);
     this.logBuffer = positive("logBuffer", opts.logBuffer, 10_000);
     this.logFlushMs = positive("logFlushIntervalMs", opts.logFlushIntervalMs, 100);
+    this.singleReports = opts.singleReports ?? false;
     this.startedDelayMs = opts.startedDelayMs === undefined || opts.startedDelayMs === 0 ? 1000 : opts.startedDelayMs;
     this.log = opts.logger ?? jsonLogger("info", { service: "executor", worker_id: this.workerId });
     this.stopped = new Promise((resolve) => (this.resolveStopped = resolve));
@@ -1014,7 +1036,8 @@ export class Worker {
       data = JSON.stringify(rep);
     }
     try {
-      await this.publishRetry(this.reportSubject(a.d), data, this.reportID(a.d, rep.kind));
+      if (a.d.report_batches && !this.singleReports) await this.sendFinal(a.d, rep.kind, data);
+      else await this.publishRetry(this.reportSubject(a.d), data, this.reportID(a.d, rep.kind));
     } catch (err) {
       // Without a report the lease must expire for the dispatcher to move on.
       this.release(a);
@@ -1164,6 +1187,76 @@ export class Worker {
     if (wait !== undefined && !rep.permanent) rep.retry_after_ms = Math.max(Math.round(wait), 1); // 0 on the wire means the backoff
     if (rep.error === "") rep.error = "the handler returned an error with an empty message";
     return rep;
+  }
+
+  // --- final reports in batches (executor/finals.go) ---
+  //
+  // The final reports of the attempts whose dispatch message says the
+  // dispatchers take report batches go through one sender: what is queued
+  // when it is free goes out as one message per pool, and what is queued
+  // while that message is published waits for the next. There is no
+  // linger: a lone report goes at once on its attempt's own subject.
+
+  /** sendFinal publishes the final report of d, encoded as data, through the sender; it settles once the report is stored (or failed to be). */
+  private sendFinal(d: Dispatch, kind: ReportKind, data: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.finalQueue.push({ d, kind, data, resolve, reject });
+      if (!this.sendingFinals) void this.sendFinals();
+    });
+  }
+
+  /** sendFinals publishes what is queued until nothing is. */
+  private async sendFinals(): Promise<void> {
+    this.sendingFinals = true;
+    try {
+      while (this.finalQueue.length > 0) {
+        const queued = this.finalQueue;
+        this.finalQueue = [];
+        await this.publishFinals(queued);
+      }
+    } finally {
+      this.sendingFinals = false;
+    }
+  }
+
+  /** publishFinals publishes queued as batches, by pool, each within the max payload and MAX_BATCH_REPORTS; a batch of one is a single report. */
+  private async publishFinals(queued: QueuedFinal[]): Promise<void> {
+    const byPool = new Map<string, QueuedFinal[]>();
+    for (const q of queued) {
+      const pool = q.d.pool || DEFAULT_POOL;
+      const qs = byPool.get(pool);
+      if (qs) qs.push(q);
+      else byPool.set(pool, [q]);
+    }
+    const limit = (this.nc.info?.max_payload ?? 1 << 20) - REPORT_HEADROOM;
+    for (const [pool, all] of byPool) {
+      let qs = all;
+      while (qs.length > 0) {
+        let n = 0;
+        let size = '{"reports":[]}'.length;
+        while (n < qs.length && n < MAX_BATCH_REPORTS) {
+          const len = Buffer.byteLength(qs[n].data) + 1;
+          if (n > 0 && size + len > limit) break;
+          size += len;
+          n++;
+        }
+        const batch = qs.slice(0, n);
+        qs = qs.slice(n);
+        try {
+          if (batch.length === 1) {
+            await this.publishRetry(this.reportSubject(batch[0].d), batch[0].data, this.reportID(batch[0].d, batch[0].kind));
+          } else {
+            // The batch's id, unique to this run of the worker and ending in
+            // its random nonce, makes a retried publish a duplicate the stream drops.
+            const id = `batch-${++this.batchSeq}-${this.nonce}`;
+            await this.publishRetry(this.topology.reportBatch(pool, this.workerId), `{"reports":[${batch.map((q) => q.data).join(",")}]}`, id);
+          }
+          for (const q of batch) q.resolve();
+        } catch (err) {
+          for (const q of batch) q.reject(err as Error);
+        }
+      }
+    }
   }
 
   private async publishRetry(subject: string, data: string, msgID: string): Promise<void> {

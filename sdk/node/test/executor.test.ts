@@ -400,6 +400,41 @@ describe("ctx.progress", () => {
   });
 });
 
+describe("final reports", () => {
+  test("those that end while another is published go in one report batch; each attempt is reported once", async () => {
+    const t = new Topology();
+    const users = JSON.parse(readFileSync(path.join(dev.dir, "nats-users.json"), "utf8")) as Record<string, string>;
+    const observer = await connect({ servers: dev.natsURL, user: "dispatcher", pass: users.dispatcher });
+    const singles: number[] = [];
+    const batches: number[][] = [];
+    observer.subscribe(t.prefix + ".report.default.node-test-main.>", { callback: (err, m) => {
+      if (err) return;
+      if (m.subject.endsWith(".batch")) {
+        batches.push((m.json() as { reports: Array<{ instance_id: number; kind: string }> }).reports.map((r) => r.instance_id));
+      } else {
+        const r = m.json() as { instance_id: number; kind: string };
+        if (r.kind === "succeeded") singles.push(r.instance_id);
+      }
+    } });
+    await observer.flush();
+    try {
+      await dev.applyTask("node-finals", "node.wait");
+      // As many attempts as the worker has slots, each held at its gate.
+      const ids: number[] = [];
+      for (let i = 0; i < 4; i++) ids.push(await dev.fire("node-finals"));
+      await waitFor("the four attempts to wait at their gates", () => ids.every((id) => gates.has(id)));
+      for (const id of ids) gates.get(id)!(); // all four return in one turn of the event loop
+      for (const id of ids) assert.equal((await dev.waitState(id, ["SUCCEEDED", "FAILED"])).state, "SUCCEEDED");
+      const reported = () => [...singles, ...batches.flat()].filter((id) => ids.includes(id)).sort((a, b) => a - b);
+      await waitFor("the four final reports on the wire", () => reported().length >= ids.length);
+      assert.deepEqual(reported(), [...ids].sort((a, b) => a - b), `each attempt's final report once: alone ${JSON.stringify(singles)}, in batches ${JSON.stringify(batches)}`);
+      assert.ok(batches.some((b) => b.length >= 2), `the reports ready while the first was published went together: alone ${JSON.stringify(singles)}, in batches ${JSON.stringify(batches)}`);
+    } finally {
+      await observer.close();
+    }
+  });
+});
+
 describe("a Node worker leaving", () => {
   test("hands back an attempt that outlives its shutdown timeout: the next attempt runs elsewhere at once, no attempt spent", async () => {
     // One attempt only, and a backoff of 10 minutes: only a hand-back runs it again, and at once.
