@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,33 +199,50 @@ func (c *Cluster) Restart(i int) error {
 	return nil
 }
 
-// WaitReady waits until one running node is the JetStream meta leader and
-// every running node is current with it.
+// WaitReady waits until one running node is the JetStream meta leader,
+// every running node is current with it, and the leader knows every
+// running node as an online peer: until it has had a node's statistics it
+// places no stream on that node, so an R3 stream created on a three-node
+// cluster just started, or just restarted, is refused with "no suitable
+// peers for placement, peer offline" (err_code 10005).
 func (c *Cluster) WaitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		leader, behind := "", ""
+		leader, behind, unknown := "", "", ""
+		var leaderNode *server.Server
 		c.mu.Lock()
 		for i, s := range c.nodes {
 			if s == nil {
 				continue
 			}
 			if s.JetStreamIsLeader() {
-				leader = c.opts[i].ServerName
+				leader, leaderNode = c.opts[i].ServerName, s
 			}
 			if !s.JetStreamIsCurrent() && behind == "" {
 				behind = c.opts[i].ServerName
 			}
 		}
+		if leaderNode != nil {
+			peers := leaderNode.JetStreamClusterPeers()
+			for i, s := range c.nodes {
+				if s != nil && !slices.Contains(peers, c.opts[i].ServerName) && unknown == "" {
+					unknown = c.opts[i].ServerName
+				}
+			}
+		}
 		c.mu.Unlock()
-		if leader != "" && behind == "" {
+		if leader != "" && behind == "" && unknown == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			if leader == "" {
+			switch {
+			case leader == "":
 				return fmt.Errorf("no JetStream meta leader after %v", timeout)
+			case behind != "":
+				return fmt.Errorf("node %s not current with meta leader %s after %v", behind, leader, timeout)
+			default:
+				return fmt.Errorf("meta leader %s does not know node %s as an online peer after %v", leader, unknown, timeout)
 			}
-			return fmt.Errorf("node %s not current with meta leader %s after %v", behind, leader, timeout)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -35,12 +35,7 @@ func TestMonitorPortServesJsz(t *testing.T) {
 	if mon == nil || !mon.IP.IsLoopback() {
 		t.Fatalf("monitoring address = %v, want one on loopback", mon)
 	}
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := connect(t, s.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WORK", Subjects: []string{"work.>"}}); err != nil {
@@ -108,22 +103,42 @@ func TestMonitorPortClosedByDefault(t *testing.T) {
 	}
 }
 
+// TestStartClusterPlacesAnR3Stream: a cluster StartCluster returns takes
+// an R3 stream at once: its meta leader knows every node as an online
+// peer. Until the leader has had a node's statistics it refuses an R3
+// stream with "no suitable peers for placement, peer offline" (CI saw it
+// in TestClusterSurvivesANodeRestart); several clusters start side by
+// side, as on a loaded machine.
+func TestStartClusterPlacesAnR3Stream(t *testing.T) {
+	t.Parallel()
+	for i := range 3 {
+		t.Run(fmt.Sprint("cluster", i), func(t *testing.T) {
+			t.Parallel()
+			c := startCluster(t)
+			for i := range c.Size() {
+				if s := c.Node(i); s.JetStreamIsLeader() {
+					if peers := s.JetStreamClusterPeers(); len(peers) != c.Size() {
+						t.Errorf("meta leader %s knows %v as online peers, want all %d nodes", c.NodeName(i), peers, c.Size())
+					}
+				}
+			}
+			js := connect(t, c.URL())
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WORK", Subjects: []string{"work.>"}, Replicas: 3}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestClusterSurvivesANodeRestart starts three nodes, puts an R3 stream on
 // them, stops the stream's leader and writes on: a new leader is elected,
 // and the stopped node, restarted with its store, catches up.
 func TestClusterSurvivesANodeRestart(t *testing.T) {
 	t.Parallel()
-	c, err := natsembed.StartCluster(natsembed.ClusterOptions{Size: 3, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Shutdown)
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	c := startCluster(t)
+	js := connect(t, c.URL())
 	// Generous: a loaded machine (two test suites on two cores) was seen to
 	// take over a minute to elect a leader and catch up.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -203,17 +218,8 @@ func TestClusterKeepsLimitMarkersAcrossARestart(t *testing.T) {
 		t.Skip("known failure: nats-server 2.15.3 loses limit markers when a node restarts; set AX_TEST_CLUSTER=1 or run make test-cluster")
 	}
 	t.Parallel()
-	c, err := natsembed.StartCluster(natsembed.ClusterOptions{Size: 3, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Shutdown)
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	c := startCluster(t)
+	js := connect(t, c.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "leases", TTL: time.Second, LimitMarkerTTL: time.Hour, Replicas: 3})
@@ -292,4 +298,29 @@ func TestClusterKeepsLimitMarkersAcrossARestart(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	fenced("after a node restart")
+}
+
+// startCluster starts a three-node cluster, shut down at the test's end.
+func startCluster(t *testing.T) *natsembed.Cluster {
+	t.Helper()
+	c, err := natsembed.StartCluster(natsembed.ClusterOptions{Size: 3, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	return c
+}
+
+// connect opens a JetStream client on url (a cluster's: every node), closed
+// at the test's end, which reconnects for ever as a client of a cluster
+// whose nodes restart must.
+func connect(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc) // fails only on a bad option
+	return js
 }
