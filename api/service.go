@@ -69,6 +69,7 @@ type Service struct {
 	js      jetstream.JetStream
 	tokens  *tokenCache
 	handler http.Handler
+	ready   chan struct{}
 }
 
 // New checks opts, fills in the defaults and builds the routes. It does no I/O.
@@ -107,7 +108,7 @@ func New(opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new api: jetstream: %w", err)
 	}
-	s := &Service{opts: opts, js: js, tokens: newTokenCache(opts.Store, opts.TokenCacheTTL, opts.Logger)}
+	s := &Service{opts: opts, js: js, tokens: newTokenCache(opts.Store, opts.TokenCacheTTL, opts.Logger), ready: make(chan struct{})}
 	s.handler = s.accessLog(s.routes())
 	return s, nil
 }
@@ -116,12 +117,17 @@ func New(opts Options) (*Service, error) {
 // the caller's own (tests use httptest.NewServer(s.Handler())).
 func (s *Service) Handler() http.Handler { return s.handler }
 
+// Ready returns a channel that is closed once Run listens on Options.Addr:
+// from then on a connection to it is accepted. It is never closed when
+// the API is served through [Service.Handler] alone.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
 // Run serves the API on Options.Addr until ctx ends, then stops taking
 // connections, lets the requests in flight finish for up to
 // Options.ShutdownTimeout, and returns. It returns an error when it cannot
 // listen or the server fails; nil after a clean shutdown. It refuses to
 // start, with an error wrapping [ErrNoAdminToken] that says how to make
-// one, while no live admin token exists.
+// one, while no live admin token exists. A Service runs once.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.checkAdminToken(ctx); err != nil {
 		return err
@@ -137,6 +143,7 @@ func (s *Service) Run(ctx context.Context) error {
 		IdleTimeout:       2 * time.Minute,
 	}
 	s.opts.Logger.Info().Str("addr", ln.Addr().String()).Msg("api listening")
+	close(s.ready)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

@@ -12,19 +12,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
 	"github.com/ax-scheduler/ax/streams"
-	"github.com/ax-scheduler/ax/streams/natsauth"
-	"github.com/ax-scheduler/ax/trigger"
 )
 
 func init() { extraCommands = append(extraCommands, newDevCmd) }
@@ -192,93 +189,51 @@ cleanly; it starts again on the same data.`,
 				natsNote += fmt.Sprintf("\n    every stream and bucket in %d replicas", replicas)
 			}
 
-			var closeConns []func()
-			// Every service gets its own connection, as it would apart.
-			type runner interface{ Run(context.Context) error }
-			var services []func(context.Context) error
-			var names []string
-			add := func(name string, build func(nc *nats.Conn) (runner, error)) error {
-				user, passwords := natsauth.Role(name), natsUsers
-				if user == natsauth.Executor {
-					user, passwords = devOwnUser, map[natsauth.Role]string{devOwnUser: extraPasswords[devOwnUser]}
-				}
-				nc, err := c.connectAs(user, passwords)
-				if err != nil {
-					return err
-				}
-				closeConns = append(closeConns, nc.Close)
-				svc, err := build(nc)
-				if err != nil {
-					return err
-				}
-				services, names = append(services, svc.Run), append(names, name)
-				return nil
+			// Every service on its own connection and NATS user, as it
+			// would run apart; the executor is ax dev's own worker.
+			passwords := map[string]string{devOwnUser: extraPasswords[devOwnUser]}
+			for role, pw := range natsUsers {
+				passwords[string(role)] = pw
 			}
-			defer func() {
-				for _, closeConn := range closeConns {
-					closeConn()
-				}
-			}()
-			for _, err := range []error{
-				add("dispatcher", func(nc *nats.Conn) (runner, error) {
-					return dispatcher.New(dispatcher.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(), DrillFaults: true,
-						Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, History: hist})
-				}),
-				add("trigger", func(nc *nats.Conn) (runner, error) {
-					return trigger.New(trigger.Options{Conn: nc, Store: st, Topology: top, Logger: log})
-				}),
-				add("executor", func(nc *nats.Conn) (runner, error) {
-					return executor.New(executor.Options{Conn: nc, Topology: top, WorkerID: devWorkerID, Mux: mux, Logger: log})
-				}),
-				add("api", func(nc *nats.Conn) (runner, error) {
-					return api.New(api.Options{Store: st, Conn: nc, Topology: top, Addr: httpAddr, Logger: log, Metrics: m.registry()})
-				}),
-				add("auditor", func(nc *nats.Conn) (runner, error) {
-					return auditor.New(auditor.Options{Conn: nc, Store: st, Topology: top, Logger: log, Metrics: m.registry(),
-						ConsoleURL: "http://" + httpAddr, Destinations: alertDestinations(alertAllow)})
-				}),
-			} {
-				if err != nil {
-					return err
-				}
-			}
-
-			// The executor needs the topology the dispatcher ensures; ensure
-			// it here first so the services may start in any order.
-			ensureConn, err := c.connectAs(natsauth.Dispatcher, natsUsers)
+			stack, err := devstack.Start(ctx, devstack.Options{
+				NATSURL: c.natsURL, Passwords: passwords, Store: st, Topology: top,
+				// The executor needs the topology the dispatcher ensures;
+				// the stack ensures it first.
+				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, Ensure: true,
+				Dispatcher: dispatcher.Options{DrillFaults: true, History: hist},
+				API:        api.Options{Addr: httpAddr},
+				Auditor:    auditor.Options{ConsoleURL: "http://" + httpAddr, Destinations: alertDestinations(alertAllow)},
+				Executors:  []devstack.Executor{{User: devOwnUser, Options: executor.Options{WorkerID: devWorkerID, Mux: mux}}},
+				Logger:     log, Metrics: m.registry(),
+			})
 			if err != nil {
 				return err
 			}
-			defer ensureConn.Close()
-			js, err := jetstream.New(ensureConn)
-			if err != nil {
-				return err
-			}
-			if err := top.Ensure(ctx, js, streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}); err != nil {
-				return err
-			}
-			runCtx, cancel := context.WithCancelCause(ctx)
-			defer cancel(nil)
-			var wg sync.WaitGroup
-			run := func(name string, f func(context.Context) error) {
-				wg.Go(func() {
-					if err := f(runCtx); err != nil {
-						cancel(fmt.Errorf("%s: %w", name, err))
-					}
-				})
-			}
+			runCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var (
+				wg         sync.WaitGroup
+				metricsErr error
+			)
+			metricsFailed := make(chan struct{})
 			metricsNote := "off (--metrics-addr)"
 			if m.addr != "" {
-				services = append(services, func(ctx context.Context) error { return serveMetrics(ctx, m.addr, m.registry(), log) })
-				names = append(names, "metrics")
+				wg.Go(func() {
+					if metricsErr = serveMetrics(runCtx, m.addr, m.registry(), log); metricsErr != nil {
+						close(metricsFailed)
+					}
+				})
 				metricsNote = "http://" + metricsListenAddr(m.addr) + "/metrics (no token)"
 			}
-			for i, svc := range services {
-				run(names[i], svc)
+			shutdown := func() error {
+				cancel()
+				err := stack.Stop(context.WithoutCancel(ctx))
+				wg.Wait()
+				return errors.Join(err, metricsErr)
 			}
 			poolNote, err := writeDevPools(dir, c.natsURL, extraPools, extraPasswords)
 			if err != nil {
-				return err
+				return errors.Join(err, shutdown())
 			}
 			tokenNote := "kept in " + filepath.Join(dir, "admin.token")
 			if madeToken {
@@ -296,11 +251,12 @@ Try it:
   ax task apply -f examples/hello.yaml && ax fire hello --payload '{"name":"world"}' --wait
 Ctrl-C stops it.
 `, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), natsNote, poolNote, httpAddr, devAdminName, tokenNote, httpAddr, metricsNote, httpAddr, token)
-			wg.Wait()
-			if err := context.Cause(runCtx); err != nil && !errors.Is(err, context.Canceled) {
-				return err
+			select {
+			case <-ctx.Done():
+			case <-stack.Failed():
+			case <-metricsFailed:
 			}
-			return nil
+			return shutdown()
 		},
 	}
 	c.logFlags(cmd)

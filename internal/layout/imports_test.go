@@ -2,6 +2,7 @@ package layout
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os/exec"
 	"slices"
@@ -34,6 +35,15 @@ var allowed = map[string][]string{
 	"conformance": {"schemas", "streams", "api", "drill", "internal"},
 }
 
+// servicesImporter is the one package under internal/ that may import the
+// services: devstack runs them in one process, for ax dev and the
+// end-to-end tests, so that the wiring exists once. Every other package
+// under internal/ holds small helpers, not services.
+const servicesImporter = module + "internal/devstack"
+
+// servicesImporterMay are the folders servicesImporter may import.
+var servicesImporterMay = []string{"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "internal"}
+
 // testOnly lists imports a folder's tests may add: test servers of the
 // packages below them, and the services an end-to-end test runs.
 var testOnly = map[string][]string{
@@ -54,7 +64,7 @@ func TestImportGraph(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
-	checked := 0
+	checked, sawImporter := 0, false
 	for {
 		var p pkg
 		if err := dec.Decode(&p); err == io.EOF {
@@ -62,30 +72,71 @@ func TestImportGraph(t *testing.T) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		from := top(p.ImportPath)
-		if from == "cmd" || from == "" {
+		sawImporter = sawImporter || p.ImportPath == servicesImporter
+		if from := top(p.ImportPath); from == "cmd" || from == "" {
 			continue
 		}
 		checked++
-		check := func(imports []string, extra []string) {
-			for _, imp := range imports {
-				to := top(imp)
-				if to == "" || to == from || slices.Contains(allowed[from], to) || slices.Contains(extra, to) {
-					continue
-				}
-				if from == "internal" && !slices.Contains(extra, to) {
-					t.Errorf("%s imports %s: internal/ holds small helpers, not services", p.ImportPath, imp)
-					continue
-				}
-				t.Errorf("%s imports %s: %s may import only %v (services talk over NATS, not through each other's code)",
-					p.ImportPath, imp, from, allowed[from])
-			}
+		for _, v := range violations(p) {
+			t.Error(v)
 		}
-		check(p.Imports, nil)
-		check(append(p.TestImports, p.XTestImports...), testOnly[from])
+	}
+	if !sawImporter {
+		t.Errorf("go list did not list %s, whose imports this test allows: update servicesImporter", servicesImporter)
 	}
 	if checked < 8 {
 		t.Fatalf("checked %d packages; go list found too few", checked)
+	}
+}
+
+// violations returns what is wrong with the imports of p, one sentence a
+// forbidden import.
+func violations(p pkg) []string {
+	from := top(p.ImportPath)
+	var may []string
+	if p.ImportPath == servicesImporter {
+		may = servicesImporterMay
+	}
+	var out []string
+	check := func(imports []string, extra []string) {
+		for _, imp := range imports {
+			to := top(imp)
+			if to == "" || to == from || slices.Contains(allowed[from], to) || slices.Contains(extra, to) {
+				continue
+			}
+			if from == "internal" {
+				out = append(out, fmt.Sprintf("%s imports %s: internal/ holds small helpers, not services (only %s runs them)", p.ImportPath, imp, servicesImporter))
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s imports %s: %s may import only %v (services talk over NATS, not through each other's code)",
+				p.ImportPath, imp, from, allowed[from]))
+		}
+	}
+	check(p.Imports, may)
+	check(append(p.TestImports, p.XTestImports...), append(testOnly[from], may...))
+	return out
+}
+
+// TestServicesImporterIsTheOnlyOne holds the exception to one package:
+// devstack may import the services, a package beside it or below it may
+// not, and devstack's tests follow devstack's rule.
+func TestServicesImporterIsTheOnlyOne(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		p    pkg
+		want int
+	}{
+		{pkg{ImportPath: servicesImporter, Imports: []string{module + "dispatcher", module + "api", module + "internal/natsembed"}}, 0},
+		{pkg{ImportPath: module + "internal/natsembed", Imports: []string{module + "dispatcher"}}, 1},
+		{pkg{ImportPath: servicesImporter + "/more", Imports: []string{module + "trigger"}}, 1},
+		{pkg{ImportPath: module + "internal/devstacks", Imports: []string{module + "auditor"}}, 1},
+		// A test of internal/ may run services (the end-to-end tests).
+		{pkg{ImportPath: module + "internal/e2e", XTestImports: []string{module + "dispatcher"}}, 0},
+		{pkg{ImportPath: servicesImporter, Imports: []string{module + "conformance"}}, 1},
+	} {
+		if got := violations(tc.p); len(got) != tc.want {
+			t.Errorf("violations(%s importing %v %v) = %q, want %d", tc.p.ImportPath, tc.p.Imports, tc.p.XTestImports, got, tc.want)
+		}
 	}
 }
 
