@@ -113,7 +113,9 @@ func (s *Service) holdLoop(ctx, work context.Context) error {
 			s.log.Debug().Int("firings", len(due)).Msg("held firings due")
 			batches.Go(func() {
 				defer func() { <-slots }()
-				s.fire(work, due)
+				if rest := s.fire(work, due); rest != nil {
+					rest()
+				}
 			})
 			continue
 		}

@@ -99,10 +99,21 @@ type Service struct {
 	// book is what the reaper's watch learned of the leases, which the
 	// fence reads (see fence.go).
 	book *leaseBook
+	// beforeTriggerAcks, set by tests only, runs in the rest of a batch of
+	// firings (see [Service.fire]) before its publishes' acknowledgements
+	// are awaited: a test holds it to hold the acknowledgements.
+	beforeTriggerAcks func([]firing)
 }
 
 // DefaultBatchSize is the default of [Options.BatchSize].
 const DefaultBatchSize = 500
+
+// triggerBatchesInFlight is how many batches of firings may await their
+// publishes' acknowledgements at once while the next batch is handled (see
+// [consumeBatches]). With batches of DefaultBatchSize it keeps the
+// dispatch messages awaiting an acknowledgement well under the 4,000 that
+// jetstream lets a connection have before its publishes stall.
+const triggerBatchesInFlight = 4
 
 // New validates opts and fills the defaults. It does no I/O.
 func New(opts Options) (*Service, error) {
@@ -264,10 +275,15 @@ func (s *Service) run(ctx context.Context) error {
 	close(s.ready)
 	loops := []func() error{
 		func() error {
-			return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, s.metrics.counted("triggers", s.handleTriggers))
+			return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, triggerBatchesInFlight,
+				s.metrics.counted("triggers", s.handleTriggers))
 		},
 		func() error {
-			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, s.metrics.counted("reports", s.handleReports))
+			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, 1, s.metrics.counted("reports",
+				func(ctx context.Context, msgs []jetstream.Msg) func() {
+					s.handleReports(ctx, msgs)
+					return nil
+				}))
 		},
 		func() error { return s.reap(runCtx, work, leases, reportStream) },
 		func() error { return s.answerFences(runCtx, work, leases, reportStream) },

@@ -44,8 +44,10 @@ func (f firing) due() time.Time {
 // those due now are fired at once, those due within holdWindow are held in
 // memory until their time, and those due later are re-published as one-shot
 // message schedules (and acknowledged), so that no client has to schedule
-// its own delayed firings.
-func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg) {
+// its own delayed firings. It returns once the batch's instances are
+// committed and its publishes sent; the rest it returns awaits their
+// acknowledgements and acknowledges the messages (see [batchHandler]).
+func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg) func() {
 	var now, later []firing
 	t := s.now()
 	for _, m := range msgs {
@@ -62,17 +64,36 @@ func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg) {
 			later = append(later, f)
 		}
 	}
-	s.schedule(ctx, later)
-	s.fire(ctx, now)
+	scheduled, fired := s.schedule(ctx, later), s.fire(ctx, now)
+	switch {
+	case scheduled == nil:
+		return fired
+	case fired == nil:
+		return scheduled
+	}
+	return func() {
+		scheduled()
+		fired()
+	}
 }
 
 // fire turns firings that are due into instances and attempts: one
 // statement creates the new instances, one starts the retries, then every
-// attempt is published and the acknowledgements awaited together before the
-// trigger messages are acknowledged.
-func (s *Service) fire(ctx context.Context, firings []firing) {
+// attempt is published. It returns then, with the rest of the batch, which
+// awaits the acknowledgements together and only then acknowledges the
+// trigger messages; nil when the batch failed and is redelivered.
+//
+// The next batch's statements may run while this batch's acknowledgements
+// are awaited (see [consumeBatches]): the order of the batches' commits,
+// and of their publishes, is the order of the batches, so limits and
+// ordering hold as with one batch at a time. A crash between the commit and
+// the trigger messages' acknowledgement leaves them to be redelivered: the
+// instances they find committed are returned by CreateInstances (or
+// StartRetries) and published again, which their message ids make a no-op
+// for those the server took.
+func (s *Service) fire(ctx context.Context, firings []firing) func() {
 	if len(firings) == 0 {
-		return
+		return nil
 	}
 	var (
 		fresh   []firing
@@ -100,7 +121,7 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 	tasks, err := s.opts.Store.GetTasks(ctx, names)
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
-		return
+		return nil
 	}
 	var create []store.NewInstance
 	limitedCreate := make(map[string][]store.NewInstance) // by task, for tasks with max_running_instances
@@ -124,7 +145,7 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 		in, err := s.newInstance(f, rec)
 		if err != nil {
 			s.retryLater(msgsOf(firings), err)
-			return
+			return nil
 		}
 		if n, _ := limited(rec.Definition); n > 0 {
 			limitedCreate[f.task] = append(limitedCreate[f.task], in)
@@ -141,7 +162,7 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 		})
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
-		return
+		return nil
 	}
 	for _, task := range slices.Sorted(maps.Keys(limitedCreate)) {
 		n, strategy := limited(tasks[task].Definition)
@@ -151,26 +172,26 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 			})
 		if err != nil {
 			s.retryLater(msgsOf(firings), err)
-			return
+			return nil
 		}
 		attempts, victims, refused = append(attempts, a...), append(victims, v...), append(refused, r...)
 	}
 	skipped, termed, err := s.recordRefused(ctx, refused, byKey)
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
-		return
+		return nil
 	}
 	attempts = append(attempts, skipped...)
 	cancelled, err := s.opts.Store.CancelInstances(ctx, cancels)
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
-		return
+		return nil
 	}
 	victims = append(victims, cancelled...)
 	retried, err := s.opts.Store.StartRetries(ctx, retries)
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
-		return
+		return nil
 	}
 	// A SKIPPED or cancelled instance ends its run's branch: the tasks
 	// chained after it fire (or are SKIPPED in turn), and its task's
@@ -179,29 +200,41 @@ func (s *Service) fire(ctx context.Context, firings []firing) {
 	promoted, err := s.afterEnds(ctx, batch, append(attemptEnds(attempts), s.stopVictims(victims)...))
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
-		return
+		return nil
 	}
 	attempts = append(append(attempts, retried...), promoted...)
-	if err := s.publishAttempts(ctx, batch, attempts); err != nil {
+	sent, err := s.sendAttempts(ctx, batch, attempts)
+	if err != nil {
 		s.retryLater(msgsOf(firings), err)
-		return
+		return nil
 	}
-	for _, f := range firings {
-		if !termed[f.msg] {
-			_ = f.msg.Ack()
+	return func() {
+		if s.beforeTriggerAcks != nil {
+			s.beforeTriggerAcks(firings)
+		}
+		if err := sent.await(ctx); err != nil {
+			s.retryLater(msgsOf(firings), err)
+			return
+		}
+		for _, f := range firings {
+			if !termed[f.msg] {
+				_ = f.msg.Ack()
+			}
 		}
 	}
 }
 
 // schedule re-publishes firings that are due later than holdWindow as
 // one-shot message schedules on their own ax.sched subject, due scheduleLead
-// before their run_at, and then acknowledges them. The schedule carries the
+// before their run_at; the rest it returns awaits the acknowledgements and
+// then acknowledges the firings (nil when the batch failed and is
+// redelivered). The schedule carries the
 // event with its event id spelt out and its delay resolved to run_at, so the
 // firing it publishes is the same one. It has no message id: a schedule
 // published twice replaces itself on its subject.
-func (s *Service) schedule(ctx context.Context, firings []firing) {
+func (s *Service) schedule(ctx context.Context, firings []firing) func() {
 	if len(firings) == 0 {
-		return
+		return nil
 	}
 	batch := streams.NewAsyncBatch(s.js)
 	for _, f := range firings {
@@ -216,18 +249,20 @@ func (s *Service) schedule(ctx context.Context, firings []firing) {
 			s.scheduleAt(ev.RunAt), ev)
 		if err != nil {
 			s.retryLater(msgsOf(firings), err)
-			return
+			return nil
 		}
 		batch.Add(m)
 	}
-	if err := batch.Wait(ctx); err != nil {
-		s.retryLater(msgsOf(firings), err)
-		return
-	}
-	for _, f := range firings {
-		s.log.Debug().Str("task", f.task).Str("event_id", f.event.EventID).Time("run_at", f.event.RunAt).
-			Msg("delayed firing scheduled")
-		_ = f.msg.Ack()
+	return func() {
+		if err := batch.Wait(ctx); err != nil {
+			s.retryLater(msgsOf(firings), err)
+			return
+		}
+		for _, f := range firings {
+			s.log.Debug().Str("task", f.task).Str("event_id", f.event.EventID).Time("run_at", f.event.RunAt).
+				Msg("delayed firing scheduled")
+			_ = f.msg.Ack()
+		}
 	}
 }
 
@@ -463,14 +498,46 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance
 	return in, nil
 }
 
-// publishAttempts fans out the firings of sharded and broadcast tasks into
+// publishAttempts sends the attempts (see [Service.sendAttempts]) and
+// awaits them with whatever batch holds already.
+func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch, attempts []store.Attempt) error {
+	sent, err := s.sendAttempts(ctx, batch, attempts)
+	if err != nil {
+		return err
+	}
+	return sent.await(ctx)
+}
+
+// sentAttempts is a batch of attempts sent and not yet acknowledged.
+type sentAttempts struct {
+	s     *Service
+	batch *streams.AsyncBatch
+	rings map[string]bool
+}
+
+// await awaits the acknowledgements of everything the batch holds
+// together, then rings each doorbell of the attempts' queues once: an
+// executor that the ring wakes finds the attempt stored.
+func (sa sentAttempts) await(ctx context.Context) error {
+	n := sa.batch.Len()
+	if err := sa.batch.Wait(ctx); err != nil {
+		return fmt.Errorf("publish %d attempts and firings: %w", n, err)
+	}
+	for ring := range sa.rings {
+		// The doorbell is a hint: an idle executor that misses it polls anyway.
+		_ = sa.s.opts.Conn.Publish(ring, nil)
+	}
+	return nil
+}
+
+// sendAttempts fans out the firings of sharded and broadcast tasks into
 // their children (see [Service.fanOut]), routes every DISPATCHED attempt
-// (see [Service.route]) and publishes it, with whatever batch holds
-// already, awaits the acknowledgements together, then rings each doorbell
-// once. Re-publishing an attempt is harmless: its message id dedupes it. An attempt that no
+// (see [Service.route]) and publishes it into batch without awaiting the
+// acknowledgement, which the sentAttempts it returns awaits.
+// Re-publishing an attempt is harmless: its message id dedupes it. An attempt that no
 // live worker may take now is routed again after rerouteDelay, with a
 // warning naming its pool and min_worker_version.
-func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch, attempts []store.Attempt) error {
+func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, attempts []store.Attempt) (sentAttempts, error) {
 	var parents, routed []store.Attempt
 	for _, a := range attempts {
 		switch {
@@ -484,7 +551,7 @@ func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch
 	}
 	children, err := s.fanOut(ctx, batch, parents)
 	if err != nil {
-		return fmt.Errorf("fan out %d firings: %w", len(parents), err)
+		return sentAttempts{}, fmt.Errorf("fan out %d firings: %w", len(parents), err)
 	}
 	rings := make(map[string]bool)
 	load := make(map[string]int) // attempts this batch routed to each worker
@@ -498,7 +565,7 @@ func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch
 				Str("pool", a.Pool).Str("min_worker_version", a.MinWorkerVersion).Dur("retry_in", rerouteDelay).
 				Msg("no live worker may take the attempt; routing it again later")
 			if err := s.addReroute(batch, a); err != nil {
-				return err
+				return sentAttempts{}, err
 			}
 			continue
 		}
@@ -526,20 +593,12 @@ func (s *Service) publishAttempts(ctx context.Context, batch *streams.AsyncBatch
 		}
 		m, err := dispatchMsg(r, d)
 		if err != nil {
-			return err
+			return sentAttempts{}, err
 		}
 		batch.Add(m)
 		rings[r.ring] = true
 	}
-	n := batch.Len()
-	if err := batch.Wait(ctx); err != nil {
-		return fmt.Errorf("publish %d attempts and firings: %w", n, err)
-	}
-	for ring := range rings {
-		// The doorbell is a hint: an idle executor that misses it polls anyway.
-		_ = s.opts.Conn.Publish(ring, nil)
-	}
-	return nil
+	return sentAttempts{s: s, batch: batch, rings: rings}, nil
 }
 
 func dispatchMsgID(id int64, attempt int) string {
