@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/pprof"
 	"slices"
 	"sync"
@@ -41,8 +42,9 @@ import (
 var Services = []natsauth.Role{natsauth.Dispatcher, natsauth.Trigger, natsauth.API, natsauth.Auditor}
 
 // Options configures a stack. The options of each service are the
-// caller's to tune; the stack sets what it owns (Conn, Store, Topology,
-// Logger) and fills the shared ones (Metrics, Streams) where they are zero.
+// caller's to tune; the stack sets what it owns (Conn, Store, Topology)
+// and fills the shared ones (Logger, Metrics, Streams) where they are
+// zero.
 type Options struct {
 	// NATSURL is the URL of the NATS server or cluster. Required.
 	NATSURL string
@@ -102,7 +104,8 @@ type Executor struct {
 	Name string
 	// User is the NATS user it connects as (default natsauth.Executor).
 	User string
-	// Options are the executor's; the stack sets Conn, Topology and Logger.
+	// Options are the executor's; the stack sets Conn and Topology, and
+	// Logger where it is zero.
 	Options executor.Options
 }
 
@@ -196,7 +199,7 @@ func (s *Stack) make(opts Options, roles []natsauth.Role) error {
 		if err != nil {
 			return err
 		}
-		o.Conn, o.Store, o.Topology, o.Logger = nc, opts.Store, opts.Topology, opts.Logger
+		o.Conn, o.Store, o.Topology, o.Logger = nc, opts.Store, opts.Topology, orLogger(o.Logger, opts.Logger)
 		if o.Streams == (streams.Config{}) {
 			o.Streams = opts.Streams
 		}
@@ -214,7 +217,7 @@ func (s *Stack) make(opts Options, roles []natsauth.Role) error {
 		if err != nil {
 			return err
 		}
-		o.Conn, o.Store, o.Topology, o.Logger = nc, opts.Store, opts.Topology, opts.Logger
+		o.Conn, o.Store, o.Topology, o.Logger = nc, opts.Store, opts.Topology, orLogger(o.Logger, opts.Logger)
 		if s.Trigger, err = trigger.New(o); err != nil {
 			return err
 		}
@@ -233,7 +236,7 @@ func (s *Stack) make(opts Options, roles []natsauth.Role) error {
 			return err
 		}
 		o := e.Options
-		o.Conn, o.Topology, o.Logger = nc, opts.Topology, opts.Logger
+		o.Conn, o.Topology, o.Logger = nc, opts.Topology, orLogger(o.Logger, opts.Logger)
 		ex, err := executor.New(o)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -247,7 +250,7 @@ func (s *Stack) make(opts Options, roles []natsauth.Role) error {
 		if err != nil {
 			return err
 		}
-		o.Conn, o.Store, o.Topology, o.Logger = nc, opts.Store, opts.Topology, opts.Logger
+		o.Conn, o.Store, o.Topology, o.Logger = nc, opts.Store, opts.Topology, orLogger(o.Logger, opts.Logger)
 		if o.Metrics == nil && opts.Metrics != nil {
 			o.Metrics = opts.Metrics
 		}
@@ -265,7 +268,7 @@ func (s *Stack) make(opts Options, roles []natsauth.Role) error {
 		if err != nil {
 			return err
 		}
-		o.Conn, o.Store, o.Topology, o.Logger = nc, opts.Store, opts.Topology, opts.Logger
+		o.Conn, o.Store, o.Topology, o.Logger = nc, opts.Store, opts.Topology, orLogger(o.Logger, opts.Logger)
 		if o.Metrics == nil && opts.Metrics != nil {
 			o.Metrics = opts.Metrics
 		}
@@ -276,6 +279,14 @@ func (s *Stack) make(opts Options, roles []natsauth.Role) error {
 		s.add("auditor", s.Auditor.Run, nil)
 	}
 	return nil
+}
+
+// orLogger returns own unless it is the zero Logger, else the stack's.
+func orLogger(own, stack zerolog.Logger) zerolog.Logger {
+	if reflect.ValueOf(own).IsZero() {
+		return stack
+	}
+	return own
 }
 
 // add appends a service to start.

@@ -20,8 +20,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/cpustat"
+	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/gctune"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -39,18 +39,16 @@ import (
 func benchSystem(b *testing.B) *benchRig {
 	ttl := envDuration(b, "AX_BENCH_LEASE_TTL", streams.DefaultLeaseTTL)
 	benchGC.Do(func() { benchGCSetting = gctune.Apply() })
-	s := &benchRig{system: newSystemTTL(b, ttl), hops: newHopTrace()}
-	s.log = zerolog.Nop()
+	hops := newHopTrace()
 	mux := executor.NewMux()
 	mux.HandleFunc("bench.noop", func(_ context.Context, j *executor.Job) (any, error) {
-		s.hops.handlerStarted(j.InstanceID)
+		hops.handlerStarted(j.InstanceID)
 		return nil, nil
 	})
-	serviceLabel("executor")
-	conn, _ := s.srv.Connect()
-	executortest.Run(b, executor.Options{Conn: conn, WorkerID: "bench", Mux: mux, Slots: 256, Logger: s.log})
-	pprof.SetGoroutineLabels(context.Background())
-	s.benchConns = map[string]*nats.Conn{"dispatcher": s.dispatchConn, "executor": conn, "firing": s.js.Conn()}
+	s := &benchRig{system: newSystemWith(b, ttl, devstack.Executor{
+		Options: executor.Options{WorkerID: "bench", Mux: mux, Slots: 256, Logger: zerolog.Nop()}}), hops: hops}
+	s.log = zerolog.Nop()
+	s.benchConns = map[string]*nats.Conn{"dispatcher": s.dispatchConn, "executor": s.stack.Conn("executor"), "firing": s.js.Conn()}
 	s.apply(`
 task_name: noop
 execution:

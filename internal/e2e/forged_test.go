@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -14,14 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ax-scheduler/ax/api"
-	"github.com/ax-scheduler/ax/api/apiclient"
-	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/natsembed"
-	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -70,23 +66,11 @@ func newAuthSystem(t *testing.T) *authSystem {
 	st := store.New(pool)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	a.system = &system{t: t, store: st, pool: pool, log: log}
-	d, err := dispatcher.New(dispatcher.Options{Conn: a.connect(string(natsauth.Dispatcher)), Store: st,
-		Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log, Metrics: a.reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Start(a.t, "dispatcher", d)
-	a.dispatcher = d
-	srv, err := api.New(api.Options{Store: st, Conn: a.connect(string(natsauth.API)), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	a.apiURL = hs.URL
-	a.admin = apitest.Admin(t, st)
-	a.client = apiclient.NewClient(hs.URL, hs.Client())
-	a.client.Token = a.admin
+	a.stack, _ = a.startStack(devstack.Options{NATSURL: ns.ClientURL(), Passwords: passwords,
+		Services: []natsauth.Role{natsauth.Dispatcher, natsauth.API}, Streams: streams.Config{LeaseTTL: leaseTTL},
+		Dispatcher: dispatcher.Options{Metrics: a.reg}})
+	a.dispatcher = a.stack.Dispatcher
+	a.serveAPI(a.stack.API)
 	return a
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -13,16 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ax-scheduler/ax/api"
-	"github.com/ax-scheduler/ax/api/apiclient"
-	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/internal/servicetest"
+	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
 	"github.com/ax-scheduler/ax/streams/streamstest"
 )
 
@@ -36,17 +33,8 @@ func newBareSystem(t *testing.T, ttl time.Duration) *system {
 	st := store.New(pool)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	s := &system{t: t, srv: srv, js: js, store: st, pool: pool, log: log}
-	apiConn, _ := srv.Connect()
-	a, err := api.New(api.Options{Store: st, Conn: apiConn, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(a.Handler())
-	t.Cleanup(hs.Close)
-	s.admin = apitest.Admin(t, st)
-	s.client = apiclient.NewClient(hs.URL, hs.Client())
-	s.client.Token = s.admin
-	s.apiURL = hs.URL
+	s.stack, _ = s.startStack(devstack.Options{NATSURL: srv.URL, Services: []natsauth.Role{natsauth.API}})
+	s.serveAPI(s.stack.API)
 	return s
 }
 
@@ -54,21 +42,12 @@ func newBareSystem(t *testing.T, ttl time.Duration) *system {
 // returns once it is ready; stop stops it and waits until it has.
 func (s *system) startDispatcher(ttl time.Duration, tune ...func(*dispatcher.Options)) (stop func()) {
 	s.t.Helper()
-	conn, _ := s.srv.Connect()
-	opts := dispatcher.Options{Conn: conn, Store: s.store, Streams: streams.Config{LeaseTTL: ttl}, Logger: s.log}
+	opts := devstack.Options{NATSURL: s.srv.URL, Streams: streams.Config{LeaseTTL: ttl}, Services: []natsauth.Role{natsauth.Dispatcher}}
 	for _, f := range tune {
-		f(&opts)
+		f(&opts.Dispatcher)
 	}
-	d, err := dispatcher.New(opts)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	running := servicetest.Start(s.t, "dispatcher", d)
-	return func() {
-		if err := running.Stop(); err != nil {
-			s.t.Errorf("dispatcher: %v", err)
-		}
-	}
+	_, stop = s.startStack(opts)
+	return stop
 }
 
 // counterValue is the sum of the counters called name in reg whose label

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime/pprof"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,12 +24,14 @@ import (
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
 	"github.com/ax-scheduler/ax/streams/streamstest"
 )
 
@@ -56,6 +59,9 @@ type system struct {
 	// dispatcher is the system's dispatcher, dispatchConn its connection.
 	dispatcher   *dispatcher.Service
 	dispatchConn *nats.Conn
+	// stack runs the system's services (nil for a system of a test's own
+	// making).
+	stack *devstack.Stack
 }
 
 // newSystem starts a system; tune adjusts the dispatcher's options.
@@ -70,6 +76,13 @@ func newSystem(t testing.TB, tune ...func(*dispatcher.Options)) *system {
 // profile of a benchmark splits by service.
 func newSystemTTL(t testing.TB, ttl time.Duration, tune ...func(*dispatcher.Options)) *system {
 	t.Helper()
+	return newSystemWith(t, ttl, devstack.Executor{}, tune...)
+}
+
+// newSystemWith is newSystemTTL with an executor in the stack when ex has
+// options (a worker id).
+func newSystemWith(t testing.TB, ttl time.Duration, ex devstack.Executor, tune ...func(*dispatcher.Options)) *system {
+	t.Helper()
 	defer pprof.SetGoroutineLabels(context.Background())
 	serviceLabel("nats-server")
 	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: ttl})
@@ -81,33 +94,55 @@ func newSystemTTL(t testing.TB, ttl time.Duration, tune ...func(*dispatcher.Opti
 		log = log.Level(zerolog.DebugLevel)
 	}
 	s := &system{t: t, srv: srv, js: js, store: st, pool: pool, log: log}
-
-	serviceLabel("dispatcher")
-	dispatchConn, _ := srv.Connect()
-	opts := dispatcher.Options{Conn: dispatchConn, Store: st, Streams: streams.Config{LeaseTTL: ttl}, Logger: log}
+	opts := devstack.Options{NATSURL: srv.URL, Streams: streams.Config{LeaseTTL: ttl},
+		Services: []natsauth.Role{natsauth.Dispatcher, natsauth.API}, ProfileLabels: true}
 	for _, f := range tune {
-		f(&opts)
+		f(&opts.Dispatcher)
 	}
-	d, err := dispatcher.New(opts)
-	if err != nil {
-		t.Fatal(err)
+	if ex.Options.WorkerID != "" {
+		opts.Executors = []devstack.Executor{ex}
 	}
-	s.dispatcher, s.dispatchConn = d, dispatchConn
-	servicetest.Start(s.t, "dispatcher", d)
-
+	s.stack, _ = s.startStack(opts)
+	s.dispatcher, s.dispatchConn = s.stack.Dispatcher, s.stack.Conn("dispatcher")
 	serviceLabel("api")
-	apiConn, _ := srv.Connect()
-	a, err := api.New(api.Options{Store: st, Conn: apiConn, Logger: log})
+	s.serveAPI(s.stack.API)
+	return s
+}
+
+// startStack starts the services of opts (devstack) on s's store with s's
+// logger, and stops them when the test ends, failing the test with the
+// errors of their Runs; stop stops them before, reporting the same way,
+// once. It fails the test when a service does not start.
+func (s *system) startStack(opts devstack.Options) (stack *devstack.Stack, stop func()) {
+	s.t.Helper()
+	opts.Store, opts.Logger = s.store, s.log
+	ctx, cancel := context.WithTimeout(context.Background(), servicetest.ReadyTimeout)
+	defer cancel()
+	stack, err := devstack.Start(ctx, opts)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
+	stop = sync.OnceFunc(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), servicetest.StopTimeout)
+		defer cancel()
+		if err := stack.Stop(ctx); err != nil {
+			s.t.Errorf("%v", err)
+		}
+	})
+	s.t.Cleanup(stop)
+	return stack, stop
+}
+
+// serveAPI serves a, made but not run by a stack, on a test HTTP server,
+// with an admin token for s.client.
+func (s *system) serveAPI(a *api.Service) {
+	s.t.Helper()
 	hs := httptest.NewServer(a.Handler())
-	t.Cleanup(hs.Close)
-	s.admin = apitest.Admin(t, st)
+	s.t.Cleanup(hs.Close)
+	s.admin = apitest.Admin(s.t, s.store)
 	s.client = apiclient.NewClient(hs.URL, hs.Client())
 	s.client.Token = s.admin
 	s.apiURL = hs.URL
-	return s
 }
 
 // serviceLabel sets the pprof label "service" of the calling goroutine, which
