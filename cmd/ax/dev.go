@@ -19,6 +19,7 @@ import (
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/devstack"
+	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
 	"github.com/ax-scheduler/ax/streams"
@@ -195,6 +196,15 @@ cleanly; it starts again on the same data.`,
 			for role, pw := range natsUsers {
 				passwords[string(role)] = pw
 			}
+			// Every listener is up before the banner says where: the API's
+			// once the stack has started, the metrics' here.
+			var metricsLn net.Listener
+			if m.addr != "" {
+				if metricsLn, err = listenMetrics(ctx, m.addr, log); err != nil {
+					return err
+				}
+				defer metricsLn.Close()
+			}
 			stack, err := devstack.Start(ctx, devstack.Options{
 				NATSURL: c.natsURL, Passwords: passwords, Store: st, Topology: top,
 				// The executor needs the topology the dispatcher ensures;
@@ -219,7 +229,7 @@ cleanly; it starts again on the same data.`,
 			metricsNote := "off (--metrics-addr)"
 			if m.addr != "" {
 				wg.Go(func() {
-					if metricsErr = serveMetrics(runCtx, m.addr, m.registry(), log); metricsErr != nil {
+					if metricsErr = metrics.ServeListener(runCtx, metricsLn, m.registry(), log); metricsErr != nil {
 						close(metricsFailed)
 					}
 				})

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ax-scheduler/ax/store/storetest"
 )
 
 func TestMonitorAddr(t *testing.T) {
@@ -88,5 +91,37 @@ func TestCheckLeaseTTL(t *testing.T) {
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)) {
 			t.Errorf("checkLeaseTTL(%v) = %v, want %q", tc.d, err, tc.want)
 		}
+	}
+}
+
+// TestDevBannerOnlyOnceListening takes, in turn, the address ax dev's API
+// and its metrics are to listen on: ax dev must say so and exit without
+// its banner, which names those addresses as listening (it printed the
+// banner first, and failed after).
+func TestDevBannerOnlyOnceListening(t *testing.T) {
+	t.Parallel()
+	for _, taken := range []string{"--http", "--metrics-addr"} {
+		t.Run(taken, func(t *testing.T) {
+			t.Parallel()
+			held, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			addrs := map[string]string{"--http": "127.0.0.1:0", "--metrics-addr": "127.0.0.1:0", "--nats": "127.0.0.1:0"}
+			addrs[taken] = held.Addr().String()
+			args := []string{"dev", "--data", t.TempDir(), "--database-url", storetest.URL(t), "--nats-monitor", "off", "--log-level", "warn"}
+			for flag, addr := range addrs {
+				args = append(args, flag, addr)
+			}
+			var out, errOut bytes.Buffer
+			code := run(t.Context(), args, strings.NewReader(""), &out, &errOut)
+			if code != 1 || !strings.Contains(errOut.String(), "address already in use") {
+				t.Errorf("ax dev %s <taken>: exit %d, stderr %q, want exit 1 saying the address is in use", taken, code, errOut.String())
+			}
+			if strings.Contains(out.String(), "AX is running") {
+				t.Errorf("ax dev %s <taken> printed its banner before it failed:\n%s", taken, out.String())
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 
@@ -43,13 +44,28 @@ func metricsListenAddr(addr string) string {
 // serveMetrics serves reg on --metrics-addr addr until ctx ends, with a
 // warning when anyone beyond this machine may read them.
 func serveMetrics(ctx context.Context, addr string, reg prometheus.Gatherer, log zerolog.Logger) error {
+	ln, err := listenMetrics(ctx, addr, log)
+	if err != nil {
+		return err
+	}
+	return metrics.ServeListener(ctx, ln, reg, log)
+}
+
+// listenMetrics listens on --metrics-addr addr for [metrics.ServeListener],
+// with a warning when anyone beyond this machine may read the metrics.
+func listenMetrics(ctx context.Context, addr string, log zerolog.Logger) (net.Listener, error) {
 	addr = metricsListenAddr(addr)
 	if host, _, err := net.SplitHostPort(addr); err == nil {
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			log.Warn().Str("addr", addr).Msg("metrics served without a token beyond loopback: anyone who reaches this address reads them; keep it on a private network")
 		}
 	}
-	return metrics.Serve(ctx, addr, reg, log)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serve metrics: listen on %s: %w", addr, err)
+	}
+	return ln, nil
 }
 
 // registry returns the registry of the process: the Go runtime and process

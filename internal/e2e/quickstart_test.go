@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,9 +92,11 @@ func TestQuickStart(t *testing.T) {
 }
 
 // startQuickStartDev starts ax dev on loopback ports free a moment before
-// and waits for its banner and for its API and metrics to answer (ax dev
-// prints the banner before those listen); it returns the HTTP address, the
-// process's output and the banner's exports (AX_API_URL, AX_TOKEN). A port
+// and waits for its banner; the moment the banner is out, the API, the
+// metrics, NATS and NATS's monitoring must each accept a connection, with
+// no retry, as a newcomer's next command would. It returns the HTTP
+// address, the process's output and the banner's exports (AX_API_URL,
+// AX_TOKEN). A port
 // picked free can be taken by another process before ax dev listens on it:
 // when ax dev exits saying so, it starts again on fresh ports (at most
 // five times); any other exit fails the test.
@@ -106,10 +110,11 @@ func startQuickStartDev(t *testing.T, bin string) (string, *lockedBuffer, []stri
 		}
 		httpAddr, natsAddr, monAddr, metricsAddr := ports[0], ports[1], ports[2], ports[3]
 		out := &lockedBuffer{}
+		banner := &bannerWatch{w: out, re: exports, seen: make(chan struct{})}
 		dev := exec.Command(bin, "dev", "--data", t.TempDir(), "--http", httpAddr, "--nats", natsAddr,
 			"--nats-monitor", monAddr, "--metrics-addr", metricsAddr, "--log-level", "warn")
 		dev.Env = append(os.Environ(), "DATABASE_URL="+storetest.URL(t))
-		dev.Stdout, dev.Stderr = out, out
+		dev.Stdout, dev.Stderr = banner, banner
 		if err := dev.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -124,28 +129,58 @@ func startQuickStartDev(t *testing.T, bin string) (string, *lockedBuffer, []stri
 				<-exited
 			}
 		}
-		var m []string
 		var exitErr error
-		gone := false
-		waitFor(t, "ax dev's banner, API and metrics", 3*time.Minute, func() (bool, error) {
-			select {
-			case exitErr = <-exited:
-				gone = true
-				return true, nil
-			default:
+		select {
+		case <-banner.seen:
+			// At once, no retry: every address the banner names listens.
+			for _, url := range []string{"http://" + httpAddr + "/healthz", "http://" + metricsAddr + "/metrics", "http://" + monAddr + "/varz"} {
+				if !answers(url) {
+					t.Errorf("%s does not answer right after the banner", url)
+				}
 			}
-			m = exports.FindStringSubmatch(out.String())
-			return m != nil && answers("http://"+httpAddr+"/healthz") && answers("http://"+metricsAddr+"/metrics"), nil
-		})
-		if !gone {
+			if c, err := net.Dial("tcp", natsAddr); err != nil {
+				t.Errorf("NATS at %s takes no connection right after the banner: %v", natsAddr, err)
+			} else {
+				c.Close()
+			}
 			t.Cleanup(stop)
-			return httpAddr, out, m
+			return httpAddr, out, exports.FindStringSubmatch(out.String())
+		case exitErr = <-exited:
+		case <-time.After(3 * time.Minute):
+			stop()
+			t.Fatalf("no banner from ax dev after 3 minutes:\n%s", out.String())
 		}
 		if !strings.Contains(out.String(), "address already in use") || try == 5 {
 			t.Fatalf("ax dev exited (%v) before its banner (start %d):\n%s", exitErr, try, out.String())
 		}
 		t.Logf("ax dev found a port taken (start %d), starting again on fresh ports:\n%s", try, out.String())
 	}
+}
+
+// bannerWatch passes ax dev's output to w and closes seen the moment the
+// output matches re (the banner's last lines).
+type bannerWatch struct {
+	w    io.Writer
+	re   *regexp.Regexp
+	seen chan struct{}
+
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	done bool
+}
+
+func (b *bannerWatch) Write(p []byte) (int, error) {
+	n, err := b.w.Write(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.done {
+		b.buf.Write(p)
+		if b.re.Match(b.buf.Bytes()) {
+			b.done = true
+			close(b.seen)
+		}
+	}
+	return n, err
 }
 
 // answers reports whether a GET of url answers 200 OK.
