@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -12,22 +11,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
-	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/auditor"
-	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/natsembed"
-	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 	"github.com/ax-scheduler/ax/streams/natsauth/natsauthtest"
-	"github.com/ax-scheduler/ax/trigger"
 )
 
 // TestNATSPermissions runs every service on a server with a user per role:
@@ -55,41 +49,23 @@ func TestNATSPermissions(t *testing.T) {
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	s := &system{t: t, store: st, pool: pool, log: log}
 
-	// Each service on its own user; a permission it lacks shows up as a
-	// violation on its connection.
+	// Each service on its own user, as ax dev runs them; a permission it
+	// lacks shows up as a violation on its connection.
 	serviceRefusals := map[natsauth.Role]*natsauthtest.Refusals{}
-	conns := map[natsauth.Role]*nats.Conn{}
+	byUser := map[string]string{}
 	for _, role := range natsauth.Roles {
-		conns[role], serviceRefusals[role] = connect(role)
+		serviceRefusals[role], byUser[string(role)] = natsauthtest.New(), passwords[role]
 	}
-	d, err := dispatcher.New(dispatcher.Options{Conn: conns[natsauth.Dispatcher], Store: st, Streams: streams.Config{LeaseTTL: leaseTTL}, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Start(s.t, "dispatcher", d)
-	tr, err := trigger.New(trigger.Options{Conn: conns[natsauth.Trigger], Store: st, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Start(s.t, "trigger", tr)
-	au, err := auditor.New(auditor.Options{Conn: conns[natsauth.Auditor], Store: st, PollInterval: 10 * time.Millisecond, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Go(s.t, "auditor", au.Run)
-	a, err := api.New(api.Options{Store: st, Conn: conns[natsauth.API], Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(a.Handler())
-	t.Cleanup(hs.Close)
-	s.apiURL = hs.URL
-	s.admin = apitest.Admin(t, st)
-	s.client = apiclient.NewClient(hs.URL, hs.Client())
-	s.client.Token = s.admin
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
-	executortest.Run(t, executor.Options{Conn: conns[natsauth.Executor], WorkerID: "w1", Mux: mux, Slots: 4, Logger: log})
+	s.stack, _ = s.startStack(devstack.Options{NATSURL: ns.ClientURL(), Passwords: byUser,
+		NATSOptions: func(user string) []nats.Option {
+			return []nats.Option{nats.ErrorHandler(serviceRefusals[natsauth.Role(user)].Handler)}
+		},
+		Streams: streams.Config{LeaseTTL: leaseTTL}, Auditor: auditor.Options{PollInterval: 10 * time.Millisecond},
+		Executors: []devstack.Executor{{Options: executor.Options{WorkerID: "w1", Mux: mux, Slots: 4}}}})
+	s.serveAPI(s.stack.API)
+	dispatchConn := s.stack.Conn("dispatcher")
 
 	// A real attempt, end to end, with a mutex and task logs.
 	s.apply(`
@@ -114,7 +90,7 @@ concurrency:
 		t.Errorf("ListStreams: missing %v, %v", missing, err)
 	}
 	waitFor(t, "the audit trail on AX_AUDIT", 60*time.Second, func() (bool, error) {
-		js, _ := jetstream.New(conns[natsauth.Dispatcher])
+		js, _ := jetstream.New(dispatchConn)
 		stream, err := js.Stream(ctx, top.AuditStream())
 		if err != nil {
 			return false, err
@@ -128,7 +104,7 @@ concurrency:
 	}
 
 	// Work waiting for another pool, made by the dispatcher's user.
-	djs, _ := jetstream.New(conns[natsauth.Dispatcher])
+	djs, _ := jetstream.New(dispatchConn)
 	gpu := top.PoolConsumer("gpu", schemas.PriorityNormal, executor.BuiltinSleep)
 	if _, err := djs.CreateOrUpdateConsumer(ctx, top.DispatchStream(), gpu); err != nil {
 		t.Fatal(err)

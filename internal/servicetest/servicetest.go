@@ -70,7 +70,7 @@ func Start(t testing.TB, name string, svc Service) *Running {
 }
 
 // Go runs run on its own goroutine until the test ends, for a service with
-// no Ready (the API, the auditor); the cleanup is [Start]'s.
+// no Ready (the auditor); the cleanup is [Start]'s.
 func Go(t testing.TB, name string, run func(context.Context) error) *Running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
