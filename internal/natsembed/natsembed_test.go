@@ -153,14 +153,16 @@ func TestClusterSurvivesANodeRestart(t *testing.T) {
 	publish := func(n int) {
 		for range n {
 			sent++
+			var refused error
 			for {
 				_, err := js.Publish(ctx, "work.a", nil, jetstream.WithMsgID(fmt.Sprint("m", sent)))
 				if err == nil {
 					break
 				}
 				if ctx.Err() != nil {
-					t.Fatalf("publish: %v", err)
+					t.Fatalf("publish m%d: %v (the try before: %v)", sent, err, refused)
 				}
+				refused = err
 				// A refused publish returns at once while no leader is
 				// elected: retry at a pace that leaves the nodes the CPU.
 				time.Sleep(50 * time.Millisecond)
@@ -168,41 +170,15 @@ func TestClusterSurvivesANodeRestart(t *testing.T) {
 		}
 	}
 	publish(3)
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := -1
-	for i := range c.Size() {
-		if c.NodeName(i) == info.Cluster.Leader {
-			leader = i
-		}
-	}
-	if leader < 0 {
-		t.Fatalf("stream leader %q is none of the nodes", info.Cluster.Leader)
-	}
+	leader := leaderOf(ctx, t, c, st)
 	c.Stop(leader)
 	publish(2)
 	if err := c.Restart(leader); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		info, err := st.Info(ctx)
-		if err == nil && info.State.Msgs == 5 && len(info.Cluster.Replicas) == 2 {
-			current := 0
-			for _, r := range info.Cluster.Replicas {
-				if r.Current && !r.Offline {
-					current++
-				}
-			}
-			if current == 2 {
-				break
-			}
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the restarted node did not catch up: %+v %v", info, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	info := waitFollowersCurrent(ctx, t, st, "the restarted node to catch up")
+	if info.State.Msgs != 5 {
+		t.Errorf("stream WORK holds %d messages, want the 5 published", info.State.Msgs)
 	}
 }
 
@@ -248,16 +224,11 @@ func TestClusterKeepsLimitMarkersAcrossARestart(t *testing.T) {
 	}
 	// Wait for the expiries: every key's last entry is its marker.
 	for i := range 5 {
-		for {
-			_, err := kv.Get(ctx, fmt.Sprint("k", i))
-			if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("k%d did not expire: %v", i, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		key := fmt.Sprint("k", i)
+		waittest.ForTrue(t, key+" to expire", time.Minute, func() bool {
+			_, err := kv.Get(ctx, key)
+			return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
+		})
 	}
 	fenced("after the expiries")
 
@@ -265,19 +236,7 @@ func TestClusterKeepsLimitMarkersAcrossARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := -1
-	for i := range c.Size() {
-		if c.NodeName(i) == info.Cluster.Leader {
-			leader = i
-		}
-	}
-	if leader < 0 {
-		t.Fatalf("leader %q of KV_leases is none of the nodes", info.Cluster.Leader)
-	}
+	leader := leaderOf(ctx, t, c, st)
 	c.Stop(leader)
 	if err := c.Restart(leader); err != nil {
 		t.Fatal(err)
@@ -285,18 +244,7 @@ func TestClusterKeepsLimitMarkersAcrossARestart(t *testing.T) {
 	if err := c.WaitReady(time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		info, err := st.Info(ctx)
-		if err == nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) == 2 &&
-			info.Cluster.Replicas[0].Current && info.Cluster.Replicas[1].Current &&
-			!info.Cluster.Replicas[0].Offline && !info.Cluster.Replicas[1].Offline {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("KV_leases not current after the restart: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFollowersCurrent(ctx, t, st, "KV_leases current after the restart")
 	fenced("after a node restart")
 }
 
@@ -323,4 +271,43 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 	t.Cleanup(nc.Close)
 	js, _ := jetstream.New(nc) // fails only on a bad option
 	return js
+}
+
+// leaderOf returns the index of the node leading st.
+func leaderOf(ctx context.Context, t *testing.T, c *natsembed.Cluster, st jetstream.Stream) int {
+	t.Helper()
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.Size() {
+		if info.Cluster != nil && c.NodeName(i) == info.Cluster.Leader {
+			return i
+		}
+	}
+	t.Fatalf("leader %+v of stream %s is none of the nodes", info.Cluster, info.Config.Name)
+	return -1
+}
+
+// waitFollowersCurrent waits, until ctx ends, for st (of three replicas) to
+// have a leader and both followers online and current, and returns the
+// leader's info then.
+func waitFollowersCurrent(ctx context.Context, t *testing.T, st jetstream.Stream, what string) *jetstream.StreamInfo {
+	t.Helper()
+	var info *jetstream.StreamInfo
+	deadline, _ := ctx.Deadline()
+	waittest.ForTrue(t, what, time.Until(deadline), func() bool {
+		var err error
+		if info, err = st.Info(ctx); err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+			return false // a request during an election
+		}
+		current := 0
+		for _, r := range info.Cluster.Replicas {
+			if r.Current && !r.Offline {
+				current++
+			}
+		}
+		return current == 2
+	})
+	return info
 }
