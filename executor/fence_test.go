@@ -67,8 +67,7 @@ func TestRedeliveryAsksTheFence(t *testing.T) {
 	w.redeliver("count", 2)
 	executortest.Run(t, w.options(mux))
 
-	w.nextOf(schemas.ReportStarted, 2)
-	w.nextOf(schemas.ReportSucceeded, 2)
+	w.succeeded(2)
 	w.dispatchEmpty()
 	mu.Lock()
 	if calls[1] != 0 || calls[2] != 1 {
@@ -86,8 +85,7 @@ func TestRedeliveryAsksTheFence(t *testing.T) {
 	// A first delivery asks nothing.
 	before := w.fenced.Load()
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 3, Handler: "count"})
-	w.nextOf(schemas.ReportStarted, 3)
-	w.nextOf(schemas.ReportSucceeded, 3)
+	w.succeeded(3)
 	if n := w.fenced.Load() - before; n != 0 {
 		t.Errorf("%d fence questions for a first delivery, want none", n)
 	}
@@ -129,8 +127,7 @@ func TestRedeliveryWaitsForADispatcher(t *testing.T) {
 	w.answerFences(func(schemas.FenceQuestion) schemas.FenceAnswer {
 		return schemas.FenceAnswer{Start: true, Reason: "never ran"}
 	})
-	w.nextOf(schemas.ReportStarted, 4)
-	w.nextOf(schemas.ReportSucceeded, 4)
+	w.succeeded(4)
 	w.dispatchEmpty()
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the handler ran %d times, want 1", n)

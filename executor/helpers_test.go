@@ -165,6 +165,23 @@ func (w *world) nextOf(kind schemas.ReportKind, instanceID int64) report {
 	return r
 }
 
+// succeeded checks that the next reports are instance instanceID's started
+// and succeeded reports, and returns the succeeded one.
+func (w *world) succeeded(instanceID int64) report {
+	w.t.Helper()
+	w.nextOf(schemas.ReportStarted, instanceID)
+	return w.nextOf(schemas.ReportSucceeded, instanceID)
+}
+
+// ring rings the doorbell of the default pool's queue of handler at
+// priority p, as the dispatcher does after it publishes an attempt.
+func (w *world) ring(p schemas.Priority, handler string) {
+	w.t.Helper()
+	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool, p, handler), nil); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 // noMoreReports checks that the reports stream holds nothing unread.
 func (w *world) noMoreReports() {
 	w.t.Helper()
@@ -211,6 +228,38 @@ func (g *gate) HandleTask(ctx context.Context, t *executor.Job) (any, error) {
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
+}
+
+// attemptInGate runs a worker whose one handler, "gate", is g,
+// with its options changed by tune (when not nil), and returns once
+// instance 1's attempt is in the handler. cancel stops the worker; done
+// receives Run's error.
+func (w *world) attemptInGate(tune func(*executor.Options)) (g *gate, cancel context.CancelFunc, done <-chan error) {
+	w.t.Helper()
+	mux := executor.NewMux()
+	g = newGate()
+	mux.Handle("gate", g)
+	opts := w.options(mux)
+	if tune != nil {
+		tune(&opts)
+	}
+	s, err := executor.New(opts)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(w.t.Context())
+	w.t.Cleanup(cancel)
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "gate"})
+	select {
+	case <-g.entered:
+	case err := <-ran:
+		w.t.Fatalf("the worker stopped before its attempt reached the handler: %v", err)
+	case <-time.After(wait):
+		w.t.Fatalf("instance 1's attempt did not reach the handler in %v", wait)
+	}
+	return g, cancel, ran
 }
 
 // isKeyMissing reports whether err says a KV key does not exist.

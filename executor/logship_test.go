@@ -87,8 +87,7 @@ func TestHandlerLogsShipToAXLogs(t *testing.T) {
 
 	before := time.Now()
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 42, Attempt: 2, Task: "checkout", Handler: "logs"})
-	w.nextOf(schemas.ReportStarted, 42)
-	w.nextOf(schemas.ReportSucceeded, 42)
+	w.succeeded(42)
 
 	lines := w.logLines(42)
 	want := []struct{ level, msg, fields string }{

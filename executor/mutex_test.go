@@ -133,8 +133,7 @@ func TestMutexHeldElsewhereRequeues(t *testing.T) {
 	w.worker("w1", mux, nil)
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "count", MutexTemplate: "report-daily"})
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: "count"})
-	w.nextOf(schemas.ReportStarted, 2)
-	w.nextOf(schemas.ReportSucceeded, 2)
+	w.succeeded(2)
 
 	consumer, err := w.js.Consumer(t.Context(), w.topo.DispatchStream(), w.topo.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "count").Durable)
 	if err != nil {
@@ -153,8 +152,7 @@ func TestMutexHeldElsewhereRequeues(t *testing.T) {
 	if err := w.mutexes().Delete(t.Context(), "report-daily", jetstream.LastRevision(rev)); err != nil {
 		t.Fatal(err)
 	}
-	w.nextOf(schemas.ReportStarted, 1)
-	w.nextOf(schemas.ReportSucceeded, 1)
+	w.succeeded(1)
 	w.dispatchEmpty()
 }
 

@@ -50,8 +50,7 @@ func TestOnceSkipsDoneWorkOnRetry(t *testing.T) {
 		t.Errorf("attempt 1: %+v", r.Report)
 	}
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Attempt: 2, Handler: "checkout", Payload: payload})
-	w.nextOf(schemas.ReportStarted, 1)
-	if r := w.nextOf(schemas.ReportSucceeded, 1); r.Attempt != 2 {
+	if r := w.succeeded(1); r.Attempt != 2 {
 		t.Errorf("report %+v, want attempt 2 to succeed", r.Report)
 	}
 	if n := charges.Load(); n != 1 {
@@ -101,8 +100,7 @@ func TestOnceRetriesFailedWork(t *testing.T) {
 		t.Errorf("attempt 2: %+v, want the panic", r.Report)
 	}
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Attempt: 3, Handler: "flaky"})
-	w.nextOf(schemas.ReportStarted, 1)
-	w.nextOf(schemas.ReportSucceeded, 1)
+	w.succeeded(1)
 	if n := calls.Load(); n != 3 {
 		t.Errorf("the step ran %d times, want 3", n)
 	}
@@ -178,8 +176,7 @@ func TestOnceTakesOverAnExpiredRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 9, Handler: "import"})
-	w.nextOf(schemas.ReportStarted, 9)
-	w.nextOf(schemas.ReportSucceeded, 9)
+	w.succeeded(9)
 	if at := <-ran; at.Sub(created) < ttl-100*time.Millisecond {
 		t.Errorf("the step ran %s after the record of the dead worker was made, before its TTL of %s", at.Sub(created), ttl)
 	}

@@ -48,8 +48,7 @@ func TestProtocolVersion(t *testing.T) {
 	// report is out, the worker has fetched and judged both.
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: "count", Protocol: schemas.ExecutorProtocol + 1})
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "count"})
-	w.nextOf(schemas.ReportStarted, 1)
-	w.nextOf(schemas.ReportSucceeded, 1)
+	w.succeeded(1)
 	c, err := w.js.Consumer(t.Context(), w.topo.DispatchStream(), streams.PoolConsumerName(schemas.DefaultPool, schemas.PriorityNormal, "count"))
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +81,7 @@ func TestJoiningWorkerKeepsConsumerSettings(t *testing.T) {
 	}
 	executortest.Run(t, w.options(builtins()))
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 5, Handler: executor.BuiltinEcho, Payload: json.RawMessage(`1`)})
-	w.nextOf(schemas.ReportStarted, 5)
-	w.nextOf(schemas.ReportSucceeded, 5)
+	w.succeeded(5)
 
 	c, err := w.js.Consumer(t.Context(), w.topo.DispatchStream(), cfg.Durable)
 	if err != nil {

@@ -79,8 +79,7 @@ func TestEchoRunsOnce(t *testing.T) {
 		t.Errorf("lease = %+v (%v)", lease, err)
 	}
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 43, Handler: executor.BuiltinEcho})
-	w.nextOf(schemas.ReportStarted, 43)
-	w.nextOf(schemas.ReportSucceeded, 43)
+	w.succeeded(43)
 	for {
 		next := nextUpdate()
 		if next.Key() == "43.1" && next.Operation() == jetstream.KeyValuePut {
@@ -300,8 +299,7 @@ func TestLeaseRenewal(t *testing.T) {
 		t.Fatalf("lease after %d renewals: %v", len(gaps), err)
 	}
 	close(g.open)
-	w.nextOf(schemas.ReportStarted, 5)
-	w.nextOf(schemas.ReportSucceeded, 5)
+	w.succeeded(5)
 }
 
 func TestLeaseLost(t *testing.T) {
@@ -356,8 +354,7 @@ func TestSecondDeliveryIsNotRun(t *testing.T) {
 	executortest.Run(t, opts)
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 7, Handler: "count"})
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 8, Handler: "count"})
-	w.nextOf(schemas.ReportStarted, 8)
-	w.nextOf(schemas.ReportSucceeded, 8)
+	w.succeeded(8)
 	if _, ran := calls.Load(int64(7)); ran {
 		t.Error("the attempt leased by another worker ran")
 	}
@@ -432,8 +429,7 @@ func TestPriorities(t *testing.T) {
 	opts.Slots = 1
 	executortest.Run(t, opts)
 	for _, id := range []int64{3, 2, 4, 1} {
-		w.nextOf(schemas.ReportStarted, id)
-		w.nextOf(schemas.ReportSucceeded, id)
+		w.succeeded(id)
 	}
 }
 
@@ -454,8 +450,7 @@ func TestLowPriorityProgressesUnderUrgentLoad(t *testing.T) {
 	executortest.Run(t, opts)
 	// With one slot each round takes one attempt: rounds 5, 10 and 15 go low first.
 	for _, id := range []int64{1, 2, 3, 4, 101, 5, 6, 7, 8, 102, 9, 10, 11, 12, 103} {
-		w.nextOf(schemas.ReportStarted, id)
-		w.nextOf(schemas.ReportSucceeded, id)
+		w.succeeded(id)
 	}
 }
 
@@ -486,19 +481,13 @@ func TestDoorbell(t *testing.T) {
 	// The worker polled once, found nothing and waits for an hour or a ring.
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinEcho})
 	counted(schemas.PriorityNormal)
-	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool, schemas.PriorityNormal, executor.BuiltinEcho), nil); err != nil {
-		t.Fatal(err)
-	}
-	w.nextOf(schemas.ReportStarted, 1)
-	w.nextOf(schemas.ReportSucceeded, 1)
+	w.ring(schemas.PriorityNormal, executor.BuiltinEcho)
+	w.succeeded(1)
 	// A freed slot is another reason to look again; the next attempt needs a ring.
 	w.dispatch(schemas.PriorityUrgent, schemas.Dispatch{InstanceID: 2, Handler: executor.BuiltinEcho})
 	counted(schemas.PriorityUrgent)
-	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool, schemas.PriorityUrgent, executor.BuiltinEcho), nil); err != nil {
-		t.Fatal(err)
-	}
-	w.nextOf(schemas.ReportStarted, 2)
-	w.nextOf(schemas.ReportSucceeded, 2)
+	w.ring(schemas.PriorityUrgent, executor.BuiltinEcho)
+	w.succeeded(2)
 }
 
 // TestDoorbellBeforeTheAttempt rings a queue's doorbell before its attempt
@@ -519,9 +508,7 @@ func TestDoorbellBeforeTheAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.nc.Publish(w.topo.Ready(schemas.DefaultPool, schemas.PriorityNormal, executor.BuiltinEcho), nil); err != nil {
-		t.Fatal(err)
-	}
+	w.ring(schemas.PriorityNormal, executor.BuiltinEcho)
 	eventually(t, "the worker to wait on the server for the rung queue's attempt", func() bool {
 		info, err := c.Info(t.Context())
 		if err != nil {
@@ -530,8 +517,7 @@ func TestDoorbellBeforeTheAttempt(t *testing.T) {
 		return info.NumWaiting > 0
 	})
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinEcho})
-	w.nextOf(schemas.ReportStarted, 1)
-	w.nextOf(schemas.ReportSucceeded, 1)
+	w.succeeded(1)
 }
 
 func TestHeartbeat(t *testing.T) {
@@ -564,8 +550,7 @@ func TestHeartbeat(t *testing.T) {
 		InstanceID: 1, Attempt: 1, Task: "t", Handler: executor.BuiltinEcho, TimeoutMS: 60000}); err != nil {
 		t.Fatal(err)
 	}
-	w.nextOf(schemas.ReportStarted, 1)
-	w.nextOf(schemas.ReportSucceeded, 1)
+	w.succeeded(1)
 
 	if err := running.Stop(); err != nil {
 		t.Fatal(err)
@@ -578,18 +563,7 @@ func TestHeartbeat(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	mux := executor.NewMux()
-	g := newGate()
-	mux.Handle("gate", g)
-	s, err := executor.New(w.options(mux))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "gate"})
-	<-g.entered
+	g, cancel, done := w.attemptInGate(nil)
 	cancel()
 	select {
 	case err := <-done:
@@ -600,8 +574,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	w.nextOf(schemas.ReportStarted, 1)
-	w.nextOf(schemas.ReportSucceeded, 1)
+	w.succeeded(1)
 	// The reported attempt's lease is left to age out, as the worker left it.
 	if e, err := w.leases.Get(t.Context(), "1.1"); err != nil || !bytes.Contains(e.Value(), []byte(`"worker_id":"w1"`)) {
 		t.Errorf("lease after the stop: %v, want the worker's lease left to age out", err)
@@ -611,20 +584,7 @@ func TestGracefulShutdown(t *testing.T) {
 func TestShutdownTimeout(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	mux := executor.NewMux()
-	g := newGate()
-	mux.Handle("gate", g)
-	opts := w.options(mux)
-	opts.ShutdownTimeout = 200 * time.Millisecond
-	s, err := executor.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "gate"})
-	<-g.entered
+	_, cancel, done := w.attemptInGate(func(o *executor.Options) { o.ShutdownTimeout = 200 * time.Millisecond })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
