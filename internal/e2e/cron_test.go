@@ -47,12 +47,7 @@ triggers:
 	start := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
 	clock := triggertest.NewClock(start)
 	for i := range 2 {
-		conn, _ := s.srv.Connect()
-		tr, err := trigger.New(trigger.Options{Conn: conn, Store: s.store, Clock: clock, Logger: s.log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		servicetest.Start(t, fmt.Sprintf("trigger %d", i), tr)
+		s.trigger(fmt.Sprintf("trigger %d", i), clock)
 	}
 	const ticks = 60
 	for range ticks {
@@ -136,12 +131,7 @@ triggers:
 		t.Fatal(err)
 	}
 	clock := triggertest.NewClock(time.Date(2024, 5, 1, 10, 0, 30, 0, time.UTC))
-	conn, _ := s.srv.Connect()
-	tr, err := trigger.New(trigger.Options{Conn: conn, Store: s.store, Clock: clock, Logger: s.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Start(t, "trigger", tr)
+	s.trigger("trigger", clock)
 	clock.WaitTimers(t, 1)
 	s.drained(s.srv.Topology.TriggersStream(), "dispatcher")
 
@@ -172,4 +162,16 @@ triggers:
 	if !slices.Equal(got, want) {
 		t.Errorf("instances:\n%v\nwant\n%v", got, want)
 	}
+}
+
+// trigger starts a trigger service named name on its own connection, on
+// clock, until the test's end.
+func (s *system) trigger(name string, clock *triggertest.Clock) {
+	s.t.Helper()
+	conn, _ := s.srv.Connect()
+	tr, err := trigger.New(trigger.Options{Conn: conn, Store: s.store, Clock: clock, Logger: s.log})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	servicetest.Start(s.t, name, tr)
 }

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/store"
-	"github.com/ax-scheduler/ax/trigger"
 	"github.com/ax-scheduler/ax/trigger/triggertest"
 )
 
@@ -21,12 +19,7 @@ func TestAppliedScheduleIsPlannedAtOnce(t *testing.T) {
 	s := newSystem(t)
 	start := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
 	clock := triggertest.NewClock(start)
-	conn, _ := s.srv.Connect()
-	tr, err := trigger.New(trigger.Options{Conn: conn, Store: s.store, Clock: clock, Logger: s.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Start(s.t, "trigger", tr)
+	s.trigger("trigger", clock)
 
 	s.apply(`
 task_name: minutely
@@ -75,12 +68,7 @@ func TestDeletedTaskStopsFiring(t *testing.T) {
 	s := newSystem(t)
 	start := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
 	clock := triggertest.NewClock(start)
-	conn, _ := s.srv.Connect()
-	tr, err := trigger.New(trigger.Options{Conn: conn, Store: s.store, Clock: clock, Logger: s.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Start(s.t, "trigger", tr)
+	s.trigger("trigger", clock)
 	s.apply(`
 task_name: doomed
 execution:

@@ -12,10 +12,8 @@ import (
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
-	"github.com/ax-scheduler/ax/trigger"
 	"github.com/ax-scheduler/ax/trigger/triggertest"
 )
 
@@ -39,12 +37,7 @@ func TestPauseAndResume(t *testing.T) {
 	s.executor("w1", mux, 4)
 	start := time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
 	clock := triggertest.NewClock(start)
-	conn, _ := s.srv.Connect()
-	tr, err := trigger.New(trigger.Options{Conn: conn, Store: s.store, Clock: clock, Logger: s.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Start(s.t, "trigger", tr)
+	s.trigger("trigger", clock)
 	s.apply(`
 task_name: pausable
 execution:
