@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/internal/logtest"
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -49,7 +49,7 @@ type env struct {
 	svc    *api.Service
 	srv    *httptest.Server
 	client *apiclient.Client
-	log    *syncBuffer
+	log    *logtest.Buffer
 	// admin is the secret of an admin token called apitest.AdminName,
 	// which client and http send.
 	admin string
@@ -62,7 +62,7 @@ func newEnv(t *testing.T, tune func(*api.Options)) *env {
 	ns := streamstest.NewServer(t, streams.Config{})
 	nc, js := ns.Connect()
 	pool := storetest.NewDB(t)
-	e := &env{t: t, pool: pool, store: store.New(pool), nc: nc, js: js, log: &syncBuffer{}}
+	e := &env{t: t, pool: pool, store: store.New(pool), nc: nc, js: js, log: &logtest.Buffer{}}
 	opts := api.Options{
 		Store:   e.store,
 		Conn:    nc,
@@ -203,25 +203,6 @@ func errorOf(t *testing.T, body map[string]any) map[string]any {
 		t.Errorf("error without a message: %v", e)
 	}
 	return e
-}
-
-// syncBuffer is a buffer that the server's goroutines may write to while
-// the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 const echoTask = `

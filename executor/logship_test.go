@@ -1,13 +1,11 @@
 package executor_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/logtest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -45,24 +44,6 @@ func (w *world) logLines(instanceID int64) []schemas.LogLine {
 	}
 }
 
-// lockedBuffer is a buffer a worker's logger may write to while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestHandlerLogsShipToAXLogs checks the lines of a handler's logger: they
 // reach AX_LOGS structured, in order, before the final report — the flush
 // interval is an hour, so only the flush at the attempt's end ships them —
@@ -79,7 +60,7 @@ func TestHandlerLogsShipToAXLogs(t *testing.T) {
 		log.Debug("done")
 		return nil, nil
 	})
-	workerLog := &lockedBuffer{}
+	workerLog := &logtest.Buffer{}
 	opts := w.options(mux)
 	opts.Logger = zerolog.New(workerLog).Level(zerolog.WarnLevel)
 	opts.LogFlushInterval = time.Hour

@@ -1,16 +1,15 @@
 package trigger_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/internal/logtest"
 	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
@@ -35,7 +34,7 @@ type env struct {
 	db    *storetest.DB
 	st    *store.Store
 	clock *triggertest.Clock
-	logs  *logSink
+	logs  *logtest.Buffer
 }
 
 func newEnv(t *testing.T, start time.Time) *env {
@@ -47,7 +46,7 @@ func newEnv(t *testing.T, start time.Time) *env {
 		t.Fatal(err)
 	}
 	db := storetest.New(t)
-	e := &env{t: t, srv: srv, js: js, kv: kv, db: db, st: store.New(db.Pool), clock: triggertest.NewClock(start), logs: &logSink{}}
+	e := &env{t: t, srv: srv, js: js, kv: kv, db: db, st: store.New(db.Pool), clock: triggertest.NewClock(start), logs: &logtest.Buffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("trigger logs:\n%s", e.logs.String())
@@ -167,36 +166,6 @@ func (e *env) waitLastTick(task string, index int, tick time.Time) {
 	if err != nil {
 		e.t.Fatalf("trigger state of %s/%d is %+v (found %t), want last tick %v: %v", task, index, st, ok, tick, err)
 	}
-}
-
-// logSink collects a service's JSON log lines.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// lines returns the log lines whose message is msg, decoded.
-func (l *logSink) lines(msg string) []map[string]any {
-	var out []map[string]any
-	for _, line := range bytes.Split([]byte(l.String()), []byte("\n")) {
-		var m map[string]any
-		if json.Unmarshal(line, &m) == nil && m["message"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339) }

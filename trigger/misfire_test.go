@@ -75,7 +75,7 @@ func TestMisfireAfterDowntime(t *testing.T) {
 			if !slices.Equal(fired, tc.fired) {
 				t.Errorf("fired late %v, want %v", fired, tc.fired)
 			}
-			lines := e.logs.lines("cron ticks missed")
+			lines := e.logs.Lines("cron ticks missed")
 			if len(lines) != 1 {
 				t.Fatalf("%d misfire log lines, want 1: %v", len(lines), lines)
 			}
@@ -177,7 +177,7 @@ func TestChangedScheduleStartsAfresh(t *testing.T) {
 	if n := len(e.events()); n != 1 {
 		t.Errorf("%d events, want only the one before the change", n)
 	}
-	if lines := e.logs.lines("cron ticks missed"); len(lines) != 0 {
+	if lines := e.logs.Lines("cron ticks missed"); len(lines) != 0 {
 		t.Errorf("misfires logged: %v", lines)
 	}
 }

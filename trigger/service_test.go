@@ -243,7 +243,7 @@ func TestTickWithinGraceFiresOnTime(t *testing.T) {
 	if want := []firing{{"g", 0, "2024-05-01T10:01:00Z"}}; !slices.Equal(got, want) {
 		t.Errorf("fired %v, want %v", got, want)
 	}
-	lines := e.logs.lines("cron ticks missed")
+	lines := e.logs.Lines("cron ticks missed")
 	if len(lines) != 1 || lines[0]["missed"] != 1.0 || lines[0]["first_skipped"] != "2024-05-01T10:02:00Z" || lines[0]["level"] != "warn" {
 		t.Errorf("misfire log = %v, want one warning for the tick of 10:02", lines)
 	}
@@ -269,7 +269,7 @@ func TestFailedPublishIsRetried(t *testing.T) {
 	e.clock.Step(t, 1) // 10:00:20 fails
 	// The loop wakes for the retry before the next tick.
 	e.clock.WaitFor(t, func(_ time.Time, d []time.Time) bool { return len(d) == 1 && rfc(d[0]) == "2024-05-01T10:00:21Z" })
-	if lines := e.logs.lines("publishing cron firings failed; trying again"); len(lines) == 0 {
+	if lines := e.logs.Lines("publishing cron firings failed; trying again"); len(lines) == 0 {
 		t.Error("the failure was not logged")
 	}
 	states, err := e.st.GetTriggerStates(ctx, []string{"p"})

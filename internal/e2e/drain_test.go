@@ -1,13 +1,11 @@
 package e2e_test
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,28 +15,10 @@ import (
 	drillsys "github.com/ax-scheduler/ax/drill/system"
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/logtest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
-
-// lockedBuffer is an io.Writer a process writes to while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, _ = os.Stderr.Write(p)
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestSIGTERMDrainsTheExecutor sends SIGTERM to a real `ax executor`
 // process in the middle of an attempt, as Kubernetes does on scale-in: the
@@ -56,7 +36,7 @@ execution:
   retry:
     max_attempts: 3
 `)
-	var stderr lockedBuffer
+	stderr := logtest.Buffer{Echo: os.Stderr}
 	drainer := exec.Command(bin, "executor", "--nats-url", s.srv.URL, "--worker-id", "drainer", "--slots", "4",
 		"--shutdown-timeout", "60s", "--log-level", "info")
 	drainer.Stdout, drainer.Stderr = os.Stderr, &stderr
@@ -148,7 +128,7 @@ execution:
 	// The long one works 40 s: it outlives the grace unless the machine
 	// takes 25 s between its start and the signal.
 	const grace = 15 * time.Second
-	var stderr lockedBuffer
+	stderr := logtest.Buffer{Echo: os.Stderr}
 	drainer := exec.Command(bin, "executor", "--nats-url", s.srv.URL, "--worker-id", "drainer", "--slots", "4",
 		"--shutdown-timeout", grace.String(), "--log-level", "info", "--drill-ledger", ledger)
 	drainer.Stdout, drainer.Stderr = os.Stderr, &stderr

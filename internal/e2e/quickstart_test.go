@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
+	"github.com/ax-scheduler/ax/internal/logtest"
 	"github.com/ax-scheduler/ax/store/storetest"
 )
 
@@ -100,7 +101,7 @@ func TestQuickStart(t *testing.T) {
 // picked free can be taken by another process before ax dev listens on it:
 // when ax dev exits saying so, it starts again on fresh ports (at most
 // five times); any other exit fails the test.
-func startQuickStartDev(t *testing.T, bin string) (string, *lockedBuffer, []string) {
+func startQuickStartDev(t *testing.T, bin string) (string, *logtest.Buffer, []string) {
 	t.Helper()
 	exports := regexp.MustCompile(`(?m)^\s*export AX_API_URL=(\S+)\n\s*export AX_TOKEN=(\S+)$`)
 	for try := 1; ; try++ {
@@ -109,7 +110,7 @@ func startQuickStartDev(t *testing.T, bin string) (string, *lockedBuffer, []stri
 			ports[i] = freeAddr(t)
 		}
 		httpAddr, natsAddr, monAddr, metricsAddr := ports[0], ports[1], ports[2], ports[3]
-		out := &lockedBuffer{}
+		out := &logtest.Buffer{Echo: os.Stderr}
 		banner := &bannerWatch{w: out, re: exports, seen: make(chan struct{})}
 		dev := exec.Command(bin, "dev", "--data", t.TempDir(), "--http", httpAddr, "--nats", natsAddr,
 			"--nats-monitor", monAddr, "--metrics-addr", metricsAddr, "--log-level", "warn")

@@ -1,11 +1,9 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,27 +12,10 @@ import (
 
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/logtest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
-
-// syncBuffer is a buffer that a logger and a test may use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestStaleReportLeavesATrace: a report of an attempt that another attempt
 // fenced out changes nothing, and yet it is counted
@@ -43,7 +24,7 @@ func (b *syncBuffer) String() string {
 func TestStaleReportLeavesATrace(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	var logs syncBuffer
+	var logs logtest.Buffer
 	s := newSystem(t, func(o *dispatcher.Options) {
 		o.Metrics = reg
 		o.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)

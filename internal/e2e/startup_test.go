@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/logtest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -82,7 +84,7 @@ func TestServicesStartOnceJetStreamAnswers(t *testing.T) {
 	pool := storetest.NewDB(t)
 	st := store.New(pool)
 	applyLedgerTask(t, st)
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{Echo: os.Stderr}
 	log := zerolog.New(logs).Level(zerolog.WarnLevel)
 
 	d, err := dispatcher.New(dispatcher.Options{Conn: connect("dispatcher"), Store: st, Logger: log})
