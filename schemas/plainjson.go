@@ -266,6 +266,15 @@ func DecodeDispatch(data []byte) (Dispatch, error) {
 	return d, err
 }
 
+// decodePlainDispatch and decodePlainTriggerEvent each spell out one switch
+// from key to field, and so do their append functions, on purpose: the
+// switch is the table, read at a glance against the struct's json tags, and
+// it sets a field of its own type with no reflection, closure or offset in
+// between. A table-driven decoder shared by the two would need a setter per
+// field (or reflection, which is what these avoid) and be harder to hold
+// to encoding/json; FuzzDecodeDispatch, FuzzMarshalDispatch,
+// FuzzDecodePlainTriggerEvent and FuzzMarshalTriggerEvent check each against
+// it.
 func decodePlainDispatch(data []byte) (d Dispatch, ok bool) {
 	r := plainReader{data: data}
 	r.members(func(key []byte) {
