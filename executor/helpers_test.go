@@ -236,9 +236,7 @@ func (g *gate) HandleTask(ctx context.Context, t *executor.Job) (any, error) {
 // receives Run's error.
 func (w *world) attemptInGate(tune func(*executor.Options)) (g *gate, cancel context.CancelFunc, done <-chan error) {
 	w.t.Helper()
-	mux := executor.NewMux()
-	g = newGate()
-	mux.Handle("gate", g)
+	mux, g := gateMux()
 	opts := w.options(mux)
 	if tune != nil {
 		tune(&opts)
@@ -260,6 +258,41 @@ func (w *world) attemptInGate(tune func(*executor.Options)) (g *gate, cancel con
 		w.t.Fatalf("instance 1's attempt did not reach the handler in %v", wait)
 	}
 	return g, cancel, ran
+}
+
+// gateMux is a mux whose one handler, "gate", is g.
+func gateMux() (*executor.Mux, *gate) {
+	mux := executor.NewMux()
+	g := newGate()
+	mux.Handle("gate", g)
+	return mux, g
+}
+
+// holdInGate runs a worker whose one handler, "gate", is the gate it
+// returns, until the test's end, and returns once the attempt of instance
+// instanceID it dispatched is in the handler.
+func (w *world) holdInGate(instanceID int64) *gate {
+	w.t.Helper()
+	mux, g := gateMux()
+	executortest.Run(w.t, w.options(mux))
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: instanceID, Handler: "gate"})
+	select {
+	case <-g.entered:
+	case <-time.After(wait):
+		w.t.Fatalf("instance %d's attempt did not reach the handler in %v", instanceID, wait)
+	}
+	return g
+}
+
+// peak counts the calls of a handler in flight, and the most at once.
+type peak struct{ now, most atomic.Int32 }
+
+// enter counts a call in; the call calls the func it returns as it ends.
+func (p *peak) enter() (leave func()) {
+	n := p.now.Add(1)
+	for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
+	}
+	return func() { p.now.Add(-1) }
 }
 
 // isKeyMissing reports whether err says a KV key does not exist.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,12 +51,9 @@ func TestIsolationSlowHandlerDoesNotBlockFast(t *testing.T) {
 	w := newWorld(t)
 	mux := executor.NewMux()
 	slow := newGate()
-	var inSlow, mostSlow atomic.Int32
+	var inSlow peak
 	mux.HandleFunc("slow", func(ctx context.Context, task *executor.Job) (any, error) {
-		n := inSlow.Add(1)
-		defer inSlow.Add(-1)
-		for m := mostSlow.Load(); n > m && !mostSlow.CompareAndSwap(m, n); m = mostSlow.Load() {
-		}
+		defer inSlow.enter()()
 		return slow.HandleTask(ctx, task)
 	}, executor.Concurrency(1))
 	executor.RegisterBuiltins(mux)
@@ -98,7 +94,7 @@ func TestIsolationSlowHandlerDoesNotBlockFast(t *testing.T) {
 			t.Errorf("slow attempt %d has no started report", id)
 		}
 	}
-	if m := mostSlow.Load(); m != 1 {
+	if m := inSlow.most.Load(); m != 1 {
 		t.Errorf("%d slow attempts ran at once, want 1", m)
 	}
 	w.dispatchEmpty()

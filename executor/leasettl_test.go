@@ -6,8 +6,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -29,12 +27,7 @@ func TestLeaseRenewalFollowsTheBucketsTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watch.Stop()
-	mux := executor.NewMux()
-	g := newGate()
-	mux.Handle("gate", g)
-	executortest.Run(t, w.options(mux))
-	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 7, Handler: "gate"})
-	<-g.entered
+	g := w.holdInGate(7)
 	w.nextOf(schemas.ReportStarted, 7)
 
 	// The owner shortens the TTL. A worker that kept renewing every

@@ -260,12 +260,7 @@ func TestLeaseRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watch.Stop()
-	mux := executor.NewMux()
-	g := newGate()
-	mux.Handle("gate", g)
-	executortest.Run(t, w.options(mux))
-	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 5, Handler: "gate"})
-	<-g.entered
+	g := w.holdInGate(5)
 
 	// Watch seven renewals, more than two TTLs: every update is a renewal,
 	// never an expiry, and none comes a TTL after the one before. The
@@ -367,12 +362,9 @@ func TestSlots(t *testing.T) {
 	w := newWorld(t)
 	mux := executor.NewMux()
 	g := newGate()
-	var inFlight, most atomic.Int32
+	var inFlight peak
 	mux.HandleFunc("gate", func(ctx context.Context, task *executor.Job) (any, error) {
-		n := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
+		defer inFlight.enter()()
 		return g.HandleTask(ctx, task)
 	})
 	opts := w.options(mux)
@@ -413,8 +405,8 @@ func TestSlots(t *testing.T) {
 			t.Fatalf("report %+v", r.Report)
 		}
 	}
-	if most.Load() != 2 {
-		t.Errorf("at most %d handlers ran at once, want 2", most.Load())
+	if most := inFlight.most.Load(); most != 2 {
+		t.Errorf("at most %d handlers ran at once, want 2", most)
 	}
 }
 
