@@ -88,15 +88,8 @@ func TestDevUsersAttack(t *testing.T) {
 		t.Errorf("the roles' executor user connected: ax dev must admit only one worker's executor users")
 	}
 
-	dnc, _ := srv.Connect(string(natsauth.Dispatcher), passwords[string(natsauth.Dispatcher)])
-	djs, err := jetstream.New(dnc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	djs := srv.Dispatcher(passwords[string(natsauth.Dispatcher)])
 	ctx := t.Context()
-	if err := top.Ensure(ctx, djs, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
 	// The dispatch consumers: each user's queues and own consumer, and one
 	// of a handler nobody serves. Each holds one message delivered to the
 	// dispatcher (its ack subject is what an attacker would ack) and one

@@ -186,15 +186,8 @@ func TestChartReplicasAreBoundaries(t *testing.T) {
 		users = append(users, u)
 	}
 	srv := natsauthtest.NewServer(t, natsembed.Options{Users: users})
-	dnc, _ := srv.Connect(string(natsauth.Dispatcher), "pw-dispatcher")
-	djs, err := jetstream.New(dnc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	djs := srv.Dispatcher("pw-dispatcher")
 	ctx := t.Context()
-	if err := top.Ensure(ctx, djs, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
 	zero, one := replicas[0], replicas[1]
 	victim := top.WorkerConsumer(one.pod)
 	cons, err := djs.CreateOrUpdateConsumer(ctx, top.DispatchStream(), victim)

@@ -33,16 +33,8 @@ func newBed(t *testing.T) *bed {
 		b.passwords[role] = "pw-" + string(role)
 	}
 	b.srv = natsauthtest.NewServer(t, natsembed.Options{Users: natsauth.Users(b.top, b.passwords, natsauth.MatrixScope)})
-	nc, _ := b.connect(t, natsauth.Dispatcher)
-	var err error
-	b.djs, err = jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b.djs = b.srv.Dispatcher(b.passwords[natsauth.Dispatcher])
 	ctx := t.Context()
-	if err := b.top.Ensure(ctx, b.djs, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		stream string
 		cfg    jetstream.ConsumerConfig

@@ -5,8 +5,10 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
@@ -56,4 +58,19 @@ func (s *Server) Connect(user, password string, opts ...nats.Option) (*nats.Conn
 	}
 	s.t.Cleanup(nc.Close)
 	return nc, r
+}
+
+// Dispatcher connects as the dispatcher's user with password, ensures AX's
+// default topology with it as the dispatcher does when it starts, and
+// returns the connection's JetStream context, which may look at everything.
+// It fails the test when the user is not admitted or the topology cannot be
+// ensured.
+func (s *Server) Dispatcher(password string) jetstream.JetStream {
+	s.t.Helper()
+	nc, _ := s.Connect(string(natsauth.Dispatcher), password)
+	js, _ := jetstream.New(nc) // fails only on a bad option
+	if err := streams.Default().Ensure(s.t.Context(), js, streams.Config{}); err != nil {
+		s.t.Fatalf("ensure the topology as the dispatcher: %v", err)
+	}
+	return js
 }
