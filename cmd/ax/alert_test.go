@@ -69,22 +69,15 @@ func TestAlertCommands(t *testing.T) {
 		{[]string{"alert", "rule", "set", "backlog", "--params", `{"age": "soon"}`}, `ax: alert rule backlog: params.age: must be a duration string`},
 		{[]string{"alert", "channel", "add", "--kind", "pager", "--url", "https://x"}, `ax: alert channel: kind: "pager" is not a channel kind`},
 	} {
-		code, out, errOut := e.ax("", tt.args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {
-			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), code, out, errOut, tt.want)
-		}
+		e.refuses(tt.args, tt.want)
 	}
 }
 
 func TestReportHealthCommand(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
-	if code, _, errOut := e.ax("task_name: orphan\nexecution: {handler: builtin.echo}\n", "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
+	e.apply(reportTask)
+	e.apply("task_name: orphan\nexecution: {handler: builtin.echo}\n")
 	if _, err := e.pool.Exec(t.Context(), `
 		INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms,
 			fired_at, finished_at, error)

@@ -14,9 +14,7 @@ func TestAuditCommand(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
 	op := operatorName()
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
+	e.apply(reportTask)
 	e.mustAx("task", "disable", "nightly-report")
 	id := e.insertInstance("nightly-report", "ev-1", schemas.StateFailed, "boom")
 
@@ -66,9 +64,6 @@ func TestAuditCommand(t *testing.T) {
 		{[]string{"audit", "--before", "42"}, `ax: before="42" is not an audit record id`},
 		{[]string{"audit", "-o", "xml"}, `ax: --output "xml": use table, json or yaml`},
 	} {
-		code, out, errOut := e.ax("", tt.args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {
-			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), code, out, errOut, tt.want)
-		}
+		e.refuses(tt.args, tt.want)
 	}
 }

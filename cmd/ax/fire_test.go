@@ -25,18 +25,7 @@ func TestFireCommand(t *testing.T) {
 	if code != 0 || out != "" || !strings.Contains(errOut, "fired nightly-report as event ev-1, but the dispatcher has not created its instance yet") {
 		t.Errorf("fire without a dispatcher: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	s, err := e.js.Stream(t.Context(), "AX_TRIGGERS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report.api")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := schemas.ParseTriggerEvent(msg.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev := e.lastEvent("ax.trigger.nightly-report.api")
 	if ev.EventID != "ev-1" || ev.Source != schemas.SourceManual || ev.Operator != operatorName() || ev.Priority != schemas.PriorityUrgent ||
 		string(ev.Payload) != `{"day":"2025-03-01"}` || ev.PayloadVersion != 1 {
 		t.Errorf("published firing = %+v", ev)
@@ -69,10 +58,7 @@ func TestFireCommand(t *testing.T) {
 		{[]string{"fire", "nightly-report", "--priority", "high"}, "ax: invalid firing: priority: must be one of urgent, normal, low"},
 		{[]string{"fire", "nightly-report", "--wait", "--timeout", "0s"}, "ax: --timeout 0s: use a positive duration"},
 	} {
-		code, out, errOut := e.ax("", tt.args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {
-			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), code, out, errOut, tt.want)
-		}
+		e.refuses(tt.args, tt.want)
 	}
 	e.mustAx("task", "disable", "nightly-report")
 	if code, _, errOut := e.ax("", "fire", "nightly-report"); code != 1 || !strings.Contains(errOut, "ax task enable nightly-report") {
@@ -83,9 +69,7 @@ func TestFireCommand(t *testing.T) {
 func TestFireWait(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
+	e.apply(reportTask)
 	ok := e.insertInstance("nightly-report", "ev-ok", schemas.StateSucceeded, "")
 	failed := e.insertInstance("nightly-report", "ev-failed", schemas.StateFailed, "boom")
 	skipped := e.insertInstance("nightly-report", "ev-skipped", schemas.StateSkipped, "")
@@ -121,13 +105,7 @@ func TestFireWait(t *testing.T) {
 func TestFireLater(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
-	s, err := e.js.Stream(t.Context(), "AX_TRIGGERS")
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.apply(reportTask)
 
 	// A delay: nothing on stdout, the due time on stderr, a schedule in the stream.
 	code, out, errOut := e.ax("", "fire", "nightly-report", "--delay", "2h", "--event-id", "later-1")
@@ -135,14 +113,7 @@ func TestFireLater(t *testing.T) {
 		!strings.Contains(errOut, "the dispatcher creates its instance then") {
 		t.Errorf("fire --delay: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.sched.nightly-report.later-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := schemas.ParseTriggerEvent(msg.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev := e.lastEvent("ax.sched.nightly-report.later-1")
 	if until := time.Until(ev.RunAt); until < 119*time.Minute || until > 2*time.Hour || ev.Operator != operatorName() {
 		t.Errorf("scheduled firing = %+v, want one due in 2h by %s", ev, operatorName())
 	}
@@ -180,10 +151,7 @@ func TestFireLater(t *testing.T) {
 		{[]string{"fire", "nightly-report", "--run-at", "tomorrow"}, `ax: --run-at "tomorrow": use an RFC 3339 time`},
 		{[]string{"fire", "nightly-report", "--idempotency-key", "k", "--event-id", "e"}, "ax: invalid firing: event_id: must be left out when idempotency_key is set"},
 	} {
-		code, out, errOut := e.ax("", tt.args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {
-			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), code, out, errOut, tt.want)
-		}
+		e.refuses(tt.args, tt.want)
 	}
 }
 
@@ -194,9 +162,7 @@ func TestFireLater(t *testing.T) {
 func TestFireWaitShowsProgress(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
+	e.apply(reportTask)
 	running := e.insertInstance("nightly-report", "ev-running", schemas.StateRunning, "")
 	done := e.insertInstance("nightly-report", "ev-done", schemas.StateSucceeded, "")
 	unknown := e.insertInstance("nightly-report", "ev-unknown", schemas.StateRunning, "")

@@ -15,12 +15,8 @@ import (
 func TestInstanceCommands(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
-	if code, _, errOut := e.ax("task_name: other\nexecution: {handler: h}\n", "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
+	e.apply(reportTask)
+	e.apply("task_name: other\nexecution: {handler: h}\n")
 	failed := e.insertInstance("nightly-report", "ev-1", schemas.StateFailed, "boom")
 	done := e.insertInstance("nightly-report", "ev-2", schemas.StateSucceeded, "")
 	other := e.insertInstance("other", "ev-3", schemas.StateFailed, "")
@@ -82,19 +78,14 @@ func TestInstanceCommands(t *testing.T) {
 		{[]string{"instance", "list", "--state", "DONE"}, `ax: state="DONE" is not an instance state`},
 		{[]string{"instance", "list", "--limit", "501"}, `ax: limit="501" is not a number from 1 to 500`},
 	} {
-		code, out, errOut := e.ax("", tt.args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {
-			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), code, out, errOut, tt.want)
-		}
+		e.refuses(tt.args, tt.want)
 	}
 }
 
 func TestInstanceRerun(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
+	e.apply(reportTask)
 	failed := e.insertInstance("nightly-report", "ev-1", schemas.StateFailed, "boom")
 
 	// No dispatcher runs, so no instance appears: ax says so on stderr.
@@ -102,18 +93,7 @@ func TestInstanceRerun(t *testing.T) {
 	if code != 0 || out != "" || !strings.Contains(errOut, fmt.Sprintf("fired nightly-report as event rerun-%d-", failed)) {
 		t.Errorf("instance rerun: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	s, err := e.js.Stream(t.Context(), "AX_TRIGGERS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report.api")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := schemas.ParseTriggerEvent(msg.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev := e.lastEvent("ax.trigger.nightly-report.api")
 	if ev.Source != schemas.SourceManual || ev.Operator != operatorName() || ev.Reason != fmt.Sprintf("rerun of instance %d", failed) ||
 		ev.Priority != schemas.PriorityNormal || ev.PayloadVersion != 1 {
 		t.Errorf("published firing = %+v", ev)
@@ -128,11 +108,7 @@ func TestInstanceRerun(t *testing.T) {
 		if code, _, errOut := e.ax("", append([]string{"instance", "rerun", fmt.Sprint(failed)}, args...)...); code != 0 {
 			t.Fatalf("instance rerun %v: exit %d, %s", args, code, errOut)
 		}
-		msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.nightly-report.api")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev, err := schemas.ParseTriggerEvent(msg.Data)
+		ev, err := schemas.ParseTriggerEvent(e.lastMsg("ax.trigger.nightly-report.api"))
 		want := `{"day":"2025-03-02"}`
 		if args[0] == "--payload-file" {
 			want = `{"day":"2025-03-03"}`

@@ -23,9 +23,7 @@ func (e *cliEnv) shipLog(l schemas.LogLine) {
 func TestLogsCommand(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
+	e.apply(reportTask)
 	id := e.insertInstance("nightly-report", "ev-1", schemas.StateSucceeded, "")
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	lines := []schemas.LogLine{
@@ -101,9 +99,6 @@ func TestLogsCommand(t *testing.T) {
 		{[]string{"logs", fmt.Sprint(id), "--attempt", "-1"}, `ax: --attempt -1: attempts count from 1`},
 		{[]string{"logs"}, `ax: accepts 1 arg(s)`},
 	} {
-		code, out, errOut := e.ax("", tt.args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {
-			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), code, out, errOut, tt.want)
-		}
+		e.refuses(tt.args, tt.want)
 	}
 }

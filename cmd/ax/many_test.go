@@ -51,9 +51,7 @@ func (e *cliEnv) fakeDispatcher(task string, end func(n int) schemas.State) {
 func TestFireCount(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
+	e.apply(reportTask)
 	e.fakeDispatcher("nightly-report", func(n int) schemas.State {
 		if n == 7 {
 			return schemas.StateFailed
@@ -173,9 +171,7 @@ func TestProgressBar(t *testing.T) {
 func TestOutputFormats(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
-	if code, _, errOut := e.ax(reportTask, "task", "apply", "-f", "-"); code != 0 {
-		t.Fatal(errOut)
-	}
+	e.apply(reportTask)
 	asJSON := e.mustAx("task", "list", "-o", "json")
 	asYAML := e.mustAx("task", "list", "-o", "yaml")
 	converted, err := yaml.JSONToYAML([]byte(asJSON))

@@ -70,6 +70,48 @@ func (e *cliEnv) mustAx(args ...string) string {
 	return out
 }
 
+// refuses runs args and checks that ax exits 1, prints nothing on standard
+// output and an error beginning with want on standard error.
+func (e *cliEnv) refuses(args []string, want string) {
+	e.t.Helper()
+	code, out, errOut := e.ax("", args...)
+	if code != 1 || out != "" || !strings.HasPrefix(errOut, want) {
+		e.t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(args, " "), code, out, errOut, want)
+	}
+}
+
+// apply applies the task definition def with ax task apply -f -.
+func (e *cliEnv) apply(def string) {
+	e.t.Helper()
+	if code, _, errOut := e.ax(def, "task", "apply", "-f", "-"); code != 0 {
+		e.t.Fatal(errOut)
+	}
+}
+
+// lastMsg returns the data of the newest message on subject in AX_TRIGGERS.
+func (e *cliEnv) lastMsg(subject string) []byte {
+	e.t.Helper()
+	s, err := e.js.Stream(e.t.Context(), "AX_TRIGGERS")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(e.t.Context(), subject)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m.Data
+}
+
+// lastEvent returns the newest trigger event on subject in AX_TRIGGERS.
+func (e *cliEnv) lastEvent(subject string) schemas.TriggerEvent {
+	e.t.Helper()
+	ev, err := schemas.ParseTriggerEvent(e.lastMsg(subject))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ev
+}
+
 // insertInstance writes the instance the dispatcher would make for a firing.
 func (e *cliEnv) insertInstance(task, eventID string, state schemas.State, errMsg string) int64 {
 	e.t.Helper()

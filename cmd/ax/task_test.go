@@ -97,9 +97,6 @@ func TestTaskCommandErrors(t *testing.T) {
 		{[]string{"task", "apply"}, "ax: name the definition file with -f FILE"},
 		{[]string{"task", "apply", "-f", "-"}, "ax: the task definition in standard input is empty"},
 	} {
-		code, out, errOut := e.ax("", tt.args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, tt.want) {
-			t.Errorf("ax %s: exit %d, stdout %q, stderr %q; want exit 1 and %q", strings.Join(tt.args, " "), code, out, errOut, tt.want)
-		}
+		e.refuses(tt.args, tt.want)
 	}
 }
