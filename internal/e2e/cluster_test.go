@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +18,6 @@ import (
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/servicetest"
-	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -163,7 +160,6 @@ func (c *natsCluster) waitHealthy(what string) {
 // the attempt again; the redelivery now asks the dispatcher first.
 func TestExactlyOnceThroughNATSNodeRestarts(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	if os.Getenv("AX_TEST_LOG") != "" {
 		log = log.Level(zerolog.DebugLevel)
@@ -201,36 +197,7 @@ func TestExactlyOnceThroughNATSNodeRestarts(t *testing.T) {
 	// retried with the same message id until the stream acknowledges it:
 	// a firing counts as fired once acknowledged, and then must run.
 	_, loadJS := cluster.connect("load")
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	var loadWG sync.WaitGroup
-	var fired, retries int
-	loadWG.Go(func() {
-		tick := time.NewTicker(25 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-loadCtx.Done():
-				return
-			case <-tick.C:
-			}
-			ev := schemas.TriggerEvent{EventID: "load-" + strconv.Itoa(fired)}
-			for {
-				pubCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_, err := streams.Publish(pubCtx, loadJS, cluster.top.Trigger("ledger"), ev.EventID, ev)
-				cancel()
-				if err == nil {
-					break
-				}
-				retries++
-				if retries > 1000 {
-					t.Errorf("fire %s: %v (after %d retries)", ev.EventID, err, retries)
-					return
-				}
-			}
-			fired++
-		}
-	})
+	stopLoad := startLoad(t, loadJS, cluster.top.Trigger("ledger"), 25*time.Millisecond, true)
 
 	progress := func(what string, more int) {
 		t.Helper()
@@ -261,8 +228,7 @@ func TestExactlyOnceThroughNATSNodeRestarts(t *testing.T) {
 		t.Logf("%s is back and current", name)
 		progress("successes after "+name+" came back", 20)
 	}
-	stopLoad()
-	loadWG.Wait()
+	fired, retries := stopLoad()
 	waitLedgerEnded(t, pool, fired)
 	t.Logf("%d publishes retried while a leader was elected", retries)
 	checkExactlyOnce(t, pool, fired, ledger)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	drillsys "github.com/ax-scheduler/ax/drill/system"
@@ -98,27 +99,7 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 	first := dispatcher("the first dispatcher")
 
 	// Load: 50 firings a second, straight to AX_TRIGGERS, until stopped.
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var loadWG sync.WaitGroup
-	var fired int
-	loadWG.Go(func() {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-loadCtx.Done():
-				return
-			case <-tick.C:
-			}
-			ev := schemas.TriggerEvent{EventID: "load-" + strconv.Itoa(fired)}
-			if _, err := streams.Publish(ctx, js, top.Trigger("ledger"), ev.EventID, ev); err != nil {
-				t.Errorf("fire %s: %v", ev.EventID, err)
-				return
-			}
-			fired++
-		}
-	})
-	defer stopLoad()
+	stopLoad := startLoad(t, js, top.Trigger("ledger"), 20*time.Millisecond, false)
 
 	// Steady state first: instances succeed.
 	waitFor(t, "the first successes", 30*time.Second, func() (bool, error) {
@@ -185,11 +166,69 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE created_at > now() - interval '1 second'`).Scan(&n)
 		return err == nil && n > 0, nil // an error: the pool reconnects
 	})
-	stopLoad()
-	loadWG.Wait()
+	fired, _ := stopLoad()
 	waitLedgerEnded(t, pool, fired)
 
 	checkExactlyOnce(t, pool, fired, ledger)
+}
+
+// startLoad fires the task of subject, one firing every every, straight to
+// AX_TRIGGERS through js, until the stop it returns, which waits for the
+// last firing and returns how many firings the stream acknowledged (each
+// must then run) and how many publishes were tried again; the test's end
+// stops it too. With retry, a publish that fails (as while a stream leader
+// is elected) is tried again, with the same message id, each try given
+// 2 s, up to 1,000 retries in all; without, a failed publish fails the test
+// and ends the load.
+func startLoad(t *testing.T, js jetstream.JetStream, subject string, every time.Duration, retry bool) (stop func() (fired, retries int)) {
+	t.Helper()
+	// A publish under way when the load stops ends as it would: a firing
+	// the stream may have stored is counted once acknowledged.
+	pubCtx := context.WithoutCancel(t.Context())
+	ctx, cancel := context.WithCancel(pubCtx)
+	var wg sync.WaitGroup
+	var fired, retries int
+	publish := func(ev schemas.TriggerEvent) error {
+		if !retry {
+			_, err := streams.Publish(pubCtx, js, subject, ev.EventID, ev)
+			return err
+		}
+		for {
+			tryCtx, cancel := context.WithTimeout(pubCtx, 2*time.Second)
+			_, err := streams.Publish(tryCtx, js, subject, ev.EventID, ev)
+			cancel()
+			if err == nil {
+				return nil
+			}
+			if retries++; retries > 1000 {
+				return fmt.Errorf("%w (after %d retries)", err, retries)
+			}
+		}
+	}
+	wg.Go(func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			ev := schemas.TriggerEvent{EventID: "load-" + strconv.Itoa(fired)}
+			if err := publish(ev); err != nil {
+				t.Errorf("fire %s: %v", ev.EventID, err)
+				return
+			}
+			fired++
+		}
+	})
+	stop = func() (int, int) {
+		cancel()
+		wg.Wait()
+		return fired, retries
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // checkExactlyOnce checks the promise after a fault test: the task
