@@ -13,6 +13,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -211,17 +212,10 @@ func TestTokenRoutes(t *testing.T) {
 	if _, err := e.store.RevokeToken(ctx, "ops", "test"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(api.DefaultTokenCacheTTL + 30*time.Second)
-	for {
+	waittest.ForTrue(t, "the token revoked in the store to be refused (401) after the cache's TTL", api.DefaultTokenCacheTTL+30*time.Second, func() bool {
 		_, err := ops.ListTasks(ctx)
-		if isStatus(err, 401) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the token revoked in the store still works after the cache's TTL: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return isStatus(err, 401)
+	})
 	if _, err := e.client.RevokeToken(ctx, made.Token.ID); !isStatus(err, 404) {
 		t.Errorf("revoking it again: %v, want 404", err)
 	}

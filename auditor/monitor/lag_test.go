@@ -18,6 +18,7 @@ import (
 	"github.com/ax-scheduler/ax/internal/metrics/metricstest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/servicetest"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -163,10 +164,15 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 	if len(watched) != 7 {
 		t.Fatalf("%d consumers to check, want 7", len(watched))
 	}
+	// The last look's mismatches, said when the wait fails. Two minutes
+	// bound a failing run only: a match ends the wait at once.
 	var mismatch string
-	// A bound on a failing run only: a match ends the loop at once.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	defer func() {
+		if t.Failed() && mismatch != "" {
+			t.Logf("the metrics do not match the consumers' info: %s", mismatch)
+		}
+	}()
+	waittest.ForTrue(t, "the metrics to match the consumers' info", 2*time.Minute, func() bool {
 		families := metricstest.Scrape(t, srv)
 		mismatch = ""
 		waiting := map[[2]string]float64{}
@@ -235,14 +241,8 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 		if f := families["ax_consumer_pending"]; f == nil || len(f.GetMetric()) != len(watched) {
 			mismatch += fmt.Sprintf("ax_consumer_pending has %d series, want %d (the durable consumers); ", len(f.GetMetric()), len(watched))
 		}
-		if mismatch == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the metrics do not match the consumers' info: %s", mismatch)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return mismatch == ""
+	})
 	// The figures are the backlog built above.
 	normalName := top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "test.h").Durable
 	families := metricstest.Scrape(t, srv)
