@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,8 +73,7 @@ func TestAuditTrailHoldsEveryTransitionAndActionOnce(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	s.auditors(2)
-	var runs atomic.Int64
-	s.executor("w1", countingMux(&runs), 4)
+	s.countingExecutor(4)
 	alice := s.clientAs("alice", store.RoleAdmin)
 	ctx := context.Background()
 	for _, def := range []string{

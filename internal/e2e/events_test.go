@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,8 +92,7 @@ const lateBound = 2 * time.Second
 func TestDelayedFiringsNeverStartEarly(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	var runs atomic.Int64
-	s.executor("w1", countingMux(&runs), 8)
+	runs := s.countingExecutor(8)
 	s.apply(`
 task_name: later
 execution:
@@ -219,8 +217,7 @@ func TestDelayBeyondTheStreamsMaxAge(t *testing.T) {
 	s := newSystem(t, func(o *dispatcher.Options) {
 		o.Streams = streams.Config{LeaseTTL: leaseTTL, TriggersMaxAge: 3 * time.Second, DuplicateWindow: time.Second}
 	})
-	var runs atomic.Int64
-	s.executor("w1", countingMux(&runs), 4)
+	s.countingExecutor(4)
 	s.apply(`
 task_name: patient
 execution:
@@ -260,8 +257,7 @@ execution:
 func TestIdempotencyKeyFiresOnce(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	var runs atomic.Int64
-	s.executor("w1", countingMux(&runs), 4)
+	runs := s.countingExecutor(4)
 	s.apply(`
 task_name: charge
 execution:
@@ -316,17 +312,13 @@ execution:
 	if status != http.StatusConflict || e["code"] != "idempotency_conflict" || !strings.Contains(fmt.Sprint(e["message"]), "due at") {
 		t.Errorf("delayed key, other payload: %d %v, want 409", status, body)
 	}
-	s.drained(s.srv.Topology.ReportsStream(), "recorder")
-	if n := runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+	s.ranOnce(runs)
 }
 
 func TestPlainPublishBreakingThePayloadSchemaIsSkipped(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	var runs atomic.Int64
-	s.executor("w1", countingMux(&runs), 4)
+	runs := s.countingExecutor(4)
 	s.apply(`
 task_name: ship
 execution:
@@ -360,18 +352,14 @@ payload_schema:
 		t.Fatal(err)
 	}
 	s.waitState(good.ID, schemas.StateSucceeded, 60*time.Second)
-	s.drained(s.srv.Topology.ReportsStream(), "recorder")
-	if n := runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+	s.ranOnce(runs)
 }
 
 func TestRerunMakesANewInstanceByTheOperator(t *testing.T) {
 	t.Parallel()
 	bin := systemtest.BuildAX(t)
 	s := newSystem(t)
-	var runs atomic.Int64
-	s.executor("w1", countingMux(&runs), 4)
+	runs := s.countingExecutor(4)
 	s.apply(`
 task_name: report
 priority: low

@@ -41,8 +41,7 @@ func TestHistoryMovesRetainsAndArchives(t *testing.T) {
 	}
 	servicetest.Start(t, "dispatcher-2", d2)
 	s.auditors(1)
-	var runs atomic.Int64
-	s.executor("w1", countingMux(&runs), 4)
+	runs := s.countingExecutor(4)
 	for _, def := range []string{
 		"task_name: kept\nexecution: {handler: test.count}\n",
 		"task_name: archived\nretention: 10d\narchive: true\nexecution: {handler: test.count}\n",

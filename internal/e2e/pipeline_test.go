@@ -28,11 +28,29 @@ func countingMux(runs *atomic.Int64) *executor.Mux {
 	return mux
 }
 
+// countingExecutor starts worker w1 with countingMux and slots slots, and
+// returns the count of test.count's runs.
+func (s *system) countingExecutor(slots int) *atomic.Int64 {
+	s.t.Helper()
+	runs := new(atomic.Int64)
+	s.executor("w1", countingMux(runs), slots)
+	return runs
+}
+
+// ranOnce checks, once the recorder has taken every report, that
+// test.count ran once.
+func (s *system) ranOnce(runs *atomic.Int64) {
+	s.t.Helper()
+	s.drained(s.srv.Topology.ReportsStream(), "recorder")
+	if n := runs.Load(); n != 1 {
+		s.t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
 func TestFireRunsOnceAndSucceeds(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	var runs atomic.Int64
-	s.executor("w1", countingMux(&runs), 4)
+	runs := s.countingExecutor(4)
 	s.apply(`
 task_name: hello
 owner: team-a
@@ -53,17 +71,13 @@ execution:
 	if err := json.Unmarshal(inst.Output, &out); err != nil || out["greeting"] != "hi" {
 		t.Errorf("output = %s (%v), want the payload", inst.Output, err)
 	}
-	s.drained(s.srv.Topology.ReportsStream(), "recorder")
-	if n := runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+	s.ranOnce(runs)
 }
 
 func TestSameEventThreeTimesMakesOneInstance(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	var runs atomic.Int64
-	s.executor("w1", countingMux(&runs), 4)
+	runs := s.countingExecutor(4)
 	s.apply(`
 task_name: once
 execution:
@@ -91,10 +105,7 @@ execution:
 	if len(list) != 1 {
 		t.Errorf("%d instances, want 1", len(list))
 	}
-	s.drained(s.srv.Topology.ReportsStream(), "recorder")
-	if n := runs.Load(); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
+	s.ranOnce(runs)
 }
 
 func TestFailingTaskEndsFailedAfterItsAttempts(t *testing.T) {

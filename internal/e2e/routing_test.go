@@ -75,6 +75,17 @@ func (s *system) routedTo(ids ...string) {
 	})
 }
 
+// allRanOn fires task n times with no payload and checks that every
+// instance ran on worker.
+func (s *system) allRanOn(task string, n int, worker string) {
+	s.t.Helper()
+	for i, w := range s.ranOn(task, make([]any, n)...) {
+		if w != worker {
+			s.t.Errorf("instance %d ran on %s, want %s", i, w, worker)
+		}
+	}
+}
+
 // ranOn fires task once per payload and returns the worker each instance ran on.
 func (s *system) ranOn(task string, payloads ...any) []string {
 	s.t.Helper()
@@ -225,15 +236,7 @@ func TestRoutingMinWorkerVersion(t *testing.T) {
 	if w := s.waitState(first, schemas.StateSucceeded, 60*time.Second).WorkerID; w != "new" {
 		t.Fatalf("the first instance ran on %s, want new", w)
 	}
-	var payloads []any
-	for range 12 {
-		payloads = append(payloads, nil)
-	}
-	for i, w := range s.ranOn("modern", payloads...) {
-		if w != "new" {
-			t.Errorf("instance %d ran on %s, want new", i, w)
-		}
-	}
+	s.allRanOn("modern", 12, "new")
 	if n := c.of("old"); n != 0 {
 		t.Fatalf("the old worker ran %d attempts of a task that needs 2.0.0", n)
 	}
@@ -268,15 +271,7 @@ func TestRoutingHandlerCapable(t *testing.T) {
 	s.worker(executor.Options{WorkerID: "other", Slots: 4, Mux: c.muxOf("other", "test.other")})
 	s.routedTo("capable", "other")
 	s.apply("task_name: needs-where\nexecution: {handler: test.where}\n")
-	var payloads []any
-	for range 20 {
-		payloads = append(payloads, nil)
-	}
-	for i, w := range s.ranOn("needs-where", payloads...) {
-		if w != "capable" {
-			t.Errorf("instance %d ran on %s, want capable", i, w)
-		}
-	}
+	s.allRanOn("needs-where", 20, "capable")
 	if n := c.of("other"); n != 0 {
 		t.Errorf("the worker without test.where ran %d attempts", n)
 	}
