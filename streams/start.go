@@ -3,11 +3,17 @@ package streams
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// errCodeNoPeers is JetStream's error code for a stream or consumer whose
+// replicas it found no peers to place on (nats-server's
+// JSClusterNoPeersErrF).
+const errCodeNoPeers jetstream.ErrorCode = 10005
 
 // Waits of [UntilStarted] between two tries: the first, doubling up to the
 // last.
@@ -52,15 +58,20 @@ func UntilStarted(ctx context.Context, onFail func(err error, wait time.Duration
 
 // Transient reports whether err is one that waiting may cure: a request to
 // the JetStream API that timed out or had no responder, a connection that
-// is reconnecting, JetStream not (yet) enabled on the server, or the API's
+// is reconnecting, JetStream not (yet) enabled on the server, the API's
 // answer that it is unavailable or failed on the server's side (5xx, as a
-// cluster without a meta leader or a stream without a quorum answers).
-// A refusal of the request itself (4xx: not found, a configuration in
-// conflict, no permission) is not.
+// cluster without a meta leader or a stream without a quorum answers), or
+// that it found no peers to place a stream's replicas on because a peer is
+// offline (err_code 10005, "no suitable peers for placement, peer
+// offline": a node starting or restarting, which the meta leader has not
+// heard from yet). Any other refusal of the request itself (4xx: not
+// found, a configuration in conflict, no permission, more replicas than
+// the cluster has nodes) is not.
 func Transient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code >= 500
+		return apiErr.Code >= 500 ||
+			apiErr.ErrorCode == errCodeNoPeers && strings.Contains(apiErr.Description, "peer offline")
 	}
 	for _, e := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders, nats.ErrConnectionReconnecting,
 		nats.ErrDisconnected, jetstream.ErrJetStreamNotEnabled, jetstream.ErrJetStreamNotEnabledForAccount, jetstream.ErrNoStreamResponse} {

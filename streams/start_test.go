@@ -28,6 +28,9 @@ func TestTransient(t *testing.T) {
 		{fmt.Errorf("look up stream AX_LOGS: %w", jetstream.ErrStreamNotFound), false},
 		{fmt.Errorf("look up bucket ax-tasks: %w", jetstream.ErrBucketNotFound), false},
 		{&jetstream.APIError{Code: 400, ErrorCode: 10065, Description: "subjects overlap with an existing stream"}, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, peer offline"}, true},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement, insufficient storage"}, false},
+		{&jetstream.APIError{Code: 400, ErrorCode: 10005, Description: "no suitable peers for placement"}, false},
 		{errors.New("bucket ax-mutex has no limit markers"), false},
 	} {
 		if got := streams.Transient(c.err); got != c.want {
