@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 func TestSchedFiring(t *testing.T) {
@@ -73,5 +75,23 @@ func TestReportBatchFrom(t *testing.T) {
 		if _, _, ok := top.ReportBatchFrom(subject); ok {
 			t.Errorf("ReportBatchFrom(%q) is ok, want not a batch subject", subject)
 		}
+	}
+}
+
+// TestSubjectsAllocateOnce pins the cost of the subjects every message of
+// the hot path names: one allocation, the string itself.
+func TestSubjectsAllocateOnce(t *testing.T) {
+	top := Default()
+	for name, f := range map[string]func() string{
+		"Trigger":  func() string { return top.Trigger("nightly-report") },
+		"Dispatch": func() string { return top.Dispatch("default", schemas.PriorityNormal, "noop") },
+		"Ready":    func() string { return top.Ready("default", schemas.PriorityNormal, "noop") },
+	} {
+		if got := testing.AllocsPerRun(100, func() { _ = f() }); got != 1 {
+			t.Errorf("%s: %v allocations, want 1", name, got)
+		}
+	}
+	if got, want := top.Dispatch("default", schemas.PriorityNormal, "a.b"), "ax.dispatch.default.normal.a.b"; got != want {
+		t.Errorf("Dispatch = %q, want %q", got, want)
 	}
 }
