@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -158,7 +157,7 @@ func (s *Service) appendExpiry(lost []store.Failure, holders *leaseBook, e jetst
 	case jetstream.KeyValuePut:
 		if !holders.known(key) {
 			// The first put: a renewal names the same worker.
-			l, _ := streams.Decode[schemas.Lease](e.Key(), e.Value())
+			l, _ := schemas.DecodeLease(e.Value())
 			holders.put(key, l.WorkerID)
 		}
 		return lost
@@ -285,8 +284,7 @@ func (s *Service) batchedFinals(ctx context.Context, reports jetstream.Stream) (
 		if err != nil {
 			return nil, err
 		}
-		var b schemas.ReportBatch
-		if json.Unmarshal(m.Data, &b) == nil {
+		if b, err := schemas.DecodeReportBatch(m.Data); err == nil {
 			for _, r := range b.Reports {
 				if r.Kind.IsFinal() {
 					finals[[2]int64{r.InstanceID, int64(r.Attempt)}] = true
@@ -337,8 +335,8 @@ func (s *Service) singleReportWaits(ctx context.Context, reports jetstream.Strea
 // isReportOf reports whether data is a report of the attempt, a final one
 // when final.
 func isReportOf(data []byte, instanceID int64, attempt int, final bool) bool {
-	var r schemas.Report
-	if err := json.Unmarshal(data, &r); err != nil {
+	r, err := schemas.DecodeReport(data)
+	if err != nil {
 		return false
 	}
 	return r.InstanceID == instanceID && r.Attempt == attempt && (!final || r.Kind.IsFinal())

@@ -62,8 +62,8 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 func (s *Service) readReports(msgs []jetstream.Msg) (reports []schemas.Report, stale []store.StaleReport, handled []jetstream.Msg) {
 	for _, m := range msgs {
 		if pool, worker, ok := s.top.ReportBatchFrom(m.Subject()); ok {
-			var b schemas.ReportBatch
-			if err := json.Unmarshal(m.Data(), &b); err != nil || len(b.Reports) == 0 {
+			b, err := schemas.DecodeReportBatch(m.Data())
+			if err != nil || len(b.Reports) == 0 {
 				s.log.Warn().Str("subject", m.Subject()).Msg("malformed report batch dropped")
 				_ = m.Term()
 				continue
@@ -97,8 +97,8 @@ func (s *Service) readReports(msgs []jetstream.Msg) (reports []schemas.Report, s
 			}
 			continue
 		}
-		var r schemas.Report
-		if err := json.Unmarshal(m.Data(), &r); err != nil || r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt {
+		r, err := schemas.DecodeReport(m.Data())
+		if err != nil || r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt {
 			s.log.Warn().Str("subject", m.Subject()).Msg("malformed report dropped")
 			_ = m.Term()
 			continue

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,7 +86,7 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 	leaseMsgs := make([]*nats.Msg, len(ps))
 	for i, p := range ps {
 		keys[i] = streams.LeaseKey(p.d.InstanceID, p.d.Attempt)
-		values[i], _ = json.Marshal(schemas.Lease{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt, WorkerID: s.opts.WorkerID, AcquiredAt: now})
+		values[i], _ = schemas.MarshalLease(schemas.Lease{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt, WorkerID: s.opts.WorkerID, AcquiredAt: now})
 		leaseMsgs[i] = s.leaseMsg(keys[i], values[i], 0)
 	}
 	acks, errs := s.publishAll(opCtx, leaseMsgs)

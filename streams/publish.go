@@ -32,14 +32,18 @@ func TriggerMsgID(task, eventID string) string { return task + "/" + eventID }
 
 // NewMsg encodes v as JSON into a message for subject with msgID as its
 // Nats-Msg-Id, so that a retried publish is a no-op inside the duplicate window.
-// A trigger event is encoded by schemas.MarshalTriggerEvent, which writes
-// what json.Marshal does without its reflection.
+// A trigger event and a report are encoded by schemas.MarshalTriggerEvent
+// and schemas.MarshalReport, which write what json.Marshal does without its
+// reflection.
 func NewMsg(subject, msgID string, v any) (*nats.Msg, error) {
 	var data []byte
 	var err error
-	if ev, ok := v.(schemas.TriggerEvent); ok {
-		data, err = schemas.MarshalTriggerEvent(ev)
-	} else {
+	switch v := v.(type) {
+	case schemas.TriggerEvent:
+		data, err = schemas.MarshalTriggerEvent(v)
+	case schemas.Report:
+		data, err = schemas.MarshalReport(v)
+	default:
 		data, err = json.Marshal(v)
 	}
 	if err != nil {
