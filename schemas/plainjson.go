@@ -258,12 +258,18 @@ scan:
 // without its reflection for the plain encoding the dispatcher writes (no
 // parents); any other body is decoded by json.Unmarshal itself.
 func DecodeDispatch(data []byte) (Dispatch, error) {
-	if d, ok := decodePlainDispatch(data); ok {
-		return d, nil
+	return decodePlainOr(data, decodePlainDispatch)
+}
+
+// decodePlainOr decodes data with plain, or with json.Unmarshal where
+// plain does not take it.
+func decodePlainOr[T any](data []byte, plain func([]byte) (T, bool)) (T, error) {
+	if v, ok := plain(data); ok {
+		return v, nil
 	}
-	var d Dispatch
-	err := json.Unmarshal(data, &d)
-	return d, err
+	var v T
+	err := json.Unmarshal(data, &v)
+	return v, err
 }
 
 // decodePlainDispatch and decodePlainTriggerEvent each spell out one switch

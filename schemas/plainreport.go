@@ -53,12 +53,7 @@ func appendPlainReport(b []byte, rep *Report) ([]byte, bool) {
 // its reflection for the plain encoding executors write (no progress);
 // any other body is decoded by json.Unmarshal itself.
 func DecodeReport(data []byte) (Report, error) {
-	if rep, ok := decodePlainReport(data); ok {
-		return rep, nil
-	}
-	var rep Report
-	err := json.Unmarshal(data, &rep)
-	return rep, err
+	return decodePlainOr(data, decodePlainReport)
 }
 
 func decodePlainReport(data []byte) (Report, bool) {
@@ -105,12 +100,7 @@ func (r *plainReader) report() (rep Report) {
 // without its reflection when every report in it is plain (see
 // [DecodeReport]); any other body is decoded by json.Unmarshal itself.
 func DecodeReportBatch(data []byte) (ReportBatch, error) {
-	if b, ok := decodePlainReportBatch(data); ok {
-		return b, nil
-	}
-	var b ReportBatch
-	err := json.Unmarshal(data, &b)
-	return b, err
+	return decodePlainOr(data, decodePlainReportBatch)
 }
 
 func decodePlainReportBatch(data []byte) (b ReportBatch, ok bool) {
@@ -175,12 +165,7 @@ func MarshalLease(l Lease) ([]byte, error) {
 // reflection for the plain encoding executors write; any other value is
 // decoded by json.Unmarshal itself.
 func DecodeLease(data []byte) (Lease, error) {
-	if l, ok := decodePlainLease(data); ok {
-		return l, nil
-	}
-	var l Lease
-	err := json.Unmarshal(data, &l)
-	return l, err
+	return decodePlainOr(data, decodePlainLease)
 }
 
 func decodePlainLease(data []byte) (l Lease, ok bool) {
