@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nats-io/nats.go"
 
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams/natsauth"
@@ -67,11 +66,4 @@ func devAdminToken(ctx context.Context, st *store.Store, dir string) (secret str
 // service role, kept in <dir>/nats-users.json (mode 0600).
 func devNATSUsers(dir string) (map[natsauth.Role]string, error) {
 	return natsauth.LoadOrCreatePasswords(filepath.Join(dir, "nats-users.json"))
-}
-
-// connectAs connects to ax dev's embedded server as the user of role, with
-// that user's inbox prefix.
-func (c conn) connectAs(role natsauth.Role, passwords map[natsauth.Role]string) (*nats.Conn, error) {
-	c.natsCreds, c.natsUser, c.natsPass, c.natsInbox = "", string(role), passwords[role], natsauth.InboxPrefix(string(role))
-	return c.connectNATS(string(role))
 }
