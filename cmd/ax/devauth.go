@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
