@@ -279,20 +279,23 @@ func (s *Service) runAttempt(a *attempt) {
 	}
 	rep := s.outcome(a, out, err, cause, returnedAt)
 	s.flushLogs(a)
-	m, encErr := streams.NewMsg(s.reportSubject(a.dispatch), s.reportID(a.dispatch, rep.Kind), rep)
-	if encErr == nil && int64(len(m.Data)) > s.opts.Conn.MaxPayload()-reportHeadroom {
+	// Encoded alone: a report that goes in a batch needs no message of
+	// its own (see reportMsg).
+	data, encErr := schemas.MarshalReport(rep)
+	if encErr == nil && int64(len(data)) > s.opts.Conn.MaxPayload()-reportHeadroom {
 		size := len(rep.Output)
 		rep.Kind, rep.Output, rep.Permanent = schemas.ReportFailed, nil, true
 		rep.Error = fmt.Sprintf("output of %d bytes is larger than the NATS server's max payload of %d bytes allows; store large results elsewhere and return a reference",
 			size, s.opts.Conn.MaxPayload())
-		m, encErr = streams.NewMsg(m.Subject, m.Header.Get(streams.HeaderMsgID), rep)
+		data, encErr = schemas.MarshalReport(rep)
 	}
 	switch {
 	case encErr != nil:
+		encErr = fmt.Errorf("encode report for %s: %w", s.reportSubject(a.dispatch), encErr)
 	case a.dispatch.ReportBatches && !s.opts.SingleReports:
-		encErr = s.sendFinal(&a.dispatch, rep.Kind, m.Data)
+		encErr = s.sendFinal(&a.dispatch, rep.Kind, data)
 	default:
-		encErr = s.publishRetry(m)
+		encErr = s.publishRetry(s.reportMsg(&a.dispatch, rep.Kind, data))
 	}
 	if encErr != nil {
 		// Without a report the lease must expire for the dispatcher to move on.

@@ -98,10 +98,7 @@ func (s *Service) publishFinals(queued []*queuedFinal) {
 // report batch, or the report alone when it is the only one.
 func (s *Service) finalsMsg(pool string, qs []*queuedFinal) *nats.Msg {
 	if len(qs) == 1 {
-		m := nats.NewMsg(s.reportSubject(*qs[0].d))
-		m.Data = qs[0].data
-		m.Header.Set(streams.HeaderMsgID, s.reportID(*qs[0].d, qs[0].kind))
-		return m
+		return s.reportMsg(qs[0].d, qs[0].kind, qs[0].data)
 	}
 	m := nats.NewMsg(s.opts.Topology.ReportBatch(pool, s.opts.WorkerID))
 	m.Data = append(m.Data, `{"reports":[`...)
@@ -115,6 +112,15 @@ func (s *Service) finalsMsg(pool string, qs []*queuedFinal) *nats.Msg {
 	// The batch's id, unique to this run of the worker and ending in its
 	// random nonce, makes a retried publish a duplicate the stream drops.
 	m.Header.Set(streams.HeaderMsgID, "batch-"+strconv.FormatUint(s.batchSeq.Add(1), 10)+"-"+s.nonce)
+	return m
+}
+
+// reportMsg returns the message of a report of kind on d, encoded as data,
+// on its attempt's own subject.
+func (s *Service) reportMsg(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) *nats.Msg {
+	m := nats.NewMsg(s.reportSubject(*d))
+	m.Data = data
+	m.Header.Set(streams.HeaderMsgID, s.reportID(*d, kind))
 	return m
 }
 

@@ -163,6 +163,14 @@ func (sh *logShipper) dropped() uint64 {
 	return sh.total
 }
 
+// waiting reports whether lines written are not shipped yet: whether a
+// flush would wait.
+func (sh *logShipper) waiting() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.shipped < sh.written
+}
+
 // flush waits until every line added before it was called is published
 // (or dropped), or ctx ends.
 func (sh *logShipper) flush(ctx context.Context) error {
@@ -403,6 +411,10 @@ func (s *Service) handlerLogger(d *schemas.Dispatch, workerLog zerolog.Logger) *
 // is published, so that whoever sees the instance end finds its logs. A
 // flush that NATS holds up does not hold the report up for long.
 func (s *Service) flushLogs(a *attempt) {
+	if !s.logs.waiting() {
+		// Most attempts log nothing: no timeout (a timer and a context) to make.
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := s.logs.flush(ctx); err != nil {

@@ -280,3 +280,14 @@ func TestFitLine(t *testing.T) {
 		t.Errorf("a short line changed: %q %s", msg, fields)
 	}
 }
+
+// TestFlushOfNothingCostsNothing pins the log flush before every final
+// report: an attempt that logged nothing (most of them) makes no timeout,
+// no timer and no context for it.
+func TestFlushOfNothingCostsNothing(t *testing.T) {
+	s := &Service{logs: newLogShipper("w1", streams.Default(), 16, time.Second, zerolog.Nop())}
+	a := &attempt{log: zerolog.Nop()}
+	if got := testing.AllocsPerRun(100, func() { s.flushLogs(a) }); got != 0 {
+		t.Errorf("flushLogs with nothing to ship: %v allocations, want 0", got)
+	}
+}
