@@ -42,7 +42,7 @@ type Options struct {
 	// (mode 0755, as os.TempDir() is).
 	Dir string
 	// Port is the TCP port on 127.0.0.1. Zero picks a free port at each
-	// Start.
+	// Start, and another when the server finds it taken.
 	Port int
 	// Fast turns durability off (fsync, synchronous_commit and
 	// full_page_writes): for tests and throwaway data only, as a crash of
@@ -156,14 +156,25 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("start postgres: stop the server left running by an earlier run: %w", err)
 		}
 	}
-	if c.port == 0 {
-		if c.port, err = freePort(); err != nil {
-			return nil, fmt.Errorf("start postgres: %w", err)
+	// A port picked free may be taken by another process before the
+	// server binds it: then the server starts again on another (a port
+	// the caller chose is its to keep free).
+	picked := c.port == 0
+	for try := 1; ; try++ {
+		if picked {
+			if c.port, err = pickPort(); err != nil {
+				return nil, fmt.Errorf("start postgres: %w", err)
+			}
 		}
-	}
-	if err := c.start(ctx); err != nil {
+		err := c.start(ctx)
+		if err == nil {
+			break
+		}
 		c.stopQuietly()
-		return nil, fmt.Errorf("start postgres in %s on port %d: %w", c.dir, c.port, err)
+		if !picked || try == maxPortTries || !strings.Contains(err.Error(), "already in use") {
+			return nil, fmt.Errorf("start postgres in %s on port %d: %w", c.dir, c.port, err)
+		}
+		c.log.Warn().Str("dir", c.dir).Int("port", c.port).Msg("the port picked for postgres was taken before it listened: starting on another")
 	}
 	if legacy {
 		// A cluster made before passwords trusted every local user: give
@@ -498,6 +509,15 @@ func (c *Cluster) run(ctx context.Context, prog string, args ...string) error {
 	return nil
 }
 
+// maxPortTries is how many ports Start picks before it gives up on a
+// server that finds each taken.
+const maxPortTries = 5
+
+// pickPort picks the port of a server started without one (tests replace
+// it to hand out a taken port).
+var pickPort = freePort
+
+// freePort returns a loopback port free now.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -286,4 +287,40 @@ func TestClusterAsksForThePassword(t *testing.T) {
 	}
 	c = start(t, ctx, dir)
 	refused("a cluster that trusted local users")
+}
+
+// A port picked free and taken before the server binds it costs a start on
+// another port, not the start: the first port handed out is held by a
+// listener of the test's.
+func TestStartAgainWhenThePickedPortIsTaken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	picks := 0
+	pickPort = func() (int, error) {
+		picks++
+		if picks == 1 {
+			return takenPort, nil
+		}
+		return freePort()
+	}
+	t.Cleanup(func() { pickPort = freePort })
+	c, err := Start(ctx, Options{Dir: clusterDir(t), Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	if c.Port() == takenPort || picks != 2 {
+		t.Errorf("started on port %d after %d picks, want a second pick other than the taken %d", c.Port(), picks, takenPort)
+	}
+	connect(t, ctx, c)
 }
