@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -152,16 +151,16 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 // comes again one whose handler never ran. An ack the server did not
 // confirm leaves the attempt unrun, its lease unrenewed: it expires, and
 // the dispatcher fails the attempt as lost and goes on with the next.
+//
+// Each ack goes as DoubleAck sends it, with a reply subject, and the
+// replies of the whole batch come on one subscription (see ackConfirms).
 func (s *Service) confirmAcks(ctx context.Context, ps []*pending, errs []error) []error {
-	acked := make([]error, len(ps))
-	var wg sync.WaitGroup
+	msgs := make([]jetstream.Msg, len(ps))
+	send := make([]bool, len(ps))
 	for i, p := range ps {
-		if errs[i] == nil {
-			wg.Go(func() { acked[i] = p.msg.DoubleAck(ctx) })
-		}
+		msgs[i], send[i] = p.msg, errs[i] == nil
 	}
-	wg.Wait()
-	return acked
+	return s.acks.confirm(ctx, s.opts.Conn, msgs, send)
 }
 
 // decodeDispatch decodes and checks a dispatch message.

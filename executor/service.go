@@ -40,6 +40,7 @@ type Service struct {
 	ready    chan struct{}
 	doorbell chan struct{} // rung by the dispatcher's ready messages
 	freed    chan struct{} // signalled when an attempt gives its slot back
+	acks     *ackConfirms  // the server's confirmations of the acks; set by Run
 
 	mu            sync.Mutex
 	running       map[string]*attempt      // by lease key
@@ -172,6 +173,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("run executor: subscribe to %s: %w", s.opts.Topology.Control(s.opts.WorkerID), err)
 	}
 	defer unsubscribe(control)
+	if s.acks, err = subscribeAcks(nc); err != nil {
+		return fmt.Errorf("run executor: %w", err)
+	}
+	defer unsubscribe(s.acks.sub)
 	var doorbells []*nats.Subscription
 	defer func() {
 		for _, sub := range doorbells {
