@@ -85,6 +85,25 @@ const (
 		action, operator, reason, details, at`
 )
 
+// transitionsOf returns a FROM item, tr: the transitions of the rows of
+// instance_transitions that rows (a query of that table) returns, one row
+// each, with the table's columns, in the order of rows and then of the
+// transitions in a row. A row holds one transition, or two when then_state
+// is set, the second with the row's id + 1 (see migration 00017).
+func transitionsOf(rows string) string {
+	return `(SELECT v.id, t.instance_id, t.task, v.from_state, v.to_state, t.attempt, v.operator, v.reason, t.at, t.xid
+		FROM (` + rows + `) t CROSS JOIN LATERAL (VALUES (t.id, t.from_state, t.to_state, t.operator, t.reason),
+			(t.id + 1, t.to_state, t.then_state, t.then_operator, COALESCE(t.then_reason, '')))
+			AS v(id, from_state, to_state, operator, reason)
+		WHERE v.to_state IS NOT NULL) tr`
+}
+
+// holdsTransition is the condition that a row of instance_transitions holds
+// the transition with id $n.
+func holdsTransition(n int) string {
+	return fmt.Sprintf(`(id = $%d OR (id = $%d - 1 AND then_state IS NOT NULL))`, n, n)
+}
+
 func scanAuditRecord(row pgx.CollectableRow) (schemas.AuditRecord, error) {
 	var (
 		r    schemas.AuditRecord
@@ -161,8 +180,12 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]schemas.AuditRe
 		if kind == schemas.AuditAction {
 			table = "operator_actions"
 		}
+		cond := "id = $1"
+		if kind == schemas.AuditTransition {
+			cond = holdsTransition(1)
+		}
 		p := auditPos{kind: kind, id: id}
-		err := s.pool.QueryRow(ctx, `SELECT at FROM `+table+` WHERE id = $1`, id).Scan(&p.at)
+		err := s.pool.QueryRow(ctx, `SELECT at FROM `+table+` WHERE `+cond+` LIMIT 1`, id).Scan(&p.at)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("list audit: audit record %s: %w", f.Before, ErrNotFound)
 		}
@@ -177,9 +200,15 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]schemas.AuditRe
 		return fmt.Sprintf("$%d", len(args))
 	}
 	limitArg := arg(limit)
+	// The rows of instance_transitions to expand: one more than the limit,
+	// since the row before the Before record may hold only that record
+	// (after it in the listing's order) and one that the filters leave out.
+	rowsArg := arg(limit + 1)
 	// Each table's conditions hold only the filters in use, so that each
-	// shape of query gets a plan that uses the indexes.
-	where := func(kind schemas.AuditKind) string {
+	// shape of query gets a plan that uses the indexes. pairs is set for the
+	// rows of instance_transitions, which the transitions are expanded from:
+	// a row is taken when either of its transitions is by the operator.
+	where := func(kind schemas.AuditKind, pairs bool) string {
 		var conds []string
 		if f.Task != "" {
 			conds = append(conds, "task = "+arg(f.Task))
@@ -188,7 +217,12 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]schemas.AuditRe
 			conds = append(conds, "instance_id = "+arg(f.InstanceID))
 		}
 		if f.Operator != "" {
-			conds = append(conds, "operator = "+arg(f.Operator))
+			if pairs {
+				a := arg(f.Operator)
+				conds = append(conds, "(operator = "+a+" OR then_operator = "+a+")")
+			} else {
+				conds = append(conds, "operator = "+arg(f.Operator))
+			}
 		}
 		if !f.Since.IsZero() {
 			conds = append(conds, "at >= "+arg(f.Since))
@@ -210,10 +244,12 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]schemas.AuditRe
 	}
 	sql := `
 SELECT * FROM (
-	(SELECT ` + transitionRecordColumns + ` FROM instance_transitions` + where(schemas.AuditTransition) + `
+	(SELECT ` + transitionRecordColumns + ` FROM ` + transitionsOf(`SELECT * FROM instance_transitions`+
+		where(schemas.AuditTransition, true)+` ORDER BY at DESC, id DESC LIMIT `+rowsArg) +
+		where(schemas.AuditTransition, false) + `
 	ORDER BY at DESC, id DESC LIMIT ` + limitArg + `)
 	UNION ALL
-	(SELECT ` + actionRecordColumns + ` FROM operator_actions` + where(schemas.AuditAction) + `
+	(SELECT ` + actionRecordColumns + ` FROM operator_actions` + where(schemas.AuditAction, false) + `
 	ORDER BY at DESC, id DESC LIMIT ` + limitArg + `)
 ) r
 ORDER BY at DESC, kind DESC, id DESC LIMIT ` + limitArg

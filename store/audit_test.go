@@ -227,22 +227,7 @@ func TestListAuditPagesThroughTies(t *testing.T) {
 		t.Fatalf("ListAudit = %q, want 9 records", auditIDs(all))
 	}
 	for _, limit := range []int{1, 2, 4} {
-		var got []string
-		f := store.AuditFilter{Limit: limit}
-		for {
-			page, err := st.ListAudit(ctx, f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(page) == 0 {
-				break
-			}
-			if len(page) > limit {
-				t.Fatalf("page of %d records with limit %d", len(page), limit)
-			}
-			got = append(got, auditIDs(page)...)
-			f.Before = page[len(page)-1].ID
-		}
+		got := auditIDs(pageAudit(t, st, store.AuditFilter{Limit: limit}))
 		if !slices.Equal(got, auditIDs(all)) {
 			t.Errorf("pages of %d = %q, want %q", limit, got, auditIDs(all))
 		}
@@ -250,5 +235,49 @@ func TestListAuditPagesThroughTies(t *testing.T) {
 	onInstance, err := st.ListAudit(ctx, store.AuditFilter{InstanceID: id, Limit: 2, Before: all[0].ID})
 	if err != nil || len(onInstance) != 2 {
 		t.Errorf("ListAudit(instance, before) = %+v, %v", onInstance, err)
+	}
+}
+
+// pageAudit reads every record f selects, a page of f.Limit at a time.
+func pageAudit(t *testing.T, st *store.Store, f store.AuditFilter) []schemas.AuditRecord {
+	t.Helper()
+	var out []schemas.AuditRecord
+	for {
+		page, err := st.ListAudit(t.Context(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			return out
+		}
+		if len(page) > f.Limit {
+			t.Fatalf("page of %d records with limit %d", len(page), f.Limit)
+		}
+		out = append(out, page...)
+		f.Before = page[len(page)-1].ID
+	}
+}
+
+// TestListAuditReadsBothTransitionsOfARow: the creation's two transitions,
+// one row of instance_transitions by two operators, are two records, each
+// found by its own operator and each a page of its own.
+func TestListAuditReadsBothTransitionsOfARow(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	applyTasks(t, st, "etl")
+	made := create(t, st, newRunInstance("etl", "ev-1", "", schemas.StateDispatched))
+	var pages []string
+	for _, r := range pageAudit(t, st, store.AuditFilter{InstanceID: made[0].ID, Limit: 1}) {
+		pages = append(pages, r.ID+" "+string(r.To)+" by "+r.Operator)
+	}
+	if len(pages) != 2 || !strings.HasSuffix(pages[0], " DISPATCHED by dispatcher") || !strings.HasSuffix(pages[1], " CREATED by event") {
+		t.Fatalf("pages of one record = %q, want the DISPATCHED transition by the dispatcher, then CREATED by event", pages)
+	}
+	for op, to := range map[string]schemas.State{"dispatcher": schemas.StateDispatched, "event": schemas.StateCreated} {
+		got, err := st.ListAudit(ctx, store.AuditFilter{Operator: op, Task: "etl"})
+		if err != nil || len(got) != 1 || got[0].To != to {
+			t.Errorf("ListAudit by %s = %+v, %v; want its one transition to %s", op, got, err, to)
+		}
 	}
 }

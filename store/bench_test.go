@@ -123,7 +123,7 @@ func pgSettings(b *testing.B, pool *pgxpool.Pool) string {
 // each with a final report (no started report before it, as the executor
 // sends for a short attempt) in batches of 250, and reports per instance the
 // WAL records and bytes written (pg_stat_wal, the whole server's), the
-// transitions recorded, and the CPU of the PostgreSQL backend and of this
+// transitions recorded and the instance_transitions rows that hold them, and the CPU of the PostgreSQL backend and of this
 // process. The counts do not move with the machine's other load; the CPU
 // times do.
 func BenchmarkInstanceLife(b *testing.B) {
@@ -141,17 +141,19 @@ func BenchmarkInstanceLife(b *testing.B) {
 		}
 		return records, lsn
 	}
-	count := func() (c int64) {
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM instance_transitions`).Scan(&c); err != nil {
+	// count returns the transitions recorded and the rows that hold them.
+	count := func() (c, rows int64) {
+		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM instance_transition_log),
+			(SELECT count(*) FROM instance_transitions)`).Scan(&c, &rows); err != nil {
 			b.Fatal(err)
 		}
-		return c
+		return c, rows
 	}
 	var own, backend time.Duration
-	var walRecords, walBytes, transitions int64
+	var walRecords, walBytes, transitions, transitionRows int64
 	for round := 0; b.Loop(); round++ {
 		in := burstFirings(round, n)
-		t0 := count()
+		t0, tr0 := count()
 		r0, w0 := wal()
 		o0, b0 := cpuTimes(b, pid)
 		var reports []schemas.Report
@@ -180,7 +182,8 @@ func BenchmarkInstanceLife(b *testing.B) {
 		o1, b1 := cpuTimes(b, pid)
 		r1, w1 := wal()
 		own, backend = own+o1-o0, backend+b1-b0
-		walRecords, walBytes, transitions = walRecords+r1-r0, walBytes+w1-w0, transitions+count()-t0
+		t1, tr1 := count()
+		walRecords, walBytes, transitions, transitionRows = walRecords+r1-r0, walBytes+w1-w0, transitions+t1-t0, transitionRows+tr1-tr0
 	}
 	total := float64(b.N * n)
 	b.ReportMetric(float64(own.Microseconds())/total, "process_cpu_us/inst")
@@ -188,5 +191,6 @@ func BenchmarkInstanceLife(b *testing.B) {
 	b.ReportMetric(float64(walRecords)/total, "wal_records/inst")
 	b.ReportMetric(float64(walBytes)/total, "wal_bytes/inst")
 	b.ReportMetric(float64(transitions)/total, "transitions/inst")
+	b.ReportMetric(float64(transitionRows)/total, "transition_rows/inst")
 	b.Logf("settings: %s; load average %s", pgSettings(b, pool), cpustat.LoadAverage())
 }

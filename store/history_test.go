@@ -412,10 +412,10 @@ func TestTransitionsHaveTheirInstance(t *testing.T) {
 	if n := count(t, pool, orphans); n != 0 {
 		t.Fatalf("%d transitions without their instance after the move", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM instance_transitions`); n != 2 {
+	if n := count(t, pool, `SELECT count(*) FROM instance_transition_log`); n != 2 {
 		t.Fatalf("%d transitions in the hot table, want e1's 2", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM instance_transition_history WHERE instance_id = ANY($1)`,
+	if n := count(t, pool, `SELECT count(*) FROM archived_transitions WHERE instance_id = ANY($1)`,
 		[]int64{ids["e0"], ids["e2"]}); n != 4+2 {
 		t.Fatalf("%d transitions of e0 and e2 in the history, want 6 (CREATED, DISPATCHED, RUNNING, SUCCEEDED; CREATED, SKIPPED)", n)
 	}

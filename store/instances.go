@@ -152,7 +152,8 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 }
 
 // CreateInstances creates the instances of a batch of firings in one
-// statement, with their CREATED transition and the one after it. A firing
+// statement, with their CREATED transition and the one after it (one
+// instance_transitions row holds both). A firing
 // without a RunID starts a run named after its new instance ("run-<id>").
 // A firing whose (task, event_id) already has an instance creates nothing:
 // its existing instance is returned, unless it moved to the history (see
@@ -247,12 +248,13 @@ WITH input AS (
 	`+how+`
 	RETURNING *
 ), created AS (
-	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
+	-- One row holds both transitions, →CREATED and CREATED→state (see
+	-- migration 00017).
+	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason,
+		then_state, then_operator, then_reason)
 	SELECT ins.id, ins.task, NULL, 'CREATED', 1,
-		CASE WHEN ins.operator <> '' THEN ins.operator ELSE ins.source END, input.created_reason
-	FROM ins JOIN input USING (task, event_id)
-	UNION ALL
-	SELECT ins.id, ins.task, 'CREATED', ins.state, 1, 'dispatcher', input.reason
+		CASE WHEN ins.operator <> '' THEN ins.operator ELSE ins.source END, input.created_reason,
+		ins.state, 'dispatcher', input.reason
 	FROM ins JOIN input USING (task, event_id)
 )
 SELECT `+attemptColumns("ins")+` FROM ins

@@ -100,7 +100,7 @@ type instanceSource struct {
 }
 
 var (
-	hotInstances = instanceSource{instances: "instances", transitions: "instance_transitions",
+	hotInstances = instanceSource{instances: "instances", transitions: "instance_transition_log",
 		events: `SELECT kind, attempt, operator, reason, at FROM instance_events WHERE instance_id = $1 ORDER BY id`}
 	archivedInstances = instanceSource{instances: "archived_instances", transitions: "archived_transitions",
 		events: `SELECT e.kind, e.attempt, e.operator, e.reason, e.at FROM (SELECT events FROM archived_instances

@@ -54,7 +54,7 @@ func TestCreateInstancesRepeatedKeys(t *testing.T) {
 		count(*) FILTER (WHERE from_state IS NULL AND to_state = 'CREATED'),
 		count(*) FILTER (WHERE from_state = 'CREATED' AND to_state = 'DISPATCHED'),
 		count(*) FILTER (WHERE NOT (from_state IS NULL AND to_state = 'CREATED') AND NOT (from_state = 'CREATED' AND to_state = 'DISPATCHED'))
-		FROM instance_transitions`).Scan(&instances, &created, &dispatched, &other); err != nil {
+		FROM instance_transition_log`).Scan(&instances, &created, &dispatched, &other); err != nil {
 		t.Fatal(err)
 	}
 	if instances != 6 || created != 6 || dispatched != 6 || other != 0 || len(ids) != 6 {

@@ -71,7 +71,7 @@ func (s *Store) InstanceTimes(ctx context.Context, ids []int64) (map[int64]Insta
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT i.id, i.fired_at, t.attempt, t.at
-		FROM instances i LEFT JOIN instance_transitions t ON t.instance_id = i.id AND t.to_state = 'RUNNING'
+		FROM instances i LEFT JOIN instance_transition_log t ON t.instance_id = i.id AND t.to_state = 'RUNNING'
 		WHERE i.id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read instance times: %w", err)
@@ -189,7 +189,7 @@ func (s *Store) RecentEnds(ctx context.Context, since time.Time) ([]TaskEnds, er
 			SELECT task, instance_id, to_state,
 				to_state IN ('SUCCEEDED', 'FAILED', 'RETRYING') AND from_state IN ('DISPATCHED', 'RUNNING') AS attempt_end,
 				starts_with(reason, $2) AS timed_out
-			FROM instance_transitions WHERE at >= $1
+			FROM instance_transition_log WHERE at >= $1
 		) t
 		GROUP BY task ORDER BY task`, since, TimeoutReasonPrefix)
 	if err != nil {

@@ -198,8 +198,13 @@ func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read operator actions: %w", err)
 	}
-	rows, err = r.conn.Query(ctx, `SELECT `+transitionRecordColumns+` FROM instance_transitions
-		WHERE `+inBatch+` AND id > $3 ORDER BY id LIMIT $4`, c.Done, c.Current, c.LastTransitionID, limit)
+	// From the row whose first transition is LastTransitionID, which may
+	// hold one more; one row more than limit, so that the list holds limit
+	// transitions unless the batch has fewer (the merge below takes a short
+	// list for the batch's last).
+	rows, err = r.conn.Query(ctx, `SELECT `+transitionRecordColumns+` FROM `+transitionsOf(`SELECT * FROM instance_transitions
+		WHERE `+inBatch+` AND id >= $3 ORDER BY id LIMIT $4 + 1`)+` WHERE id > $3 ORDER BY id LIMIT $4`,
+		c.Done, c.Current, c.LastTransitionID, limit)
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
 	}
@@ -242,15 +247,15 @@ func (r *Relay) Skip(ctx context.Context, c RelayCursor, id string) (next RelayC
 		return c, false, nil
 	}
 	c.Done = c.done()
-	table, after := "instance_transitions", c.LastTransitionID
+	table, after, holds := "instance_transitions", c.LastTransitionID, holdsTransition(3)
 	if kind == schemas.AuditAction {
-		table, after = "operator_actions", c.LastActionID
+		table, after, holds = "operator_actions", c.LastActionID, "id = $3"
 	}
 	if rowID <= after {
 		return c, false, nil
 	}
 	var in bool
-	if err := r.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+table+` WHERE `+inBatch+` AND id = $3)`,
+	if err := r.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+table+` WHERE `+inBatch+` AND `+holds+`)`,
 		c.Done, c.Current, rowID).Scan(&in); err != nil {
 		return c, false, fmt.Errorf("skip audit record %s: %w", id, err)
 	}

@@ -56,7 +56,7 @@ func outboxIDs(t *testing.T, st *store.Store) []string {
 	rows, err := st.Pool().Query(t.Context(), `
 		SELECT rid FROM (
 			SELECT at, 0 AS k, id, 'o-' || id AS rid FROM operator_actions
-			UNION ALL SELECT at, 1, id, 't-' || id FROM instance_transitions
+			UNION ALL SELECT at, 1, id, 't-' || id FROM instance_transition_log
 		) o ORDER BY at, k, id`)
 	if err != nil {
 		t.Fatal(err)
@@ -178,11 +178,11 @@ func TestRelayNextFollowsCommitOrder(t *testing.T) {
 		VALUES ($1, 'etl', 'CREATED', 1, 'dispatcher')`, instance); err != nil {
 		t.Fatal(err)
 	}
-	// A quick one takes id 2 and commits.
+	// A quick one takes id 3 (ids are drawn two at a time) and commits.
 	insertInstance(t, st.Pool(), "etl", "quick")
 	got, c := drain(t, r, c, 10)
-	if !slices.Equal(got, []string{"t-2"}) {
-		t.Fatalf("records while the slow transaction is open = %q, want [t-2]", got)
+	if !slices.Equal(got, []string{"t-3"}) {
+		t.Fatalf("records while the slow transaction is open = %q, want [t-3]", got)
 	}
 	if err := slow.Commit(ctx); err != nil {
 		t.Fatal(err)

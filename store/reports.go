@@ -352,14 +352,17 @@ WITH r AS (
 		r.final AND old.old_state = 'DISPATCHED' AND (r.started OR r.implies_running) AS via_running,
 		r.started AS reported_start
 ), tr AS (
-	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason)
+	-- An attempt that ends from DISPATCHED through RUNNING has both
+	-- transitions in one row (see migration 00017).
+	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason,
+		then_state, then_operator, then_reason)
 	SELECT id, task, 'DISPATCHED', 'RUNNING', attempt, by,
-		CASE WHEN reported_start THEN '' ELSE '`+impliedStartReason+`' END
+		CASE WHEN reported_start THEN '' ELSE '`+impliedStartReason+`' END,
+		state, by, CASE WHEN ends THEN error ELSE '' END
 	FROM upd WHERE via_running
 	UNION ALL
-	SELECT id, task, CASE WHEN via_running THEN 'RUNNING' ELSE old_state END, state, attempt, by,
-		CASE WHEN ends THEN error ELSE '' END
-	FROM upd
+	SELECT id, task, old_state, state, attempt, by, CASE WHEN ends THEN error ELSE '' END, NULL, NULL, NULL
+	FROM upd WHERE NOT via_running
 )
 SELECT true, upd.old_state, upd.id, upd.attempt, `+outcomeColumns("upd")+` FROM upd
 UNION ALL

@@ -108,9 +108,10 @@ WITH ins AS (
 	FROM generate_series(1, $2)
 	RETURNING id, task
 )
-INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator)
-SELECT id, task, f, t, 1, 'dispatcher'
-FROM ins, (VALUES (1, NULL, 'CREATED'), (2, 'CREATED', 'DISPATCHED'), (3, 'DISPATCHED', 'RUNNING'), (4, 'RUNNING', 'SUCCEEDED')) v(o, f, t)
+-- Two transitions a row, as the dispatcher writes them.
+INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, then_state, then_operator)
+SELECT id, task, f, t, 1, 'dispatcher', t2, 'dispatcher'
+FROM ins, (VALUES (1, NULL, 'CREATED', 'DISPATCHED'), (2, 'DISPATCHED', 'RUNNING', 'SUCCEEDED')) v(o, f, t, t2)
 ORDER BY id, o`, task, n)
 	if err != nil {
 		e.t.Fatal(err)

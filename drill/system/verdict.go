@@ -159,7 +159,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		return res, fmt.Errorf("read the drill's instances: %w", err)
 	}
 	rows, err = r.sb.Pool.Query(ctx, `SELECT instance_id, COALESCE(from_state, ''), to_state, attempt, operator, at
-		FROM instance_transitions WHERE task = ANY($1) ORDER BY instance_id, id`, tasks)
+		FROM instance_transition_log WHERE task = ANY($1) ORDER BY instance_id, id`, tasks)
 	if err != nil {
 		return res, fmt.Errorf("read the drill's transitions: %w", err)
 	}

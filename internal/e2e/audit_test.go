@@ -27,12 +27,14 @@ func (s *system) auditors(n int) {
 	}
 }
 
-// outboxSize counts the rows of the audit trail's outbox tables.
+// outboxSize counts the records of the audit trail's outbox tables: the
+// operator actions and the transitions (a row of instance_transitions may
+// hold two).
 func (s *system) outboxSize() uint64 {
 	s.t.Helper()
 	var n uint64
 	err := s.pool.QueryRow(context.Background(),
-		`SELECT (SELECT count(*) FROM instance_transitions) + (SELECT count(*) FROM operator_actions)`).Scan(&n)
+		`SELECT (SELECT count(*) FROM instance_transition_log) + (SELECT count(*) FROM operator_actions)`).Scan(&n)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func TestUserIDsCannotTakeAXsOwn(t *testing.T) {
 	}
 	var skipped int
 	if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM instances i
-		WHERE state = 'SKIPPED' AND event_id LIKE 'seq-%' AND EXISTS (SELECT 1 FROM instance_transitions t
+		WHERE state = 'SKIPPED' AND event_id LIKE 'seq-%' AND EXISTS (SELECT 1 FROM instance_transition_log t
 			WHERE t.instance_id = i.id AND t.to_state = 'SKIPPED' AND t.reason LIKE '%AX''s own namespace%')`).Scan(&skipped); err != nil {
 		t.Fatal(err)
 	}

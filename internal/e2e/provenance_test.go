@@ -68,7 +68,7 @@ execution:
 	// stream sequence (its body is not taken as it is).
 	var reason string
 	waitFor(t, "the forged cancel order to be refused", time.Minute, func() (bool, error) {
-		err := a.pool.QueryRow(ctx, `SELECT t.reason FROM instances i JOIN instance_transitions t ON t.instance_id = i.id
+		err := a.pool.QueryRow(ctx, `SELECT t.reason FROM instances i JOIN instance_transition_log t ON t.instance_id = i.id
 			WHERE i.task = 'payroll' AND i.state = 'SKIPPED' AND t.reason <> '' LIMIT 1`).Scan(&reason)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
