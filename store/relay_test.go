@@ -84,8 +84,10 @@ func TestAcquireRelayIsExclusive(t *testing.T) {
 	}
 	second := acquire(t, st)
 
-	// A session that dies releases the lock: PostgreSQL ends it here.
-	if _, err := st.Pool().Exec(ctx, `SELECT pg_terminate_backend($1)`, int32(second.PID())); err != nil {
+	// A session that dies releases the lock: PostgreSQL ends it here, and
+	// the call waits until it has ended (up to a minute), since the signal
+	// alone leaves the session to end in its own time.
+	if _, err := st.Pool().Exec(ctx, `SELECT pg_terminate_backend($1, 60000)`, int32(second.PID())); err != nil {
 		t.Fatal(err)
 	}
 	third := acquire(t, st)
