@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -146,7 +145,7 @@ func TestDevUsersAttack(t *testing.T) {
 	if _, err := djs.Publish(ctx, top.Trigger("hello"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	before := snapshot(t, djs)
+	before := natsauthtest.Snapshot(t, djs)
 
 	owns := func(user, durable string) bool {
 		s, ok := scopes[user]
@@ -220,7 +219,7 @@ func TestDevUsersAttack(t *testing.T) {
 			expect("pull "+c, api+"CONSUMER.MSG.NEXT."+c, natsauthtest.Request(nc, api+"CONSUMER.MSG.NEXT."+c, `{"batch":1,"no_wait":true}`))
 			expect("delete "+c, api+"CONSUMER.DELETE."+c, natsauthtest.Request(nc, api+"CONSUMER.DELETE."+c, ""))
 		}
-		for name, cfg := range before.streams {
+		for name, cfg := range before.Streams {
 			expect("purge "+name, api+"STREAM.PURGE."+name, natsauthtest.Request(nc, api+"STREAM.PURGE."+name, ""))
 			expect("delete "+name, api+"STREAM.DELETE."+name, natsauthtest.Request(nc, api+"STREAM.DELETE."+name, ""))
 			sealed := cfg
@@ -251,58 +250,15 @@ func TestDevUsersAttack(t *testing.T) {
 		nc.Close()
 	}
 
-	after := snapshot(t, djs)
-	for name, cfg := range before.streams {
-		if !reflect.DeepEqual(after.streams[name], cfg) {
-			t.Errorf("stream %s is now %+v, was %+v", name, after.streams[name], cfg)
-		}
-	}
-	if !reflect.DeepEqual(after.msgs, before.msgs) {
-		t.Errorf("messages per stream = %v, were %v", after.msgs, before.msgs)
-	}
-	if !reflect.DeepEqual(after.consumers, before.consumers) {
-		t.Errorf("consumers = %+v, were %+v", after.consumers, before.consumers)
-	}
+	after := natsauthtest.Snapshot(t, djs)
+	after.CheckUnchanged(t, before)
 	for _, x := range targets {
 		c := top.DispatchStream() + "/" + x.cfg.Durable
-		if after.waiting[c] != 1 || after.delivered[c] != 1 {
-			t.Errorf("%s holds %d waiting and %d delivered, unacknowledged messages; want 1 and 1", c, after.waiting[c], after.delivered[c])
+		if after.Waiting[c] != 1 || after.Delivered[c] != 1 {
+			t.Errorf("%s holds %d waiting and %d delivered, unacknowledged messages; want 1 and 1", c, after.Waiting[c], after.Delivered[c])
 		}
 	}
-	if !reflect.DeepEqual(after.waiting, before.waiting) || !reflect.DeepEqual(after.delivered, before.delivered) {
-		t.Errorf("waiting %v and delivered %v, were %v and %v", after.waiting, after.delivered, before.waiting, before.delivered)
-	}
-	if n := after.msgs["KV_"+top.WorkersBucket()]; n != 0 {
+	if n := after.Msgs["KV_"+top.WorkersBucket()]; n != 0 {
 		t.Errorf("%d heartbeats were written", n)
 	}
-}
-
-// devState is what the attacks must leave as it was.
-type devState struct {
-	streams            map[string]jetstream.StreamConfig
-	msgs               map[string]uint64
-	consumers          map[string]jetstream.ConsumerConfig
-	waiting, delivered map[string]uint64
-}
-
-func snapshot(t *testing.T, js jetstream.JetStream) devState {
-	t.Helper()
-	ctx := t.Context()
-	s := devState{streams: map[string]jetstream.StreamConfig{}, msgs: map[string]uint64{},
-		consumers: map[string]jetstream.ConsumerConfig{}, waiting: map[string]uint64{}, delivered: map[string]uint64{}}
-	for name := range js.StreamNames(ctx).Name() {
-		st, err := js.Stream(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info := st.CachedInfo()
-		s.streams[name] = info.Config
-		s.msgs[name] = info.State.Msgs
-		for c := range st.ListConsumers(ctx).Info() {
-			s.consumers[name+"/"+c.Name] = c.Config
-			s.waiting[name+"/"+c.Name] = c.NumPending
-			s.delivered[name+"/"+c.Name] = uint64(c.NumAckPending)
-		}
-	}
-	return s
 }

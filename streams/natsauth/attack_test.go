@@ -3,7 +3,6 @@ package natsauth_test
 import (
 	"context"
 	"errors"
-	"reflect"
 	"testing"
 	"time"
 
@@ -64,35 +63,6 @@ func attempt(t *testing.T, r *natsauthtest.Refusals, subject string, action func
 	r.Try(t, subject, action)
 }
 
-// state is what the attacks must leave as it was.
-type state struct {
-	streams   map[string]jetstream.StreamConfig
-	msgs      map[string]uint64
-	consumers map[string]jetstream.ConsumerConfig
-	pending   map[string]uint64
-}
-
-func (b *bed) state(t *testing.T) state {
-	t.Helper()
-	ctx := t.Context()
-	s := state{streams: map[string]jetstream.StreamConfig{}, msgs: map[string]uint64{},
-		consumers: map[string]jetstream.ConsumerConfig{}, pending: map[string]uint64{}}
-	for name := range b.djs.StreamNames(ctx).Name() {
-		st, err := b.djs.Stream(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info := st.CachedInfo()
-		s.streams[name] = info.Config
-		s.msgs[name] = info.State.Msgs
-		for c := range st.ListConsumers(ctx).Info() {
-			s.consumers[name+"/"+c.Name] = c.Config
-			s.pending[name+"/"+c.Name] = c.NumPending + uint64(c.NumAckPending)
-		}
-	}
-	return s
-}
-
 // TestServiceUsersCannotReconfigure acts as each service user but the
 // dispatcher, the topology's owner: none may delete, pull from or change
 // the dispatcher's consumers, nor create, update, seal, purge or delete a
@@ -107,8 +77,8 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := b.state(t)
-	if before.msgs[top.AuditStream()] != 2 || before.pending[top.TriggersStream()+"/dispatcher"] != 2 {
+	before := natsauthtest.Snapshot(t, b.djs)
+	if before.Msgs[top.AuditStream()] != 2 || before.Waiting[top.TriggersStream()+"/dispatcher"] != 2 {
 		t.Fatalf("the bed is not set: %+v", before)
 	}
 
@@ -120,7 +90,7 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 		}
 		update := func(stream string, change func(*jetstream.StreamConfig)) func(context.Context) error {
 			return func(ctx context.Context) error {
-				cfg := before.streams[stream]
+				cfg := before.Streams[stream]
 				change(&cfg)
 				_, err := js.UpdateStream(ctx, cfg)
 				return err
@@ -160,23 +130,7 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 		}
 	}
 
-	after := b.state(t)
-	if !reflect.DeepEqual(after.streams, before.streams) {
-		for name, cfg := range after.streams {
-			if !reflect.DeepEqual(cfg, before.streams[name]) {
-				t.Errorf("stream %s is now %+v, was %+v", name, cfg, before.streams[name])
-			}
-		}
-	}
-	if !reflect.DeepEqual(after.msgs, before.msgs) {
-		t.Errorf("messages per stream = %v, were %v", after.msgs, before.msgs)
-	}
-	if !reflect.DeepEqual(after.consumers, before.consumers) {
-		t.Errorf("consumers = %+v, were %+v", after.consumers, before.consumers)
-	}
-	if !reflect.DeepEqual(after.pending, before.pending) {
-		t.Errorf("messages waiting per consumer = %v, were %v", after.pending, before.pending)
-	}
+	natsauthtest.Snapshot(t, b.djs).CheckUnchanged(t, before)
 	// The owner still may: the permissions did not stop the dispatcher.
 	if err := b.djs.DeleteConsumer(ctx, top.ReportsStream(), "recorder"); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Errorf("the dispatcher cannot delete its consumer: %v", err)
