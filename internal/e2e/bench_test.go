@@ -104,6 +104,26 @@ func (s *system) fireNoop(b *testing.B, batch *streams.AsyncBatch, eventID strin
 	batch.Add(m)
 }
 
+// firePaced fires perTick no-op firings every tick for seconds, named
+// paced-<from>, paced-<from+1>…, awaiting each tick's acknowledgements in
+// batch before the next tick, and returns how many it fired.
+func (s *system) firePaced(b *testing.B, batch *streams.AsyncBatch, tick time.Duration, perTick, seconds, from int) int {
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	fired := 0
+	for range seconds * int(time.Second/tick) {
+		<-ticker.C
+		for range perTick {
+			s.fireNoop(b, batch, fmt.Sprintf("paced-%d", from+fired))
+			fired++
+		}
+		if err := batch.Wait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return fired
+}
+
 // waitEnded waits until want instances of "noop" have ended (SUCCEEDED,
 // FAILED, SKIPPED or CANCELLED) and returns how many ended in each state.
 // It fails the benchmark after AX_BENCH_TIMEOUT (default 10 minutes), saying
@@ -295,7 +315,6 @@ func BenchmarkPipelineLatency(b *testing.B) {
 	rate := envInt(b, "AX_BENCH_RATE", 1000)
 	seconds := envInt(b, "AX_BENCH_SECONDS", 5)
 	s := benchSystem(b)
-	ctx := context.Background()
 	const tick = 10 * time.Millisecond
 	perTick := max(rate/int(time.Second/tick), 1)
 	meter := s.newCostMeter(b)
@@ -304,19 +323,7 @@ func BenchmarkPipelineLatency(b *testing.B) {
 	fired := 0
 	var states map[schemas.State]int
 	for i := 0; i < b.N; i++ {
-		ticker := time.NewTicker(tick)
-		batch := streams.NewAsyncBatch(s.js)
-		for t := 0; t < seconds*int(time.Second/tick); t++ {
-			<-ticker.C
-			for range perTick {
-				s.fireNoop(b, batch, fmt.Sprintf("paced-%d", fired))
-				fired++
-			}
-			if err := batch.Wait(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		ticker.Stop()
+		fired += s.firePaced(b, streams.NewAsyncBatch(s.js), tick, perTick, seconds, fired)
 		states = s.waitEnded(b, fired)
 	}
 	cost := meter.stop(fired)

@@ -171,19 +171,7 @@ func burstAndSteady(b *testing.B, s *benchRig) {
 
 	const tick = 10 * time.Millisecond
 	perTick := max(rate/int(time.Second/tick), 1)
-	ticker := time.NewTicker(tick)
-	fired := 0
-	for range seconds * int(time.Second/tick) {
-		<-ticker.C
-		for range perTick {
-			s.fireNoop(b, batch, fmt.Sprintf("paced-%d", fired))
-			fired++
-		}
-		if err := batch.Wait(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ticker.Stop()
+	fired := s.firePaced(b, batch, tick, perTick, seconds, 0)
 	states = s.waitEnded(b, n+fired)
 	var p50, p99 float64
 	err := s.pool.QueryRow(ctx, `
