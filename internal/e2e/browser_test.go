@@ -128,8 +128,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	s := newSystem(t, func(o *dispatcher.Options) { o.Metrics = reg })
 	s.monitor(reg)
 	consoleURL := s.consoleAPI(reg)
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	mux.HandleFunc("test.greet", func(ctx context.Context, task *executor.Job) (any, error) {
 		var p struct {
 			Who string `json:"who"`
@@ -378,8 +377,7 @@ func waitStat(label, want string) chromedp.Action[chromedp.Void] {
 func TestConsoleUnderABacklog(t *testing.T) {
 	path := chromium(t)
 	s := newSystem(t)
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.executor("worker-1", mux, 64)
 	s.apply("task_name: echo\nexecution: {handler: builtin.echo}\n")
 	s.apply("task_name: fail\nexecution: {handler: builtin.fail}\n")

@@ -195,8 +195,7 @@ func TestChainDiamondRunsJoinOnceAfterBoth(t *testing.T) {
 func TestChainFailedParentSkipsDescendants(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	var ran atomic.Int32
 	mux.HandleFunc("chain.count", func(context.Context, *executor.Job) (any, error) {
 		ran.Add(1)
@@ -379,8 +378,7 @@ func TestChainCycleRefusedAtApply(t *testing.T) {
 func TestChainTwoRootJoinWaitsForTheSameRun(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.executor("w1", mux, 4)
 	s.apply(chainDef("r1", "builtin.echo"))
 	s.apply(chainDef("r2", "builtin.echo"))

@@ -162,8 +162,7 @@ func TestCodecKeepsPayloadsOpaque(t *testing.T) {
 func TestCodecRefusals(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.executor("w-nokey", mux, 2) // no codec
 	s.apply("task_name: checked\nexecution: {handler: builtin.echo}\npayload_schema: {type: object}\n")
 	s.apply("task_name: pinned\nexecution: {handler: builtin.echo}\ndispatch: {strategy: hash, hash_key: '{{.shop}}'}\nconcurrency: {mutex_key: 'shop-{{.shop}}'}\n")

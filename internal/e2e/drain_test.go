@@ -92,8 +92,7 @@ execution:
 	if got, err := s.store.GetInstance(t.Context(), later); err != nil || got.State != schemas.StateDispatched {
 		t.Fatalf("the firing after SIGTERM is %s (%v), want DISPATCHED, waiting", got.State, err)
 	}
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.executor("successor", mux, 4)
 	next := s.waitState(later, schemas.StateSucceeded, 60*time.Second)
 	if next.WorkerID != "successor" || next.Attempt != 1 {

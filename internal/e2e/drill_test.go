@@ -32,8 +32,7 @@ func runTaskDrill(t *testing.T, file, task string, payload string) *drill.Report
 		t.Fatalf("apply %s: %v", file, err)
 	}
 	ledger := filepath.Join(t.TempDir(), "ledger")
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	mux.Handle("ledger.append", &handlers.Ledger{Path: ledger, Once: true})
 	mux.Handle("ledger.append-unsafe", &handlers.Ledger{Path: ledger})
 	h, _ := handlersMux().Handler("sleep.ignore-cancel")

@@ -24,7 +24,6 @@ import (
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
-	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -435,8 +434,7 @@ execution:
 func TestOrderReminderExample(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.executor("w1", mux, 4)
 	def, err := os.ReadFile("../../examples/order-reminder.yaml")
 	if err != nil {

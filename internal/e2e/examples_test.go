@@ -49,8 +49,7 @@ var exampleRuns = map[string]struct {
 // workers, one of them the worker examples/pinned-worker.yaml names.
 func TestExamplesRunAsShipped(t *testing.T) {
 	s := newSystem(t)
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	handlers.Register(mux)
 	s.worker(executor.Options{WorkerID: "backup-host-1", Mux: mux, Version: "1.4.0", Slots: 16})
 	s.worker(executor.Options{WorkerID: "example-2", Mux: mux, Version: "1.4.0", Slots: 16})

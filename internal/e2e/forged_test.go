@@ -91,8 +91,7 @@ func (a *authSystem) watch(user string) (*nats.Conn, *natsauthtest.Refusals) {
 // executor runs a worker of pools as user.
 func (a *authSystem) executor(user, workerID string, pools ...string) {
 	a.t.Helper()
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	executortest.Run(a.t, executor.Options{Conn: a.connect(user), WorkerID: workerID, Pools: pools, Mux: mux,
 		Slots: 4, Logger: a.log})
 }

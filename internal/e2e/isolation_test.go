@@ -33,8 +33,7 @@ func TestIsolationSlowHandlerLeavesTheWorkerToOthers(t *testing.T) {
 	entered := make(chan struct{}, 10)
 	open := make(chan struct{})
 	var slowRuns atomic.Int32
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	mux.HandleFunc("test.slow", func(ctx context.Context, _ *executor.Job) (any, error) {
 		slowRuns.Add(1)
 		entered <- struct{}{}

@@ -9,7 +9,6 @@ import (
 
 	drillsys "github.com/ax-scheduler/ax/drill/system"
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
-	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -43,8 +42,7 @@ execution:
 	}
 	killedAt := time.Now()
 
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.executor("rescuer", mux, 4)
 	inst := s.waitState(id, schemas.StateSucceeded, 60*time.Second)
 	if inst.Attempt != 2 || inst.WorkerID != "rescuer" {

@@ -56,8 +56,7 @@ func TestNATSPermissions(t *testing.T) {
 	for _, role := range natsauth.Roles {
 		serviceRefusals[role], byUser[string(role)] = natsauthtest.New(), passwords[role]
 	}
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.stack, _ = s.startStack(devstack.Options{NATSURL: ns.ClientURL(), Passwords: byUser,
 		NATSOptions: func(user string) []nats.Option {
 			return []nats.Option{nats.ErrorHandler(serviceRefusals[natsauth.Role(user)].Handler)}

@@ -24,8 +24,7 @@ func TestPauseAndResume(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
 	release := make(chan struct{})
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	mux.HandleFunc("test.gate", func(ctx context.Context, _ *executor.Job) (any, error) {
 		select {
 		case <-release:

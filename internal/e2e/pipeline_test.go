@@ -17,10 +17,18 @@ import (
 	"github.com/ax-scheduler/ax/streams"
 )
 
-// countingMux serves "test.count", which counts its runs and echoes its payload.
-func countingMux(runs *atomic.Int64) *executor.Mux {
+// builtinsMux is a mux with the built-in handlers (builtin.echo, .fail and
+// .sleep).
+func builtinsMux() *executor.Mux {
 	mux := executor.NewMux()
 	executor.RegisterBuiltins(mux)
+	return mux
+}
+
+// countingMux serves "test.count", which counts its runs and echoes its
+// payload, beside the built-in handlers.
+func countingMux(runs *atomic.Int64) *executor.Mux {
+	mux := builtinsMux()
 	mux.HandleFunc("test.count", func(_ context.Context, t *executor.Job) (any, error) {
 		runs.Add(1)
 		return t.Payload, nil
@@ -111,8 +119,7 @@ execution:
 func TestFailingTaskEndsFailedAfterItsAttempts(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.executor("w1", mux, 4)
 	s.apply(`
 task_name: flaky
@@ -165,8 +172,7 @@ execution:
 func TestReportsFromAStaleAttemptChangeNothing(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.executor("w1", mux, 4)
 	s.apply(`
 task_name: fenced

@@ -136,8 +136,7 @@ func TestPoolsAreABoundary(t *testing.T) {
 
 	// A default-pool worker that registers a handler its credential does
 	// not name stops at start and says which.
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	mux.HandleFunc("img.resize", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	svc, err := executor.New(executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker, Mux: mux, Logger: a.log})
 	if err != nil {
@@ -179,8 +178,7 @@ func TestFakeHeartbeatsAreRefused(t *testing.T) {
 		t.Fatalf("the workers bucket holds %v (%v); want no worker yet", keys, err)
 	}
 
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	executortest.Run(t, executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker, Mux: mux, Slots: 4, Logger: a.log})
 	a.routedTo(defaultWorker)
 	a.apply("task_name: pinned\nexecution: {handler: builtin.echo}\ndispatch: {strategy: hash, hash_key: 'c-{{.customer}}'}\n")

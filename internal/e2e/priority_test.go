@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/api"
-	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -59,8 +58,7 @@ execution:
 		return n == 45, err
 	})
 
-	mux := executor.NewMux()
-	executor.RegisterBuiltins(mux)
+	mux := builtinsMux()
 	s.executor("solo", mux, 1)
 	waitFor(t, "every instance to succeed", 30*time.Second, func() (bool, error) {
 		var n int
