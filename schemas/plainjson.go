@@ -272,15 +272,15 @@ func decodePlainOr[T any](data []byte, plain func([]byte) (T, bool)) (T, error) 
 	return v, err
 }
 
-// decodePlainDispatch and decodePlainTriggerEvent each spell out one switch
-// from key to field, and so do their append functions, on purpose: the
-// switch is the table, read at a glance against the struct's json tags, and
-// it sets a field of its own type with no reflection, closure or offset in
-// between. A table-driven decoder shared by the two would need a setter per
-// field (or reflection, which is what these avoid) and be harder to hold
-// to encoding/json; FuzzDecodeDispatch, FuzzMarshalDispatch,
-// FuzzDecodePlainTriggerEvent and FuzzMarshalTriggerEvent check each against
-// it.
+// Each plain decoder (decodePlainDispatch, decodePlainTriggerEvent, and
+// plainreport.go's for reports, report batches and leases) spells out one
+// switch from key to field, and each append function one line per member,
+// on purpose: the switch is the table, read at a glance against the
+// struct's json tags, and it sets a field of its own type with no
+// reflection, closure or offset in between. A table-driven decoder shared
+// by them would need a setter per field (or reflection, which is what these
+// avoid) and be harder to hold to encoding/json, against which the Fuzz
+// targets of plainjson_test.go and plainreport_test.go check each.
 func decodePlainDispatch(data []byte) (d Dispatch, ok bool) {
 	r := plainReader{data: data}
 	r.members(func(key []byte) {
