@@ -43,6 +43,12 @@ type Options struct {
 	Routes      []*url.URL
 }
 
+// ReadyWait is how long [Start] waits for a server to listen: the server
+// sets up JetStream (reading its store) before it opens its listeners, which
+// a loaded machine was seen to take over 10 s for a cluster's node (four
+// clusters starting at once beside other test suites, load average 28).
+const ReadyWait = time.Minute
+
 // Start starts a server and waits until it accepts connections.
 // Stop it with Shutdown and WaitForShutdown.
 func Start(o Options) (*server.Server, error) {
@@ -89,9 +95,9 @@ func Start(o Options) (*server.Server, error) {
 		s.ConfigureLogger()
 	}
 	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(ReadyWait) {
 		s.Shutdown()
-		return nil, fmt.Errorf("start embedded nats: not ready for connections after 10s")
+		return nil, fmt.Errorf("start embedded nats: not ready for connections after %v", ReadyWait)
 	}
 	return s, nil
 }

@@ -147,15 +147,19 @@ func TestClusterSurvivesANodeRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A publish may fail while a leader is elected; its retry carries the
-	// same message id, so it is stored once.
+	// A publish may fail while a leader is elected, or go unanswered when
+	// it went out on the connection to the node just stopped (the client
+	// reconnects to another, the request is lost): each try has 5 s, and
+	// its retry carries the same message id, so it is stored once.
 	sent := 0
 	publish := func(n int) {
 		for range n {
 			sent++
 			var refused error
 			for {
-				_, err := js.Publish(ctx, "work.a", nil, jetstream.WithMsgID(fmt.Sprint("m", sent)))
+				try, cancelTry := context.WithTimeout(ctx, 5*time.Second)
+				_, err := js.Publish(try, "work.a", nil, jetstream.WithMsgID(fmt.Sprint("m", sent)))
+				cancelTry()
 				if err == nil {
 					break
 				}
