@@ -328,7 +328,11 @@ WITH r AS (
 	SELECT i.* FROM instances i WHERE i.id IN (SELECT id FROM r)
 	ORDER BY i.id FOR UPDATE OF i
 ), old AS (
-	SELECT i.id, i.state AS old_state FROM cur i JOIN r ON r.id = i.id AND r.attempt = i.attempt
+	-- The reports to apply, each with its instance's state: the update
+	-- reads its reports from here, joined once. (Joined to r as well, the
+	-- update scanned r once for each row: r is a CTE the planner expects
+	-- ten rows of, and a batch has hundreds.)
+	SELECT r.*, i.state AS old_state FROM cur i JOIN r ON r.id = i.id AND r.attempt = i.attempt
 	WHERE (i.state = 'DISPATCHED' OR (r.final AND i.state = 'RUNNING')) AND (r.pool = '' OR `+holderCheck+`)
 ), upd AS (
 	UPDATE instances i SET
@@ -345,11 +349,11 @@ WITH r AS (
 			WHEN r.released THEN NULL
 			WHEN r.ok OR r.permanent OR i.attempt >= i.max_attempts THEN r.finished_at END,
 		updated_at = now()
-	FROM r, old
-	WHERE i.id = r.id AND i.attempt = r.attempt AND old.id = i.id
+	FROM old r
+	WHERE i.id = r.id AND i.attempt = r.attempt
 	RETURNING i.id, i.task, i.state, i.attempt, i.max_attempts, i.retry_policy, i.worker_id, i.run_id, i.parent_id,
-		i.error, old.old_state, r.operator AS by, r.final AS ends,
-		r.final AND old.old_state = 'DISPATCHED' AND (r.started OR r.implies_running) AS via_running,
+		i.error, r.old_state, r.operator AS by, r.final AS ends,
+		r.final AND r.old_state = 'DISPATCHED' AND (r.started OR r.implies_running) AS via_running,
 		r.started AS reported_start
 ), tr AS (
 	-- An attempt that ends from DISPATCHED through RUNNING has both
