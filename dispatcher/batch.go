@@ -8,15 +8,52 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// A batch handler does a batch's work in two parts. The first, the call
-// itself, does everything whose order matters: it reads and writes
-// PostgreSQL (the batch's statements commit in the order the batches came)
-// and sends the batch's publishes, which the server takes in that order
-// too. What it returns, the rest, awaits those publishes' acknowledgements
-// and then acknowledges the batch's messages; nil when nothing is left.
-// The rest of one batch may run while the next batch's first part does:
-// see [consumeBatches].
-type batchHandler func(ctx context.Context, msgs []jetstream.Msg) (rest func())
+// A batchHandler handles one batch of messages and owns the
+// acknowledgement of each. It runs on a goroutine of its own, while the
+// batches taken before and after it may still run (see [consumeBatches]);
+// what must go in the order of the batches it does in its turn: it calls
+// t.wait before it, and t.pass once it is done.
+type batchHandler func(ctx context.Context, msgs []jetstream.Msg, t *turn)
+
+// A turn orders a batch after the one taken before it. [turn.wait]
+// returns once that batch has passed its turn; [turn.pass] passes this
+// batch's, after the batch before it has passed (a batch that fails before
+// its turn may not let the next one overtake the one before it). A batch's
+// turn is used by its own goroutine only; nil is a turn that never waits.
+type turn struct {
+	prev           <-chan struct{}
+	done           chan struct{}
+	waited, passed bool
+}
+
+// wait returns once the batch before has passed its turn, or ctx's error
+// when ctx ends first.
+func (t *turn) wait(ctx context.Context) error {
+	if t == nil || t.waited {
+		return nil
+	}
+	select {
+	case <-t.prev:
+		t.waited = true
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the batch before: %w", ctx.Err())
+	}
+}
+
+// pass passes the batch's turn, once the batch before has passed its own;
+// passing it again does nothing.
+func (t *turn) pass() {
+	if t == nil || t.passed {
+		return
+	}
+	if !t.waited {
+		<-t.prev
+		t.waited = true
+	}
+	t.passed = true
+	close(t.done)
+}
 
 // consumeBatches pulls from cons and calls handle with batches of up to size
 // messages: it waits for a first message, then takes whatever else is already
@@ -25,12 +62,11 @@ type batchHandler func(ctx context.Context, msgs []jetstream.Msg) (rest func())
 // finishes; messages received but not handed over when ctx ends are Nak'ed.
 // handle owns the acknowledgement of every message it is given.
 //
-// The rest that handle returns runs on a goroutine of its own, up to
-// inFlight of them at once, while the next batch is taken and handled: a
-// batch no longer waits for the acknowledgements of the one before it. A
-// batch whose handle returns while inFlight rests run waits for one of them
-// to end before the next batch is taken. consumeBatches returns once every
-// rest has ended.
+// Up to inFlight batches are handled at once, each on a goroutine of its
+// own, their turns (see [turn]) in the order they were taken; the next
+// batch is taken once fewer are in flight. With inFlight 1 each batch is
+// handled after the one before has ended. consumeBatches returns once every
+// batch it handed over has ended.
 func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, inFlight int, handle batchHandler) error {
 	ch := make(chan jetstream.Msg, 2*size)
 	done := make(chan struct{})
@@ -44,7 +80,7 @@ func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, in
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", cons.CachedInfo().Name, err)
 	}
-	var rests sync.WaitGroup
+	var batches sync.WaitGroup
 	slots := make(chan struct{}, max(inFlight, 1))
 	defer func() {
 		close(done)
@@ -55,19 +91,25 @@ func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, in
 			case m := <-ch:
 				_ = m.Nak()
 			default:
-				rests.Wait()
+				batches.Wait()
 				return
 			}
 		}
 	}()
+	prev := make(chan struct{})
+	close(prev)
 	for {
-		var batch []jetstream.Msg
 		select {
 		case <-ctx.Done():
 			return nil
+		case slots <- struct{}{}:
+		}
+		var batch []jetstream.Msg
+		select {
+		case <-ctx.Done():
+			<-slots
+			return nil
 		case m := <-ch:
-			// A fresh slice each time: the rest of the batch before may
-			// still hold its own.
 			batch = append(make([]jetstream.Msg, 0, size), m)
 		}
 	fill:
@@ -79,14 +121,12 @@ func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, in
 				break fill
 			}
 		}
-		rest := handle(work, batch)
-		if rest == nil {
-			continue
-		}
-		slots <- struct{}{}
-		rests.Go(func() {
+		t := &turn{prev: prev, done: make(chan struct{})}
+		prev = t.done
+		batches.Go(func() {
 			defer func() { <-slots }()
-			rest()
+			defer t.pass()
+			handle(work, batch, t)
 		})
 	}
 }

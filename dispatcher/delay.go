@@ -113,7 +113,7 @@ func (s *Service) holdLoop(ctx, work context.Context) error {
 			s.log.Debug().Int("firings", len(due)).Msg("held firings due")
 			batches.Go(func() {
 				defer func() { <-slots }()
-				if rest := s.fire(work, due); rest != nil {
+				if rest := s.fire(work, due, nil); rest != nil {
 					rest()
 				}
 			})

@@ -99,21 +99,45 @@ type Service struct {
 	// book is what the reaper's watch learned of the leases, which the
 	// fence reads (see fence.go).
 	book *leaseBook
-	// beforeTriggerAcks, set by tests only, runs in the rest of a batch of
-	// firings (see [Service.fire]) before its publishes' acknowledgements
-	// are awaited: a test holds it to hold the acknowledgements.
-	beforeTriggerAcks func([]firing)
+	// hooks are set by tests only, before Run.
+	hooks testHooks
+}
+
+// testHooks let a test hold a batch of firings at a point of its way
+// (see [Service.fire]); each is given the batch's firings. Unset, each
+// does nothing.
+type testHooks struct {
+	// beforeWrites runs before the batch's first statement that writes.
+	beforeWrites func([]firing)
+	// waitsTurn runs when the batch, holding firings whose order matters,
+	// waits for the batch before it to pass its turn before it writes.
+	waitsTurn func([]firing)
+	// beforeAcks runs before the batch awaits its publishes'
+	// acknowledgements.
+	beforeAcks func([]firing)
+}
+
+// call runs hook, when set, with firings.
+func call(hook func([]firing), firings []firing) {
+	if hook != nil {
+		hook(firings)
+	}
 }
 
 // DefaultBatchSize is the default of [Options.BatchSize].
 const DefaultBatchSize = 500
 
-// triggerBatchesInFlight is how many batches of firings may await their
-// publishes' acknowledgements at once while the next batch is handled (see
-// [consumeBatches]). With batches of DefaultBatchSize it keeps the
-// dispatch messages awaiting an acknowledgement well under the 4,000 that
-// jetstream lets a connection have before its publishes stall.
-const triggerBatchesInFlight = 4
+// triggerBatchesInFlight is how many batches of firings the dispatcher
+// handles at once (see [Service.fire]): their statements run side by side
+// (one commit's fsync no longer holds up the next batch), their publishes
+// go in batch order, and a batch awaits its acknowledgements while the
+// next ones run. It stays below the PostgreSQL connections a store's pool
+// has by default (pgxpool: 4, or one a core), so that the report batches
+// still find one while the trigger batches write, and with
+// batches of DefaultBatchSize keeps the dispatch messages awaiting an
+// acknowledgement well under the 4,000 that jetstream lets a connection
+// have before its publishes stall.
+const triggerBatchesInFlight = 3
 
 // New validates opts and fills the defaults. It does no I/O.
 func New(opts Options) (*Service, error) {
@@ -280,10 +304,7 @@ func (s *Service) run(ctx context.Context) error {
 		},
 		func() error {
 			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, 1, s.metrics.counted("reports",
-				func(ctx context.Context, msgs []jetstream.Msg) func() {
-					s.handleReports(ctx, msgs)
-					return nil
-				}))
+				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.handleReports(ctx, msgs) }))
 		},
 		func() error { return s.reap(runCtx, work, leases, reportStream) },
 		func() error { return s.answerFences(runCtx, work, leases, reportStream) },

@@ -92,26 +92,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// counted wraps handle so that its batches are counted under consumer. A
-// batch's time runs until its rest (see [batchHandler]) has ended.
+// counted wraps handle so that its batches are counted under consumer.
 func (m *metrics) counted(consumer string, handle batchHandler) batchHandler {
 	batches, messages, seconds := m.batches.WithLabelValues(consumer), m.messages.WithLabelValues(consumer), m.seconds.WithLabelValues(consumer)
-	return func(ctx context.Context, msgs []jetstream.Msg) func() {
+	return func(ctx context.Context, msgs []jetstream.Msg, t *turn) {
 		start := time.Now()
-		n := len(msgs)
-		end := func() {
-			seconds.Observe(time.Since(start).Seconds())
-			batches.Inc()
-			messages.Add(float64(n))
-		}
-		rest := handle(ctx, msgs)
-		if rest == nil {
-			end()
-			return nil
-		}
-		return func() {
-			rest()
-			end()
-		}
+		handle(ctx, msgs, t)
+		seconds.Observe(time.Since(start).Seconds())
+		batches.Inc()
+		messages.Add(float64(len(msgs)))
 	}
 }

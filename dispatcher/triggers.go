@@ -44,36 +44,32 @@ func (f firing) due() time.Time {
 // those due now are fired at once, those due within holdWindow are held in
 // memory until their time, and those due later are re-published as one-shot
 // message schedules (and acknowledged), so that no client has to schedule
-// its own delayed firings. It returns once the batch's instances are
-// committed and its publishes sent; the rest it returns awaits their
-// acknowledgements and acknowledges the messages (see [batchHandler]).
-func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg) func() {
+// its own delayed firings. It passes its turn (see [turn]) once the
+// batch's publishes are sent, and then awaits their acknowledgements.
+func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg, t *turn) {
 	var now, later []firing
-	t := s.now()
+	at := s.now()
 	for _, m := range msgs {
 		f, ok := s.readFiring(m)
 		if !ok {
 			continue
 		}
 		switch due := f.due(); {
-		case !due.After(t):
+		case !due.After(at):
 			now = append(now, f)
-		case due.Sub(t) <= holdWindow:
+		case due.Sub(at) <= holdWindow:
 			s.held.add(f)
 		default:
 			later = append(later, f)
 		}
 	}
-	scheduled, fired := s.schedule(ctx, later), s.fire(ctx, now)
-	switch {
-	case scheduled == nil:
-		return fired
-	case fired == nil:
-		return scheduled
-	}
-	return func() {
-		scheduled()
-		fired()
+	fired := s.fire(ctx, now, t)
+	scheduled := s.schedule(ctx, later, t)
+	t.pass()
+	for _, rest := range []func(){fired, scheduled} {
+		if rest != nil {
+			rest()
+		}
 	}
 }
 
@@ -83,15 +79,21 @@ func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg) func
 // awaits the acknowledgements together and only then acknowledges the
 // trigger messages; nil when the batch failed and is redelivered.
 //
-// The next batch's statements may run while this batch's acknowledgements
-// are awaited (see [consumeBatches]): the order of the batches' commits,
-// and of their publishes, is the order of the batches, so limits and
-// ordering hold as with one batch at a time. A crash between the commit and
-// the trigger messages' acknowledgement leaves them to be redelivered: the
-// instances they find committed are returned by CreateInstances (or
-// StartRetries) and published again, which their message ids make a no-op
-// for those the server took.
-func (s *Service) fire(ctx context.Context, firings []firing) func() {
+// Batches run side by side (see [consumeBatches]), each in its turn t
+// where the order of the batches matters: a batch of fresh firings of
+// tasks without max_running_instances inserts its instances at once, since
+// nothing orders them against another batch's but the unique key (whose
+// conflicts wait in key order, and the batch that loses leaves the key to
+// the one that inserted it); a batch that creates instances of a limited
+// task, starts retries or cancels waits for its turn before it writes, so
+// that a task's slots go to its firings in the order they came. Every
+// batch publishes in its turn, so attempts reach their queues in the order
+// of the batches. A crash between a commit and the trigger messages'
+// acknowledgement leaves them to be redelivered: the instances they find
+// committed are returned by CreateInstances (or StartRetries) and
+// published again, which their message ids make a no-op for those the
+// server took.
+func (s *Service) fire(ctx context.Context, firings []firing, t *turn) func() {
 	if len(firings) == 0 {
 		return nil
 	}
@@ -154,6 +156,14 @@ func (s *Service) fire(ctx context.Context, firings []firing) func() {
 		create = append(create, in)
 	}
 
+	if len(limitedCreate) > 0 || len(retries) > 0 || len(cancels) > 0 {
+		call(s.hooks.waitsTurn, firings)
+		if err := t.wait(ctx); err != nil {
+			s.retryLater(msgsOf(firings), err)
+			return nil
+		}
+	}
+	call(s.hooks.beforeWrites, firings)
 	// A firing PostgreSQL refuses is split off and recorded (refused.go).
 	attempts, victims, refused, err := createIsolating(ctx, create,
 		func(ctx context.Context, in []store.NewInstance) ([]store.Attempt, []store.Victim, error) {
@@ -193,6 +203,11 @@ func (s *Service) fire(ctx context.Context, firings []firing) func() {
 		s.retryLater(msgsOf(firings), err)
 		return nil
 	}
+	// What follows publishes, and starts waiting instances: in turn.
+	if err := t.wait(ctx); err != nil {
+		s.retryLater(msgsOf(firings), err)
+		return nil
+	}
 	// A SKIPPED or cancelled instance ends its run's branch: the tasks
 	// chained after it fire (or are SKIPPED in turn), and its task's
 	// waiting instances may start.
@@ -209,9 +224,7 @@ func (s *Service) fire(ctx context.Context, firings []firing) func() {
 		return nil
 	}
 	return func() {
-		if s.beforeTriggerAcks != nil {
-			s.beforeTriggerAcks(firings)
-		}
+		call(s.hooks.beforeAcks, firings)
 		if err := sent.await(ctx); err != nil {
 			s.retryLater(msgsOf(firings), err)
 			return
@@ -226,14 +239,18 @@ func (s *Service) fire(ctx context.Context, firings []firing) func() {
 
 // schedule re-publishes firings that are due later than holdWindow as
 // one-shot message schedules on their own ax.sched subject, due scheduleLead
-// before their run_at; the rest it returns awaits the acknowledgements and
-// then acknowledges the firings (nil when the batch failed and is
-// redelivered). The schedule carries the
+// before their run_at, in the batch's turn t; the rest it returns awaits
+// the acknowledgements and then acknowledges the firings (nil when the
+// batch failed and is redelivered). The schedule carries the
 // event with its event id spelt out and its delay resolved to run_at, so the
 // firing it publishes is the same one. It has no message id: a schedule
 // published twice replaces itself on its subject.
-func (s *Service) schedule(ctx context.Context, firings []firing) func() {
+func (s *Service) schedule(ctx context.Context, firings []firing, t *turn) func() {
 	if len(firings) == 0 {
+		return nil
+	}
+	if err := t.wait(ctx); err != nil {
+		s.retryLater(msgsOf(firings), err)
 		return nil
 	}
 	batch := streams.NewAsyncBatch(s.js)
