@@ -165,17 +165,19 @@ func (s *Store) CreateInstances(ctx context.Context, in []NewInstance) ([]Attemp
 }
 
 // Two ways to insert a batch's instances. A batch whose keys are all new —
-// every batch of a burst — is inserted plainly, each key first looked up
-// (plainInsert): an INSERT … ON CONFLICT inserts each row speculatively and
-// then confirms it, one more WAL record and a second probe of the unique
-// index per instance. When the plain insert meets a key that another
-// transaction inserted meanwhile (or one repeated in the batch), the unique
-// index refuses it, the statement changes nothing, and the batch is inserted
-// again with ON CONFLICT (conflictInsert), which waits for that transaction
-// and skips its keys.
+// every batch of a burst — is inserted plainly (plainInsert): an INSERT …
+// ON CONFLICT inserts each row speculatively and then confirms it, one more
+// WAL record and a second probe of the unique index per instance. When the
+// plain insert meets a key that exists (a redelivered firing) or that
+// another transaction inserted meanwhile, the unique index refuses it, the
+// statement changes nothing, and the batch is inserted again with ON
+// CONFLICT (conflictInsert), which waits for that transaction, skips its
+// keys and returns the instances that exist. The plain insert looks up no
+// key itself: a look-up planned on the statistics of a table not yet
+// analysed, as in a burst on a new database, was a scan of the whole table
+// (or of the task's entries) per batch or per firing.
 const (
-	plainInsert = `AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.task = numbered.task AND i.event_id = numbered.event_id)
-	ORDER BY task COLLATE "C", event_id COLLATE "C"`
+	plainInsert    = `ORDER BY task COLLATE "C", event_id COLLATE "C"`
 	conflictInsert = `-- A conflicting insert waits for the transaction that inserted the key
 	-- first: in one global order, two batches never wait for each other.
 	ORDER BY task COLLATE "C", event_id COLLATE "C"
@@ -202,7 +204,7 @@ func createInstances(ctx context.Context, q querier, in []NewInstance, plain boo
 		return nil, fmt.Errorf("create %d instances: encode: %w", n, &DataError{err: err})
 	}
 	if plain {
-		out, err := insertInstances(ctx, q, batch, plainInsert)
+		out, err := insertInstances(ctx, q, batch, plainInsert, false)
 		if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != "23505" || pe.ConstraintName != "instances_task_event_id_key" {
 			if err != nil {
 				return nil, fmt.Errorf("create %d instances: %w", n, err)
@@ -210,7 +212,7 @@ func createInstances(ctx context.Context, q querier, in []NewInstance, plain boo
 			return out, nil
 		}
 	}
-	out, err := insertInstances(ctx, q, batch, conflictInsert)
+	out, err := insertInstances(ctx, q, batch, conflictInsert, true)
 	if err != nil {
 		return nil, fmt.Errorf("create %d instances: %w", n, err)
 	}
@@ -218,8 +220,15 @@ func createInstances(ctx context.Context, q querier, in []NewInstance, plain boo
 }
 
 // insertInstances runs the creation statement for the JSON batch, its
-// instances inserted as how says (plainInsert or conflictInsert).
-func insertInstances(ctx context.Context, q querier, batch []byte, how string) ([]Attempt, error) {
+// instances inserted as how says (plainInsert or conflictInsert), and with
+// the instances of the batch's keys that exist when existing is set.
+func insertInstances(ctx context.Context, q querier, batch []byte, how string, existing bool) ([]Attempt, error) {
+	found := ""
+	if existing {
+		found = `
+UNION ALL
+SELECT ` + attemptColumns("i") + ` FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`
+	}
 	rows, err := q.Query(ctx, `
 WITH input AS (
 	-- A key given twice makes one instance with one CREATED transition.
@@ -257,10 +266,7 @@ WITH input AS (
 		ins.state, 'dispatcher', input.reason
 	FROM ins JOIN input USING (task, event_id)
 )
-SELECT `+attemptColumns("ins")+` FROM ins
-UNION ALL
-SELECT `+attemptColumns("i")+` FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`,
-		batch)
+SELECT `+attemptColumns("ins")+` FROM ins`+found, batch)
 	if err != nil {
 		return nil, err
 	}
