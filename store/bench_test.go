@@ -194,3 +194,73 @@ func BenchmarkInstanceLife(b *testing.B) {
 	b.ReportMetric(float64(transitionRows)/total, "transition_rows/inst")
 	b.Logf("settings: %s; load average %s", pgSettings(b, pool), cpustat.LoadAverage())
 }
+
+// BenchmarkReportBatch ends 10,000 instances with final reports (started
+// report and final report of each attempt in one batch, as the dispatcher
+// gathers them under load) in batches of 100, 250 and 1,000 on one
+// connection, and reports per report the time the statements took and the
+// PostgreSQL backend's CPU: the cost of one report must not grow with the
+// batch it comes in (a batch grows when the dispatcher falls behind), nor
+// that of the same reports delivered again (none applies).
+func BenchmarkReportBatch(b *testing.B) {
+	const n = 10000
+	for _, batch := range []int{100, 250, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			pool, st, pid := benchStore(b)
+			ctx := context.Background()
+			var took, backend, again, againBackend time.Duration
+			for round := 0; b.Loop(); round++ {
+				in := burstFirings(round, n)
+				var started, final []schemas.Report
+				for i := 0; i < n; i += 250 {
+					made, err := st.CreateInstances(ctx, in[i:i+250])
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, a := range made {
+						now := time.Now()
+						started = append(started, schemas.Report{InstanceID: a.ID, Attempt: a.Attempt, WorkerID: "w1",
+							Kind: schemas.ReportStarted, At: now, StartedAt: now, Pool: "default"})
+						final = append(final, schemas.Report{InstanceID: a.ID, Attempt: a.Attempt, WorkerID: "w1",
+							Kind: schemas.ReportSucceeded, At: now, StartedAt: now, Output: json.RawMessage(`{}`), Pool: "default"})
+					}
+				}
+				_, b0 := cpuTimes(b, pid)
+				t0 := time.Now()
+				for i := 0; i < n; i += batch {
+					j := min(i+batch, n)
+					out, err := st.ApplyReports(ctx, started[i:j], final[i:j])
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, o := range out[j-i:] {
+						if !o.Applied || o.State != schemas.StateSucceeded {
+							b.Fatalf("instance %d: applied %v, state %s", o.InstanceID, o.Applied, o.State)
+						}
+					}
+				}
+				took += time.Since(t0)
+				_, b1 := cpuTimes(b, pid)
+				backend += b1 - b0
+				// The same batches again, as redelivered reports: none
+				// applies, each is answered with its instance as it is.
+				t0 = time.Now()
+				for i := 0; i < n; i += batch {
+					j := min(i+batch, n)
+					if _, err := st.ApplyReports(ctx, started[i:j], final[i:j]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				again += time.Since(t0)
+				_, b2 := cpuTimes(b, pid)
+				againBackend += b2 - b1
+			}
+			total := float64(b.N * n)
+			b.ReportMetric(float64(took.Microseconds())/total, "statement_us/report")
+			b.ReportMetric(float64(backend.Microseconds())/total, "backend_cpu_us/report")
+			b.ReportMetric(float64(again.Microseconds())/total, "redelivered_us/report")
+			b.ReportMetric(float64(againBackend.Microseconds())/total, "redelivered_cpu_us/report")
+			b.Logf("settings: %s; load average %s", pgSettings(b, pool), cpustat.LoadAverage())
+		})
+	}
+}
