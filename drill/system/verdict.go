@@ -212,6 +212,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	var ticks []time.Time
 	cronTicks := 0
 	made := make(map[[2]string]bool, len(insts))
+	var dups []string // the runs of each attempt that ran more than once
 	for _, in := range insts {
 		delete(events, in.eventID)
 		if k := [2]string{in.task, in.eventID}; made[k] {
@@ -224,8 +225,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 			res.Stuck++
 		case in.state == schemas.StateSucceeded:
 			res.Succeeded++
-			if n := len(runsOf[RunKey{in.id, in.attempt}]); n > 1 {
-				res.Duplicates += n - 1
+			if rs := runsOf[RunKey{in.id, in.attempt}]; len(rs) > 1 {
+				res.Duplicates += len(rs) - 1
+				dups = append(dups, describeRuns(in.id, in.attempt, rs))
 			}
 		case in.state == schemas.StateFailed:
 			res.Failed++
@@ -348,6 +350,12 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	res.Recovery = summarize(recovery)
 
 	// The verdict.
+	named := func(c Check, what []string) Check {
+		if len(what) > 0 {
+			c.Observed += ": " + strings.Join(what, "; ")
+		}
+		return c
+	}
 	zero := func(name string, n int) Check {
 		return Check{Name: name, Expected: "0", Observed: fmt.Sprint(n), Pass: n == 0}
 	}
@@ -356,7 +364,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		zero("lost", res.Lost),
 		zero("stuck", res.Stuck),
 		zero("firings made into more than one instance (extra instances)", res.Doubled),
-		zero("duplicate executions of a succeeded attempt", res.Duplicates),
+		named(zero("duplicate executions of a succeeded attempt", res.Duplicates), dups),
 		zero("stale reports accepted", res.StaleAccepted),
 		zero("successes without their run (untrue outcomes)", res.Untrue),
 		zero("successes lost (ended runs of untouched workers not recorded)", res.SuccessesLost),
@@ -410,4 +418,18 @@ func legal(prev, t *transitionRow) bool {
 		return t.attempt == prev.attempt+1
 	}
 	return t.attempt <= prev.attempt // lower: stale, counted apart
+}
+
+// describeRuns says when and where each of the runs rs of one attempt ran,
+// for a check that names what it counted.
+func describeRuns(instance int64, attempt int, rs []LedgerRun) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		end := "never ended"
+		if !r.End.IsZero() {
+			end = "ended " + r.End.Format("15:04:05.000")
+		}
+		parts[i] = fmt.Sprintf("%s from %s, %s", r.Worker, r.Start.Format("15:04:05.000"), end)
+	}
+	return fmt.Sprintf("instance %d attempt %d ran on %s", instance, attempt, strings.Join(parts, " and "))
 }
