@@ -99,6 +99,10 @@ type Service struct {
 	// book is what the reaper's watch learned of the leases, which the
 	// fence reads (see fence.go).
 	book *leaseBook
+	// reconnects dates the connection's reconnections, after which the
+	// reaper and the fence give the holders of lapsed leases a grace (see
+	// outage.go).
+	reconnects reconnects
 	// hooks are set by tests only, before Run.
 	hooks testHooks
 }

@@ -271,6 +271,12 @@ func (s *Service) decideFence(ctx context.Context, leases jetstream.KeyValue, re
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return "", schemas.FenceAnswer{}, fmt.Errorf("read the lease of attempt %d of instance %d: %w", q.Attempt, q.InstanceID, err)
 	}
+	if left := s.graceLeft(); left > 0 {
+		// Just back from an outage: its final report may still come (see
+		// outage.go). No answer: the executor asks again.
+		return "", schemas.FenceAnswer{}, fmt.Errorf("attempt %d of instance %d may have run (%s) and its lease is gone, but this dispatcher's connection came back %s ago: "+
+			"its final report may still come, so it is decided after the grace", q.Attempt, q.InstanceID, why, (max(s.reconnects.ttl, minOutageGrace) - left).Round(time.Millisecond))
+	}
 	lost := []store.Failure{{InstanceID: q.InstanceID, Attempt: q.Attempt, Reason: fenceLost + " (" + why + ")", At: s.now()}}
 	if err := s.expireLeases(ctx, reports, lost, s.book); err != nil {
 		return "", schemas.FenceAnswer{}, fmt.Errorf("fail attempt %d of instance %d as lost: %w", q.Attempt, q.InstanceID, err)

@@ -43,6 +43,11 @@ const leaseLost = "lease expired: the worker stopped renewing it (it died, hung 
 // keeps and tries again every retryDelay; it never drops an expiry.
 func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, reports jetstream.Stream) error {
 	s.book.began(s.watchBegins(ctx))
+	status, err := leases.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", s.top.LeasesBucket(), err)
+	}
+	s.reconnects.start(s.opts.Conn.Stats().Reconnects, status.TTL())
 	w, err := leases.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", s.top.LeasesBucket(), err)
@@ -79,7 +84,11 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, rep
 				promoted = true
 			}
 		}
-		if len(lost) > 0 {
+		if left := s.graceLeft(); len(lost) > 0 && left > 0 {
+			// Just back from an outage: the holders' final reports may
+			// still come (see outage.go).
+			retry.Reset(left)
+		} else if len(lost) > 0 {
 			if err := s.expireLeases(work, reports, lost, holders); err != nil {
 				s.log.Error().Err(err).Int("leases", len(lost)).Msg("expiring leases failed; trying again")
 				retry.Reset(retryDelay)

@@ -39,8 +39,9 @@ func (s *Service) fanOut(ctx context.Context, batch *streams.AsyncBatch, parents
 		return nil, err
 	}
 	existing := make(map[int64]int) // children made, by parent
-	for _, c := range made {
+	for i, c := range made {
 		existing[c.ParentID]++
+		made[i].Republished = true // made by an earlier batch, which may have published it
 	}
 	var (
 		children []store.NewInstance

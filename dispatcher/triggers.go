@@ -607,6 +607,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			ShardCount:    a.ShardCount,
 			Protocol:      s.opts.Protocol,
 			ReportBatches: !s.opts.SingleReports,
+			Republished:   a.Republished,
 		}
 		m, err := dispatchMsg(r, d)
 		if err != nil {

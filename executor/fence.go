@@ -19,9 +19,10 @@ import (
 const fenceTimeout = 5 * time.Second
 
 // fence asks the dispatchers, for each attempt of ps whose dispatch message
-// was delivered more than once, whether it may start, and returns the
-// attempts that may: every first delivery (no question, no round trip) and
-// the redeliveries a dispatcher said start to. The questions of one batch
+// was delivered more than once or says it is republished
+// ([schemas.Dispatch.Republished]), whether it may start, and returns the
+// attempts that may: every first delivery of a first dispatch (no
+// question, no round trip) and the others a dispatcher said start to. The questions of one batch
 // go out together.
 //
 // The lease alone fences a redelivery only while the leases bucket keeps
@@ -38,7 +39,7 @@ const fenceTimeout = 5 * time.Second
 func (s *Service) fence(ps []*pending) []*pending {
 	var asks []int
 	for i, p := range ps {
-		if md, err := p.msg.Metadata(); err == nil && md.NumDelivered > 1 {
+		if md, err := p.msg.Metadata(); (err == nil && md.NumDelivered > 1) || p.d.Republished {
 			asks = append(asks, i)
 		}
 	}

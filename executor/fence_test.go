@@ -92,6 +92,49 @@ func TestRedeliveryAsksTheFence(t *testing.T) {
 	w.noMoreReports()
 }
 
+// TestRepublishedAsksTheFence: a dispatch message that says it is
+// republished asks the fence on its first delivery (after a server restart
+// the stream may have stored it as new although an earlier message of its
+// attempt ran), and runs only when the dispatcher says it never ran.
+func TestRepublishedAsksTheFence(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	var mu sync.Mutex
+	calls := map[int64]int{}
+	mux := executor.NewMux()
+	mux.HandleFunc("count", func(_ context.Context, task *executor.Job) (any, error) {
+		mu.Lock()
+		calls[task.InstanceID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	var asked sync.Map // instance id → the question
+	w.answerFences(func(q schemas.FenceQuestion) schemas.FenceAnswer {
+		asked.Store(q.InstanceID, q)
+		return schemas.FenceAnswer{Start: q.InstanceID == 2, Reason: "instance 2 never ran, instance 1 did"}
+	})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Attempt: 2, Handler: "count", Republished: true})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: "count", Republished: true})
+	executortest.Run(t, w.options(mux))
+
+	w.succeeded(2)
+	w.dispatchEmpty()
+	mu.Lock()
+	if calls[1] != 0 || calls[2] != 1 {
+		t.Errorf("calls = %v, want instance 1 never (the dispatcher said it ran), instance 2 once", calls)
+	}
+	mu.Unlock()
+	for _, id := range []int64{1, 2} {
+		if _, ok := asked.Load(id); !ok {
+			t.Errorf("no fence question about republished instance %d", id)
+		}
+	}
+	if _, err := w.leases.Get(t.Context(), streams.LeaseKey(1, 2)); !isKeyMissing(err) {
+		t.Errorf("lease of the attempt told not to start: %v, want none", err)
+	}
+	w.noMoreReports()
+}
+
 // TestRedeliveryWaitsForADispatcher: with no dispatcher to answer, a
 // redelivered attempt does not run; it runs once one answers.
 func TestRedeliveryWaitsForADispatcher(t *testing.T) {

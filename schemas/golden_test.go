@@ -65,6 +65,7 @@ var golden = []goldenMessage{
 		ShardCount:    4,
 		Protocol:      2,
 		ReportBatches: true,
+		Republished:   true,
 	}},
 	{"report", "json/report.schema.json#", &Report{
 		InstanceID:   4711,

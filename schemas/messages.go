@@ -252,6 +252,16 @@ type Dispatch struct {
 	// does not, or that is told nothing (false, left out), reports on the
 	// attempt's own subject, which is valid in every version.
 	ReportBatches bool `json:"report_batches,omitempty"`
+	// Republished says the attempt was dispatched before this message was
+	// written (a redelivered firing or retry found its instance
+	// DISPATCHED): an earlier message of it may have run, and been
+	// acknowledged and removed, and a server restart forgets the message
+	// ids it removed, so this one may not be a duplicate the stream drops.
+	// Its lease fences it only while the leases bucket keeps the earlier
+	// run's key. A worker asks the dispatcher's fence before it runs such a
+	// message, as it does a redelivered one (any version; false, left out,
+	// for a first dispatch).
+	Republished bool `json:"republished,omitempty"`
 }
 
 // ExecutorProtocol is the version of the executor protocol

@@ -323,6 +323,8 @@ func decodePlainDispatch(data []byte) (d Dispatch, ok bool) {
 			d.Protocol = int(r.int(strconv.IntSize))
 		case "report_batches":
 			d.ReportBatches = r.boolean()
+		case "republished":
+			d.Republished = r.boolean()
 		default: // parents, or a key encoding/json matches otherwise
 			r.bad = true
 		}
@@ -381,6 +383,9 @@ func appendPlainDispatch(b []byte, d *Dispatch) ([]byte, bool) {
 	}
 	if d.ReportBatches {
 		w.b = append(w.b, `,"report_batches":true`...)
+	}
+	if d.Republished {
+		w.b = append(w.b, `,"republished":true`...)
 	}
 	w.b = append(w.b, '}')
 	return w.b, w.ok

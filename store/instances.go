@@ -120,6 +120,12 @@ type Attempt struct {
 	Source schemas.Source
 	// Shard places a child of a sharded or broadcast firing.
 	Shard
+	// Republished says the attempt was DISPATCHED before the statement that
+	// returned it (a redelivered firing or retry finding its instance
+	// there): its dispatch message may have been published, and run,
+	// before, so the one published now must not be run without the
+	// dispatcher's word (see [schemas.Dispatch.Republished]).
+	Republished bool
 }
 
 // attemptColumns lists the columns scanAttempt reads, of the table named t.
@@ -131,13 +137,19 @@ func attemptColumns(t string) string {
 	COALESCE(%[1]s.parent_id, 0), %[1]s.shard_index, %[1]s.shard_count`, t)
 }
 
-func scanAttempt(row pgx.Row) (Attempt, error) {
+// scanAttempt reads the columns of attemptColumns, and the column
+// "republished" after them when marked is set (see [Attempt.Republished]).
+func scanAttempt(row pgx.Row, marked bool) (Attempt, error) {
 	var a Attempt
 	var retry, parents []byte
-	if err := row.Scan(&a.ID, &a.Task, &a.TaskVersion, &a.EventID, &a.State, &a.Attempt, &a.MaxAttempts,
+	dest := []any{&a.ID, &a.Task, &a.TaskVersion, &a.EventID, &a.State, &a.Attempt, &a.MaxAttempts,
 		&retry, &a.Priority, &a.Pool, &a.Handler, &a.TimeoutMS, &a.Payload, &a.FiredAt, &a.DispatchedAt,
 		&a.MutexTemplate, &a.RunID, &parents, &a.Strategy, &a.Key, &a.MinWorkerVersion, &a.Source,
-		&a.ParentID, &a.ShardIndex, &a.ShardCount); err != nil {
+		&a.ParentID, &a.ShardIndex, &a.ShardCount}
+	if marked {
+		dest = append(dest, &a.Republished)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return a, err
 	}
 	if err := json.Unmarshal(retry, &a.RetryPolicy); err != nil {
@@ -227,7 +239,7 @@ func insertInstances(ctx context.Context, q querier, batch []byte, how string, e
 	if existing {
 		found = `
 UNION ALL
-SELECT ` + attemptColumns("i") + ` FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`
+SELECT ` + attemptColumns("i") + `, true FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`
 	}
 	rows, err := q.Query(ctx, `
 WITH input AS (
@@ -266,11 +278,11 @@ WITH input AS (
 		ins.state, 'dispatcher', input.reason
 	FROM ins JOIN input USING (task, event_id)
 )
-SELECT `+attemptColumns("ins")+` FROM ins`+found, batch)
+SELECT `+attemptColumns("ins")+`, false AS republished FROM ins`+found, batch)
 	if err != nil {
 		return nil, err
 	}
-	return collectAttempts(rows)
+	return collectMarkedAttempts(rows)
 }
 
 // Coordinates reports whether the instance is the parent of a sharded or
@@ -279,11 +291,17 @@ func (a Attempt) Coordinates() bool {
 	return a.ParentID == 0 && (a.ShardCount > 0 || a.Strategy == schemas.DispatchBroadcast)
 }
 
-func collectAttempts(rows pgx.Rows) ([]Attempt, error) {
+func collectAttempts(rows pgx.Rows) ([]Attempt, error) { return collect(rows, false) }
+
+// collectMarkedAttempts reads rows of attemptColumns followed by the
+// column "republished".
+func collectMarkedAttempts(rows pgx.Rows) ([]Attempt, error) { return collect(rows, true) }
+
+func collect(rows pgx.Rows, marked bool) ([]Attempt, error) {
 	defer rows.Close()
 	var out []Attempt
 	for rows.Next() {
-		a, err := scanAttempt(rows)
+		a, err := scanAttempt(rows, marked)
 		if err != nil {
 			return nil, err
 		}
@@ -330,15 +348,15 @@ WITH input AS (
 	SELECT id, task, 'RETRYING', 'DISPATCHED', attempt, 'dispatcher', 'attempt ' || attempt || ' of ' || max_attempts
 	FROM upd
 )
-SELECT `+attemptColumns("upd")+` FROM upd
+SELECT `+attemptColumns("upd")+`, false AS republished FROM upd
 UNION ALL
-SELECT `+attemptColumns("i")+` FROM instances i JOIN input ON i.id = input.id AND i.attempt = input.attempt
+SELECT `+attemptColumns("i")+`, true FROM instances i JOIN input ON i.id = input.id AND i.attempt = input.attempt
 WHERE i.state = 'DISPATCHED'`,
 		ids, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("start %d retries: %w", len(in), err)
 	}
-	out, err := collectAttempts(rows)
+	out, err := collectMarkedAttempts(rows)
 	if err != nil {
 		return nil, fmt.Errorf("start %d retries: %w", len(in), err)
 	}

@@ -32,8 +32,14 @@ func TestCreateInstancesRepeatedKeys(t *testing.T) {
 		}
 		got := make(map[string]bool)
 		for _, a := range made {
-			if id, ok := ids[a.EventID]; ok && id != a.ID {
+			id, ok := ids[a.EventID]
+			if ok && id != a.ID {
 				t.Fatalf("create %v: event %s is instance %d, was %d", events, a.EventID, a.ID, id)
+			}
+			// An instance made by an earlier call may have had its attempt
+			// published: the dispatcher must say so when it publishes it again.
+			if a.Republished != ok {
+				t.Fatalf("create %v: event %s returned with Republished %v, want %v (made before: %v)", events, a.EventID, a.Republished, ok, ok)
 			}
 			ids[a.EventID] = a.ID
 			got[a.EventID] = true

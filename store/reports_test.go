@@ -129,9 +129,17 @@ func TestReleasedReportSpendsNoAttempt(t *testing.T) {
 	if inst.FinishedAt != nil || last.From != schemas.StateRunning || last.To != schemas.StateRetrying || last.Reason != released.Error {
 		t.Errorf("instance finished %v, last transition %+v; want no finish, RUNNING→RETRYING with the hand-back's reason", inst.FinishedAt, last)
 	}
-	// The next attempt fails: the instance has no attempt left.
-	if _, err := st.StartRetries(ctx, []store.RetryStart{{InstanceID: id, Attempt: 2}}); err != nil {
-		t.Fatal(err)
+	// The next attempt fails: the instance has no attempt left. A second
+	// start of it (a retry firing that came again) returns it marked
+	// republished: its dispatch message may have been published, and run.
+	for i, want := range []bool{false, true} {
+		started, err := st.StartRetries(ctx, []store.RetryStart{{InstanceID: id, Attempt: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(started) != 1 || started[0].Attempt != 2 || started[0].Republished != want {
+			t.Fatalf("start %d of attempt 2 returned %+v, want attempt 2 with Republished %v", i+1, started, want)
+		}
 	}
 	failed := schemas.Report{InstanceID: id, Attempt: 2, WorkerID: "w2", Kind: schemas.ReportFailed, StartedAt: now, At: now, Error: "boom"}
 	if out, err = st.ApplyReports(ctx, nil, []schemas.Report{failed}); err != nil {

@@ -35,6 +35,8 @@ export interface Dispatch {
   protocol?: number;
   /** The dispatchers take report batches (protocol version 2): the final report may go in one. */
   report_batches?: boolean;
+  /** The attempt was dispatched before: an earlier message of it may have run, so ask the fence before running it. */
+  republished?: boolean;
 }
 
 /** FenceAnswer is a dispatcher's reply to a fence question (fence_answer.schema.json). */
@@ -162,6 +164,7 @@ export function decodeDispatch(subject: string, data: Uint8Array): Dispatch {
   if (d.pool !== undefined && (typeof d.pool !== "string" || d.pool === "")) problems.push("pool must be a non-empty string");
   if (d.protocol !== undefined && (typeof d.protocol !== "number" || !Number.isSafeInteger(d.protocol) || d.protocol < 0)) problems.push("protocol must be a non-negative integer");
   if (d.report_batches !== undefined && typeof d.report_batches !== "boolean") problems.push("report_batches must be true or false");
+  if (d.republished !== undefined && typeof d.republished !== "boolean") problems.push("republished must be true or false");
   if (problems.length > 0) {
     throw new Error(`dispatch message on ${subject}: ${problems.join("; ")}`);
   }

@@ -840,14 +840,17 @@ export class Worker {
 
   /**
    * fence asks the dispatchers, for each redelivered message (delivered
-   * more than once), whether its attempt provably never ran: a server that
-   * lost an acknowledged ack may have lost the lease too, so the lease alone
-   * does not fence a redelivery (executor/fence.go). A "no" terminates the
-   * message; no answer gives it back to ask again. First deliveries go on.
+   * more than once) and each republished one (its dispatch says
+   * `republished`: an earlier message of the attempt may have run), whether
+   * its attempt provably never ran: a server that lost an acknowledged ack
+   * may have lost the lease too, so the lease alone does not fence them
+   * (executor/fence.go). A "no" terminates the message; no answer gives it
+   * back to ask again. First deliveries of first dispatches go on.
    */
   private async fence(batch: Array<{ d: Dispatch; entry: Entry; m: Delivered }>): Promise<Array<{ d: Dispatch; entry: Entry; m: Delivered }>> {
-    if (!batch.some((p) => p.m.delivered > 1)) return batch;
-    const answers = await Promise.all(batch.map((p) => (p.m.delivered > 1 ? this.askFence(p.d).then((a) => a, (err: Error) => err) : undefined)));
+    const ask = (p: { d: Dispatch; m: Delivered }) => p.m.delivered > 1 || p.d.republished === true;
+    if (!batch.some(ask)) return batch;
+    const answers = await Promise.all(batch.map((p) => (ask(p) ? this.askFence(p.d).then((a) => a, (err: Error) => err) : undefined)));
     return batch.filter((p, i) => {
       const a = answers[i];
       if (a === undefined) return true;

@@ -230,7 +230,7 @@ async function admit(m) {
   if (!HANDLERS.includes(d.handler)) return nak(m, 30_000);
   if (running.size >= slots) return nak(m, 1000);
   if (stopping) return nak(m);
-  if (deliveries(m) > 1) {
+  if (deliveries(m) > 1 || d.republished === true) {
     let answer;
     try {
       const r = await nc.request(`ax.fence.${d.pool ?? "default"}.${workerId}.${d.instance_id}`,
