@@ -48,15 +48,7 @@ func (w *world) redeliver(handler string, n int) {
 func TestRedeliveryAsksTheFence(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	var mu sync.Mutex
-	calls := map[int64]int{}
-	mux := executor.NewMux()
-	mux.HandleFunc("count", func(_ context.Context, task *executor.Job) (any, error) {
-		mu.Lock()
-		calls[task.InstanceID]++
-		mu.Unlock()
-		return nil, nil
-	})
+	mux, calls := countingMux()
 	var asked sync.Map // instance id → the question
 	w.answerFences(func(q schemas.FenceQuestion) schemas.FenceAnswer {
 		asked.Store(q.InstanceID, q)
@@ -69,11 +61,9 @@ func TestRedeliveryAsksTheFence(t *testing.T) {
 
 	w.succeeded(2)
 	w.dispatchEmpty()
-	mu.Lock()
-	if calls[1] != 0 || calls[2] != 1 {
-		t.Errorf("calls = %v, want instance 1 never (the dispatcher said no), instance 2 once", calls)
+	if calls(1) != 0 || calls(2) != 1 {
+		t.Errorf("calls = %d and %d, want instance 1 never (the dispatcher said no), instance 2 once", calls(1), calls(2))
 	}
-	mu.Unlock()
 	q, ok := asked.Load(int64(1))
 	if !ok || q.(schemas.FenceQuestion) != (schemas.FenceQuestion{InstanceID: 1, Attempt: 3, WorkerID: "w1"}) {
 		t.Errorf("question about instance 1 = %+v, want attempt 3 from w1", q)
@@ -92,13 +82,9 @@ func TestRedeliveryAsksTheFence(t *testing.T) {
 	w.noMoreReports()
 }
 
-// TestRepublishedAsksTheFence: a dispatch message that says it is
-// republished asks the fence on its first delivery (after a server restart
-// the stream may have stored it as new although an earlier message of its
-// attempt ran), and runs only when the dispatcher says it never ran.
-func TestRepublishedAsksTheFence(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t)
+// countingMux serves the handler "count", which counts its runs by
+// instance, and returns the count of an instance.
+func countingMux() (*executor.Mux, func(id int64) int) {
 	var mu sync.Mutex
 	calls := map[int64]int{}
 	mux := executor.NewMux()
@@ -108,6 +94,21 @@ func TestRepublishedAsksTheFence(t *testing.T) {
 		mu.Unlock()
 		return nil, nil
 	})
+	return mux, func(id int64) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls[id]
+	}
+}
+
+// TestRepublishedAsksTheFence: a dispatch message that says it is
+// republished asks the fence on its first delivery (after a server restart
+// the stream may have stored it as new although an earlier message of its
+// attempt ran), and runs only when the dispatcher says it never ran.
+func TestRepublishedAsksTheFence(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mux, calls := countingMux()
 	var asked sync.Map // instance id → the question
 	w.answerFences(func(q schemas.FenceQuestion) schemas.FenceAnswer {
 		asked.Store(q.InstanceID, q)
@@ -119,11 +120,9 @@ func TestRepublishedAsksTheFence(t *testing.T) {
 
 	w.succeeded(2)
 	w.dispatchEmpty()
-	mu.Lock()
-	if calls[1] != 0 || calls[2] != 1 {
-		t.Errorf("calls = %v, want instance 1 never (the dispatcher said it ran), instance 2 once", calls)
+	if calls(1) != 0 || calls(2) != 1 {
+		t.Errorf("calls = %d and %d, want instance 1 never (the dispatcher said it ran), instance 2 once", calls(1), calls(2))
 	}
-	mu.Unlock()
 	for _, id := range []int64{1, 2} {
 		if _, ok := asked.Load(id); !ok {
 			t.Errorf("no fence question about republished instance %d", id)
