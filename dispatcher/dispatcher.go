@@ -298,6 +298,16 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
+	// The watch of the leases begins before the first firing is consumed:
+	// the fence knows every lease put of an attempt this dispatcher
+	// dispatched. Begun by the reaper beside the consumers, it could begin
+	// after a dispatch, and the fence took a redelivery of that attempt for
+	// one that may have run and failed it as lost.
+	s.book.began(s.watchBegins(runCtx))
+	leaseWatch, err := leases.WatchAll(runCtx)
+	if err != nil {
+		return fmt.Errorf("run dispatcher: watch %s: %w", s.top.LeasesBucket(), err)
+	}
 
 	s.log.Info().Msg("dispatcher started")
 	close(s.ready)
@@ -310,7 +320,7 @@ func (s *Service) run(ctx context.Context) error {
 			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, 1, s.metrics.counted("reports",
 				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.handleReports(ctx, msgs) }))
 		},
-		func() error { return s.reap(runCtx, work, leases, reportStream) },
+		func() error { return s.reap(runCtx, work, leases, leaseWatch, reportStream) },
 		func() error { return s.answerFences(runCtx, work, leases, reportStream) },
 		func() error { return s.holdLoop(runCtx, work) },
 		func() error { return s.reroute(runCtx, work) },

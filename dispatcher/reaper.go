@@ -20,7 +20,8 @@ const leaseLost = "lease expired: the worker stopped renewing it (it died, hung 
 
 // reap fails the attempts whose worker is gone or that outlived their timeout.
 //
-// Lost workers: the reaper watches the leases bucket, where an expiry reaches
+// Lost workers: the reaper reads w, the watch of the leases bucket that Run
+// began before it consumed a firing, where an expiry reaches
 // the watcher as a purge marker (the bucket has limit markers on), so it waits
 // on events instead of polling. At start it also sweeps the running attempts
 // whose lease vanished while no dispatcher was watching.
@@ -41,18 +42,13 @@ const leaseLost = "lease expired: the worker stopped renewing it (it died, hung 
 //
 // Whatever the reaper could not apply (PostgreSQL or the stream failing) it
 // keeps and tries again every retryDelay; it never drops an expiry.
-func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, reports jetstream.Stream) error {
-	s.book.began(s.watchBegins(ctx))
+func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w jetstream.KeyWatcher, reports jetstream.Stream) error {
+	defer func() { _ = w.Stop() }()
 	status, err := leases.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", s.top.LeasesBucket(), err)
 	}
 	s.reconnects.start(s.opts.Conn.Stats().Reconnects, status.TTL())
-	w, err := leases.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", s.top.LeasesBucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
 
 	var lost []store.Failure
 	// holders are the workers the live leases name, by attempt, read from

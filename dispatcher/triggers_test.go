@@ -280,3 +280,27 @@ func TestLimitedFiringsWaitTheirTurn(t *testing.T) {
 			first.State, second.State)
 	}
 }
+
+// TestLeaseWatchBeginsBeforeTheFirstDispatch: once the dispatcher is
+// ready, and so consumes firings, its lease book has a beginning. Begun
+// beside the consumers, the book could begin after an attempt's dispatch,
+// and the fence failed the first redelivery of that attempt, which never
+// ran, as lost (TestRedeliveryOfAnAttemptThatNeverRanRunsIt, internal/e2e,
+// at attempt 2 on a loaded machine).
+func TestLeaseWatchBeginsBeforeTheFirstDispatch(t *testing.T) {
+	t.Parallel()
+	srv := streamstest.NewServer(t, streams.Config{})
+	conn, _ := srv.Connect()
+	st := store.New(storetest.NewDB(t))
+	d, err := New(Options{Conn: conn, Store: st, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servicetest.Start(t, "dispatcher", d)
+	d.book.mu.Lock()
+	since := d.book.since
+	d.book.mu.Unlock()
+	if since.IsZero() {
+		t.Fatal("the dispatcher is ready, and consumes firings, before its watch of the leases began")
+	}
+}
