@@ -18,10 +18,11 @@ import (
 // they are decided as before. An attempt whose worker did die is failed
 // one grace later than it would have been.
 
-// minOutageGrace is the least grace after a reconnect: longer than an
-// executor's report retries take to reach a server that is back (a
-// second, then three, in docs/executor-protocol.md).
-const minOutageGrace = 5 * time.Second
+// minOutageGrace is the least grace after a reconnect: the server's
+// JetStream may take seconds more to take publishes again, and an executor
+// tries a report again every second or so, each try awaited for at most 2 s
+// (docs/executor-protocol.md).
+const minOutageGrace = 10 * time.Second
 
 // reconnects tracks the dispatcher connection's reconnections.
 type reconnects struct {

@@ -63,25 +63,41 @@ func (s *Service) publishAll(ctx context.Context, msgs []*nats.Msg) (acks []*jet
 	return acks, errs
 }
 
-// Retries of a report that failed to publish: the delays between tries.
-var publishBackoff = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second}
+// A report is tried until it is stored or reportPatience has passed. Each
+// try awaits its acknowledgement for at most reportTry, so that a try sent
+// as the server went down, whose answer never comes, is followed by
+// another once the server is back instead of being awaited for opTimeout:
+// a restarted nats-server expires every lease that could not be renewed
+// while it was down, and the dispatcher leaves the holders of those leases
+// a grace after it reconnects (dispatcher/outage.go) that the final report
+// must land in, or its attempt is failed as lost and run again.
+const (
+	reportTry      = 2 * time.Second
+	reportPatience = 30 * time.Second
+)
 
-// publishRetry publishes m and awaits its acknowledgement, trying again a
-// few times with backoff. m carries a Nats-Msg-Id, so a try that reached the
-// stream unacknowledged makes a later one a duplicate the stream drops.
+// publishBackoff are the delays between the tries of a report; the last
+// one repeats.
+var publishBackoff = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second}
+
+// publishRetry publishes m and awaits its acknowledgement, trying again
+// with backoff for up to reportPatience. m carries a Nats-Msg-Id, so a try
+// that reached the stream unacknowledged makes a later one a duplicate the
+// stream drops.
 func (s *Service) publishRetry(m *nats.Msg) error {
-	var err error
+	deadline := time.Now().Add(reportPatience)
 	for i := 0; ; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		_, err = s.js.PublishMsg(ctx, m)
+		ctx, cancel := context.WithTimeout(context.Background(), reportTry)
+		_, err := s.js.PublishMsg(ctx, m)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		if i == len(publishBackoff) {
-			return fmt.Errorf("publish to %s: %w (after %d tries)", m.Subject, err, i+1)
+		wait := publishBackoff[min(i, len(publishBackoff)-1)]
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("publish to %s: %w (after %d tries over %s)", m.Subject, err, i+1, reportPatience)
 		}
-		time.Sleep(publishBackoff[i])
+		time.Sleep(wait)
 	}
 }
 

@@ -24,7 +24,9 @@ const UNREGISTERED_DELAY_MS = 30_000; // work pinned here for a handler it lacks
 const FENCE_TIMEOUT_MS = 5_000; // the wait for a dispatcher's answer to a fence question
 const LOW_FIRST_EVERY = 5; // every fifth round that takes work drains lowest priority first
 const REPORT_HEADROOM = 4 << 10; // room for a report's headers under the max payload
-const PUBLISH_BACKOFF_MS = [100, 300, 1000, 3000]; // retries of a report
+const PUBLISH_BACKOFF_MS = [100, 300, 1000]; // between the tries of a report; the last repeats
+const REPORT_TRY_MS = 2000; // how long one try of a report awaits its acknowledgement
+const REPORT_PATIENCE_MS = 30_000; // how long a report is tried (executor/lease.go)
 const MAX_BATCH_REPORTS = 1000; // the final reports of one report batch, at most
 
 /**
@@ -1262,14 +1264,22 @@ export class Worker {
     }
   }
 
+  /**
+   * publishRetry publishes a report until it is stored or REPORT_PATIENCE_MS
+   * has passed, each try awaited for at most REPORT_TRY_MS: a try sent as the
+   * server went down is followed by another once it is back, within the
+   * grace the dispatcher leaves lapsed leases after it reconnects.
+   */
   private async publishRetry(subject: string, data: string, msgID: string): Promise<void> {
+    const deadline = Date.now() + REPORT_PATIENCE_MS;
     for (let i = 0; ; i++) {
       try {
-        await this.js.publish(subject, data, { msgID, timeout: OP_TIMEOUT_MS });
+        await this.js.publish(subject, data, { msgID, timeout: REPORT_TRY_MS });
         return;
       } catch (err) {
-        if (i === PUBLISH_BACKOFF_MS.length) throw new Error(`publish to ${subject}: ${(err as Error).message} (after ${i + 1} tries)`, { cause: err });
-        await new Promise((resolve) => setTimeout(resolve, PUBLISH_BACKOFF_MS[i]));
+        const wait = PUBLISH_BACKOFF_MS[Math.min(i, PUBLISH_BACKOFF_MS.length - 1)];
+        if (Date.now() + wait > deadline) throw new Error(`publish to ${subject}: ${(err as Error).message} (after ${i + 1} tries over ${REPORT_PATIENCE_MS} ms)`, { cause: err });
+        await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }
   }
