@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,6 +14,37 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
+
+// reconnects dates the connection's reconnections: the count last seen,
+// and when a new one was first seen.
+type reconnects struct {
+	count atomic.Uint64
+	mu    sync.Mutex
+	seen  time.Time
+}
+
+// reconnectWindow is the least time after a reconnection during which
+// every dispatch message asks the fence (see [Service.justReconnected]).
+const reconnectWindow = 10 * time.Second
+
+// justReconnected reports whether the connection came back from losing its
+// server within the last lease TTL (at least reconnectWindow). A server
+// killed with kill -9 writes its consumers' state only every so often, and
+// can lose the removal of a message whose ack it had confirmed: that
+// message comes again after the restart as a first delivery (NumDelivered
+// 1), of an attempt that ran, while the lease that would fence it aged out
+// in the outage. So for a while after a reconnection a first delivery is
+// asked about as a redelivery is.
+func (s *Service) justReconnected() bool {
+	n := s.opts.Conn.Stats().Reconnects
+	now := time.Now()
+	s.back.mu.Lock()
+	defer s.back.mu.Unlock()
+	if s.back.count.Swap(n) != n {
+		s.back.seen = now
+	}
+	return !s.back.seen.IsZero() && now.Sub(s.back.seen) < max(s.currentLeaseTTL(), reconnectWindow)
+}
 
 // fenceTimeout bounds the wait for a dispatcher's answer to a fence
 // question. No dispatcher at all is known at once (no responders).
@@ -38,8 +70,9 @@ const fenceTimeout = 5 * time.Second
 // yet: the lease is taken after the answer.
 func (s *Service) fence(ps []*pending) []*pending {
 	var asks []int
+	recent := s.justReconnected()
 	for i, p := range ps {
-		if md, err := p.msg.Metadata(); (err == nil && md.NumDelivered > 1) || p.d.Republished {
+		if md, err := p.msg.Metadata(); (err == nil && md.NumDelivered > 1) || p.d.Republished || recent {
 			asks = append(asks, i)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -130,6 +131,44 @@ func TestRepublishedAsksTheFence(t *testing.T) {
 	}
 	if _, err := w.leases.Get(t.Context(), streams.LeaseKey(1, 2)); !isKeyMissing(err) {
 		t.Errorf("lease of the attempt told not to start: %v, want none", err)
+	}
+	w.noMoreReports()
+}
+
+// TestFirstDeliveryAfterAReconnectAsksTheFence: for a while after the
+// worker's connection comes back from losing its server, a first delivery
+// asks the fence too (a restarted server may deliver again, as new, a
+// message whose ack it had confirmed), and runs only when the dispatcher
+// says it never ran.
+func TestFirstDeliveryAfterAReconnectAsksTheFence(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mux, calls := countingMux()
+	var asked sync.Map // instance id → the question
+	w.answerFences(func(q schemas.FenceQuestion) schemas.FenceAnswer {
+		asked.Store(q.InstanceID, q)
+		return schemas.FenceAnswer{Start: q.InstanceID == 2, Reason: "instance 2 never ran, instance 1 did"}
+	})
+	executortest.Run(t, w.options(mux))
+	before := w.nc.Stats().Reconnects
+	if err := w.nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	waittest.For(t, "the connection to come back", 30*time.Second, func() (bool, error) {
+		return w.nc.Stats().Reconnects > before && w.nc.IsConnected(), nil
+	})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "count"})
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: "count"})
+
+	w.succeeded(2)
+	w.dispatchEmpty()
+	if calls(1) != 0 || calls(2) != 1 {
+		t.Errorf("calls = %d and %d, want instance 1 never (the dispatcher said it ran), instance 2 once", calls(1), calls(2))
+	}
+	for _, id := range []int64{1, 2} {
+		if _, ok := asked.Load(id); !ok {
+			t.Errorf("no fence question about instance %d, delivered first just after a reconnect", id)
+		}
 	}
 	w.noMoreReports()
 }

@@ -41,6 +41,7 @@ type Service struct {
 	doorbell chan struct{} // rung by the dispatcher's ready messages
 	freed    chan struct{} // signalled when an attempt gives its slot back
 	acks     *ackConfirms  // the server's confirmations of the acks; set by Run
+	back     reconnects    // dates the connection's reconnections (see fence.go)
 
 	mu            sync.Mutex
 	running       map[string]*attempt      // by lease key
@@ -157,6 +158,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("run executor: %w", err)
 	}
 	s.js = js
+	s.back.count.Store(s.opts.Conn.Stats().Reconnects)
 	defer js.CleanupPublisher()
 	if err := s.setUp(ctx); err != nil {
 		if ctx.Err() != nil {

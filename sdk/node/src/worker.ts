@@ -25,6 +25,7 @@ const FENCE_TIMEOUT_MS = 5_000; // the wait for a dispatcher's answer to a fence
 const LOW_FIRST_EVERY = 5; // every fifth round that takes work drains lowest priority first
 const REPORT_HEADROOM = 4 << 10; // room for a report's headers under the max payload
 const PUBLISH_BACKOFF_MS = [100, 300, 1000]; // between the tries of a report; the last repeats
+const RECONNECT_WINDOW_MS = 10_000; // the least time after a reconnection during which every delivery asks the fence
 const REPORT_TRY_MS = 2000; // how long one try of a report awaits its acknowledgement
 const REPORT_PATIENCE_MS = 30_000; // how long a report is tried (executor/lease.go)
 const MAX_BATCH_REPORTS = 1000; // the final reports of one report batch, at most
@@ -286,6 +287,7 @@ export class Worker {
   private fetching?: { inbox: string; on: (m: Msg) => void };
   private running = new Map<string, Attempt>();
   private reporting = new Set<Promise<void>>();
+  private reconnectedAt = 0; // Date.now() of the connection's last reconnection, 0 before any
   private finalQueue: QueuedFinal[] = [];
   private sendingFinals = false;
   private batchSeq = 0;
@@ -427,6 +429,7 @@ export class Worker {
         pools: this.pools, slots: this.slots, handlers: this.handlerNames, lease_ttl_ms: this.leaseTTLMs,
       });
       this.resolveReady();
+      void this.watchReconnects();
       const closed = this.nc.closed().then(() => {
         if (this.state === "running") throw new Error("run ax worker: the NATS connection was closed");
       });
@@ -850,7 +853,11 @@ export class Worker {
    * back to ask again. First deliveries of first dispatches go on.
    */
   private async fence(batch: Array<{ d: Dispatch; entry: Entry; m: Delivered }>): Promise<Array<{ d: Dispatch; entry: Entry; m: Delivered }>> {
-    const ask = (p: { d: Dispatch; m: Delivered }) => p.m.delivered > 1 || p.d.republished === true;
+    // For a while after a reconnection a first delivery asks too: a server
+    // killed with kill -9 can deliver again, as new, a message whose ack it
+    // had confirmed (executor/fence.go justReconnected).
+    const recent = this.reconnectedAt > 0 && Date.now() - this.reconnectedAt < Math.max(this.leaseTTLMs, RECONNECT_WINDOW_MS);
+    const ask = (p: { d: Dispatch; m: Delivered }) => recent || p.m.delivered > 1 || p.d.republished === true;
     if (!batch.some(ask)) return batch;
     const answers = await Promise.all(batch.map((p) => (ask(p) ? this.askFence(p.d).then((a) => a, (err: Error) => err) : undefined)));
     return batch.filter((p, i) => {
@@ -1201,6 +1208,13 @@ export class Worker {
   // when it is free goes out as one message per pool, and what is queued
   // while that message is published waits for the next. There is no
   // linger: a lone report goes at once on its attempt's own subject.
+
+  /** watchReconnects dates the connection's reconnections, for the fence. */
+  private async watchReconnects(): Promise<void> {
+    for await (const st of this.nc.status()) {
+      if (st.type === "reconnect") this.reconnectedAt = Date.now();
+    }
+  }
 
   /** sendFinal publishes the final report of d, encoded as data, through the sender; it settles once the report is stored (or failed to be). */
   private sendFinal(d: Dispatch, kind: ReportKind, data: string): Promise<void> {

@@ -74,6 +74,12 @@ async function ttlOf(bucket) {
   return st.ttl; // milliseconds
 }
 let leaseTTL = await ttlOf("ax-leases");
+// When the connection came back from losing its server (section 7: for a
+// while after, every delivery asks the fence).
+let reconnectedAt = 0;
+(async () => {
+  for await (const st of nc.status()) if (st.type === "reconnect") reconnectedAt = Date.now();
+})();
 const workersTTL = await ttlOf("ax-workers");
 const heartbeatMs = Math.min(HEARTBEAT_MS, Math.floor(workersTTL / 3));
 
@@ -230,7 +236,8 @@ async function admit(m) {
   if (!HANDLERS.includes(d.handler)) return nak(m, 30_000);
   if (running.size >= slots) return nak(m, 1000);
   if (stopping) return nak(m);
-  if (deliveries(m) > 1 || d.republished === true) {
+  const recent = reconnectedAt > 0 && Date.now() - reconnectedAt < Math.max(leaseTTL, 10_000);
+  if (recent || deliveries(m) > 1 || d.republished === true) {
     let answer;
     try {
       const r = await nc.request(`ax.fence.${d.pool ?? "default"}.${workerId}.${d.instance_id}`,
