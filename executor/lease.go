@@ -93,6 +93,10 @@ func (s *Service) publishRetry(m *nats.Msg) error {
 		if err == nil {
 			return nil
 		}
+		if s.opts.Conn.IsClosed() {
+			// A closed connection does not come back: nothing to wait for.
+			return fmt.Errorf("publish to %s: %w (the connection is closed)", m.Subject, err)
+		}
 		wait := publishBackoff[min(i, len(publishBackoff)-1)]
 		if time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("publish to %s: %w (after %d tries over %s)", m.Subject, err, i+1, reportPatience)

@@ -1292,7 +1292,8 @@ export class Worker {
         return;
       } catch (err) {
         const wait = PUBLISH_BACKOFF_MS[Math.min(i, PUBLISH_BACKOFF_MS.length - 1)];
-        if (Date.now() + wait > deadline) throw new Error(`publish to ${subject}: ${(err as Error).message} (after ${i + 1} tries over ${REPORT_PATIENCE_MS} ms)`, { cause: err });
+        // A closed connection does not come back: nothing to wait for.
+        if (this.nc.isClosed() || Date.now() + wait > deadline) throw new Error(`publish to ${subject}: ${(err as Error).message} (after ${i + 1} tries over ${REPORT_PATIENCE_MS} ms)`, { cause: err });
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }
