@@ -179,14 +179,29 @@ func (t Topology) BucketConfigs(c Config) []jetstream.KeyValueConfig {
 // the dispatcher (every replica with the same settings) and `ax dev` — so
 // that one service's defaults never reset what the owner set (a lease TTL,
 // the replicas); the others [Topology.Require] what they use.
+//
+// It creates first and updates only a stream or bucket whose settings
+// differ: a create with the settings a stream has changes nothing, where an
+// update rewrites the stream's configuration on every start, which
+// nats-server 2.15.3 does without holding the lock its consumer creation
+// reads it under (a data race -race reported while a dispatcher started
+// beside an executor creating its consumers).
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, sc := range t.StreamConfigs(c) {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		_, err := js.CreateStream(ctx, sc)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			_, err = js.UpdateStream(ctx, sc)
+		}
+		if err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 	}
 	for _, kc := range t.BucketConfigs(c) {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+		_, err := js.CreateKeyValue(ctx, kc)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			_, err = js.UpdateKeyValue(ctx, kc)
+		}
+		if err != nil {
 			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
 		}
 	}
