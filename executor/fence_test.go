@@ -43,6 +43,18 @@ func (w *world) redeliver(handler string, n int) {
 	}
 }
 
+// onlyInstance2MayStart answers every fence question as a dispatcher
+// that knows instance 2 never ran and every other instance did, and
+// returns the questions asked, by instance id.
+func (w *world) onlyInstance2MayStart() *sync.Map {
+	asked := new(sync.Map)
+	w.answerFences(func(q schemas.FenceQuestion) schemas.FenceAnswer {
+		asked.Store(q.InstanceID, q)
+		return schemas.FenceAnswer{Start: q.InstanceID == 2, Reason: "instance 2 never ran, the others did"}
+	})
+	return asked
+}
+
 // TestRedeliveryAsksTheFence: a first delivery starts without a question;
 // a redelivered one starts only when a dispatcher says so, is terminated
 // when it says no, and waits, unrun, while no dispatcher answers.
@@ -50,11 +62,7 @@ func TestRedeliveryAsksTheFence(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	mux, calls := countingMux()
-	var asked sync.Map // instance id → the question
-	w.answerFences(func(q schemas.FenceQuestion) schemas.FenceAnswer {
-		asked.Store(q.InstanceID, q)
-		return schemas.FenceAnswer{Start: q.InstanceID == 2, Reason: "instance 2 never ran, the others did"}
-	})
+	asked := w.onlyInstance2MayStart()
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Attempt: 3, Handler: "count"})
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: "count"})
 	w.redeliver("count", 2)
@@ -110,11 +118,7 @@ func TestRepublishedAsksTheFence(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	mux, calls := countingMux()
-	var asked sync.Map // instance id → the question
-	w.answerFences(func(q schemas.FenceQuestion) schemas.FenceAnswer {
-		asked.Store(q.InstanceID, q)
-		return schemas.FenceAnswer{Start: q.InstanceID == 2, Reason: "instance 2 never ran, instance 1 did"}
-	})
+	asked := w.onlyInstance2MayStart()
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Attempt: 2, Handler: "count", Republished: true})
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 2, Handler: "count", Republished: true})
 	executortest.Run(t, w.options(mux))
@@ -144,11 +148,7 @@ func TestFirstDeliveryAfterAReconnectAsksTheFence(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	mux, calls := countingMux()
-	var asked sync.Map // instance id → the question
-	w.answerFences(func(q schemas.FenceQuestion) schemas.FenceAnswer {
-		asked.Store(q.InstanceID, q)
-		return schemas.FenceAnswer{Start: q.InstanceID == 2, Reason: "instance 2 never ran, instance 1 did"}
-	})
+	asked := w.onlyInstance2MayStart()
 	executortest.Run(t, w.options(mux))
 	before := w.nc.Stats().Reconnects
 	if err := w.nc.ForceReconnect(); err != nil {
