@@ -91,13 +91,74 @@ func Start(o Options) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start embedded nats: %w", err)
 	}
+	var shown server.Logger
 	if o.Logs {
 		s.ConfigureLogger()
+		shown = s.Logger()
 	}
+	fatal := &fatalWatch{shown: shown, fatal: make(chan string, 1)}
+	s.SetLogger(fatal, false, false)
 	s.Start()
-	if !s.ReadyForConnections(ReadyWait) {
-		s.Shutdown()
-		return nil, fmt.Errorf("start embedded nats: not ready for connections after %v", ReadyWait)
+	// A server that cannot listen (its port taken) says so only in a fatal
+	// log line, and is then never ready: end the wait with that line.
+	for deadline := time.Now().Add(ReadyWait); !s.ReadyForConnections(50 * time.Millisecond); {
+		select {
+		case line := <-fatal.fatal:
+			s.Shutdown()
+			return nil, fmt.Errorf("start embedded nats: %s", line)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			return nil, fmt.Errorf("start embedded nats: not ready for connections after %v", ReadyWait)
+		}
 	}
 	return s, nil
+}
+
+// fatalWatch is the server's logger: it passes lines to shown (when the
+// server's logs are shown) and keeps the first fatal one.
+type fatalWatch struct {
+	shown server.Logger
+	fatal chan string
+}
+
+func (l *fatalWatch) Fatalf(format string, v ...any) {
+	select {
+	case l.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+	if l.shown != nil {
+		l.shown.Errorf(format, v...)
+	}
+}
+
+func (l *fatalWatch) Noticef(format string, v ...any) {
+	if l.shown != nil {
+		l.shown.Noticef(format, v...)
+	}
+}
+
+func (l *fatalWatch) Warnf(format string, v ...any) {
+	if l.shown != nil {
+		l.shown.Warnf(format, v...)
+	}
+}
+
+func (l *fatalWatch) Errorf(format string, v ...any) {
+	if l.shown != nil {
+		l.shown.Errorf(format, v...)
+	}
+}
+
+func (l *fatalWatch) Debugf(format string, v ...any) {
+	if l.shown != nil {
+		l.shown.Debugf(format, v...)
+	}
+}
+
+func (l *fatalWatch) Tracef(format string, v ...any) {
+	if l.shown != nil {
+		l.shown.Tracef(format, v...)
+	}
 }

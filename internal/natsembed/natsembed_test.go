@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -314,4 +316,24 @@ func waitFollowersCurrent(ctx context.Context, t *testing.T, st jetstream.Stream
 		return current == 2
 	})
 	return info
+}
+
+// TestStartOnATakenPortSaysSo: a server whose port is taken fails to
+// start at once, with the reason, instead of waiting ReadyWait to say it
+// is not ready.
+func TestStartOnATakenPortSaysSo(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	s, err := natsembed.Start(natsembed.Options{Port: taken.Addr().(*net.TCPAddr).Port, StoreDir: t.TempDir()})
+	if err == nil {
+		s.Shutdown()
+		t.Fatal("started on a taken port")
+	}
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("start on a taken port: %v, want the reason (address already in use)", err)
+	}
 }
