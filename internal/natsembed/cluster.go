@@ -70,16 +70,41 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
 	}
+	// A port picked free may be taken before its node binds it: then the
+	// cluster starts again on other free ports (a client port the caller
+	// chose is its to keep free: taken, it fails every try at once).
+	var c *Cluster
+	for try := 1; ; try++ {
+		var err error
+		if c, err = startNodes(o); err == nil {
+			break
+		}
+		if try == maxPortTries || !strings.Contains(err.Error(), "address already in use") {
+			return nil, fmt.Errorf("start embedded nats cluster: %w", err)
+		}
+	}
+	if err := c.WaitReady(time.Minute); err != nil {
+		c.Shutdown()
+		return nil, fmt.Errorf("start embedded nats cluster: %w", err)
+	}
+	return c, nil
+}
+
+// maxPortTries is how many times [StartCluster] picks free ports.
+const maxPortTries = 3
+
+// startNodes starts o's nodes together, on free ports where o names none.
+func startNodes(o ClusterOptions) (*Cluster, error) {
 	ports := o.Ports
 	if len(ports) == 0 {
 		var err error
 		if ports, err = freePorts(o.Host, o.Size); err != nil {
-			return nil, fmt.Errorf("start embedded nats cluster: %w", err)
+			return nil, err
 		}
 	}
 	routePorts, err := freePorts(o.Host, o.Size)
 	if err != nil {
-		return nil, fmt.Errorf("start embedded nats cluster: %w", err)
+		return nil, err
 	}
 	c := &Cluster{nodes: make([]*server.Server, o.Size)}
 	for i := range o.Size {
@@ -109,19 +134,15 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		c.Shutdown()
-		return nil, fmt.Errorf("start embedded nats cluster: %w", err)
-	}
-	if err := c.WaitReady(time.Minute); err != nil {
-		c.Shutdown()
-		return nil, fmt.Errorf("start embedded nats cluster: %w", err)
+		return nil, err
 	}
 	return c, nil
 }
 
 // freePorts returns n ports free on host now. Another process may take one
-// before the server listens on it; on loopback in a test that is rare, and
-// the start then fails with "address already in use".
-func freePorts(host string, n int) ([]int, error) {
+// before the server listens on it; on loopback that is rare, and the
+// node's start then fails with "address already in use".
+var freePorts = func(host string, n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
 	defer func() {
