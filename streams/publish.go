@@ -86,18 +86,35 @@ func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string,
 
 // AsyncBatch publishes messages without waiting for each acknowledgement and
 // then awaits them together: one round trip for a batch, not one a message.
+// A batch from [NewAsyncBatch] publishes with the jetstream client's
+// PublishMsgAsync; one from [Publisher.Batch] through the [Publisher].
 // It is not safe for concurrent use.
 type AsyncBatch struct {
 	js      jetstream.JetStream
 	futures []jetstream.PubAckFuture
 	err     error
+
+	// A Publisher's batch; its fields but p are guarded by p.mu.
+	p       *Publisher
+	entries []batchEntry
+	left    int    // entries not answered
+	gen     uint32 // bumped when the batch stops waiting for its entries
+	waiting bool   // Await waits on done
+	done    chan struct{}
+	stopped error // why Await stopped waiting, if it did
 }
 
 // NewAsyncBatch returns an empty batch publishing on js.
 func NewAsyncBatch(js jetstream.JetStream) *AsyncBatch { return &AsyncBatch{js: js} }
 
-// Add publishes m asynchronously. An error is kept and returned by [AsyncBatch.Wait].
+// Add publishes m asynchronously. An error is kept and returned by
+// [AsyncBatch.Wait]. A Publisher's batch blocks while the publisher has
+// its MaxPending publishes pending.
 func (b *AsyncBatch) Add(m *nats.Msg) {
+	if b.p != nil {
+		b.p.publish(b, m)
+		return
+	}
 	f, err := b.js.PublishMsgAsync(m)
 	if err != nil {
 		b.err = errors.Join(b.err, fmt.Errorf("publish to %s: %w", m.Subject, err))
@@ -107,11 +124,19 @@ func (b *AsyncBatch) Add(m *nats.Msg) {
 }
 
 // Len returns how many messages were added.
-func (b *AsyncBatch) Len() int { return len(b.futures) }
+func (b *AsyncBatch) Len() int {
+	if b.p != nil {
+		return len(b.entries)
+	}
+	return len(b.futures)
+}
 
 // Wait awaits every acknowledgement and returns the first failures joined,
 // naming each subject. The batch is empty afterwards.
 func (b *AsyncBatch) Wait(ctx context.Context) error {
+	if b.p != nil {
+		return b.waitPublisher(ctx)
+	}
 	err := b.err
 	for _, f := range b.futures {
 		select {
@@ -124,6 +149,87 @@ func (b *AsyncBatch) Wait(ctx context.Context) error {
 	}
 	b.futures, b.err = b.futures[:0], nil
 	return err
+}
+
+func (b *AsyncBatch) waitPublisher(ctx context.Context) error {
+	waitErr := b.Await(ctx)
+	var err error
+	for i := range b.entries {
+		if _, e := b.Result(i); e != nil && b.entries[i].answered {
+			err = errors.Join(err, e)
+		}
+	}
+	if waitErr != nil {
+		err = errors.Join(err, fmt.Errorf("await publish acks: %w", waitErr))
+	}
+	b.Reset()
+	return err
+}
+
+// Await awaits the answer of every message of a [Publisher.Batch], or
+// ctx's end, which it returns; then [AsyncBatch.Result] tells each
+// message's outcome. It panics on a batch of [NewAsyncBatch].
+func (b *AsyncBatch) Await(ctx context.Context) error {
+	p := b.p
+	p.mu.Lock()
+	if b.left == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	b.waiting = true
+	p.mu.Unlock()
+	select {
+	case <-b.done:
+		return nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b.left == 0 {
+		// Answered meanwhile.
+		b.waiting = false
+		select {
+		case <-b.done:
+		default:
+		}
+		return nil
+	}
+	// The answers still to come are for no one: the batch's next
+	// generation does not take them.
+	b.gen++
+	b.left, b.waiting, b.stopped = 0, false, ctx.Err()
+	return b.stopped
+}
+
+// Result returns the acknowledgement of the i-th message added to a
+// [Publisher.Batch] or its error, naming its subject, after
+// [AsyncBatch.Await] returned. A message Await stopped waiting for has
+// the error "await acknowledgement: " and ctx's error.
+func (b *AsyncBatch) Result(i int) (jetstream.PubAck, error) {
+	e := &b.entries[i]
+	switch {
+	case !e.answered:
+		return jetstream.PubAck{}, fmt.Errorf("publish to %s: await acknowledgement: %w", e.m.Subject, b.stopped)
+	case e.err != nil:
+		return jetstream.PubAck{}, fmt.Errorf("publish to %s: %w", e.m.Subject, e.err)
+	}
+	return e.ack, nil
+}
+
+// Reset empties a [Publisher.Batch] for reuse; answers still to come
+// for its messages are dropped.
+func (b *AsyncBatch) Reset() {
+	p := b.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b.gen++
+	b.left, b.waiting, b.stopped = 0, false, nil
+	select {
+	case <-b.done:
+	default:
+	}
+	clear(b.entries)
+	b.entries = b.entries[:0]
 }
 
 // Decode unmarshals a message's JSON body into a T, naming the subject on error.
