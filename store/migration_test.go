@@ -133,3 +133,39 @@ func TestTransitionPairsMigration(t *testing.T) {
 		t.Errorf("new instance's transitions = %q, want 2 with consecutive ids after 8", got)
 	}
 }
+
+// TestInstancesTaskMigration moves a database with instances down to before
+// migration 00018, whose down puts the foreign key of instances.task back
+// over the rows, and up again: the key is gone, every instance is still
+// there, and instances are created and ended as before.
+func TestInstancesTaskMigration(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool)
+	applyTasks(t, st, "a")
+	const fk = `SELECT count(*) FROM pg_constraint WHERE conrelid = 'instances'::regclass AND contype = 'f'
+		AND confrelid = 'tasks'::regclass`
+	if n := count(t, db.Pool, fk); n != 0 {
+		t.Fatalf("instances has %d foreign keys to tasks, want none", n)
+	}
+	create(t, st, newRunInstance("a", "e1", "", schemas.StateDispatched))
+
+	migrateTo(t, db, 17)
+	if n := count(t, db.Pool, fk); n != 1 {
+		t.Fatalf("after migration 00018's down, instances has %d foreign keys to tasks, want 1", n)
+	}
+	create(t, st, newRunInstance("a", "e2", "", schemas.StateDispatched))
+
+	migrateTo(t, db, 18)
+	if n := count(t, db.Pool, fk); n != 0 {
+		t.Fatalf("after migration 00018, instances has %d foreign keys to tasks, want none", n)
+	}
+	made := create(t, st, newRunInstance("a", "e3", "", schemas.StateDispatched))
+	finishInstance(t, st, made[0].ID, true, `{}`)
+	if n := count(t, db.Pool, `SELECT count(*) FROM instances WHERE task = 'a'`); n != 3 {
+		t.Fatalf("%d instances of a, want e1, e2 and e3", n)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM instance_transition_log`); n != 3*2+2 {
+		t.Fatalf("%d transitions, want 8 (CREATED and DISPATCHED of each, RUNNING and SUCCEEDED of e3)", n)
+	}
+}
