@@ -1,11 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -189,10 +191,11 @@ func (s *Store) CreateInstances(ctx context.Context, in []NewInstance) ([]Attemp
 // analysed, as in a burst on a new database, was a scan of the whole table
 // (or of the task's entries) per batch or per firing.
 const (
-	plainInsert    = `ORDER BY task COLLATE "C", event_id COLLATE "C"`
+	plainInsert    = `ORDER BY ord`
 	conflictInsert = `-- A conflicting insert waits for the transaction that inserted the key
-	-- first: in one global order, two batches never wait for each other.
-	ORDER BY task COLLATE "C", event_id COLLATE "C"
+	-- first: in one global order (the batch's, by task and event_id: see
+	-- createInstances), two batches never wait for each other.
+	ORDER BY ord
 	ON CONFLICT (task, event_id) DO NOTHING`
 )
 
@@ -211,6 +214,15 @@ func createInstances(ctx context.Context, q querier, in []NewInstance, plain boo
 	for i := range in {
 		in[i].FiredAt = in[i].FiredAt.Truncate(time.Microsecond)
 	}
+	// The statement inserts the batch in its order, which must be one
+	// global order (see conflictInsert): by the bytes of task, then of
+	// event_id, as COLLATE "C" compares them. A key given twice makes one
+	// instance with one CREATED transition, of its first firing. Sorted
+	// here, the statement sorts only the batch's positions, not its text.
+	slices.SortStableFunc(in, func(a, b NewInstance) int {
+		return cmp.Or(strings.Compare(a.Task, b.Task), strings.Compare(a.EventID, b.EventID))
+	})
+	in = slices.CompactFunc(in, func(a, b NewInstance) bool { return a.Task == b.Task && a.EventID == b.EventID })
 	batch, err := json.Marshal(in)
 	if err != nil {
 		return nil, fmt.Errorf("create %d instances: encode: %w", n, &DataError{err: err})
@@ -243,15 +255,20 @@ SELECT ` + attemptColumns("i") + `, true FROM instances i JOIN input ON i.task =
 	}
 	rows, err := q.Query(ctx, `
 WITH input AS (
-	-- A key given twice makes one instance with one CREATED transition.
-	SELECT DISTINCT ON (task, event_id) * FROM jsonb_to_recordset($1::jsonb) AS t(task text, task_version int, event_id text, source text,
+	-- Each key once, sorted by key (see createInstances); ord is the position.
+	SELECT * FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (task text, task_version int, event_id text, source text,
 		operator text, priority text, pool text, handler text, timeout_ms bigint, max_attempts int,
 		retry_policy jsonb, payload jsonb, fired_at timestamptz, mutex_template text, state text, reason text,
 		created_reason text, run_id text, parents jsonb, dispatch_strategy text, dispatch_key text,
-		min_worker_version text, parent_id bigint, shard_index int, shard_count int)
+		min_worker_version text, parent_id bigint, shard_index int, shard_count int)) WITH ORDINALITY AS t(task, task_version,
+		event_id, source, operator, priority, pool, handler, timeout_ms, max_attempts, retry_policy, payload, fired_at,
+		mutex_template, state, reason, created_reason, run_id, parents, dispatch_strategy, dispatch_key,
+		min_worker_version, parent_id, shard_index, shard_count, ord)
 ), numbered AS (
-	-- The id is drawn first so that a new run can be named after it.
-	SELECT nextval(pg_get_serial_sequence('instances', 'id')) AS id, input.* FROM input
+	-- The id is drawn first so that a new run can be named after it. (The
+	-- sequence named, not looked up by pg_get_serial_sequence: that is a
+	-- scan of pg_depend for each row.)
+	SELECT nextval('instances_id_seq'::regclass) AS id, input.* FROM input
 ), ins AS (
 	INSERT INTO instances (id, task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
 		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template, dispatched_at, finished_at,
@@ -274,9 +291,9 @@ WITH input AS (
 	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason,
 		then_state, then_operator, then_reason)
 	SELECT ins.id, ins.task, NULL, 'CREATED', 1,
-		CASE WHEN ins.operator <> '' THEN ins.operator ELSE ins.source END, input.created_reason,
-		ins.state, 'dispatcher', input.reason
-	FROM ins JOIN input USING (task, event_id)
+		CASE WHEN ins.operator <> '' THEN ins.operator ELSE ins.source END, numbered.created_reason,
+		ins.state, 'dispatcher', numbered.reason
+	FROM ins JOIN numbered USING (id)
 )
 SELECT `+attemptColumns("ins")+`, false AS republished FROM ins`+found, batch)
 	if err != nil {

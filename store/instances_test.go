@@ -9,10 +9,11 @@ import (
 )
 
 // TestCreateInstancesRepeatedKeys creates batches that repeat keys: one
-// already created before (the plain insert skips it) and one twice in the
-// same batch (the unique index refuses the plain insert and the batch goes
-// in with ON CONFLICT). Each key has one instance, returned for every batch
-// that names it, with its CREATED and DISPATCHED transitions once.
+// already created before (the unique index refuses the plain insert and the
+// batch goes in with ON CONFLICT) and one twice in the same batch, with and
+// without a key created before. Each key has one instance, returned for
+// every batch that names it, with its CREATED and DISPATCHED transitions
+// once.
 func TestCreateInstancesRepeatedKeys(t *testing.T) {
 	t.Parallel()
 	pool := storetest.NewDB(t)
@@ -44,6 +45,9 @@ func TestCreateInstancesRepeatedKeys(t *testing.T) {
 			ids[a.EventID] = a.ID
 			got[a.EventID] = true
 		}
+		if len(made) != len(got) {
+			t.Fatalf("create %v: %d instances returned for %d keys", events, len(made), len(got))
+		}
 		for _, e := range events {
 			if !got[e] {
 				t.Fatalf("create %v: no instance returned for %s (got %v)", events, e, made)
@@ -54,6 +58,7 @@ func TestCreateInstancesRepeatedKeys(t *testing.T) {
 	create("e1", "e2") // e1 exists: the plain insert skips it
 	create("e3", "e2", "e3", "e4")
 	create("e0", "e4", "e5")
+	create("e6", "e6")
 	var instances, created, dispatched, other int
 	if err := pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM instances),
@@ -63,8 +68,8 @@ func TestCreateInstancesRepeatedKeys(t *testing.T) {
 		FROM instance_transition_log`).Scan(&instances, &created, &dispatched, &other); err != nil {
 		t.Fatal(err)
 	}
-	if instances != 6 || created != 6 || dispatched != 6 || other != 0 || len(ids) != 6 {
-		t.Fatalf("%d instances (%d returned), %d CREATED, %d DISPATCHED, %d other transitions; want 6 of each and no other",
+	if instances != 7 || created != 7 || dispatched != 7 || other != 0 || len(ids) != 7 {
+		t.Fatalf("%d instances (%d returned), %d CREATED, %d DISPATCHED, %d other transitions; want 7 of each and no other",
 			instances, len(ids), created, dispatched, other)
 	}
 }
