@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -71,5 +72,42 @@ func TestCreateInstancesRepeatedKeys(t *testing.T) {
 	if instances != 7 || created != 7 || dispatched != 7 || other != 0 || len(ids) != 7 {
 		t.Fatalf("%d instances (%d returned), %d CREATED, %d DISPATCHED, %d other transitions; want 7 of each and no other",
 			instances, len(ids), created, dispatched, other)
+	}
+}
+
+// TestCreateInstancesFieldsAndDefaults creates a firing with every optional
+// field set and one with none: the batch leaves out the empty fields, and
+// each column holds what was given, or its default.
+func TestCreateInstancesFieldsAndDefaults(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	applyTasks(t, st, "fd")
+	parent := create(t, st, newRunInstance("fd", "parent", "", schemas.StateDispatched))[0]
+	full := newRunInstance("fd", "full", "run-x", schemas.StateSkipped)
+	full.Operator, full.MutexTemplate, full.Reason, full.CreatedReason = "alice", "m-{{.a}}", "skipped: paused", "rerun of instance 1"
+	full.RetryPolicy = schemas.Retry{MaxAttempts: 3, Backoff: "exp"}
+	full.Route = store.Route{Strategy: schemas.DispatchHash, Key: "{{.k}}", MinWorkerVersion: "1.2.0"}
+	full.Shard = store.Shard{ParentID: parent.ID, ShardIndex: 1, ShardCount: 2}
+	create(t, st, full, newRunInstance("fd", "bare", "", schemas.StateDispatched))
+	const row = `SELECT i.operator || '|' || i.mutex_template || '|' || i.retry_policy::text || '|' || i.run_id || '|' ||
+		i.dispatch_strategy || '|' || i.dispatch_key || '|' || i.min_worker_version || '|' || COALESCE(i.parent_id, 0) || '|' ||
+		i.shard_index || '|' || i.shard_count || '|' || i.state || '|' || t.operator || '|' || t.reason || '|' ||
+		t.then_state || '|' || t.then_reason
+		FROM instances i JOIN instance_transitions t ON t.instance_id = i.id WHERE i.event_id = $1`
+	for _, c := range []struct{ event, want string }{
+		{"full", `alice|m-{{.a}}|{"backoff": "exp", "max_attempts": 3}|run-x|hash|{{.k}}|1.2.0|` +
+			strconv.FormatInt(parent.ID, 10) + `|1|2|SKIPPED|alice|rerun of instance 1|SKIPPED|skipped: paused`},
+		// The batch is sorted by key: bare's id is drawn first.
+		{"bare", `||{}|run-` + strconv.FormatInt(parent.ID+1, 10) + `|pull|||0|0|0|DISPATCHED|event||DISPATCHED|`},
+	} {
+		var got string
+		if err := pool.QueryRow(ctx, row, c.event).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%s: columns %s, want %s", c.event, got, c.want)
+		}
 	}
 }
