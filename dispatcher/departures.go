@@ -220,7 +220,7 @@ func (s *Service) drainWorker(ctx context.Context, id string) (bool, error) {
 // rerouteDelay. An attempt pinned to the worker by name is handed back to
 // wait for it, with an event in its instance's timeline that says so.
 func (s *Service) rerouteMsgs(ctx context.Context, from string, msgs []jetstream.Msg) error {
-	batch := streams.NewAsyncBatch(s.js)
+	batch := s.pub.Batch()
 	load := make(map[string]int)
 	rings := make(map[string]bool)
 	var moved, pinned []jetstream.Msg

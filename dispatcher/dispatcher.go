@@ -84,6 +84,9 @@ type Service struct {
 	log  zerolog.Logger
 	now  func() time.Time
 	js   jetstream.JetStream
+	// pub publishes the dispatcher's batches (dispatches, schedules,
+	// firings of chains): cheaper than js's PublishMsgAsync.
+	pub *streams.Publisher
 	// ready is closed once Run has its consumers and watcher in place.
 	ready chan struct{}
 	// held keeps the firings due within holdWindow until their time.
@@ -245,6 +248,12 @@ func (s *Service) run(ctx context.Context) error {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
 	s.js = js
+	pub, err := streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: publishAckTimeout})
+	if err != nil {
+		return fmt.Errorf("run dispatcher: %w", err)
+	}
+	defer pub.Close()
+	s.pub = pub
 	var (
 		triggers, reports jetstream.Consumer
 		reportStream      jetstream.Stream

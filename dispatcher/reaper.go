@@ -359,7 +359,7 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 	if err != nil {
 		return err
 	}
-	batch := streams.NewAsyncBatch(s.js)
+	batch := s.pub.Batch()
 	var ended []store.RunEnd
 	for _, o := range outcomes {
 		if e, ok := outcomeEnd(o); ok {
@@ -409,7 +409,7 @@ func (s *Service) promoteLeftovers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.publishAttempts(ctx, streams.NewAsyncBatch(s.js), promoted)
+	return s.publishAttempts(ctx, s.pub.Batch(), promoted)
 }
 
 // sweepLeases finds running attempts whose lease is gone — expired while no

@@ -196,7 +196,7 @@ func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]s
 	if err != nil {
 		return nil, err
 	}
-	batch := streams.NewAsyncBatch(s.js)
+	batch := s.pub.Batch()
 	var ended []store.RunEnd
 	for i, o := range outcomes {
 		isStarted := i < len(started)

@@ -211,7 +211,7 @@ func (s *Service) fire(ctx context.Context, firings []firing, t *turn) func() {
 	// A SKIPPED or cancelled instance ends its run's branch: the tasks
 	// chained after it fire (or are SKIPPED in turn), and its task's
 	// waiting instances may start.
-	batch := streams.NewAsyncBatch(s.js)
+	batch := s.pub.Batch()
 	promoted, err := s.afterEnds(ctx, batch, append(attemptEnds(attempts), s.stopVictims(victims)...))
 	if err != nil {
 		s.retryLater(msgsOf(firings), err)
@@ -253,7 +253,7 @@ func (s *Service) schedule(ctx context.Context, firings []firing, t *turn) func(
 		s.retryLater(msgsOf(firings), err)
 		return nil
 	}
-	batch := streams.NewAsyncBatch(s.js)
+	batch := s.pub.Batch()
 	for _, f := range firings {
 		ev := f.event
 		ev.IdempotencyKey, ev.Delay = "", ""
