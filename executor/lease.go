@@ -20,11 +20,17 @@ import (
 // message (see confirmAcks) keeps a message whose attempt ran from coming
 // back later.
 func (s *Service) leaseMsg(key string, value []byte, revision uint64) *nats.Msg {
-	m := nats.NewMsg("$KV." + s.opts.Topology.LeasesBucket() + "." + key)
-	m.Data = value
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(revision, 10))
+	m := &nats.Msg{Subject: "$KV." + s.opts.Topology.LeasesBucket() + "." + key, Data: value, Header: createOnly}
+	if revision != 0 {
+		m.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(revision, 10)}}
+	}
 	return m
 }
+
+// createOnly is the header of every lease create: one map for all of
+// them, which nothing changes (a message's header is only read when it
+// is published).
+var createOnly = nats.Header{jetstream.ExpectedLastSubjSeqHeader: {"0"}}
 
 // isWrongLastSequence reports whether err is the server refusing a write
 // because the key's last revision is not the one expected.
@@ -37,28 +43,15 @@ func isWrongLastSequence(err error) bool {
 
 // publishAll publishes msgs asynchronously and awaits every acknowledgement:
 // one round trip for the batch. acks[i] and errs[i] are the outcome of msgs[i].
-func (s *Service) publishAll(ctx context.Context, msgs []*nats.Msg) (acks []*jetstream.PubAck, errs []error) {
-	acks, errs = make([]*jetstream.PubAck, len(msgs)), make([]error, len(msgs))
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	for i, m := range msgs {
-		f, err := s.js.PublishMsgAsync(m)
-		if err != nil {
-			errs[i] = fmt.Errorf("publish to %s: %w", m.Subject, err)
-			continue
-		}
-		futures[i] = f
+func (s *Service) publishAll(ctx context.Context, msgs []*nats.Msg) (acks []jetstream.PubAck, errs []error) {
+	acks, errs = make([]jetstream.PubAck, len(msgs)), make([]error, len(msgs))
+	b := s.pub.Batch()
+	for _, m := range msgs {
+		b.Add(m)
 	}
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		select {
-		case acks[i] = <-f.Ok():
-		case err := <-f.Err():
-			errs[i] = fmt.Errorf("publish to %s: %w", msgs[i].Subject, err)
-		case <-ctx.Done():
-			errs[i] = fmt.Errorf("publish to %s: await acknowledgement: %w", msgs[i].Subject, ctx.Err())
-		}
+	_ = b.Await(ctx) // Result tells each message it did not wait for
+	for i := range msgs {
+		acks[i], errs[i] = b.Result(i)
 	}
 	return acks, errs
 }

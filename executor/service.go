@@ -62,7 +62,10 @@ type Service struct {
 	abandoned atomic.Int64   // handlers left running after their context ended
 
 	// Set by Run before any goroutine starts.
-	js      jetstream.JetStream
+	js jetstream.JetStream
+	// pub publishes the batches of lease writes and started reports:
+	// cheaper than js's PublishMsgAsync.
+	pub     *streams.Publisher
 	leases  jetstream.KeyValue
 	workers jetstream.KeyValue
 	mutexes jetstream.KeyValue
@@ -160,6 +163,10 @@ func (s *Service) Run(ctx context.Context) error {
 	s.js = js
 	s.back.count.Store(s.opts.Conn.Stats().Reconnects)
 	defer js.CleanupPublisher()
+	if s.pub, err = streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: opTimeout}); err != nil {
+		return fmt.Errorf("run executor: %w", err)
+	}
+	defer s.pub.Close()
 	if err := s.setUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
