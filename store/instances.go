@@ -32,45 +32,105 @@ func WorkerOperator(workerID string) string { return "worker:" + workerID }
 
 // NewInstance is one instance for [Store.CreateInstances] to create: a
 // firing of a task with the execution settings of the task's current version.
-// The JSON names are the instances table's columns: a batch travels to
-// PostgreSQL as one JSON array, without the fields that are empty (the
-// statement reads a missing one as its column's default), which are most of
-// them: the statement's parse of the batch is most of its time after its
-// index entries.
 type NewInstance struct {
-	Task        string         `json:"task"`
-	TaskVersion int            `json:"task_version"`
-	EventID     string         `json:"event_id"`
-	Source      schemas.Source `json:"source"`
+	Task        string
+	TaskVersion int
+	EventID     string
+	Source      schemas.Source
 	// Operator names who fired a manual run; it is recorded on the CREATED transition.
-	Operator    string           `json:"operator,omitempty"`
-	Priority    schemas.Priority `json:"priority"`
-	Pool        string           `json:"pool"`
-	Handler     string           `json:"handler"`
-	TimeoutMS   int64            `json:"timeout_ms"`
-	MaxAttempts int              `json:"max_attempts"`
-	RetryPolicy schemas.Retry    `json:"retry_policy,omitzero"`
-	Payload     json.RawMessage  `json:"payload,omitempty"`
-	FiredAt     time.Time        `json:"fired_at"`
+	Operator    string
+	Priority    schemas.Priority
+	Pool        string
+	Handler     string
+	TimeoutMS   int64
+	MaxAttempts int
+	RetryPolicy schemas.Retry
+	Payload     json.RawMessage
+	FiredAt     time.Time
 	// MutexTemplate is the task's concurrency.mutex_key, rendered by the executor.
-	MutexTemplate string `json:"mutex_template,omitempty"`
+	MutexTemplate string
 	// Route is how the instance's attempts reach an executor.
 	Route
 	// State is the state after CREATED: DISPATCHED, or SKIPPED with Reason.
-	State  schemas.State `json:"state"`
-	Reason string        `json:"reason,omitempty"`
+	State  schemas.State
+	Reason string
 	// CreatedReason is recorded on the CREATED transition: why the firing
 	// happened as it did ("rerun of instance 42"), or empty.
-	CreatedReason string `json:"created_reason,omitempty"`
+	CreatedReason string
 	// RunID is the run the firing joins; empty starts a new one, named
 	// schemas.RunIDPrefix + the new instance's id.
-	RunID string `json:"run_id,omitempty"`
+	RunID string
 	// Parents tells how the parents of a chain firing ended; nil for others.
-	Parents map[string]schemas.ParentResult `json:"parents,omitempty"`
+	Parents map[string]schemas.ParentResult
 	// Shard places a child instance of a sharded or broadcast firing;
 	// a parent has only its ShardCount (0 for broadcast until its
 	// children are made).
 	Shard
+}
+
+// creationBatch is a batch of firings as it travels to the creation
+// statement, one JSON document: the settings the firings share (those of
+// a task version, for a burst the same for every firing), each once, and
+// each firing's own fields with the position of its settings. The JSON
+// names are the instances table's columns; an empty field is left out and
+// read as its column's default. The statement's parse of the batch is most
+// of its time after its index entries.
+type creationBatch struct {
+	Settings []firingSettings `json:"settings"`
+	Firings  []batchFiring    `json:"firings"`
+}
+
+type firingSettings struct {
+	Task          string           `json:"task"`
+	TaskVersion   int              `json:"task_version"`
+	Source        schemas.Source   `json:"source"`
+	Priority      schemas.Priority `json:"priority"`
+	Pool          string           `json:"pool"`
+	Handler       string           `json:"handler"`
+	TimeoutMS     int64            `json:"timeout_ms"`
+	MaxAttempts   int              `json:"max_attempts"`
+	RetryPolicy   schemas.Retry    `json:"retry_policy,omitzero"`
+	MutexTemplate string           `json:"mutex_template,omitempty"`
+	Route
+}
+
+type batchFiring struct {
+	// Settings is the position of the firing's settings in the batch's.
+	Settings      int                             `json:"settings"`
+	EventID       string                          `json:"event_id"`
+	Payload       json.RawMessage                 `json:"payload,omitempty"`
+	FiredAt       time.Time                       `json:"fired_at"`
+	Operator      string                          `json:"operator,omitempty"`
+	State         schemas.State                   `json:"state"`
+	Reason        string                          `json:"reason,omitempty"`
+	CreatedReason string                          `json:"created_reason,omitempty"`
+	RunID         string                          `json:"run_id,omitempty"`
+	Parents       map[string]schemas.ParentResult `json:"parents,omitempty"`
+	Shard
+}
+
+// newCreationBatch encodes in, sorted and each key once, as a creationBatch.
+func newCreationBatch(in []NewInstance) ([]byte, error) {
+	var b creationBatch
+	b.Firings = make([]batchFiring, len(in))
+	index := make(map[firingSettings]int)
+	for i, x := range in {
+		// Retries with the same values but other pointers count as two
+		// settings: the batch is larger, not wrong.
+		set := firingSettings{Task: x.Task, TaskVersion: x.TaskVersion, Source: x.Source, Priority: x.Priority, Pool: x.Pool,
+			Handler: x.Handler, TimeoutMS: x.TimeoutMS, MaxAttempts: x.MaxAttempts, RetryPolicy: x.RetryPolicy,
+			MutexTemplate: x.MutexTemplate, Route: x.Route}
+		pos, ok := index[set]
+		if !ok {
+			pos = len(b.Settings)
+			index[set] = pos
+			b.Settings = append(b.Settings, set)
+		}
+		b.Firings[i] = batchFiring{Settings: pos, EventID: x.EventID, Payload: x.Payload, FiredAt: x.FiredAt,
+			Operator: x.Operator, State: x.State, Reason: x.Reason, CreatedReason: x.CreatedReason, RunID: x.RunID,
+			Parents: x.Parents, Shard: x.Shard}
+	}
+	return json.Marshal(b)
 }
 
 // Shard places an instance among the children of a sharded or broadcast
@@ -226,7 +286,7 @@ func createInstances(ctx context.Context, q querier, in []NewInstance, plain boo
 		return cmp.Or(strings.Compare(a.Task, b.Task), strings.Compare(a.EventID, b.EventID))
 	})
 	in = slices.CompactFunc(in, func(a, b NewInstance) bool { return a.Task == b.Task && a.EventID == b.EventID })
-	batch, err := json.Marshal(in)
+	batch, err := newCreationBatch(in)
 	if err != nil {
 		return nil, fmt.Errorf("create %d instances: encode: %w", n, &DataError{err: err})
 	}
@@ -257,16 +317,20 @@ UNION ALL
 SELECT ` + attemptColumns("i") + `, true FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`
 	}
 	rows, err := q.Query(ctx, `
-WITH input AS (
+WITH settings AS (
+	SELECT * FROM ROWS FROM (jsonb_to_recordset($1::jsonb -> 'settings') AS (task text, task_version int, source text,
+		priority text, pool text, handler text, timeout_ms bigint, max_attempts int, retry_policy jsonb,
+		mutex_template text, dispatch_strategy text, dispatch_key text, min_worker_version text))
+		WITH ORDINALITY AS s(task, task_version, source, priority, pool, handler, timeout_ms, max_attempts, retry_policy,
+		mutex_template, dispatch_strategy, dispatch_key, min_worker_version, pos)
+), input AS (
 	-- Each key once, sorted by key (see createInstances); ord is the position.
-	SELECT * FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (task text, task_version int, event_id text, source text,
-		operator text, priority text, pool text, handler text, timeout_ms bigint, max_attempts int,
-		retry_policy jsonb, payload jsonb, fired_at timestamptz, mutex_template text, state text, reason text,
-		created_reason text, run_id text, parents jsonb, dispatch_strategy text, dispatch_key text,
-		min_worker_version text, parent_id bigint, shard_index int, shard_count int)) WITH ORDINALITY AS t(task, task_version,
-		event_id, source, operator, priority, pool, handler, timeout_ms, max_attempts, retry_policy, payload, fired_at,
-		mutex_template, state, reason, created_reason, run_id, parents, dispatch_strategy, dispatch_key,
-		min_worker_version, parent_id, shard_index, shard_count, ord)
+	SELECT settings.*, f.* FROM ROWS FROM (jsonb_to_recordset($1::jsonb -> 'firings') AS (settings int, event_id text,
+		payload jsonb, fired_at timestamptz, operator text, state text, reason text, created_reason text, run_id text,
+		parents jsonb, parent_id bigint, shard_index int, shard_count int))
+		WITH ORDINALITY AS f(settings_pos, event_id, payload, fired_at, operator, state, reason, created_reason, run_id,
+		parents, parent_id, shard_index, shard_count, ord)
+	JOIN settings ON settings.pos = f.settings_pos + 1
 ), numbered AS (
 	-- The id is drawn first so that a new run can be named after it. (The
 	-- sequence named, not looked up by pg_get_serial_sequence: that is a
