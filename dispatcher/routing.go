@@ -12,8 +12,6 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -61,21 +59,23 @@ func decodeRoute(a *store.Attempt, header string) error {
 	return nil
 }
 
-// dispatchMsg is the message that publishes d on route r.
-func dispatchMsg(r route, d schemas.Dispatch) (*nats.Msg, error) {
+// addDispatch adds the message that publishes d on route r to batch,
+// with its Nats-Msg-Id and, to one worker, its routeHeader.
+func addDispatch(batch *streams.AsyncBatch, r route, d schemas.Dispatch) error {
 	data, err := schemas.MarshalDispatch(d)
 	if err != nil {
-		return nil, fmt.Errorf("encode message for %s: %w", r.subject, err)
+		return fmt.Errorf("encode message for %s: %w", r.subject, err)
 	}
-	m := nats.NewMsg(r.subject)
-	m.Data = data
+	var hdr [2]streams.Header
+	n := 0
 	if r.msgID != "" {
-		m.Header.Set(streams.HeaderMsgID, r.msgID)
+		hdr[n], n = streams.Header{Key: streams.HeaderMsgID, Value: r.msgID}, n+1
 	}
 	if r.header != "" {
-		m.Header.Set(routeHeader, r.header)
+		hdr[n], n = streams.Header{Key: routeHeader, Value: r.header}, n+1
 	}
-	return m, nil
+	batch.AddData(r.subject, data, hdr[:n]...)
+	return nil
 }
 
 // errNoWorker says that no live worker may take an attempt now.

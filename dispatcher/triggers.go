@@ -609,11 +609,9 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			ReportBatches: !s.opts.SingleReports,
 			Republished:   a.Republished,
 		}
-		m, err := dispatchMsg(r, d)
-		if err != nil {
+		if err := addDispatch(batch, r, d); err != nil {
 			return sentAttempts{}, err
 		}
-		batch.Add(m)
 		rings[r.ring] = true
 	}
 	return sentAttempts{s: s, batch: batch, rings: rings}, nil

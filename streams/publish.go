@@ -112,7 +112,7 @@ func NewAsyncBatch(js jetstream.JetStream) *AsyncBatch { return &AsyncBatch{js: 
 // its MaxPending publishes pending.
 func (b *AsyncBatch) Add(m *nats.Msg) {
 	if b.p != nil {
-		b.p.publish(b, m)
+		b.p.publish(b, outMsg{m: m})
 		return
 	}
 	f, err := b.js.PublishMsgAsync(m)
@@ -121,6 +121,27 @@ func (b *AsyncBatch) Add(m *nats.Msg) {
 		return
 	}
 	b.futures = append(b.futures, f)
+}
+
+// AddData publishes data to subject with the headers hdr asynchronously,
+// as Add does a message. A [Publisher.Batch] makes no nats.Msg nor
+// header map for it when hdr holds up to two headers: the publisher
+// writes them from a map of its own.
+func (b *AsyncBatch) AddData(subject string, data []byte, hdr ...Header) {
+	if b.p != nil && len(hdr) <= maxHeaders {
+		m := outMsg{subject: subject, data: data, nhdr: len(hdr)}
+		copy(m.hdr[:], hdr)
+		b.p.publish(b, m)
+		return
+	}
+	m := &nats.Msg{Subject: subject, Data: data}
+	if len(hdr) > 0 {
+		m.Header = make(nats.Header, len(hdr))
+		for _, h := range hdr {
+			m.Header.Add(h.Key, h.Value)
+		}
+	}
+	b.Add(m)
 }
 
 // Len returns how many messages were added.
@@ -209,9 +230,9 @@ func (b *AsyncBatch) Result(i int) (jetstream.PubAck, error) {
 	e := &b.entries[i]
 	switch {
 	case !e.answered:
-		return jetstream.PubAck{}, fmt.Errorf("publish to %s: await acknowledgement: %w", e.m.Subject, b.stopped)
+		return jetstream.PubAck{}, fmt.Errorf("publish to %s: await acknowledgement: %w", e.out.subj(), b.stopped)
 	case e.err != nil:
-		return jetstream.PubAck{}, fmt.Errorf("publish to %s: %w", e.m.Subject, e.err)
+		return jetstream.PubAck{}, fmt.Errorf("publish to %s: %w", e.out.subj(), e.err)
 	}
 	return e.ack, nil
 }

@@ -65,6 +65,13 @@ type Publisher struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 
+	// sendMu guards hdr and vals, the header map of every message
+	// added with AddData: nats.Conn.PublishMsg reads it before it
+	// returns, so one map serves them all.
+	sendMu sync.Mutex
+	hdr    nats.Header
+	vals   [maxHeaders][1]string
+
 	// names are stream names and error texts read from
 	// acknowledgements; only the reply handler's goroutine uses them.
 	names []string
@@ -158,7 +165,7 @@ func (p *Publisher) now() int64 { return int64(time.Since(p.epoch)) }
 
 // publish adds m to b and publishes it, blocking while MaxPending
 // publishes are pending.
-func (p *Publisher) publish(b *AsyncBatch, m *nats.Msg) {
+func (p *Publisher) publish(b *AsyncBatch, m outMsg) {
 	slot := false
 	select {
 	case p.slots <- struct{}{}:
@@ -167,7 +174,7 @@ func (p *Publisher) publish(b *AsyncBatch, m *nats.Msg) {
 	}
 	p.mu.Lock()
 	i := len(b.entries)
-	b.entries = append(b.entries, batchEntry{m: m})
+	b.entries = append(b.entries, batchEntry{out: m})
 	if p.closed {
 		b.entries[i].err, b.entries[i].answered = ErrPublisherClosed, true
 		p.mu.Unlock()
@@ -189,17 +196,34 @@ func (p *Publisher) publish(b *AsyncBatch, m *nats.Msg) {
 		default:
 		}
 	}
-	if err := p.send(m, token); err != nil {
+	if err := p.send(&m, token); err != nil {
 		p.answer(token, jetstream.PubAck{}, err)
 	}
 }
 
-// send publishes m with the reply subject of token. The headers are
-// m's: nats.Conn writes them only from a nats.Header.
-func (p *Publisher) send(m *nats.Msg, token uint64) error {
+// send publishes m with the reply subject of token. nats.Conn writes
+// headers only from a nats.Header: those of a message added with AddData
+// go in the publisher's own map.
+func (p *Publisher) send(m *outMsg, token uint64) error {
 	var buf [64]byte
 	reply := string(strconv.AppendUint(append(buf[:0], p.prefix...), token, 10))
-	return p.nc.PublishMsg(&nats.Msg{Subject: m.Subject, Reply: reply, Header: m.Header, Data: m.Data})
+	if m.m != nil {
+		return p.nc.PublishMsg(&nats.Msg{Subject: m.m.Subject, Reply: reply, Header: m.m.Header, Data: m.m.Data})
+	}
+	if m.nhdr == 0 {
+		return p.nc.PublishMsg(&nats.Msg{Subject: m.subject, Reply: reply, Data: m.data})
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if p.hdr == nil {
+		p.hdr = make(nats.Header, maxHeaders)
+	}
+	clear(p.hdr)
+	for i, h := range m.hdr[:m.nhdr] {
+		p.vals[i][0] = h.Value
+		p.hdr[h.Key] = p.vals[i][:]
+	}
+	return p.nc.PublishMsg(&nats.Msg{Subject: m.subject, Reply: reply, Header: p.hdr, Data: m.data})
 }
 
 // onReply answers the publish an acknowledgement is for.
@@ -262,15 +286,16 @@ func (p *Publisher) noResponders(token uint64) {
 	time.AfterFunc(noRespondersWait, func() {
 		p.mu.Lock()
 		pp, ok := p.pending[token]
-		var m *nats.Msg
-		if ok && pp.gen == pp.b.gen {
-			m = pp.b.entries[pp.i].m
+		var m outMsg
+		ok = ok && pp.gen == pp.b.gen
+		if ok {
+			m = pp.b.entries[pp.i].out
 		}
 		p.mu.Unlock()
-		if m == nil {
+		if !ok {
 			return
 		}
-		if err := p.send(m, token); err != nil {
+		if err := p.send(&m, token); err != nil {
 			p.answer(token, jetstream.PubAck{}, err)
 		}
 	})
@@ -406,9 +431,31 @@ func (p *Publisher) failAll(err error) {
 	}
 }
 
+// A Header is one header of a message added with [AsyncBatch.AddData].
+type Header struct{ Key, Value string }
+
+// maxHeaders is how many headers AddData takes without a nats.Msg.
+const maxHeaders = 2
+
+// outMsg is a message to publish: m, or one of AddData's.
+type outMsg struct {
+	m       *nats.Msg
+	subject string
+	data    []byte
+	hdr     [maxHeaders]Header
+	nhdr    int
+}
+
+func (m *outMsg) subj() string {
+	if m.m != nil {
+		return m.m.Subject
+	}
+	return m.subject
+}
+
 // batchEntry is one publish of a batch and, once answered, its answer.
 type batchEntry struct {
-	m        *nats.Msg
+	out      outMsg
 	ack      jetstream.PubAck
 	err      error
 	answered bool

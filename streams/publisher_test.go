@@ -118,6 +118,60 @@ func TestPublisherAcknowledges(t *testing.T) {
 	}
 }
 
+// TestPublisherAddData publishes a message with its headers from the
+// publisher's own map: each keeps its own, a message id dedupes and an
+// expected sequence is checked.
+func TestPublisherAddData(t *testing.T) {
+	t.Parallel()
+	ps := newPubServer(t)
+	p := newPublisher(t, ps.nc, streams.PublisherOptions{})
+	b := p.Batch()
+	const n = 50
+	for i := range n {
+		b.AddData("t.data", []byte(strconv.Itoa(i)), streams.Header{Key: jetstream.MsgIDHeader, Value: "id-" + strconv.Itoa(i)},
+			streams.Header{Key: "Ax-Test", Value: "v" + strconv.Itoa(i)})
+	}
+	b.AddData("t.data", []byte("again"), streams.Header{Key: jetstream.MsgIDHeader, Value: "id-0"})
+	b.AddData("t.plain", []byte("no headers"))
+	b.AddData("t.seq", []byte("x"), streams.Header{Key: jetstream.ExpectedLastSubjSeqHeader, Value: "7"})
+	b.AddData("t.three", []byte("x"), streams.Header{Key: "A", Value: "1"}, streams.Header{Key: "B", Value: "2"},
+		streams.Header{Key: "C", Value: "3"})
+	if err := b.Await(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		ack, err := b.Result(i)
+		if err != nil || ack.Duplicate {
+			t.Fatalf("publish %d: %+v, %v", i, ack, err)
+		}
+		m, err := ps.js.Stream(t.Context(), "T")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.GetMsg(t.Context(), ack.Sequence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Data) != strconv.Itoa(i) || got.Header.Get(jetstream.MsgIDHeader) != "id-"+strconv.Itoa(i) ||
+			got.Header.Get("Ax-Test") != "v"+strconv.Itoa(i) || len(got.Header) != 2 {
+			t.Fatalf("publish %d stored as %q with headers %v", i, got.Data, got.Header)
+		}
+	}
+	if ack, err := b.Result(n); err != nil || !ack.Duplicate {
+		t.Fatalf("message id id-0 again: %+v, %v; want a duplicate", ack, err)
+	}
+	if _, err := b.Result(n + 1); err != nil {
+		t.Fatalf("no headers: %v", err)
+	}
+	var apiErr *jetstream.APIError
+	if _, err := b.Result(n + 2); !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("expected last sequence 7 of an empty subject: %v; want wrong last sequence", err)
+	}
+	if _, err := b.Result(n + 3); err != nil {
+		t.Fatalf("three headers: %v", err)
+	}
+}
+
 // TestPublisherStreamErrors returns the stream's error answers as the
 // jetstream client's *jetstream.APIError: a create-only KV write of a key
 // that exists is refused with "wrong last sequence".
@@ -369,8 +423,9 @@ func TestPublisherClose(t *testing.T) {
 	}
 }
 
-// BenchmarkPublisher compares a batch of 100 publishes through the
-// Publisher with the jetstream client's PublishMsgAsync.
+// BenchmarkPublisher compares a batch of 100 publishes, each with a
+// message id, through the Publisher (AddData, and Add of a nats.Msg) with
+// the jetstream client's PublishMsgAsync.
 func BenchmarkPublisher(b *testing.B) {
 	srv, err := natsembed.Start(natsembed.Options{StoreDir: b.TempDir()})
 	if err != nil {
@@ -395,25 +450,35 @@ func BenchmarkPublisher(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
+	subjects, ids := make([]string, 100), make([]string, 100)
+	for i := range subjects {
+		subjects[i], ids[i] = fmt.Sprintf("t.%d", i), strconv.Itoa(i)
+	}
+	data := []byte("x")
+	add := func(batch *streams.AsyncBatch, i int) {
+		m := nats.NewMsg(subjects[i])
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, ids[i])
+		batch.Add(m)
+	}
 	for _, c := range []struct {
 		name  string
-		batch func() *streams.AsyncBatch
+		batch *streams.AsyncBatch
+		add   func(batch *streams.AsyncBatch, i int)
 	}{
-		{"Publisher", p.Batch},
-		{"PublishMsgAsync", func() *streams.AsyncBatch { return streams.NewAsyncBatch(js) }},
+		{"Publisher/AddData", p.Batch(), func(batch *streams.AsyncBatch, i int) {
+			batch.AddData(subjects[i], data, streams.Header{Key: jetstream.MsgIDHeader, Value: ids[i]})
+		}},
+		{"Publisher/Add", p.Batch(), add},
+		{"PublishMsgAsync/Add", streams.NewAsyncBatch(js), add},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
-			batch := c.batch()
-			msgs := make([]*nats.Msg, 100)
-			for i := range msgs {
-				msgs[i] = msg(fmt.Sprintf("t.%d", i), "")
-			}
 			for b.Loop() {
-				for _, m := range msgs {
-					batch.Add(m)
+				for i := range subjects {
+					c.add(c.batch, i)
 				}
-				if err := batch.Wait(context.Background()); err != nil {
+				if err := c.batch.Wait(context.Background()); err != nil {
 					b.Fatal(err)
 				}
 			}
