@@ -150,11 +150,18 @@ SELECT id, task, run_id, attempt, worker_id, old_state IN ('DISPATCHED', 'RUNNIN
 	})
 }
 
+// withWaiting names those of the tasks $1 that have WAITING instances, in
+// name order: a look at the index of the WAITING instances
+// (instances_waiting_idx), whatever the task's other instances.
+const withWaiting = `SELECT name FROM tasks WHERE name = ANY($1)
+	AND EXISTS (SELECT 1 FROM instances WHERE task = tasks.name AND state = 'WAITING')
+	ORDER BY name`
+
 // PromoteWaiting starts the WAITING instances of tasks for which a slot of
 // max_running_instances is free, oldest first (WAITING → DISPATCHED), under
 // the lock on each task's row, and returns the attempts to route. Tasks
-// without waiting instances cost one look at the live instances' index
-// each, and when none has any, that look is the only statement.
+// without waiting instances cost one look at the index of the WAITING
+// instances each, and when none has any, that look is the only statement.
 func (s *Store) PromoteWaiting(ctx context.Context, tasks []string) ([]Attempt, error) {
 	if len(tasks) == 0 {
 		return nil, nil
@@ -163,9 +170,6 @@ func (s *Store) PromoteWaiting(ctx context.Context, tasks []string) ([]Attempt, 
 	// Most batches of ends free no slot anyone waits for: one look, outside
 	// a transaction, tells, and then counting the tasks' active instances
 	// would be all waste.
-	const withWaiting = `SELECT name FROM tasks WHERE name = ANY($1)
-		AND EXISTS (SELECT 1 FROM instances WHERE task = tasks.name AND state = 'WAITING')
-		ORDER BY name`
 	rows, err := s.pool.Query(ctx, withWaiting, tasks)
 	if err != nil {
 		return nil, fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)

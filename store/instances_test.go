@@ -2,7 +2,10 @@ package store_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -108,6 +111,48 @@ func TestCreateInstancesFieldsAndDefaults(t *testing.T) {
 		}
 		if got != c.want {
 			t.Errorf("%s: columns %s, want %s", c.event, got, c.want)
+		}
+	}
+}
+
+// TestWaitingLookReadsTheWaitingIndex plans PromoteWaiting's first look (does
+// a task of a batch of ends have WAITING instances?) on a table that holds
+// thousands of ended instances of the task and has not been analysed, as in
+// a burst, and analysed: it reads an index of the WAITING instances
+// (instances_waiting_idx, or the live instances' on state), not the task's
+// entries of (task, id) or (task, event_id), which hold every instance of
+// the task.
+func TestWaitingLookReadsTheWaitingIndex(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	applyTasks(t, st, "wl")
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms, fired_at)
+		SELECT 'wl', 1, 'e' || g, 'event', CASE WHEN g % 1000 = 0 THEN 'RUNNING' ELSE 'SUCCEEDED' END, 1, 'normal', 'default', 'h',
+			1000, now()
+		FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	for _, analysed := range []bool{false, true} {
+		if analysed {
+			if _, err := pool.Exec(ctx, `ANALYZE instances`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows, err := pool.Query(ctx, `EXPLAIN (COSTS OFF) `+store.WithWaiting, []string{"wl"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		if strings.Contains(plan, "instances_task_id_idx") || strings.Contains(plan, "instances_task_event_id_key") ||
+			!strings.Contains(plan, "instances_waiting_idx") && !strings.Contains(plan, "instances_live_idx") {
+			t.Errorf("analysed %v: the look's plan reads more than the WAITING instances:\n%s", analysed, plan)
 		}
 	}
 }

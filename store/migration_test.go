@@ -169,3 +169,28 @@ func TestInstancesTaskMigration(t *testing.T) {
 		t.Fatalf("%d transitions, want 8 (CREATED and DISPATCHED of each, RUNNING and SUCCEEDED of e3)", n)
 	}
 }
+
+// TestWaitingIndexMigration builds migration 00019's index of the WAITING
+// instances over a table that holds some, and PromoteWaiting finds them
+// through it.
+func TestWaitingIndexMigration(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool)
+	applyTasks(t, st, "a")
+	migrateTo(t, db, 18)
+	if _, err := db.Pool.Exec(t.Context(), `
+		INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms, fired_at)
+		VALUES ('a', 1, 'w1', 'event', 'WAITING', 1, 'normal', 'default', 'h', 1000, now()),
+			('a', 1, 'd1', 'event', 'SUCCEEDED', 1, 'normal', 'default', 'h', 1000, now())`); err != nil {
+		t.Fatal(err)
+	}
+	migrateTo(t, db, 19)
+	if n := count(t, db.Pool, `SELECT count(*) FROM pg_index WHERE indexrelid = 'instances_waiting_idx'::regclass AND indisvalid`); n != 1 {
+		t.Fatalf("instances_waiting_idx valid: %d, want 1", n)
+	}
+	promoted, err := st.PromoteWaiting(t.Context(), []string{"a"})
+	if err != nil || len(promoted) != 1 || promoted[0].EventID != "w1" {
+		t.Fatalf("PromoteWaiting = %+v, %v; want w1 dispatched", promoted, err)
+	}
+}

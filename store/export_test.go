@@ -1,0 +1,4 @@
+package store
+
+// WithWaiting is the look PromoteWaiting takes first, for the tests of its plan.
+const WithWaiting = withWaiting
