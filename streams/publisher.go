@@ -117,7 +117,7 @@ func NewPublisher(nc *nats.Conn, opts PublisherOptions) (*Publisher, error) {
 		slots:   make(chan struct{}, opts.MaxPending),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
-		pending: make(map[uint64]pendingPub, opts.MaxPending),
+		pending: make(map[uint64]pendingPub),
 	}
 	sub, err := nc.Subscribe(p.prefix+"*", p.onReply)
 	if err != nil {
