@@ -8,9 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -18,7 +15,7 @@ import (
 
 const (
 	// publishChunk is the most publishes awaited together; it stays below
-	// nats.go's limit of 4000 unacknowledged async publishes.
+	// the publisher's MaxPending (streams.DefaultMaxPending).
 	publishChunk = 1000
 	// maxRetries bounds the firings kept for a retry while NATS is away.
 	maxRetries = 100_000
@@ -31,14 +28,17 @@ type firing struct {
 	subject string
 	id      string
 	data    []byte
-	future  jetstream.PubAckFuture
-	err     error
+	// pub is the firing's place in its outbox's batch, once published.
+	pub int
+	err error
 }
 
 // outbox is a batch of firings published together, and the ticks they
 // settle: a trigger's state is saved only once all its firings are acknowledged.
 type outbox struct {
 	firings []*firing
+	// batch publishes the firings; nil before the first.
+	batch *streams.AsyncBatch
 	// awaited counts the firings at the front whose acks were awaited.
 	awaited int
 	settled map[store.TriggerKey]store.TriggerState
@@ -63,7 +63,7 @@ func (s *Service) fireDue(ctx context.Context) {
 		retry := s.retry
 		s.retry, out.settled = nil, retry.settled
 		for _, f := range retry.firings {
-			f.future, f.err = nil, nil
+			f.err = nil
 			s.add(ctx, out, f)
 		}
 	}
@@ -187,7 +187,7 @@ func (s *Service) addNew(ctx context.Context, out *outbox, e *entry, tick int64,
 // before it when publishChunk of them are in flight.
 func (s *Service) add(ctx context.Context, out *outbox, f *firing) {
 	out.firings = append(out.firings, f)
-	s.publish(f)
+	s.publish(out, f)
 	if len(out.firings)-out.awaited >= publishChunk {
 		s.await(ctx, out)
 	}
@@ -222,28 +222,26 @@ func plainJSON(s string) bool {
 	return true
 }
 
-// publish sends f without waiting for its acknowledgement.
-func (s *Service) publish(f *firing) {
+// publish sends f in out's batch without waiting for its acknowledgement.
+func (s *Service) publish(out *outbox, f *firing) {
 	if s.onPublish != nil {
 		s.onPublish(f.tick)
 	}
-	m := &nats.Msg{Subject: f.subject, Data: f.data, Header: nats.Header{streams.HeaderMsgID: []string{f.id}}}
-	f.future, f.err = s.js.PublishMsgAsync(m)
+	if out.batch == nil {
+		out.batch = s.pub.Batch()
+	}
+	f.pub = out.batch.Len()
+	out.batch.AddData(f.subject, f.data, streams.Header{Key: streams.HeaderMsgID, Value: f.id})
 }
 
 // await waits for the acknowledgements of the firings not yet awaited.
 func (s *Service) await(ctx context.Context, out *outbox) {
+	if out.awaited == len(out.firings) {
+		return
+	}
+	_ = out.batch.Await(ctx) // a firing not awaited has ctx's error
 	for _, f := range out.firings[out.awaited:] {
-		if f.err != nil {
-			continue
-		}
-		select {
-		case <-f.future.Ok():
-		case err := <-f.future.Err():
-			f.err = err
-		case <-ctx.Done():
-			f.err = ctx.Err()
-		}
+		_, f.err = out.batch.Result(f.pub)
 	}
 	out.awaited = len(out.firings)
 }

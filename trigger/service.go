@@ -68,7 +68,9 @@ type Service struct {
 	now   func() time.Time
 	grace int64
 
-	js      jetstream.JetStream
+	js jetstream.JetStream
+	// pub publishes the firings, cheaper than js's PublishMsgAsync.
+	pub     *streams.Publisher
 	persist *persister
 	// triggerPrefix is the subject of a firing without its task name.
 	triggerPrefix string
@@ -161,6 +163,10 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("run trigger: %w", err)
 	}
 	s.js = js
+	if s.pub, err = streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: publishTimeout}); err != nil {
+		return fmt.Errorf("run trigger: %w", err)
+	}
+	defer s.pub.Close()
 	// The dispatcher owns the topology's settings: this service only
 	// checks that what it uses is there, and never resets them. A cluster
 	// still electing its leaders leaves the checks unanswered for a while:
