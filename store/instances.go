@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -204,7 +205,7 @@ func attemptColumns(t string) string {
 
 // scanAttempt reads the columns of attemptColumns, and the column
 // "republished" after them when marked is set (see [Attempt.Republished]).
-func scanAttempt(row pgx.Row, marked bool) (Attempt, error) {
+func scanAttempt(row pgx.Row, marked bool, policies *retryPolicies) (Attempt, error) {
 	var a Attempt
 	var retry, parents []byte
 	dest := []any{&a.ID, &a.Task, &a.TaskVersion, &a.EventID, &a.State, &a.Attempt, &a.MaxAttempts,
@@ -217,7 +218,8 @@ func scanAttempt(row pgx.Row, marked bool) (Attempt, error) {
 	if err := row.Scan(dest...); err != nil {
 		return a, err
 	}
-	if err := json.Unmarshal(retry, &a.RetryPolicy); err != nil {
+	var err error
+	if a.RetryPolicy, err = policies.decode(retry); err != nil {
 		return a, fmt.Errorf("decode retry policy of instance %d: %w", a.ID, err)
 	}
 	if len(parents) > 0 {
@@ -384,14 +386,36 @@ func collectMarkedAttempts(rows pgx.Rows) ([]Attempt, error) { return collect(ro
 func collect(rows pgx.Rows, marked bool) ([]Attempt, error) {
 	defer rows.Close()
 	var out []Attempt
+	var policies retryPolicies
 	for rows.Next() {
-		a, err := scanAttempt(rows, marked)
+		a, err := scanAttempt(rows, marked, &policies)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, a)
 	}
 	return out, rows.Err()
+}
+
+// retryPolicies decodes the retry policies of a statement's rows, keeping
+// the last one: a batch's rows are mostly of one task version, whose
+// policy is the same bytes, so each is decoded once, not once a row. The
+// policies it returns share their pointer fields, which are only read.
+type retryPolicies struct {
+	raw    []byte
+	policy schemas.Retry
+}
+
+func (p *retryPolicies) decode(raw []byte) (schemas.Retry, error) {
+	if p.raw != nil && bytes.Equal(raw, p.raw) {
+		return p.policy, nil
+	}
+	var policy schemas.Retry
+	if err := json.Unmarshal(raw, &policy); err != nil {
+		return policy, err
+	}
+	p.raw, p.policy = append(p.raw[:0], raw...), policy
+	return policy, nil
 }
 
 // RetryStart names an attempt to start: Attempt is the new attempt's number.

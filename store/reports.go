@@ -431,6 +431,7 @@ type rowOutcome struct {
 func collectRowOutcomes(rows pgx.Rows) (map[[2]int64]rowOutcome, error) {
 	defer rows.Close()
 	out := make(map[[2]int64]rowOutcome)
+	var policies retryPolicies
 	for rows.Next() {
 		var o rowOutcome
 		var retry []byte
@@ -438,7 +439,8 @@ func collectRowOutcomes(rows pgx.Rows) (map[[2]int64]rowOutcome, error) {
 			&o.CurrentAttempt, &o.MaxAttempts, &retry, &o.WorkerID, &o.RunID, &o.ParentID); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal(retry, &o.RetryPolicy); err != nil {
+		var err error
+		if o.RetryPolicy, err = policies.decode(retry); err != nil {
 			return nil, fmt.Errorf("decode retry policy of instance %d: %w", o.InstanceID, err)
 		}
 		out[[2]int64{o.InstanceID, int64(o.Attempt)}] = o
