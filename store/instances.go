@@ -203,31 +203,74 @@ func attemptColumns(t string) string {
 	COALESCE(%[1]s.parent_id, 0), %[1]s.shard_index, %[1]s.shard_count`, t)
 }
 
-// scanAttempt reads the columns of attemptColumns, and the column
-// "republished" after them when marked is set (see [Attempt.Republished]).
-func scanAttempt(row pgx.Row, marked bool, policies *retryPolicies) (Attempt, error) {
-	var a Attempt
-	var retry, parents []byte
-	dest := []any{&a.ID, &a.Task, &a.TaskVersion, &a.EventID, &a.State, &a.Attempt, &a.MaxAttempts,
-		&retry, &a.Priority, &a.Pool, &a.Handler, &a.TimeoutMS, &a.Payload, &a.FiredAt, &a.DispatchedAt,
-		&a.MutexTemplate, &a.RunID, &parents, &a.Strategy, &a.Key, &a.MinWorkerVersion, &a.Source,
+// attemptScanner reads rows of attemptColumns, and the column
+// "republished" after them when marked is set (see [Attempt.Republished]),
+// into one Attempt whose destinations it builds once for the statement.
+// The low-variety text columns (task, state, pool, handler, …) go through
+// one words, so a batch's rows share a few strings.
+type attemptScanner struct {
+	a              Attempt
+	retry, parents []byte
+	dest           []any
+	policies       retryPolicies
+}
+
+func newAttemptScanner(marked bool) *attemptScanner {
+	s := new(attemptScanner)
+	a, w := &s.a, words{}
+	s.dest = []any{&a.ID, &word[string]{&a.Task, w}, &a.TaskVersion, &a.EventID, &word[schemas.State]{&a.State, w},
+		&a.Attempt, &a.MaxAttempts, &s.retry, &word[schemas.Priority]{&a.Priority, w}, &word[string]{&a.Pool, w},
+		&word[string]{&a.Handler, w}, &a.TimeoutMS, &a.Payload, &a.FiredAt, &a.DispatchedAt,
+		&word[string]{&a.MutexTemplate, w}, &a.RunID, &s.parents, &word[schemas.DispatchStrategy]{&a.Strategy, w},
+		&a.Key, &word[string]{&a.MinWorkerVersion, w}, &word[schemas.Source]{&a.Source, w},
 		&a.ParentID, &a.ShardIndex, &a.ShardCount}
 	if marked {
-		dest = append(dest, &a.Republished)
+		s.dest = append(s.dest, &a.Republished)
 	}
-	if err := row.Scan(dest...); err != nil {
-		return a, err
+	return s
+}
+
+func (s *attemptScanner) scan(row pgx.Row) (Attempt, error) {
+	s.a, s.retry, s.parents = Attempt{}, nil, nil
+	if err := row.Scan(s.dest...); err != nil {
+		return Attempt{}, err
 	}
 	var err error
-	if a.RetryPolicy, err = policies.decode(retry); err != nil {
-		return a, fmt.Errorf("decode retry policy of instance %d: %w", a.ID, err)
+	if s.a.RetryPolicy, err = s.policies.decode(s.retry); err != nil {
+		return Attempt{}, fmt.Errorf("decode retry policy of instance %d: %w", s.a.ID, err)
 	}
-	if len(parents) > 0 {
-		if err := json.Unmarshal(parents, &a.Parents); err != nil {
-			return a, fmt.Errorf("decode parents of instance %d: %w", a.ID, err)
+	if len(s.parents) > 0 {
+		if err := json.Unmarshal(s.parents, &s.a.Parents); err != nil {
+			return Attempt{}, fmt.Errorf("decode parents of instance %d: %w", s.a.ID, err)
 		}
 	}
-	return a, nil
+	return s.a, nil
+}
+
+// words keeps one string for each distinct value it is given.
+type words map[string]string
+
+func (w words) get(b []byte) string {
+	if s, ok := w[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	w[s] = s
+	return s
+}
+
+// word scans a text column into dst through words.
+type word[T ~string] struct {
+	dst   *T
+	words words
+}
+
+func (x *word[T]) ScanBytes(b []byte) error {
+	if b == nil {
+		return fmt.Errorf("cannot scan NULL into %T", x.dst)
+	}
+	*x.dst = T(x.words.get(b))
+	return nil
 }
 
 // CreateInstances creates the instances of a batch of firings in one
@@ -386,9 +429,9 @@ func collectMarkedAttempts(rows pgx.Rows) ([]Attempt, error) { return collect(ro
 func collect(rows pgx.Rows, marked bool) ([]Attempt, error) {
 	defer rows.Close()
 	var out []Attempt
-	var policies retryPolicies
+	scanner := newAttemptScanner(marked)
 	for rows.Next() {
-		a, err := scanAttempt(rows, marked, &policies)
+		a, err := scanner.scan(rows)
 		if err != nil {
 			return nil, err
 		}

@@ -432,11 +432,15 @@ func collectRowOutcomes(rows pgx.Rows) (map[[2]int64]rowOutcome, error) {
 	defer rows.Close()
 	out := make(map[[2]int64]rowOutcome)
 	var policies retryPolicies
+	var o rowOutcome
+	var retry []byte
+	w := words{}
+	dest := []any{&o.Applied, &word[schemas.State]{&o.oldState, w}, &o.InstanceID, &o.Attempt, &o.Found,
+		&word[string]{&o.Task, w}, &word[schemas.State]{&o.State, w}, &o.CurrentAttempt, &o.MaxAttempts, &retry,
+		&word[string]{&o.WorkerID, w}, &o.RunID, &o.ParentID}
 	for rows.Next() {
-		var o rowOutcome
-		var retry []byte
-		if err := rows.Scan(&o.Applied, &o.oldState, &o.InstanceID, &o.Attempt, &o.Found, &o.Task, &o.State,
-			&o.CurrentAttempt, &o.MaxAttempts, &retry, &o.WorkerID, &o.RunID, &o.ParentID); err != nil {
+		o, retry = rowOutcome{}, nil
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		var err error
