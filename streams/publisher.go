@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -112,7 +113,7 @@ func NewPublisher(nc *nats.Conn, opts PublisherOptions) (*Publisher, error) {
 	p := &Publisher{
 		nc:      nc,
 		timeout: opts.Timeout,
-		prefix:  nc.NewInbox() + ".",
+		prefix:  replyPrefix(nc),
 		epoch:   time.Now(),
 		slots:   make(chan struct{}, opts.MaxPending),
 		wake:    make(chan struct{}, 1),
@@ -129,6 +130,24 @@ func NewPublisher(nc *nats.Conn, opts PublisherOptions) (*Publisher, error) {
 	go p.sweep()
 	go p.watch()
 	return p, nil
+}
+
+// replyPrefix returns the prefix of a publisher's reply subjects: the
+// connection's inbox prefix ("_INBOX." unless set), 11 random base-62
+// characters (65 bits: no two publishers share one) and a dot. It is
+// short so that a reply subject, its token up to 13 digits long, fits the
+// 32 bytes the runtime converts to a string on the stack: send then
+// allocates nothing for it.
+func replyPrefix(nc *nats.Conn) string {
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	inbox := nc.NewInbox() // its prefix and a 22-character NUID
+	b := []byte(inbox[:len(inbox)-22])
+	var r [11]byte
+	_, _ = rand.Read(r[:]) // it never fails
+	for _, c := range r {
+		b = append(b, digits[int(c)%len(digits)])
+	}
+	return string(append(b, '.'))
 }
 
 // Close answers every pending publish with [ErrPublisherClosed], ends

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,6 +171,30 @@ func TestPublisherAddData(t *testing.T) {
 	if _, err := b.Result(n + 3); err != nil {
 		t.Fatalf("three headers: %v", err)
 	}
+}
+
+// TestPublisherCustomInboxPrefix takes its reply subjects under the
+// connection's inbox prefix, which a user's permissions may limit it to.
+func TestPublisherCustomInboxPrefix(t *testing.T) {
+	t.Parallel()
+	ps := newPubServer(t)
+	nc, err := nats.Connect(ps.srv.ClientURL(), nats.CustomInboxPrefix("_AX_INBOX.w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	quiet := silent(t, ps.nc, "quiet")
+	p := newPublisher(t, nc, streams.PublisherOptions{})
+	b := p.Batch()
+	b.AddData("t.a", []byte("x"))
+	if err := b.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b.AddData("quiet", []byte("x"))
+	if m := <-quiet; !strings.HasPrefix(m.Reply, "_AX_INBOX.w1.") || len(m.Reply) > 32 {
+		t.Fatalf("reply subject %q: want one under _AX_INBOX.w1. of at most 32 bytes", m.Reply)
+	}
+	b.Reset()
 }
 
 // TestPublisherStreamErrors returns the stream's error answers as the
