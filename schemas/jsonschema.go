@@ -10,13 +10,14 @@ import (
 )
 
 // JSONSchemas holds AX's JSON Schemas (draft 2020-12): task.schema.json (the
-// task definition), trigger.schema.json (the trigger event) and, under
+// task definition), trigger.schema.json (the trigger event),
+// trigger-batch.schema.json (a batch of firings in one message) and, under
 // "json/", one schema for each of the other wire messages (and the instance
 // the API shows). Keywords named "x-message" are AX annotations: the message,
 // in plain words, that a [Problem] carries when the schema's "pattern" (or
 // the schema a "not" holds) rejects a value.
 //
-//go:embed task.schema.json trigger.schema.json json/*.schema.json
+//go:embed task.schema.json trigger.schema.json trigger-batch.schema.json json/*.schema.json
 var JSONSchemas embed.FS
 
 // The $id of the embedded schemas; a schema under json/ has the id
@@ -41,7 +42,7 @@ type ourSchemas struct {
 
 // compiledSchemas compiles the embedded schemas once, on first use.
 var compiledSchemas = sync.OnceValues(func() (*ourSchemas, error) {
-	names := []string{"task.schema.json", "trigger.schema.json"}
+	names := []string{"task.schema.json", "trigger.schema.json", "trigger-batch.schema.json"}
 	more, err := JSONSchemas.ReadDir("json")
 	if err != nil {
 		return nil, fmt.Errorf("compile schemas: %w", err)
