@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // A batchHandler handles one batch of messages and owns the
@@ -58,7 +60,10 @@ func (t *turn) pass() {
 // consumeBatches pulls from cons and calls handle with batches of up to size
 // messages: it waits for a first message, then takes whatever else is already
 // there, so a busy stream is handled in large batches and a quiet one without
-// delay. handle runs on work, which outlives ctx, so a batch in flight
+// delay. A message that is a batch of firings (up to
+// schemas.MaxTriggerBatch of them) ends the batch it is taken into, so that
+// a batch holds at most size-1 messages and one such message's firings.
+// handle runs on work, which outlives ctx, so a batch in flight
 // finishes; messages received but not handed over when ctx ends are Nak'ed.
 // handle owns the acknowledgement of every message it is given.
 //
@@ -113,7 +118,7 @@ func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, in
 			batch = append(make([]jetstream.Msg, 0, size), m)
 		}
 	fill:
-		for len(batch) < size {
+		for len(batch) < size && !schemas.IsTriggerBatch(batch[len(batch)-1].Data()) {
 			select {
 			case m := <-ch:
 				batch = append(batch, m)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,17 +51,15 @@ func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg, t *t
 	var now, later []firing
 	at := s.now()
 	for _, m := range msgs {
-		f, ok := s.readFiring(m)
-		if !ok {
-			continue
-		}
-		switch due := f.due(); {
-		case !due.After(at):
-			now = append(now, f)
-		case due.Sub(at) <= holdWindow:
-			s.held.add(f)
-		default:
-			later = append(later, f)
+		for _, f := range s.readFirings(m) {
+			switch due := f.due(); {
+			case !due.After(at):
+				now = append(now, f)
+			case due.Sub(at) <= holdWindow:
+				s.held.add(f)
+			default:
+				later = append(later, f)
+			}
 		}
 	}
 	fired := s.fire(ctx, now, t)
@@ -301,25 +300,68 @@ func (s *Service) scheduleAt(due time.Time) time.Time {
 	return at
 }
 
-// readFiring decodes a trigger message. A message that names no task is
-// terminated; one whose body is malformed still fires, as a SKIPPED instance
-// that says what was wrong, so the sender can see it.
-//
-// The event comes back complete: its event id is the body's, idem-<key> for
-// an idempotency key, the Nats-Msg-Id header, or "seq-<stream sequence>", in
-// that order; a delay is resolved to run_at (after fired_at, or after the
-// message reached the stream); source and fired_at have their defaults.
-func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
+// readFirings decodes a trigger message: one firing, or the firings of a
+// batch (a JSON array, see schemas.SplitTriggerBatch), which share the
+// message (see [sharedMsg]). A message that names no task is terminated;
+// one whose body is malformed still fires, as a SKIPPED instance that says
+// what was wrong, so the sender can see it: a bad firing of a batch makes
+// its own, and a batch that cannot be split (not valid JSON, more than
+// schemas.MaxTriggerBatch firings) one for the whole message.
+func (s *Service) readFirings(m jetstream.Msg) []firing {
 	task, byAPI, ok := s.top.TriggerFrom(m.Subject())
 	if !ok || task == "" || !schemas.ValidText(task) {
 		// No task of that name can exist: there is nothing to record it on.
 		s.log.Warn().Str("subject", storableText(m.Subject())).Msg("trigger on an unexpected subject dropped")
 		s.metrics.refused.WithLabelValues("validate", "terminated").Inc()
 		_ = m.Term()
-		return firing{}, false
+		return nil
 	}
+	data := m.Data()
+	if !schemas.IsTriggerBatch(data) {
+		if f, ok := s.readFiring(m, task, byAPI, data, -1); ok {
+			return []firing{f}
+		}
+		return nil
+	}
+	items, err := schemas.SplitTriggerBatch(data)
+	if err != nil {
+		f, ok := s.readFiring(m, task, byAPI, nil, -1)
+		if !ok {
+			return nil
+		}
+		f.problem, f.event = fmt.Sprintf("refused batch of firings: %v", err), schemas.TriggerEvent{
+			EventID: f.event.EventID, Source: schemas.SourceEvent, FiredAt: f.event.FiredAt}
+		return []firing{f}
+	}
+	if len(items) == 0 {
+		_ = m.Ack() // a batch of no firings fires nothing
+		return nil
+	}
+	shared := &sharedMsg{Msg: m, left: len(items)}
+	out := make([]firing, 0, len(items))
+	for i, item := range items {
+		f, ok := s.readFiring(shared, task, byAPI, item, i)
+		if !ok {
+			return nil // terminated: the message has no metadata
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// readFiring decodes the firing data of m, a message on task's subject:
+// its body, or the firing at index of the batch it holds (index -1 for a
+// message of one firing).
+//
+// The event comes back complete: its event id is the body's, idem-<key> for
+// an idempotency key, the Nats-Msg-Id header, or "seq-<stream sequence>", in
+// that order (a firing of a batch without an id of its own: the header
+// followed by /<index>, or seq-<stream sequence>-<index>); a delay is
+// resolved to run_at (after fired_at, or after the message reached the
+// stream); source and fired_at have their defaults.
+func (s *Service) readFiring(m jetstream.Msg, task string, byAPI bool, data []byte, index int) (firing, bool) {
 	f := firing{msg: m, task: task, byAPI: byAPI}
-	ev, err := schemas.ParseTriggerEvent(m.Data())
+	ev, err := schemas.ParseTriggerEvent(data)
 	if err == nil && !byAPI {
 		ev = s.unproven(m, task, ev)
 	}
@@ -362,6 +404,8 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 					" (the event id came from the Nats-Msg-Id header)"
 			}
 			f.event, bySeq = schemas.TriggerEvent{}, true
+		case id != "" && index >= 0:
+			f.event.EventID = id + "/" + strconv.Itoa(index)
 		default:
 			f.event.EventID = id
 		}
@@ -375,7 +419,10 @@ func (s *Service) readFiring(m jetstream.Msg) (firing, bool) {
 		}
 	}
 	if f.event.EventID == "" {
-		f.event.EventID = "seq-" + strconv.FormatUint(meta.Sequence.Stream, 10)
+		f.event.EventID = schemas.SeqEventIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
+		if index >= 0 {
+			f.event.EventID += "-" + strconv.Itoa(index)
+		}
 	}
 	if f.event.Delay != "" {
 		// ParseTriggerEvent checked that it parses.
@@ -630,10 +677,66 @@ func (s *Service) retryLater(msgs []jetstream.Msg, err error) {
 	}
 }
 
+// msgsOf returns the messages of firings, each once (the firings of a
+// batch share theirs).
 func msgsOf(firings []firing) []jetstream.Msg {
-	msgs := make([]jetstream.Msg, len(firings))
+	msgs := make([]jetstream.Msg, 0, len(firings))
 	for i, f := range firings {
-		msgs[i] = f.msg
+		if i > 0 && f.msg == firings[i-1].msg {
+			continue
+		}
+		msgs = append(msgs, f.msg)
 	}
 	return msgs
+}
+
+// sharedMsg is a trigger message that carries a batch of firings, as each
+// of its firings sees it. The firings of a batch may end apart (one held
+// until its run_at, the others fired at once; in two dispatcher batches),
+// so the message is acknowledged once every one of them has acknowledged
+// it, and a Nak or Term of any of them returns (or ends) the whole message
+// at once and makes the acknowledgements that follow no-ops: a batch
+// redelivered is read again whole, and the firings already made find
+// their instances (one per event id) and make nothing new.
+type sharedMsg struct {
+	jetstream.Msg
+	mu     sync.Mutex
+	left   int  // the firings yet to acknowledge
+	failed bool // a firing returned or ended the message
+}
+
+// Ack acknowledges the message once every firing has.
+func (m *sharedMsg) Ack() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failed || m.left <= 0 {
+		return nil
+	}
+	if m.left--; m.left > 0 {
+		return nil
+	}
+	return m.Msg.Ack()
+}
+
+// fail runs the first Nak or Term of any firing.
+func (m *sharedMsg) fail(do func() error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.failed || m.left <= 0 {
+		return nil
+	}
+	m.failed = true
+	return do()
+}
+
+func (m *sharedMsg) Nak() error { return m.fail(m.Msg.Nak) }
+
+func (m *sharedMsg) NakWithDelay(d time.Duration) error {
+	return m.fail(func() error { return m.Msg.NakWithDelay(d) })
+}
+
+func (m *sharedMsg) Term() error { return m.fail(m.Msg.Term) }
+
+func (m *sharedMsg) TermWithReason(reason string) error {
+	return m.fail(func() error { return m.Msg.TermWithReason(reason) })
 }

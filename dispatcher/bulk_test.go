@@ -1,0 +1,135 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// bulkTask takes payloads {"n": <integer>} of schema_version 2.
+var bulkTask = &schemas.Task{TaskName: "bulk", Execution: schemas.Execution{Handler: "test.noop"}, SchemaVersion: 2,
+	PayloadSchema: json.RawMessage(`{"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}`)}
+
+// publish publishes data on task's trigger subject, with the Nats-Msg-Id
+// header msgID unless it is empty, and returns its stream sequence.
+func (b *batchRig) publish(task, msgID string, data []byte) uint64 {
+	b.t.Helper()
+	m := nats.NewMsg(b.srv.Topology.Trigger(task))
+	m.Data = data
+	if msgID != "" {
+		m.Header.Set(nats.MsgIdHdr, msgID)
+	}
+	ack, err := b.js.PublishMsg(b.ctx, m)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// reason returns the reason of the last transition of the instance in.
+func (b *batchRig) reason(in schemas.Instance) string {
+	b.t.Helper()
+	full, err := b.st.GetInstance(b.ctx, in.ID)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if len(full.Transitions) == 0 {
+		return ""
+	}
+	return full.Transitions[len(full.Transitions)-1].Reason
+}
+
+// TestBatchOfFirings publishes a batch whose good firings sit between bad
+// ones: every good firing is one DISPATCHED instance under its event id
+// (its own, idem-<key>, or derived from the message and its index), every
+// bad one a SKIPPED instance of its own that says what a single firing so
+// bad says, and the message is acknowledged.
+func TestBatchOfFirings(t *testing.T) {
+	t.Parallel()
+	b := newBatchRig(t, bulkTask)
+	b.start()
+
+	seq := b.publish("bulk", "", []byte(`[
+		{"event_id": "good-0", "payload": {"n": 0}, "payload_version": 2},
+		{"event_id": "old", "payload": {"n": 1}},
+		{"idempotency_key": "k", "payload": {"n": 2}, "payload_version": 2},
+		{"event_id": "bad-payload", "payload": {"n": "two"}, "payload_version": 2},
+		{"payload": {"n": 4}, "payload_version": 2},
+		{"event_id": "x", "nope": 1},
+		{"event_id": "other", "task": "another", "payload": {"n": 6}, "payload_version": 2},
+		{"event_id": "retry-1-2", "payload": {"n": 7}, "payload_version": 2},
+		7,
+		{"event_id": "good-9", "payload": {"n": 9}, "payload_version": 2}
+	]`))
+	byHeader := b.publish("bulk", "bulk/order-42", []byte(`[{"payload": {"n": 0}, "payload_version": 2}, {"payload": {"n": 1}, "payload_version": 2}]`))
+	at := func(i int) string { return fmt.Sprintf("seq-%d-%d", seq, i) }
+	for _, tc := range []struct {
+		event, state, reason string
+	}{
+		{"good-0", "DISPATCHED", ""},
+		{"old", "SKIPPED", "payload_version 1 does not match the task's schema_version 2"},
+		{"idem-k", "DISPATCHED", ""},
+		{"bad-payload", "SKIPPED", "invalid payload: payload.n: "},
+		{at(4), "DISPATCHED", ""},
+		{at(5), "SKIPPED", `malformed trigger event: invalid trigger event: unknown field "nope"`},
+		{at(6), "SKIPPED", `trigger event names task "another" but was published to`},
+		{at(7), "SKIPPED", "reserved id: event_id: \"retry-1-2\" is in AX's own namespace"},
+		{at(8), "SKIPPED", "malformed trigger event: invalid trigger event"},
+		{"good-9", "DISPATCHED", ""},
+		{"order-42/0", "DISPATCHED", ""},
+		{"order-42/1", "DISPATCHED", ""},
+	} {
+		in := b.instance("bulk", tc.event, "the firing "+tc.event+" of the batch")
+		if string(in.State) != tc.state || !strings.Contains(b.reason(in), tc.reason) {
+			t.Errorf("firing %s: %s %q, want %s %q", tc.event, in.State, b.reason(in), tc.state, tc.reason)
+		}
+	}
+	b.consumer(0, "the batches were not acknowledged")
+	if byHeader != seq+1 {
+		t.Fatalf("stream sequences %d, %d", seq, byHeader)
+	}
+	if got := b.dispatched(); len(got) != 6 {
+		t.Errorf("%d dispatch messages, want one for each of the 6 good firings", len(got))
+	}
+}
+
+// TestBatchRefusedWhole: a batch of more than schemas.MaxTriggerBatch
+// firings, or one that is not valid JSON, is refused whole: one SKIPPED
+// instance for the message that names the limit (or the syntax error),
+// and none of its firings.
+func TestBatchRefusedWhole(t *testing.T) {
+	t.Parallel()
+	b := newBatchRig(t, bulkTask)
+	b.start()
+
+	evs := make([]schemas.TriggerEvent, schemas.MaxTriggerBatch+1)
+	for i := range evs {
+		evs[i] = schemas.TriggerEvent{EventID: fmt.Sprintf("e%d", i), Payload: json.RawMessage(`{"n":1}`), PayloadVersion: 2}
+	}
+	big, err := schemas.MarshalTriggerBatch(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigSeq := b.publish("bulk", "", big)
+	badSeq := b.publish("bulk", "", []byte(`[{"event_id": "a"}, {"event_id": "b"},]`))
+	in := b.instance("bulk", fmt.Sprintf("seq-%d", bigSeq), "the batch over the limit")
+	if in.State != schemas.StateSkipped || !strings.Contains(b.reason(in),
+		"refused batch of firings: invalid batch of firings: holds 1001 firings; a batch holds at most 1000 (schemas.MaxTriggerBatch)") {
+		t.Errorf("the batch over the limit: %s %q", in.State, b.reason(in))
+	}
+	in = b.instance("bulk", fmt.Sprintf("seq-%d", badSeq), "the batch that is not JSON")
+	if in.State != schemas.StateSkipped || !strings.Contains(b.reason(in), "refused batch of firings: invalid batch of firings: is not valid JSON") {
+		t.Errorf("the batch that is not JSON: %s %q", in.State, b.reason(in))
+	}
+	b.consumer(0, "the refused batches were not acknowledged")
+	for _, id := range []string{"e0", "e1000", "a"} {
+		if _, err := b.st.InstanceByEvent(b.ctx, "bulk", id); err == nil {
+			t.Errorf("the firing %s of a refused batch made an instance", id)
+		}
+	}
+}
