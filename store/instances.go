@@ -311,7 +311,7 @@ const (
 // first when plain is set: q must then run each statement in a transaction
 // of its own (a pool), since a refused plain insert aborts the transaction
 // it runs in.
-func createInstances(ctx context.Context, q querier, in []NewInstance, plain bool) ([]Attempt, error) {
+func createInstances(ctx context.Context, q batchQuerier, in []NewInstance, plain bool) ([]Attempt, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
@@ -354,14 +354,14 @@ func createInstances(ctx context.Context, q querier, in []NewInstance, plain boo
 // insertInstances runs the creation statement for the JSON batch, its
 // instances inserted as how says (plainInsert or conflictInsert), and with
 // the instances of the batch's keys that exist when existing is set.
-func insertInstances(ctx context.Context, q querier, batch []byte, how string, existing bool) ([]Attempt, error) {
+func insertInstances(ctx context.Context, q batchQuerier, batch []byte, how string, existing bool) ([]Attempt, error) {
 	found := ""
 	if existing {
 		found = `
 UNION ALL
 SELECT ` + attemptColumns("i") + `, true FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`
 	}
-	rows, err := q.Query(ctx, `
+	return queryGeneric(ctx, q, `
 WITH settings AS (
 	SELECT * FROM ROWS FROM (jsonb_to_recordset($1::jsonb -> 'settings') AS (task text, task_version int, source text,
 		priority text, pool text, handler text, timeout_ms bigint, max_attempts int, retry_policy jsonb,
@@ -408,10 +408,44 @@ WITH settings AS (
 	FROM ins JOIN numbered USING (id)
 )
 SELECT `+attemptColumns("ins")+`, false AS republished FROM ins`+found, batch)
+}
+
+// batchQuerier runs statements pipelined on one connection: a pool or a
+// transaction.
+type batchQuerier interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// queryGeneric runs the creation statement with PostgreSQL's generic plan
+// and reads its attempts. The statement's estimates do not depend on its
+// parameter (a JSON document the planner counts as 100 rows either way),
+// yet the server's choice, plan_cache_mode auto, kept planning it anew for
+// every batch: about a quarter of the backend's CPU per instance created
+// (BenchmarkCreateInstances; docs/benchmarks.md). The setting is made and
+// reset around the statement in one round trip, in its implicit
+// transaction: if the statement fails, its rollback undoes the SET too.
+func queryGeneric(ctx context.Context, q batchQuerier, sql string, args ...any) ([]Attempt, error) {
+	b := &pgx.Batch{}
+	b.Queue(`SET plan_cache_mode = force_generic_plan`)
+	b.Queue(sql, args...)
+	b.Queue(`RESET plan_cache_mode`)
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
-	return collectMarkedAttempts(rows)
+	out, err := collectMarkedAttempts(rows)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	return out, br.Close()
 }
 
 // Coordinates reports whether the instance is the parent of a sharded or

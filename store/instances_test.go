@@ -1,11 +1,13 @@
 package store_test
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -154,5 +156,46 @@ func TestWaitingLookReadsTheWaitingIndex(t *testing.T) {
 			!strings.Contains(plan, "instances_waiting_idx") && !strings.Contains(plan, "instances_live_idx") {
 			t.Errorf("analysed %v: the look's plan reads more than the WAITING instances:\n%s", analysed, plan)
 		}
+	}
+}
+
+// TestCreationLeavesThePlanModeAlone: the creation statement runs with
+// the generic plan, and the connection it ran on is back at the server's
+// plan_cache_mode afterwards: after a batch of new keys, and after one
+// whose plain insert failed on a key made before.
+func TestCreationLeavesThePlanModeAlone(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(storetest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // every statement on the connection the creations used
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	st := store.New(pool)
+	applyTasks(t, st, "pm")
+	mode := func(after string) {
+		t.Helper()
+		var m string
+		if err := pool.QueryRow(t.Context(), `SHOW plan_cache_mode`).Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		if m != "auto" {
+			t.Errorf("plan_cache_mode %q after %s, want the server's auto", m, after)
+		}
+	}
+	for _, events := range [][]string{{"e0"}, {"e0", "e1"}} {
+		in := make([]store.NewInstance, len(events))
+		for i, e := range events {
+			in[i] = newRunInstance("pm", e, "", schemas.StateDispatched)
+		}
+		made, err := st.CreateInstances(t.Context(), in)
+		if err != nil || len(made) != len(events) {
+			t.Fatalf("create %v: %d instances, %v", events, len(made), err)
+		}
+		mode(fmt.Sprintf("creating %v", events))
 	}
 }
