@@ -15,7 +15,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/streams"
 )
 
 // attempt is one attempt running on the worker.
@@ -82,11 +81,14 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 	// Take the leases.
 	keys := make([]string, len(ps))
 	values := make([][]byte, len(ps))
+	msgs := make([]nats.Msg, len(ps)) // one allocation for the batch's messages
 	leaseMsgs := make([]*nats.Msg, len(ps))
 	for i, p := range ps {
-		keys[i] = streams.LeaseKey(p.d.InstanceID, p.d.Attempt)
+		var subject string
+		subject, keys[i] = s.leaseSubject(p.d.InstanceID, p.d.Attempt)
 		values[i], _ = schemas.MarshalLease(schemas.Lease{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt, WorkerID: s.opts.WorkerID, AcquiredAt: now})
-		leaseMsgs[i] = s.leaseMsg(keys[i], values[i], 0)
+		msgs[i] = nats.Msg{Subject: subject, Data: values[i], Header: createOnly}
+		leaseMsgs[i] = &msgs[i]
 	}
 	acks, errs := s.publishAll(opCtx, leaseMsgs)
 	acked := s.confirmAcks(opCtx, ps, errs)

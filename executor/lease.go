@@ -27,6 +27,19 @@ func (s *Service) leaseMsg(key string, value []byte, revision uint64) *nats.Msg 
 	return m
 }
 
+// leaseSubject returns the subject of the lease of the attempt of
+// instance id, and its key ([streams.LeaseKey]), the subject's end: one
+// allocation for both.
+func (s *Service) leaseSubject(id int64, attempt int) (subject, key string) {
+	var buf [128]byte
+	b := append(buf[:0], s.leasePrefix...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, int64(attempt), 10)
+	subject = string(b)
+	return subject, subject[len(s.leasePrefix):]
+}
+
 // createOnly is the header of every lease create: one map for all of
 // them, which nothing changes (a message's header is only read when it
 // is published).

@@ -65,11 +65,13 @@ type Service struct {
 	js jetstream.JetStream
 	// pub publishes the batches of lease writes and started reports:
 	// cheaper than js's PublishMsgAsync.
-	pub     *streams.Publisher
-	leases  jetstream.KeyValue
-	workers jetstream.KeyValue
-	mutexes jetstream.KeyValue
-	onces   jetstream.KeyValue
+	pub *streams.Publisher
+	// leasePrefix is the subject of a lease without its key.
+	leasePrefix string
+	leases      jetstream.KeyValue
+	workers     jetstream.KeyValue
+	mutexes     jetstream.KeyValue
+	onces       jetstream.KeyValue
 	// leaseTTL is the leases bucket's TTL as last read (nanoseconds): at
 	// start, then at every renewal tick, so that a TTL its owner changes
 	// is followed (see renewLeases).
@@ -161,6 +163,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("run executor: %w", err)
 	}
 	s.js = js
+	s.leasePrefix = "$KV." + s.opts.Topology.LeasesBucket() + "."
 	s.back.count.Store(s.opts.Conn.Stats().Reconnects)
 	defer js.CleanupPublisher()
 	if s.pub, err = streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: opTimeout}); err != nil {
