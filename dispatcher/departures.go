@@ -221,7 +221,7 @@ func (s *Service) drainWorker(ctx context.Context, id string) (bool, error) {
 // wait for it, with an event in its instance's timeline that says so.
 func (s *Service) rerouteMsgs(ctx context.Context, from string, msgs []jetstream.Msg) error {
 	batch := s.pub.Batch()
-	load := make(map[string]int)
+	rs := newRouting()
 	rings := make(map[string]bool)
 	var moved, pinned []jetstream.Msg
 	var events []store.Event
@@ -261,7 +261,7 @@ func (s *Service) rerouteMsgs(ctx context.Context, from string, msgs []jetstream
 				Reason: fmt.Sprintf("worker %s, which the attempt is pinned to, left; the attempt waits for it to come back", from)})
 			continue
 		}
-		r, err := s.route(a, load)
+		r, err := s.route(a, rs)
 		if err != nil {
 			log.Warn().Err(err).Dur("retry_in", rerouteDelay).Msg("no live worker may take the attempt of a worker that left; routing it again later")
 			if err := s.addReroute(batch, a); err != nil {

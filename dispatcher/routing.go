@@ -95,6 +95,39 @@ func (e errNoWorker) Error() string {
 	return msg
 }
 
+// routing is what one batch's routes share: the attempts it routed to
+// each worker, and the subjects of the pools' queues it publishes to,
+// built once a batch.
+type routing struct {
+	load   map[string]int // attempts this batch routed to each worker
+	queues map[queueKey]queueSubjects
+}
+
+// queueKey names a pool's queue: its pool, priority and handler.
+type queueKey struct {
+	pool     string
+	priority schemas.Priority
+	handler  string
+}
+
+// queueSubjects are a queue's dispatch subject and its doorbell.
+type queueSubjects struct{ subject, ring string }
+
+func newRouting() *routing {
+	return &routing{load: make(map[string]int), queues: make(map[queueKey]queueSubjects)}
+}
+
+// queue returns the subjects of pool's queue at priority p for handler.
+func (rs *routing) queue(top streams.Topology, pool string, p schemas.Priority, handler string) queueSubjects {
+	k := queueKey{pool: pool, priority: p, handler: handler}
+	q, ok := rs.queues[k]
+	if !ok {
+		q = queueSubjects{subject: top.Dispatch(pool, p, handler), ring: top.Ready(pool, p, handler)}
+		rs.queues[k] = q
+	}
+	return q
+}
+
 // route decides where an attempt goes, by its instance's route:
 //
 //   - "pull" without min_worker_version, in version 1 of the executor
@@ -117,14 +150,12 @@ func (e errNoWorker) Error() string {
 // Eligible workers serve the pool, have the handler registered, run
 // min_worker_version or newer and speak the dispatcher's version of the
 // executor protocol (Options.Protocol). errNoWorker says none is live.
-func (s *Service) route(a store.Attempt, load map[string]int) (route, error) {
-	pool := route{subject: s.top.Dispatch(a.Pool, a.Priority, a.Handler), ring: s.top.Ready(a.Pool, a.Priority, a.Handler),
-		msgID: dispatchMsgID(a.ID, a.Attempt)}
+func (s *Service) route(a store.Attempt, rs *routing) (route, error) {
 	// The message id names the worker: an attempt routed again to
 	// another worker (its first one left) is a new message, which the
 	// duplicate window must not drop.
 	to := func(id string) route {
-		load[id]++
+		rs.load[id]++
 		return route{subject: s.top.DispatchWorker(id), ring: s.top.ReadyWorker(id),
 			msgID: dispatchMsgID(a.ID, a.Attempt) + "@" + id, worker: id, header: encodeRoute(a)}
 	}
@@ -151,7 +182,8 @@ func (s *Service) route(a store.Attempt, load map[string]int) (route, error) {
 		return to(rendezvous(key, workers)), nil
 	}
 	if a.MinWorkerVersion == "" && protocol <= 1 {
-		return pool, nil
+		q := rs.queue(s.top, a.Pool, a.Priority, a.Handler)
+		return route{subject: q.subject, ring: q.ring, msgID: dispatchMsgID(a.ID, a.Attempt)}, nil
 	}
 	workers := s.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion, protocol)
 	if len(workers) == 0 {
@@ -159,7 +191,7 @@ func (s *Service) route(a store.Attempt, load map[string]int) (route, error) {
 	}
 	best, bestLoad := "", 0.0
 	for _, w := range workers {
-		l := float64(w.Busy+load[w.ID]) / float64(max(w.Slots, 1))
+		l := float64(w.Busy+rs.load[w.ID]) / float64(max(w.Slots, 1))
 		if best == "" || l < bestLoad {
 			best, bestLoad = w.ID, l
 		}

@@ -124,10 +124,18 @@ func (s *Service) fire(ctx context.Context, firings []firing, t *turn) func() {
 		s.retryLater(msgsOf(firings), err)
 		return nil
 	}
-	var create []store.NewInstance
-	limitedCreate := make(map[string][]store.NewInstance) // by task, for tasks with max_running_instances
-	byKey := make(map[[2]string][]jetstream.Msg)          // the messages of each (task, event id)
-	for _, f := range fresh {
+	// Each task's definition with its defaults, once a batch.
+	defs := make(map[string]*schemas.Task, len(tasks))
+	for name, rec := range tasks {
+		defs[name] = rec.Definition.WithDefaults()
+	}
+	create := make([]store.NewInstance, 0, len(fresh))
+	limitedCreate := make(map[string][]store.NewInstance)    // by task, for tasks with max_running_instances
+	byKey := make(map[[2]string][]jetstream.Msg, len(fresh)) // the messages of each (task, event id)
+	// A key's first message is its slice of one in firstMsgs (capacity
+	// one: a second message of the key copies it out).
+	firstMsgs := make([]jetstream.Msg, len(fresh))
+	for i, f := range fresh {
 		rec, ok := tasks[f.task]
 		if !ok {
 			// Without a task there is no instance to record the firing on.
@@ -136,14 +144,16 @@ func (s *Service) fire(ctx context.Context, firings []firing, t *turn) func() {
 			continue
 		}
 		key := [2]string{f.task, f.event.EventID}
-		byKey[key] = append(byKey[key], f.msg)
-		if len(byKey[key]) > 1 {
+		if msgs, ok := byKey[key]; ok {
+			byKey[key] = append(msgs, f.msg)
 			continue
 		}
+		firstMsgs[i] = f.msg
+		byKey[key] = firstMsgs[i : i+1 : i+1]
 		if f.problem != "" {
 			s.metrics.refused.WithLabelValues("validate", "skipped").Inc()
 		}
-		in, err := s.newInstance(f, rec)
+		in, err := s.newInstance(f, rec, defs[f.task])
 		if err != nil {
 			s.retryLater(msgsOf(firings), err)
 			return nil
@@ -485,8 +495,7 @@ func problemsText(problems []schemas.Problem) string {
 // parent did not end as the task's after asks) makes a SKIPPED instance
 // that says why; the error is for a payload_schema that does not compile,
 // which the API never stores.
-func (s *Service) newInstance(f firing, rec store.TaskRecord) (store.NewInstance, error) {
-	def := rec.Definition.WithDefaults()
+func (s *Service) newInstance(f firing, rec store.TaskRecord, def *schemas.Task) (store.NewInstance, error) {
 	ev := f.event
 	in := store.NewInstance{
 		Task:          f.task,
@@ -618,12 +627,12 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		return sentAttempts{}, fmt.Errorf("fan out %d firings: %w", len(parents), err)
 	}
 	rings := make(map[string]bool)
-	load := make(map[string]int) // attempts this batch routed to each worker
+	rs := newRouting()
 	for _, a := range append(routed, children...) {
 		if a.State != schemas.StateDispatched {
 			continue
 		}
-		r, err := s.route(a, load)
+		r, err := s.route(a, rs)
 		if err != nil {
 			s.log.Warn().Err(err).Int64("instance_id", a.ID).Int("attempt", a.Attempt).Str("task", a.Task).
 				Str("pool", a.Pool).Str("min_worker_version", a.MinWorkerVersion).Dur("retry_in", rerouteDelay).
@@ -665,7 +674,8 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 }
 
 func dispatchMsgID(id int64, attempt int) string {
-	return strconv.FormatInt(id, 10) + "-" + strconv.Itoa(attempt)
+	var b [41]byte
+	return string(strconv.AppendInt(append(strconv.AppendInt(b[:0], id, 10), '-'), int64(attempt), 10))
 }
 
 // retryLater returns a batch to JetStream for redelivery after a short
