@@ -136,6 +136,20 @@ func (r *plainReader) str() string {
 	return string(s)
 }
 
+// strAs reads a string value: known itself when the value equals it,
+// else a copy.
+func (r *plainReader) strAs(known string) string {
+	s, ok := r.rawString()
+	if !ok {
+		r.bad = true
+		return ""
+	}
+	if string(s) == known {
+		return known
+	}
+	return string(s)
+}
+
 // int reads an integer value that fits in bits bits, as encoding/json
 // reads one into an int of that size; anything else (a fraction, an
 // exponent, an overflow) is not plain.

@@ -58,15 +58,17 @@ func DecodeReport(data []byte) (Report, error) {
 
 func decodePlainReport(data []byte) (Report, bool) {
 	r := plainReader{data: data}
-	rep := r.report()
+	rep := r.report("")
 	if !r.end() {
 		return Report{}, false
 	}
 	return rep, true
 }
 
-// report reads a report object from the reader's position.
-func (r *plainReader) report() (rep Report) {
+// report reads a report object from the reader's position. A worker id
+// equal to worker is that string, not a copy (a batch's reports come from
+// one worker), and a kind of the known ones is its constant.
+func (r *plainReader) report(worker string) (rep Report) {
 	r.members(func(key []byte) {
 		switch string(key) {
 		case "instance_id":
@@ -74,9 +76,9 @@ func (r *plainReader) report() (rep Report) {
 		case "attempt":
 			rep.Attempt = int(r.int(strconv.IntSize))
 		case "worker_id":
-			rep.WorkerID = r.str()
+			rep.WorkerID = r.strAs(worker)
 		case "kind":
-			rep.Kind = ReportKind(r.str())
+			rep.Kind = r.reportKind()
 		case "at":
 			rep.At = r.time()
 		case "started_at":
@@ -121,7 +123,11 @@ func decodePlainReportBatch(data []byte) (b ReportBatch, ok bool) {
 		}
 		for !r.bad {
 			in := plainReader{data: r.data, pos: r.pos}
-			rep := in.report()
+			worker := ""
+			if n := len(b.Reports); n > 0 {
+				worker = b.Reports[n-1].WorkerID
+			}
+			rep := in.report(worker)
 			if in.bad || !in.closed {
 				r.bad = true
 				return
@@ -188,4 +194,20 @@ func decodePlainLease(data []byte) (l Lease, ok bool) {
 		return Lease{}, false
 	}
 	return l, true
+}
+
+// reportKind reads a report's kind: one of the known kinds is its
+// constant, any other a string of its own.
+func (r *plainReader) reportKind() ReportKind {
+	s, ok := r.rawString()
+	if !ok {
+		r.bad = true
+		return ""
+	}
+	for _, k := range [...]ReportKind{ReportSucceeded, ReportStarted, ReportFailed, ReportReleased, ReportProgress} {
+		if string(s) == string(k) {
+			return k
+		}
+	}
+	return ReportKind(s)
 }

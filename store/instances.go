@@ -31,6 +31,18 @@ const (
 // WorkerOperator is the operator recorded on a transition an executor's report made.
 func WorkerOperator(workerID string) string { return "worker:" + workerID }
 
+// operators makes the WorkerOperator of a batch's reports, the last
+// worker's again without a string of its own (a batch's reports mostly
+// come from few workers, in runs).
+type operators struct{ worker, operator string }
+
+func (o *operators) of(workerID string) string {
+	if o.operator == "" || o.worker != workerID {
+		o.worker, o.operator = workerID, WorkerOperator(workerID)
+	}
+	return o.operator
+}
+
 // NewInstance is one instance for [Store.CreateInstances] to create: a
 // firing of a task with the execution settings of the task's current version.
 type NewInstance struct {

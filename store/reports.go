@@ -53,8 +53,9 @@ type Outcome struct {
 // one per report, in the order of started, then final.
 func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Report) ([]Outcome, error) {
 	var rows reportRows
+	var ops operators
 	for _, r := range started {
-		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: WorkerOperator(r.WorkerID),
+		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: ops.of(r.WorkerID),
 			started: true, startedAt: r.StartedAt})
 	}
 	for _, r := range final {
@@ -62,7 +63,7 @@ func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Repor
 		if r.Kind == schemas.ReportReleased {
 			errText = handedBackReason(errText)
 		}
-		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: WorkerOperator(r.WorkerID),
+		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: ops.of(r.WorkerID),
 			final: true, ok: r.Kind == schemas.ReportSucceeded, released: r.Kind == schemas.ReportReleased, output: r.Output,
 			errText: errText, permanent: r.Permanent && r.Kind == schemas.ReportFailed, startedAt: r.StartedAt, finishedAt: r.At,
 			impliesRunning: true})

@@ -304,7 +304,19 @@ func (t Topology) TasksBucket() string   { return t.prefix + "-tasks" }
 // attempt makes creation a plain create-if-absent and lets an expiry name the
 // attempt it fences out.
 func LeaseKey(instanceID int64, attempt int) string {
-	return strconv.FormatInt(instanceID, 10) + "." + strconv.Itoa(attempt)
+	var b [41]byte
+	return string(appendLeaseKey(b[:0], instanceID, attempt))
+}
+
+func appendLeaseKey(b []byte, instanceID int64, attempt int) []byte {
+	return strconv.AppendInt(append(strconv.AppendInt(b, instanceID, 10), '.'), int64(attempt), 10)
+}
+
+// leaseKeyIs reports whether key is LeaseKey(instanceID, attempt),
+// without making that string.
+func leaseKeyIs(key string, instanceID int64, attempt int) bool {
+	var b [41]byte
+	return string(appendLeaseKey(b[:0], instanceID, attempt)) == key
 }
 
 // ParseLeaseKey is the inverse of [LeaseKey]: it accepts only the keys
@@ -318,7 +330,7 @@ func ParseLeaseKey(key string) (instanceID int64, attempt int, ok bool) {
 	}
 	i, err1 := strconv.ParseInt(id, 10, 64)
 	a, err2 := strconv.Atoi(att)
-	if err1 != nil || err2 != nil || i <= 0 || a <= 0 || LeaseKey(i, a) != key {
+	if err1 != nil || err2 != nil || i <= 0 || a <= 0 || !leaseKeyIs(key, i, a) {
 		return 0, 0, false
 	}
 	return i, a, true
