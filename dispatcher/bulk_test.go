@@ -133,3 +133,23 @@ func TestBatchRefusedWhole(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchAcknowledgedOnceEveryFiringIsMade publishes a batch with a
+// firing due now and one due in 1.5 s, which the dispatcher holds: the
+// message stays unacknowledged after the first's instance is made, until
+// the held one's is.
+func TestBatchAcknowledgedOnceEveryFiringIsMade(t *testing.T) {
+	t.Parallel()
+	b := newBatchRig(t, bulkTask)
+	b.start()
+
+	seq := b.publish("bulk", "", []byte(`[{"event_id": "now", "payload": {"n": 1}, "payload_version": 2},
+		{"event_id": "soon", "delay": "1500ms", "payload": {"n": 2}, "payload_version": 2}]`))
+	b.instance("bulk", "now", "the firing due now")
+	info := b.consumer(1, "the batch taken")
+	if _, err := b.st.InstanceByEvent(b.ctx, "bulk", "soon"); err != nil && info.AckFloor.Stream >= seq {
+		t.Errorf("the batch was acknowledged (ack floor %d, its sequence %d) while its held firing has no instance yet", info.AckFloor.Stream, seq)
+	}
+	b.instance("bulk", "soon", "the held firing")
+	b.consumer(0, "the batch was not acknowledged once its held firing was made")
+}
