@@ -8,9 +8,10 @@
 // (internal/e2e) once, and then, in each round, runs four subjects on fresh
 // databases of that cluster, alternating which system goes first:
 //
-//   - AX burst: BenchmarkPipelineThroughput, -n no-op firings at once, first
-//     firing → every instance ended, with the production lease TTL (30 s) and
-//     JetStream on file storage;
+//   - AX burst: BenchmarkPipelineThroughput, -n no-op firings at once, in
+//     bulk (1,000 firings a trigger message, as River's InsertMany inserts
+//     1,000 jobs a statement), first firing → every instance ended, with the
+//     production lease TTL (30 s) and JetStream on file storage;
 //   - River burst: -n no-op jobs inserted with InsertMany in batches of
 //     1,000, MaxWorkers 1,000, first insert → every job completed;
 //   - AX steady: BenchmarkPipelineLatency at -rate firings a second for
@@ -124,7 +125,7 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	fmt.Printf("settings: %s; River %s; %d CPUs, load average %s at the start\n",
 		settings, riverVersion(), cpustat.Cores(), cpustat.LoadAverage())
 	fmt.Printf("AX's settings are those its benchmarks print, below (by default the production lease TTL of 30 s, JetStream on file storage)\n")
-	fmt.Printf("subjects: burst of %d no-op jobs (first submit → last completion); steady %d/s for %d s (submit → handler start)\n\n", n, rate, seconds)
+	fmt.Printf("subjects: burst of %d no-op jobs (first submit → last completion; AX fires in bulk, 1,000 firings a trigger message, River inserts with InsertMany, 1,000 jobs a statement); steady %d/s for %d s (submit → handler start)\n\n", n, rate, seconds)
 
 	subjects := []string{"AX burst", "River burst", "AX steady", "River steady"}
 	results := map[string][]result{}
@@ -143,7 +144,7 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 			var res result
 			switch subject {
 			case "AX burst":
-				res, err = axBench(ctx, c, axTest, "PipelineThroughput", []string{"AX_BENCH_N=" + strconv.Itoa(n)})
+				res, err = axBench(ctx, c, axTest, "PipelineThroughput", []string{"AX_BENCH_N=" + strconv.Itoa(n), "AX_BENCH_FIRE_BATCH=1000"})
 			case "AX steady":
 				res, err = axBench(ctx, c, axTest, "PipelineLatency", []string{"AX_BENCH_RATE=" + strconv.Itoa(rate), "AX_BENCH_SECONDS=" + strconv.Itoa(seconds)})
 			case "River burst":

@@ -104,6 +104,25 @@ func (s *system) fireNoop(b *testing.B, batch *streams.AsyncBatch, eventID strin
 	batch.Add(m)
 }
 
+// fireNoopBatch publishes the firings of "noop" named eventIDs as one
+// batch (a trigger message that carries them all), asynchronously into
+// batch, with the message id noop/<batchID>.
+func (s *system) fireNoopBatch(b *testing.B, batch *streams.AsyncBatch, batchID string, eventIDs []string) {
+	evs := make([]schemas.TriggerEvent, len(eventIDs))
+	now := time.Now()
+	for i, id := range eventIDs {
+		evs[i] = schemas.TriggerEvent{EventID: id, FiredAt: now}
+	}
+	data, err := schemas.MarshalTriggerBatch(evs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := nats.NewMsg(s.srv.Topology.Trigger("noop"))
+	m.Data = data
+	m.Header.Set(nats.MsgIdHdr, streams.TriggerMsgID("noop", batchID))
+	batch.Add(m)
+}
+
 // firePaced fires perTick no-op firings every tick for seconds, named
 // paced-<from>, paced-<from+1>…, awaiting each tick's acknowledgements in
 // batch before the next tick, and returns how many it fired.
@@ -216,7 +235,9 @@ func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
 }
 
 // BenchmarkPipelineThroughput fires AX_BENCH_N (default 20000) no-op
-// instances at once through the real pipeline — trigger stream, dispatcher,
+// instances at once — in bulk, AX_BENCH_FIRE_BATCH (default 1000, as River's
+// InsertMany) firings a trigger message, or with 1 a message a firing —
+// through the real pipeline — trigger stream, dispatcher,
 // PostgreSQL, dispatch stream, executor, reports, dispatcher — and reports
 // end-to-end instances/s, from the first firing until every instance has
 // ended, with how many ended SUCCEEDED and FAILED, the CPU spent per
@@ -254,15 +275,26 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 	}
 	serviceLabel("bench")
 	defer pprof.SetGoroutineLabels(context.Background())
+	fireBatch := envInt(b, "AX_BENCH_FIRE_BATCH", 1000)
+	if fireBatch < 1 || fireBatch > schemas.MaxTriggerBatch {
+		b.Fatalf("AX_BENCH_FIRE_BATCH=%d: give 1 (a message a firing) to %d (firings a message)", fireBatch, schemas.MaxTriggerBatch)
+	}
 	var total time.Duration
 	var states map[schemas.State]int
 	meter.start()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		batch := streams.NewAsyncBatch(s.js)
+		ids := make([]string, 0, fireBatch)
 		for j := range n {
-			s.fireNoop(b, batch, fmt.Sprintf("burst-%d-%d", i, j))
-			if batch.Len() == 1000 {
+			id := fmt.Sprintf("burst-%d-%d", i, j)
+			if fireBatch == 1 {
+				s.fireNoop(b, batch, id)
+			} else if ids = append(ids, id); len(ids) == fireBatch || j == n-1 {
+				s.fireNoopBatch(b, batch, fmt.Sprintf("burst-%d-batch-%d", i, j/fireBatch), ids)
+				ids = ids[:0]
+			}
+			if batch.Len() == max(1000/fireBatch, 1) {
 				if err := batch.Wait(ctx); err != nil {
 					b.Fatal(err)
 				}
@@ -283,8 +315,12 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 	cost := meter.stop(instances)
 	p50, p99 := s.reportStartLatency(b)
 	b.ReportMetric(0, "ns/op")
-	benchf(b, "burst of %d no-op firings: %.0f instances/s (%.2f s); %d SUCCEEDED, %d FAILED, states %v; start latency of the backlog p50 %.0f ms, p99 %.0f ms",
-		instances, rate, total.Seconds(), states[schemas.StateSucceeded], states[schemas.StateFailed], states, p50, p99)
+	how := fmt.Sprintf("in bulk, %d firings a trigger message (AX_BENCH_FIRE_BATCH=%d; 1 fires a message a firing)", fireBatch, fireBatch)
+	if fireBatch == 1 {
+		how = "a trigger message a firing (AX_BENCH_FIRE_BATCH=1; the default fires 1,000 a message)"
+	}
+	benchf(b, "burst of %d no-op firings, %s: %.0f instances/s (%.2f s); %d SUCCEEDED, %d FAILED, states %v; start latency of the backlog p50 %.0f ms, p99 %.0f ms",
+		instances, how, rate, total.Seconds(), states[schemas.StateSucceeded], states[schemas.StateFailed], states, p50, p99)
 	cost.log(b)
 }
 
