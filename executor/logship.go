@@ -10,8 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -200,25 +198,25 @@ func (sh *logShipper) flush(ctx context.Context) error {
 
 // run ships the buffer every interval, or at once when a batch is full or a
 // flush waits, until ctx ends; then it ships what is left and returns.
-func (sh *logShipper) run(ctx context.Context, js jetstream.JetStream) {
+func (sh *logShipper) run(ctx context.Context, pub *streams.Publisher) {
 	ticker := time.NewTicker(sh.interval)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			sh.ship(js)
+			sh.ship(pub)
 			return
 		case <-ticker.C:
 		case <-sh.urgent:
 		}
-		sh.ship(js)
+		sh.ship(pub)
 	}
 }
 
 // ship publishes every line in the buffer, a batch at a time, each batch
 // led by the warnings of the attempts that lost lines. It stops early when
 // NATS refuses lines: the rest waits for the next round.
-func (sh *logShipper) ship(js jetstream.JetStream) {
+func (sh *logShipper) ship(pub *streams.Publisher) {
 	for {
 		entries, warnings := sh.take()
 		if len(entries) == 0 && len(warnings) == 0 {
@@ -233,7 +231,7 @@ func (sh *logShipper) ship(js jetstream.JetStream) {
 		for i := range entries {
 			lines = append(lines, sh.line(&entries[i]))
 		}
-		failed := sh.publish(js, lines)
+		failed := sh.publish(pub, lines)
 		sh.mu.Lock()
 		for _, i := range failed {
 			if i < len(warnings) {
@@ -343,29 +341,23 @@ func (sh *logShipper) line(e *logEntry) schemas.LogLine {
 // publish publishes lines asynchronously, in order, and awaits their
 // acknowledgements together. It returns the indexes of the lines that
 // were not stored.
-func (sh *logShipper) publish(js jetstream.JetStream, lines []schemas.LogLine) (failed []int) {
+func (sh *logShipper) publish(pub *streams.Publisher, lines []schemas.LogLine) (failed []int) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	futures := make([]jetstream.PubAckFuture, len(lines))
+	b := pub.Batch()
+	sent := make([]int, 0, len(lines)) // the line of each of b's messages
 	for i, l := range lines {
-		m := nats.NewMsg(sh.topo.Log(l.InstanceID))
-		var err error
-		if m.Data, err = json.Marshal(l); err == nil {
-			futures[i], err = js.PublishMsgAsync(m)
-		}
+		data, err := json.Marshal(l)
 		if err != nil {
 			failed = append(failed, i)
-		}
-	}
-	for i, f := range futures {
-		if f == nil {
 			continue
 		}
-		select {
-		case <-f.Ok():
-		case <-f.Err():
-			failed = append(failed, i)
-		case <-ctx.Done():
+		sent = append(sent, i)
+		b.AddData(sh.topo.Log(l.InstanceID), data)
+	}
+	_ = b.Await(ctx) // a line it did not wait for has an error
+	for j, i := range sent {
+		if _, err := b.Result(j); err != nil {
 			failed = append(failed, i)
 		}
 	}

@@ -27,13 +27,24 @@ func addLine(sh *logShipper, d *schemas.Dispatch, at time.Time, i int) {
 	sh.add(d, zerolog.InfoLevel, at, fmt.Sprintf("line %d", i), []field{{"n", json.RawMessage(strconv.Itoa(i))}})
 }
 
+// newPublisher returns a publisher on nc, closed when the test ends.
+func newPublisher(t *testing.T, nc *nats.Conn, timeout time.Duration) *streams.Publisher {
+	t.Helper()
+	pub, err := streams.NewPublisher(nc, streams.PublisherOptions{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Close)
+	return pub
+}
+
 // runShipper runs sh until the test ends.
-func runShipper(t *testing.T, sh *logShipper, js jetstream.JetStream) {
+func runShipper(t *testing.T, sh *logShipper, pub *streams.Publisher) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sh.run(ctx, js)
+		sh.run(ctx, pub)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -65,12 +76,8 @@ func TestLogShipperDropsOldestAndNeverBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	pubConn, _ := srv.Connect()
-	js, err := jetstream.New(pubConn, jetstream.WithPublishAsyncTimeout(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
 	sh := newLogShipper("w1", topo, 10, time.Hour, zerolog.Nop())
-	runShipper(t, sh, js)
+	runShipper(t, sh, newPublisher(t, pubConn, time.Minute))
 	d := &schemas.Dispatch{InstanceID: 7, Attempt: 1, Task: "t"}
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -173,13 +180,14 @@ func decodeLine(t *testing.T, m *nats.Msg) schemas.LogLine {
 func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 	t.Parallel()
 	srv := streamstest.NewServer(t, streams.Config{})
-	_, js := srv.Connect()
+	nc, js := srv.Connect()
+	pub := newPublisher(t, nc, opTimeout)
 	sh := newLogShipper("w1", srv.Topology, 100, time.Hour, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sh.run(ctx, js)
+		sh.run(ctx, pub)
 	}()
 	d := &schemas.Dispatch{InstanceID: 7, Attempt: 1, Task: "t"}
 	for i := range 3 {
@@ -207,7 +215,7 @@ func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 	}
 	lost := newLogShipper("w1", other, 100, time.Hour, zerolog.Nop())
 	addLine(lost, d, time.Now(), 0)
-	lost.ship(js)
+	lost.ship(pub)
 	if n := lost.dropped(); n != 1 {
 		t.Errorf("dropped = %d, want 1", n)
 	}

@@ -224,7 +224,7 @@ func (s *Service) Run(ctx context.Context) error {
 	background.Go(func() { s.sendFinals(bgCtx) })
 	// Stopped with the others once every attempt is reported: it then
 	// ships what is left.
-	background.Go(func() { s.logs.run(bgCtx, s.js) })
+	background.Go(func() { s.logs.run(bgCtx, s.pub) })
 
 	s.log.Info().Strs("pools", s.opts.Pools).Int("slots", s.opts.Slots).Strs("handlers", s.opts.Mux.Names()).
 		Dur("lease_ttl", s.currentLeaseTTL()).Msg("worker started")
