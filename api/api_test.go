@@ -550,7 +550,7 @@ func TestFireRejects(t *testing.T) {
 		{"invalid UTF-8 in the run id", "nightly-report", "application/json", "{\"run_id\": \"r\xfe\"}", 400, "invalid_request", "run_id", "not valid UTF-8"},
 		{"NUL in the idempotency key", "nightly-report", "application/json", `{"idempotency_key": "k\u0000"}`, 400, "invalid_request", "idempotency_key", "NUL character"},
 		{"malformed JSON", "nightly-report", "application/json", `{"payload": `, 400, "malformed_json", "", "not valid JSON"},
-		{"not an object", "nightly-report", "application/json", `[1]`, 400, "invalid_request", "", "JSON object"},
+		{"not an object", "nightly-report", "application/json", `1`, 400, "invalid_request", "", "JSON object"}, // an array is a batch (TestFireBatch)
 		{"wrong field type", "nightly-report", "application/json", `{"payload_version": "1"}`, 400, "invalid_request", "payload_version", "whole number"},
 		{"unknown field", "nightly-report", "application/json", `{"payload": {}, "retries": 5}`, 400, "unknown_field", "retries", "payload, payload_version"},
 		{"two values", "nightly-report", "application/json", `{} {}`, 400, "malformed_json", "", "more than one JSON value"},

@@ -43,17 +43,35 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	req, e := s.readFireRequest(w, r)
+	data, _, e := s.readBody(w, r, false)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
+	if schemas.IsTriggerBatch(data) {
+		s.fireBatch(w, r, name, data)
+		return
+	}
+	req, e := decodeFireRequest(data)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	ev, e := firingOf(r, name, req, s.opts.NowFunc())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.publishFiring(w, r, ev)
+}
+
+// firingOf makes the trigger event of a firing request of task name.
+func firingOf(r *http.Request, name string, req FireRequest, now time.Time) (schemas.TriggerEvent, *Error) {
 	// The operator is not recorded, but a value the firing's own operator
 	// could not hold is a mistake worth telling.
 	if len(req.Operator) > maxOperatorLen {
-		writeError(w, badRequest("invalid_request", "operator", "operator is %d bytes long; keep it to %d (any non-empty value makes the firing manual)",
-			len(req.Operator), maxOperatorLen))
-		return
+		return schemas.TriggerEvent{}, badRequest("invalid_request", "operator", "operator is %d bytes long; keep it to %d (any non-empty value makes the firing manual)",
+			len(req.Operator), maxOperatorLen)
 	}
 	ev := schemas.TriggerEvent{
 		EventID:        req.EventID,
@@ -64,14 +82,13 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 		Payload:        req.Payload,
 		PayloadVersion: req.PayloadVersion,
 		Priority:       req.Priority,
-		FiredAt:        s.opts.NowFunc().UTC(),
+		FiredAt:        now.UTC(),
 		RunAt:          req.RunAt.UTC(),
 		Delay:          req.Delay,
 		RunID:          req.RunID,
 	}
 	if problems := ev.UserIDProblems(); len(problems) > 0 {
-		writeError(w, validationError("invalid_request", &schemas.ValidationError{What: "firing", Problems: problems}))
-		return
+		return ev, validationError("invalid_request", &schemas.ValidationError{What: "firing", Problems: problems})
 	}
 	if ev.EventID == "" && ev.IdempotencyKey == "" {
 		ev.EventID = nuid.Next()
@@ -79,7 +96,7 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 	if req.Operator != "" {
 		ev.Source = schemas.SourceManual
 	}
-	s.publishFiring(w, r, ev)
+	return ev, nil
 }
 
 // publishFiring checks a firing of ev.Task against the task and publishes
@@ -95,56 +112,18 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 		writeError(w, e)
 		return
 	}
-
-	rec, err := s.opts.Store.GetTask(r.Context(), name)
-	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, taskNotFound(name))
+	rec, ok := s.fireableTask(w, r, name)
+	if !ok {
 		return
 	}
+	ev, e, err := checkFiring(ev, rec)
 	if err != nil {
-		s.internalError(w, r, "get task "+name, err)
+		s.internalError(w, r, "check the payload of task "+name, err)
 		return
 	}
-	if !rec.Enabled {
-		writeError(w, &Error{Status: http.StatusConflict, Code: "task_disabled", Field: "name",
-			Message: fmt.Sprintf("task %q is disabled, so it cannot be fired; enable it with POST /v1/tasks/%s/enable (ax task enable %s)", name, name, name)})
-		return
-	}
-	if rec.Paused {
-		writeError(w, &Error{Status: http.StatusConflict, Code: "task_paused", Field: "name",
-			Message: fmt.Sprintf("task %q is paused, so it cannot be fired; resume it with POST /v1/tasks/%s/resume (ax task resume %s)", name, name, name)})
-		return
-	}
-	if want := max(rec.Definition.SchemaVersion, schemas.DefaultSchemaVersion); ev.PayloadVersion != want {
-		writeError(w, &Error{Status: http.StatusUnprocessableEntity, Code: "payload_version_mismatch", Field: "payload_version",
-			Message: fmt.Sprintf("payload_version %d does not match the schema_version %d of task %q (version %d); send a payload of version %d with payload_version %d",
-				ev.PayloadVersion, want, name, rec.Version, want, want)})
-		return
-	}
-
-	if problems := schemas.EncodedPayloadProblems(rec.Definition, ev.Payload); len(problems) > 0 {
-		e := validationError("encoded_payload", &schemas.ValidationError{What: "payload", Problems: problems})
-		e.Status = http.StatusUnprocessableEntity
+	if e != nil {
 		writeError(w, e)
 		return
-	}
-	if err := schemas.ValidatePayload(rec.Definition.PayloadSchema, ev.Payload); err != nil {
-		ve, ok := errors.AsType[*schemas.ValidationError](err)
-		if !ok {
-			s.internalError(w, r, "check the payload of task "+name, err)
-			return
-		}
-		e := validationError("invalid_payload", ve)
-		e.Status = http.StatusUnprocessableEntity
-		e.Message += fmt.Sprintf("; task %q (version %d) declares a payload_schema that the payload must satisfy", name, rec.Version)
-		writeError(w, e)
-		return
-	}
-
-	// The delay counts from now; what travels is the due time.
-	if ev.Delay != "" {
-		d, _ := time.ParseDuration(ev.Delay) // validateEvent checked it
-		ev.RunAt, ev.Delay = ev.FiredAt.Add(d), ""
 	}
 	eventID := ev.EventID
 	if ev.IdempotencyKey != "" {
@@ -194,40 +173,114 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 	writeJSON(w, http.StatusCreated, FireResult{InstanceID: in.ID, Task: name, EventID: eventID, State: in.State})
 }
 
+// fireableTask reads the task name for a firing and answers the request
+// when it cannot be fired (it does not exist, is disabled or paused); ok
+// is false then.
+func (s *Service) fireableTask(w http.ResponseWriter, r *http.Request, name string) (store.TaskRecord, bool) {
+	rec, err := s.opts.Store.GetTask(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, taskNotFound(name))
+		return rec, false
+	}
+	if err != nil {
+		s.internalError(w, r, "get task "+name, err)
+		return rec, false
+	}
+	if !rec.Enabled {
+		writeError(w, &Error{Status: http.StatusConflict, Code: "task_disabled", Field: "name",
+			Message: fmt.Sprintf("task %q is disabled, so it cannot be fired; enable it with POST /v1/tasks/%s/enable (ax task enable %s)", name, name, name)})
+		return rec, false
+	}
+	if rec.Paused {
+		writeError(w, &Error{Status: http.StatusConflict, Code: "task_paused", Field: "name",
+			Message: fmt.Sprintf("task %q is paused, so it cannot be fired; resume it with POST /v1/tasks/%s/resume (ax task resume %s)", name, name, name)})
+		return rec, false
+	}
+	return rec, true
+}
+
+// checkFiring checks a firing ev, which validateEvent took, against its
+// task rec (its payload version and payload_schema), and returns it with
+// its delay resolved to run_at. The *Error is the firing's fault; the
+// error is not (a payload_schema that does not compile).
+func checkFiring(ev schemas.TriggerEvent, rec store.TaskRecord) (schemas.TriggerEvent, *Error, error) {
+	name := ev.Task
+	if want := max(rec.Definition.SchemaVersion, schemas.DefaultSchemaVersion); ev.PayloadVersion != want {
+		return ev, &Error{Status: http.StatusUnprocessableEntity, Code: "payload_version_mismatch", Field: "payload_version",
+			Message: fmt.Sprintf("payload_version %d does not match the schema_version %d of task %q (version %d); send a payload of version %d with payload_version %d",
+				ev.PayloadVersion, want, name, rec.Version, want, want)}, nil
+	}
+	if problems := schemas.EncodedPayloadProblems(rec.Definition, ev.Payload); len(problems) > 0 {
+		e := validationError("encoded_payload", &schemas.ValidationError{What: "payload", Problems: problems})
+		e.Status = http.StatusUnprocessableEntity
+		return ev, e, nil
+	}
+	if err := schemas.ValidatePayload(rec.Definition.PayloadSchema, ev.Payload); err != nil {
+		ve, ok := errors.AsType[*schemas.ValidationError](err)
+		if !ok {
+			return ev, nil, err
+		}
+		e := validationError("invalid_payload", ve)
+		e.Status = http.StatusUnprocessableEntity
+		e.Message += fmt.Sprintf("; task %q (version %d) declares a payload_schema that the payload must satisfy", name, rec.Version)
+		return ev, e, nil
+	}
+	// The delay counts from now; what travels is the due time.
+	if ev.Delay != "" {
+		d, _ := time.ParseDuration(ev.Delay) // validateEvent checked it
+		ev.RunAt, ev.Delay = ev.FiredAt.Add(d), ""
+	}
+	return ev, nil, nil
+}
+
 // answerRepeat answers a firing whose idempotency key was used before and
 // reports whether it did: with the instance that key made (200) or the
 // delayed firing still waiting for its time (202) when the payload is the
 // same, and 409 when it is not.
 func (s *Service) answerRepeat(w http.ResponseWriter, r *http.Request, ev schemas.TriggerEvent, eventID string) bool {
-	in, err := s.opts.Store.InstanceByEvent(r.Context(), ev.Task, eventID)
+	res, e, err := s.repeatOf(r.Context(), ev, eventID)
+	switch {
+	case err != nil:
+		s.internalError(w, r, "look for an earlier firing of task "+ev.Task+" event "+eventID, err)
+	case e != nil:
+		writeError(w, e)
+	case res != nil:
+		status := http.StatusOK
+		if res.InstanceID == 0 {
+			status = http.StatusAccepted
+		}
+		writeJSON(w, status, res)
+	default:
+		return false
+	}
+	return true
+}
+
+// repeatOf looks for an earlier firing with ev's idempotency key (its event
+// id eventID): it returns its instance (or its delayed firing, still
+// waiting) when the payload is the same, a 409 when it is not, and neither
+// when there is none.
+func (s *Service) repeatOf(ctx context.Context, ev schemas.TriggerEvent, eventID string) (*FireResult, *Error, error) {
+	in, err := s.opts.Store.InstanceByEvent(ctx, ev.Task, eventID)
 	switch {
 	case err == nil:
 		if !wire.SameJSON(in.Payload, ev.Payload) {
-			writeError(w, idempotencyConflict(ev, in.ID))
-			return true
+			return nil, idempotencyConflict(ev, in.ID), nil
 		}
-		writeJSON(w, http.StatusOK, FireResult{InstanceID: in.ID, Task: ev.Task, EventID: eventID, State: in.State, Existing: true})
-		return true
+		return &FireResult{InstanceID: in.ID, Task: ev.Task, EventID: eventID, State: in.State, Existing: true}, nil, nil
 	case !errors.Is(err, store.ErrNotFound):
-		s.internalError(w, r, "get instance of task "+ev.Task+" event "+eventID, err)
-		return true
+		return nil, nil, err
 	}
-	pending, ok, err := s.pendingFiring(r.Context(), ev.Task, eventID)
-	if err != nil {
-		s.internalError(w, r, "look for a pending firing of task "+ev.Task+" event "+eventID, err)
-		return true
-	}
-	if !ok {
-		return false
+	pending, ok, err := s.pendingFiring(ctx, ev.Task, eventID)
+	if err != nil || !ok {
+		return nil, nil, err
 	}
 	if !wire.SameJSON(pending.Payload, ev.Payload) {
-		writeError(w, &Error{Status: http.StatusConflict, Code: "idempotency_conflict", Field: "idempotency_key",
+		return nil, &Error{Status: http.StatusConflict, Code: "idempotency_conflict", Field: "idempotency_key",
 			Message: fmt.Sprintf("idempotency_key %q of task %q belongs to a firing due at %s with another payload; send the same payload to get that firing back, or use a new key for a new firing",
-				ev.IdempotencyKey, ev.Task, pending.RunAt.Format(time.RFC3339Nano))})
-		return true
+				ev.IdempotencyKey, ev.Task, pending.RunAt.Format(time.RFC3339Nano))}, nil
 	}
-	writeJSON(w, http.StatusAccepted, FireResult{Task: ev.Task, EventID: eventID, RunAt: pending.RunAt, Existing: true})
-	return true
+	return &FireResult{Task: ev.Task, EventID: eventID, RunAt: pending.RunAt, Existing: true}, nil, nil
 }
 
 func idempotencyConflict(ev schemas.TriggerEvent, instanceID int64) *Error {
@@ -294,14 +347,10 @@ func (s *Service) publishDelayed(ctx context.Context, ev schemas.TriggerEvent, e
 	return subject, nil
 }
 
-// readFireRequest decodes the optional body of a firing, refusing unknown
-// fields and anything after the JSON object.
-func (s *Service) readFireRequest(w http.ResponseWriter, r *http.Request) (FireRequest, *Error) {
+// decodeFireRequest decodes the optional body of a firing, refusing
+// unknown fields and anything after the JSON object.
+func decodeFireRequest(data []byte) (FireRequest, *Error) {
 	var req FireRequest
-	data, _, e := s.readBody(w, r, false)
-	if e != nil {
-		return req, e
-	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return req, nil
 	}

@@ -11,6 +11,8 @@ type (
 	TriggerTimes        = wire.TriggerTimes
 	FireRequest         = wire.FireRequest
 	FireResult          = wire.FireResult
+	FireBatchResult     = wire.FireBatchResult
+	FireBatchItem       = wire.FireBatchItem
 	RerunRequest        = wire.RerunRequest
 	CancelRequest       = wire.CancelRequest
 	StreamInfo          = wire.StreamInfo

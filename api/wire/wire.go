@@ -116,6 +116,23 @@ type FireResult struct {
 	Existing bool `json:"existing,omitempty"`
 }
 
+// FireBatchResult is the answer (202) to POST /v1/tasks/{name}/runs with a
+// JSON array of firings: one result a firing, in the order of the array.
+type FireBatchResult struct {
+	Results []FireBatchItem `json:"results"`
+}
+
+// FireBatchItem is the result of one firing of a batch: the status and
+// body a single firing so made would have had, but that the API does not
+// wait for the instances of a batch (202 with the event id; 200 for an
+// idempotency key used before), or the error (4xx, 503) that refused it
+// alone.
+type FireBatchItem struct {
+	Status int `json:"status"`
+	*FireResult
+	Error *Error `json:"error,omitempty"`
+}
+
 // SameJSON reports whether two JSON documents are the same value: key order,
 // spacing and the spelling of numbers (1.0, 1e0) do not matter. An empty
 // document is null.
