@@ -195,7 +195,7 @@ LEFT JOIN LATERAL (
 	WHERE run_id = c.run_id AND task = p.parent AND parent_id IS NULL -- a shard's end is its parent's
 	ORDER BY id DESC LIMIT 1
 ) i ON true
-ORDER BY c.run_id, c.child`, tasks, runs)
+ORDER BY c.run_id, c.child`, textArray(tasks), textArray(runs))
 	if err != nil {
 		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
 	}
