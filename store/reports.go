@@ -374,7 +374,7 @@ UNION ALL
 SELECT false, '', r.id, r.attempt, `+outcomeColumns("i")+`
 FROM r LEFT JOIN cur i ON i.id = r.id
 WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
-		ids, attempts, textArray(workers), textArray(operators), starts, finals, oks, outputs, textArray(errs), permanents, startedAt, finishedAt, implies, textArray(pools),
+		ids, attempts, textArray(workers), textArray(operators), starts, finals, oks, outputs, textArray(errs), permanents, timeArray(startedAt), timeArray(finishedAt), implies, textArray(pools),
 		released)
 	if err != nil {
 		return nil, fmt.Errorf("record reports: %w", err)

@@ -1,6 +1,10 @@
 package store
 
-import "github.com/jackc/pgx/v5/pgtype"
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
 
 // textArray is a []string query parameter for a text[] that pgx encodes
 // without a heap copy of each element: pgtype.FlatArray hands each string
@@ -28,3 +32,33 @@ type textRef struct{ s *string }
 
 // TextValue implements pgtype.TextValuer.
 func (r textRef) TextValue() (pgtype.Text, error) { return pgtype.Text{String: *r.s, Valid: true}, nil }
+
+// timeArray is a []*time.Time query parameter for a timestamptz[] that pgx
+// encodes without a heap copy of each element (a nil element is NULL), as
+// textArray does for text.
+type timeArray []*time.Time
+
+// Dimensions implements pgtype.ArrayGetter.
+func (a timeArray) Dimensions() []pgtype.ArrayDimension {
+	if a == nil {
+		return nil
+	}
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+// Index implements pgtype.ArrayGetter.
+func (a timeArray) Index(i int) any { return timeRef{a[i]} }
+
+// IndexType implements pgtype.ArrayGetter.
+func (a timeArray) IndexType() any { return timeRef{} }
+
+// timeRef is one element of a timeArray.
+type timeRef struct{ t *time.Time }
+
+// TimestamptzValue implements pgtype.TimestamptzValuer.
+func (r timeRef) TimestamptzValue() (pgtype.Timestamptz, error) {
+	if r.t == nil {
+		return pgtype.Timestamptz{}, nil
+	}
+	return pgtype.Timestamptz{Time: *r.t, Valid: true}, nil
+}
