@@ -142,13 +142,13 @@ func nextRound(reports []schemas.Report) (round, later []schemas.Report) {
 		pool, worker   string
 		started, final bool
 	}
-	held := make(map[[2]int64]*holding, len(reports))
+	held := make(map[[2]int64]holding, len(reports))
+	round = make([]schemas.Report, 0, len(reports))
 	for _, r := range reports {
 		key := [2]int64{r.InstanceID, int64(r.Attempt)}
-		h := held[key]
-		if h == nil {
-			h = &holding{pool: r.Pool, worker: r.WorkerID}
-			held[key] = h
+		h, ok := held[key]
+		if !ok {
+			h = holding{pool: r.Pool, worker: r.WorkerID}
 		}
 		if h.pool != r.Pool || h.worker != r.WorkerID ||
 			(r.Kind == schemas.ReportStarted && h.started) || (r.Kind.IsFinal() && h.final) {
@@ -157,6 +157,7 @@ func nextRound(reports []schemas.Report) (round, later []schemas.Report) {
 		}
 		h.started = h.started || r.Kind == schemas.ReportStarted
 		h.final = h.final || r.Kind.IsFinal()
+		held[key] = h
 		round = append(round, r)
 	}
 	return round, later
