@@ -11,71 +11,63 @@ import (
 // A textArray encodes as the []string it holds, NULL for nil, without an
 // allocation an element.
 func TestTextArrayEncodesAsStrings(t *testing.T) {
-	m := pgtype.NewMap()
 	for _, in := range [][]string{nil, {}, {""}, {"worker:w-1", "", "ünïcode", "a,b", `q"uote`}} {
-		for _, format := range []int16{pgtype.BinaryFormatCode, pgtype.TextFormatCode} {
-			want, err := m.Encode(pgtype.TextArrayOID, format, in, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := m.Encode(pgtype.TextArrayOID, format, textArray(in), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) || (got == nil) != (want == nil) {
-				t.Errorf("%q in format %d: encoded %q, a []string %q", in, format, got, want)
-			}
-		}
+		encodesAs(t, pgtype.TextArrayOID, textArray(in), in)
 	}
-
 	in := make([]string, 100)
 	for i := range in {
 		in[i] = "worker:w-1"
 	}
-	buf := make([]byte, 0, 4096)
-	allocs := testing.AllocsPerRun(20, func() {
-		if _, err := m.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, textArray(in), buf[:0]); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if allocs >= float64(len(in)) {
-		t.Errorf("encoding %d strings made %.0f allocations", len(in), allocs)
-	}
+	fewAllocations(t, pgtype.TextArrayOID, textArray(in), len(in))
 }
 
 // A timeArray encodes as the []*time.Time it holds (a nil element NULL,
 // a nil array NULL), without an allocation an element.
 func TestTimeArrayEncodesAsTimes(t *testing.T) {
-	m := pgtype.NewMap()
 	at := time.Date(2026, 12, 2, 23, 10, 0, 123456789, time.FixedZone("x", 3600))
 	utc := at.UTC()
 	for _, in := range [][]*time.Time{nil, {}, {nil}, {&at, nil, &utc}} {
-		for _, format := range []int16{pgtype.BinaryFormatCode, pgtype.TextFormatCode} {
-			want, err := m.Encode(pgtype.TimestamptzArrayOID, format, in, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := m.Encode(pgtype.TimestamptzArrayOID, format, timeArray(in), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) || (got == nil) != (want == nil) {
-				t.Errorf("%v in format %d: encoded %q, a []*time.Time %q", in, format, got, want)
-			}
-		}
+		encodesAs(t, pgtype.TimestamptzArrayOID, timeArray(in), in)
 	}
-
 	in := make([]*time.Time, 100)
 	for i := range in {
 		in[i] = &at
 	}
+	fewAllocations(t, pgtype.TimestamptzArrayOID, timeArray(in), len(in))
+}
+
+// encodesAs checks that got encodes as want, the slice pgx takes as it
+// is, in both formats.
+func encodesAs(t *testing.T, oid uint32, got, want any) {
+	t.Helper()
+	m := pgtype.NewMap()
+	for _, format := range []int16{pgtype.BinaryFormatCode, pgtype.TextFormatCode} {
+		w, err := m.Encode(oid, format, want, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := m.Encode(oid, format, got, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(g, w) || (g == nil) != (w == nil) {
+			t.Errorf("%v in format %d: encoded %q, as pgx encodes it %q", want, format, g, w)
+		}
+	}
+}
+
+// fewAllocations checks that encoding array, of n elements, makes fewer
+// allocations than one an element.
+func fewAllocations(t *testing.T, oid uint32, array any, n int) {
+	t.Helper()
+	m := pgtype.NewMap()
 	buf := make([]byte, 0, 4096)
 	allocs := testing.AllocsPerRun(20, func() {
-		if _, err := m.Encode(pgtype.TimestamptzArrayOID, pgtype.BinaryFormatCode, timeArray(in), buf[:0]); err != nil {
+		if _, err := m.Encode(oid, pgtype.BinaryFormatCode, array, buf[:0]); err != nil {
 			t.Fatal(err)
 		}
 	})
-	if allocs >= float64(len(in)) {
-		t.Errorf("encoding %d times made %.0f allocations", len(in), allocs)
+	if allocs >= float64(n) {
+		t.Errorf("encoding %d elements made %.0f allocations", n, allocs)
 	}
 }
