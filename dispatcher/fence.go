@@ -161,27 +161,49 @@ func (s *Service) answerFences(ctx, work context.Context, leases jetstream.KeyVa
 	case <-ctx.Done():
 		return nil
 	}
-	questions := make(chan *nats.Msg, fenceAnswerers)
-	sub, err := s.opts.Conn.ChanQueueSubscribe(s.top.AllFences(), "dispatcher", questions)
+	// Questions wait in the subscription's pending messages while
+	// fenceAnswerers are answering: after a dispatcher restart every
+	// redelivered attempt asks at once, thousands of them, and a question
+	// dropped is asked again only after the executor's timeout. (A channel
+	// subscription drops what does not fit in its channel.)
+	sem := make(chan struct{}, fenceAnswerers)
+	var (
+		mu      sync.Mutex
+		stopped bool
+		wg      sync.WaitGroup
+	)
+	sub, err := s.opts.Conn.QueueSubscribe(s.top.AllFences(), "dispatcher", func(m *nats.Msg) {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		wg.Add(1)
+		mu.Unlock()
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Done()
+			return
+		}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s.answerFence(work, leases, reports, m)
+		}()
+	})
 	if err != nil {
 		return fmt.Errorf("answer fence questions: subscribe to %s: %w", s.top.AllFences(), err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	sem := make(chan struct{}, fenceAnswerers)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-questions:
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				s.answerFence(work, leases, reports, m)
-			})
-		}
-	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	// A question being handed on as the subscription ends is counted
+	// before stopped is set, or not at all.
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
+	wg.Wait()
+	return nil
 }
 
 // answerFence answers one fence question, or nothing when it cannot tell

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -227,5 +228,55 @@ execution:
 	a.executor(string(natsauth.Executor), defaultWorker, schemas.DefaultPool)
 	if in := a.waitState(id, schemas.StateSucceeded, time.Minute); in.Attempt != 1 {
 		t.Errorf("succeeded at attempt %d, want 1", in.Attempt)
+	}
+}
+
+// TestFenceQuestionsAllAnswered: after a dispatcher restart every
+// redelivered attempt asks the fence, thousands at once. Many questions
+// arriving together wait their turn: each gets its answer, none is dropped
+// to be asked again after the executor's timeout.
+func TestFenceQuestionsAllAnswered(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	conn, _ := s.srv.Connect()
+	ask := func(id int64, timeout time.Duration) error {
+		q, err := json.Marshal(schemas.FenceQuestion{InstanceID: id, Attempt: 1, WorkerID: "w1"})
+		if err != nil {
+			return err
+		}
+		reply, err := conn.Request(s.srv.Topology.Fence(schemas.DefaultPool, "w1", id), q, timeout)
+		if err != nil {
+			return err
+		}
+		var a schemas.FenceAnswer
+		if err := json.Unmarshal(reply.Data, &a); err != nil {
+			return err
+		}
+		if a.Start {
+			return fmt.Errorf("instance %d may start: %s", id, a.Reason)
+		}
+		return nil
+	}
+	// The dispatcher answers once its watch of the leases has read the
+	// bucket.
+	waitFor(t, "the dispatcher to answer a fence question", time.Minute, func() (bool, error) {
+		return ask(999_999, 5*time.Second) == nil, nil
+	})
+	const n = 500
+	replies := make(chan error, n)
+	for i := range n {
+		// No such instance: the answer is no. The executor's own timeout is
+		// 5 s; a minute leaves a loaded machine time to answer 500, and
+		// still fails a question dropped.
+		go func() { replies <- ask(int64(1_000_000+i), time.Minute) }()
+	}
+	var failed []error
+	for range n {
+		if err := <-replies; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d fence questions asked at once not answered no (first: %v)", len(failed), n, failed[0])
 	}
 }
