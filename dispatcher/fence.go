@@ -64,6 +64,7 @@ const (
 type leaseBook struct {
 	mu      sync.Mutex
 	holders map[[2]int64]string
+	last    string        // the worker of the last put, whose leases come in runs
 	since   time.Time     // when the watch began
 	ready   chan struct{} // closed once the watch delivered the bucket's current state
 	once    sync.Once
@@ -87,7 +88,15 @@ func (b *leaseBook) synced() { b.once.Do(func() { close(b.ready) }) }
 func (b *leaseBook) put(key [2]int64, worker string) {
 	b.mu.Lock()
 	b.holders[key] = worker
+	b.last = worker
 	b.mu.Unlock()
+}
+
+// lastWorker returns the worker the last put named.
+func (b *leaseBook) lastWorker() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last
 }
 
 // known reports whether a lease put of attempt key was noted.

@@ -162,7 +162,7 @@ func (s *Service) appendExpiry(lost []store.Failure, holders *leaseBook, e jetst
 	case jetstream.KeyValuePut:
 		if !holders.known(key) {
 			// The first put: a renewal names the same worker.
-			l, _ := schemas.DecodeLease(e.Value())
+			l, _ := schemas.DecodeLeaseFrom(e.Value(), holders.lastWorker())
 			holders.put(key, l.WorkerID)
 		}
 		return lost

@@ -174,7 +174,16 @@ func DecodeLease(data []byte) (Lease, error) {
 	return decodePlainOr(data, decodePlainLease)
 }
 
-func decodePlainLease(data []byte) (l Lease, ok bool) {
+// DecodeLeaseFrom decodes a lease's value as DecodeLease does; a worker id
+// equal to worker is that string, not a copy (the leases a watch sees come
+// in runs of one worker's).
+func DecodeLeaseFrom(data []byte, worker string) (Lease, error) {
+	return decodePlainOr(data, func(data []byte) (Lease, bool) { return decodePlainLeaseFrom(data, worker) })
+}
+
+func decodePlainLease(data []byte) (Lease, bool) { return decodePlainLeaseFrom(data, "") }
+
+func decodePlainLeaseFrom(data []byte, worker string) (l Lease, ok bool) {
 	r := plainReader{data: data}
 	r.members(func(key []byte) {
 		switch string(key) {
@@ -183,7 +192,7 @@ func decodePlainLease(data []byte) (l Lease, ok bool) {
 		case "attempt":
 			l.Attempt = int(r.int(strconv.IntSize))
 		case "worker_id":
-			l.WorkerID = r.str()
+			l.WorkerID = r.strAs(worker)
 		case "acquired_at":
 			l.AcquiredAt = r.time()
 		default:

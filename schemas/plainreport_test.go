@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 var reportSamples = []Report{
@@ -90,6 +92,21 @@ func readsAsUnmarshal(t *testing.T, data []byte) {
 	plainReadsAsUnmarshal(t, data, decodePlainReportBatch)
 	decodesAsUnmarshal(t, data, DecodeLease)
 	plainReadsAsUnmarshal(t, data, decodePlainLease)
+	decodesAsUnmarshal(t, data, func(data []byte) (Lease, error) { return DecodeLeaseFrom(data, "w-1") })
+}
+
+// A lease of the worker named to DecodeLeaseFrom holds that string.
+func TestDecodeLeaseFromSharesTheWorkerID(t *testing.T) {
+	t.Parallel()
+	worker := strings.Clone("w-1")
+	l, err := DecodeLeaseFrom([]byte(`{"instance_id":7,"attempt":1,"worker_id":"w-1","acquired_at":"2026-12-02T23:20:00Z"}`), worker)
+	if err != nil || l.WorkerID != worker || unsafe.StringData(l.WorkerID) != unsafe.StringData(worker) {
+		t.Fatalf("lease %+v (%v): its worker id is not the string given", l, err)
+	}
+	l, err = DecodeLeaseFrom([]byte(`{"instance_id":7,"attempt":1,"worker_id":"w-2"}`), worker)
+	if err != nil || l.WorkerID != "w-2" {
+		t.Fatalf("lease %+v (%v), want worker w-2", l, err)
+	}
 }
 
 func TestTheReportsExecutorsEncodeTakeThePlainPath(t *testing.T) {
