@@ -33,9 +33,9 @@ import (
 // (AX_BENCH_LEASE_TTL overrides it) and JetStream on file storage, as ax dev
 // runs it. Every run prints these settings beside its figures.
 
-// benchSystem starts a system with one executor of 256 slots serving the
-// no-op task "noop", with leases of AX_BENCH_LEASE_TTL (default: the
-// production 30 s).
+// benchSystem starts a system with one executor of 1,000 slots (as
+// bench/peers' River runs 1,000 workers) serving the no-op task "noop",
+// with leases of AX_BENCH_LEASE_TTL (default: the production 30 s).
 func benchSystem(b *testing.B) *benchRig {
 	ttl := envDuration(b, "AX_BENCH_LEASE_TTL", streams.DefaultLeaseTTL)
 	benchGC.Do(func() { benchGCSetting = gctune.Apply() })
@@ -46,7 +46,7 @@ func benchSystem(b *testing.B) *benchRig {
 		return nil, nil
 	})
 	s := &benchRig{system: newSystemWith(b, ttl, devstack.Executor{
-		Options: executor.Options{WorkerID: "bench", Mux: mux, Slots: 256, Logger: zerolog.Nop()}}), hops: hops}
+		Options: executor.Options{WorkerID: "bench", Mux: mux, Slots: 1000, Logger: zerolog.Nop()}}), hops: hops}
 	s.log = zerolog.Nop()
 	s.benchConns = map[string]*nats.Conn{"dispatcher": s.dispatchConn, "executor": s.stack.Conn("executor"), "firing": s.js.Conn()}
 	s.apply(`
