@@ -76,7 +76,21 @@ type Relay struct {
 // [ErrRelayHeld] when another session holds the lock. Close the relay to
 // release the lock.
 func (s *Store) AcquireRelay(ctx context.Context) (*Relay, error) {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cfg := s.pool.Config().ConnConfig.Copy()
+	// The relay's pages are read in id order from a cursor, through the
+	// primary keys, and stop at the page's last row (see page). A planner
+	// that counts the filter on visibility as selective, or the table as
+	// small, sorts the whole batch instead for every page: a burst's audit
+	// quadratic in its batch. The relay's statements are the only ones on
+	// this session, and none needs a sort or a sequential scan. The cost
+	// the planner gives a plan it must sort anyway (the page's records in
+	// order) is then above jit_above_cost, and compiling it took 70-140 ms
+	// a page: the session runs without JIT, which none of its small
+	// statements needs.
+	cfg.RuntimeParams["enable_sort"] = "off"
+	cfg.RuntimeParams["enable_seqscan"] = "off"
+	cfg.RuntimeParams["jit"] = "off"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("acquire audit relay: connect: %w", err)
 	}
@@ -157,6 +171,10 @@ func (r *Relay) Next(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 				return nil, c, nil
 			}
 			begun := RelayCursor{Done: c.Done, Current: snap}
+			if err := r.conn.QueryRow(ctx, batchStarts, begun.Done, begun.Current).Scan(&begun.LastActionID,
+				&begun.LastTransitionID); err != nil {
+				return nil, c, fmt.Errorf("next audit records: find the batch's first records: %w", err)
+			}
 			recs, next, err := r.page(ctx, begun, limit)
 			if err != nil || len(recs) == 0 {
 				return nil, c, err
@@ -181,16 +199,50 @@ func (r *Relay) Next(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 // of snapshots $1 (done) and $2 (current). The xid range lets the index on
 // xid find the candidates.
 const inBatch = `xid >= pg_snapshot_xmin($1::pg_snapshot) AND xid < pg_snapshot_xmax($2::pg_snapshot)
-	AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot) AND pg_visible_in_snapshot(xid, $2::pg_snapshot)`
+	AND ` + visibleInBatch
+
+// visibleInBatch is inBatch without the xid range: a condition no index
+// answers, so that a scan in id order from a cursor (the primary key's)
+// stops at the page's last row instead of reading and sorting the whole
+// batch for every page.
+const visibleInBatch = `NOT pg_visible_in_snapshot(xid, $1::pg_snapshot) AND pg_visible_in_snapshot(xid, $2::pg_snapshot)`
+
+// relayTransitions reads a page of a batch's transitions (see page): those
+// of batch $1 (done), $2 (current) after $3, at most $4.
+var relayTransitions = `SELECT ` + transitionRecordColumns + ` FROM ` + transitionsOf(`SELECT * FROM instance_transitions
+		WHERE id >= $3 AND `+visibleInBatch+` ORDER BY id LIMIT $4 + 1`) + ` WHERE id > $3 ORDER BY id LIMIT $4`
+
+// batchStarts returns where the pages of batch $1 (done), $2 (current)
+// start: just before its first operator action and its first transition,
+// found once through the indexes on xid (each subquery keeps min from
+// walking the primary key from the table's start), so that the pages read
+// on in id order (see page) and every row before the start is in an earlier
+// batch. A batch without rows of a table starts after that table's last row,
+// so that its pages read none. Every row of the batch committed before its
+// current snapshot was taken, so a statement run after sees every one.
+const batchStarts = `SELECT
+	COALESCE((SELECT min(id) - 1 FROM (SELECT id FROM operator_actions WHERE ` + inBatch + ` OFFSET 0) b),
+		(SELECT max(id) FROM operator_actions), 0),
+	COALESCE((SELECT min(id) - 1 FROM (SELECT id FROM instance_transitions WHERE ` + inBatch + ` OFFSET 0) b),
+		(SELECT max(id) FROM instance_transitions), 0)`
+
+// relayActions reads a page of a batch's operator actions (see page): those
+// of batch $1 (done), $2 (current) after $3, at most $4.
+const relayActions = `SELECT ` + actionRecordColumns + ` FROM operator_actions
+	WHERE id > $3 AND ` + visibleInBatch + ` ORDER BY id LIMIT $4`
 
 // page reads up to limit records of c's batch after c: the operator actions
 // after LastActionID and the transitions after LastTransitionID, each in id
 // order, merged by the time they were written (an action first on a tie).
 // The merge looks only at the heads of the two lists, so pages read one
-// after another make the same sequence as one long page.
+// after another make the same sequence as one long page. Each list is read
+// in id order from the cursor, which Next puts just before the batch's first
+// row when the batch begins, through the primary key (the relay's session
+// plans without sorts: see AcquireRelay): the rows read are the page's and
+// those of other batches between them (and, on the batch's last page, after
+// them), instead of every row of the batch for every page, sorted.
 func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.AuditRecord, RelayCursor, error) {
-	rows, err := r.conn.Query(ctx, `SELECT `+actionRecordColumns+` FROM operator_actions
-		WHERE `+inBatch+` AND id > $3 ORDER BY id LIMIT $4`, c.Done, c.Current, c.LastActionID, limit)
+	rows, err := r.conn.Query(ctx, relayActions, c.Done, c.Current, c.LastActionID, limit)
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read operator actions: %w", err)
 	}
@@ -201,10 +253,7 @@ func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 	// From the row whose first transition is LastTransitionID, which may
 	// hold one more; one row more than limit, so that the list holds limit
 	// transitions unless the batch has fewer (the merge below takes a short
-	// list for the batch's last).
-	rows, err = r.conn.Query(ctx, `SELECT `+transitionRecordColumns+` FROM `+transitionsOf(`SELECT * FROM instance_transitions
-		WHERE `+inBatch+` AND id >= $3 ORDER BY id LIMIT $4 + 1`)+` WHERE id > $3 ORDER BY id LIMIT $4`,
-		c.Done, c.Current, c.LastTransitionID, limit)
+	rows, err = r.conn.Query(ctx, relayTransitions, c.Done, c.Current, c.LastTransitionID, limit)
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
 	}
