@@ -32,8 +32,9 @@ func TriggerMsgID(task, eventID string) string { return task + "/" + eventID }
 
 // NewMsg encodes v as JSON into a message for subject with msgID as its
 // Nats-Msg-Id, so that a retried publish is a no-op inside the duplicate window.
-// A trigger event and a report are encoded by schemas.MarshalTriggerEvent
-// and schemas.MarshalReport, which write what json.Marshal does without its
+// A trigger event, a report and an audit record are encoded by
+// schemas.MarshalTriggerEvent, schemas.MarshalReport and
+// schemas.MarshalAuditRecord, which write what json.Marshal does without its
 // reflection.
 func NewMsg(subject, msgID string, v any) (*nats.Msg, error) {
 	var data []byte
@@ -43,6 +44,8 @@ func NewMsg(subject, msgID string, v any) (*nats.Msg, error) {
 		data, err = schemas.MarshalTriggerEvent(v)
 	case schemas.Report:
 		data, err = schemas.MarshalReport(v)
+	case schemas.AuditRecord:
+		data, err = schemas.MarshalAuditRecord(v)
 	default:
 		data, err = json.Marshal(v)
 	}
