@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,7 +20,7 @@ import (
 // ctx ends (nil) or something fails (the error). A batch in flight when ctx
 // ends is published and its cursor saved on a context that outlives ctx by
 // up to ShutdownTimeout.
-func (s *Service) lead(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, relay *store.Relay, log zerolog.Logger) error {
+func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetstream.Stream, relay *store.Relay, log zerolog.Logger) error {
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(s.opts.ShutdownTimeout, cancelWork) })
@@ -33,6 +34,7 @@ func (s *Service) lead(ctx context.Context, js jetstream.JetStream, stream jetst
 	if err != nil {
 		return err
 	}
+	batch := pub.Batch()
 	for {
 		recs, next, err := relay.Next(ctx, cur, s.opts.BatchSize)
 		if err != nil {
@@ -45,7 +47,7 @@ func (s *Service) lead(ctx context.Context, js jetstream.JetStream, stream jetst
 			}
 			continue
 		}
-		if end, err = s.publish(work, js, recs, end); err != nil {
+		if end, err = s.publish(work, batch, recs, end); err != nil {
 			return err
 		}
 		if s.afterPublish != nil {
@@ -111,50 +113,45 @@ type tail struct {
 	id  string
 }
 
-// publish publishes recs asynchronously, awaits the acknowledgements
-// together, and returns the stream's new tail. Each message expects the
-// stream to end with the record before it (Nats-Expected-Last-Msg-Id); the
-// first after resume, when the leader has published nothing yet, expects
-// the stream's last sequence instead (Nats-Expected-Last-Sequence). A
-// publisher whose idea of the tail is stale — a deposed leader — stores
-// nothing, or only the records that do come next in the outbox's fixed order:
-// no record twice, none out of order. Any failure fails the batch; the
-// records stored before it are a prefix of recs, which the next leader finds
-// (see resume).
-func (s *Service) publish(ctx context.Context, js jetstream.JetStream, recs []schemas.AuditRecord, t tail) (tail, error) {
-	futures := make([]jetstream.PubAckFuture, 0, len(recs))
+// publish publishes recs asynchronously through batch (of the relay's
+// streams.Publisher), awaits the acknowledgements together, and returns the
+// stream's new tail. Each message expects the stream to end with the record
+// before it (Nats-Expected-Last-Msg-Id); the first after resume, when the
+// leader has published nothing yet, expects the stream's last sequence
+// instead (Nats-Expected-Last-Sequence). A publisher whose idea of the tail
+// is stale — a deposed leader — stores nothing, or only the records that do
+// come next in the outbox's fixed order: no record twice, none out of
+// order. Any failure fails the batch; the records stored before it are a
+// prefix of recs, which the next leader finds (see resume).
+func (s *Service) publish(ctx context.Context, batch *streams.AsyncBatch, recs []schemas.AuditRecord, t tail) (tail, error) {
+	defer batch.Reset()
 	for i, r := range recs {
-		m, err := streams.NewMsg(s.top.Audit(r.Task), r.ID, r)
+		data, err := schemas.MarshalAuditRecord(r)
 		if err != nil {
 			return t, fmt.Errorf("publish audit record %s: %w", r.ID, err)
 		}
-		expect := jetstream.WithExpectLastMsgID(t.id)
+		expect := streams.Header{Key: jetstream.ExpectedLastMsgIDHeader, Value: t.id}
 		switch {
 		case i > 0:
-			expect = jetstream.WithExpectLastMsgID(recs[i-1].ID)
+			expect.Value = recs[i-1].ID
 		case t.id == "":
-			expect = jetstream.WithExpectLastSequence(t.seq)
+			expect = streams.Header{Key: jetstream.ExpectedLastSeqHeader, Value: strconv.FormatUint(t.seq, 10)}
 		}
-		f, err := js.PublishMsgAsync(m, expect)
-		if err != nil {
-			return t, fmt.Errorf("publish audit record %s: %w", r.ID, err)
-		}
-		futures = append(futures, f)
+		batch.AddData(s.top.Audit(r.Task), data, streams.Header{Key: streams.HeaderMsgID, Value: r.ID}, expect)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.AckTimeout)
 	defer cancel()
-	for i, f := range futures {
-		want := t.seq + uint64(i) + 1
-		select {
-		case ack := <-f.Ok():
-			if ack.Duplicate || ack.Sequence != want {
-				return t, fmt.Errorf("publish audit record %s: stored at sequence %d (duplicate %t), want %d: another relay publishes too",
-					recs[i].ID, ack.Sequence, ack.Duplicate, want)
-			}
-		case err := <-f.Err():
-			return t, fmt.Errorf("publish audit record %s to %s: %w", recs[i].ID, f.Msg().Subject, err)
-		case <-ctx.Done():
-			return t, fmt.Errorf("publish audit record %s: await acknowledgement: %w", recs[i].ID, ctx.Err())
+	if err := batch.Await(ctx); err != nil {
+		return t, fmt.Errorf("publish audit records %s to %s: await acknowledgements: %w", recs[0].ID, recs[len(recs)-1].ID, err)
+	}
+	for i := range recs {
+		ack, err := batch.Result(i)
+		if err != nil {
+			return t, fmt.Errorf("publish audit record %s: %w", recs[i].ID, err)
+		}
+		if want := t.seq + uint64(i) + 1; ack.Duplicate || ack.Sequence != want {
+			return t, fmt.Errorf("publish audit record %s: stored at sequence %d (duplicate %t), want %d: another relay publishes too",
+				recs[i].ID, ack.Sequence, ack.Duplicate, want)
 		}
 	}
 	return tail{seq: t.seq + uint64(len(recs)), id: recs[len(recs)-1].ID}, nil

@@ -96,10 +96,15 @@ func (s *Service) Leading() bool { return s.leading.Load() }
 // runs — PostgreSQL or NATS gone — is logged, and the relay gives up the
 // lead and tries again after RetryInterval.
 func (s *Service) Run(ctx context.Context) error {
-	js, err := jetstream.New(s.opts.Conn, jetstream.WithPublishAsyncTimeout(s.opts.AckTimeout))
+	js, err := jetstream.New(s.opts.Conn)
 	if err != nil {
 		return fmt.Errorf("run audit relay: %w", err)
 	}
+	pub, err := streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: s.opts.AckTimeout})
+	if err != nil {
+		return fmt.Errorf("run audit relay: %w", err)
+	}
+	defer pub.Close()
 	var stream jetstream.Stream
 	err = streams.UntilStarted(ctx, func(err error, wait time.Duration) {
 		s.log.Warn().Err(err).Dur("retry_in", wait).Msg("audit relay start-up failed; trying again")
@@ -115,7 +120,7 @@ func (s *Service) Run(ctx context.Context) error {
 			s.top.AuditStream(), err)
 	}
 	for {
-		err := s.campaign(ctx, js, stream)
+		err := s.campaign(ctx, pub, stream)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -131,7 +136,7 @@ func (s *Service) Run(ctx context.Context) error {
 // campaign takes the relay's lock, when no one holds it, and relays until
 // ctx ends or something fails. It returns an error wrapping
 // store.ErrRelayHeld when another relay leads.
-func (s *Service) campaign(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream) error {
+func (s *Service) campaign(ctx context.Context, pub *streams.Publisher, stream jetstream.Stream) error {
 	relay, err := s.opts.Store.AcquireRelay(ctx)
 	if err != nil {
 		return err
@@ -150,5 +155,5 @@ func (s *Service) campaign(ctx context.Context, js jetstream.JetStream, stream j
 			log.Warn().Err(err).Msg("release audit relay")
 		}
 	}()
-	return s.lead(ctx, js, stream, relay, log)
+	return s.lead(ctx, pub, stream, relay, log)
 }

@@ -417,11 +417,17 @@ func TestLeaderFailover(t *testing.T) {
 func TestPublishIsFenced(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	conn, js := e.srv.Connect()
+	conn, _ := e.srv.Connect()
 	s, err := New(Options{Base: job.Base{Conn: conn, Store: e.st}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pub, err := streams.NewPublisher(conn, streams.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	js := pub.Batch()
 	recs := func(from, n int) []schemas.AuditRecord {
 		var out []schemas.AuditRecord
 		for i := from; i < from+n; i++ {
