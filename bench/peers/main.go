@@ -5,13 +5,17 @@
 //
 // It starts one private PostgreSQL cluster from the local installation
 // (fsync on unless -fsync off), builds AX's pipeline benchmarks
-// (internal/e2e) once, and then, in each round, runs four subjects on fresh
+// (internal/e2e) once, and then, in each round, runs five subjects on fresh
 // databases of that cluster, alternating which system goes first:
 //
 //   - AX burst: BenchmarkPipelineThroughput, -n no-op firings at once, in
 //     bulk (1,000 firings a trigger message, as River's InsertMany inserts
 //     1,000 jobs a statement), first firing → every instance ended, with the
 //     production lease TTL (30 s) and JetStream on file storage;
+//   - AX audited: the AX burst with the auditor running beside it, as a
+//     deployment runs it (its relay publishes every transition to
+//     AX_AUDIT, its monitor reads them back), first firing → every
+//     transition and operator action on AX_AUDIT;
 //   - River burst: -n no-op jobs inserted with InsertMany in batches of
 //     1,000, MaxWorkers 1,000, first insert → every job completed;
 //   - AX steady: BenchmarkPipelineLatency at -rate firings a second for
@@ -53,7 +57,7 @@ import (
 )
 
 func main() {
-	rounds := flag.Int("rounds", 3, "rounds of the four subjects")
+	rounds := flag.Int("rounds", 3, "rounds of the five subjects")
 	n := flag.Int("n", 20000, "jobs in each burst")
 	rate := flag.Int("rate", 500, "jobs per second of the steady runs")
 	seconds := flag.Int("seconds", 5, "length of each steady run in seconds")
@@ -125,16 +129,16 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	fmt.Printf("settings: %s; River %s; %d CPUs, load average %s at the start\n",
 		settings, riverVersion(), cpustat.Cores(), cpustat.LoadAverage())
 	fmt.Printf("AX's settings are those its benchmarks print, below (by default the production lease TTL of 30 s, JetStream on file storage)\n")
-	fmt.Printf("subjects: burst of %d no-op jobs (first submit → last completion; AX fires in bulk, 1,000 firings a trigger message, River inserts with InsertMany, 1,000 jobs a statement); steady %d/s for %d s (submit → handler start)\n\n", n, rate, seconds)
+	fmt.Printf("subjects: burst of %d no-op jobs (first submit → last completion; AX fires in bulk, 1,000 firings a trigger message, River inserts with InsertMany, 1,000 jobs a statement); AX audited: the AX burst with the auditor beside it (first submit → every transition on AX_AUDIT); steady %d/s for %d s (submit → handler start)\n\n", n, rate, seconds)
 
-	subjects := []string{"AX burst", "River burst", "AX steady", "River steady"}
+	subjects := []string{"AX burst", "AX audited", "River burst", "AX steady", "River steady"}
 	results := map[string][]result{}
 	began := time.Now()
 	printedAX := false
 	for r := 1; r <= rounds; r++ {
-		order := []string{"AX burst", "River burst", "AX steady", "River steady"}
+		order := []string{"AX burst", "River burst", "AX audited", "AX steady", "River steady"}
 		if r%2 == 0 {
-			order = []string{"River burst", "AX burst", "River steady", "AX steady"}
+			order = []string{"River burst", "AX audited", "AX burst", "River steady", "AX steady"}
 		}
 		for _, subject := range order {
 			if err := ctx.Err(); err != nil {
@@ -145,6 +149,9 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 			switch subject {
 			case "AX burst":
 				res, err = axBench(ctx, c, axTest, "PipelineThroughput", []string{"AX_BENCH_N=" + strconv.Itoa(n), "AX_BENCH_FIRE_BATCH=1000"})
+			case "AX audited":
+				res, err = axBench(ctx, c, axTest, "PipelineThroughput", []string{"AX_BENCH_N=" + strconv.Itoa(n), "AX_BENCH_FIRE_BATCH=1000",
+					"AX_BENCH_AUDITOR=1"})
 			case "AX steady":
 				res, err = axBench(ctx, c, axTest, "PipelineLatency", []string{"AX_BENCH_RATE=" + strconv.Itoa(rate), "AX_BENCH_SECONDS=" + strconv.Itoa(seconds)})
 			case "River burst":
@@ -190,6 +197,8 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	row("burst jobs/s", "AX burst", "River burst", rateOf, "")
 	row("burst machine CPU/job", "AX burst", "River burst", machine, "µs")
 	row("burst own CPU/job", "AX burst", "River burst", own, "µs")
+	row("audited jobs/s", "AX audited", "River burst", rateOf, "")
+	row("audited machine CPU/job", "AX audited", "River burst", machine, "µs")
 	row("steady start p50", "AX steady", "River steady", p50, "ms")
 	row("steady start p99", "AX steady", "River steady", p99, "ms")
 	row("steady own CPU/job", "AX steady", "River steady", own, "µs")
@@ -283,6 +292,9 @@ func axBench(ctx context.Context, c *cluster, path, name string, env []string) (
 			Succeeded: int(m["succeeded"]), Failed: int(m["failed"]), Settings: settings,
 		}
 		if v, ok := m["fired/s"]; ok {
+			res.Rate = v
+		}
+		if v, ok := m["audited_instances/s"]; ok {
 			res.Rate = v
 		}
 		return res, nil

@@ -25,6 +25,7 @@ import (
 	"github.com/ax-scheduler/ax/internal/gctune"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
 // The pipeline benchmarks run with production settings unless told
@@ -48,6 +49,14 @@ func benchSystem(b *testing.B) *benchRig {
 	s := &benchRig{system: newSystemWith(b, ttl, devstack.Executor{
 		Options: executor.Options{WorkerID: "bench", Mux: mux, Slots: 1000, Logger: zerolog.Nop()}}), hops: hops}
 	s.log = zerolog.Nop()
+	if os.Getenv("AX_BENCH_AUDITOR") == "1" {
+		// The auditor as a deployment runs it: its relay publishes every
+		// transition to AX_AUDIT, its monitor reads them back.
+		s.audited = true
+		serviceLabel("auditor")
+		s.startStack(devstack.Options{NATSURL: s.srv.URL, Streams: streams.Config{LeaseTTL: ttl},
+			Services: []natsauth.Role{natsauth.Auditor}, ProfileLabels: true})
+	}
 	s.benchConns = map[string]*nats.Conn{"dispatcher": s.dispatchConn, "executor": s.stack.Conn("executor"), "firing": s.js.Conn()}
 	s.apply(`
 task_name: noop
@@ -73,6 +82,39 @@ type benchRig struct {
 	benchConns map[string]*nats.Conn
 	// hops follows the instances hop by hop once started.
 	hops *hopTrace
+	// audited is set when the auditor runs beside the pipeline
+	// (AX_BENCH_AUDITOR=1).
+	audited bool
+}
+
+// waitAudited waits until AX_AUDIT holds every record of the outbox: each
+// transition and operator action written so far (call it once nothing
+// writes any more), and returns how many.
+func (s *benchRig) waitAudited(b *testing.B) uint64 {
+	ctx := context.Background()
+	var want uint64
+	if err := s.pool.QueryRow(ctx, `/* bench */ SELECT (SELECT count(*) FROM instance_transition_log)
+		+ (SELECT count(*) FROM operator_actions)`).Scan(&want); err != nil {
+		b.Fatal(err)
+	}
+	stream, err := s.js.Stream(ctx, s.srv.Topology.AuditStream())
+	if err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(envDuration(b, "AX_BENCH_TIMEOUT", 10*time.Minute))
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if info.State.Msgs >= want {
+			return want
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("AX_AUDIT holds %d of the outbox's %d records", info.State.Msgs, want)
+		}
+		time.Sleep(wait)
+	}
 }
 
 // benchSettings describes what the benchmark runs on: PostgreSQL's
@@ -279,7 +321,8 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 	if fireBatch < 1 || fireBatch > schemas.MaxTriggerBatch {
 		b.Fatalf("AX_BENCH_FIRE_BATCH=%d: give 1 (a message a firing) to %d (firings a message)", fireBatch, schemas.MaxTriggerBatch)
 	}
-	var total time.Duration
+	var total, audited time.Duration
+	var records uint64
 	var states map[schemas.State]int
 	meter.start()
 	for i := 0; i < b.N; i++ {
@@ -305,11 +348,20 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 		}
 		states = s.waitEnded(b, (i+1)*n)
 		total += time.Since(start)
+		if s.audited {
+			records = s.waitAudited(b)
+			audited += time.Since(start)
+		}
 	}
 	pprof.StopCPUProfile()
 	instances := b.N * n
 	rate := float64(instances) / total.Seconds()
 	b.ReportMetric(rate, "instances/s")
+	if s.audited {
+		b.ReportMetric(float64(instances)/audited.Seconds(), "audited_instances/s")
+		benchf(b, "audited: the auditor ran beside the pipeline (AX_BENCH_AUDITOR=1); AX_AUDIT held every record of the outbox (%d) %.2f s after the first firing, %.2f s after the last instance ended: %.0f instances/s audited",
+			records, audited.Seconds(), (audited - total).Seconds(), float64(instances)/audited.Seconds())
+	}
 	b.ReportMetric(float64(states[schemas.StateSucceeded]), "succeeded")
 	b.ReportMetric(float64(states[schemas.StateFailed]), "failed")
 	cost := meter.stop(instances)
