@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -67,21 +68,45 @@ func (t *turn) pass() {
 // finishes; messages received but not handed over when ctx ends are Nak'ed.
 // handle owns the acknowledgement of every message it is given.
 //
+// What it holds is bounded by bytes as well as by messages (see
+// [pullByteLimit]): each pull asks the server for at most maxBytes, and
+// the messages received but not yet taken into a batch hold at most
+// maxBytes of data (one message larger than that passes alone), so a
+// stream of bulk messages, each up to the server's max_payload, is not
+// read into memory 2*size at a time.
+//
 // Up to inFlight batches are handled at once, each on a goroutine of its
 // own, their turns (see [turn]) in the order they were taken; the next
 // batch is taken once fewer are in flight. With inFlight 1 each batch is
 // handled after the one before has ended. consumeBatches returns once every
 // batch it handed over has ended.
-func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, inFlight int, handle batchHandler) error {
+func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, inFlight, maxBytes int, handle batchHandler) error {
 	ch := make(chan jetstream.Msg, 2*size)
 	done := make(chan struct{})
+	// queued is the data of the messages in ch; taken tells the callback,
+	// waiting for room, that the loop took one. The callback runs on one
+	// goroutine at a time (the subscription's), so while it waits the
+	// client takes no more from the server than its pull asked for.
+	var queued atomic.Int64
+	taken := make(chan struct{}, 1)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		n := int64(len(m.Data()))
+		for q := queued.Load(); q > 0 && q+n > int64(maxBytes); q = queued.Load() {
+			select {
+			case <-taken:
+			case <-done:
+				_ = m.Nak()
+				return
+			}
+		}
+		queued.Add(n)
 		select {
 		case ch <- m:
 		case <-done:
+			queued.Add(-n)
 			_ = m.Nak()
 		}
-	}, jetstream.PullMaxMessages(2*size))
+	}, jetstream.PullMaxMessagesWithBytesLimit(2*size, maxBytes))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", cons.CachedInfo().Name, err)
 	}
@@ -126,6 +151,15 @@ func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, in
 				break fill
 			}
 		}
+		var n int64
+		for _, m := range batch {
+			n += int64(len(m.Data()))
+		}
+		queued.Add(-n)
+		select {
+		case taken <- struct{}{}:
+		default:
+		}
 		t := &turn{prev: prev, done: make(chan struct{})}
 		prev = t.done
 		batches.Go(func() {
@@ -134,4 +168,20 @@ func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, in
 			handle(work, batch, t)
 		})
 	}
+}
+
+// pullByteLimit is the most bytes a consumer of [consumeBatches] asks the
+// server for in one pull, and holds received before they are taken into a
+// batch, given the connection's max_payload: 8 MiB, or 4 max_payloads if
+// more. A pull's max_bytes counts a message's subject, reply and headers
+// besides its data, and the server neither splits a message nor skips
+// one larger than a pull's max_bytes: it ends the pull (409 Message Size
+// Exceeds MaxBytes) and would end every pull after it the same way, the
+// consumer wedged on that message. The limit therefore stays well above
+// the largest message a client can publish (max_payload, which a server
+// of the cluster configured otherwise than the one we are connected to
+// may set higher), and 8 MiB is far above what 2*BatchSize single firings
+// or reports take, so it bounds only streams of bulk messages.
+func pullByteLimit(maxPayload int64) int {
+	return int(max(8<<20, 4*maxPayload))
 }

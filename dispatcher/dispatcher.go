@@ -320,13 +320,17 @@ func (s *Service) run(ctx context.Context) error {
 
 	s.log.Info().Msg("dispatcher started")
 	close(s.ready)
+	// Both consumers take any message a client may publish, a bulk
+	// trigger or a report batch up to max_payload: both are bounded by
+	// bytes the same way.
+	pullBytes := pullByteLimit(s.opts.Conn.MaxPayload())
 	loops := []func() error{
 		func() error {
-			return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, triggerBatchesInFlight,
+			return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
 				s.metrics.counted("triggers", s.handleTriggers))
 		},
 		func() error {
-			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, 1, s.metrics.counted("reports",
+			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, 1, pullBytes, s.metrics.counted("reports",
 				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.handleReports(ctx, msgs) }))
 		},
 		func() error { return s.reap(runCtx, work, leases, leaseWatch, reportStream) },
