@@ -144,6 +144,61 @@ func (c *Client) Fire(ctx context.Context, task string, req wire.FireRequest) (w
 	return out, err
 }
 
+// FireBatch fires task once for each of reqs (up to
+// schemas.MaxTriggerBatch of them), in one request: those due now travel
+// as one trigger message, a batch of firings (docs/protocol.md). It
+// returns one result a firing, in the order of reqs, and does not wait for
+// the instances: a result accepted (Status 202) has the EventID, which
+// [Client.InstanceByEvent] reads, and a delayed one its RunAt too; one
+// whose idempotency key an earlier firing used has Status 200 and
+// Existing (its InstanceID, when that firing's instance is made). A firing
+// refused alone (a payload the task's schema refuses, a reused key with
+// another payload, …) has its Status and Error, whose Status is set too,
+// and does not stop the others. A batch refused whole (more than
+// schemas.MaxTriggerBatch firings, none, a task that does not exist, is
+// disabled or paused) is an *[wire.Error] naming the reason, as for
+// [Client.Fire]. With a Codec, each payload is encoded with it, and a
+// reused key whose stored payload is the same plaintext under another
+// envelope answers Existing, as for [Client.Fire].
+func (c *Client) FireBatch(ctx context.Context, task string, reqs []wire.FireRequest) ([]wire.FireBatchItem, error) {
+	sealed := make([]wire.FireRequest, len(reqs))
+	for i, req := range reqs {
+		var err error
+		if req.Payload, err = c.seal(req.Payload); err != nil {
+			return nil, fmt.Errorf("fire %s in bulk: firing %d: %w", task, i, err)
+		}
+		sealed[i] = req
+	}
+	body, err := json.Marshal(sealed)
+	if err != nil {
+		return nil, fmt.Errorf("fire %s in bulk: encode request: %w", task, err)
+	}
+	var out wire.FireBatchResult
+	if err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/runs", "application/json", body, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(reqs) {
+		return nil, fmt.Errorf("fire %s in bulk: the API answered %d results for %d firings", task, len(out.Results), len(reqs))
+	}
+	for i := range out.Results {
+		r := &out.Results[i]
+		if r.Error == nil {
+			continue
+		}
+		r.Error.Status = r.Status
+		if r.Error.Code != "idempotency_conflict" || c.Codec == nil {
+			continue
+		}
+		// Another envelope of the same plaintext is the same payload.
+		key := reqs[i].IdempotencyKey
+		if in, gerr := c.InstanceByEvent(ctx, task, schemas.IdempotencyEventIDPrefix+key); gerr == nil && wire.SameJSON(in.Payload, reqs[i].Payload) {
+			*r = wire.FireBatchItem{Status: http.StatusOK,
+				FireResult: &wire.FireResult{InstanceID: in.ID, Task: task, EventID: in.EventID, State: in.State, Existing: true}}
+		}
+	}
+	return out.Results, nil
+}
+
 // seal encodes a payload with the client's codec, if it has one.
 func (c *Client) seal(payload json.RawMessage) (json.RawMessage, error) {
 	if c.Codec == nil || len(payload) == 0 {
