@@ -1,9 +1,35 @@
 package store
 
-import "github.com/jackc/pgx/v5"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // WithWaiting is the look PromoteWaiting takes first, for the tests of its plan.
 const WithWaiting = withWaiting
+
+// FailureStreaks and RecentRuns are the health report's reads of a task's
+// latest instances, for the tests of their plans.
+const (
+	FailureStreaks = failureStreaks
+	RecentRuns     = recentRuns
+)
+
+// ReadLatest runs q (FailureStreaks or RecentRuns, or EXPLAIN of one) as
+// the health report runs them and returns the first column of its rows.
+func (s *Store) ReadLatest(ctx context.Context, q string, args ...any) ([]string, error) {
+	var out []string
+	err := s.readLatest(ctx, q, args, func(rows pgx.Rows) error {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
 
 // RelayTransitions is the relay's page of transitions, for the tests of its plan.
 var RelayTransitions = relayTransitions

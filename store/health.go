@@ -7,8 +7,68 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ax-scheduler/ax/schemas"
 )
+
+// failureStreaks reads, for each task of $1, its latest $2 ended instances
+// that are not a firing's children, newest first.
+const failureStreaks = `
+	SELECT t.task, r.id, r.state, r.error, r.finished_at
+	FROM unnest($1::text[]) AS t(task)
+	CROSS JOIN LATERAL (
+		SELECT id, state, error, finished_at FROM instances
+		WHERE task >= t.task AND task <= t.task AND state IN ('SUCCEEDED', 'FAILED') AND parent_id IS NULL
+		ORDER BY task, id DESC LIMIT $2
+	) r
+	ORDER BY t.task, r.id DESC`
+
+// recentRuns reads, for each task of $1, its latest $2 SUCCEEDED runs that
+// are not a firing's children, newest first.
+const recentRuns = `
+	SELECT t.task, r.id, (extract(epoch FROM r.finished_at - r.started_at) * 1000000)::bigint, r.finished_at
+	FROM unnest($1::text[]) AS t(task)
+	CROSS JOIN LATERAL (
+		SELECT id, started_at, finished_at FROM instances
+		WHERE task >= t.task AND task <= t.task AND state = 'SUCCEEDED' AND started_at IS NOT NULL
+			AND finished_at IS NOT NULL AND parent_id IS NULL
+		ORDER BY task, id DESC LIMIT $2
+	) r
+	ORDER BY t.task, r.id DESC`
+
+// readLatest runs q, failureStreaks or recentRuns, with args and calls each
+// for its rows. Its plan is to be, for each task, a scan of
+// instances_task_id_idx from the task's newest entry that stops after the
+// last row it returns, whatever the table's statistics; a burst leaves
+// tens of thousands of instances of one task. Hence the task is bounded by
+// a range (task >= t.task AND task <= t.task) and the rows ordered by
+// (task, id DESC): with task = t.task the planner drops task from the order,
+// task being constant, and on an analysed table it scans the primary key
+// backwards, passing every newer instance of every task (all the others'
+// for a task with few). And bitmap scans are off for the statement: on a
+// table not analysed since a burst began, the planner expects a couple of
+// dozen instances of the task and reads all of them (5,000-20,000 in a
+// burst) by a bitmap scan, to sort them for a LIMIT of 100. See
+// TestHealthReadsReadTheirRowsOnly.
+func (s *Store) readLatest(ctx context.Context, q string, args []any, each func(pgx.Rows) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_bitmapscan = off`); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := each(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+}
 
 // FailureStreaks returns, for each of tasks whose latest ended instance
 // FAILED, its streak of failures, counting at most limit of them. The
@@ -22,20 +82,8 @@ func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (
 	if len(tasks) == 0 || limit <= 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT t.task, r.id, r.state, r.error, r.finished_at
-		FROM unnest($1::text[]) AS t(task)
-		CROSS JOIN LATERAL (
-			SELECT id, state, error, finished_at FROM instances
-			WHERE task = t.task AND state IN ('SUCCEEDED', 'FAILED') AND parent_id IS NULL ORDER BY id DESC LIMIT $2
-		) r
-		ORDER BY t.task, r.id DESC`, tasks, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read failure streaks: %w", err)
-	}
-	defer rows.Close()
 	broken := make(map[string]bool)
-	for rows.Next() {
+	err := s.readLatest(ctx, failureStreaks, []any{tasks, limit}, func(rows pgx.Rows) error {
 		var (
 			task, errText string
 			id            int64
@@ -43,14 +91,14 @@ func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (
 			finished      *time.Time
 		)
 		if err := rows.Scan(&task, &id, &state, &errText, &finished); err != nil {
-			return nil, fmt.Errorf("read failure streaks: %w", err)
+			return err
 		}
 		if broken[task] {
-			continue
+			return nil
 		}
 		if state != schemas.StateFailed {
 			broken[task] = true
-			continue
+			return nil
 		}
 		st, ok := out[task]
 		if !ok {
@@ -61,8 +109,9 @@ func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (
 			st.Since = *finished
 		}
 		out[task] = st
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read failure streaks: %w", err)
 	}
 	return out, nil
@@ -83,33 +132,20 @@ func (s *Store) RecentRuns(ctx context.Context, tasks []string, n int) (map[stri
 	if len(tasks) == 0 || n <= 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT t.task, r.id, (extract(epoch FROM r.finished_at - r.started_at) * 1000000)::bigint, r.finished_at
-		FROM unnest($1::text[]) AS t(task)
-		CROSS JOIN LATERAL (
-			SELECT id, started_at, finished_at FROM instances
-			WHERE task = t.task AND state = 'SUCCEEDED' AND started_at IS NOT NULL AND finished_at IS NOT NULL
-				AND parent_id IS NULL
-			ORDER BY id DESC LIMIT $2
-		) r
-		ORDER BY t.task, r.id DESC`, tasks, n)
-	if err != nil {
-		return nil, fmt.Errorf("read recent runs: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := s.readLatest(ctx, recentRuns, []any{tasks, n}, func(rows pgx.Rows) error {
 		var (
 			task   string
 			r      Run
 			micros int64
 		)
 		if err := rows.Scan(&task, &r.InstanceID, &micros, &r.FinishedAt); err != nil {
-			return nil, fmt.Errorf("read recent runs: %w", err)
+			return err
 		}
 		r.Duration = time.Duration(max(micros, 0)) * time.Microsecond
 		out[task] = append(out[task], r)
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read recent runs: %w", err)
 	}
 	return out, nil

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -204,5 +205,73 @@ func TestHealthReport(t *testing.T) {
 	}
 	if len(rep.ConsecutiveFailures) != 2 || len(rep.DurationOutliers) != 0 || len(rep.MissedSchedules) != 0 {
 		t.Errorf("with other thresholds: %+v", rep)
+	}
+}
+
+// TestHealthReadsReadTheirRowsOnly plans the health report's reads of a
+// task's latest ended instances (FailureStreaks) and SUCCEEDED runs
+// (RecentRuns) on a table of 20,000 instances of one task, as a burst
+// leaves it, after 10 older ones of another, not analysed and analysed:
+// each reads about the rows it returns from the task's newest entry of
+// (task, id DESC), for either task. Not every instance of the task (a
+// bitmap scan of the task's entries and a sort of them for a LIMIT of 100),
+// nor every newer one of any task (a backward scan of the primary key).
+func TestHealthReadsReadTheirRowsOnly(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	applyTasks(t, st, "hl", "few")
+	// Of hl, the newest 50 are still running, and every tenth is a shard
+	// of its first: rows the reads pass on their way.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms,
+			fired_at, started_at, finished_at, parent_id)
+		SELECT CASE WHEN g <= 10 THEN 'few' ELSE 'hl' END, 1, 'e' || g, 'event',
+			CASE WHEN g > 20010 - 50 THEN 'RUNNING' ELSE 'SUCCEEDED' END, 1, 'normal', 'default', 'h',
+			1000, now(), now(), CASE WHEN g > 20010 - 50 THEN NULL ELSE now() END,
+			CASE WHEN g > 11 AND g % 10 = 0 THEN currval(pg_get_serial_sequence('instances', 'id')) - (g - 11) END
+		FROM generate_series(1, 20010) g`); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 100
+	// The most rows a read passes for its latest 100 of hl: the 50 still
+	// running, and the shards among the rest.
+	const most = limit + 50 + limit/9 + 2
+	for _, analysed := range []bool{false, true} {
+		if analysed {
+			if _, err := pool.Exec(ctx, `ANALYZE instances`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, q := range []struct{ name, sql string }{{"FailureStreaks", store.FailureStreaks}, {"RecentRuns", store.RecentRuns}} {
+			// One task a plan, for its counts not to be averages over loops.
+			for task, want := range map[string]int{"hl": most, "few": 10} {
+				out, err := st.ReadLatest(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+q.sql, []string{task}, limit)
+				var plan []map[string]any
+				if err == nil {
+					err = json.Unmarshal([]byte(out[0]), &plan)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if read := rowsRead(plan[0]["Plan"].(map[string]any), "instances"); read > want {
+					t.Errorf("analysed %v: %s of %s read %d rows of instances, want at most %d:\n%v",
+						analysed, q.name, task, read, want, plan)
+				}
+			}
+		}
+	}
+	streaks, err := st.FailureStreaks(ctx, []string{"hl", "few"}, limit)
+	if err != nil || len(streaks) != 0 {
+		t.Errorf("FailureStreaks = %v, %v; want none", streaks, err)
+	}
+	runs, err := st.RecentRuns(ctx, []string{"hl", "few", "none"}, limit)
+	if err != nil || len(runs) != 2 || len(runs["hl"]) != limit || len(runs["few"]) != 10 {
+		t.Fatalf("RecentRuns = %d tasks, %d runs of hl, %d of few, %v; want %d and 10", len(runs), len(runs["hl"]),
+			len(runs["few"]), err, limit)
+	}
+	if r := runs["hl"]; r[0].InstanceID <= r[1].InstanceID {
+		t.Errorf("RecentRuns of hl from %d then %d, want newest first", r[0].InstanceID, r[1].InstanceID)
 	}
 }
