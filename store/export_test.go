@@ -16,6 +16,9 @@ const (
 	RecentRuns     = recentRuns
 )
 
+// InstanceTimesQuery is InstanceTimes' statement, for the tests of its plan.
+const InstanceTimesQuery = instanceTimes
+
 // ReadLatest runs q (FailureStreaks or RecentRuns, or EXPLAIN of one) as
 // the health report runs them and returns the first column of its rows.
 func (s *Store) ReadLatest(ctx context.Context, q string, args ...any) ([]string, error) {

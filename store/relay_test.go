@@ -326,13 +326,17 @@ func TestRelayPageReadsItsRowsOnly(t *testing.T) {
 
 // rowsRead sums the rows that the scans of table in an EXPLAIN (ANALYZE,
 // FORMAT JSON) plan read: those they returned and those their filters
-// removed.
+// removed, over all their loops (the counts are averages over loops).
 func rowsRead(node map[string]any, table string) int {
 	n := 0
 	if node["Relation Name"] == table {
+		loops := 1.0
+		if v, ok := node["Actual Loops"].(float64); ok {
+			loops = v
+		}
 		for _, k := range []string{"Actual Rows", "Rows Removed by Filter", "Rows Removed by Index Recheck"} {
 			if v, ok := node[k].(float64); ok {
-				n += int(v)
+				n += int(v * loops)
 			}
 		}
 	}
