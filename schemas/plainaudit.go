@@ -1,6 +1,9 @@
 package schemas
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strconv"
+)
 
 // MarshalAuditRecord encodes an audit record exactly as json.Marshal does,
 // without its reflection for the records the relay publishes: four a
@@ -47,4 +50,72 @@ func appendPlainAuditRecord(b []byte, r *AuditRecord) ([]byte, bool) {
 	w.time(`,"at":`, r.At)
 	w.b = append(w.b, '}')
 	return w.b, w.ok
+}
+
+// states are the instance states, which records' from and to hold.
+var states = []State{StateCreated, StateWaiting, StateDispatched, StateRunning, StateRetrying,
+	StateSucceeded, StateFailed, StateSkipped, StateCancelled}
+
+// DecodeAuditRecord decodes an audit record as json.Unmarshal does,
+// without its reflection for the plain encoding MarshalAuditRecord writes:
+// the monitor reads four records a no-op instance. Any other data is
+// decoded by json.Unmarshal itself.
+func DecodeAuditRecord(data []byte) (AuditRecord, error) {
+	return decodePlainOr(data, decodePlainAuditRecord)
+}
+
+// decodePlainAuditRecord reads an audit record as json.Unmarshal does when
+// data is plain (see plainReader); ok is false for anything else.
+func decodePlainAuditRecord(data []byte) (rec AuditRecord, ok bool) {
+	r := plainReader{data: data}
+	r.members(func(key []byte) {
+		switch string(key) {
+		case "id":
+			rec.ID = r.str()
+		case "kind":
+			rec.Kind = knownString(&r, AuditTransition, AuditAction)
+		case "task":
+			rec.Task = r.str()
+		case "instance_id":
+			rec.InstanceID = r.int(64)
+		case "from":
+			rec.From = knownString(&r, states...)
+		case "to":
+			rec.To = knownString(&r, states...)
+		case "attempt":
+			rec.Attempt = int(r.int(strconv.IntSize))
+		case "action":
+			rec.Action = OperatorAction(r.str())
+		case "operator":
+			rec.Operator = r.str()
+		case "reason":
+			rec.Reason = r.str()
+		case "details":
+			rec.Details = r.rawOrNull()
+		case "at":
+			rec.At = r.time()
+		default: // a key encoding/json matches otherwise
+			r.bad = true
+		}
+	})
+	if !r.end() {
+		return AuditRecord{}, false
+	}
+	return rec, true
+}
+
+// knownString reads a string value: one of known is that constant, any
+// other value a string of its own.
+func knownString[S ~string](r *plainReader, known ...S) S {
+	s, ok := r.rawString()
+	if !ok {
+		r.bad = true
+		return ""
+	}
+	for _, k := range known {
+		if string(s) == string(k) {
+			return k
+		}
+	}
+	return S(s)
 }

@@ -208,15 +208,5 @@ func decodePlainLeaseFrom(data []byte, worker string) (l Lease, ok bool) {
 // reportKind reads a report's kind: one of the known kinds is its
 // constant, any other a string of its own.
 func (r *plainReader) reportKind() ReportKind {
-	s, ok := r.rawString()
-	if !ok {
-		r.bad = true
-		return ""
-	}
-	for _, k := range [...]ReportKind{ReportSucceeded, ReportStarted, ReportFailed, ReportReleased, ReportProgress} {
-		if string(s) == string(k) {
-			return k
-		}
-	}
-	return ReportKind(s)
+	return knownString(r, ReportSucceeded, ReportStarted, ReportFailed, ReportReleased, ReportProgress)
 }

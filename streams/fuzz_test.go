@@ -3,7 +3,10 @@ package streams
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -40,6 +43,8 @@ func FuzzDecode(f *testing.F) {
 		`{"instance_id":6,"attempt":1,"worker_id":"w","kind":"succeeded","output":{"x":1}}`,
 		`{"instance_id":1,"task":"t","attempt":2,"payload":{"a":[1,2]},"timeout":"30s"}`,
 		`{"task":"t","event_id":"e","source":"event","payload":null}`,
+		`{"id":"t-42","kind":"transition","task":"noop","instance_id":7,"from":"RUNNING","to":"SUCCEEDED","attempt":1,"operator":"worker:w","at":"2026-12-03T06:40:01.123456789Z"}`,
+		`{"id":"o-3","kind":"action","task":"etl","action":"apply","operator":"alice","details":{"version":3},"at":"2026-12-03T06:40:01Z"}`,
 		`{"output":{"&":0}}`, `{"instance_id":"6"}`, `[]`, `null`, `{"kind":1e400}`, "\x00", `{"output":{"a":"\ud800"}}`,
 	} {
 		f.Add([]byte(s))
@@ -48,7 +53,32 @@ func FuzzDecode(f *testing.F) {
 		roundTrip[schemas.Report](t, body)
 		roundTrip[schemas.Dispatch](t, body)
 		roundTrip[schemas.TriggerEvent](t, body)
+		roundTrip[schemas.AuditRecord](t, body)
 	})
+}
+
+// TestDecodeAuditRecordWithoutReflection: Decode reads an audit record as
+// the relay publishes it by schemas.DecodeAuditRecord, in the allocations
+// of its strings, not json.Unmarshal's reflection (12 allocations), and
+// names the subject when the body is not a record.
+func TestDecodeAuditRecordWithoutReflection(t *testing.T) {
+	rec := schemas.AuditRecord{ID: "t-42", Kind: schemas.AuditTransition, Task: "noop", InstanceID: 7, From: schemas.StateRunning,
+		To: schemas.StateSucceeded, Attempt: 1, Operator: "worker:w", At: time.Date(2026, 12, 3, 6, 40, 1, 123456789, time.UTC)}
+	m, err := NewMsg("ax.audit.noop", "", rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got schemas.AuditRecord
+	// The id, the task and the operator.
+	if n := testing.AllocsPerRun(100, func() { got, err = Decode[schemas.AuditRecord](m.Subject, m.Data) }); err != nil || n > 3 {
+		t.Errorf("Decode: %v allocations, %v; want at most 3", n, err)
+	}
+	if !reflect.DeepEqual(got, rec) {
+		t.Errorf("Decode = %+v, want %+v", got, rec)
+	}
+	if _, err := Decode[schemas.AuditRecord]("ax.audit.noop", []byte(`{"id":1}`)); err == nil || !strings.Contains(err.Error(), "ax.audit.noop") {
+		t.Errorf("Decode of a bad record: %v, want an error naming the subject", err)
+	}
 }
 
 // roundTrip decodes body as a T and, when it decodes, checks that encoding
