@@ -3,8 +3,11 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -346,4 +349,133 @@ func rowsRead(node map[string]any, table string) int {
 		}
 	}
 	return n
+}
+
+// TestRelayUnderConcurrentWriters: while writers commit transitions and
+// operator actions in transactions of many sizes and lengths, some open
+// across several of the relay's batches, a relay reading pages smaller than
+// its batches publishes every record once, and each instance's transitions
+// in the order they were written.
+func TestRelayUnderConcurrentWriters(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	applyTasks(t, st, "etl")
+	r := acquire(t, st)
+	var got []string
+	c := store.RelayCursor{}
+	pull := func() {
+		ids, next := drain(t, r, c, 7)
+		got, c = append(got, ids...), next
+	}
+	pull()
+
+	const writers, txs = 4, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for k := range txs {
+				err := pgx.BeginFunc(ctx, st.Pool(), func(tx pgx.Tx) error {
+					// 1 to 9 instances, each with a row of two transitions
+					// and, for some, a second row; an action now and then;
+					// every fifth transaction stays open a while.
+					for i := range 1 + (w+k)%9 {
+						var id int64
+						if err := tx.QueryRow(ctx, `INSERT INTO instances (task, task_version, event_id, source, state,
+							max_attempts, priority, pool, handler, timeout_ms, fired_at)
+							VALUES ('etl', 1, $1, 'event', 'RUNNING', 1, 'normal', 'default', 'h', 1000, now()) RETURNING id`,
+							fmt.Sprintf("w%d-%d-%d", w, k, i)).Scan(&id); err != nil {
+							return err
+						}
+						if _, err := tx.Exec(ctx, `INSERT INTO instance_transitions (instance_id, task, from_state, to_state,
+							attempt, operator, then_state, then_operator) VALUES ($1, 'etl', NULL, 'CREATED', 1, 'event', 'DISPATCHED', 'dispatcher')`,
+							id); err != nil {
+							return err
+						}
+						if i%2 == 0 {
+							if _, err := tx.Exec(ctx, `INSERT INTO instance_transitions (instance_id, task, from_state, to_state,
+								attempt, operator) VALUES ($1, 'etl', 'DISPATCHED', 'RUNNING', 1, 'worker:w')`, id); err != nil {
+								return err
+							}
+						}
+					}
+					if k%3 == 0 {
+						if _, err := tx.Exec(ctx, `INSERT INTO operator_actions (action, task, operator) VALUES ('fire', 'etl', 'alice')`); err != nil {
+							return err
+						}
+					}
+					if k%5 == w%5 {
+						time.Sleep(20 * time.Millisecond) // open across the relay's batches
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		pull()
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	pull()
+
+	want := outboxIDs(t, st)
+	if len(got) != len(want) {
+		t.Fatalf("published %d records, the outbox holds %d", len(got), len(want))
+	}
+	seen := make(map[string]bool, len(got))
+	for _, id := range got {
+		if seen[id] {
+			t.Fatalf("record %s published twice", id)
+		}
+		seen[id] = true
+	}
+	for _, id := range want {
+		if !seen[id] {
+			t.Fatalf("record %s never published", id)
+		}
+	}
+	// Each instance's transitions in the order of their ids.
+	rows, err := st.Pool().Query(ctx, `SELECT 't-' || id, instance_id FROM instance_transition_log`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	of := map[string]int64{}
+	for rows.Next() {
+		var id string
+		var instance int64
+		if err := rows.Scan(&id, &instance); err != nil {
+			t.Fatal(err)
+		}
+		of[id] = instance
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	last := map[int64]int64{}
+	for _, id := range got {
+		instance, ok := of[id]
+		if !ok {
+			continue // an action
+		}
+		_, n, _ := schemas.ParseAuditID(id)
+		if n < last[instance] {
+			t.Errorf("instance %d: transition %s published after %d", instance, id, last[instance])
+		}
+		last[instance] = n
+	}
 }
