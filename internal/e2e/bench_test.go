@@ -296,21 +296,7 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 	s := benchSystem(b)
 	ctx := context.Background()
 	meter := s.newCostMeter(b)
-	if path := os.Getenv("AX_BENCH_CPUPROFILE"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			b.Fatal(err)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			if err := f.Close(); err != nil {
-				b.Error(err)
-			}
-		}()
-	}
+	startCPUProfile(b)
 	if path := os.Getenv("AX_BENCH_MEMPROFILE"); path != "" {
 		writeAllocs(b, path+".base")
 		defer writeAllocs(b, path)
@@ -376,6 +362,28 @@ func BenchmarkPipelineThroughput(b *testing.B) {
 	cost.log(b)
 }
 
+// startCPUProfile writes a CPU profile of the rest of the benchmark to
+// AX_BENCH_CPUPROFILE, when it is set.
+func startCPUProfile(b *testing.B) {
+	path := os.Getenv("AX_BENCH_CPUPROFILE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+}
+
 // writeAllocs writes the allocation profile of the process so far to path:
 // a profile taken before the burst is the base (go tool pprof -base) that
 // leaves the set-up out of one taken after it.
@@ -406,6 +414,7 @@ func BenchmarkPipelineLatency(b *testing.B) {
 	const tick = 10 * time.Millisecond
 	perTick := max(rate/int(time.Second/tick), 1)
 	meter := s.newCostMeter(b)
+	startCPUProfile(b)
 	s.hops.start(b, s)
 	meter.start()
 	fired := 0
