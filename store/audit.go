@@ -76,7 +76,7 @@ func actionInsert(n int, details string) string {
 // versionDetails are the details of an action that made version v of a task.
 func versionDetails(v int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"version":%d}`, v)) }
 
-// The columns every audit query returns, as scanAuditRecord reads them: one
+// The columns every audit query returns, as auditScanner reads them: one
 // list for both tables, so that they can be merged with UNION ALL.
 const (
 	transitionRecordColumns = `'transition' AS kind, id, task, instance_id, COALESCE(from_state, '') AS from_state,
@@ -104,21 +104,42 @@ func holdsTransition(n int) string {
 	return fmt.Sprintf(`(id = $%d OR (id = $%d - 1 AND then_state IS NOT NULL))`, n, n)
 }
 
-func scanAuditRecord(row pgx.CollectableRow) (schemas.AuditRecord, error) {
-	var (
-		r    schemas.AuditRecord
-		kind string
-		id   int64
-	)
-	if err := row.Scan(&kind, &id, &r.Task, &r.InstanceID, &r.From, &r.To, &r.Attempt, &r.Action,
-		&r.Operator, &r.Reason, &r.Details, &r.At); err != nil {
-		return r, err
+// auditScanner reads the rows of one audit query into records, with
+// destinations built once and the low-variety text (kinds, tasks, states,
+// actions, operators, reasons) through one set of strings: a page's records
+// share them instead of a string each.
+type auditScanner struct {
+	r     schemas.AuditRecord
+	kind  string
+	id    int64
+	words words
+	dest  []any
+}
+
+// newAuditScanner returns a scanner for one query's rows.
+func newAuditScanner() *auditScanner {
+	s := &auditScanner{words: words{}}
+	w := s.words
+	s.dest = []any{&word[string]{&s.kind, w}, &s.id, &word[string]{&s.r.Task, w}, &s.r.InstanceID,
+		&word[schemas.State]{&s.r.From, w}, &word[schemas.State]{&s.r.To, w}, &s.r.Attempt,
+		&word[schemas.OperatorAction]{&s.r.Action, w}, &word[string]{&s.r.Operator, w}, &word[string]{&s.r.Reason, w},
+		&s.r.Details, &s.r.At}
+	return s
+}
+
+// scan reads one row (the columns of transitionRecordColumns and
+// actionRecordColumns) into a record.
+func (s *auditScanner) scan(row pgx.CollectableRow) (schemas.AuditRecord, error) {
+	s.r = schemas.AuditRecord{}
+	if err := row.Scan(s.dest...); err != nil {
+		return schemas.AuditRecord{}, err
 	}
-	r.Kind = schemas.AuditKind(kind)
+	r := s.r
+	r.Kind = schemas.AuditKind(s.kind)
 	if r.Kind == schemas.AuditTransition {
-		r.ID = schemas.TransitionAuditID(id)
+		r.ID = schemas.TransitionAuditID(s.id)
 	} else {
-		r.ID = schemas.ActionAuditID(id)
+		r.ID = schemas.ActionAuditID(s.id)
 	}
 	return r, nil
 }
@@ -257,7 +278,7 @@ ORDER BY at DESC, kind DESC, id DESC LIMIT ` + limitArg
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, scanAuditRecord)
+	out, err := pgx.CollectRows(rows, newAuditScanner().scan)
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}

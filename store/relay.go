@@ -246,7 +246,7 @@ func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read operator actions: %w", err)
 	}
-	acts, err := pgx.CollectRows(rows, scanAuditRecord)
+	acts, err := pgx.CollectRows(rows, newAuditScanner().scan)
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read operator actions: %w", err)
 	}
@@ -257,7 +257,7 @@ func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
 	}
-	trs, err := pgx.CollectRows(rows, scanAuditRecord)
+	trs, err := pgx.CollectRows(rows, newAuditScanner().scan)
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
 	}
