@@ -50,24 +50,37 @@ const recentRuns = `
 // table not analysed since a burst began, the planner expects a couple of
 // dozen instances of the task and reads all of them (5,000-20,000 in a
 // burst) by a bitmap scan, to sort them for a LIMIT of 100. See
-// TestHealthReadsReadTheirRowsOnly.
+// TestHealthReadsReadTheirRowsOnly. The setting is made and reset around
+// the statement in one round trip, in its implicit transaction, as
+// queryGeneric does: if the statement fails, its rollback undoes the SET.
 func (s *Store) readLatest(ctx context.Context, q string, args []any, each func(pgx.Rows) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL enable_bitmapscan = off`); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(`SET enable_bitmapscan = off`)
+	b.Queue(q, args...)
+	b.Queue(`RESET enable_bitmapscan`)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			rows.Close()
 			return err
 		}
-		rows, err := tx.Query(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := each(rows); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	return br.Close()
 }
 
 // FailureStreaks returns, for each of tasks whose latest ended instance

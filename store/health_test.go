@@ -275,3 +275,43 @@ func TestHealthReadsReadTheirRowsOnly(t *testing.T) {
 		t.Errorf("RecentRuns of hl from %d then %d, want newest first", r[0].InstanceID, r[1].InstanceID)
 	}
 }
+
+// TestHealthReadsLeaveBitmapScansAlone: the health report's reads turn
+// bitmap scans off for their statement only; the connection they ran on
+// plans with them afterwards, after a read that returned rows and after
+// one that failed.
+func TestHealthReadsLeaveBitmapScansAlone(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(storetest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // every statement on the connection the reads used
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	st := store.New(pool)
+	ctx := t.Context()
+	applyTasks(t, st, "bm")
+	insertInstance(t, pool, "bm", "e1", schemas.StateDispatched, schemas.StateRunning, schemas.StateFailed)
+	setting := func(after string) {
+		t.Helper()
+		var v string
+		if err := pool.QueryRow(ctx, `SHOW enable_bitmapscan`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v != "on" {
+			t.Errorf("enable_bitmapscan %q after %s, want the server's on", v, after)
+		}
+	}
+	if streaks, err := st.FailureStreaks(ctx, []string{"bm"}, 10); err != nil || len(streaks) != 1 {
+		t.Fatalf("FailureStreaks = %v, %v; want bm's", streaks, err)
+	}
+	setting("FailureStreaks")
+	if _, err := st.ReadLatest(ctx, `SELECT 1/0`); err == nil {
+		t.Fatal("a read that divides by zero did not fail")
+	}
+	setting("a failed read")
+}
