@@ -110,7 +110,7 @@ bench-profile: ## CPU profile of the burst by service, its costliest functions, 
 	@echo "== allocations of the burst by function (objects allocated, sampled)"
 	@$(GO) tool pprof -top -sample_index=alloc_objects -nodecount 30 -base bin/burst.allocs.base bin/e2e.test bin/burst.allocs 2>/dev/null | sed -n '/flat%/,$$p'
 
-bench-peers: ## AX's burst and steady benchmarks and River's, round-robin on one PostgreSQL (fsync on), 3 rounds: medians and ratios
+bench-peers: ## AX's burst (alone and with the auditor) and steady benchmarks and River's, round-robin on one PostgreSQL (fsync on), 3 rounds: medians and ratios
 	cd bench && $(GO) run ./peers -rounds 3
 
 drill: build ## ax drill system: every fault scenario against a sandbox of its own, then the table (DRILL_DURATION=1m each, DRILL_RATE=20)
