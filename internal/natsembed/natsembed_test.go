@@ -125,10 +125,25 @@ func TestStartClusterPlacesAnR3Stream(t *testing.T) {
 				}
 			}
 			js := connect(t, c.URL())
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WORK", Subjects: []string{"work.>"}, Replicas: 3}); err != nil {
-				t.Fatal(err)
+			// A refusal fails the test at once: "no suitable peers" is what
+			// StartCluster must rule out. A request left unanswered is tried
+			// again (the create of an identical stream is idempotent): with
+			// nine nodes starting beside a second test suite on two cores,
+			// one create went unanswered for the whole two minutes it was
+			// given, and the same create asked again is answered.
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "WORK", Subjects: []string{"work.>"}, Replicas: 3})
+				cancel()
+				if err == nil {
+					break
+				}
+				var apiErr *jetstream.APIError
+				if errors.As(err, &apiErr) || time.Now().After(deadline) {
+					t.Fatal(err)
+				}
+				t.Logf("create of an R3 stream unanswered (%v); asking again", err)
 			}
 		})
 	}
