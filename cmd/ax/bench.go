@@ -52,9 +52,11 @@ type benchResult struct {
 	// first firing until every instance ended, summed over its Cores and
 	// read from /proc/stat, over Instances: every process of the machine
 	// counts, so it is the system's cost only when ax bench runs on the
-	// system's machine and nothing else does. Zero where /proc is missing.
-	MachineCPUPerInstanceUS float64 `json:"machine_cpu_us_per_instance"`
-	Cores                   int     `json:"cores"`
+	// system's machine and nothing else does. Absent where /proc is
+	// missing; zero when the run was shorter than /proc/stat's resolution
+	// (cpustat.Tick), which is too short to measure.
+	MachineCPUPerInstanceUS *float64 `json:"machine_cpu_us_per_instance,omitempty"`
+	Cores                   int      `json:"cores"`
 	// Postgres holds the durability settings of the system's PostgreSQL,
 	// read when --database-url is given.
 	Postgres *benchPostgres `json:"postgres,omitempty"`
@@ -173,7 +175,8 @@ they did not all end within --timeout.`,
 			r := measure(task, ins, fired)
 			r.Postgres, r.Cores = pg, cpustat.Cores()
 			if cpuAfter, err := cpustat.ReadMachine(); err == nil && cpuErr == nil && r.Instances > 0 {
-				r.MachineCPUPerInstanceUS = float64(cpuAfter.Sub(cpuBefore).Busy.Microseconds()) / float64(r.Instances)
+				perInstance := float64(cpuAfter.Sub(cpuBefore).Busy.Microseconds()) / float64(r.Instances)
+				r.MachineCPUPerInstanceUS = &perInstance
 			}
 			if structured {
 				err = g.printData(out, r)
@@ -254,8 +257,13 @@ func printBench(cmd *cobra.Command, r benchResult) error {
 	fmt.Fprintf(tw, "throughput\t%.1f instances/s\n", r.InstancesPerSecond)
 	fmt.Fprintf(tw, "latency p50\t%.1f ms, fired_at to started_at\n", r.LatencyP50MS)
 	fmt.Fprintf(tw, "latency p99\t%.1f ms\n", r.LatencyP99MS)
-	if r.MachineCPUPerInstanceUS > 0 {
-		fmt.Fprintf(tw, "machine CPU\t%.0f µs per instance (%d cores, /proc/stat: every process on this machine)\n", r.MachineCPUPerInstanceUS, r.Cores)
+	switch cpu := r.MachineCPUPerInstanceUS; {
+	case cpu == nil:
+		fmt.Fprintf(tw, "machine CPU\tnot read (no /proc/stat)\n")
+	case *cpu == 0:
+		fmt.Fprintf(tw, "machine CPU\tnot measured: the run took less than /proc/stat's %s a core (fire more instances)\n", cpustat.Tick)
+	default:
+		fmt.Fprintf(tw, "machine CPU\t%.0f µs per instance (%d cores, /proc/stat: every process on this machine)\n", *cpu, r.Cores)
 	}
 	if r.Postgres != nil {
 		fmt.Fprintf(tw, "postgres\tfsync=%s synchronous_commit=%s full_page_writes=%s\n", r.Postgres.Fsync, r.Postgres.SynchronousCommit, r.Postgres.FullPageWrites)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -119,6 +120,31 @@ func TestBench(t *testing.T) {
 	}
 	if code, _, errOut := e.ax("", "bench", "--count", "0"); code != 1 || !strings.HasPrefix(errOut, "ax: --count 0") {
 		t.Errorf("bench --count 0: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestPrintBenchMachineCPU: a run shorter than /proc/stat's tick says the
+// CPU went unmeasured instead of leaving the line out or printing 0 µs.
+func TestPrintBenchMachineCPU(t *testing.T) {
+	t.Parallel()
+	zero, some := 0.0, 97.0
+	for _, tt := range []struct {
+		cpu  *float64
+		want string
+	}{
+		{nil, "machine CPU  not read (no /proc/stat)"},
+		{&zero, "machine CPU  not measured: the run took less than /proc/stat's 10ms a core (fire more instances)"},
+		{&some, "machine CPU  97 µs per instance (2 cores, /proc/stat: every process on this machine)"},
+	} {
+		var out bytes.Buffer
+		cmd := &cobra.Command{}
+		cmd.SetOut(&out)
+		if err := printBench(cmd, benchResult{Task: benchTaskName, Cores: 2, MachineCPUPerInstanceUS: tt.cpu}); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(strings.Fields(out.String()), " "); !strings.Contains(got, strings.Join(strings.Fields(tt.want), " ")) {
+			t.Errorf("printBench with machine CPU %v printed %q, want a line %q", tt.cpu, out.String(), tt.want)
+		}
 	}
 }
 

@@ -20,6 +20,10 @@ import (
 // every architecture Go supports.
 const clockTicks = 100
 
+// Tick is the resolution of /proc's CPU times: a reading moves in steps of
+// one Tick a core.
+const Tick = time.Second / clockTicks
+
 // Machine is a reading of the machine's CPU time since boot, summed over
 // its cores.
 type Machine struct {
