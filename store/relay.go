@@ -242,26 +242,24 @@ const relayActions = `SELECT ` + actionRecordColumns + ` FROM operator_actions
 // those of other batches between them (and, on the batch's last page, after
 // them), instead of every row of the batch for every page, sorted.
 func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.AuditRecord, RelayCursor, error) {
-	// Both reads go in one round trip, in the batch's implicit transaction.
-	// The transitions are read from the row whose first transition is
-	// LastTransitionID, which may hold one more; one row more than limit, so
-	// that the list holds limit transitions unless the batch has fewer (the
-	// merge below takes a short list for the batch's last).
-	b := &pgx.Batch{}
-	b.Queue(relayActions, c.Done, c.Current, c.LastActionID, limit)
-	b.Queue(relayTransitions, c.Done, c.Current, c.LastTransitionID, limit)
-	br := r.conn.SendBatch(ctx, b)
-	defer br.Close()
-	acts, err := collectAuditRecords(br)
+	rows, err := r.conn.Query(ctx, relayActions, c.Done, c.Current, c.LastActionID, limit)
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read operator actions: %w", err)
 	}
-	trs, err := collectAuditRecords(br)
+	acts, err := pgx.CollectRows(rows, newAuditScanner().scan)
+	if err != nil {
+		return nil, c, fmt.Errorf("next audit records: read operator actions: %w", err)
+	}
+	// From the row whose first transition is LastTransitionID, which may
+	// hold one more; one row more than limit, so that the list holds limit
+	// transitions unless the batch has fewer (the merge below takes a short
+	rows, err = r.conn.Query(ctx, relayTransitions, c.Done, c.Current, c.LastTransitionID, limit)
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
 	}
-	if err := br.Close(); err != nil {
-		return nil, c, fmt.Errorf("next audit records: %w", err)
+	trs, err := pgx.CollectRows(rows, newAuditScanner().scan)
+	if err != nil {
+		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
 	}
 	out := make([]schemas.AuditRecord, 0, min(limit, len(acts)+len(trs)))
 	for len(out) < limit && (len(acts) > 0 || len(trs) > 0) {
@@ -272,15 +270,6 @@ func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 		}
 	}
 	return out, advance(c, out), nil
-}
-
-// collectAuditRecords reads the audit records of br's next statement.
-func collectAuditRecords(br pgx.BatchResults) ([]schemas.AuditRecord, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, newAuditScanner().scan)
 }
 
 // advance returns c moved past recs, records of its batch read after it.
