@@ -56,17 +56,7 @@ func BenchmarkCreateInstances(b *testing.B) {
 // task "burst" applied, and the process id of that connection's PostgreSQL
 // backend, whose CPU time the benchmarks read from /proc.
 func benchStore(b *testing.B) (*pgxpool.Pool, *store.Store, int) {
-	db := storetest.New(b)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(b.Context(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
+	pool := storetest.NewOneConn(b)
 	st := store.New(pool)
 	if _, _, err := st.ApplyTask(b.Context(), parseTask(b, "task_name: burst\nexecution: {handler: builtin.echo}\n"), ""); err != nil {
 		b.Fatal(err)

@@ -282,16 +282,7 @@ func TestHealthReadsReadTheirRowsOnly(t *testing.T) {
 // one that failed.
 func TestHealthReadsLeaveBitmapScansAlone(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(storetest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1 // every statement on the connection the reads used
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := storetest.NewOneConn(t) // every statement on the connection the reads used
 	st := store.New(pool)
 	ctx := t.Context()
 	applyTasks(t, st, "bm")

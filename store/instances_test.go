@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -165,16 +164,7 @@ func TestWaitingLookReadsTheWaitingIndex(t *testing.T) {
 // whose plain insert failed on a key made before.
 func TestCreationLeavesThePlanModeAlone(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(storetest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1 // every statement on the connection the creations used
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := storetest.NewOneConn(t) // every statement on the connection the creations used
 	st := store.New(pool)
 	applyTasks(t, st, "pm")
 	mode := func(after string) {

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -160,13 +158,7 @@ func TestApplyProgressCostsOneHOTUpdatePerAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	// One connection, so that the statistics it flushes are all there are.
-	cfg := storetest.NewDB(t).Config().Copy()
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := storetest.NewOneConn(t)
 	st := store.New(pool)
 	applyTasks(t, st, "prog")
 	made := create(t, st, newRunInstance("prog", "e1", "", schemas.StateDispatched),

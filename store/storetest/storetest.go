@@ -76,6 +76,25 @@ func NewDB(t testing.TB) *pgxpool.Pool {
 	return New(t).Pool
 }
 
+// NewOneConn creates a fresh, migrated database for t, as [New] does, and
+// returns a pool of one connection on it: every statement of the test runs
+// on the same session, for tests of what a statement leaves on its session
+// or of the statistics one backend flushes. The pool is closed when t ends.
+func NewOneConn(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // URL creates a fresh, migrated database for t, as [New] does, and returns
 // its URL without opening a pool: for code under test that opens its own.
 // The database is dropped when t ends.
