@@ -253,6 +253,7 @@ func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 	// From the row whose first transition is LastTransitionID, which may
 	// hold one more; one row more than limit, so that the list holds limit
 	// transitions unless the batch has fewer (the merge below takes a short
+	// list for the batch's last).
 	rows, err = r.conn.Query(ctx, relayTransitions, c.Done, c.Current, c.LastTransitionID, limit)
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
