@@ -397,6 +397,11 @@ func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, 
 			ev.Cancel.InstanceID, m.Subject())
 	case ev.Task != "" && ev.Task != task:
 		f.problem = fmt.Sprintf("trigger event names task %q but was published to %s", ev.Task, m.Subject())
+	case from == streams.FromAX && axOwn(streams.FromAPI, ev) != "" && s.top.IsSchedFiring(m.Headers().Get(streams.HeaderScheduler)):
+		// The schedule of a delayed firing, which the api may write too:
+		// the dispatcher schedules none of its own kinds there.
+		f.problem, bySeq = fmt.Sprintf("%s is a firing AX makes itself, never from the schedule of a delayed firing (%s)",
+			axOwn(streams.FromAPI, ev), m.Headers().Get(streams.HeaderScheduler)), true
 	case from != streams.FromAX && axOwn(from, ev) != "":
 		// Under its own id, or under one it may not hold: either way the
 		// true firing of that id must still find it free.

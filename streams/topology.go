@@ -150,6 +150,15 @@ func (t Topology) SchedFiring(task, eventID string) string {
 	return t.subject("sched", task, token)
 }
 
+// IsSchedFiring reports whether subject is of [Topology.SchedFiring]'s
+// form (ax.sched.<task>.<event_id>), the schedules the api may write too,
+// rather than [Topology.Sched]'s of one token, which only the dispatcher
+// writes.
+func (t Topology) IsSchedFiring(subject string) bool {
+	rest, ok := strings.CutPrefix(subject, t.prefix+".sched.")
+	return ok && strings.Contains(rest, ".")
+}
+
 // Dispatch is the subject of a pool's work at one priority for one
 // handler: ax.dispatch.<pool>.<priority>.<handler>. The handler token (a
 // handler name may hold dots, so it may be several subject tokens) makes

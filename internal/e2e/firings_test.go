@@ -310,3 +310,44 @@ func TestForgedCronFirings(t *testing.T) {
 		t.Errorf("the refusals say %q", reasons)
 	}
 }
+
+// TestAPIScheduleMakesNoAXFiring writes, as the api's NATS user, the
+// schedule of a delayed firing aimed at the dispatcher's own subject with
+// a chain firing in it: the api may write such schedules, and their copies
+// land where AX's own kinds are taken. The copy is SKIPPED under its
+// stream sequence, saying why; the chain id stays free.
+func TestAPIScheduleMakesNoAXFiring(t *testing.T) {
+	t.Parallel()
+	a := newAuthSystem(t)
+	ctx := context.Background()
+	a.apply(chainDef("cparent", "builtin.echo"))
+	a.apply(chainDef("cchild", "builtin.echo", "cparent"))
+	js, err := jetstream.New(a.connect(string(natsauth.API)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := schemas.TriggerEvent{EventID: schemas.ChainEventID("cchild", "r-api"), Source: schemas.SourceChain, RunID: "r-api",
+		Parents: map[string]schemas.ParentResult{"cparent": {InstanceID: 1, State: schemas.StateSucceeded, Output: json.RawMessage(`{"forged":true}`)}}}
+	m, err := streams.NewScheduleMsg(a.top.SchedFiring("cchild", "later"), a.top.AXTrigger("cchild"), "", time.Now(), forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	var reason string
+	waitFor(t, "the scheduled chain firing to be refused", time.Minute, func() (bool, error) {
+		err := a.pool.QueryRow(ctx, `SELECT t.reason FROM instances i JOIN instance_transition_log t ON t.instance_id = i.id
+			WHERE i.task = 'cchild' AND i.state = 'SKIPPED' AND i.event_id LIKE 'seq-%' AND t.reason <> '' LIMIT 1`).Scan(&reason)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if !strings.Contains(reason, "never from the schedule of a delayed firing") {
+		t.Errorf("the refusal says %q", reason)
+	}
+	if in, err := a.store.InstanceByEvent(ctx, "cchild", forged.EventID); err == nil {
+		t.Errorf("the scheduled chain firing made instance %d under its id", in.ID)
+	}
+}
