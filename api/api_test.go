@@ -137,10 +137,10 @@ func (e *env) count(table string) int {
 	return n
 }
 
-// triggers returns the number of messages in AX_TRIGGERS.
+// triggers returns the number of messages in AX_FIRINGS.
 func (e *env) triggers() uint64 {
 	e.t.Helper()
-	s, err := e.js.Stream(e.t.Context(), "AX_TRIGGERS")
+	s, err := e.js.Stream(e.t.Context(), "AX_FIRINGS")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -154,11 +154,11 @@ func (e *env) triggers() uint64 {
 // lastTrigger returns the last firing published for task.
 func (e *env) lastTrigger(task string) (schemas.TriggerEvent, nats.Header) {
 	e.t.Helper()
-	s, err := e.js.Stream(e.t.Context(), "AX_TRIGGERS")
+	s, err := e.js.Stream(e.t.Context(), "AX_FIRINGS")
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	msg, err := s.GetLastMsgForSubject(e.t.Context(), "ax.trigger."+task+".api")
+	msg, err := s.GetLastMsgForSubject(e.t.Context(), "ax.fire."+task+".api")
 	if err != nil {
 		e.t.Fatalf("read the firing of %s: %v", task, err)
 	}
@@ -444,7 +444,7 @@ func TestFire(t *testing.T) {
 		t.Errorf("published firing = %+v %v", ev, hdr)
 	}
 	if n := e.triggers(); n != 2 {
-		t.Errorf("AX_TRIGGERS holds %d messages, want 2", n)
+		t.Errorf("AX_FIRINGS holds %d messages, want 2", n)
 	}
 	if !strings.Contains(e.log.String(), `"message":"task fired"`) {
 		t.Error("no log line for the firing")
@@ -457,7 +457,7 @@ func TestFireWaitsForInstance(t *testing.T) {
 	e.apply(echoTask)
 
 	// Play the dispatcher: once the firing is published, make its instance.
-	sub, err := e.nc.SubscribeSync("ax.trigger.nightly-report.api")
+	sub, err := e.nc.SubscribeSync("ax.fire.nightly-report.api")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,7 +187,7 @@ func badInputs() []badInput {
 }
 
 // rowCounts counts what a request could create: rows of the tables the API
-// writes and the firings in AX_TRIGGERS.
+// writes and the firings in AX_FIRINGS.
 func (e *env) rowCounts() map[string]int64 {
 	e.t.Helper()
 	counts := map[string]int64{}
@@ -198,7 +198,7 @@ func (e *env) rowCounts() map[string]int64 {
 		}
 		counts[table] = n
 	}
-	s, err := e.js.Stream(e.t.Context(), "AX_TRIGGERS")
+	s, err := e.js.Stream(e.t.Context(), "AX_FIRINGS")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func (e *env) rowCounts() map[string]int64 {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	counts["AX_TRIGGERS messages"] = int64(info.State.Msgs)
+	counts["AX_FIRINGS messages"] = int64(info.State.Msgs)
 	return counts
 }
 

@@ -1,8 +1,9 @@
 // Package api is AX's HTTP API: operators and programs apply task
 // definitions, enable and disable tasks, fire them and read their instances.
 // It is the only writer of the tasks and task_versions tables; it fires a
-// task by publishing a trigger event to AX_TRIGGERS, exactly as any NATS
-// client could, and never creates instances itself.
+// task by publishing a trigger event to its own subject of AX_FIRINGS
+// (ax.fire.<task>.api, where its operator counts), as any NATS client could
+// to AX_TRIGGERS, and never creates instances itself.
 //
 // Every route speaks JSON. A request the API refuses gets a 4xx status and a
 // body

@@ -142,5 +142,5 @@ func (s *Service) publishBatch(r *http.Request, subject, task string, firings []
 // unpublished is the error of a firing that could not be published.
 func (s *Service) unpublished(subject string, err error) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
-		Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.TriggersStream())}
+		Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.FiringsStream())}
 }

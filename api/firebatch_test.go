@@ -57,13 +57,13 @@ func TestFireBatch(t *testing.T) {
 	}
 	// The two firings due now in one message, the delayed one scheduled.
 	if n := e.triggers(); n != 2 {
-		t.Errorf("AX_TRIGGERS holds %d messages, want the batch and the schedule", n)
+		t.Errorf("AX_FIRINGS holds %d messages, want the batch and the schedule", n)
 	}
-	s, err := e.js.Stream(t.Context(), "AX_TRIGGERS")
+	s, err := e.js.Stream(t.Context(), "AX_FIRINGS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.trigger.typed.api")
+	msg, err := s.GetLastMsgForSubject(t.Context(), "ax.fire.typed.api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestFireBatch(t *testing.T) {
 		t.Errorf("a batch of an unknown task: %d %v, want 404", status, body)
 	}
 	if n := e.triggers(); n != 2 {
-		t.Errorf("the refused batches published: AX_TRIGGERS holds %d messages", n)
+		t.Errorf("the refused batches published: AX_FIRINGS holds %d messages", n)
 	}
 }
 
@@ -136,7 +136,7 @@ func TestClientFireBatch(t *testing.T) {
 		t.Errorf("firing 3: %+v, want 202 with a run_at", r)
 	}
 	if n := e.triggers(); n != 2 {
-		t.Errorf("AX_TRIGGERS holds %d messages, want the batch and the schedule", n)
+		t.Errorf("AX_FIRINGS holds %d messages, want the batch and the schedule", n)
 	}
 
 	// A key whose instance is made: its payload again is that instance,
@@ -204,11 +204,11 @@ func TestClientFireBatch(t *testing.T) {
 	if r := results[2]; r.Status != http.StatusConflict || r.Error == nil || r.Error.Code != "idempotency_conflict" {
 		t.Errorf("the key of an instance of another plaintext: %+v, want 409", r)
 	}
-	s, err := e.js.Stream(ctx, "AX_TRIGGERS")
+	s, err := e.js.Stream(ctx, "AX_FIRINGS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := s.GetLastMsgForSubject(ctx, "ax.trigger.plain.api")
+	msg, err := s.GetLastMsgForSubject(ctx, "ax.fire.plain.api")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestRerun(t *testing.T) {
 		t.Errorf("operator = %q, want %s", ev.Operator, apitest.AdminName)
 	}
 	if n := e.triggers(); n != 2 {
-		t.Errorf("AX_TRIGGERS holds %d messages, want 2", n)
+		t.Errorf("AX_FIRINGS holds %d messages, want 2", n)
 	}
 }
 

@@ -28,7 +28,7 @@ const maxOperatorLen = 256
 const fireFields = "payload, payload_version, event_id, idempotency_key, priority, operator, run_at, delay, run_id"
 
 // Delayed firings: the API publishes one due within directWindow to
-// ax.trigger.<task> at once, with its run_at, and the dispatcher holds it
+// ax.fire.<task>.api at once, with its run_at, and the dispatcher holds it
 // until then (it holds firings due within 2 s). One due later becomes a
 // one-shot message schedule set scheduleLead before run_at, since the server
 // publishes a schedule up to 250 ms late; the dispatcher holds the remainder.
@@ -139,7 +139,7 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 		if err != nil {
 			log.Error().Err(err).Msg("publish delayed firing")
 			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
-				Message: fmt.Sprintf("cannot publish the delayed firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same idempotency_key or event_id", subject, err, s.opts.Topology.TriggersStream())})
+				Message: fmt.Sprintf("cannot publish the delayed firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same idempotency_key or event_id", subject, err, s.opts.Topology.FiringsStream())})
 			return
 		}
 		log.Info().Time("run_at", ev.RunAt).Msg("task fired with a delay")
@@ -151,7 +151,7 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 	if _, err := streams.Publish(r.Context(), s.js, subject, streams.TriggerMsgID(name, eventID), ev); err != nil {
 		log.Error().Err(err).Msg("publish trigger event")
 		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
-			Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.TriggersStream())})
+			Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.FiringsStream())})
 		return
 	}
 	log.Info().Msg("task fired")
@@ -292,7 +292,7 @@ func idempotencyConflict(ev schemas.TriggerEvent, instanceID int64) *Error {
 // pendingFiring returns the delayed firing eventID of task whose schedule
 // waits in the triggers stream; ok is false when there is none.
 func (s *Service) pendingFiring(ctx context.Context, task, eventID string) (schemas.TriggerEvent, bool, error) {
-	stream, err := s.js.Stream(ctx, s.opts.Topology.TriggersStream())
+	stream, err := s.js.Stream(ctx, s.opts.Topology.FiringsStream())
 	if err != nil {
 		return schemas.TriggerEvent{}, false, err
 	}
@@ -316,7 +316,7 @@ func (s *Service) pendingFiring(ctx context.Context, task, eventID string) (sche
 // publishDelayed publishes a firing that is due later: at once, to be held
 // by the dispatcher, when it is due within directWindow; otherwise as a
 // one-shot message schedule on its own subject, which the server publishes
-// to ax.trigger.<task>.api scheduleLead before the due time — or, when that is
+// to ax.fire.<task>.api scheduleLead before the due time — or, when that is
 // further off than half the triggers stream's MaxAge (which would drop the
 // schedule), then: the dispatcher schedules the rest. It returns the
 // subject it published to.
@@ -327,9 +327,9 @@ func (s *Service) publishDelayed(ctx context.Context, ev schemas.TriggerEvent, e
 		return subject, err
 	}
 	subject := s.opts.Topology.SchedFiring(ev.Task, eventID)
-	stream, err := s.js.Stream(ctx, s.opts.Topology.TriggersStream())
+	stream, err := s.js.Stream(ctx, s.opts.Topology.FiringsStream())
 	if err != nil {
-		return subject, fmt.Errorf("stream %s: %w", s.opts.Topology.TriggersStream(), err)
+		return subject, fmt.Errorf("stream %s: %w", s.opts.Topology.FiringsStream(), err)
 	}
 	at := ev.RunAt.Add(-scheduleLead)
 	if maxAge := stream.CachedInfo().Config.MaxAge; maxAge > 0 && at.After(ev.FiredAt.Add(maxAge/2)) {

@@ -54,7 +54,7 @@ func TestFireRejectsBadDelaysAndKeys(t *testing.T) {
 		})
 	}
 	if n := e.triggers(); n != 1 {
-		t.Errorf("AX_TRIGGERS holds %d messages, want only the firing with an empty key", n)
+		t.Errorf("AX_FIRINGS holds %d messages, want only the firing with an empty key", n)
 	}
 }
 
@@ -64,7 +64,7 @@ func TestFireDelayed(t *testing.T) {
 	e.apply(echoTask)
 	ctx := t.Context()
 	top := streams.Default()
-	stream, err := e.js.Stream(ctx, top.TriggersStream())
+	stream, err := e.js.Stream(ctx, top.FiringsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestFireDelayed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("schedule of %s: %v", eventID, err)
 		}
-		if m.Header.Get("Nats-Schedule-Target") != "ax.trigger.nightly-report.api" {
+		if m.Header.Get("Nats-Schedule-Target") != "ax.fire.nightly-report.api" {
 			t.Errorf("schedule target %q", m.Header.Get("Nats-Schedule-Target"))
 		}
 		at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(m.Header.Get("Nats-Schedule"), "@at "))

@@ -63,7 +63,7 @@ func (s *Service) addChainFiring(batch *streams.AsyncBatch, f store.ChainFiring)
 		Parents: f.Parents,
 		Reason:  "after " + strings.Join(ends, ", "),
 	}
-	subject := s.top.Trigger(f.Task)
+	subject := s.top.AXTrigger(f.Task)
 	m, err := streams.NewMsg(subject, streams.TriggerMsgID(f.Task, ev.EventID), ev)
 	if err != nil {
 		return fmt.Errorf("encode chain firing of %s in %s: %w", f.Task, f.RunID, err)

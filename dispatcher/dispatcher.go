@@ -255,7 +255,8 @@ func (s *Service) run(ctx context.Context) error {
 	defer pub.Close()
 	s.pub = pub
 	var (
-		triggers, reports jetstream.Consumer
+		triggers, firings jetstream.Consumer
+		reports           jetstream.Consumer
 		reportStream      jetstream.Stream
 		leases, workersKV jetstream.KeyValue
 	)
@@ -267,6 +268,9 @@ func (s *Service) run(ctx context.Context) error {
 		}
 		if triggers, err = js.CreateOrUpdateConsumer(ctx, s.top.TriggersStream(), s.top.DispatcherConsumer()); err != nil {
 			return fmt.Errorf("consumer on %s: %w", s.top.TriggersStream(), err)
+		}
+		if firings, err = js.CreateOrUpdateConsumer(ctx, s.top.FiringsStream(), s.top.FiringsConsumer()); err != nil {
+			return fmt.Errorf("consumer on %s: %w", s.top.FiringsStream(), err)
 		}
 		if reports, err = js.CreateOrUpdateConsumer(ctx, s.top.ReportsStream(), s.top.RecorderConsumer()); err != nil {
 			return fmt.Errorf("consumer on %s: %w", s.top.ReportsStream(), err)
@@ -327,6 +331,10 @@ func (s *Service) run(ctx context.Context) error {
 	loops := []func() error{
 		func() error {
 			return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
+				s.metrics.counted("triggers", s.handleTriggers))
+		},
+		func() error {
+			return consumeBatches(runCtx, work, firings, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
 				s.metrics.counted("triggers", s.handleTriggers))
 		},
 		func() error {

@@ -1,7 +1,8 @@
 // Package dispatcher is AX's dispatcher service. It turns firings into
 // instances and attempts, and executors' reports into transitions:
 //
-//   - it consumes AX_TRIGGERS in batches, creates one instance per
+//   - it consumes AX_TRIGGERS (outside publishers, cron) and AX_FIRINGS
+//     (the API's and its own firings) in batches, creates one instance per
 //     (task, event_id) in one statement, publishes each attempt to its pool's
 //     subject on AX_DISPATCH, awaits the acknowledgements together, and only
 //     then acknowledges the firings;

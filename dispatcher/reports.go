@@ -324,14 +324,14 @@ func (s *Service) scheduleRetry(batch *streams.AsyncBatch, o store.Outcome, wait
 		Retry:   &schemas.RetryOf{InstanceID: o.InstanceID, Attempt: next},
 	}
 	if wait <= 0 {
-		msg, err := streams.NewMsg(s.top.Trigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev)
+		msg, err := streams.NewMsg(s.top.AXTrigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev)
 		if err != nil {
 			return err
 		}
 		batch.Add(msg)
 		return nil
 	}
-	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.Trigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev.FiredAt, ev)
+	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.AXTrigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev.FiredAt, ev)
 	if err != nil {
 		return err
 	}

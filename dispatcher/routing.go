@@ -271,7 +271,7 @@ func (s *Service) addReroute(batch *streams.AsyncBatch, a store.Attempt) error {
 		FiredAt: s.now().Add(rerouteDelay),
 		Retry:   &schemas.RetryOf{InstanceID: a.ID, Attempt: a.Attempt},
 	}
-	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.Trigger(a.Task), "", ev.FiredAt, ev)
+	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.AXTrigger(a.Task), "", ev.FiredAt, ev)
 	if err != nil {
 		return err
 	}

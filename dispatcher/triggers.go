@@ -23,9 +23,12 @@ type firing struct {
 	msg   jetstream.Msg
 	task  string
 	event schemas.TriggerEvent
-	// byAPI is true for a firing on the API's subject, whose source and
-	// operator stand as they are (see streams.Topology.APITrigger).
-	byAPI bool
+	// from says who may have published the firing, by its subject: only
+	// the API's keep their source and operator, only AX's own are taken
+	// for AX's kinds (chain, retry, cancel of the API's); an outside cron
+	// firing must name a tick of its task's schedule (see
+	// streams.Topology.Trigger).
+	from streams.Origin
 	// problem is why the message cannot fire its task as it is; such a
 	// firing makes a SKIPPED instance with the problem as reason.
 	problem string
@@ -142,6 +145,11 @@ func (s *Service) fire(ctx context.Context, firings []firing, t *turn) func() {
 			s.log.Warn().Str("task", f.task).Str("event_id", f.event.EventID).
 				Msg("firing of an unknown task dropped; apply the task first")
 			continue
+		}
+		if f.from == streams.FromOutside && f.problem == "" && f.event.Source == schemas.SourceCron {
+			if problem := s.checkCron(f, defs[f.task]); problem != "" {
+				s.refuse(&f, problem)
+			}
 		}
 		key := [2]string{f.task, f.event.EventID}
 		if msgs, ok := byKey[key]; ok {
@@ -266,9 +274,12 @@ func (s *Service) schedule(ctx context.Context, firings []firing, t *turn) func(
 	for _, f := range firings {
 		ev := f.event
 		ev.IdempotencyKey, ev.Delay = "", ""
-		target := s.top.Trigger(f.task)
-		if f.byAPI {
-			// It comes back as the API's, operator and all.
+		// It comes back as AX's own, in the stream of the schedule
+		// (the schedule's target must be one of its subjects): as read
+		// now, so an outside firing was already held to what the bus
+		// proves; an API's comes back as the API's, operator and all.
+		target := s.top.AXTrigger(f.task)
+		if f.from == streams.FromAPI {
 			target = s.top.APITrigger(f.task)
 		}
 		m, err := streams.NewScheduleMsg(s.top.SchedFiring(f.task, ev.EventID), target, "",
@@ -318,7 +329,7 @@ func (s *Service) scheduleAt(due time.Time) time.Time {
 // its own, and a batch that cannot be split (not valid JSON, more than
 // schemas.MaxTriggerBatch firings) one for the whole message.
 func (s *Service) readFirings(m jetstream.Msg) []firing {
-	task, byAPI, ok := s.top.TriggerFrom(m.Subject())
+	task, from, ok := s.top.TriggerFrom(m.Subject())
 	if !ok || task == "" || !schemas.ValidText(task) {
 		// No task of that name can exist: there is nothing to record it on.
 		s.log.Warn().Str("subject", storableText(m.Subject())).Msg("trigger on an unexpected subject dropped")
@@ -328,14 +339,14 @@ func (s *Service) readFirings(m jetstream.Msg) []firing {
 	}
 	data := m.Data()
 	if !schemas.IsTriggerBatch(data) {
-		if f, ok := s.readFiring(m, task, byAPI, data, -1); ok {
+		if f, ok := s.readFiring(m, task, from, data, -1); ok {
 			return []firing{f}
 		}
 		return nil
 	}
 	items, err := schemas.SplitTriggerBatch(data)
 	if err != nil {
-		f, ok := s.readFiring(m, task, byAPI, nil, -1)
+		f, ok := s.readFiring(m, task, from, nil, -1)
 		if !ok {
 			return nil
 		}
@@ -350,7 +361,7 @@ func (s *Service) readFirings(m jetstream.Msg) []firing {
 	shared := &sharedMsg{Msg: m, left: len(items)}
 	out := make([]firing, 0, len(items))
 	for i, item := range items {
-		f, ok := s.readFiring(shared, task, byAPI, item, i)
+		f, ok := s.readFiring(shared, task, from, item, i)
 		if !ok {
 			return nil // terminated: the message has no metadata
 		}
@@ -369,10 +380,10 @@ func (s *Service) readFirings(m jetstream.Msg) []firing {
 // followed by /<index>, or seq-<stream sequence>-<index>); a delay is
 // resolved to run_at (after fired_at, or after the message reached the
 // stream); source and fired_at have their defaults.
-func (s *Service) readFiring(m jetstream.Msg, task string, byAPI bool, data []byte, index int) (firing, bool) {
-	f := firing{msg: m, task: task, byAPI: byAPI}
+func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, data []byte, index int) (firing, bool) {
+	f := firing{msg: m, task: task, from: from}
 	ev, err := schemas.ParseTriggerEvent(data)
-	if err == nil && !byAPI {
+	if err == nil && from == streams.FromOutside {
 		ev = s.unproven(m, task, ev)
 	}
 	// bySeq records the firing under its stream sequence: its own id
@@ -381,13 +392,36 @@ func (s *Service) readFiring(m jetstream.Msg, task string, byAPI bool, data []by
 	switch {
 	case err != nil:
 		f.problem = fmt.Sprintf("malformed trigger event: %v", err)
-	case ev.Cancel != nil && !byAPI:
+	case ev.Cancel != nil && from == streams.FromOutside:
 		f.problem = fmt.Sprintf("a cancel order is taken only from the API (POST /v1/instances/%d/cancel, ax instance cancel), not on %s",
 			ev.Cancel.InstanceID, m.Subject())
 	case ev.Task != "" && ev.Task != task:
 		f.problem = fmt.Sprintf("trigger event names task %q but was published to %s", ev.Task, m.Subject())
+	case from == streams.FromAX && axOwn(streams.FromAPI, ev) != "" && s.top.IsSchedFiring(m.Headers().Get(streams.HeaderScheduler)):
+		// The schedule of a delayed firing, which the api may write too:
+		// the dispatcher schedules none of its own kinds there.
+		f.problem, bySeq = fmt.Sprintf("%s is a firing AX makes itself, never from the schedule of a delayed firing (%s)",
+			axOwn(streams.FromAPI, ev), m.Headers().Get(streams.HeaderScheduler)), true
+	case from != streams.FromAX && axOwn(from, ev) != "":
+		// Under its own id, or under one it may not hold: either way the
+		// true firing of that id must still find it free.
+		f.problem, bySeq = fmt.Sprintf("%s is a firing AX makes itself, taken only from AX's own services (on %s), not on %s",
+			axOwn(from, ev), s.top.AXTrigger(task), m.Subject()), true
 	case !s.ownsEventID(m, task, ev) || strings.Contains(ev.IdempotencyKey, schemas.ShardEventIDMark):
 		f.problem, bySeq = "reserved id: "+problemsText(ev.UserIDProblems()), true
+	case ev.Source == schemas.SourceCron && from == streams.FromOutside:
+		// The trigger service's, or anyone's who may fire: only its id
+		// counts, checked against the schedule when the task is read.
+		if _, tick, ok := cronTick(task, ev.EventID); ok {
+			firedAt := tick
+			if ev.FiredAt.Truncate(time.Second).Equal(tick) {
+				firedAt = ev.FiredAt
+			}
+			ev = schemas.TriggerEvent{EventID: ev.EventID, Task: task, Source: schemas.SourceCron, FiredAt: firedAt, Reason: ev.Reason}
+		} else {
+			f.problem, bySeq = fmt.Sprintf("a cron firing must carry the event id of a cron tick of %s (%s…), not %q",
+				task, schemas.CronEventIDPrefix+task+":", storableText(ev.EventID)), true
+		}
 	}
 	if f.problem == "" {
 		f.event = ev
@@ -450,6 +484,84 @@ func (s *Service) readFiring(m jetstream.Msg, task string, byAPI bool, data []by
 		f.event.FiredAt = s.now()
 	}
 	return f, true
+}
+
+// cronLead is how far ahead of the dispatcher's clock a cron tick fired
+// from outside may be: the trigger service fires at the tick, on a clock
+// of its own.
+const cronLead = 5 * time.Second
+
+// cronTick returns the trigger index and the tick of id, the event id of
+// a cron tick of task (see schemas.CronEventID), false for any other id.
+func cronTick(task, id string) (int, time.Time, bool) {
+	rest, ok := strings.CutPrefix(id, schemas.CronEventIDPrefix+task+":")
+	if !ok {
+		return 0, time.Time{}, false
+	}
+	index, at, _ := strings.Cut(rest, ":")
+	i, err1 := strconv.Atoi(index)
+	tick, err2 := time.Parse(time.RFC3339, at)
+	if err1 != nil || err2 != nil || i < 0 || schemas.CronEventID(task, i, tick) != id {
+		return 0, time.Time{}, false
+	}
+	return i, tick, true
+}
+
+// checkCron returns why f, a cron firing published outside AX's own
+// subjects, is not a tick its task's trigger service would fire: its
+// trigger is no cron trigger of the task, the tick is not on its
+// schedule, or it is due more than cronLead from now. Such a firing
+// proves nothing, whoever sent it; one that passes is the very firing the
+// trigger service makes (readFiring kept only its id, fired_at and
+// reason), so whoever sends it first, the tick makes one instance, the
+// same.
+func (s *Service) checkCron(f firing, def *schemas.Task) string {
+	i, tick, _ := cronTick(f.task, f.event.EventID)
+	if i >= len(def.Triggers) || def.Triggers[i].Type != schemas.TriggerTypeCron {
+		return fmt.Sprintf("a cron firing of trigger %d, which is no cron trigger of %s", i, f.task)
+	}
+	t := def.Triggers[i].WithDefaults()
+	sched, err := schemas.ParseCronSchedule(t.Schedule, t.Timezone)
+	if err != nil || !sched.Next(tick.Add(-time.Nanosecond)).Equal(tick) {
+		return fmt.Sprintf("a cron firing of %s, which is no tick of trigger %d (%s)", tick.Format(time.RFC3339), i, t.Schedule)
+	}
+	if tick.After(s.now().Add(cronLead)) {
+		return fmt.Sprintf("a cron firing of the tick %s, which is not due yet", tick.Format(time.RFC3339))
+	}
+	return ""
+}
+
+// refuse makes f a firing of the problem, under the event id of its
+// message's stream sequence: the id it claimed stays free for the true
+// firing.
+func (s *Service) refuse(f *firing, problem string) {
+	firedAt := f.event.FiredAt
+	id := schemas.SeqEventIDPrefix + "unknown"
+	if meta, err := f.msg.Metadata(); err == nil {
+		id = schemas.SeqEventIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
+	}
+	f.problem, f.event = problem, schemas.TriggerEvent{EventID: id, Source: schemas.SourceEvent, FiredAt: firedAt}
+}
+
+// axOwn names what makes ev one of the firings only AX's own services
+// make, "" if nothing does: a retry or reroute (its retry field), a chain
+// firing or its parents' outputs, a shard's id, and on an outside subject
+// a cancel order (refused apart). A cron firing is the trigger service's,
+// whose NATS user may be an outside publisher's too (`ax dev` hands out
+// the trigger user): from outside it is checked against its task's
+// schedule instead (see [Service.checkCron]); from the API it is refused.
+func axOwn(from streams.Origin, ev schemas.TriggerEvent) string {
+	switch {
+	case ev.Retry != nil || ev.Source == schemas.SourceRetry:
+		return "a retry (source retry, or a retry field)"
+	case ev.Source == schemas.SourceChain || len(ev.Parents) > 0:
+		return "a chain firing (source chain, or parents)"
+	case ev.Source == schemas.SourceCron && from != streams.FromOutside:
+		return "a cron firing"
+	case strings.Contains(ev.EventID, schemas.ShardEventIDMark):
+		return "a shard (" + schemas.ShardEventIDMark + " in its event id)"
+	}
+	return ""
 }
 
 // unproven returns ev, a firing that did not come on the API's subject, as

@@ -34,6 +34,15 @@ func (t Topology) DispatcherConsumer() jetstream.ConsumerConfig {
 	}
 }
 
+// FiringsConsumer is the durable consumer the dispatchers share on
+// AX_FIRINGS: every firing of AX's own services goes to one of them.
+func (t Topology) FiringsConsumer() jetstream.ConsumerConfig {
+	c := t.DispatcherConsumer()
+	c.Description = "AX dispatchers: AX's own firings to instances"
+	c.FilterSubject = t.subject("fire", ">")
+	return c
+}
+
 // RecorderConsumer is the durable consumer the dispatchers share on
 // AX_REPORTS: every report goes to one of them.
 func (t Topology) RecorderConsumer() jetstream.ConsumerConfig {

@@ -5,9 +5,11 @@
 // All names derive from a [Topology]'s prefix ("ax" by default), so several
 // installations can share one NATS account:
 //
-//	ax.trigger.<task>                        AX_TRIGGERS  trigger, API, any client → dispatcher
-//	ax.sched.<task>.<event_id>               AX_TRIGGERS  one-shot schedules of delayed firings → ax.trigger.<task>
-//	ax.sched.<event_id>                      AX_TRIGGERS  the dispatcher's one-shot schedules (retries, chains) → ax.trigger.<task>
+//	ax.trigger.<task>                        AX_TRIGGERS  trigger (cron), any client → dispatcher; no schedules, no rollups
+//	ax.fire.<task>.api                       AX_FIRINGS   API (firings, cancel orders) → dispatcher
+//	ax.fire.<task>.ax                        AX_FIRINGS   dispatcher (chain firings, retries, reroutes, delayed firings due) → dispatcher
+//	ax.sched.<task>.<event_id>               AX_FIRINGS   one-shot schedules of delayed firings → ax.fire.<task>.api|ax
+//	ax.sched.<event_id>                      AX_FIRINGS   the dispatcher's one-shot schedules (retries, reroutes) → ax.fire.<task>.ax
 //	ax.dispatch.<pool>.<priority>.<handler> AX_DISPATCH  dispatcher → the executors of a pool that serve the handler
 //	ax.dispatch.worker.<worker_id>          AX_DISPATCH  dispatcher → one executor (hash and worker routing)
 //	ax.report.<pool>.<worker_id>.<instance_id>

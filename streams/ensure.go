@@ -75,9 +75,26 @@ func (c Config) withDefaults() Config {
 func (t Topology) StreamConfigs(c Config) []jetstream.StreamConfig {
 	c = c.withDefaults()
 	return []jetstream.StreamConfig{{
-		Name:              t.TriggersStream(),
-		Description:       "AX firings (" + t.prefix + ".trigger.<task>) and one-shot schedules of later firings",
-		Subjects:          []string{t.subject("trigger", ">"), t.subject("sched", ">")},
+		// Outside publishers write here: no header may act beyond the
+		// message that carries it, so no schedules and no rollups (the
+		// server would switch rollups on for schedules). Its first: an
+		// install of an earlier AX is migrated before AX_FIRINGS takes
+		// its ax.sched subjects (see [Topology.Ensure]).
+		Name:        t.TriggersStream(),
+		Description: "AX firings of outside publishers (" + t.prefix + ".trigger.<task>)",
+		Subjects:    []string{t.subject("trigger", ">")},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      c.TriggersMaxAge,
+		Duplicates:  c.DuplicateWindow,
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
+	}, {
+		// Only AX's services write here: the message schedules of
+		// delayed firings and retries, whose targets must be subjects
+		// of the same stream (nats-server 2.15.3 refuses others).
+		Name:              t.FiringsStream(),
+		Description:       "AX firings of AX's own services (" + t.prefix + ".fire.<task>.api|ax) and one-shot schedules of later firings",
+		Subjects:          []string{t.subject("fire", ">"), t.subject("sched", ">")},
 		Retention:         jetstream.LimitsPolicy,
 		MaxAge:            c.TriggersMaxAge,
 		Duplicates:        c.DuplicateWindow,
@@ -190,7 +207,11 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, c Config) 
 	for _, sc := range t.StreamConfigs(c) {
 		_, err := js.CreateStream(ctx, sc)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			_, err = js.UpdateStream(ctx, sc)
+			if sc.Name == t.TriggersStream() {
+				err = t.migrateTriggers(ctx, js, sc)
+			} else {
+				_, err = js.UpdateStream(ctx, sc)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
@@ -206,6 +227,52 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, c Config) 
 		}
 	}
 	return nil
+}
+
+// migrateTriggers updates AX_TRIGGERS to sc. An earlier AX made it with
+// message schedules (and so rollups) and the ax.sched subjects, which
+// nats-server cannot switch off on a stream ("message schedules can not
+// be disabled"): such a stream is deleted and made again, when it holds no
+// pending schedule and no firing the dispatchers have not taken. Otherwise
+// the error says what it holds and how to go on.
+func (t Topology) migrateTriggers(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	stream, err := js.Stream(ctx, sc.Name)
+	if err != nil {
+		return err
+	}
+	if old := stream.CachedInfo().Config; !old.AllowMsgSchedules {
+		_, err = js.UpdateStream(ctx, sc)
+		return err
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(t.subject("sched", ">")))
+	if err != nil {
+		return err
+	}
+	var pending uint64
+	for _, n := range info.State.Subjects {
+		pending += n
+	}
+	var unread uint64
+	if cons, err := stream.Consumer(ctx, t.DispatcherConsumer().Durable); err == nil {
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		unread = ci.NumPending + uint64(ci.NumAckPending)
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return err
+	}
+	if pending > 0 || unread > 0 {
+		return fmt.Errorf("stream %s was made by an earlier AX with message schedules, which let any publisher purge it or "+
+			"write as the API, and which nats-server cannot switch off: it must be made again, but it holds %d pending "+
+			"delayed firings and %d firings not yet taken; run the earlier dispatcher until they are done, or drop them "+
+			"with `nats stream rm %s`, then start again", sc.Name, pending, unread, sc.Name)
+	}
+	if err := js.DeleteStream(ctx, sc.Name); err != nil {
+		return err
+	}
+	_, err = js.CreateStream(ctx, sc)
+	return err
 }
 
 // Require looks up the named streams and buckets without changing them,

@@ -58,40 +58,79 @@ func (t Topology) subject(parts ...string) string {
 	return b.String()
 }
 
-// Trigger is the subject a firing of task is published to.
+// Trigger is the subject an outside publisher fires task on:
+// ax.trigger.<task>, in AX_TRIGGERS. A firing there is taken as an event
+// of operator "nats": it may not name an operator, a manual source or one
+// of AX's own kinds (chain, retry, cancel, shard), and a cron firing counts
+// only when its tick is one of the task's cron schedule (see
+// [Topology.TriggersStream]).
 func (t Topology) Trigger(task string) string { return t.subject("trigger", task) }
 
-// apiTrigger is the last token of [Topology.APITrigger]'s subjects.
-const apiTrigger = "api"
+// Origin says who may have published a firing, by its subject.
+type Origin uint8
+
+// The origins of firings.
+const (
+	// FromOutside is a firing on ax.trigger.<task>: any NATS user allowed
+	// to fire (the trigger service's cron firings too).
+	FromOutside Origin = iota
+	// FromAPI is a firing or cancel order on ax.fire.<task>.api: the api's
+	// (or the dispatcher's) NATS user.
+	FromAPI
+	// FromAX is a firing on ax.fire.<task>.ax: the dispatcher's own chain
+	// firings, retries, reroutes and the delayed firings it scheduled.
+	FromAX
+)
+
+// The last tokens of the internal firing subjects.
+const (
+	apiTrigger = "api"
+	axTrigger  = "ax"
+)
 
 // APITrigger is the subject of the firings and cancel orders of task that
-// the API publishes: ax.trigger.<task>.api. Only the api's (and the
-// dispatcher's) NATS users may publish there, so a firing on it may state
-// its source (manual) and operator; the dispatcher records every other
-// firing as an event of operator "nats", whatever it says.
-func (t Topology) APITrigger(task string) string { return t.subject("trigger", task, apiTrigger) }
+// the API publishes: ax.fire.<task>.api, in AX_FIRINGS. Only the api's
+// (and the dispatcher's) NATS users may publish there, so a firing on it
+// may state its source (manual) and operator; the dispatcher records every
+// firing on [Topology.Trigger] as an event of operator "nats", whatever it says.
+func (t Topology) APITrigger(task string) string { return t.subject("fire", task, apiTrigger) }
 
-// TriggerTask returns the task named by a trigger subject, of
-// [Topology.Trigger]'s form or [Topology.APITrigger]'s.
+// AXTrigger is the subject of the dispatcher's own firings of task:
+// ax.fire.<task>.ax, in AX_FIRINGS, which only the dispatcher's NATS user
+// may publish to. Chain firings, retries and reroutes are taken from here
+// only.
+func (t Topology) AXTrigger(task string) string { return t.subject("fire", task, axTrigger) }
+
+// TriggerTask returns the task named by a firing subject, of
+// [Topology.Trigger]'s, [Topology.APITrigger]'s or [Topology.AXTrigger]'s form.
 func (t Topology) TriggerTask(subject string) (string, bool) {
 	task, _, ok := t.TriggerFrom(subject)
 	return task, ok
 }
 
-// TriggerFrom returns the task named by a trigger subject and whether the
-// subject is [Topology.APITrigger]'s.
-func (t Topology) TriggerFrom(subject string) (task string, byAPI, ok bool) {
-	rest, ok := strings.CutPrefix(subject, t.prefix+".trigger.")
+// TriggerFrom returns the task named by a firing subject and who may have
+// published it. A subject of more tokens than its form is none.
+func (t Topology) TriggerFrom(subject string) (task string, from Origin, ok bool) {
+	if rest, ok := strings.CutPrefix(subject, t.prefix+".trigger."); ok {
+		return rest, FromOutside, rest != "" && !strings.Contains(rest, ".")
+	}
+	rest, ok := strings.CutPrefix(subject, t.prefix+".fire.")
 	if !ok {
-		return "", false, false
+		return "", 0, false
 	}
-	if task, ok := strings.CutSuffix(rest, "."+apiTrigger); ok {
-		return task, true, true
+	task, kind, ok := strings.Cut(rest, ".")
+	switch {
+	case !ok || task == "":
+		return "", 0, false
+	case kind == apiTrigger:
+		return task, FromAPI, true
+	case kind == axTrigger:
+		return task, FromAX, true
 	}
-	return rest, false, true
+	return "", 0, false
 }
 
-// Sched is the subject of a one-shot schedule that publishes a trigger later.
+// Sched is the subject of a one-shot schedule that publishes a firing later.
 func (t Topology) Sched(eventID string) string { return t.subject("sched", eventID) }
 
 // SchedFiring is the subject of the one-shot schedule that publishes the
@@ -109,6 +148,15 @@ func (t Topology) SchedFiring(task, eventID string) string {
 		}
 	}
 	return t.subject("sched", task, token)
+}
+
+// IsSchedFiring reports whether subject is of [Topology.SchedFiring]'s
+// form (ax.sched.<task>.<event_id>), the schedules the api may write too,
+// rather than [Topology.Sched]'s of one token, which only the dispatcher
+// writes.
+func (t Topology) IsSchedFiring(subject string) bool {
+	rest, ok := strings.CutPrefix(subject, t.prefix+".sched.")
+	return ok && strings.Contains(rest, ".")
 }
 
 // Dispatch is the subject of a pool's work at one priority for one
@@ -286,8 +334,17 @@ func (t Topology) ReadyWorker(workerID string) string {
 
 func (t Topology) stream(name string) string { return strings.ToUpper(t.prefix) + "_" + name }
 
-// Stream names.
+// TriggersStream is the stream of outside publishers' firings
+// (ax.trigger.<task>): no message schedules, no rollups, so no header of
+// a message there acts beyond that message.
 func (t Topology) TriggersStream() string { return t.stream("TRIGGERS") }
+
+// FiringsStream is the stream of the firings AX's own services publish
+// (ax.fire.<task>.api|ax) and of the one-shot schedules of later firings
+// (ax.sched.>): only the api's and the dispatcher's users write there.
+func (t Topology) FiringsStream() string { return t.stream("FIRINGS") }
+
+// Stream names.
 func (t Topology) DispatchStream() string { return t.stream("DISPATCH") }
 func (t Topology) ReportsStream() string  { return t.stream("REPORTS") }
 func (t Topology) AuditStream() string    { return t.stream("AUDIT") }

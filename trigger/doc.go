@@ -17,11 +17,14 @@
 // # Exactly one firing per tick
 //
 // A firing's event id is [schemas.CronEventID]: the task, the trigger's index
-// and the tick, nothing else. It is also the message's Nats-Msg-Id. Any
-// number of trigger services may run on the same tasks: the ticks they all
-// fire collapse into one message in JetStream's duplicate window and, past
-// it, into one instance in PostgreSQL, where (task, event_id) is unique. A
-// replica that stops leaves no gap, since the others fire the same ticks.
+// and the tick, nothing else. Any number of trigger services may run on the
+// same tasks: the ticks they all fire collapse into one instance in
+// PostgreSQL, where (task, event_id) is unique. A replica that stops leaves
+// no gap, since the others fire the same ticks. The message has no
+// Nats-Msg-Id: AX_TRIGGERS's duplicate window is shared with outside
+// publishers (the trigger's NATS user is theirs under ax dev), who could
+// take a known id first and have the tick dropped as its duplicate; the
+// dispatcher checks a cron firing there against its task's schedule.
 //
 // # Watching, not polling
 //

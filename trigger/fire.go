@@ -26,7 +26,6 @@ type firing struct {
 	key     store.TriggerKey
 	tick    int64
 	subject string
-	id      string
 	data    []byte
 	// pub is the firing's place in its outbox's batch, once published.
 	pub int
@@ -171,7 +170,6 @@ func (s *Service) newFiring(e *entry, tick int64, reason string) *firing {
 		key:     store.TriggerKey{Task: e.task.name, TriggerIndex: int(e.trigger)},
 		tick:    tick,
 		subject: s.triggerPrefix + e.task.name,
-		id:      id,
 		data:    data,
 	}
 }
@@ -231,7 +229,11 @@ func (s *Service) publish(out *outbox, f *firing) {
 		out.batch = s.pub.Batch()
 	}
 	f.pub = out.batch.Len()
-	out.batch.AddData(f.subject, f.data, streams.Header{Key: streams.HeaderMsgID, Value: f.id})
+	// No Nats-Msg-Id: AX_TRIGGERS's duplicate window is shared with every
+	// outside publisher, who could take a cron id first and have the tick
+	// dropped as its duplicate. Two replicas' firings of a tick are two
+	// messages and one instance: PostgreSQL keeps one per (task, event id).
+	out.batch.AddData(f.subject, f.data)
 }
 
 // await waits for the acknowledgements of the firings not yet awaited.

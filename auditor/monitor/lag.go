@@ -24,7 +24,7 @@ const (
 // monitoring auditor reports on (ax_consumer_*): every stream AX consumes
 // through durable consumers. AX_LOGS has none; its readers are ephemeral.
 func LagStreams(top streams.Topology) []string {
-	return []string{top.TriggersStream(), top.DispatchStream(), top.ReportsStream(), top.AuditStream()}
+	return []string{top.TriggersStream(), top.FiringsStream(), top.DispatchStream(), top.ReportsStream(), top.AuditStream()}
 }
 
 // lag reads the consumers of the LagStreams every LagInterval and sets the

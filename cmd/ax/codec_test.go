@@ -14,7 +14,7 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-// TestCodecKeyFile fires with --codec-key-file: AX_TRIGGERS holds only the
+// TestCodecKeyFile fires with --codec-key-file: AX_FIRINGS holds only the
 // envelope; ax instance get with the key shows the payload and the output
 // (encoded as an executor with the key would) decoded, and without it the
 // envelopes. A field a task's redact names shows as the marker.
@@ -36,9 +36,9 @@ func TestCodecKeyFile(t *testing.T) {
 		"--payload", `{"card":"`+secret+`"}`); code != 0 {
 		t.Fatalf("fire: exit %d\n%s%s", code, out, errOut)
 	}
-	data := e.lastMsg("ax.trigger.vault.api")
+	data := e.lastMsg("ax.fire.vault.api")
 	if bytes.Contains(data, []byte(secret)) {
-		t.Fatalf("AX_TRIGGERS holds the plaintext: %s", data)
+		t.Fatalf("AX_FIRINGS holds the plaintext: %s", data)
 	}
 	ev, err := schemas.ParseTriggerEvent(data)
 	if err != nil {

@@ -25,7 +25,7 @@ func TestFireCommand(t *testing.T) {
 	if code != 0 || out != "" || !strings.Contains(errOut, "fired nightly-report as event ev-1, but the dispatcher has not created its instance yet") {
 		t.Errorf("fire without a dispatcher: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	ev := e.lastEvent("ax.trigger.nightly-report.api")
+	ev := e.lastEvent("ax.fire.nightly-report.api")
 	if ev.EventID != "ev-1" || ev.Source != schemas.SourceManual || ev.Operator != operatorName() || ev.Priority != schemas.PriorityUrgent ||
 		string(ev.Payload) != `{"day":"2025-03-01"}` || ev.PayloadVersion != 1 {
 		t.Errorf("published firing = %+v", ev)

@@ -93,7 +93,7 @@ func TestInstanceRerun(t *testing.T) {
 	if code != 0 || out != "" || !strings.Contains(errOut, fmt.Sprintf("fired nightly-report as event rerun-%d-", failed)) {
 		t.Errorf("instance rerun: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	ev := e.lastEvent("ax.trigger.nightly-report.api")
+	ev := e.lastEvent("ax.fire.nightly-report.api")
 	if ev.Source != schemas.SourceManual || ev.Operator != operatorName() || ev.Reason != fmt.Sprintf("rerun of instance %d", failed) ||
 		ev.Priority != schemas.PriorityNormal || ev.PayloadVersion != 1 {
 		t.Errorf("published firing = %+v", ev)
@@ -108,7 +108,7 @@ func TestInstanceRerun(t *testing.T) {
 		if code, _, errOut := e.ax("", append([]string{"instance", "rerun", fmt.Sprint(failed)}, args...)...); code != 0 {
 			t.Fatalf("instance rerun %v: exit %d, %s", args, code, errOut)
 		}
-		ev, err := schemas.ParseTriggerEvent(e.lastMsg("ax.trigger.nightly-report.api"))
+		ev, err := schemas.ParseTriggerEvent(e.lastMsg("ax.fire.nightly-report.api"))
 		want := `{"day":"2025-03-02"}`
 		if args[0] == "--payload-file" {
 			want = `{"day":"2025-03-03"}`

@@ -22,8 +22,8 @@ import (
 func (e *cliEnv) fakeDispatcher(task string, end func(n int) schemas.State) {
 	e.t.Helper()
 	ctx := e.t.Context()
-	cons, err := e.js.OrderedConsumer(ctx, "AX_TRIGGERS", jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"ax.trigger." + task + ".api"}, DeliverPolicy: jetstream.DeliverNewPolicy})
+	cons, err := e.js.OrderedConsumer(ctx, "AX_FIRINGS", jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"ax.fire." + task + ".api"}, DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {
 		e.t.Fatal(err)
 	}

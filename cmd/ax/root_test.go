@@ -91,7 +91,7 @@ func (e *cliEnv) apply(def string) {
 // lastMsg returns the data of the newest message on subject in AX_TRIGGERS.
 func (e *cliEnv) lastMsg(subject string) []byte {
 	e.t.Helper()
-	s, err := e.js.Stream(e.t.Context(), "AX_TRIGGERS")
+	s, err := e.js.Stream(e.t.Context(), "AX_FIRINGS")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func (e *cliEnv) lastMsg(subject string) []byte {
 	return m.Data
 }
 
-// lastEvent returns the newest trigger event on subject in AX_TRIGGERS.
+// lastEvent returns the newest trigger event on subject in AX_FIRINGS.
 func (e *cliEnv) lastEvent(subject string) schemas.TriggerEvent {
 	e.t.Helper()
 	ev, err := schemas.ParseTriggerEvent(e.lastMsg(subject))

@@ -555,6 +555,7 @@ func (r *run) settled(ctx context.Context) (bool, error) {
 	for _, c := range [][2]string{
 		{r.sb.Top.ReportsStream(), r.sb.Top.RecorderConsumer().Durable},
 		{r.sb.Top.TriggersStream(), r.sb.Top.DispatcherConsumer().Durable},
+		{r.sb.Top.FiringsStream(), r.sb.Top.FiringsConsumer().Durable},
 	} {
 		consumer, err := r.sb.JS.Consumer(ctx, c[0], c[1])
 		if err != nil {

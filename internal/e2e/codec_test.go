@@ -116,7 +116,7 @@ func TestCodecKeepsPayloadsOpaque(t *testing.T) {
 		if found := s.pgHolds(res.InstanceID, text); len(found) > 0 {
 			t.Errorf("PostgreSQL holds %q in plaintext: %s", text, found)
 		}
-		for _, stream := range []string{s.srv.Topology.TriggersStream(), s.srv.Topology.ReportsStream(), s.srv.Topology.AuditStream()} {
+		for _, stream := range []string{s.srv.Topology.TriggersStream(), s.srv.Topology.FiringsStream(), s.srv.Topology.ReportsStream(), s.srv.Topology.AuditStream()} {
 			if found := s.streamHolds(stream, text); len(found) > 0 {
 				t.Errorf("%s holds %q in plaintext on %v", stream, text, found)
 			}
@@ -131,8 +131,8 @@ func TestCodecKeepsPayloadsOpaque(t *testing.T) {
 			t.Errorf("stored %s %s is not an envelope of key %s", what, v, codecKey.ID)
 		}
 	}
-	if found := s.streamHolds(s.srv.Topology.TriggersStream(), `"ax_codec":"aes-gcm/v1"`); len(found) == 0 {
-		t.Errorf("AX_TRIGGERS holds no envelope: the firing went elsewhere")
+	if found := s.streamHolds(s.srv.Topology.FiringsStream(), `"ax_codec":"aes-gcm/v1"`); len(found) == 0 {
+		t.Errorf("AX_FIRINGS holds no envelope: the firing went elsewhere")
 	}
 
 	// The client with the key reads the plaintext back; without it, the envelope.

@@ -99,7 +99,7 @@ execution:
 `)
 	ctx := context.Background()
 	top := s.srv.Topology
-	trig, err := s.js.Stream(ctx, top.TriggersStream())
+	trig, err := s.js.Stream(ctx, top.FiringsStream())
 	if err != nil {
 		t.Fatal(err)
 	}

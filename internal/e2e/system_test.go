@@ -250,6 +250,11 @@ func (s *system) drained(stream, consumer string) {
 		}
 		return info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= last.Sequence, nil
 	})
+	if stream == s.srv.Topology.TriggersStream() && consumer == s.srv.Topology.DispatcherConsumer().Durable {
+		// The dispatcher takes firings from two streams: the API's and
+		// AX's own (chain firings, retries) are in AX_FIRINGS.
+		s.drained(s.srv.Topology.FiringsStream(), s.srv.Topology.FiringsConsumer().Durable)
+	}
 }
 
 // path returns the transitions of an instance as "FROM→TO" strings.

@@ -166,14 +166,20 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 	}
 	switch role {
 	case Trigger:
-		// Plain firings only (ax.trigger.<task>): the API's subjects, whose
-		// firings may name an operator, are the api's.
+		// Plain firings only (ax.trigger.<task>, AX_TRIGGERS), its cron
+		// firings among them: `ax dev` hands its user to outside
+		// publishers too. AX_FIRINGS (the API's firings, AX's own, the
+		// schedules) is the api's and the dispatcher's.
 		pub = append(pub, top.Trigger("*"))
 		pub = append(pub, info(top.TriggersStream(), kv(top.TasksBucket()))...)
 		pub = append(pub, watch(kv(top.TasksBucket()))...)
 		pub = append(pub, flowControl)
 	case API:
-		pub = append(pub, top.Trigger(">"), top.Sched(">"), top.Control(">"), kvKey(top.TasksBucket(), ">"))
+		// Its own firings and cancel orders, and the schedules of delayed
+		// ones (ax.sched.<task>.<event>); not AX's own firings, nor the
+		// dispatcher's retry schedules (ax.sched.<event>), which a
+		// schedule of the same subject would replace.
+		pub = append(pub, top.APITrigger("*"), top.Sched("*.>"), top.Control(">"), kvKey(top.TasksBucket(), ">"))
 		pub = append(pub, "$JS.API.INFO")
 		pub = append(pub, observe...)
 		// Consumers of its own on streams where no other service has one:
@@ -181,10 +187,10 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		for _, s := range []string{top.LogsStream(), kv(top.WorkersBucket()), kv(top.TasksBucket())} {
 			pub = append(pub, watch(s)...)
 		}
-		// AX_TRIGGERS holds the dispatcher's consumer: the api reads a
+		// AX_FIRINGS holds the dispatcher's consumer: the api reads a
 		// pending schedule by subject, and makes, pulls from or deletes no
 		// consumer there.
-		pub = append(pub, read(top.TriggersStream())...)
+		pub = append(pub, read(top.FiringsStream())...)
 		pub = append(pub, flowControl)
 	case Auditor:
 		pub = append(pub, top.Audit(">"))
@@ -193,10 +199,10 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		// stream with durable consumers and the oldest waiting dispatch
 		// message of a pool (monitor.LagStreams in auditor/monitor) — no consumer's info
 		// one by one, no stream it does not read.
-		pub = append(pub, info(top.AuditStream(), top.TriggersStream(), top.DispatchStream(), top.ReportsStream(),
+		pub = append(pub, info(top.AuditStream(), top.TriggersStream(), top.FiringsStream(), top.DispatchStream(), top.ReportsStream(),
 			kv(top.WorkersBucket()), kv(top.LeasesBucket()), kv(top.TasksBucket()))...)
 		pub = append(pub, "$JS.API.CONSUMER.INFO."+top.AuditStream()+".>")
-		for _, s := range []string{top.TriggersStream(), top.DispatchStream(), top.ReportsStream(), top.AuditStream()} {
+		for _, s := range []string{top.TriggersStream(), top.FiringsStream(), top.DispatchStream(), top.ReportsStream(), top.AuditStream()} {
 			pub = append(pub, "$JS.API.CONSUMER.LIST."+s)
 		}
 		pub = append(pub, "$JS.API.STREAM.MSG.GET."+top.DispatchStream())
