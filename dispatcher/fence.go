@@ -92,14 +92,21 @@ func (b *leaseBook) began(at time.Time) {
 // its expiry marker for one TTL more (nats-server's max age removes the
 // marker too, whatever its own TTL): every lease first put at most two
 // TTLs before the watch began is in the state the watch reads first, as a
-// put or a marker. The book claims a little less, min(TTL, fenceClockSlack)
-// less, for the time between reading PostgreSQL's clock and the watch's
-// first read, and for the marker's lag behind the expiry.
+// put or a marker. (A put that ages out while the watch reads is
+// replaced by its marker, which the watch reads as an update; only a
+// marker that ages out before the watch reaches it is missed.) The book
+// claims a little less, historySlack less, for the time between reading
+// PostgreSQL's clock and the watch's read of the bucket's state.
 func (b *leaseBook) retains(ttl time.Duration) {
 	b.mu.Lock()
-	b.reach = max(2*ttl-min(ttl, fenceClockSlack), 0)
+	b.reach = 2*ttl - min(ttl/2, historySlack)
 	b.mu.Unlock()
 }
+
+// historySlack bounds what the leases book takes off the bucket's
+// history, two lease TTLs, for the time the watch takes to read it (see
+// [leaseBook.retains]); at most half a TTL is taken off.
+const historySlack = 2 * time.Second
 
 // synced notes that the watch delivered the bucket's current state.
 func (b *leaseBook) synced() { b.once.Do(func() { close(b.ready) }) }
@@ -164,10 +171,10 @@ func (b *leaseBook) forget(fs []store.Failure) {
 // dispatched at dispatchedAt (PostgreSQL's clock): the watch had begun by
 // then, or began at most reach later, so that any lease put of it was
 // still in the bucket's state that the watch read first (see retains).
-// (dispatched_at is its transaction's start, before the commit that
-// precedes the dispatch message and so any lease put: an attempt
-// dispatched as the horizon passed may be taken as unknown, never the
-// reverse.)
+// (dispatched_at is the time its row was written, after any wait for the
+// table's lock and before the commit that precedes the dispatch message
+// and so any lease put: an attempt dispatched as the horizon passed may
+// be taken as unknown, never the reverse.)
 func (b *leaseBook) knows(dispatchedAt time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -16,12 +16,12 @@ func TestLeaseBookReachesBackTheBucketsHistory(t *testing.T) {
 		knows       bool
 	}{
 		{30 * time.Second, 0, true},
-		{30 * time.Second, 55 * time.Second, true},
-		{30 * time.Second, 56 * time.Second, false},
-		{5 * time.Second, 5 * time.Second, true},
-		{5 * time.Second, 6 * time.Second, false},
-		{2 * time.Second, 2 * time.Second, true},
-		{2 * time.Second, 3 * time.Second, false},
+		{30 * time.Second, 58 * time.Second, true},
+		{30 * time.Second, 59 * time.Second, false},
+		{5 * time.Second, 8 * time.Second, true},
+		{5 * time.Second, 9 * time.Second, false},
+		{2 * time.Second, 3 * time.Second, true},
+		{2 * time.Second, 3*time.Second + time.Millisecond, false},
 		{0, time.Millisecond, false},
 		{30 * time.Second, -time.Second, true}, // dispatched after the watch began
 	} {

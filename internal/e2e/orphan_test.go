@@ -39,7 +39,7 @@ import (
 // failed it as lost: FAILED, 0 runs.
 func TestFiringOrphanedByAKilledDispatcherRunsOnce(t *testing.T) {
 	t.Parallel()
-	const ttl = 10 * time.Second // the fence reads 2×TTL−5 s = 15 s of history
+	const ttl = 10 * time.Second // the fence reads 2×TTL−2 s = 18 s of history
 	bin := systemtest.BuildAX(t)
 	ctx := context.Background()
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
