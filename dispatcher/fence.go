@@ -27,8 +27,13 @@ import (
 // and a dispatcher says yes only when it can show that the attempt never
 // ran: the instance is DISPATCHED at that attempt in PostgreSQL, no report
 // of it waits in AX_REPORTS, and no lease of it was put since this
-// dispatcher began to watch the leases, which it did before the attempt
-// was dispatched. When it ran, or that cannot be shown, the answer is no;
+// dispatcher began to watch the leases, nor is any left from before in
+// the bucket, which keeps a lease put two TTLs after its last renewal (the
+// put, then its expiry marker): so the attempt was dispatched after the
+// watch began, or at most leaseBook.reach before it — a dispatcher that
+// restarted alone knows the attempts its predecessor dispatched just
+// before dying from the bucket's history, not from its memory. When it
+// ran, or that cannot be shown, the answer is no;
 // and when its lease is not alive now, the attempt is failed as lost, like
 // a lapsed lease, so that the instance goes on with the next attempt
 // instead of running this one twice or staying DISPATCHED for ever. An
@@ -66,6 +71,7 @@ type leaseBook struct {
 	holders map[[2]int64]string
 	last    string        // the worker of the last put, whose leases come in runs
 	since   time.Time     // when the watch began
+	reach   time.Duration // how long before since the bucket's history reaches
 	ready   chan struct{} // closed once the watch delivered the bucket's current state
 	once    sync.Once
 }
@@ -80,6 +86,27 @@ func (b *leaseBook) began(at time.Time) {
 	b.since = at
 	b.mu.Unlock()
 }
+
+// retains notes the TTL of the leases bucket as the watch began. The
+// bucket keeps a lease put until one TTL after its last renewal, and then
+// its expiry marker for one TTL more (nats-server's max age removes the
+// marker too, whatever its own TTL): every lease first put at most two
+// TTLs before the watch began is in the state the watch reads first, as a
+// put or a marker. (A put that ages out while the watch reads is
+// replaced by its marker, which the watch reads as an update; only a
+// marker that ages out before the watch reaches it is missed.) The book
+// claims a little less, historySlack less, for the time between reading
+// PostgreSQL's clock and the watch's read of the bucket's state.
+func (b *leaseBook) retains(ttl time.Duration) {
+	b.mu.Lock()
+	b.reach = 2*ttl - min(ttl/2, historySlack)
+	b.mu.Unlock()
+}
+
+// historySlack bounds what the leases book takes off the bucket's
+// history, two lease TTLs, for the time the watch takes to read it (see
+// [leaseBook.retains]); at most half a TTL is taken off.
+const historySlack = 2 * time.Second
 
 // synced notes that the watch delivered the bucket's current state.
 func (b *leaseBook) synced() { b.once.Do(func() { close(b.ready) }) }
@@ -97,6 +124,19 @@ func (b *leaseBook) lastWorker() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.last
+}
+
+// expired notes the expiry marker of attempt key, as a put naming no
+// worker when no put of it was noted: the lease existed, so the attempt
+// may have run, until the reaper has dealt with the expiry (a marker in
+// the bucket's state when the watch began is all a restarted dispatcher
+// learns of a lease its predecessor saw).
+func (b *leaseBook) expired(key [2]int64) {
+	b.mu.Lock()
+	if _, ok := b.holders[key]; !ok {
+		b.holders[key] = ""
+	}
+	b.mu.Unlock()
 }
 
 // known reports whether a lease put of attempt key was noted.
@@ -129,14 +169,16 @@ func (b *leaseBook) forget(fs []store.Failure) {
 
 // knows reports whether the book holds every lease put of an attempt
 // dispatched at dispatchedAt (PostgreSQL's clock): the watch had begun by
-// then. (dispatched_at is its transaction's start, before the commit that
-// precedes the dispatch message and so any lease put: an attempt
-// dispatched as the watch began may be taken as unknown, never the
-// reverse.)
+// then, or began at most reach later, so that any lease put of it was
+// still in the bucket's state that the watch read first (see retains).
+// (dispatched_at is the time its row was written, after any wait for the
+// table's lock and before the commit that precedes the dispatch message
+// and so any lease put: an attempt dispatched as the horizon passed may
+// be taken as unknown, never the reverse.)
 func (b *leaseBook) knows(dispatchedAt time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return !b.since.IsZero() && !dispatchedAt.Before(b.since)
+	return !b.since.IsZero() && !dispatchedAt.Before(b.since.Add(-b.reach))
 }
 
 // watchBegins returns the time, by PostgreSQL's clock, at which the watch
@@ -290,7 +332,7 @@ func (s *Service) decideFence(ctx context.Context, leases jetstream.KeyValue, re
 	case seen:
 		why = "its lease was put"
 	case !s.book.knows(st.DispatchedAt):
-		why = "it was dispatched before this dispatcher watched the leases, so a lease of it may have been put and lost"
+		why = "it was dispatched before the history of the leases this dispatcher read, so a lease of it may have been put and lost"
 	default:
 		return fenceStart, schemas.FenceAnswer{Start: true, Reason: fmt.Sprintf(
 			"attempt %d never ran: the instance is DISPATCHED at it, no report of it waits and no lease of it was put", q.Attempt)}, nil

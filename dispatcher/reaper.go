@@ -49,6 +49,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 		return fmt.Errorf("read %s: %w", s.top.LeasesBucket(), err)
 	}
 	s.reconnects.start(s.opts.Conn.Stats().Reconnects, status.TTL())
+	s.book.retains(status.TTL())
 
 	var lost []store.Failure
 	// holders are the workers the live leases name, by attempt, read from
@@ -167,6 +168,7 @@ func (s *Service) appendExpiry(lost []store.Failure, holders *leaseBook, e jetst
 		}
 		return lost
 	case jetstream.KeyValuePurge:
+		holders.expired(key)
 		return append(lost, store.Failure{InstanceID: id, Attempt: attempt, Reason: leaseLost, At: s.now()})
 	default: // deleted by an executor that retires its leases so
 		holders.forget([]store.Failure{{InstanceID: id, Attempt: attempt}})

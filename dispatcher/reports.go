@@ -221,6 +221,9 @@ func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]s
 			ended = append(ended, e)
 		}
 		switch {
+		case isStarted && !o.Applied && o.Found && o.CurrentAttempt == o.Attempt && o.State == schemas.StateSucceeded:
+			// Overtaken by its own success: the worker finished it, and
+			// nothing runs to stop.
 		case isStarted && !o.Applied && o.Found && !(o.State == schemas.StateRunning && o.CurrentAttempt == o.Attempt):
 			// The attempt is no longer the instance's: stop it where it runs.
 			s.cancelAttempt(r.WorkerID, o,

@@ -210,7 +210,7 @@ WITH lim AS (
 	SELECT i.id FROM instances i JOIN pick USING (id) WHERE i.state = 'WAITING'
 	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
-	UPDATE instances i SET state = 'DISPATCHED', dispatched_at = now(), updated_at = now()
+	UPDATE instances i SET state = 'DISPATCHED', dispatched_at = clock_timestamp(), updated_at = now()
 	FROM lk WHERE i.id = lk.id AND i.state = 'WAITING'
 	RETURNING i.*
 ), tr AS (

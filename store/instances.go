@@ -400,7 +400,10 @@ WITH settings AS (
 	OVERRIDING SYSTEM VALUE
 	SELECT id, task, task_version, event_id, source, COALESCE(operator, ''), state, max_attempts, COALESCE(retry_policy, '{}'),
 		priority, pool, handler, timeout_ms, payload, fired_at, COALESCE(mutex_template, ''),
-		CASE WHEN state = 'DISPATCHED' THEN now() END, CASE WHEN state IN ('SKIPPED', 'CANCELLED') THEN now() END,
+		-- dispatched_at is the row's own time, after any wait for the
+		-- table's lock: the fence takes it for the earliest a lease of
+		-- the attempt may have been put (see dispatcher/fence.go).
+		CASE WHEN state = 'DISPATCHED' THEN clock_timestamp() END, CASE WHEN state IN ('SKIPPED', 'CANCELLED') THEN now() END,
 		CASE WHEN COALESCE(run_id, '') <> '' THEN run_id ELSE '`+schemas.RunIDPrefix+`' || id END, parents,
 		COALESCE(NULLIF(dispatch_strategy, ''), 'pull'), COALESCE(dispatch_key, ''), COALESCE(min_worker_version, ''),
 		parent_id, COALESCE(shard_index, 0), COALESCE(shard_count, 0)
@@ -535,7 +538,7 @@ WITH input AS (
 	WHERE i.state = 'RETRYING'
 	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
-	UPDATE instances i SET state = 'DISPATCHED', attempt = input.attempt, dispatched_at = now(),
+	UPDATE instances i SET state = 'DISPATCHED', attempt = input.attempt, dispatched_at = clock_timestamp(),
 		worker_id = '', updated_at = now()
 	FROM input, lk
 	WHERE i.id = input.id AND i.state = 'RETRYING' AND i.attempt = input.attempt - 1 AND lk.id = i.id

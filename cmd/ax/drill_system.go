@@ -139,14 +139,14 @@ docs/drill.md explains every check and scenario.`,
 // (or, with all, every scenario's report).
 func printDrillSystem(w io.Writer, results []system.Result, all bool) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "SCENARIO\tFIRED\tCREATED\tLOST\tSTUCK\tDUPLICATES\tSTALE REFUSED\tSTALE ACCEPTED\tILLEGAL\tRECOVERY P50/P99/MAX\tVERDICT")
+	fmt.Fprintln(tw, "SCENARIO\tFIRED\tCREATED\tLOST\tSTUCK\tDUPLICATES\tSPENT UNRUN\tSTALE REFUSED\tSTALE ACCEPTED\tILLEGAL\tRECOVERY P50/P99/MAX\tVERDICT")
 	for _, r := range results {
 		verdict := "pass"
 		if !r.Pass {
 			verdict = "FAIL"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Scenario, r.Fired, r.Created, r.Lost, r.Stuck,
-			r.Duplicates, r.StaleRefused, r.StaleAccepted, r.Illegal, r.Recovery, verdict)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Scenario, r.Fired, r.Created, r.Lost, r.Stuck,
+			r.Duplicates, r.SpentWithoutRun, r.StaleRefused, r.StaleAccepted, r.Illegal, r.Recovery, verdict)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

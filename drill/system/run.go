@@ -246,6 +246,18 @@ const burst = 40
 // second one (the firing dedupe). A kill at a random moment between the
 // load's firings, 50 ms apart, mostly hit an idle dispatcher.
 func (r *run) restart(ctx context.Context, name string, gap time.Duration) error {
+	return r.restartWith(ctx, name, gap, false)
+}
+
+// restartWith is restart, with the burst's keys held instead of the table
+// when keys is set: the drill inserts an instance of each of the burst's
+// firings in its transaction, so that the dispatchers' creation
+// statements wait for it as they run (a lock on the table stops a
+// statement not yet prepared on its connection at parse, and a dead
+// client's statement never gets further); when the drill rolls back,
+// each statement the dead dispatcher left goes on and commits its
+// instances DISPATCHED, whose dispatch messages it never published.
+func (r *run) restartWith(ctx context.Context, name string, gap time.Duration, keys bool) error {
 	r.mu.Lock()
 	prefix := fmt.Sprintf("%s-burst-%d-", r.sc.Name, len(r.faults))
 	r.mu.Unlock()
@@ -254,7 +266,18 @@ func (r *run) restart(ctx context.Context, name string, gap time.Duration) error
 		return fmt.Errorf("hold the dispatchers' batch: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '10s'; LOCK TABLE instances IN SHARE MODE`); err != nil {
+	if keys {
+		_, err = tx.Exec(ctx, `INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms, fired_at)
+			SELECT $1, 1, $2 || i, 'api', 'CREATED', 1, 'normal', 'default', $3, 1000, now() FROM generate_series(0, $4 - 1) i`,
+			r.task, prefix, WorkHandler, burst)
+	} else {
+		_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '10s'; LOCK TABLE instances IN SHARE MODE`)
+	}
+	if err != nil {
+		return fmt.Errorf("hold the dispatchers' batch: %w", err)
+	}
+	var holder int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
 		return fmt.Errorf("hold the dispatchers' batch: %w", err)
 	}
 	var wg sync.WaitGroup
@@ -268,8 +291,15 @@ func (r *run) restart(ctx context.Context, name string, gap time.Duration) error
 	want := len(r.sb.Running(r.sc.Name + "-d"))
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		var waiting int
-		err := r.sb.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		var err error
+		if keys {
+			// Only a creation statement waits for the held keys (a held
+			// table makes reports wait too).
+			err = r.sb.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting)
+		} else {
+			err = r.sb.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO instances%'`).Scan(&waiting)
+		}
 		if err == nil && waiting >= want || ctx.Err() != nil {
 			break
 		}

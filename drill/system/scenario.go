@@ -34,6 +34,11 @@ type Scenario struct {
 	// NoRetries: no attempt may need a second one (cron without executors:
 	// no retry storm when they return).
 	NoRetries bool
+	// NoSpentWithoutRun: no attempt of the work task may end without a run
+	// in the ledger (no worker dies in the scenario: an attempt ended
+	// unrun was spent by AX itself, as a fence that could not tell it
+	// never ran).
+	NoSpentWithoutRun bool
 	// Fault injects the fault while the load runs, restores what it broke
 	// before it returns, and notes each fault with r.fault. ctx ends with
 	// the load.
@@ -142,6 +147,17 @@ func Scenarios() []Scenario {
 					return nil
 				}
 				return r.restart(context.WithoutCancel(ctx), r.sc.Name+"-d1", 2*time.Second)
+			},
+		},
+		{
+			Name: "dispatcher-alone-locked", Description: "kill -9 of the only dispatcher while its creation statements wait on firing keys held in PostgreSQL; " +
+				"the statements commit after the kill, their attempts never published; a new dispatcher starts at once and each runs once",
+			Dispatchers: 1, Executors: 2, NoSpentWithoutRun: true,
+			Fault: func(ctx context.Context, r *run) error {
+				if !r.sleep(ctx, r.d/3) {
+					return nil
+				}
+				return r.restartWith(context.WithoutCancel(ctx), r.sc.Name+"-d1", 0, true)
 			},
 		},
 		{

@@ -46,8 +46,8 @@ func TestEveryScenario(t *testing.T) {
 		Logger:        zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 	})
 	for _, r := range results {
-		t.Logf("%s: fired %d, created %d, lost %d, stuck %d, duplicates %d, stale refused %d accepted %d, illegal %d, recovery %s, in %s",
-			r.Scenario, r.Fired, r.Created, r.Lost, r.Stuck, r.Duplicates, r.StaleRefused, r.StaleAccepted, r.Illegal, r.Recovery, r.Wall)
+		t.Logf("%s: fired %d, created %d, lost %d, stuck %d, duplicates %d, spent without a run %d, stale refused %d accepted %d, illegal %d, recovery %s, in %s",
+			r.Scenario, r.Fired, r.Created, r.Lost, r.Stuck, r.Duplicates, r.SpentWithoutRun, r.StaleRefused, r.StaleAccepted, r.Illegal, r.Recovery, r.Wall)
 		for _, c := range r.Checks {
 			if c.Pass {
 				continue

@@ -50,6 +50,11 @@ type Result struct {
 	SuccessesLost int `json:"successes_lost"`
 	// Retried counts the instances that needed more than one attempt.
 	Retried int `json:"retried"`
+	// SpentWithoutRun counts the attempts of the work task that ended
+	// (another attempt followed, or the instance FAILED at it) without a
+	// run in the ledger: spent on nothing, by a worker's death before its
+	// handler started or by AX itself.
+	SpentWithoutRun int `json:"attempts_spent_without_run"`
 	// StaleRefused counts the reports the dispatcher refused as stale
 	// (instance_events stale_*); StaleAccepted the transitions recorded
 	// for an attempt older than one the instance had already reached, and
@@ -113,7 +118,8 @@ func (r Result) Report() *drill.Report {
 		value any
 	}{
 		{"fired", r.Fired}, {"created", r.Created}, {"succeeded", r.Succeeded}, {"failed", r.Failed},
-		{"retried", r.Retried}, {"stale reports refused", r.StaleRefused}, {"faults", r.Faults},
+		{"retried", r.Retried}, {"attempts spent without a run", r.SpentWithoutRun},
+		{"stale reports refused", r.StaleRefused}, {"faults", r.Faults},
 		{"recovery p50/p99/max", r.Recovery}, {"wall time", r.Wall},
 	} {
 		rep.Fact(f.name, f.value)
@@ -212,7 +218,8 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	var ticks []time.Time
 	cronTicks := 0
 	made := make(map[[2]string]bool, len(insts))
-	var dups []string // the runs of each attempt that ran more than once
+	var dups []string  // the runs of each attempt that ran more than once
+	var unrun []string // the first attempts spent without a run
 	for _, in := range insts {
 		delete(events, in.eventID)
 		if k := [2]string{in.task, in.eventID}; made[k] {
@@ -241,6 +248,16 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		}
 		if in.attempt > 1 && in.task == r.task {
 			res.Retried++
+		}
+		if in.task == r.task {
+			for a := 1; a < in.attempt || a == in.attempt && in.state == schemas.StateFailed; a++ {
+				if len(runsOf[RunKey{in.id, a}]) == 0 {
+					res.SpentWithoutRun++
+					if len(unrun) < 10 {
+						unrun = append(unrun, fmt.Sprintf("instance %d attempt %d (now %s at %d)", in.id, a, in.state, in.attempt))
+					}
+				}
+			}
 		}
 		if !byDrill[in.eventID] {
 			ticks = append(ticks, in.firedAt) // the cron trigger's
@@ -387,6 +404,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	}
 	if r.sc.Cron {
 		res.Checks = append(res.Checks, Check{Name: "cron ticks fired", Expected: "> 0", Observed: fmt.Sprint(cronTicks), Pass: cronTicks > 0})
+	}
+	if r.sc.NoSpentWithoutRun {
+		res.Checks = append(res.Checks, named(zero("attempts spent without a run", res.SpentWithoutRun), unrun))
 	}
 	if r.sc.NoRetries {
 		res.Checks = append(res.Checks, zero("instances retried (a retry storm)", res.Retried))

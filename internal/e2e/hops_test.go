@@ -25,7 +25,7 @@ import (
 //
 //	fired      the benchmark's clock as it publishes the firing (fired_at)
 //	trigger    the firing reaches a core subscriber of its subject: the server took it
-//	insert     the statement that creates the instance begins (dispatched_at, PostgreSQL's now())
+//	insert     the statement that creates the instance writes its row (dispatched_at, PostgreSQL's clock_timestamp())
 //	dispatch   the attempt reaches a core subscriber of the dispatch subjects: committed and published
 //	doorbell   the first ring of its queue's doorbell after that
 //	started    the executor takes the attempt (started_at, before it takes the lease)

@@ -2,8 +2,10 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +95,56 @@ func TestStaleReportLeavesATrace(t *testing.T) {
 	}
 	if len(again.Events) != 1 {
 		t.Errorf("timeline events after a second copy: %+v, want still one", again.Events)
+	}
+}
+
+// TestStartedReportAfterItsSuccessSendsNoCancel: a started report that
+// comes after its own attempt's success (it waited in AX_REPORTS, or came
+// again) orders no cancel: the worker finished the attempt, and a cancel
+// order for it was noise on its control subject (127 in one run of issue
+// 25's battery). A started report of an attempt that is not the
+// instance's still does, and comes after: the dispatcher sends its orders
+// in the order of the reports, so the first order the test receives says
+// whether one came for the success.
+func TestStartedReportAfterItsSuccessSendsNoCancel(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	var runs atomic.Int64
+	s.apply(countTask)
+	s.executor("w1", countingMux(&runs), 2)
+	id := s.fire("hello", nil)
+	in := s.waitState(id, schemas.StateSucceeded, 30*time.Second)
+	if in.Attempt != 1 || in.WorkerID != "w1" {
+		t.Fatalf("succeeded at attempt %d on %q, want attempt 1 on w1", in.Attempt, in.WorkerID)
+	}
+
+	nc, _ := s.srv.Connect()
+	orders, err := nc.SubscribeSync(s.srv.Topology.Control("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	started := func(attempt int) {
+		t.Helper()
+		r := schemas.Report{InstanceID: id, Attempt: attempt, WorkerID: "w1", Kind: schemas.ReportStarted, At: time.Now(), StartedAt: time.Now()}
+		if _, err := streams.Publish(context.Background(), s.js, s.srv.Topology.Report(schemas.DefaultPool, r.WorkerID, id), "", r); err != nil {
+			t.Fatal(err)
+		}
+		s.drained(s.srv.Topology.ReportsStream(), "recorder")
+	}
+	started(1) // late: attempt 1 SUCCEEDED
+	started(2) // an attempt that is not the instance's: cancelled
+	m, err := orders.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatalf("no cancel order for the started report of attempt 2: %v", err)
+	}
+	var c schemas.Control
+	if err := json.Unmarshal(m.Data, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Action != schemas.ControlCancel || c.InstanceID != id || c.Attempt != 2 {
+		t.Errorf("first control order %+v, want the cancel of attempt 2: attempt 1 ended SUCCEEDED on w1, nothing runs to cancel", c)
 	}
 }
