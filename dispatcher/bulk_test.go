@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
 // bulkTask takes payloads {"n": <integer>} of schema_version 2.
@@ -217,4 +220,41 @@ func TestFiringTooLargeToDispatchEnds(t *testing.T) {
 	if got := b.dispatched(); len(got) != 1 {
 		t.Errorf("%d dispatch messages, want the small firing's only", len(got))
 	}
+}
+
+// TestAttemptTooLargeToDispatchFails: an instance made before the intake
+// refused such payloads (an older dispatcher's, or one on a server with a
+// larger max_payload) whose dispatch message cannot be published fails for
+// good with a reason naming the limit, once its firing comes again, and
+// the firing beside it goes on (issue 24, hole 10: "maximum payload
+// exceeded" every 2 s for ever, again after a restart).
+func TestAttemptTooLargeToDispatchFails(t *testing.T) {
+	t.Parallel()
+	task := &schemas.Task{TaskName: "big", Execution: schemas.Execution{Handler: "test.noop"}}
+	b := newBatchRig(t, task)
+	max := int(b.d.opts.Conn.MaxPayload())
+	payload := `{"s": "` + strings.Repeat("a", max-100) + `"}`
+	if _, err := b.st.CreateInstances(b.ctx, []store.NewInstance{{Task: "big", TaskVersion: 1, EventID: "huge",
+		Source: schemas.SourceEvent, Priority: schemas.PriorityNormal, Pool: schemas.DefaultPool, Handler: "test.noop",
+		TimeoutMS: 60_000, MaxAttempts: 3, Payload: json.RawMessage(payload), FiredAt: time.Now(), State: schemas.StateDispatched}}); err != nil {
+		t.Fatal(err)
+	}
+	b.fire("big", "huge") // redelivered: the instance is published again
+	b.fire("big", "small")
+	b.start()
+	var in schemas.Instance
+	if err := wait.Until(b.ctx, func() (bool, error) {
+		var err error
+		in, err = b.st.InstanceByEvent(b.ctx, "big", "huge")
+		return err == nil && in.State != schemas.StateDispatched, err
+	}); err != nil {
+		t.Fatalf("the attempt too large to dispatch stayed %s: %v", in.State, err)
+	}
+	if want := "over the"; in.State != schemas.StateFailed || !strings.Contains(b.reason(in), "NATS max_payload") || !strings.Contains(b.reason(in), want) {
+		t.Errorf("the attempt too large to dispatch: %s %q, want FAILED naming the NATS max_payload", in.State, b.reason(in))
+	}
+	if in := b.instance("big", "small", "the firing beside it"); in.State != schemas.StateDispatched {
+		t.Errorf("the firing beside it: %s", in.State)
+	}
+	b.consumer(0, "the firings were not acknowledged")
 }
