@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -141,6 +142,16 @@ func decodeStrict(data []byte, v any, what string) *Error {
 			return jsonSyntaxError(data, err)
 		}
 		return badRequest("invalid_body", decodeErrorField(err), "the body is not %s: %v", what, err)
+	}
+	return unstorableText(data)
+}
+
+// unstorableText refuses a JSON body whose strings PostgreSQL cannot store
+// or Go's decoder altered (a NUL, a lone surrogate escape, bytes that are
+// not UTF-8), naming the field, as a firing's body is refused.
+func unstorableText(data []byte) *Error {
+	if problems := schemas.TextProblems(data); len(problems) > 0 {
+		return validationError("invalid_request", &schemas.ValidationError{What: "request", Problems: problems})
 	}
 	return nil
 }

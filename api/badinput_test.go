@@ -122,6 +122,20 @@ func badInputs() []badInput {
 	task("after itself", `{"task_name": "t1", "execution": {"handler": "h"}, "triggers": [{"type": "after", "tasks": ["t1"]}]}`, "")
 	task("huge handler", `{"task_name": "t1", "execution": {"handler": "`+hugeName+`"}}`, "handler")
 	task("deep payload schema", `{"task_name": "t1", "execution": {"handler": "h"}, "payload_schema": {"items": `+deepArrays+`}}`, "")
+	// Text PostgreSQL refuses (a 500 before) or Go's decoder alters (issue
+	// 24, hole 10): refused like a firing's, naming the field.
+	task("payload_schema lone surrogate", `{"task_name": "t1", "execution": {"handler": "h"}, "payload_schema": {"description": "\ud800"}}`, "payload_schema.description")
+	task("payload_schema not UTF-8", "{\"task_name\": \"t1\", \"execution\": {\"handler\": \"h\"}, \"payload_schema\": {\"title\": \"\xff\"}}", "payload_schema.title")
+	task("owner not UTF-8", "{\"task_name\": \"t1\", \"execution\": {\"handler\": \"h\"}, \"owner\": \"\xc3\"}", "owner")
+	task("mutex_key lone surrogate", `{"task_name": "t1", "execution": {"handler": "h"}, "concurrency": {"mutex_key": "k\udc00"}}`, "concurrency.mutex_key")
+	cases = append(cases,
+		badInput{name: "channel URL not UTF-8", method: "POST", path: "/v1/alert-channels", contentType: "application/json",
+			body: "{\"kind\": \"slack\", \"url\": \"https://hooks.example/\xff\"}", field: "url"},
+		badInput{name: "channel URL lone surrogate", method: "POST", path: "/v1/alert-channels", contentType: "application/json",
+			body: `{"kind": "slack", "url": "https://hooks.example/\ud800"}`, field: "url"},
+		badInput{name: "cancel reason not UTF-8", method: "POST", path: "/v1/instances/1/cancel", contentType: "application/json",
+			body: "{\"reason\": \"\xff\"}", field: "reason"},
+	)
 	cases = append(cases,
 		badInput{name: "apply: deep YAML", method: "POST", path: "/v1/tasks", contentType: "application/yaml",
 			body: "task_name: t1\nexecution: {handler: h}\ndescription: " + deepArrays + "\n"},

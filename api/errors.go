@@ -152,7 +152,7 @@ func decodeOptionalBody(data []byte, v any, example string) *Error {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil {
-		return nil
+		return unstorableText(data)
 	}
 	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		field = strings.Trim(field, `"`)

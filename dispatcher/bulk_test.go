@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
 // bulkTask takes payloads {"n": <integer>} of schema_version 2.
@@ -152,4 +155,106 @@ func TestBatchAcknowledgedOnceEveryFiringIsMade(t *testing.T) {
 	}
 	b.instance("bulk", "soon", "the held firing")
 	b.consumer(0, "the batch was not acknowledged once its held firing was made")
+}
+
+// TestHeaderEventIDFollowsTheEventIDRules: an event id taken from a
+// Nats-Msg-Id header keeps the rules of a body's event_id (issue 24, hole
+// 10: a 4,096-character id and "a b" were stored). Each such firing is a
+// SKIPPED instance under its stream sequence that says why; a good header
+// id still names its instance.
+func TestHeaderEventIDFollowsTheEventIDRules(t *testing.T) {
+	t.Parallel()
+	b := newBatchRig(t, bulkTask)
+	b.start()
+	body := []byte(`{"payload": {"n": 1}, "payload_version": 2}`)
+	long := b.publish("bulk", "bulk/"+strings.Repeat("a", 4096), body)
+	spaced := b.publish("bulk", "bulk/a b", body)
+	b.publish("bulk", "bulk/order-7", body)
+	for _, tc := range []struct {
+		seq    uint64
+		reason string
+	}{
+		{long, "the Nats-Msg-Id header cannot be the event id: it has 4096 characters, more than 200"},
+		{spaced, "the Nats-Msg-Id header cannot be the event id: it must not contain spaces"},
+	} {
+		in := b.instance("bulk", fmt.Sprintf("seq-%d", tc.seq), "the firing with a bad header id")
+		if in.State != schemas.StateSkipped || !strings.Contains(b.reason(in), tc.reason) {
+			t.Errorf("firing %d: %s %q, want SKIPPED %q", tc.seq, in.State, b.reason(in), tc.reason)
+		}
+	}
+	if in := b.instance("bulk", "order-7", "the firing with a good header id"); in.State != schemas.StateDispatched {
+		t.Errorf("the firing with a good header id: %s", in.State)
+	}
+	for _, id := range []string{strings.Repeat("a", 4096), "a b"} {
+		if _, err := b.st.InstanceByEvent(b.ctx, "bulk", id); err == nil {
+			t.Errorf("an instance was stored under the header id %.20q", id)
+		}
+	}
+}
+
+// TestFiringTooLargeToDispatchEnds: a firing published straight to NATS
+// whose payload fits AX_TRIGGERS but not a dispatch message (8 MiB − 100
+// B under the server's 8 MiB max_payload) ends SKIPPED with a reason that
+// names the limit, and the firing published with it goes on (issue 24,
+// hole 10: it stayed DISPATCHED for ever, its batch failing each 2 s).
+func TestFiringTooLargeToDispatchEnds(t *testing.T) {
+	t.Parallel()
+	task := &schemas.Task{TaskName: "big", Execution: schemas.Execution{Handler: "test.noop"}}
+	b := newBatchRig(t, task)
+	max := int(b.d.opts.Conn.MaxPayload())
+	prefix := `{"event_id": "huge", "payload": {"s": "`
+	suffix := `"}}`
+	huge := prefix + strings.Repeat("a", max-100-len(prefix)-len(suffix)) + suffix
+	seq := b.publish("big", "", []byte(huge))
+	b.publish("big", "", []byte(`{"event_id": "small", "payload": {"s": "a"}}`))
+	b.start()
+	// A refused firing is recorded under its stream sequence.
+	in := b.instance("big", fmt.Sprintf("seq-%d", seq), "the firing too large to dispatch")
+	if want := fmt.Sprintf("NATS max_payload of %d bytes", max); in.State != schemas.StateSkipped || !strings.Contains(b.reason(in), want) {
+		t.Errorf("the firing too large to dispatch: %s %q, want SKIPPED naming %q", in.State, b.reason(in), want)
+	}
+	if in := b.instance("big", "small", "the firing beside it"); in.State != schemas.StateDispatched {
+		t.Errorf("the firing beside it: %s", in.State)
+	}
+	b.consumer(0, "the firings were not acknowledged")
+	if got := b.dispatched(); len(got) != 1 {
+		t.Errorf("%d dispatch messages, want the small firing's only", len(got))
+	}
+}
+
+// TestAttemptTooLargeToDispatchFails: an instance made before the intake
+// refused such payloads (an older dispatcher's, or one on a server with a
+// larger max_payload) whose dispatch message cannot be published fails for
+// good with a reason naming the limit, once its firing comes again, and
+// the firing beside it goes on (issue 24, hole 10: "maximum payload
+// exceeded" every 2 s for ever, again after a restart).
+func TestAttemptTooLargeToDispatchFails(t *testing.T) {
+	t.Parallel()
+	task := &schemas.Task{TaskName: "big", Execution: schemas.Execution{Handler: "test.noop"}}
+	b := newBatchRig(t, task)
+	max := int(b.d.opts.Conn.MaxPayload())
+	payload := `{"s": "` + strings.Repeat("a", max-100) + `"}`
+	if _, err := b.st.CreateInstances(b.ctx, []store.NewInstance{{Task: "big", TaskVersion: 1, EventID: "huge",
+		Source: schemas.SourceEvent, Priority: schemas.PriorityNormal, Pool: schemas.DefaultPool, Handler: "test.noop",
+		TimeoutMS: 60_000, MaxAttempts: 3, Payload: json.RawMessage(payload), FiredAt: time.Now(), State: schemas.StateDispatched}}); err != nil {
+		t.Fatal(err)
+	}
+	b.fire("big", "huge") // redelivered: the instance is published again
+	b.fire("big", "small")
+	b.start()
+	var in schemas.Instance
+	if err := wait.Until(b.ctx, func() (bool, error) {
+		var err error
+		in, err = b.st.InstanceByEvent(b.ctx, "big", "huge")
+		return err == nil && in.State != schemas.StateDispatched, err
+	}); err != nil {
+		t.Fatalf("the attempt too large to dispatch stayed %s: %v", in.State, err)
+	}
+	if want := "over the"; in.State != schemas.StateFailed || !strings.Contains(b.reason(in), "NATS max_payload") || !strings.Contains(b.reason(in), want) {
+		t.Errorf("the attempt too large to dispatch: %s %q, want FAILED naming the NATS max_payload", in.State, b.reason(in))
+	}
+	if in := b.instance("big", "small", "the firing beside it"); in.State != schemas.StateDispatched {
+		t.Errorf("the firing beside it: %s", in.State)
+	}
+	b.consumer(0, "the firings were not acknowledged")
 }

@@ -60,11 +60,15 @@ func decodeRoute(a *store.Attempt, header string) error {
 }
 
 // addDispatch adds the message that publishes d on route r to batch,
-// with its Nats-Msg-Id and, to one worker, its routeHeader.
-func addDispatch(batch *streams.AsyncBatch, r route, d schemas.Dispatch) error {
+// with its Nats-Msg-Id and, to one worker, its routeHeader. A message of
+// more than limit bytes is not added: it returns an [errTooLarge].
+func addDispatch(batch *streams.AsyncBatch, r route, d schemas.Dispatch, limit int64) error {
 	data, err := schemas.MarshalDispatch(d)
 	if err != nil {
 		return fmt.Errorf("encode message for %s: %w", r.subject, err)
+	}
+	if int64(len(data)) > limit {
+		return errTooLarge{size: len(data), limit: limit}
 	}
 	var hdr [2]streams.Header
 	n := 0
@@ -76,6 +80,18 @@ func addDispatch(batch *streams.AsyncBatch, r route, d schemas.Dispatch) error {
 	}
 	batch.AddData(r.subject, data, hdr[:n]...)
 	return nil
+}
+
+// errTooLarge says that an attempt's dispatch message exceeds what NATS
+// takes: publishing it would fail every time.
+type errTooLarge struct {
+	size  int
+	limit int64
+}
+
+func (e errTooLarge) Error() string {
+	return fmt.Sprintf("the dispatch message has %d bytes, over the %d the NATS max_payload allows (less the headers); "+
+		"the attempt can never reach a worker: send a smaller payload, such as a reference to the data", e.size, e.limit)
 }
 
 // errNoWorker says that no live worker may take an attempt now.

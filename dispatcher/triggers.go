@@ -422,6 +422,8 @@ func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, 
 			f.problem, bySeq = fmt.Sprintf("a cron firing must carry the event id of a cron tick of %s (%s…), not %q",
 				task, schemas.CronEventIDPrefix+task+":", storableText(ev.EventID)), true
 		}
+	default:
+		f.problem = s.oversize(ev)
 	}
 	if f.problem == "" {
 		f.event = ev
@@ -440,6 +442,13 @@ func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, 
 			if f.problem == "" {
 				f.problem = "the Nats-Msg-Id header is not UTF-8 text without NUL characters, so it cannot be the event id; " +
 					"set event_id in the body, or a header of plain text"
+			}
+			f.event, bySeq = schemas.TriggerEvent{}, true
+		case id != "" && schemas.EventIDProblem(id) != "":
+			// The body's event_id rules, which the schema applies there.
+			if f.problem == "" {
+				f.problem = "the Nats-Msg-Id header cannot be the event id: it " + schemas.EventIDProblem(id) +
+					"; set event_id in the body, or a header of at most " + strconv.Itoa(schemas.MaxEventIDLength) + " characters without spaces"
 			}
 			f.event, bySeq = schemas.TriggerEvent{}, true
 		case schemas.ReservedEventID(id) != "":
@@ -740,6 +749,9 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 	}
 	rings := make(map[string]bool)
 	rs := newRouting()
+	// Headers (the message id, a route) ride in the same max payload.
+	limit := s.opts.Conn.MaxPayload() - 1<<10
+	var tooLarge []store.Failure
 	for _, a := range append(routed, children...) {
 		if a.State != schemas.StateDispatched {
 			continue
@@ -777,12 +789,46 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			ReportBatches: !s.opts.SingleReports,
 			Republished:   a.Republished,
 		}
-		if err := addDispatch(batch, r, d); err != nil {
+		if err := addDispatch(batch, r, d, limit); err != nil {
+			if tl, ok := errors.AsType[errTooLarge](err); ok {
+				// It would fail the batch on every try: it fails alone.
+				tooLarge = append(tooLarge, store.Failure{InstanceID: a.ID, Attempt: a.Attempt, Reason: tl.Error(), At: s.now(), Permanent: true})
+				continue
+			}
 			return sentAttempts{}, err
 		}
 		rings[r.ring] = true
 	}
+	if len(tooLarge) > 0 {
+		if err := s.failAttempts(ctx, tooLarge, nil, nil, "dispatch message too large"); err != nil {
+			return sentAttempts{}, fmt.Errorf("fail %d attempts too large to dispatch: %w", len(tooLarge), err)
+		}
+	}
 	return sentAttempts{s: s, batch: batch, rings: rings}, nil
+}
+
+// dispatchHeadroom is what a dispatch message adds to its firing's payload
+// and parents' outputs (ids, names, the mutex template, headers) at most:
+// a firing whose payload leaves less under the NATS max payload could be
+// stored but never dispatched.
+const dispatchHeadroom = 4 << 10
+
+// oversize says why ev's dispatch message would exceed the NATS max
+// payload, or "" when it fits: a firing published straight to NATS may
+// come within a few bytes of the limit, and its attempt then could never
+// be published (issue 24: an instance stayed DISPATCHED for ever, the
+// batch failing each 2 s).
+func (s *Service) oversize(ev schemas.TriggerEvent) string {
+	size := len(ev.Payload)
+	for _, p := range ev.Parents {
+		size += len(p.Output)
+	}
+	if limit := s.opts.Conn.MaxPayload() - dispatchHeadroom; int64(size) > limit {
+		return fmt.Sprintf("the payload (and parents' outputs) has %d bytes, over the %d a dispatch message may carry "+
+			"(the NATS max_payload of %d bytes less %d for the envelope); send a smaller payload, such as a reference to the data",
+			size, limit, s.opts.Conn.MaxPayload(), dispatchHeadroom)
+	}
+	return ""
 }
 
 func dispatchMsgID(id int64, attempt int) string {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // ParseTriggerEvent reads a trigger event (JSON) strictly: it must satisfy
@@ -104,4 +106,25 @@ func timeProblems(doc any, names ...string) []Problem {
 		out = append(out, Problem{"", "holds a time that is not RFC 3339; write times such as 2024-05-01T12:00:00Z"})
 	}
 	return out
+}
+
+// MaxEventIDLength is the most characters an event id may have
+// (trigger.schema.json's event_id maxLength).
+const MaxEventIDLength = 200
+
+// EventIDProblem says what is wrong with id as an event id by the rules
+// trigger.schema.json sets for a body's event_id — 1 to
+// [MaxEventIDLength] characters, no spaces, tabs or line breaks — or ""
+// when nothing is. It is for an id taken from elsewhere than a body the
+// schema checks: a message's Nats-Msg-Id header.
+func EventIDProblem(id string) string {
+	switch {
+	case id == "":
+		return "is empty"
+	case utf8.RuneCountInString(id) > MaxEventIDLength:
+		return fmt.Sprintf("has %d characters, more than %d", utf8.RuneCountInString(id), MaxEventIDLength)
+	case !noSpace(id):
+		return "must not contain spaces, tabs or line breaks, since it becomes a message id and part of a NATS subject"
+	}
+	return ""
 }

@@ -22,7 +22,9 @@ const MaxTimeout = 7 * 24 * time.Hour
 // cannot express (timeout at most [MaxTimeout], max_interval_sec not below
 // initial_interval_sec, a payload_schema that compiles, a cron schedule and
 // time zone that [ParseCronSchedule] accepts, after entries that name each
-// parent once and never the task itself), and returns it as
+// parent once and never the task itself, text that is UTF-8 without lone
+// surrogate escapes in every string, payload_schema's included: see
+// [TextProblems]), and returns it as
 // written: defaults are not filled in (see [Task.WithDefaults]), empty lists
 // are nil and payload_schema is compacted, so that the task's JSON encoding
 // parses to an equal task. Any
@@ -58,6 +60,11 @@ func ParseTask(data []byte) (*Task, error) {
 		if problem := payloadSchemaBounds(m["payload_schema"]); problem != nil {
 			return nil, newValidationError(what, []Problem{*problem})
 		}
+	}
+	// Go's decoder turned bytes that are not UTF-8 and lone surrogate
+	// escapes into U+FFFD already: the bytes tell, as a firing's do.
+	if problems := TextProblems(jsonData); len(problems) > 0 {
+		return nil, newValidationError(what, problems)
 	}
 	if problems := nulProblems(doc, ""); len(problems) > 0 {
 		return nil, newValidationError(what, problems)

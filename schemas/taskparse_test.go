@@ -347,6 +347,19 @@ var taskRejects = []struct {
 	{"payload_schema dangling ref", root(`"payload_schema":{"$ref":"#/$defs/missing"}`), "payload_schema", `has a $ref to "#/$defs/missing", which payload_schema does not define`},
 	{"payload_schema ref cycle", root(`"payload_schema":{"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}}`), "payload_schema", "has a $ref cycle"},
 
+	// Text Go's decoder would alter silently (issue 24, hole 10): a lone
+	// surrogate escape, bytes that are not UTF-8, in every string field.
+	{"owner lone surrogate", root(`"owner":"a\ud800b"`), "owner", "lone UTF-16 surrogate"},
+	{"owner not UTF-8", root("\"owner\":\"a\xffb\""), "owner", "is not valid UTF-8"},
+	{"description not UTF-8", root("\"description\":\"\xc3\""), "description", "is not valid UTF-8"},
+	{"task_type lone surrogate", root(`"task_type":"\udc00"`), "task_type", "lone UTF-16 surrogate"},
+	{"redact not UTF-8", root("\"redact\":[\"payload.a\xfe\"]"), "redact[0]", "is not valid UTF-8"},
+	{"hash_key lone surrogate", `{"task_name":"demo","execution":{"handler":"h"},"dispatch":{"strategy":"hash","hash_key":"{{.a}}\ud83d"}}`, "dispatch.hash_key", "lone UTF-16 surrogate"},
+	{"mutex_key not UTF-8", "{\"task_name\":\"demo\",\"execution\":{\"handler\":\"h\"},\"concurrency\":{\"mutex_key\":\"k\xff\"}}", "concurrency.mutex_key", "is not valid UTF-8"},
+	{"payload_schema lone surrogate", root(`"payload_schema":{"properties":{"a":{"const":"\ud800"}}}`), "payload_schema.properties.a.const", "lone UTF-16 surrogate"},
+	{"payload_schema not UTF-8", root("\"payload_schema\":{\"description\":\"\xff\"}"), "payload_schema.description", "is not valid UTF-8"},
+	{"payload_schema key not UTF-8", root("\"payload_schema\":{\"properties\":{\"\xff\":{}}}"), "payload_schema.properties.\ufffd", "the key is not valid UTF-8"},
+
 	// Unknown fields at every level.
 	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, archive, concurrency, description, dispatch, execution, min_worker_version, owner, payload_schema, priority, redact, retention, schema_version, task_name, task_type, triggers)`},
 	{"unknown root field yaml", "task_name: demo\nexecution: {handler: h}\ncron: '* * * * *'\n", "", `unknown field "cron"; remove it`},

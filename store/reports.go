@@ -83,6 +83,10 @@ type Failure struct {
 	// Reason is recorded as the instance's error and the transition's reason.
 	Reason string
 	At     time.Time
+	// Permanent fails the instance with no retry: the failure would
+	// repeat on every attempt (a dispatch message over the NATS max
+	// payload).
+	Permanent bool
 }
 
 // FailAttempts fails attempts that are DISPATCHED or RUNNING, as the reaper:
@@ -92,7 +96,7 @@ func (s *Store) FailAttempts(ctx context.Context, in []Failure) ([]Outcome, erro
 	var rows reportRows
 	for _, f := range in {
 		rows.add(reportRow{id: f.InstanceID, attempt: f.Attempt, operator: OperatorReaper, final: true, errText: f.Reason,
-			finishedAt: f.At})
+			finishedAt: f.At, permanent: f.Permanent})
 	}
 	out, err := rows.record(ctx, s.pool)
 	if err != nil {

@@ -154,6 +154,7 @@ func TestSecretsMakeAWorkingServer(t *testing.T) {
 	}
 	confPath := filepath.Join(dir, "nats.conf")
 	conf = bytes.ReplaceAll(conf, []byte(`include "secrets/auth.conf"`), []byte(`include "secrets-nats/auth.conf"`))
+	conf = bytes.ReplaceAll(conf, []byte(`include "secrets/cluster.conf"`), []byte(`include "secrets-nats/cluster.conf"`))
 	conf = bytes.ReplaceAll(conf, []byte("store_dir: /data"), []byte("store_dir: "+filepath.Join(dir, "js")))
 	if err := os.WriteFile(confPath, conf, 0o600); err != nil {
 		t.Fatal(err)
@@ -165,6 +166,7 @@ func TestSecretsMakeAWorkingServer(t *testing.T) {
 	if len(opts.Nkeys) != 6 {
 		t.Fatalf("the configuration has %d NKey users, want 5 and the gpu worker's", len(opts.Nkeys))
 	}
+	checkRouteAuthorization(t, opts, filepath.Join(secrets, "nats", "route-password"))
 	// The parsed users on a server of the test's own.
 	opts.Host, opts.Port, opts.HTTPPort, opts.Cluster = "127.0.0.1", -1, 0, server.ClusterOpts{}
 	opts.StoreDir, opts.Routes, opts.NoSigs, opts.NoLog = t.TempDir(), nil, true, true
@@ -241,5 +243,35 @@ func TestSecretsMakeAWorkingServer(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Error("executor-g1 asking for the default pool's queue: not refused")
+	}
+}
+
+// checkRouteAuthorization checks that compose's NATS nodes take a route
+// only from a node that presents the password ax secrets kept in pwFile,
+// and present it on each of their routes to nats-1, nats-2 and nats-3
+// (issue 24, hole 9: a rogue server joined the cluster as a route).
+func checkRouteAuthorization(t *testing.T, opts *server.Options, pwFile string) {
+	t.Helper()
+	data, err := os.ReadFile(pwFile)
+	if err != nil {
+		t.Fatalf("the route password: %v", err)
+	}
+	pw := strings.TrimSpace(string(data))
+	if fi, err := os.Stat(pwFile); err != nil || fi.Mode().Perm() != 0o600 || len(pw) < 24 {
+		t.Errorf("%s: %v %v, a password of %d characters; want mode 0600 and 24 or more", pwFile, fi, err, len(pw))
+	}
+	if opts.Cluster.Username != "route" || opts.Cluster.Password != pw {
+		t.Errorf("the cluster block takes routes from user %q with password set %v; want user route and ax secrets' password",
+			opts.Cluster.Username, opts.Cluster.Password != "")
+	}
+	var hosts []string
+	for _, r := range opts.Routes {
+		hosts = append(hosts, r.Host)
+		if got, _ := r.User.Password(); r.User.Username() != "route" || got != pw {
+			t.Errorf("route %s does not present the route password", r.Redacted())
+		}
+	}
+	if strings.Join(hosts, ",") != "nats-1:6222,nats-2:6222,nats-3:6222" {
+		t.Errorf("routes to %v, want nats-1, nats-2 and nats-3 on 6222", hosts)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,9 @@ type conn struct {
 	prefix       string
 	logLevel     string
 	logFormat    string
+	// requireAuth refuses to connect to NATS without credentials (a
+	// service's --require-nats-auth; false for the other commands).
+	requireAuth bool
 }
 
 func envOr(name, def string) string {
@@ -59,6 +63,23 @@ func (c *conn) natsFlags(cmd *cobra.Command) {
 	f.StringVar(&c.natsKey, "nats-key", os.Getenv("NATS_KEY"), "client TLS key file (env NATS_KEY)")
 	f.StringVar(&c.prefix, "prefix", envOr("AX_PREFIX", streams.DefaultPrefix), "subject prefix of this installation (env AX_PREFIX)")
 	c.logFlags(cmd)
+}
+
+// requireAuthFlag adds a service's --require-nats-auth, on unless
+// AX_REQUIRE_NATS_AUTH says false: a service connected to a server that lets
+// anyone in is a service anyone can impersonate, read and purge.
+func (c *conn) requireAuthFlag(cmd *cobra.Command) {
+	def := true
+	if v, err := strconv.ParseBool(os.Getenv("AX_REQUIRE_NATS_AUTH")); err == nil {
+		def = v
+	}
+	cmd.Flags().BoolVar(&c.requireAuth, "require-nats-auth", def,
+		"refuse to start without NATS credentials (env AX_REQUIRE_NATS_AUTH); =false only for a test server on loopback")
+}
+
+// hasNATSCredentials reports whether a credential is set to connect with.
+func (c *conn) hasNATSCredentials() bool {
+	return c.natsCreds != "" || c.natsUser != "" || c.natsNKey != "" || c.natsCert != ""
 }
 
 func (c *conn) databaseFlags(cmd *cobra.Command) {
@@ -200,6 +221,12 @@ func (c *conn) open(ctx context.Context, name string, withStore bool) (svc *serv
 		return nil, nil, err
 	}
 	svc.log.Debug().Str("gc", gcSetting.String()).Msg("garbage collector")
+	if c.requireAuth && !c.hasNATSCredentials() {
+		return nil, nil, fmt.Errorf("%s: no NATS credentials: set NATS_CREDS (--nats-creds), NATS_NKEY (--nats-nkey), "+
+			"NATS_USER with NATS_PASSWORD or NATS_PASSWORD_FILE (--nats-user, --nats-password-file), or a client certificate "+
+			"(NATS_CERT, NATS_KEY); a server that lets anyone in lets anyone publish firings, read every payload and delete "+
+			"the streams (docs/security.md). Only against a test server: --require-nats-auth=false", name)
+	}
 	if withStore {
 		if svc.pool, svc.store, err = c.openStore(ctx); err != nil {
 			return nil, nil, err
@@ -211,7 +238,7 @@ func (c *conn) open(ctx context.Context, name string, withStore bool) (svc *serv
 		}
 		return nil, nil, err
 	}
-	if c.natsCreds == "" && c.natsUser == "" && c.natsNKey == "" && c.natsCert == "" {
+	if !c.hasNATSCredentials() {
 		// A server that lets anyone in lets anyone delete the streams.
 		svc.log.Warn().Str("nats_url", c.natsURL).
 			Msg("connected to NATS without credentials: the server lets anyone in, and anyone may then publish firings, read every payload and delete the streams; give each service its user (docs/security.md)")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,7 +28,7 @@ func newSecretsCmd(*cli) *cobra.Command {
 	var (
 		dir, owner, pgOwner, pgHost, pgUser, pgDB, pools string
 		prefix, worker                                   string
-		handlers                                         []string
+		handlers, routes                                 []string
 	)
 	cmd := &cobra.Command{
 		Use:   "secrets",
@@ -38,6 +39,9 @@ func newSecretsCmd(*cli) *cobra.Command {
   <dir>/<role>/nats.nk     the NKey seed of each service's NATS user (NATS_NKEY)
   <dir>/nats/auth.conf     the nats-server authorization block: each user's public
                            key and the permissions of docs/security.md
+  <dir>/nats/cluster.conf  the cluster block's route authorization and the routes
+                           (--routes) with its password: a server that lacks it
+                           cannot join the cluster as a route
   <dir>/postgres/password  PostgreSQL's password (POSTGRES_PASSWORD_FILE)
   <dir>/<role>/pgpass      the same, for each service that uses PostgreSQL (PGPASSFILE)
 
@@ -86,11 +90,14 @@ may pull only the queues of --executor-handler of --pools. Every file is mode 06
 			if err := writeSecret(filepath.Join(dir, "nats", "auth.conf"), auth, -1, -1); err != nil {
 				return err
 			}
-			pw, err := keepOrMake(filepath.Join(dir, "postgres", "password"), puid, pgid, func() (string, error) {
-				b := make([]byte, 24)
-				_, err := rand.Read(b)
-				return base64.RawURLEncoding.EncodeToString(b), err
-			})
+			routePW, err := keepOrMake(filepath.Join(dir, "nats", "route-password"), -1, -1, randomSecret)
+			if err != nil {
+				return err
+			}
+			if err := writeSecret(filepath.Join(dir, "nats", "cluster.conf"), routeConfig(strings.TrimSpace(routePW), routes), -1, -1); err != nil {
+				return err
+			}
+			pw, err := keepOrMake(filepath.Join(dir, "postgres", "password"), puid, pgid, randomSecret)
 			if err != nil {
 				return err
 			}
@@ -117,7 +124,35 @@ may pull only the queues of --executor-handler of --pools. Every file is mode 06
 	f.StringVar(&worker, "executor-worker", "executor-1", "the worker id of the executor user (its --worker-id): the user may be that worker only")
 	f.StringSliceVar(&handlers, "executor-handler", builtinHandlers(), "handlers the executor user may pull, repeatable (default: ax executor's built-in ones)")
 	f.StringVar(&prefix, "prefix", envOr("AX_PREFIX", "ax"), "subject prefix of this installation (env AX_PREFIX)")
+	f.StringSliceVar(&routes, "routes", []string{"nats-1:6222", "nats-2:6222", "nats-3:6222"},
+		"host:port of every NATS node's route listener, for cluster.conf's routes (a node skips its own)")
 	return cmd
+}
+
+// randomSecret is a password of 24 random bytes, URL-safe base64.
+func randomSecret() (string, error) {
+	b := make([]byte, 24)
+	_, err := rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b), err
+}
+
+// routeUser is the user name the NATS nodes present to each other.
+const routeUser = "route"
+
+// routeConfig is the inside of a nats-server cluster block: the password a
+// node must present to open a route, and the routes to every node (hosts,
+// host:port) carrying it. Without it any server that reaches a node's
+// route port joins the cluster and reads and injects every message.
+func routeConfig(password string, hosts []string) string {
+	var b strings.Builder
+	b.WriteString("# Written by ax secrets: the route authorization of the NATS cluster.\n")
+	fmt.Fprintf(&b, "authorization {\n  user: %s\n  password: %q\n}\nroutes: [\n", routeUser, password)
+	for _, h := range hosts {
+		u := url.URL{Scheme: "nats-route", User: url.UserPassword(routeUser, password), Host: strings.TrimSpace(h)}
+		fmt.Fprintf(&b, "  %q\n", u.String())
+	}
+	b.WriteString("]\n")
+	return b.String()
 }
 
 // parseOwner reads "uid:gid"; empty is -1, -1: leave the owner as it is.

@@ -74,6 +74,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 		},
 	}
 	c.natsFlags(cmd)
+	c.requireAuthFlag(cmd)
 	c.databaseFlags(cmd)
 	f := cmd.Flags()
 	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
@@ -116,6 +117,7 @@ their duplicate firings collapse into one instance.`,
 		},
 	}
 	c.natsFlags(cmd)
+	c.requireAuthFlag(cmd)
 	c.databaseFlags(cmd)
 	m.flags(cmd, "")
 	return cmd
@@ -162,6 +164,7 @@ to the alert channels (ax alert).`,
 		},
 	}
 	c.natsFlags(cmd)
+	c.requireAuthFlag(cmd)
 	c.databaseFlags(cmd)
 	cmd.Flags().DurationVar(&pollInterval, "poll-interval", relay.DefaultPollInterval, "how often the leader looks for new records when it is idle")
 	cmd.Flags().DurationVar(&lagInterval, "lag-interval", monitor.DefaultLagInterval, "how often the monitoring auditor reads the consumers' lag from JetStream")
@@ -252,6 +255,7 @@ terminationGracePeriodSeconds: the shutdown timeout plus a few seconds).`,
 		},
 	}
 	c.natsFlags(cmd)
+	c.requireAuthFlag(cmd)
 	codecFlag(cmd, &codecKeyFile, false, "encoded payloads are decoded with it for the handler, outputs encoded")
 	f := cmd.Flags()
 	f.StringVar(&workerID, "worker-id", os.Getenv("AX_WORKER_ID"), "worker id, a subject token (default <hostname>-<random>; env AX_WORKER_ID)")
@@ -305,6 +309,7 @@ func newAPICmd(*cli) *cobra.Command {
 		},
 	}
 	c.natsFlags(cmd)
+	c.requireAuthFlag(cmd)
 	c.databaseFlags(cmd)
 	cmd.Flags().StringVar(&addr, "http", envOr("AX_HTTP", api.DefaultAddr), "address to listen on (env AX_HTTP); GET /metrics there serves this process's metrics to a viewer token")
 	m.flags(cmd, "")

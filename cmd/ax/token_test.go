@@ -137,7 +137,7 @@ func TestAPIRefusesToStartWithoutAnAdminToken(t *testing.T) {
 	t.Parallel()
 	ns := streamstest.NewServer(t, streams.Config{})
 	dbURL := storetest.URL(t)
-	code, _, errOut := axRun(t, "api", "--nats-url", ns.URL, "--database-url", dbURL, "--http", "127.0.0.1:0", "--log-level", "error")
+	code, _, errOut := axRun(t, "api", "--require-nats-auth=false", "--nats-url", ns.URL, "--database-url", dbURL, "--http", "127.0.0.1:0", "--log-level", "error")
 	if code != 1 || !strings.Contains(errOut, "no live admin token exists") ||
 		!strings.Contains(errOut, "DATABASE_URL=… ax token create --role admin --name <you>") {
 		t.Errorf("ax api without tokens: exit %d, stderr %q", code, errOut)

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"maps"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ax-scheduler/ax/executor"
@@ -362,4 +364,102 @@ func keys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestChartSecuresTheNetwork renders the chart's network settings: the
+// route authorization of the NATS cluster (issue 24, hole 9: a rogue
+// server joined the cluster as a route), which nats-server parses as a
+// cluster block's, a NetworkPolicy that admits only the API's and the
+// metrics' ports, and the services' TLS to NATS.
+func TestChartSecuresTheNetwork(t *testing.T) {
+	t.Parallel()
+	objects := render(t, `
+database: {url: "postgres://ax@db/ax"}
+nats:
+  url: tls://nats:4222
+  tls: {enabled: true, existingSecret: nats-client-tls, clientCert: true}
+  cluster:
+    routes: ["nats-0.nats:6222", "nats-1.nats:6222", "nats-2.nats:6222"]
+`)
+	routes := objects["Secret/t-ax-nats-cluster"]
+	if routes == nil {
+		t.Fatalf("no route Secret t-ax-nats-cluster; there are %v", keys(objects))
+	}
+	pw, err := base64.StdEncoding.DecodeString(routes.str("data", "route-password"))
+	if err != nil || len(pw) < 32 {
+		t.Fatalf("route password %q (%v): want 32 generated characters", pw, err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cluster.conf"), []byte(routes.str("stringData", "cluster.conf")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("cluster {\n  name: ax\n  port: 6222\n  include \"cluster.conf\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("nats-server refuses the chart's cluster.conf: %v\n%s", err, routes.str("stringData", "cluster.conf"))
+	}
+	if opts.Cluster.Username != "route" || opts.Cluster.Password != string(pw) {
+		t.Errorf("the cluster takes routes from %q with the Secret's password %v", opts.Cluster.Username, opts.Cluster.Password == string(pw))
+	}
+	if len(opts.Routes) != 3 {
+		t.Errorf("%d routes, want 3", len(opts.Routes))
+	}
+	for _, r := range opts.Routes {
+		if got, _ := r.User.Password(); r.User.Username() != "route" || got != string(pw) {
+			t.Errorf("route %s does not present the route password", r.Redacted())
+		}
+	}
+
+	// The NetworkPolicies: metrics from the namespace, the API's port to
+	// the API alone, nothing else.
+	np := objects["NetworkPolicy/t-ax"]
+	if np == nil {
+		t.Fatalf("no NetworkPolicy t-ax; there are %v", keys(objects))
+	}
+	if np.str("spec", "podSelector", "matchLabels", "app.kubernetes.io/instance") != "t" || np.get("spec", "ingress", 1) != nil ||
+		np.get("spec", "ingress", 0, "ports", 0, "port") != float64(9090) || np.get("spec", "ingress", 0, "ports", 1) != nil {
+		t.Errorf("NetworkPolicy t-ax admits %v, want the metrics port alone", np.get("spec", "ingress"))
+	}
+	api := objects["NetworkPolicy/t-ax-api"]
+	if api.str("spec", "podSelector", "matchLabels", "app.kubernetes.io/component") != "api" ||
+		api.get("spec", "ingress", 0, "ports", 0, "port") != float64(8080) || api.get("spec", "ingress", 1) != nil {
+		t.Errorf("NetworkPolicy t-ax-api: %v, want the API's port to the API's pods", api.get("spec"))
+	}
+
+	// TLS: every service names the CA and its certificate, mounted from
+	// the given Secret.
+	for _, name := range []string{"Deployment/t-ax-dispatcher", "Deployment/t-ax-api", "StatefulSet/t-ax-executor-default"} {
+		d := objects[name]
+		env := map[string]string{}
+		c := object(d.get("spec", "template", "spec", "containers", 0).(map[string]any))
+		for _, e := range c.get("env").([]any) {
+			env[object(e.(map[string]any)).str("name")] = object(e.(map[string]any)).str("value")
+		}
+		if env["NATS_CA"] != "/etc/ax/nats-tls/ca.crt" || env["NATS_CERT"] != "/etc/ax/nats-tls/tls.crt" || env["NATS_KEY"] != "/etc/ax/nats-tls/tls.key" {
+			t.Errorf("%s: NATS_CA %q NATS_CERT %q NATS_KEY %q", name, env["NATS_CA"], env["NATS_CERT"], env["NATS_KEY"])
+		}
+		mounted := false
+		for _, v := range d.get("spec", "template", "spec", "volumes").([]any) {
+			if object(v.(map[string]any)).str("secret", "secretName") == "nats-client-tls" {
+				mounted = true
+			}
+		}
+		if !mounted {
+			t.Errorf("%s does not mount the Secret nats-client-tls", name)
+		}
+	}
+
+	// Route TLS, when given, is the cluster block's.
+	withTLS := render(t, `
+database: {url: "postgres://ax@db/ax"}
+nats:
+  cluster:
+    tls: {certFile: /etc/nats/route.crt, keyFile: /etc/nats/route.key, caFile: /etc/nats/ca.crt}
+`)
+	if got := withTLS["Secret/t-ax-nats-cluster"].str("stringData", "cluster.conf"); !strings.Contains(got, "tls {\n  cert_file: \"/etc/nats/route.crt\"\n  key_file: \"/etc/nats/route.key\"\n  ca_file: \"/etc/nats/ca.crt\"\n  verify: true\n}") {
+		t.Errorf("cluster.conf with route TLS:\n%s", got)
+	}
 }

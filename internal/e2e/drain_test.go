@@ -37,7 +37,7 @@ execution:
     max_attempts: 3
 `)
 	stderr := logtest.Buffer{Echo: os.Stderr}
-	drainer := exec.Command(bin, "executor", "--nats-url", s.srv.URL, "--worker-id", "drainer", "--slots", "4",
+	drainer := exec.Command(bin, "executor", "--require-nats-auth=false", "--nats-url", s.srv.URL, "--worker-id", "drainer", "--slots", "4",
 		"--shutdown-timeout", "60s", "--log-level", "info")
 	drainer.Stdout, drainer.Stderr = os.Stderr, &stderr
 	if err := drainer.Start(); err != nil {
@@ -128,7 +128,7 @@ execution:
 	// takes 25 s between its start and the signal.
 	const grace = 15 * time.Second
 	stderr := logtest.Buffer{Echo: os.Stderr}
-	drainer := exec.Command(bin, "executor", "--nats-url", s.srv.URL, "--worker-id", "drainer", "--slots", "4",
+	drainer := exec.Command(bin, "executor", "--require-nats-auth=false", "--nats-url", s.srv.URL, "--worker-id", "drainer", "--slots", "4",
 		"--shutdown-timeout", grace.String(), "--log-level", "info", "--drill-ledger", ledger)
 	drainer.Stdout, drainer.Stderr = os.Stderr, &stderr
 	if err := drainer.Start(); err != nil {

@@ -26,7 +26,7 @@ execution:
 `)
 
 	// An executor in a process of its own, to be killed without a goodbye.
-	victim, err := drillsys.StartProc("victim", os.Stderr, nil, bin, "executor", "--nats-url", s.srv.URL, "--worker-id", "victim", "--log-level", "warn")
+	victim, err := drillsys.StartProc("victim", os.Stderr, nil, bin, "executor", "--require-nats-auth=false", "--nats-url", s.srv.URL, "--worker-id", "victim", "--log-level", "warn")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ execution:
   handler: builtin.sleep
 `)
 	// Its own log at warn: the task log ships at every level all the same.
-	victim := exec.Command(bin, "executor", "--nats-url", s.srv.URL, "--worker-id", "victim", "--log-level", "warn")
+	victim := exec.Command(bin, "executor", "--require-nats-auth=false", "--nats-url", s.srv.URL, "--worker-id", "victim", "--log-level", "warn")
 	victim.Stdout, victim.Stderr = os.Stderr, os.Stderr
 	if err := victim.Start(); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package natsembed
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -38,9 +40,17 @@ type ClusterOptions struct {
 	// Auth, when set, decides who may connect to every node instead of
 	// Users (see [Options]).
 	Auth server.Authentication
+	// RoutePassword is what a node must present to open a route to
+	// another, as user "route" (default: a random password made at start
+	// and kept across [Cluster.Restart]): a server that does not know it
+	// cannot join the cluster and read or inject its messages.
+	RoutePassword string
 	// Logs prints the servers' own log lines to stderr.
 	Logs bool
 }
+
+// RouteUser is the user name a cluster's nodes present to each other.
+const RouteUser = "route"
 
 // Cluster is a JetStream cluster of servers inside the process, on
 // loopback, whose nodes a test (or `ax dev --cluster`) stops and restarts
@@ -69,6 +79,13 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 	}
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
+	}
+	if o.RoutePassword == "" {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("start embedded nats cluster: make the route password: %w", err)
+		}
+		o.RoutePassword = base64.RawURLEncoding.EncodeToString(b)
 	}
 	// A port picked free may be taken before its node binds it: then the
 	// cluster starts again on other free ports (a client port the caller
@@ -122,6 +139,7 @@ func startNodes(o ClusterOptions) (*Cluster, error) {
 			Host: o.Host, Port: ports[i], StoreDir: filepath.Join(o.Dir, "node-"+strconv.Itoa(i)),
 			ServerName: o.Name + "-" + strconv.Itoa(i), Users: o.Users, Auth: o.Auth, Logs: o.Logs,
 			ClusterName: o.Name, ClusterPort: routePorts[i], Routes: routes,
+			RouteUser: RouteUser, RoutePassword: o.RoutePassword,
 		})
 	}
 	// The nodes start together: each waits for a majority before it

@@ -41,6 +41,13 @@ type Options struct {
 	ClusterName string
 	ClusterPort int
 	Routes      []*url.URL
+	// RouteUser and RoutePassword, when RoutePassword is set, are what a
+	// node must present to open a route to this one (the cluster's
+	// authorization block); Routes then carry them as userinfo. Without
+	// them any server that reaches ClusterPort joins as a route and sees
+	// every message. [StartCluster] always sets them.
+	RouteUser     string
+	RoutePassword string
 }
 
 // ReadyWait is how long [Start] waits for a server to listen: the server
@@ -79,6 +86,15 @@ func Start(o Options) (*server.Server, error) {
 	if o.ClusterName != "" {
 		opts.Cluster = server.ClusterOpts{Name: o.ClusterName, Host: o.Host, Port: o.ClusterPort}
 		opts.Routes = o.Routes
+		if o.RoutePassword != "" {
+			opts.Cluster.Username, opts.Cluster.Password = o.RouteUser, o.RoutePassword
+			opts.Routes = make([]*url.URL, len(o.Routes))
+			for i, r := range o.Routes {
+				withAuth := *r
+				withAuth.User = url.UserPassword(o.RouteUser, o.RoutePassword)
+				opts.Routes[i] = &withAuth
+			}
+		}
 	}
 	if o.MonitorPort != 0 {
 		opts.HTTPHost = o.MonitorHost

@@ -93,6 +93,16 @@ the executor, the prefix, the log format.
       name: {{ $root.Values.database.existingSecret | default (printf "%s-database" (include "ax.fullname" $root)) }}
       key: DATABASE_URL
 {{- end }}
+{{- if $root.Values.nats.tls.enabled }}
+- name: NATS_CA
+  value: /etc/ax/nats-tls/ca.crt
+{{- if $root.Values.nats.tls.clientCert }}
+- name: NATS_CERT
+  value: /etc/ax/nats-tls/tls.crt
+- name: NATS_KEY
+  value: /etc/ax/nats-tls/tls.key
+{{- end }}
+{{- end }}
 - name: AX_PREFIX
   value: {{ $root.Values.prefix | quote }}
 - name: AX_LOG_FORMAT
@@ -127,6 +137,7 @@ container, ax pod-secret, copies it out of the pool's Secret).
 {{- $root := .root -}}
 {{- $v := .values -}}
 {{- $name := printf "%s-%s" (include "ax.fullname" $root) .component -}}
+{{- $tls := $root.Values.nats.tls.enabled -}}
 apiVersion: apps/v1
 kind: {{ ternary "StatefulSet" "Deployment" (.statefulSet | default false) }}
 metadata:
@@ -169,8 +180,9 @@ spec:
       securityContext:
         runAsNonRoot: true
         seccompProfile: {type: RuntimeDefault}
-        {{- if .statefulSet }}
-        # The image's user (distroless nonroot); the group reads the pool's Secret.
+        {{- if or .statefulSet $tls }}
+        # The image's user (distroless nonroot); the group reads the pool's
+        # Secret and the NATS TLS Secret.
         runAsUser: 65532
         runAsGroup: 65532
         fsGroup: 65532
@@ -197,7 +209,10 @@ spec:
             allowPrivilegeEscalation: false
             readOnlyRootFilesystem: true
             capabilities: {drop: [ALL]}
+      {{- end }}
+      {{- if or .statefulSet $tls }}
       volumes:
+        {{- if .statefulSet }}
         # Every replica's password: mounted by the init container alone.
         - name: pool-passwords
           secret:
@@ -206,6 +221,14 @@ spec:
         # This pod's password, written by the init container.
         - name: nats-password
           emptyDir: {medium: Memory, sizeLimit: 1Mi}
+        {{- end }}
+        {{- if $tls }}
+        # The CA (and client certificate) of the connections to NATS.
+        - name: nats-tls
+          secret:
+            secretName: {{ required "nats.tls.existingSecret is required with nats.tls.enabled: a Secret with ca.crt (and tls.crt, tls.key with clientCert)" $root.Values.nats.tls.existingSecret }}
+            defaultMode: 0440
+        {{- end }}
       {{- end }}
       containers:
         - name: {{ .role }}
@@ -215,9 +238,14 @@ spec:
             {{- toYaml (concat .args ($v.extraArgs | default list)) | nindent 12 }}
           env:
             {{- include "ax.env" (dict "root" $root "role" .role) | nindent 12 }}
-          {{- if .statefulSet }}
+          {{- if or .statefulSet $tls }}
           volumeMounts:
+            {{- if .statefulSet }}
             - {name: nats-password, mountPath: /run/ax/nats, readOnly: true}
+            {{- end }}
+            {{- if $tls }}
+            - {name: nats-tls, mountPath: /etc/ax/nats-tls, readOnly: true}
+            {{- end }}
           {{- end }}
           ports:
             - name: metrics
