@@ -63,7 +63,7 @@ func TestFiringOrphanedByAKilledDispatcherRunsOnce(t *testing.T) {
 	_, js := srv.Connect()
 	top := srv.Topology
 	dispatcher := func() *exec.Cmd {
-		cmd := exec.Command(bin, "dispatcher", "--nats-url", srv.URL, "--database-url", dbURL,
+		cmd := exec.Command(bin, "dispatcher", "--require-nats-auth=false", "--nats-url", srv.URL, "--database-url", dbURL,
 			"--lease-ttl", ttl.String(), "--log-level", "info")
 		cmd.Env = append(os.Environ(), "AX_METRICS_ADDR=")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
