@@ -297,7 +297,7 @@ func (s *Service) runAttempt(a *attempt) {
 		encErr = s.sendFinal(&a.dispatch, rep.Kind, data)
 	default:
 		var spooled string
-		encErr = s.publishRetry(s.reportsCtx, s.reportMsg(&a.dispatch, rep.Kind, data), func() {
+		encErr = s.publishRetry(s.reportsContext(), s.reportMsg(&a.dispatch, rep.Kind, data), func() {
 			spooled = s.spool(&a.dispatch, rep.Kind, data)
 		})
 		if encErr == nil {

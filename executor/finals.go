@@ -87,7 +87,7 @@ func (s *Service) publishFinals(queued []*queuedFinal) {
 			}
 			batch := qs[:n]
 			spooled := make([]string, 0, n)
-			err := s.publishRetry(s.reportsCtx, s.finalsMsg(pool, batch), func() {
+			err := s.publishRetry(s.reportsContext(), s.finalsMsg(pool, batch), func() {
 				for _, q := range batch {
 					spooled = append(spooled, s.spool(q.d, q.kind, q.data))
 				}

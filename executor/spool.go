@@ -117,7 +117,7 @@ func (s *Service) sendSpooled(ctx context.Context) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(s.reportsCtx, cancel)()
+	defer context.AfterFunc(s.reportsContext(), cancel)()
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), spoolExt) {
 			continue
@@ -145,4 +145,13 @@ func (s *Service) sendSpooled(ctx context.Context) {
 		s.log.Info().Str("subject", r.Subject).Msg("sent a final report from the spool")
 		s.unspool(path)
 	}
+}
+
+// reportsContext is the context that ends the final reports' tries (see
+// Service.reportsCtx); a Service not made by New has none that ends.
+func (s *Service) reportsContext() context.Context {
+	if s.reportsCtx == nil {
+		return context.Background()
+	}
+	return s.reportsCtx
 }
