@@ -99,23 +99,36 @@ const probeKey = "dispatcher-write-probe"
 // writeHealth dates the refusals of the probe.
 type writeHealth struct {
 	mu      sync.Mutex
+	probed  bool          // a first probe has been answered or timed out
 	refused time.Time     // the latest refusal; zero before any
 	grace   time.Duration // how long an outage is held after it
 }
 
-// refuse records a refusal at.
-func (w *writeHealth) refuse(at time.Time, grace time.Duration) {
+// done records the outcome of a probe: a refusal when refused.
+func (w *writeHealth) done(refused bool, at time.Time, grace time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.refused, w.grace = at, grace
+	w.probed = true
+	if refused {
+		w.refused, w.grace = at, grace
+	}
 }
 
-// last returns the latest refusal and its grace.
+// last returns the latest refusal and its grace. Before the first probe's
+// outcome, when a dispatcher starting during an outage cannot tell yet,
+// it returns a refusal now, with a grace of firstProbeWait.
 func (w *writeHealth) last() (time.Time, time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !w.probed {
+		return time.Now(), firstProbeWait
+	}
 	return w.refused, w.grace
 }
+
+// firstProbeWait is how long graceLeft holds the reaper, at a time, before
+// the first probe's outcome.
+const firstProbeWait = 250 * time.Millisecond
 
 // probeInterval is how often probeWrites writes, for the lease TTL ttl.
 func probeInterval(ttl time.Duration) time.Duration {
@@ -145,13 +158,14 @@ func (s *Service) probeWrites(ctx context.Context, leases jetstream.KeyValue) er
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			s.writes.refuse(time.Now(), grace)
+			s.writes.done(true, time.Now(), grace)
 			reason := refusalReason(err)
 			s.metrics.publishRefusals.WithLabelValues(stream, reason).Inc()
 			s.metrics.writable.Set(0)
 			s.log.Warn().Err(err).Str("stream", stream).Str("reason", reason).Dur("grace", grace).
 				Msg("JetStream refuses the dispatcher's writes; the reaper fails no attempt as lost until the grace after they are taken again")
 		default:
+			s.writes.done(false, time.Time{}, 0)
 			s.metrics.writable.Set(1)
 		}
 		s.readStoreUsage(ctx)
