@@ -37,6 +37,7 @@ func newDispatcherCmd(*cli) *cobra.Command {
 		m        metricsServer
 		replicas int
 		leaseTTL time.Duration
+		logsMax  int64
 		drill    bool
 		single   bool
 		history  historyFlags
@@ -62,7 +63,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 			}
 			svc, err := dispatcher.New(dispatcher.Options{
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
-				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, Metrics: m.registry(),
+				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL, LogsMaxBytes: logsMax}, Metrics: m.registry(),
 				DrillFaults:   drill,
 				SingleReports: single,
 				History:       hist,
@@ -78,6 +79,8 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	f := cmd.Flags()
 	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
 	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL, "how long an attempt's lease lives without renewal")
+	f.Int64Var(&logsMax, "logs-max-bytes", streams.DefaultLogsMaxBytes,
+		"bytes the task logs (AX_LOGS) may hold, reserved in JetStream's file store: the store needs this much and room for the other streams")
 	f.BoolVar(&single, "single-reports", false, "do not offer executors report batches: each final report comes alone on its attempt's subject (while dispatchers older than the batches still run)")
 	f.BoolVar(&drill, "drill-faults", false, "let ax drill task inject database jitter into the recording of its own drill-jitter tasks' reports (never other tasks')")
 	history.flags(cmd)

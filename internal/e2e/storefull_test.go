@@ -13,9 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -152,4 +155,70 @@ func gaugeValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestFinalReportsOutlastAClusterWithoutQuorum: on a three-node cluster
+// with the topology in three replicas, two nodes stop while attempts run
+// and end, and stay down for 45 s: no stream has a quorum, so lease
+// renewals, final reports and dispatches all go unanswered. Once the nodes
+// are back, every firing has one instance, every instance SUCCEEDED, and
+// the ledger holds exactly one run of each.
+func TestFinalReportsOutlastAClusterWithoutQuorum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	cluster := newNATSCluster(t)
+	pool := storetest.NewDB(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			cluster.dump(pool)
+		}
+	})
+	st := store.New(pool)
+	applyLedgerTask(t, st)
+	cfg := streams.Config{Replicas: 3, LeaseTTL: clusterLeaseTTL}
+	dispatchConn, _ := cluster.connect("dispatcher")
+	d, err := dispatcher.New(dispatcher.Options{Conn: dispatchConn, Store: st, Logger: log, Streams: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servicetest.Start(t, "dispatcher", d)
+	cluster.waitHealthy("the topology in three replicas")
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	conn, _ := cluster.connect("exec")
+	executortest.Run(t, executor.Options{Conn: conn, WorkerID: "exec", Mux: ledgerMux(ledger, 3*time.Second), Slots: 32, Logger: log})
+
+	fire := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			ev := schemas.TriggerEvent{EventID: "quorum-" + strconv.Itoa(i)}
+			if _, err := streams.Publish(ctx, cluster.js, cluster.top.Trigger("ledger"), ev.EventID, ev); err != nil {
+				t.Fatalf("fire %s: %v", ev.EventID, err)
+			}
+		}
+	}
+	fire(0, 10)
+	waitFor(t, "the first wave to succeed", time.Minute, func() (bool, error) {
+		return countSucceeded(t, pool) == 10, nil
+	})
+	fire(10, 20)
+	waitFor(t, "the second wave to run", time.Minute, func() (bool, error) {
+		return len(ledgerRuns(t, ledger)) >= 25, nil
+	})
+
+	// Two of the three nodes stop: no stream keeps a quorum.
+	for _, node := range []int{1, 2} {
+		cluster.Stop(node)
+	}
+	t.Logf("two nodes stopped")
+	// (A duration, not a condition: the length of the outage is the test.)
+	time.Sleep(45 * time.Second)
+	for _, node := range []int{1, 2} {
+		if err := cluster.Restart(node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the nodes are back")
+
+	waitLedgerEnded(t, pool, 30)
+	checkExactlyOnce(t, pool, 30, ledger)
 }
