@@ -158,7 +158,10 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // released report, and the lease deleted: the dispatcher starts the next
 // attempt elsewhere at once, without spending one of the task's
 // max_attempts), removes the worker from ax-workers and returns once every
-// goroutine it started has exited; a handler that ignores its context's end
+// goroutine it started has exited. A final report that JetStream refuses
+// (a full store, a stream without quorum) is tried until it is stored; at
+// shutdown, for up to another ShutdownTimeout, then it is left in the spool
+// (Options.SpoolDir) for the next run; a handler that ignores its context's end
 // for longer than 10 s is abandoned, logged, and not waited for. It returns
 // nil on such a clean stop, and an error if it cannot start or the NATS
 // connection closes under it. Run may be called once.
