@@ -106,6 +106,9 @@ type Service struct {
 	// reaper and the fence give the holders of lapsed leases a grace (see
 	// outage.go).
 	reconnects reconnects
+	// writes dates the refusals of the dispatcher's writes to the leases
+	// bucket (see outage.go).
+	writes writeHealth
 	// hooks are set by tests only, before Run.
 	hooks testHooks
 }
@@ -342,6 +345,7 @@ func (s *Service) run(ctx context.Context) error {
 				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.handleReports(ctx, msgs) }))
 		},
 		func() error { return s.reap(runCtx, work, leases, leaseWatch, reportStream) },
+		func() error { return s.probeWrites(runCtx, leases) },
 		func() error { return s.answerFences(runCtx, work, leases, reportStream) },
 		func() error { return s.holdLoop(runCtx, work) },
 		func() error { return s.reroute(runCtx, work) },

@@ -38,6 +38,17 @@ type metrics struct {
 	handedBack prometheus.Counter
 	// fence counts the fence questions about redelivered attempts, by answer.
 	fence *prometheus.CounterVec
+	// batchFailures counts the batches that failed and are tried again,
+	// by stage (triggers, reports, reaper).
+	batchFailures *prometheus.CounterVec
+	// publishRefusals counts the dispatcher's writes JetStream refused,
+	// by stream and reason (see refusalReason).
+	publishRefusals *prometheus.CounterVec
+	// writable is 1 while the probe's writes are taken, 0 while refused.
+	writable prometheus.Gauge
+	// storeUsed and storeLimit are the account's JetStream file store use
+	// and limit (0: none set on the account).
+	storeUsed, storeLimit prometheus.Gauge
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -77,6 +88,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Fence questions of executors about redelivered dispatch messages, by answer (start: the attempt never ran; " +
 				"no: it ran, runs or is over; lost: no, and it was failed as lost because it may have run and its lease is gone; " +
 				"refused: about another pool's attempt, or malformed; unanswered: PostgreSQL or NATS failed, the executor asks again)."}, []string{"answer"}),
+		batchFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_batch_failures_total",
+			Help: "Batches the dispatcher could not complete and tries again (PostgreSQL or JetStream failed), by stage " +
+				"(triggers, reports: redelivered after a short delay; reaper: a pass of the reaper)."}, []string{"stage"}),
+		publishRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_publish_refusals_total",
+			Help: "Writes of the dispatcher that JetStream refused, by stream and reason (store_full: insufficient storage; " +
+				"unavailable: no quorum, no leader or no answer; other). The dispatcher probes the leases bucket every quarter " +
+				"of the lease TTL (at most 5 s)."}, []string{"stream", "reason"}),
+		writable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_writable",
+			Help: "1 while JetStream takes the dispatcher's probe writes to the leases bucket, 0 while it refuses them " +
+				"(then, and for a grace after, the reaper fails no attempt as lost)."}),
+		storeUsed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_store_used_bytes",
+			Help: "Bytes of JetStream file store the NATS account uses, read with every probe."}),
+		storeLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_store_limit_bytes",
+			Help: "The NATS account's JetStream file store limit in bytes; 0 when the account has none (the server's " +
+				"max_file_store still bounds it: watch ax_publish_refusals_total{reason=\"store_full\"})."}),
+	}
+	m.writable.Set(1)
+	for _, stage := range []string{"triggers", "reports", "reaper"} {
+		m.batchFailures.WithLabelValues(stage) // shown at 0 before the first failure
 	}
 	for _, answer := range []string{fenceStart, fenceNo, fenceLostAnswer, fenceRefused, fenceUnanswered} {
 		m.fence.WithLabelValues(answer) // shown at 0 before the first question
@@ -84,7 +114,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, result := range []string{"applied", "dropped", "refused"} {
 		m.progress.WithLabelValues(result) // shown at 0 before the first report
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence,
+		m.batchFailures, m.publishRefusals, m.writable, m.storeUsed, m.storeLimit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

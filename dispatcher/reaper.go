@@ -66,6 +66,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 	for {
 		if !swept {
 			if gone, err := s.sweepLeases(work, leases); err != nil {
+				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
 				s.log.Error().Err(err).Msg("sweeping leases failed; trying again")
 				retry.Reset(retryDelay)
 			} else {
@@ -75,6 +76,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 		}
 		if !promoted {
 			if err := s.promoteLeftovers(work); err != nil {
+				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
 				s.log.Error().Err(err).Msg("promoting waiting instances failed; trying again")
 				retry.Reset(retryDelay)
 			} else {
@@ -82,11 +84,12 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 			}
 		}
 		if left := s.graceLeft(); len(lost) > 0 && left > 0 {
-			// Just back from an outage: the holders' final reports may
-			// still come (see outage.go).
+			// In or just back from an outage: the holders' final reports
+			// may still come (see outage.go).
 			retry.Reset(left)
 		} else if len(lost) > 0 {
 			if err := s.expireLeases(work, reports, lost, holders); err != nil {
+				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
 				s.log.Error().Err(err).Int("leases", len(lost)).Msg("expiring leases failed; trying again")
 				retry.Reset(retryDelay)
 			} else {
@@ -100,7 +103,13 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 		case <-retry.C:
 			continue
 		case <-timeouts.C:
+			if s.graceLeft() > 0 {
+				// An overdue attempt's final report may be held by its
+				// worker until JetStream takes it (see outage.go).
+				continue
+			}
 			if err := s.failOverdue(work, reports); err != nil {
+				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
 				s.log.Error().Err(err).Msg("failing overdue attempts failed; trying again")
 			}
 			continue

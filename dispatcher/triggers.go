@@ -839,7 +839,14 @@ func dispatchMsgID(id int64, attempt int) string {
 // retryLater returns a batch to JetStream for redelivery after a short
 // delay: every step of it is idempotent, so the next try completes it.
 func (s *Service) retryLater(msgs []jetstream.Msg, err error) {
-	s.log.Error().Err(err).Int("messages", len(msgs)).Msg("batch failed; redelivering it")
+	stage := "triggers"
+	if len(msgs) > 0 {
+		if md, mdErr := msgs[0].Metadata(); mdErr == nil && md.Stream == s.top.ReportsStream() {
+			stage = "reports"
+		}
+	}
+	s.metrics.batchFailures.WithLabelValues(stage).Inc()
+	s.log.Error().Err(err).Int("messages", len(msgs)).Str("stage", stage).Msg("batch failed; redelivering it")
 	for _, m := range msgs {
 		_ = m.NakWithDelay(retryDelay)
 	}

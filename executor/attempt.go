@@ -296,12 +296,20 @@ func (s *Service) runAttempt(a *attempt) {
 	case a.dispatch.ReportBatches && !s.opts.SingleReports:
 		encErr = s.sendFinal(&a.dispatch, rep.Kind, data)
 	default:
-		encErr = s.publishRetry(s.reportMsg(&a.dispatch, rep.Kind, data))
+		var spooled string
+		encErr = s.publishRetry(s.reportsContext(), s.reportMsg(&a.dispatch, rep.Kind, data), func() {
+			spooled = s.spool(&a.dispatch, rep.Kind, data)
+		})
+		if encErr == nil {
+			s.unspool(spooled)
+		}
 	}
 	if encErr != nil {
-		// Without a report the lease must expire for the dispatcher to move on.
+		// Without a report the lease must expire for the dispatcher to move
+		// on; a spooled report goes when the worker starts again.
 		finish()
-		a.log.Error().Err(encErr).Str("outcome", string(rep.Kind)).Msg("report attempt; leaving its lease to expire")
+		a.log.Error().Err(encErr).Str("outcome", string(rep.Kind)).Bool("spooled", s.opts.SpoolDir != "").
+			Msg("report attempt; leaving its lease to expire")
 		return
 	}
 	ev := a.log.Info()

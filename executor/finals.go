@@ -85,8 +85,19 @@ func (s *Service) publishFinals(queued []*queuedFinal) {
 				size += len(qs[n].data) + 1
 				n++
 			}
-			err := s.publishRetry(s.finalsMsg(pool, qs[:n]))
-			for _, q := range qs[:n] {
+			batch := qs[:n]
+			spooled := make([]string, 0, n)
+			err := s.publishRetry(s.reportsContext(), s.finalsMsg(pool, batch), func() {
+				for _, q := range batch {
+					spooled = append(spooled, s.spool(q.d, q.kind, q.data))
+				}
+			})
+			if err == nil {
+				for _, path := range spooled {
+					s.unspool(path)
+				}
+			}
+			for _, q := range batch {
 				q.done <- err
 			}
 			qs = qs[n:]

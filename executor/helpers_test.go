@@ -42,7 +42,12 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL})
+	return newWorldOn(t, streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL}))
+}
+
+// newWorldOn is newWorld on the server srv.
+func newWorldOn(t *testing.T, srv *streamstest.Server) *world {
+	t.Helper()
 	nc, js := srv.Connect()
 	w := &world{t: t, srv: srv, nc: nc, js: js, topo: srv.Topology}
 	ctx := t.Context()

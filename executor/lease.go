@@ -69,45 +69,76 @@ func (s *Service) publishAll(ctx context.Context, msgs []*nats.Msg) (acks []jets
 	return acks, errs
 }
 
-// A report is tried until it is stored or reportPatience has passed. Each
-// try awaits its acknowledgement for at most reportTry, so that a try sent
-// as the server went down, whose answer never comes, is followed by
-// another once the server is back instead of being awaited for opTimeout:
-// a restarted nats-server expires every lease that could not be renewed
-// while it was down, and the dispatcher leaves the holders of those leases
-// a grace after it reconnects (dispatcher/outage.go) that the final report
-// must land in, or its attempt is failed as lost and run again.
-const (
-	reportTry      = 2 * time.Second
-	reportPatience = 30 * time.Second
-)
+// A final report is tried until it is stored, however long JetStream
+// refuses it (a full store, a stream without quorum, a server down): the
+// attempt stays on the worker's running set meanwhile, so its lease is
+// renewed whenever renewals go through, and the dispatcher's reaper fails
+// no attempt as lost while its own writes to the leases bucket are refused
+// (dispatcher/outage.go). Each try awaits its acknowledgement for at most
+// reportTry, so that a try sent as the server went down, whose answer
+// never comes, is followed by another once the server is back instead of
+// being awaited for opTimeout. Only the worker's shutdown ends the tries
+// (once ShutdownTimeout has passed twice): a report the first try did not
+// store is in the spool then, when the worker has one (spool.go).
+const reportTry = 2 * time.Second
+
+// unsentWarnAfter is how long a final report goes unstored before the
+// worker says so, and then again every unsentWarnAfter.
+const unsentWarnAfter = 10 * time.Second
 
 // publishBackoff are the delays between the tries of a report; the last
-// one repeats.
-var publishBackoff = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second}
+// one repeats, for as long as the report is refused.
+var publishBackoff = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second, 2 * time.Second}
+
+// errReportsStopped is the error of a report whose tries the worker's
+// shutdown ended.
+var errReportsStopped = errors.New("the worker is shutting down")
 
 // publishRetry publishes m and awaits its acknowledgement, trying again
-// with backoff for up to reportPatience. m carries a Nats-Msg-Id, so a try
+// with capped backoff until it is stored, the connection is closed or the
+// worker's shutdown stops the reports (ctx ends: s.reportsCtx or one
+// derived from it). m carries a Nats-Msg-Id, so a try
 // that reached the stream unacknowledged makes a later one a duplicate the
-// stream drops.
-func (s *Service) publishRetry(m *nats.Msg) error {
-	deadline := time.Now().Add(reportPatience)
+// stream drops. refused, when not nil, is called once, after the first
+// try that failed (the report then goes to the spool).
+func (s *Service) publishRetry(ctx context.Context, m *nats.Msg, refused func()) error {
+	start := time.Now()
+	warned := start
 	for i := 0; ; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), reportTry)
-		_, err := s.js.PublishMsg(ctx, m)
+		tryCtx, cancel := context.WithTimeout(ctx, reportTry)
+		_, err := s.js.PublishMsg(tryCtx, m)
 		cancel()
 		if err == nil {
+			if i > 0 {
+				s.log.Info().Str("subject", m.Subject).Int("tries", i+1).Dur("after", time.Since(start).Round(time.Millisecond)).
+					Msg("final report stored")
+			}
 			return nil
 		}
 		if s.opts.Conn.IsClosed() {
 			// A closed connection does not come back: nothing to wait for.
 			return fmt.Errorf("publish to %s: %w (the connection is closed)", m.Subject, err)
 		}
-		wait := publishBackoff[min(i, len(publishBackoff)-1)]
-		if time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("publish to %s: %w (after %d tries over %s)", m.Subject, err, i+1, reportPatience)
+		if i == 0 && refused != nil {
+			// Before the stop below: a report whose tries the shutdown
+			// ended, tried once or not at all, is spooled all the same.
+			refused()
 		}
-		time.Sleep(wait)
+		if ctx.Err() != nil {
+			return fmt.Errorf("publish to %s: %w after %d tries over %s: %w", m.Subject, errReportsStopped, i+1,
+				time.Since(start).Round(time.Millisecond), err)
+		}
+		if time.Since(warned) >= unsentWarnAfter {
+			warned = time.Now()
+			s.log.Warn().Err(err).Str("subject", m.Subject).Int("tries", i+1).Dur("unsent_for", time.Since(start).Round(time.Second)).
+				Msg("final report not stored yet; keeping it and trying again until it is")
+		}
+		timer := time.NewTimer(publishBackoff[min(i, len(publishBackoff)-1)])
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+		}
 	}
 }
 

@@ -79,6 +79,14 @@ type Options struct {
 	// (default [DefaultShutdownTimeout]). Give it the grace the platform
 	// gives the process on SIGTERM, less a few seconds for the reports.
 	ShutdownTimeout time.Duration
+	// SpoolDir, when set, is a folder where the worker keeps each final
+	// report that JetStream did not store at the first try, until it is
+	// stored: a worker started again on the same folder sends what it
+	// holds there first, so a report outlives the worker's restart during
+	// a JetStream outage. Empty keeps such reports in memory only (they
+	// are still tried until stored, but a restart loses them). The folder
+	// is made if missing; give each worker its own.
+	SpoolDir string
 	// RequeueDelay is how long an attempt that cannot start yet is given
 	// back to JetStream for, before this or another worker takes it again
 	// (default [DefaultRequeueDelay]): its handler's slots are full

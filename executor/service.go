@@ -89,6 +89,11 @@ type Service struct {
 	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
 	handlersCtx  context.Context
 	stopHandlers context.CancelCauseFunc
+	// reportsCtx ends the tries of the final reports not stored yet: only
+	// at shutdown, ShutdownTimeout after the handlers were cancelled
+	// (see drain).
+	reportsCtx  context.Context
+	stopReports context.CancelFunc
 }
 
 // errShuttingDown is the cause of the handlers' contexts when the worker
@@ -103,7 +108,10 @@ func New(opts Options) (*Service, error) {
 		return nil, err
 	}
 	log := o.Logger.With().Str("service", "executor").Str("worker_id", o.WorkerID).Logger()
+	reportsCtx, stopReports := context.WithCancel(context.Background())
 	return &Service{
+		reportsCtx:    reportsCtx,
+		stopReports:   stopReports,
 		opts:          o,
 		log:           log,
 		logs:          newLogShipper(o.WorkerID, o.Topology, o.LogBuffer, o.LogFlushInterval, log),
@@ -150,7 +158,10 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // released report, and the lease deleted: the dispatcher starts the next
 // attempt elsewhere at once, without spending one of the task's
 // max_attempts), removes the worker from ax-workers and returns once every
-// goroutine it started has exited; a handler that ignores its context's end
+// goroutine it started has exited. A final report that JetStream refuses
+// (a full store, a stream without quorum) is tried until it is stored; at
+// shutdown, for up to another ShutdownTimeout, then it is left in the spool
+// (Options.SpoolDir) for the next run; a handler that ignores its context's end
 // for longer than 10 s is abandoned, logged, and not waited for. It returns
 // nil on such a clean stop, and an error if it cannot start or the NATS
 // connection closes under it. Run may be called once.
@@ -178,6 +189,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.handlersCtx, s.stopHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer s.stopHandlers(errShuttingDown)
+	defer s.stopReports()
 
 	nc := s.opts.Conn
 	control, err := nc.Subscribe(s.opts.Topology.Control(s.opts.WorkerID), s.onControl)
@@ -209,7 +221,13 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		doorbells = append(doorbells, sub)
 	}
-	if err := s.putWorker(ctx); err != nil {
+	// A JetStream that refuses writes (a full store, the bucket without a
+	// quorum) refuses the worker's entry too: the worker waits for it, as
+	// its running peers wait to store their reports, rather than exit.
+	err = streams.UntilStarted(ctx, func(err error, wait time.Duration) {
+		s.log.Warn().Err(err).Dur("retry_in", wait).Msg("JetStream refuses the worker's entry in the workers bucket; trying again")
+	}, s.putWorker)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -222,6 +240,8 @@ func (s *Service) Run(ctx context.Context) error {
 	background.Go(func() { s.renewLeases(bgCtx) })
 	background.Go(func() { s.reportStarted(bgCtx) })
 	background.Go(func() { s.sendFinals(bgCtx) })
+	// The final reports a run before this one left in the spool.
+	background.Go(func() { s.sendSpooled(bgCtx) })
 	// Stopped with the others once every attempt is reported: it then
 	// ships what is left.
 	background.Go(func() { s.logs.run(bgCtx, s.pub) })
@@ -416,7 +436,18 @@ func (s *Service) drain() {
 	}
 	s.log.Warn().Int("busy", s.Busy()).Msg("shutdown timeout passed; cancelling running attempts and handing them back")
 	s.stopHandlers(errShuttingDown)
-	<-done
+	// Their reports (and those that JetStream refuses, as during an
+	// outage) get as long again: then the worker stops trying, and a
+	// report not stored is left in the spool, if the worker has one.
+	timer.Reset(s.opts.ShutdownTimeout)
+	select {
+	case <-done:
+	case <-timer.C:
+		s.log.Warn().Int("busy", s.Busy()).Bool("spool", s.opts.SpoolDir != "").
+			Msg("final reports still refused after the shutdown timeout; stopping their tries (the spool keeps them)")
+		s.stopReports()
+		<-done
+	}
 }
 
 // signal wakes whoever waits on ch without ever blocking.

@@ -174,6 +174,7 @@ func printDrillSystem(w io.Writer, results []system.Result, all bool) error {
 // nats-server there.
 func newNATSServerCmd(*cli) *cobra.Command {
 	var listen, storeDir, users, prefix, portFile string
+	var maxStore int64
 	cmd := &cobra.Command{
 		Use:     "nats-server",
 		Short:   "Run the embedded nats-server alone (for ax drill system's sandbox)",
@@ -205,7 +206,7 @@ func newNATSServerCmd(*cli) *cobra.Command {
 			// The services' users, and the executors' of the workers file,
 			// one worker each, which the sandbox adds as it starts them.
 			delete(pw, natsauth.Executor)
-			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: storeDir,
+			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: storeDir, MaxStore: maxStore,
 				Auth: natsauth.NewAuthenticator(top, natsauth.Users(top, pw, natsauth.Scope{}), system.WorkersFile(users))})
 			if err != nil {
 				return err
@@ -227,6 +228,7 @@ func newNATSServerCmd(*cli) *cobra.Command {
 	f.StringVar(&storeDir, "store", "", "JetStream store folder")
 	f.StringVar(&users, "users", "", "the NATS users' password file (made when missing, as ax dev's nats-users.json)")
 	f.StringVar(&prefix, "prefix", streams.DefaultPrefix, "subject prefix of the installation")
+	f.Int64Var(&maxStore, "max-file-store", 0, "bound JetStream's file store to this many bytes (the server's max_file_store; 0: most of the disk)")
 	f.StringVar(&portFile, "port-file", "", "once the server accepts connections, write its client port to this file (with --listen host:0 the server picks a free port)")
 	return cmd
 }

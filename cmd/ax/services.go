@@ -37,6 +37,7 @@ func newDispatcherCmd(*cli) *cobra.Command {
 		m        metricsServer
 		replicas int
 		leaseTTL time.Duration
+		logsMax  int64
 		drill    bool
 		single   bool
 		history  historyFlags
@@ -62,7 +63,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 			}
 			svc, err := dispatcher.New(dispatcher.Options{
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
-				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, Metrics: m.registry(),
+				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL, LogsMaxBytes: logsMax}, Metrics: m.registry(),
 				DrillFaults:   drill,
 				SingleReports: single,
 				History:       hist,
@@ -79,6 +80,8 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	f := cmd.Flags()
 	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
 	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL, "how long an attempt's lease lives without renewal")
+	f.Int64Var(&logsMax, "logs-max-bytes", streams.DefaultLogsMaxBytes,
+		"bytes the task logs (AX_LOGS) may hold, reserved in JetStream's file store: the store needs this much and room for the other streams")
 	f.BoolVar(&single, "single-reports", false, "do not offer executors report batches: each final report comes alone on its attempt's subject (while dispatchers older than the batches still run)")
 	f.BoolVar(&drill, "drill-faults", false, "let ax drill task inject database jitter into the recording of its own drill-jitter tasks' reports (never other tasks')")
 	history.flags(cmd)
@@ -204,6 +207,7 @@ func newExecutorCmd(*cli) *cobra.Command {
 		shutdown time.Duration
 		ledger   string
 		single   bool
+		spool    string
 
 		codecKeyFile string
 	)
@@ -222,7 +226,13 @@ and hands them back: a "released" report and the lease deleted, so that the
 dispatcher starts each again at once on another worker as a new attempt that
 spends none of the task's max_attempts (the handler runs again from the start),
 and exits. Give a container longer than that to stop (Kubernetes'
-terminationGracePeriodSeconds: the shutdown timeout plus a few seconds).`,
+terminationGracePeriodSeconds: the shutdown timeout plus a few seconds).
+
+While JetStream refuses writes (a full store, a stream without quorum) it keeps
+each final report and tries it until it is stored, however long that takes;
+with --spool-dir a report the first try did not store is also written there
+and sent by the next run on the same folder (give each worker its own, on a
+volume that outlives the container).`,
 		Example: `  ax executor --pool default --slots 32
   NATS_URL=nats://nats.internal:4222 NATS_CREDS=executor.creds ax executor --pool gpu`,
 		Args: cobra.NoArgs,
@@ -246,7 +256,7 @@ terminationGracePeriodSeconds: the shutdown timeout plus a few seconds).`,
 			svc, err := executor.New(executor.Options{
 				Conn: o.nc, Topology: o.top, WorkerID: workerID, Pools: pools, Slots: slots,
 				Version: version, Mux: mux, Logger: o.log, ShutdownTimeout: shutdown, Codec: codec,
-				SingleReports: single,
+				SingleReports: single, SpoolDir: spool,
 			})
 			if err != nil {
 				return err
@@ -264,6 +274,8 @@ terminationGracePeriodSeconds: the shutdown timeout plus a few seconds).`,
 	f.StringVar(&version, "version", "", "worker version compared with tasks' min_worker_version (default "+executor.DefaultVersion+")")
 	f.DurationVar(&shutdown, "shutdown-timeout", executor.DefaultShutdownTimeout,
 		"how long running attempts may go on after SIGTERM before they are cancelled and handed back to run elsewhere")
+	f.StringVar(&spool, "spool-dir", os.Getenv("AX_SPOOL_DIR"),
+		"folder that keeps the final reports JetStream refused until they are stored, across restarts (default none: kept in memory only; env AX_SPOOL_DIR)")
 	// The executors of ax drill system's sandbox serve the drill's handlers too.
 	f.BoolVar(&single, "single-reports", false, "send each final report alone on its attempt's subject, even when the dispatchers take report batches")
 	f.StringVar(&ledger, "drill-ledger", "", "serve the handlers of ax drill system as well, appending their runs to this ledger")

@@ -77,7 +77,15 @@ type Sandbox struct {
 	pgOpt pgcluster.Options
 	nats  *Proc
 	procs map[string]*Proc
+	// natsMaxStore bounds the nats-server's file store when it starts
+	// (0: unbounded); see RestartNATS.
+	natsMaxStore int64
 }
+
+// LogsMaxBytes is the size of the sandbox's task logs (AX_LOGS), which
+// JetStream reserves in its file store: small, so that a scenario can fill
+// the store (see [Sandbox.FillStore]).
+const LogsMaxBytes = 64 << 20
 
 // StartSandbox starts PostgreSQL and the nats-server, migrates the
 // database and ensures the topology. No AX service runs yet: start them
@@ -145,7 +153,7 @@ func StartSandbox(ctx context.Context, opts SandboxOptions) (_ *Sandbox, err err
 	if s.JS, err = jetstream.New(s.NC); err != nil {
 		return nil, err
 	}
-	if err := s.Top.Ensure(ctx, s.JS, streams.Config{LeaseTTL: opts.LeaseTTL}); err != nil {
+	if err := s.Top.Ensure(ctx, s.JS, streams.Config{LeaseTTL: opts.LeaseTTL, LogsMaxBytes: LogsMaxBytes}); err != nil {
 		return nil, fmt.Errorf("ensure the drill sandbox's topology: %w", err)
 	}
 	return s, nil
@@ -179,7 +187,8 @@ func (s *Sandbox) StartNATS(ctx context.Context) error {
 		return fmt.Errorf("start the drill sandbox's nats-server: %w", err)
 	}
 	p, err := s.start("nats-server", nil, "nats-server", "--listen", "127.0.0.1:"+strconv.Itoa(s.natsPort),
-		"--store", filepath.Join(s.dir, "nats"), "--users", s.users, "--port-file", portFile)
+		"--store", filepath.Join(s.dir, "nats"), "--users", s.users, "--port-file", portFile,
+		"--max-file-store", strconv.FormatInt(s.natsMaxStore, 10))
 	if err != nil {
 		return err
 	}
@@ -213,6 +222,66 @@ func (s *Sandbox) KillNATS() error {
 		return nil
 	}
 	return p.Kill()
+}
+
+// RestartNATS stops the nats-server (SIGTERM: it writes its state) and
+// starts it again on its store with its file store bounded to maxStore
+// bytes (0: unbounded).
+func (s *Sandbox) RestartNATS(ctx context.Context, maxStore int64) error {
+	s.mu.Lock()
+	p := s.nats
+	s.natsMaxStore = maxStore
+	s.mu.Unlock()
+	if p != nil {
+		if err := p.Stop(30 * time.Second); err != nil {
+			return fmt.Errorf("stop the drill sandbox's nats-server: %w", err)
+		}
+	}
+	return s.StartNATS(ctx)
+}
+
+// StoreUsed returns the bytes of JetStream file store the sandbox's
+// streams use.
+func (s *Sandbox) StoreUsed(ctx context.Context) (int64, error) {
+	info, err := s.JS.AccountInfo(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the drill sandbox's JetStream usage: %w", err)
+	}
+	return int64(info.Store), nil
+}
+
+// fillerStream is the stream FillStore fills the store with.
+const fillerStream = "AX_DRILL_FILLER"
+
+// FillStore publishes to a stream of its own until JetStream refuses a
+// write for want of storage (its file store is bounded: RestartNATS), and
+// returns the bytes it wrote. FreeStore deletes that stream.
+func (s *Sandbox) FillStore(ctx context.Context) (int64, error) {
+	if _, err := s.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: fillerStream, Subjects: []string{"ax-drill-filler"}}); err != nil {
+		return 0, fmt.Errorf("fill the drill sandbox's store: %w", err)
+	}
+	chunk := make([]byte, 512<<10)
+	var wrote int64
+	for {
+		_, err := s.JS.Publish(ctx, "ax-drill-filler", chunk)
+		if err == nil {
+			wrote += int64(len(chunk))
+			continue
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == 10023 || apiErr.ErrorCode == 10047) {
+			return wrote, nil // insufficient resources: the store is full
+		}
+		return wrote, fmt.Errorf("fill the drill sandbox's store: %w", err)
+	}
+}
+
+// FreeStore deletes the stream FillStore filled, if it is there.
+func (s *Sandbox) FreeStore(ctx context.Context) error {
+	if err := s.JS.DeleteStream(ctx, fillerStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("free the drill sandbox's store: %w", err)
+	}
+	return nil
 }
 
 // CrashPostgres stops PostgreSQL with an immediate shutdown (a crash: the
@@ -262,7 +331,7 @@ func (s *Sandbox) signalPostgres(sig syscall.Signal) error {
 // StartDispatcher starts an ax dispatcher process called name.
 func (s *Sandbox) StartDispatcher(name string) (*Proc, error) {
 	return s.service(name, string(natsauth.Dispatcher), s.pw[natsauth.Dispatcher], "dispatcher", "--database-url", s.DatabaseURL(),
-		"--lease-ttl", s.opts.LeaseTTL.String())
+		"--lease-ttl", s.opts.LeaseTTL.String(), "--logs-max-bytes", strconv.Itoa(LogsMaxBytes))
 }
 
 // StartTrigger starts an ax trigger process called name.

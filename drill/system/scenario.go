@@ -253,6 +253,43 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			Name: "jetstream-full", Description: "JetStream's file store full for 40 s while attempts run and end: leases, reports, dispatches and firings refused; every final report kept until stored",
+			Dispatchers: 1, Executors: 2,
+			Fault: func(ctx context.Context, r *run) error {
+				if !r.sleep(ctx, r.d/3) {
+					return nil
+				}
+				// Attempts that end during the outage: their final
+				// reports wait at their workers until JetStream takes
+				// them, and their leases expire meanwhile.
+				if workers, err := r.longRuns(ctx, 4, 3*time.Second); err != nil || workers == nil {
+					return err
+				}
+				bg := context.WithoutCancel(ctx)
+				used, err := r.sb.StoreUsed(bg)
+				if err != nil {
+					return err
+				}
+				// The store bounded a little above what is in it, then
+				// filled: the restart is a fault of its own, which the
+				// nats-kill scenario covers.
+				if err := r.sb.RestartNATS(bg, used+LogsMaxBytes+(32<<20)); err != nil {
+					return err
+				}
+				if _, err := r.sb.FillStore(bg); err != nil {
+					return err
+				}
+				r.fault("jetstream-full", time.Now())
+				// Longer than the 30 s an executor used to keep an unsent
+				// final report.
+				time.Sleep(40 * time.Second)
+				if err := r.sb.FreeStore(bg); err != nil {
+					return err
+				}
+				return r.sb.RestartNATS(bg, 0)
+			},
+		},
+		{
 			Name: "poison", Description: "1 % of the load goes to a handler that always panics: it fails by its policy and holds up nothing",
 			Dispatchers: 1, Executors: 2, Poison: true,
 		},

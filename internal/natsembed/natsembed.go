@@ -48,6 +48,10 @@ type Options struct {
 	// every message. [StartCluster] always sets them.
 	RouteUser     string
 	RoutePassword string
+	// MaxStore bounds JetStream's file store in bytes (the server's
+	// max_file_store); 0 leaves the server's default, most of the disk.
+	// A small one lets a test fill the store.
+	MaxStore int64
 }
 
 // ReadyWait is how long [Start] waits for a server to listen: the server
@@ -81,7 +85,8 @@ func Start(o Options) (*server.Server, error) {
 		Users:                      o.Users,
 		CustomClientAuthentication: o.Auth,
 		// A task payload or output may be larger than NATS's 1 MiB default.
-		MaxPayload: 8 << 20,
+		MaxPayload:        8 << 20,
+		JetStreamMaxStore: o.MaxStore,
 	}
 	if o.ClusterName != "" {
 		opts.Cluster = server.ClusterOpts{Name: o.ClusterName, Host: o.Host, Port: o.ClusterPort}

@@ -30,7 +30,15 @@ type Server struct {
 // server down when the test ends.
 func NewServer(t testing.TB, cfg streams.Config) *Server {
 	t.Helper()
-	s, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir()})
+	return NewServerStore(t, cfg, 0)
+}
+
+// NewServerStore is [NewServer] with JetStream's file store bounded to
+// maxStore bytes (the server's max_file_store; 0: the default), for a test
+// that fills it. Give cfg a small LogsMaxBytes: AX_LOGS reserves its size.
+func NewServerStore(t testing.TB, cfg streams.Config, maxStore int64) *Server {
+	t.Helper()
+	s, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir(), MaxStore: maxStore})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,157 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
+)
+
+// The spool (Options.SpoolDir) keeps the final reports that JetStream did
+// not store at the first try: one file per attempt, written (and synced)
+// after that try failed and removed once the report is stored. A report
+// stored at the first try never touches the disk, so the spool costs
+// nothing while JetStream takes writes. At start the worker sends what a
+// run before it left there, each report alone on its attempt's own
+// subject with the message id it had (see spooledReport), tried until
+// stored like any final report; the dispatcher applies it if the attempt
+// is still the instance's current one, and refuses it as stale otherwise
+// (a worker that came back after the reaper's outage grace: its attempt
+// ran again).
+
+// spoolExt ends the name of a spooled report's file.
+const spoolExt = ".report"
+
+// spooledReport is a final report as the spool keeps it: the message of
+// the report alone, whatever form (alone or in a batch) it was tried in.
+type spooledReport struct {
+	Subject string          `json:"subject"`
+	MsgID   string          `json:"msg_id"`
+	Report  json.RawMessage `json:"report"`
+}
+
+// spoolPath is the file of the final report of d in the spool.
+func (s *Service) spoolPath(d *schemas.Dispatch) string {
+	return filepath.Join(s.opts.SpoolDir, strconv.FormatInt(d.InstanceID, 10)+"-"+strconv.Itoa(d.Attempt)+spoolExt)
+}
+
+// spool writes the final report of d (of kind, encoded as data) to the
+// spool, if the worker has one, and returns its file ("" when not
+// spooled). A spool that cannot be written is logged: the report is still
+// tried until stored, it only does not outlive a restart.
+func (s *Service) spool(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) string {
+	if s.opts.SpoolDir == "" {
+		return ""
+	}
+	m := s.reportMsg(d, kind, data)
+	b, err := json.Marshal(spooledReport{Subject: m.Subject, MsgID: m.Header.Get(streams.HeaderMsgID), Report: data})
+	if err == nil {
+		err = writeSynced(s.spoolPath(d), b)
+	}
+	if err != nil {
+		s.log.Error().Err(err).Int64("instance_id", d.InstanceID).Int("attempt", d.Attempt).Str("spool", s.opts.SpoolDir).
+			Msg("spool a final report JetStream refused; it is kept in memory only")
+		return ""
+	}
+	return s.spoolPath(d)
+}
+
+// unspool removes the spooled file of a report now stored.
+func (s *Service) unspool(path string) {
+	if path == "" {
+		return
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn().Err(err).Str("file", path).Msg("remove a stored final report from the spool; a restart sends it again, as a duplicate the dispatcher ignores")
+	}
+}
+
+// writeSynced writes data to path through a synced temporary file and a
+// rename, so that the file is whole or absent after a crash.
+func writeSynced(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// sendSpooled sends the final reports a run before this one left in the
+// spool, each until it is stored or ctx (the worker's background work)
+// or the reports' tries end; what is not stored stays in the spool.
+func (s *Service) sendSpooled(ctx context.Context) {
+	if s.opts.SpoolDir == "" {
+		return
+	}
+	entries, err := os.ReadDir(s.opts.SpoolDir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.log.Error().Err(err).Str("spool", s.opts.SpoolDir).Msg("read the spool of final reports")
+		}
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.reportsContext(), cancel)()
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), spoolExt) {
+			continue
+		}
+		path := filepath.Join(s.opts.SpoolDir, e.Name())
+		b, err := os.ReadFile(path)
+		var r spooledReport
+		if err == nil {
+			err = json.Unmarshal(b, &r)
+		}
+		if err != nil || r.Subject == "" {
+			s.log.Error().Err(err).Str("file", path).Msg("a spooled final report cannot be read; leaving it")
+			continue
+		}
+		m := nats.NewMsg(r.Subject)
+		m.Data = r.Report
+		m.Header.Set(streams.HeaderMsgID, r.MsgID)
+		if err := s.publishRetry(ctx, m, nil); err != nil {
+			s.log.Warn().Err(err).Str("file", path).Msg("send a spooled final report; it stays in the spool")
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		s.log.Info().Str("subject", r.Subject).Msg("sent a final report from the spool")
+		s.unspool(path)
+	}
+}
+
+// reportsContext is the context that ends the final reports' tries (see
+// Service.reportsCtx); a Service not made by New has none that ends.
+func (s *Service) reportsContext() context.Context {
+	if s.reportsCtx == nil {
+		return context.Background()
+	}
+	return s.reportsCtx
+}
