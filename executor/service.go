@@ -77,8 +77,6 @@ type Service struct {
 	// is followed (see renewLeases).
 	leaseTTL atomic.Int64
 	// The TTL of the markers a released mutex or once key leaves.
-	mutexMarkerTTL time.Duration
-	onceMarkerTTL  time.Duration
 	own            *queue            // the worker's own subject, drained first
 	queues         []*queue          // its pools' queues of its handlers, in pull order
 	byRing         map[string]*queue // the pool queues by queueKey, for the doorbells
@@ -300,18 +298,15 @@ func (s *Service) lookUp(ctx context.Context) error {
 	if s.onces, err = bucket(topo.OnceBucket()); err != nil {
 		return err
 	}
-	// Mutex keys and running markers carry a per-key TTL, which a bucket
-	// allows only with limit markers on.
-	for _, b := range []struct {
-		kv  jetstream.KeyValue
-		ttl *time.Duration
-	}{{s.mutexes, &s.mutexMarkerTTL}, {s.onces, &s.onceMarkerTTL}} {
-		status, err := b.kv.Status(ctx)
+	// Mutex keys, running records and release markers carry a per-key
+	// TTL, which a bucket allows only with message TTLs on.
+	for _, kv := range []jetstream.KeyValue{s.mutexes, s.onces} {
+		status, err := kv.Status(ctx)
 		if err != nil {
-			return fmt.Errorf("read status of bucket %s: %w", b.kv.Bucket(), err)
+			return fmt.Errorf("read status of bucket %s: %w", kv.Bucket(), err)
 		}
-		if *b.ttl = status.LimitMarkerTTL(); *b.ttl <= 0 {
-			return fmt.Errorf("bucket %s has no limit markers, so its keys cannot carry a TTL; %s", b.kv.Bucket(), hint)
+		if st, ok := status.(*jetstream.KeyValueBucketStatus); ok && !st.StreamInfo().Config.AllowMsgTTL {
+			return fmt.Errorf("bucket %s does not allow message TTLs, so its keys cannot carry one; %s", kv.Bucket(), hint)
 		}
 	}
 	status, err := s.leases.Status(ctx)
