@@ -75,14 +75,13 @@ type Service struct {
 	// leaseTTL is the leases bucket's TTL as last read (nanoseconds): at
 	// start, then at every renewal tick, so that a TTL its owner changes
 	// is followed (see renewLeases).
-	leaseTTL atomic.Int64
-	// The TTL of the markers a released mutex or once key leaves.
-	own            *queue            // the worker's own subject, drained first
-	queues         []*queue          // its pools' queues of its handlers, in pull order
-	byRing         map[string]*queue // the pool queues by queueKey, for the doorbells
-	dispatch       jetstream.Stream  // AX_DISPATCH, for the sweeps' queue depths
-	lastSweep      time.Time         // the pull loop's
-	startedAt      time.Time
+	leaseTTL  atomic.Int64
+	own       *queue            // the worker's own subject, drained first
+	queues    []*queue          // its pools' queues of its handlers, in pull order
+	byRing    map[string]*queue // the pool queues by queueKey, for the doorbells
+	dispatch  jetstream.Stream  // AX_DISPATCH, for the sweeps' queue depths
+	lastSweep time.Time         // the pull loop's
+	startedAt time.Time
 	// handlersCtx is the parent of every attempt's context: detached from
 	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
 	handlersCtx  context.Context
