@@ -38,6 +38,9 @@ type metrics struct {
 	handedBack prometheus.Counter
 	// fence counts the fence questions about redelivered attempts, by answer.
 	fence *prometheus.CounterVec
+	// settingMismatch is 1 for a topology setting the options state
+	// differently from the installation, refused.
+	settingMismatch *prometheus.GaugeVec
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -77,6 +80,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Fence questions of executors about redelivered dispatch messages, by answer (start: the attempt never ran; " +
 				"no: it ran, runs or is over; lost: no, and it was failed as lost because it may have run and its lease is gone; " +
 				"refused: about another pool's attempt, or malformed; unanswered: PostgreSQL or NATS failed, the executor asks again)."}, []string{"answer"}),
+		settingMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_topology_setting_mismatch",
+			Help: "1 for a topology setting (replicas, lease_ttl, logs_max_bytes, ...) that this dispatcher's flags state differently from the installed streams and buckets, which it refused to change (it needs --reconfigure)."}, []string{"setting"}),
 	}
 	for _, answer := range []string{fenceStart, fenceNo, fenceLostAnswer, fenceRefused, fenceUnanswered} {
 		m.fence.WithLabelValues(answer) // shown at 0 before the first question
@@ -84,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, result := range []string{"applied", "dropped", "refused"} {
 		m.progress.WithLabelValues(result) // shown at 0 before the first report
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence, m.settingMismatch} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -291,7 +291,10 @@ var errCodesInsufficient = []jetstream.ErrorCode{10023, 10047, 10028}
 func (t Topology) ensureError(sc jetstream.StreamConfig, err error) error {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && slices.Contains(errCodesInsufficient, apiErr.ErrorCode) && sc.MaxBytes > 0 {
-		hint := "give the server's JetStream more storage (max_file_store, max_memory_store)"
+		hint := "give the server's JetStream more storage (max_file_store)"
+		if sc.Storage == jetstream.MemoryStorage {
+			hint = "give the server's JetStream more memory (max_memory_store)"
+		}
 		for _, s := range settings {
 			if s.field == fieldMaxBytes && slices.Contains(s.streams(t), sc.Name) {
 				hint += " or lower " + s.flag + " (env " + s.env + ")"

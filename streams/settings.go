@@ -71,13 +71,17 @@ type Setting struct {
 	Flag, Env string
 	// Duration tells a duration from a count (replicas, bytes).
 	Duration bool
+	// Default is the value of a new installation (nanoseconds for a
+	// duration).
+	Default int64
 }
 
 // Settings lists the settings that [Topology.Reconcile] keeps.
 func Settings() []Setting {
 	out := make([]Setting, len(settings))
+	def := Config{}.withDefaults()
 	for i, s := range settings {
-		out[i] = Setting{Name: s.name, Flag: s.flag, Env: s.env, Duration: s.dur}
+		out[i] = Setting{Name: s.name, Flag: s.flag, Env: s.env, Duration: s.dur, Default: s.get(def)}
 	}
 	return out
 }
