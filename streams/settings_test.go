@@ -159,3 +159,37 @@ func TestReconcileSaysWhatStorageItNeeds(t *testing.T) {
 		}
 	}
 }
+
+// An installation made before roll-ups were turned off (buckets made by
+// nats.go's CreateKeyValue, the mutex and once buckets with limit
+// markers) is updated: the buckets executors write refuse roll-ups after
+// an Ensure, and keep per-message TTLs.
+func TestEnsureTurnsRollupsOffOnAnOldInstallation(t *testing.T) {
+	t.Parallel()
+	js := startServer(t)
+	top := streams.Default()
+	for _, b := range []string{top.MutexBucket(), top.OnceBucket(), top.TasksBucket()} {
+		kc := jetstream.KeyValueConfig{Bucket: b}
+		if b != top.TasksBucket() {
+			kc.LimitMarkerTTL = streams.MarkerTTL
+		}
+		if _, err := js.CreateKeyValue(t.Context(), kc); err != nil {
+			t.Fatal(err)
+		}
+		if !configOf(t, js, "KV_"+b).AllowRollup {
+			t.Fatalf("nats.go made %s without roll-ups; this test no longer shows the update", b)
+		}
+	}
+	if _, err := reconcile(t, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{top.MutexBucket(), top.OnceBucket(), top.TasksBucket()} {
+		cfg := configOf(t, js, "KV_"+b)
+		if cfg.AllowRollup {
+			t.Errorf("KV_%s allows roll-ups after Ensure", b)
+		}
+		if wantTTL := b != top.TasksBucket(); cfg.AllowMsgTTL != wantTTL {
+			t.Errorf("KV_%s AllowMsgTTL = %v after Ensure, want %v", b, cfg.AllowMsgTTL, wantTTL)
+		}
+	}
+}
