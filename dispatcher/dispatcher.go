@@ -113,6 +113,9 @@ type Service struct {
 	reconnects reconnects
 	// hooks are set by tests only, before Run.
 	hooks testHooks
+	// rollupWarnings note the buckets whose roll-up was logged (see
+	// rollups.go).
+	rollupWarnings
 }
 
 // testHooks let a test hold a batch of firings at a point of its way

@@ -41,6 +41,9 @@ type metrics struct {
 	// settingMismatch is 1 for a topology setting the options state
 	// differently from the installation, refused.
 	settingMismatch *prometheus.GaugeVec
+	// rollups counts the roll-ups found in ax-leases and ax-workers, by
+	// bucket (see rollups.go).
+	rollups *prometheus.CounterVec
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -82,6 +85,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"refused: about another pool's attempt, or malformed; unanswered: PostgreSQL or NATS failed, the executor asks again)."}, []string{"answer"}),
 		settingMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_topology_setting_mismatch",
 			Help: "1 for a topology setting (replicas, lease_ttl, logs_max_bytes, ...) that this dispatcher's flags state differently from the installed streams and buckets, which it refused to change (it needs --reconfigure)."}, []string{"setting"}),
+		rollups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_kv_rollups_detected_total",
+			Help: "Keys of ax-leases or ax-workers found vanished without a marker (a roll-up by a writer of the bucket: Nats-Rollup purged it), by bucket; " +
+				"counted at most once per sweep. AX restores or reaps what the roll-up removed; find the writer (an executor's credential)."}, []string{"bucket"}),
 	}
 	for _, answer := range []string{fenceStart, fenceNo, fenceLostAnswer, fenceRefused, fenceUnanswered} {
 		m.fence.WithLabelValues(answer) // shown at 0 before the first question
@@ -89,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, result := range []string{"applied", "dropped", "refused"} {
 		m.progress.WithLabelValues(result) // shown at 0 before the first report
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence, m.settingMismatch} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence, m.settingMismatch, m.rollups} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

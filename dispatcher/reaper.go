@@ -60,6 +60,8 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 	swept, promoted := false, false
 	timeouts := time.NewTicker(s.opts.TimeoutCheck)
 	defer timeouts.Stop()
+	vanished, missing := time.NewTicker(max(status.TTL(), time.Second)), make(vanishedLeases)
+	defer vanished.Stop()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
@@ -102,6 +104,9 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 			if err := s.failOverdue(work, reports); err != nil {
 				s.log.Error().Err(err).Msg("failing overdue attempts failed; trying again")
 			}
+			continue
+		case <-vanished.C:
+			lost = s.appendVanished(work, leases, missing, lost)
 			continue
 		case e, ok := <-w.Updates():
 			if !ok {

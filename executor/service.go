@@ -75,7 +75,10 @@ type Service struct {
 	// leaseTTL is the leases bucket's TTL as last read (nanoseconds): at
 	// start, then at every renewal tick, so that a TTL its owner changes
 	// is followed (see renewLeases).
-	leaseTTL  atomic.Int64
+	leaseTTL atomic.Int64
+	// rolledUp is set once the worker restored a lease that vanished
+	// without expiring (see restoreLeases), so that it warns once.
+	rolledUp  atomic.Bool
 	own       *queue            // the worker's own subject, drained first
 	queues    []*queue          // its pools' queues of its handlers, in pull order
 	byRing    map[string]*queue // the pool queues by queueKey, for the doorbells
