@@ -235,3 +235,59 @@ func TestRolledAwayLeaseOfADeadWorkerIsReaped(t *testing.T) {
 		t.Errorf("ax_kv_rollups_detected_total{bucket=%q} = %v, want at least 1", a.top.LeasesBucket(), n)
 	}
 }
+
+// TestWorkerWhoseHeartbeatVanishedDeparts: a worker (ghost) dies with
+// hash-routed attempts waiting on its own queue, and a roll-up of
+// ax-workers removes its key before it expires, so no expiry marker tells
+// the dispatcher. The dispatcher still takes it for departed once its last
+// heartbeat is older than the bucket's TTL, and routes its queue again:
+// every attempt succeeds on the live worker, which put its heartbeat
+// again after the roll-up and never left the list.
+func TestWorkerWhoseHeartbeatVanishedDeparts(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	var c calls
+	s.worker(executor.Options{WorkerID: "w1", Mux: c.mux("w1"), HeartbeatInterval: time.Second})
+	s.putWorker("ghost", map[string]any{"handlers": []string{"test.where"}, "protocol": schemas.ExecutorProtocol})
+	s.routedTo("ghost", "w1")
+	s.apply("task_name: hashed\nexecution: {handler: test.where}\ndispatch: {strategy: hash, hash_key: 'c-{{.customer}}'}\n")
+	var ids []int64
+	for i := range 10 {
+		ids = append(ids, s.fire("hashed", map[string]any{"customer": i}))
+	}
+	stream, err := s.js.Stream(context.Background(), s.srv.Topology.DispatchStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := s.srv.Topology.DispatchWorker("ghost")
+	waitFor(t, "attempts on ghost's own queue", time.Minute, func() (bool, error) {
+		info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(own))
+		return err == nil && info.State.Subjects[own] > 0, err
+	})
+
+	m := nats.NewMsg("$KV." + s.srv.Topology.WorkersBucket() + ".intruder")
+	m.Data = []byte(`{}`)
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+	if _, err := s.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		waitFor(t, "the instance to succeed", 2*streams.DefaultWorkerTTL, func() (bool, error) {
+			if !slices.ContainsFunc(s.dispatcher.Workers(), func(w schemas.Worker) bool { return w.ID == "w1" }) {
+				t.Fatalf("w1 left the list: %+v", s.dispatcher.Workers())
+			}
+			inst, err := s.store.GetInstance(context.Background(), id)
+			return err == nil && inst.State == schemas.StateSucceeded, err
+		})
+	}
+	if n := c.of("w1"); n != len(ids) {
+		t.Errorf("w1 ran %d attempts, want %d", n, len(ids))
+	}
+	var listed []string
+	for _, w := range s.dispatcher.Workers() {
+		listed = append(listed, w.ID)
+	}
+	if !slices.Equal(listed, []string{"w1"}) {
+		t.Errorf("workers listed: %v, want w1 only", listed)
+	}
+}
