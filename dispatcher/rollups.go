@@ -59,15 +59,14 @@ func (s *Service) appendVanished(ctx context.Context, leases jetstream.KeyValue,
 }
 
 // sweepVanished lists the keys of the leases bucket once and returns the
-// running attempts (started more than a TTL ago) whose lease was missing
-// at the previous sweep too, as candidates for [Service.expireLeases]. It
-// keeps in missing what is missing now.
+// running attempts whose lease was missing at the previous sweep too, as
+// candidates for [Service.expireLeases]. It keeps in missing what is
+// missing now.
 func (s *Service) sweepVanished(ctx context.Context, leases jetstream.KeyValue, missing vanishedLeases) ([]store.Failure, error) {
-	status, err := leases.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sweep leases: %w", err)
-	}
-	running, err := s.opts.Store.RunningAttempts(ctx, s.now().Add(-status.TTL()))
+	// Every running attempt: its lease was made before it was reported
+	// started, and two sweeps a TTL apart leave a live holder time to
+	// restore it.
+	running, err := s.opts.Store.RunningAttempts(ctx, s.now())
 	if err != nil || len(running) == 0 {
 		clear(missing)
 		return nil, err
@@ -141,7 +140,10 @@ type rollupWarnings struct {
 // staleCheck is how often the worker list looks for workers whose
 // heartbeat is older than the bucket's TTL ttl: a third of it, or once a
 // minute for a bucket without one.
-func staleCheck(ttl time.Duration) time.Duration {
+func (v *liveWorkers) staleCheck() time.Duration {
+	v.mu.Lock()
+	ttl := v.ttl
+	v.mu.Unlock()
 	if ttl <= 0 {
 		return time.Minute
 	}

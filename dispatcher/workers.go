@@ -192,7 +192,7 @@ initial:
 	}
 	return func() error {
 		defer func() { _ = w.Stop() }()
-		check := time.NewTicker(staleCheck(s.workers.ttl))
+		check := time.NewTicker(s.workers.staleCheck())
 		defer check.Stop()
 		for {
 			select {
