@@ -24,7 +24,10 @@ type Options struct {
 	Store *store.Store
 	// Topology names the subjects (default streams.Default()).
 	Topology streams.Topology
-	// Streams sizes the topology that Run ensures at start.
+	// Streams sizes the topology that Run ensures at start: a zero setting
+	// keeps the installed value, a different one is refused unless
+	// Streams.Reconfigure (see streams.Topology.Reconcile), and the
+	// dispatcher follows the settings in force.
 	Streams streams.Config
 	// BatchSize is the most messages handled in one batch (default 500).
 	BatchSize int
@@ -93,6 +96,8 @@ type Service struct {
 	held *holder
 	// metrics counts what the consumers handle.
 	metrics *metrics
+	// settingsSeen holds the topology settings already logged as differing.
+	settingsSeen sync.Map
 	// workers is the live view of ax-workers that routing reads.
 	workers *liveWorkers
 	// gone holds the workers that left, whose queues wait to be routed again.
@@ -111,6 +116,9 @@ type Service struct {
 	writes writeHealth
 	// hooks are set by tests only, before Run.
 	hooks testHooks
+	// rollupWarnings note the buckets whose roll-up was logged (see
+	// rollups.go).
+	rollupWarnings
 }
 
 // testHooks let a test hold a batch of firings at a point of its way
@@ -240,6 +248,26 @@ func (s *Service) Run(ctx context.Context) error {
 // publish of what was stored a no-op.
 const publishAckTimeout = 10 * time.Second
 
+// reportSettings logs, once per setting, the topology settings the
+// dispatcher's options state differently from the installation, and shows
+// each in ax_topology_setting_mismatch: refused (err is the refusal) or,
+// with Reconfigure, applied.
+func (s *Service) reportSettings(diffs []streams.Difference, err error) {
+	for _, d := range diffs {
+		if _, seen := s.settingsSeen.LoadOrStore(d.Setting, true); seen {
+			continue
+		}
+		ev := s.log.Info()
+		msg := "topology setting changed (--reconfigure)"
+		if err != nil {
+			s.metrics.settingMismatch.WithLabelValues(d.Setting).Set(1)
+			ev, msg = s.log.Error(), "topology setting differs from the installed one; refused (leave the flag unset to follow it, or add --reconfigure)"
+		}
+		ev.Str("setting", d.Setting).Str("flag", d.Flag).Str("stream", d.Stream).
+			Str("installed", d.Installed).Str("asked", d.Asked).Msg(msg)
+	}
+}
+
 // startFailed logs a start-up failure that the dispatcher tries again.
 func (s *Service) startFailed(err error, wait time.Duration) {
 	s.log.Warn().Err(err).Dur("retry_in", wait).Msg("dispatcher start-up failed; trying again")
@@ -266,9 +294,13 @@ func (s *Service) run(ctx context.Context) error {
 	// A cold cluster may take longer to elect its leaders than one request
 	// waits: the start-up work is tried again until it succeeds or ctx ends.
 	setUp := func(ctx context.Context) error {
-		if err := s.top.Ensure(ctx, js, s.opts.Streams); err != nil {
+		ensured, err := s.top.Reconcile(ctx, js, s.opts.Streams)
+		s.reportSettings(ensured.Differences, err)
+		if err != nil {
 			return err
 		}
+		// Follow the installed settings, not the flags' defaults.
+		s.opts.Streams = ensured.Config
 		if triggers, err = js.CreateOrUpdateConsumer(ctx, s.top.TriggersStream(), s.top.DispatcherConsumer()); err != nil {
 			return fmt.Errorf("consumer on %s: %w", s.top.TriggersStream(), err)
 		}

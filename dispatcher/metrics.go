@@ -49,6 +49,12 @@ type metrics struct {
 	// storeUsed and storeLimit are the account's JetStream file store use
 	// and limit (0: none set on the account).
 	storeUsed, storeLimit prometheus.Gauge
+	// settingMismatch is 1 for a topology setting the options state
+	// differently from the installation, refused.
+	settingMismatch *prometheus.GaugeVec
+	// rollups counts the roll-ups found in ax-leases and ax-workers, by
+	// bucket (see rollups.go).
+	rollups *prometheus.CounterVec
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -103,6 +109,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		storeLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_store_limit_bytes",
 			Help: "The NATS account's JetStream file store limit in bytes; 0 when the account has none (the server's " +
 				"max_file_store still bounds it: watch ax_publish_refusals_total{reason=\"store_full\"})."}),
+		settingMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_topology_setting_mismatch",
+			Help: "1 for a topology setting (replicas, lease_ttl, logs_max_bytes, ...) that this dispatcher's flags state differently from the installed streams and buckets, which it refused to change (it needs --reconfigure)."}, []string{"setting"}),
+		rollups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_kv_rollups_detected_total",
+			Help: "Keys of ax-leases or ax-workers found vanished without a marker (a roll-up by a writer of the bucket: Nats-Rollup purged it), by bucket; " +
+				"counted at most once per sweep. AX restores or reaps what the roll-up removed; find the writer (an executor's credential)."}, []string{"bucket"}),
 	}
 	m.writable.Set(1)
 	for _, stage := range []string{"triggers", "reports", "reaper"} {
@@ -115,7 +126,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.progress.WithLabelValues(result) // shown at 0 before the first report
 	}
 	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence,
-		m.batchFailures, m.publishRefusals, m.writable, m.storeUsed, m.storeLimit} {
+		m.batchFailures, m.publishRefusals, m.writable, m.storeUsed, m.storeLimit, m.settingMismatch, m.rollups} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -61,6 +61,8 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 	swept, promoted := false, false
 	timeouts := time.NewTicker(s.opts.TimeoutCheck)
 	defer timeouts.Stop()
+	vanished, missing := time.NewTicker(max(status.TTL(), time.Second)), make(vanishedLeases)
+	defer vanished.Stop()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
@@ -112,6 +114,9 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
 				s.log.Error().Err(err).Msg("failing overdue attempts failed; trying again")
 			}
+			continue
+		case <-vanished.C:
+			lost = s.appendVanished(work, leases, missing, lost)
 			continue
 		case e, ok := <-w.Updates():
 			if !ok {

@@ -192,8 +192,12 @@ initial:
 	}
 	return func() error {
 		defer func() { _ = w.Stop() }()
+		check := time.NewTicker(s.workers.staleCheck())
+		defer check.Stop()
 		for {
 			select {
+			case <-check.C:
+				s.departStale(ctx, kv.Bucket())
 			case e, ok := <-w.Updates():
 				if !ok {
 					if ctx.Err() != nil {

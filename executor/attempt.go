@@ -35,6 +35,10 @@ type attempt struct {
 
 	revision uint64 // the lease's last revision; guarded by Service.mu
 	released bool   // its slots were given back; guarded by Service.mu
+	// renewedAt is when the write of that revision was sent, on the real
+	// clock: the server stored it no earlier, so it cannot have aged out
+	// before renewedAt + the TTL (see restoreLeases); guarded by Service.mu.
+	renewedAt time.Time
 
 	// Its started report (see reportStarted); guarded by Service.mu.
 	started     int           // startedPending, startedSending or startedDone
@@ -90,6 +94,7 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 		msgs[i] = nats.Msg{Subject: subject, Data: values[i], Header: createOnly}
 		leaseMsgs[i] = &msgs[i]
 	}
+	sent := time.Now()
 	acks, errs := s.publishAll(opCtx, leaseMsgs)
 	acked := s.confirmAcks(opCtx, ps, errs)
 	as := make([]*attempt, 0, len(ps))
@@ -98,7 +103,7 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 		case errs[i] == nil && acked[i] == nil:
 			// Register it before it can be reported started, so that a
 			// cancel sent on seeing the report finds it.
-			as = append(as, s.register(p, keys[i], values[i], acks[i].Sequence, now))
+			as = append(as, s.register(p, keys[i], values[i], acks[i].Sequence, sent, now))
 		case errs[i] == nil:
 			log := s.taskLogger(&p.d)
 			log.Warn().Err(acked[i]).Msg("the server did not confirm the ack of the dispatch message; " +
@@ -200,9 +205,9 @@ func (s *Service) reportID(d schemas.Dispatch, kind schemas.ReportKind) string {
 // register makes a leased attempt and adds it to the running set: from now
 // on its lease is renewed and a cancel reaches it. The attempt takes over
 // the pending attempt's slots and mutex.
-func (s *Service) register(p *pending, key string, lease []byte, revision uint64, startedAt time.Time) *attempt {
+func (s *Service) register(p *pending, key string, lease []byte, revision uint64, sent, startedAt time.Time) *attempt {
 	d := p.d
-	a := &attempt{svc: s, dispatch: d, key: key, lease: lease, startedAt: startedAt, revision: revision,
+	a := &attempt{svc: s, dispatch: d, key: key, lease: lease, startedAt: startedAt, revision: revision, renewedAt: sent,
 		handler: p.handler, hs: p.hs, mutexKey: p.mutexKey, mutexRev: p.mutexRev}
 	a.log = s.taskLogger(&d)
 	a.hlog = s.handlerLogger(&a.dispatch, a.log)

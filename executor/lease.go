@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -192,7 +193,8 @@ func (s *Service) readLeaseTTL(ctx context.Context) time.Duration {
 // renew renews every running attempt's lease in one batch. Each write
 // expects the revision the worker last wrote: if the lease expired
 // meanwhile, the expiry moved it and the write fails, which cancels the
-// attempt with ErrLeaseLost.
+// attempt with ErrLeaseLost — unless the lease merely vanished (see
+// [Service.restoreLeases]).
 func (s *Service) renew() {
 	s.mu.Lock()
 	as := make([]*attempt, 0, len(s.running))
@@ -207,22 +209,85 @@ func (s *Service) renew() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
+	sent := time.Now()
 	acks, errs := s.publishAll(ctx, msgs)
+	var vanished []*attempt
 	for i, a := range as {
 		s.mu.Lock()
 		current := s.running[a.key] == a
 		if current && errs[i] == nil {
-			a.revision = acks[i].Sequence
+			a.revision, a.renewedAt = acks[i].Sequence, sent
 		}
 		s.mu.Unlock()
 		switch {
 		case !current || errs[i] == nil:
 			// Renewed, or finished meanwhile (its delete moved the revision).
 		case isWrongLastSequence(errs[i]):
-			a.log.Warn().Msg("lease expired before its renewal; cancelling the attempt")
-			a.cancel(ErrLeaseLost)
+			vanished = append(vanished, a)
 		default:
 			a.log.Warn().Err(errs[i]).Msg("renew lease; trying again at the next renewal")
+		}
+	}
+	if len(vanished) > 0 {
+		s.restoreLeases(ctx, vanished)
+	}
+}
+
+// restoreLeases writes again the leases of as, whose renewal found the
+// key at another revision than the worker's last one, if the key holds no
+// message at all; it cancels with ErrLeaseLost the attempts whose lease
+// expired, or may have.
+//
+// ax-leases honours Nats-Rollup (nats-server forces it on for a stream with
+// limit markers), so any writer of the bucket may purge it whole: every
+// lease vanishes without expiring, and without a marker. An expiry leaves
+// its limit marker on the key for a TTL, and the marker stays the key's
+// last message until a write: a write that expects no message on the
+// subject (revision 0) then fails. So a restore that succeeds finds the key
+// empty, and it is sent less than a TTL after the worker's last successful
+// write was sent — the server stored that write no earlier, so the write
+// cannot have aged out, nor its marker (which lives a TTL more) have gone:
+// the lease was removed, not expired, and its holder is alive. An expired
+// lease is never revived.
+func (s *Service) restoreLeases(ctx context.Context, as []*attempt) {
+	ttl := s.currentLeaseTTL()
+	now := time.Now()
+	restore := make([]*attempt, 0, len(as))
+	msgs := make([]*nats.Msg, 0, len(as))
+	s.mu.Lock()
+	for _, a := range as {
+		if s.running[a.key] == a && now.Sub(a.renewedAt) < ttl {
+			restore = append(restore, a)
+			msgs = append(msgs, s.leaseMsg(a.key, a.lease, 0))
+		}
+	}
+	s.mu.Unlock()
+	var acks []jetstream.PubAck
+	var errs []error
+	if len(msgs) > 0 {
+		acks, errs = s.publishAll(ctx, msgs)
+	}
+	for _, a := range as {
+		i := slices.Index(restore, a)
+		s.mu.Lock()
+		current := s.running[a.key] == a
+		if current && i >= 0 && errs[i] == nil {
+			a.revision, a.renewedAt = acks[i].Sequence, now
+		}
+		s.mu.Unlock()
+		switch {
+		case !current:
+		case i >= 0 && errs[i] == nil:
+			if !s.rolledUp.Swap(true) {
+				s.log.Warn().Str("bucket", s.leases.Bucket()).
+					Msg("a lease vanished without expiring: a roll-up on the leases bucket? restored it; warning once")
+			}
+			a.log.Info().Msg("lease vanished without expiring; restored it")
+		case i >= 0 && !isWrongLastSequence(errs[i]):
+			a.log.Warn().Err(errs[i]).Msg("restore lease; trying again at the next renewal")
+		default:
+			a.log.Warn().Msg("lease expired before its renewal; cancelling the attempt")
+			a.cancel(ErrLeaseLost)
 		}
 	}
 }

@@ -19,7 +19,7 @@ func TestLeaseRenewalFollowsTheBucketsTTL(t *testing.T) {
 	w := newWorld(t)
 	ctx := t.Context()
 	const before, after = 6 * time.Second, 2400 * time.Millisecond
-	if err := w.srv.Topology.Ensure(ctx, w.js, streams.Config{LeaseTTL: before}); err != nil {
+	if err := w.srv.Topology.Ensure(ctx, w.js, streams.Config{LeaseTTL: before, Reconfigure: true}); err != nil {
 		t.Fatal(err)
 	}
 	watch, err := w.leases.Watch(ctx, "7.1", jetstream.UpdatesOnly())
@@ -34,7 +34,7 @@ func TestLeaseRenewalFollowsTheBucketsTTL(t *testing.T) {
 	// before/3 (2 s) would still keep its lease, barely; one that follows
 	// renews every after/3 (0.8 s). Three gaps in a row well under 2 s
 	// tell the two apart.
-	if err := w.srv.Topology.Ensure(ctx, w.js, streams.Config{LeaseTTL: after}); err != nil {
+	if err := w.srv.Topology.Ensure(ctx, w.js, streams.Config{LeaseTTL: after, Reconfigure: true}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(15 * time.Second)

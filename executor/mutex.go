@@ -11,10 +11,12 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // maxKeyLen bounds a mutex or once key: it becomes part of a NATS subject.
@@ -107,17 +109,31 @@ func (s *Service) lockMutex(p *pending) (bool, error) {
 
 // unlockMutex releases a mutex key if it is still at revision rev, the
 // holder's: a key that expired and was taken by another attempt stays
-// theirs. The release leaves a purge marker that expires with the bucket's
-// limit markers.
+// theirs. The release leaves a delete marker that expires after
+// [streams.MarkerTTL].
 func (s *Service) unlockMutex(key string, rev uint64, log zerolog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	err := s.mutexes.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(s.mutexMarkerTTL))
+	err := s.deleteKey(ctx, s.opts.Topology.MutexBucket(), key, rev)
 	switch {
 	case err == nil:
-	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongLastSequence(err):
+	case isWrongLastSequence(err):
 		log.Warn().Str("mutex_key", key).Msg("mutex expired before its release; another attempt may hold it now")
 	default:
 		log.Warn().Err(err).Str("mutex_key", key).Msg("release mutex; it expires with its TTL")
 	}
+}
+
+// deleteKey deletes key of bucket if it is still at revision rev: it puts a
+// delete marker (what KeyValue.Delete puts) that carries a TTL of
+// [streams.MarkerTTL], so that a bucket without a TTL of its own does not
+// keep it for ever. Not a purge: a purge is a roll-up, which the mutex and
+// once buckets refuse so that no executor can wipe them (see
+// streams.Topology.BucketStreamConfigs). A create finds the marker and
+// takes the key at once (KeyValue.Create reads the marker's revision).
+func (s *Service) deleteKey(ctx context.Context, bucket, key string, rev uint64) error {
+	m := nats.NewMsg("$KV." + bucket + "." + key)
+	m.Header.Set("KV-Operation", "DEL")
+	_, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(streams.MarkerTTL))
+	return err
 }

@@ -240,7 +240,7 @@ func TestMutexBucketWithoutMarkersIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s.Run(t.Context())
-	if err == nil || !strings.Contains(err.Error(), "bucket ax-mutex has no limit markers") {
+	if err == nil || !strings.Contains(err.Error(), "bucket ax-mutex does not allow message TTLs") {
 		t.Errorf("Run = %v, want an error naming the bucket", err)
 	}
 }

@@ -186,17 +186,25 @@ func (sc *onceScope) claim(ctx context.Context, key string) (rev uint64, done bo
 	}
 }
 
-// waitChange waits until key is no longer at revision rev: updated,
-// released, or expired (an expiry reaches a watcher as a marker).
+// waitChange waits until key is no longer at revision rev: updated or
+// released, which a watcher sees, or perhaps expired: the bucket has no
+// limit markers (see streams.Topology.BucketStreamConfigs), so an expiry
+// is silent, and after at most a second it returns for the caller to look
+// again: a record of a dead holder is taken over at most a second after
+// it expired.
 func (sc *onceScope) waitChange(ctx context.Context, key string, rev uint64) error {
 	w, err := sc.s.onces.Watch(ctx, key)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", key, err)
 	}
 	defer func() { _ = w.Stop() }()
+	expiry := time.NewTimer(min(sc.runningTTL(), time.Second))
+	defer expiry.Stop()
 	seen := false
 	for {
 		select {
+		case <-expiry.C:
+			return nil
 		case e, ok := <-w.Updates():
 			switch {
 			case !ok:
@@ -222,12 +230,12 @@ func (sc *onceScope) waitChange(ctx context.Context, key string, rev uint64) err
 }
 
 // release deletes the running record of key if it is still at rev, so
-// that the next call runs the work; it leaves a marker that expires with
-// the bucket's limit markers.
+// that the next call runs the work; it leaves a marker that expires after
+// streams.MarkerTTL.
 func (sc *onceScope) release(key string, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := sc.s.onces.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(sc.s.onceMarkerTTL)); err != nil {
+	if err := sc.s.deleteKey(ctx, sc.s.opts.Topology.OnceBucket(), key, rev); err != nil {
 		sc.log.Warn("release once record; it expires with its TTL", "error", err, "once_key", key)
 	}
 }

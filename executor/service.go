@@ -76,15 +76,15 @@ type Service struct {
 	// start, then at every renewal tick, so that a TTL its owner changes
 	// is followed (see renewLeases).
 	leaseTTL atomic.Int64
-	// The TTL of the markers a released mutex or once key leaves.
-	mutexMarkerTTL time.Duration
-	onceMarkerTTL  time.Duration
-	own            *queue            // the worker's own subject, drained first
-	queues         []*queue          // its pools' queues of its handlers, in pull order
-	byRing         map[string]*queue // the pool queues by queueKey, for the doorbells
-	dispatch       jetstream.Stream  // AX_DISPATCH, for the sweeps' queue depths
-	lastSweep      time.Time         // the pull loop's
-	startedAt      time.Time
+	// rolledUp is set once the worker restored a lease that vanished
+	// without expiring (see restoreLeases), so that it warns once.
+	rolledUp  atomic.Bool
+	own       *queue            // the worker's own subject, drained first
+	queues    []*queue          // its pools' queues of its handlers, in pull order
+	byRing    map[string]*queue // the pool queues by queueKey, for the doorbells
+	dispatch  jetstream.Stream  // AX_DISPATCH, for the sweeps' queue depths
+	lastSweep time.Time         // the pull loop's
+	startedAt time.Time
 	// handlersCtx is the parent of every attempt's context: detached from
 	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
 	handlersCtx  context.Context
@@ -320,18 +320,15 @@ func (s *Service) lookUp(ctx context.Context) error {
 	if s.onces, err = bucket(topo.OnceBucket()); err != nil {
 		return err
 	}
-	// Mutex keys and running markers carry a per-key TTL, which a bucket
-	// allows only with limit markers on.
-	for _, b := range []struct {
-		kv  jetstream.KeyValue
-		ttl *time.Duration
-	}{{s.mutexes, &s.mutexMarkerTTL}, {s.onces, &s.onceMarkerTTL}} {
-		status, err := b.kv.Status(ctx)
+	// Mutex keys, running records and release markers carry a per-key
+	// TTL, which a bucket allows only with message TTLs on.
+	for _, kv := range []jetstream.KeyValue{s.mutexes, s.onces} {
+		status, err := kv.Status(ctx)
 		if err != nil {
-			return fmt.Errorf("read status of bucket %s: %w", b.kv.Bucket(), err)
+			return fmt.Errorf("read status of bucket %s: %w", kv.Bucket(), err)
 		}
-		if *b.ttl = status.LimitMarkerTTL(); *b.ttl <= 0 {
-			return fmt.Errorf("bucket %s has no limit markers, so its keys cannot carry a TTL; %s", b.kv.Bucket(), hint)
+		if st, ok := status.(*jetstream.KeyValueBucketStatus); ok && !st.StreamInfo().Config.AllowMsgTTL {
+			return fmt.Errorf("bucket %s does not allow message TTLs, so its keys cannot carry one; %s", kv.Bucket(), hint)
 		}
 	}
 	status, err := s.leases.Status(ctx)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +35,13 @@ type Config struct {
 	// work succeeded (executor.Once; default 7 days): a repeat after that
 	// runs the work again.
 	OnceTTL time.Duration
+
+	// Zero (unset) settings above keep what the installed streams and
+	// buckets have, and take the defaults only where nothing is installed
+	// (Storage aside: the server cannot change it). Reconfigure lets
+	// [Topology.Reconcile] change an installed setting to the value stated
+	// here; without it a different value is refused.
+	Reconfigure bool
 }
 
 // Defaults of [Config].
@@ -164,22 +174,22 @@ func (t Topology) BucketConfigs(c Config) []jetstream.KeyValueConfig {
 		Replicas:       c.Replicas,
 	}, {
 		// No bucket TTL: each key carries its own (twice its attempt's
-		// timeout), which the limit markers switch on.
-		Bucket:         t.MutexBucket(),
-		Description:    "AX task mutexes held by executors, key <rendered concurrency.mutex_key>",
-		LimitMarkerTTL: MarkerTTL,
-		Storage:        c.Storage,
-		Replicas:       c.Replicas,
+		// timeout), and so does the marker of its release (MarkerTTL).
+		// No limit markers: nats-server turns roll-ups on with them, and
+		// every executor writes this bucket (see BucketStreamConfigs).
+		Bucket:      t.MutexBucket(),
+		Description: "AX task mutexes held by executors, key <rendered concurrency.mutex_key>",
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
 	}, {
 		// Completion records live for the bucket TTL; the short-lived
-		// "running" records carry a per-key TTL, which the limit markers
-		// switch on.
-		Bucket:         t.OnceBucket(),
-		Description:    "AX executor.Once records, key <business key>: running (short per-key TTL) or done",
-		TTL:            c.OnceTTL,
-		LimitMarkerTTL: MarkerTTL,
-		Storage:        c.Storage,
-		Replicas:       c.Replicas,
+		// "running" records carry a per-key TTL, and so does the marker
+		// of their release. No limit markers, as for the mutexes.
+		Bucket:      t.OnceBucket(),
+		Description: "AX executor.Once records, key <business key>: running (short per-key TTL) or done",
+		TTL:         c.OnceTTL,
+		Storage:     c.Storage,
+		Replicas:    c.Replicas,
 	}, {
 		// A change signal, not a copy of the store: the api puts a task's
 		// schemas.TaskEntry after every change, and the trigger service
@@ -191,11 +201,74 @@ func (t Topology) BucketConfigs(c Config) []jetstream.KeyValueConfig {
 	}}
 }
 
+// BucketStreamConfigs returns the configuration of the stream behind every
+// KV bucket of [Topology.BucketConfigs], as nats.go's CreateKeyValue makes
+// it but for two settings:
+//
+//   - roll-ups (the Nats-Rollup header, which purges a subject or the
+//     whole stream) are off wherever nats-server allows it, that is on
+//     every bucket without limit markers: the mutex and once buckets,
+//     which every executor writes, and the tasks bucket. With limit markers
+//     (ax-workers, ax-leases) nats-server 2.15 turns them on whatever the
+//     configuration says; see docs/security.md.
+//   - the mutex and once buckets allow per-message TTLs (Nats-TTL) without
+//     limit markers: their keys and release markers carry a TTL.
+func (t Topology) BucketStreamConfigs(c Config) []jetstream.StreamConfig {
+	c = c.withDefaults()
+	perKeyTTL := map[string]bool{t.MutexBucket(): true, t.OnceBucket(): true}
+	var out []jetstream.StreamConfig
+	for _, kc := range t.BucketConfigs(c) {
+		// nats.go's prepareKeyValueConfig, field by field, so that a
+		// bucket made by CreateKeyValue before reads as the same.
+		dup := 2 * time.Minute
+		if kc.TTL > 0 && kc.TTL < dup {
+			dup = kc.TTL
+		}
+		markers := kc.LimitMarkerTTL > 0
+		out = append(out, jetstream.StreamConfig{
+			Name:                   "KV_" + kc.Bucket,
+			Description:            kc.Description,
+			Subjects:               []string{"$KV." + kc.Bucket + ".>"},
+			MaxMsgsPerSubject:      1,
+			MaxBytes:               -1,
+			MaxAge:                 kc.TTL,
+			MaxMsgSize:             -1,
+			Storage:                kc.Storage,
+			Replicas:               kc.Replicas,
+			AllowRollup:            markers,
+			DenyDelete:             true,
+			Duplicates:             dup,
+			MaxMsgs:                -1,
+			MaxConsumers:           -1,
+			AllowDirect:            true,
+			Discard:                jetstream.DiscardNew,
+			AllowMsgTTL:            markers || perKeyTTL[kc.Bucket],
+			SubjectDeleteMarkerTTL: kc.LimitMarkerTTL,
+		})
+	}
+	return out
+}
+
 // Ensure creates or updates every stream and bucket of the topology, with
-// the settings of c. It is idempotent. Only the topology's owner calls it —
-// the dispatcher (every replica with the same settings) and `ax dev` — so
-// that one service's defaults never reset what the owner set (a lease TTL,
-// the replicas); the others [Topology.Require] what they use.
+// the settings of c; see [Topology.Reconcile], whose report it drops.
+func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
+	_, err := t.Reconcile(ctx, js, c)
+	return err
+}
+
+// Reconcile creates or updates every stream and bucket of the topology. It
+// is idempotent. Only the topology's owner calls it — the dispatcher and
+// `ax dev` — and the others [Topology.Require] what they use.
+//
+// The settings have one owner, the installation: a setting that c leaves
+// zero (unset) keeps the value the installed stream or bucket has — a
+// second dispatcher started without --replicas or --lease-ttl follows the
+// first one's — and takes its default only where nothing is installed. A
+// setting that c states and that differs from the installed value is
+// refused with a [*SettingsError] naming the flag and --reconfigure, and
+// changes nothing, unless c.Reconfigure is set. The returned [Ensured] holds
+// the settings in force, which the caller follows, and the settings that
+// differed.
 //
 // It creates first and updates only a stream or bucket whose settings
 // differ: a create with the settings a stream has changes nothing, where an
@@ -203,8 +276,17 @@ func (t Topology) BucketConfigs(c Config) []jetstream.KeyValueConfig {
 // nats-server 2.15.3 does without holding the lock its consumer creation
 // reads it under (a data race -race reported while a dispatcher started
 // beside an executor creating its consumers).
-func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
-	for _, sc := range t.StreamConfigs(c) {
+func (t Topology) Reconcile(ctx context.Context, js jetstream.JetStream, c Config) (Ensured, error) {
+	installed, err := t.installed(ctx, js)
+	if err != nil {
+		return Ensured{}, err
+	}
+	eff, diffs := t.reconcile(c, installed)
+	out := Ensured{Config: eff, Differences: diffs}
+	if len(diffs) > 0 && !c.Reconfigure {
+		return out, &SettingsError{Differences: diffs}
+	}
+	for _, sc := range append(t.StreamConfigs(eff), t.BucketStreamConfigs(eff)...) {
 		_, err := js.CreateStream(ctx, sc)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			if sc.Name == t.TriggersStream() {
@@ -214,19 +296,64 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream, c Config) 
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+			return out, t.ensureError(sc, err)
 		}
 	}
-	for _, kc := range t.BucketConfigs(c) {
-		_, err := js.CreateKeyValue(ctx, kc)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			_, err = js.UpdateKeyValue(ctx, kc)
+	return out, nil
+}
+
+// JetStream's error codes for a stream whose limits ask for more storage
+// than the server has left (nats-server's JSInsufficientResourcesErr,
+// JSStorageResourcesExceededErr, JSMemoryResourcesExceededErr).
+var errCodesInsufficient = []jetstream.ErrorCode{10023, 10047, 10028}
+
+// ensureError names the stream, and for a stream whose MaxBytes the server
+// cannot reserve, the bytes asked and the setting that lowers them.
+func (t Topology) ensureError(sc jetstream.StreamConfig, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && slices.Contains(errCodesInsufficient, apiErr.ErrorCode) && sc.MaxBytes > 0 {
+		hint := "give the server's JetStream more storage (max_file_store)"
+		if sc.Storage == jetstream.MemoryStorage {
+			hint = "give the server's JetStream more memory (max_memory_store)"
+		}
+		for _, s := range settings {
+			if s.field == fieldMaxBytes && slices.Contains(s.streams(t), sc.Name) {
+				hint += " or lower " + s.flag + " (env " + s.env + ")"
+			}
+		}
+		// %v, not %w: the server answers 5xx, which reads as transient,
+		// and waiting does not make storage; the operator must act.
+		return fmt.Errorf("ensure stream %s: %v: its MaxBytes asks the server to reserve %d bytes (%s) of %s storage; %s",
+			sc.Name, err, sc.MaxBytes, humanBytes(sc.MaxBytes), strings.ToLower(sc.Storage.String()), hint)
+	}
+	return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + " GiB"
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatInt(n, 10) + " B"
+}
+
+// installed reads the configuration of every stream and bucket stream of
+// the topology that exists, by stream name.
+func (t Topology) installed(ctx context.Context, js jetstream.JetStream) (map[string]jetstream.StreamConfig, error) {
+	out := map[string]jetstream.StreamConfig{}
+	for _, name := range t.streamNames() {
+		s, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
 		}
 		if err != nil {
-			return fmt.Errorf("ensure bucket %s: %w", kc.Bucket, err)
+			return nil, fmt.Errorf("look up stream %s: %w", name, err)
 		}
+		out[name] = s.CachedInfo().Config
 	}
-	return nil
+	return out, nil
 }
 
 // migrateTriggers updates AX_TRIGGERS to sc. An earlier AX made it with

@@ -21,7 +21,7 @@ func TestRunLeavesTheOwnersTopologyAlone(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, mustTime("2024-05-01T10:00:00Z"))
 	ctx := t.Context()
-	owner := streams.Config{LeaseTTL: 5 * time.Second, TriggersMaxAge: 3 * time.Hour, DuplicateWindow: 30 * time.Second}
+	owner := streams.Config{LeaseTTL: 5 * time.Second, TriggersMaxAge: 3 * time.Hour, DuplicateWindow: 30 * time.Second, Reconfigure: true}
 	if err := e.srv.Topology.Ensure(ctx, e.js, owner); err != nil {
 		t.Fatal(err)
 	}

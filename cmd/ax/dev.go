@@ -22,7 +22,6 @@ import (
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
-	"github.com/ax-scheduler/ax/streams"
 )
 
 func init() { extraCommands = append(extraCommands, newDevCmd) }
@@ -38,7 +37,7 @@ func newDevCmd(*cli) *cobra.Command {
 		natsMon     string
 		alertAllow  string
 		history     historyFlags
-		leaseTTL    time.Duration
+		topology    topologyFlags
 		poolArgs    []string
 	)
 	cmd := &cobra.Command{
@@ -84,7 +83,11 @@ cleanly; it starts again on the same data.`,
 			if err := checkClusterSize(clusterSize); err != nil {
 				return err
 			}
-			if err := checkLeaseTTL(leaseTTL); err != nil {
+			settings, err := topology.config()
+			if err != nil {
+				return err
+			}
+			if err := checkLeaseTTL(settings.LeaseTTL); settings.LeaseTTL != 0 && err != nil {
 				return err
 			}
 			var extraPools []devPool
@@ -143,7 +146,7 @@ cleanly; it starts again on the same data.`,
 			if err != nil {
 				return err
 			}
-			natsNote, replicas := "", 1
+			natsNote, replicas := "", 0 // unset: the installation's, 1 on a new one
 			switch {
 			case clusterSize <= 1:
 				ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: filepath.Join(dir, "nats"),
@@ -205,11 +208,12 @@ cleanly; it starts again on the same data.`,
 				}
 				defer metricsLn.Close()
 			}
+			settings.Replicas = replicas
 			stack, err := devstack.Start(ctx, devstack.Options{
 				NATSURL: c.natsURL, Passwords: passwords, Store: st, Topology: top,
 				// The executor needs the topology the dispatcher ensures;
 				// the stack ensures it first.
-				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}, Ensure: true,
+				Streams: settings, Ensure: true,
 				Dispatcher: dispatcher.Options{DrillFaults: true, History: hist},
 				API:        api.Options{Addr: httpAddr},
 				Auditor:    auditor.Options{ConsoleURL: "http://" + httpAddr, Destinations: alertDestinations(alertAllow)},
@@ -278,8 +282,8 @@ Ctrl-C stops it.
 	f.StringVar(&natsAddr, "nats", envOr("AX_NATS_LISTEN", "127.0.0.1:4222"), "address of the embedded NATS server (env AX_NATS_LISTEN)")
 	f.StringVar(&natsMon, "nats-monitor", envOr("AX_NATS_MONITOR", "127.0.0.1:8222"),
 		"address of the embedded NATS server's HTTP monitoring port, for prometheus-nats-exporter and NATS Surveyor; \"off\" closes it (env AX_NATS_MONITOR)")
-	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL,
-		"how long an attempt's lease lives without renewal: a killed worker's attempts are retried elsewhere about this long after it died")
+	// --cluster sets the replicas.
+	topology.flags(cmd, "replicas")
 	f.StringArrayVar(&poolArgs, "pool", nil, "make a least-privilege NATS user for a worker of another pool, as NAME:handler,handler (repeatable): it may pull only those handlers' queues of that pool, as worker NAME-1; its settings go to <data>/executor-NAME.env")
 	alertAllowFlag(cmd, &alertAllow)
 	history.flags(cmd)

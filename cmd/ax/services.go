@@ -18,7 +18,6 @@ import (
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/drill/system"
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/trigger"
 )
 
@@ -35,9 +34,7 @@ func newDispatcherCmd(*cli) *cobra.Command {
 	var (
 		c        conn
 		m        metricsServer
-		replicas int
-		leaseTTL time.Duration
-		logsMax  int64
+		topology topologyFlags
 		drill    bool
 		single   bool
 		history  historyFlags
@@ -61,9 +58,16 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 			if err != nil {
 				return err
 			}
+			settings, err := topology.config()
+			if err != nil {
+				return err
+			}
+			if err := checkLeaseTTL(settings.LeaseTTL); settings.LeaseTTL != 0 && err != nil {
+				return err
+			}
 			svc, err := dispatcher.New(dispatcher.Options{
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
-				Streams: streams.Config{Replicas: replicas, LeaseTTL: leaseTTL, LogsMaxBytes: logsMax}, Metrics: m.registry(),
+				Streams: settings, Metrics: m.registry(),
 				DrillFaults:   drill,
 				SingleReports: single,
 				History:       hist,
@@ -78,10 +82,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	c.requireAuthFlag(cmd)
 	c.databaseFlags(cmd)
 	f := cmd.Flags()
-	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
-	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL, "how long an attempt's lease lives without renewal")
-	f.Int64Var(&logsMax, "logs-max-bytes", streams.DefaultLogsMaxBytes,
-		"bytes the task logs (AX_LOGS) may hold, reserved in JetStream's file store: the store needs this much and room for the other streams")
+	topology.flags(cmd)
 	f.BoolVar(&single, "single-reports", false, "do not offer executors report batches: each final report comes alone on its attempt's subject (while dispatchers older than the batches still run)")
 	f.BoolVar(&drill, "drill-faults", false, "let ax drill task inject database jitter into the recording of its own drill-jitter tasks' reports (never other tasks')")
 	history.flags(cmd)

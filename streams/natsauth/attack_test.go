@@ -176,3 +176,55 @@ func TestExecutorCannotForgeReportBatches(t *testing.T) {
 		t.Errorf("AX_REPORTS holds %d messages, want only the batch on %s", info.State.Msgs, own)
 	}
 }
+
+// TestExecutorCannotRollUpItsBuckets acts as the executor user of worker
+// w1 (issue 24, hole 1): it publishes Nats-Rollup "all" and "sub" on keys
+// of the mutex and once buckets, which every executor may write. The
+// server refuses them, and every key the other holders had is still there.
+// (ax-leases and ax-workers keep roll-ups: nats-server turns them on with
+// the limit markers those buckets need; see docs/security.md.)
+func TestExecutorCannotRollUpItsBuckets(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	ctx := t.Context()
+	nc, _ := b.connect(t, natsauth.Executor)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bucket := range []string{b.top.MutexBucket(), b.top.OnceBucket()} {
+		kv, err := b.djs.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"held-1", "held-2", "held-3"} {
+			if _, err := kv.Put(ctx, key, []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, rollup := range []string{jetstream.MsgRollupAll, jetstream.MsgRollupSubject} {
+			for _, key := range []string{"held-1", "attacker"} {
+				m := nats.NewMsg("$KV." + bucket + "." + key)
+				m.Header.Set(jetstream.MsgRollup, rollup)
+				m.Header.Set("KV-Operation", "PURGE")
+				if _, err := js.PublishMsg(ctx, m); err == nil {
+					t.Errorf("the executor published Nats-Rollup: %s on %s", rollup, m.Subject)
+				}
+			}
+		}
+		keys, err := kv.Keys(ctx)
+		if err != nil {
+			t.Fatalf("keys of %s: %v", bucket, err)
+		}
+		if len(keys) != 3 {
+			t.Errorf("%s holds the keys %v after the roll-ups, want held-1, held-2 and held-3", bucket, keys)
+		}
+		st, err := b.djs.Stream(ctx, "KV_"+bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := st.CachedInfo().State.Msgs; n != 3 {
+			t.Errorf("KV_%s holds %d messages after the roll-ups, want 3", bucket, n)
+		}
+	}
+}

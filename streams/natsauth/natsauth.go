@@ -263,6 +263,11 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		pub = append(pub, kvKey(top.WorkersBucket(), worker), kvKey(top.LeasesBucket(), ">"),
 			kvKey(top.MutexBucket(), ">"), kvKey(top.OnceBucket(), ">"))
 		pub = append(pub, watch(kv(top.OnceBucket()))...)
+		// A create over a released key reads the key's delete marker for
+		// its revision (nats.go's KeyValue.Create); without the read, a
+		// released mutex could not be taken again until its marker aged
+		// out, a minute later.
+		pub = append(pub, read(kv(top.MutexBucket()))...)
 		pub = append(pub, flowControl)
 		sub = append(sub, top.Control(worker))
 	default:
