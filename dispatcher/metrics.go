@@ -38,6 +38,11 @@ type metrics struct {
 	handedBack prometheus.Counter
 	// fence counts the fence questions about redelivered attempts, by answer.
 	fence *prometheus.CounterVec
+	// workerDeaths counts the workers whose lapsed leases the reaper
+	// failed attempts of; suspects the attempts of instances that several
+	// of them died running; quarantined the instances failed for it (see
+	// deaths.go).
+	workerDeaths, suspects, quarantined prometheus.Counter
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -77,6 +82,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Fence questions of executors about redelivered dispatch messages, by answer (start: the attempt never ran; " +
 				"no: it ran, runs or is over; lost: no, and it was failed as lost because it may have run and its lease is gone; " +
 				"refused: about another pool's attempt, or malformed; unanswered: PostgreSQL or NATS failed, the executor asks again)."}, []string{"answer"}),
+		workerDeaths: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_worker_deaths_total",
+			Help: "Workers that died (their leases expired with attempts unfinished) and whose attempts the reaper retried; a death spends no attempt of an instance that is not its suspect."}),
+		suspects: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_death_suspects_total",
+			Help: "Attempts whose worker died while the instance had already been running on another worker that died: suspects of killing their workers (an event 'suspect' on the instance's timeline)."}),
+		quarantined: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_instances_quarantined_total",
+			Help: "Instances failed as quarantined: --quarantine-after workers (default 3) died while running each."}),
 	}
 	for _, answer := range []string{fenceStart, fenceNo, fenceLostAnswer, fenceRefused, fenceUnanswered} {
 		m.fence.WithLabelValues(answer) // shown at 0 before the first question
@@ -84,7 +95,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, result := range []string{"applied", "dropped", "refused"} {
 		m.progress.WithLabelValues(result) // shown at 0 before the first report
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence} {
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence,
+		m.workerDeaths, m.suspects, m.quarantined} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

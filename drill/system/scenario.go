@@ -24,6 +24,18 @@ type Scenario struct {
 	Hash bool
 	// Poison sends 1 % of the load to a task whose handler always panics.
 	Poison bool
+	// Killer makes the poison task's handler end its process (os.Exit) on
+	// every attempt, after working 300 ms beside the load; the fault fires
+	// it. The scenario checks that it is quarantined, and the poison's
+	// worker deaths it took, and that no innocent attempt was spent.
+	Killer bool
+	// Supervise replaces an executor that exits by itself at once, as a
+	// process supervisor would, until the scenario has been judged; each
+	// exit is a crash.
+	Supervise bool
+	// MaxAttempts is the work task's max_attempts (default 10: more than
+	// any fault takes).
+	MaxAttempts int
 	// CrashRecovery: the fault kills (or stops) executors; the recovery
 	// time is from the fault to the next attempt of each attempt it cut
 	// short, and must stay within lease TTL + 1 s.
@@ -234,6 +246,21 @@ func Scenarios() []Scenario {
 					return err
 				}
 				return r.killExecutor(workers[0])
+			},
+		},
+		{
+			Name: "poison-kills-executor", Description: "a poison whose handler ends its process (os.Exit) on every attempt, beside the load on 3 supervised executors, max_attempts 3: " +
+				"the poison is quarantined, no innocent attempt is spent by its deaths",
+			Dispatchers: 1, Executors: 3, Killer: true, Supervise: true, MaxAttempts: 3,
+			Fault: func(ctx context.Context, r *run) error {
+				if !r.sleep(ctx, r.d/4) {
+					return nil
+				}
+				if err := r.publish(r.pois, r.sc.Name+"-poison", 300*time.Millisecond, "poison"); err != nil {
+					return fmt.Errorf("fire the poison: %w", err)
+				}
+				r.fault("poison", time.Now())
+				return nil
 			},
 		},
 		{
