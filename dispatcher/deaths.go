@@ -23,7 +23,7 @@ import (
 // attempts, is quarantined: FAILED, whatever its attempts left, with the
 // reason "quarantined: N workers died while running it". The innocent
 // neighbours of a death are retried after a short jitter (deathSpread),
-// each its own schedule, rather than together at once.
+// each at its own moment, rather than together at once.
 // See docs/execution.md, "Worker deaths".
 
 // DefaultQuarantineAfter is the worker deaths after which an instance is
@@ -35,7 +35,8 @@ const suspectAfter = 2
 
 // deathSpread bounds the random wait before the retry of an attempt whose
 // worker died and that is not a suspect: the attempts of one death are
-// retried apart, each by its own schedule, not in one batch that one
+// retried apart, each at its own moment (held in memory by the dispatcher
+// that takes its firing, to the millisecond), not in one batch that one
 // worker pulls. It stays well under a second: it adds to the recovery
 // from a crash (lease TTL + the expiry marker's ~0.3 s).
 const deathSpread = 250 * time.Millisecond

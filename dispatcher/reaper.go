@@ -401,12 +401,14 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 		}
 		if o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt {
 			var wait time.Duration
+			hold := false
 			if workers != nil {
 				wait = backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)
 			} else {
-				wait = s.deathWait(deaths[[2]int64{o.InstanceID, int64(o.Attempt)}], backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc))
+				n := deaths[[2]int64{o.InstanceID, int64(o.Attempt)}]
+				wait, hold = s.deathWait(n, backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)), n < suspectAfter
 			}
-			if err := s.scheduleRetry(batch, o, wait); err != nil {
+			if err := s.retryAfter(batch, o, wait, hold); err != nil {
 				return err
 			}
 		}

@@ -32,10 +32,11 @@ type firing struct {
 }
 
 // due returns when the firing's instance may be created: its run_at, or
-// the zero time for a firing that is due now (retries and malformed
-// messages never wait).
+// the zero time for a firing that is due now (malformed messages never
+// wait; nor do retries, but for the run_at a dispatcher gives the retry
+// of a worker death's attempt, a moment ahead: see deathWait).
 func (f firing) due() time.Time {
-	if f.problem != "" || f.event.Retry != nil {
+	if f.problem != "" {
 		return time.Time{}
 	}
 	return f.event.RunAt
