@@ -19,7 +19,8 @@ import (
 // death, its neighbours each in one. An instance in suspectAfter deaths is
 // a suspect: an event on its timeline, a metric, and its retry waits a
 // lease TTL and more, so that it runs apart from the attempts it died
-// beside. One in QuarantineAfter deaths, the most of its death's
+// beside (it still spends no attempt: two instances retried together
+// after one death may share the next too, and cannot be told apart yet). One in QuarantineAfter deaths, the most of its death's
 // attempts, is quarantined: FAILED, whatever its attempts left, with the
 // reason "quarantined: N workers died while running it". The innocent
 // neighbours of a death are retried after a short jitter (deathSpread),
@@ -46,9 +47,9 @@ const deathSpread = 250 * time.Millisecond
 const SuspectEvent = "suspect"
 
 // judgeDeaths counts the death of each of dead, attempts whose lease
-// expired unfinished, and decides what each costs: nothing (not counted),
-// the attempt (a suspect tied with another of its death), or the instance
-// (quarantined). The attempts of one death are those whose leases named
+// expired unfinished, and decides what each costs: no attempt, or, for the
+// instance with the most deaths of its death once they reach
+// QuarantineAfter, the instance (quarantined). The attempts of one death are those whose leases named
 // one worker (holders); an attempt of unknown holder is a death of its
 // own. It records the suspects' events and returns the failures to apply
 // and each attempt's deaths.
@@ -78,25 +79,24 @@ func (s *Service) judgeDeaths(ctx context.Context, dead []store.Failure, holders
 			continue
 		}
 		w := worker(f)
-		named := w
+		id, named := w, "worker "+w
 		if w[0] == '?' {
-			named = "unknown"
+			id, named = "", "a worker the lease did not name"
 		}
-		switch {
-		case n >= s.opts.QuarantineAfter && n == most[w]:
+		if n >= s.opts.QuarantineAfter && n == most[w] {
 			f.Quarantine = true
 			f.Reason = fmt.Sprintf("%s: %d workers died while running this instance (the last, %s: %s); it is failed so that it kills no more",
 				store.QuarantinedReasonPrefix, n, named, f.Reason)
-			s.log.Error().Int64("instance_id", f.InstanceID).Int("attempt", f.Attempt).Int("deaths", n).Str("worker_id", named).
+			s.log.Error().Int64("instance_id", f.InstanceID).Int("attempt", f.Attempt).Int("deaths", n).Str("worker_id", id).
 				Msg("instance quarantined: workers keep dying while running it")
-		case n >= suspectAfter && n == most[w]:
-			// A suspect, but not yet quarantined: its attempt retries apart
-			// from its neighbours, counted.
-			f.Reason = fmt.Sprintf("%s; suspect: %d workers died while running this instance (the last, %s)", f.Reason, n, named)
-		default:
+		} else {
 			f.NotCounted = true
-			f.Reason = fmt.Sprintf("%s: its worker %s died (%s); %d worker death(s) while running this instance, "+
-				"a death spends no attempt of an instance that is not its suspect", store.NotCountedReasonPrefix, named, f.Reason, n)
+			f.Reason = fmt.Sprintf("%s: its worker died, %s (%s); %d worker death(s) while running this instance: a death spends no attempt",
+				store.NotCountedReasonPrefix, named, f.Reason, n)
+			if n >= suspectAfter {
+				// Its retry waits apart from the attempts it died beside.
+				f.Reason += fmt.Sprintf("; suspect: retried apart, quarantined at %d deaths", s.opts.QuarantineAfter)
+			}
 		}
 		if n >= suspectAfter {
 			events = append(events, store.Event{InstanceID: f.InstanceID, Attempt: f.Attempt, Kind: SuspectEvent, Operator: store.OperatorReaper,

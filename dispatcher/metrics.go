@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"no: it ran, runs or is over; lost: no, and it was failed as lost because it may have run and its lease is gone; " +
 				"refused: about another pool's attempt, or malformed; unanswered: PostgreSQL or NATS failed, the executor asks again)."}, []string{"answer"}),
 		workerDeaths: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_worker_deaths_total",
-			Help: "Workers that died (their leases expired with attempts unfinished) and whose attempts the reaper retried; a death spends no attempt of an instance that is not its suspect."}),
+			Help: "Workers that died (their leases expired with attempts unfinished) and whose attempts the reaper retried; a death spends no attempt."}),
 		suspects: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_death_suspects_total",
 			Help: "Attempts whose worker died while the instance had already been running on another worker that died: suspects of killing their workers (an event 'suspect' on the instance's timeline)."}),
 		quarantined: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_instances_quarantined_total",

@@ -8,8 +8,7 @@ import (
 
 // NotCountedReasonPrefix begins the reason of an attempt whose worker
 // died (its lease expired) and that spends none of the instance's
-// max_attempts: the instance is not the suspect of the death (see
-// [Store.CountDeaths]). It begins with [LeaseExpiredReasonPrefix] too, so
+// max_attempts (see [Store.CountDeaths]). It begins with [LeaseExpiredReasonPrefix] too, so
 // that the fleet metrics count it as a lease expiry.
 const NotCountedReasonPrefix = LeaseExpiredReasonPrefix + ", not counted"
 
@@ -19,7 +18,7 @@ const QuarantinedReasonPrefix = "quarantined"
 
 // SpendsNoAttempt reports whether a transition to RETRYING with reason
 // spent none of the instance's max_attempts: the attempt was handed back by
-// its worker, or its worker died and the instance is not suspected of it.
+// its worker, or its worker died.
 func SpendsNoAttempt(reason string) bool {
 	return IsHandedBackReason(reason) || strings.HasPrefix(reason, NotCountedReasonPrefix)
 }

@@ -85,7 +85,7 @@ type Failure struct {
 	At     time.Time
 	// NotCounted moves the instance to RETRYING whatever its attempts
 	// left, with max_attempts one higher: the attempt spends none of the
-	// task's (a worker death the instance is not the suspect of). Its
+	// task's (a worker death, see [Store.CountDeaths]). Its
 	// Reason should begin with [NotCountedReasonPrefix].
 	NotCounted bool
 	// Quarantine fails the instance whatever its attempts left (workers

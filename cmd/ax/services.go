@@ -81,7 +81,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	f.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket it creates (3 on a three-node cluster)")
 	f.DurationVar(&leaseTTL, "lease-ttl", streams.DefaultLeaseTTL, "how long an attempt's lease lives without renewal")
 	f.BoolVar(&single, "single-reports", false, "do not offer executors report batches: each final report comes alone on its attempt's subject (while dispatchers older than the batches still run)")
-	f.IntVar(&quarantine, "quarantine-after", dispatcher.DefaultQuarantineAfter, "workers that may die while running one instance before it is quarantined (FAILED, whatever its attempts left); a death spends no attempt of an instance that is not its suspect")
+	f.IntVar(&quarantine, "quarantine-after", dispatcher.DefaultQuarantineAfter, "workers that may die while running one instance before it is quarantined (FAILED, whatever its attempts left); a worker death spends no attempt")
 	f.BoolVar(&drill, "drill-faults", false, "let ax drill task inject database jitter into the recording of its own drill-jitter tasks' reports (never other tasks')")
 	history.flags(cmd)
 	m.flags(cmd, "")

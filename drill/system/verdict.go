@@ -298,6 +298,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		task[in.id] = in.task
 	}
 	var successes []time.Time
+	var spent []string                         // the attempts spent without a run, with their reason
 	redispatched := make(map[RunKey]time.Time) // attempt → when its next one was dispatched
 	// The attempts retried as suspects of worker deaths: their retry waits
 	// a lease TTL and more on purpose, apart from their neighbours.
@@ -326,6 +327,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 			if (t.to == schemas.StateRetrying || t.to == schemas.StateFailed) && !store.SpendsNoAttempt(t.reason) {
 				if task[t.instance] == r.task && !ranToEnd(runsOf[RunKey{t.instance, t.attempt}]) {
 					res.SpentWithoutRun++
+					spent = append(spent, fmt.Sprintf("instance %d attempt %d (%s)", t.instance, t.attempt, t.reason))
 				}
 				if task[t.instance] == r.pois && t.to == schemas.StateFailed && strings.HasPrefix(t.reason, store.QuarantinedReasonPrefix) {
 					res.Quarantined++
@@ -446,7 +448,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		zero("successes without their run (untrue outcomes)", res.Untrue),
 		zero("successes lost (ended runs of untouched workers not recorded)", res.SuccessesLost),
 		zero("illegal transitions", res.Illegal),
-		zero("attempts spent without a run (never ran, or cut short by a fault)", res.SpentWithoutRun),
+		named(zero("attempts spent without a run (never ran, or cut short by a fault)", res.SpentWithoutRun), spent),
 	}
 	if r.sc.Fault != nil {
 		res.Checks = append(res.Checks, Check{Name: "faults injected", Expected: "> 0", Observed: fmt.Sprint(res.Faults), Pass: res.Faults > 0})
