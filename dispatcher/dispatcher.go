@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,6 +41,10 @@ type Options struct {
 	// the executor to stop it and report.
 	TimeoutCheck time.Duration
 	TimeoutGrace time.Duration
+	// QuarantineAfter is how many workers may die while running one
+	// instance before it is quarantined: failed, whatever its attempts
+	// left (default DefaultQuarantineAfter, 3; see deaths.go).
+	QuarantineAfter int
 	// Logger receives the service's log lines (default: none).
 	Logger zerolog.Logger
 	// NowFunc tells the time (default time.Now).
@@ -114,6 +119,9 @@ type Service struct {
 	// writes dates the refusals of the dispatcher's writes to the leases
 	// bucket (see outage.go).
 	writes writeHealth
+	// leaseTTL is the leases bucket's TTL, in nanoseconds, as the reaper
+	// read it at start: how long a suspect's retry waits at least.
+	leaseTTL atomic.Int64
 	// hooks are set by tests only, before Run.
 	hooks testHooks
 	// rollupWarnings note the buckets whose roll-up was logged (see
@@ -179,6 +187,9 @@ func New(opts Options) (*Service, error) {
 	}
 	if opts.TimeoutGrace <= 0 {
 		opts.TimeoutGrace = 5 * time.Second
+	}
+	if opts.QuarantineAfter <= 0 {
+		opts.QuarantineAfter = DefaultQuarantineAfter
 	}
 	if opts.NowFunc == nil {
 		opts.NowFunc = time.Now

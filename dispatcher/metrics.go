@@ -55,6 +55,11 @@ type metrics struct {
 	// rollups counts the roll-ups found in ax-leases and ax-workers, by
 	// bucket (see rollups.go).
 	rollups *prometheus.CounterVec
+	// workerDeaths counts the workers whose lapsed leases the reaper
+	// failed attempts of; suspects the attempts of instances that several
+	// of them died running; quarantined the instances failed for it (see
+	// deaths.go).
+	workerDeaths, suspects, quarantined prometheus.Counter
 }
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
@@ -114,6 +119,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		rollups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_kv_rollups_detected_total",
 			Help: "Keys of ax-leases or ax-workers found vanished without a marker (a roll-up by a writer of the bucket: Nats-Rollup purged it), by bucket; " +
 				"counted at most once per sweep. AX restores or reaps what the roll-up removed; find the writer (an executor's credential)."}, []string{"bucket"}),
+		workerDeaths: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_worker_deaths_total",
+			Help: "Workers that died (their leases expired with attempts unfinished) and whose attempts the reaper retried; a death spends no attempt."}),
+		suspects: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_death_suspects_total",
+			Help: "Attempts whose worker died while the instance had already been running on another worker that died: suspects of killing their workers (an event 'suspect' on the instance's timeline)."}),
+		quarantined: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_instances_quarantined_total",
+			Help: "Instances failed as quarantined: --quarantine-after workers (default 3) died while running each."}),
 	}
 	m.writable.Set(1)
 	for _, stage := range []string{"triggers", "reports", "reaper"} {
@@ -126,7 +137,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.progress.WithLabelValues(result) // shown at 0 before the first report
 	}
 	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence,
-		m.batchFailures, m.publishRefusals, m.writable, m.storeUsed, m.storeLimit, m.settingMismatch, m.rollups} {
+		m.batchFailures, m.publishRefusals, m.writable, m.storeUsed, m.storeLimit, m.settingMismatch, m.rollups,
+		m.workerDeaths, m.suspects, m.quarantined} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

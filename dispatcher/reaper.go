@@ -50,6 +50,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 	}
 	s.reconnects.start(s.opts.Conn.Stats().Reconnects, status.TTL())
 	s.book.retains(status.TTL())
+	s.leaseTTL.Store(int64(status.TTL()))
 
 	var lost []store.Failure
 	// holders are the workers the live leases name, by attempt, read from
@@ -155,7 +156,12 @@ func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lo
 	if err != nil || len(dead) == 0 {
 		return err
 	}
-	return s.failAttempts(ctx, dead, nil, holders, "lease expired")
+	// Their workers died: see deaths.go for what a death costs.
+	dead, deaths, err := s.judgeDeaths(ctx, dead, holders)
+	if err != nil {
+		return err
+	}
+	return s.failAttempts(ctx, dead, nil, holders, deaths, "lease expired")
 }
 
 // appendExpiry adds to lost the attempt whose lease e is the expiry marker
@@ -210,7 +216,7 @@ func (s *Service) failOverdue(ctx context.Context, reports jetstream.Stream) err
 	if err != nil || len(failures) == 0 {
 		return err
 	}
-	return s.failAttempts(ctx, failures, workers, nil, "timeout")
+	return s.failAttempts(ctx, failures, workers, nil, nil, "timeout")
 }
 
 // reportLookups bounds the concurrent AX_REPORTS lookups of one reaper pass.
@@ -364,16 +370,24 @@ func isReportOf(data []byte, instanceID int64, attempt int, final bool) bool {
 }
 
 // failAttempts fails attempts as the reaper, fires the next attempt of
-// those with attempts left and the tasks chained after those that ended. A lost worker's next attempt starts at once —
-// the handler did not fail, so there is no reason to back off — while an
+// those with attempts left and the tasks chained after those that ended. A
+// lost worker's next attempt waits by [Service.deathWait] (a moment for an
+// attempt that is not a suspect: the handler did not fail), while an
 // overdue one waits by the task's backoff. workers, when set, names the
 // worker of each attempt to tell to stop; holders, for lapsed leases, the
-// worker each lease named, for the attempts the store knows no worker of;
-// cause is why, in a word.
-func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, workers map[[2]int64]string, holders *leaseBook, cause string) error {
+// worker each lease named, for the attempts the store knows no worker of,
+// and deaths how many workers died running each; cause is why, in a word.
+func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, workers map[[2]int64]string, holders *leaseBook,
+	deaths map[[2]int64]int, cause string) error {
 	outcomes, err := s.opts.Store.FailAttempts(ctx, failures)
 	if err != nil {
 		return err
+	}
+	quarantine := make(map[[2]int64]bool)
+	for _, f := range failures {
+		if f.Quarantine {
+			quarantine[[2]int64{f.InstanceID, int64(f.Attempt)}] = true
+		}
 	}
 	batch := s.pub.Batch()
 	var ended []store.RunEnd
@@ -388,7 +402,11 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 		if o.Applied && workers == nil && holder != "" && s.workers.suspend(holder) {
 			// Its lease lapsed: no retry goes back to it, and what waits
 			// on its own queue is routed again.
+			s.metrics.workerDeaths.Inc()
 			s.departed(holder)
+		}
+		if o.Applied && o.State == schemas.StateFailed && quarantine[[2]int64{o.InstanceID, int64(o.Attempt)}] {
+			s.metrics.quarantined.Inc()
 		}
 		if o.Applied {
 			s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Str("task", o.Task).
@@ -399,10 +417,14 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 		}
 		if o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt {
 			var wait time.Duration
+			hold := false
 			if workers != nil {
 				wait = backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)
+			} else {
+				n := deaths[[2]int64{o.InstanceID, int64(o.Attempt)}]
+				wait, hold = s.deathWait(n, backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)), n < suspectAfter
 			}
-			if err := s.scheduleRetry(batch, o, wait); err != nil {
+			if err := s.retryAfter(batch, o, wait, hold); err != nil {
 				return err
 			}
 		}

@@ -317,6 +317,15 @@ func (s *Service) applyProgress(ctx context.Context, reports []schemas.Report) (
 // scheduleRetry adds to batch the firing of the attempt after o's, delayed by
 // wait: a one-shot message schedule when wait is positive, else the firing itself.
 func (s *Service) scheduleRetry(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration) error {
+	return s.retryAfter(batch, o, wait, false)
+}
+
+// retryAfter fires the next attempt of o after wait: at once (wait ≤ 0),
+// by a message schedule, or, when hold, published now with its run_at
+// wait ahead, which the dispatcher that takes it holds in memory until
+// then (precise to the millisecond, where a schedule fires 0–250 ms late;
+// for waits within holdWindow only).
+func (s *Service) retryAfter(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration, hold bool) error {
 	next := o.Attempt + 1
 	eventID := schemas.RetryEventIDPrefix + strconv.FormatInt(o.InstanceID, 10) + "-" + strconv.Itoa(next)
 	ev := schemas.TriggerEvent{
@@ -326,7 +335,10 @@ func (s *Service) scheduleRetry(batch *streams.AsyncBatch, o store.Outcome, wait
 		FiredAt: s.now().Add(wait),
 		Retry:   &schemas.RetryOf{InstanceID: o.InstanceID, Attempt: next},
 	}
-	if wait <= 0 {
+	if hold && wait > 0 && wait < holdWindow {
+		ev.RunAt = ev.FiredAt
+	}
+	if wait <= 0 || !ev.RunAt.IsZero() {
 		msg, err := streams.NewMsg(s.top.AXTrigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev)
 		if err != nil {
 			return err

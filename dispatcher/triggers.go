@@ -35,10 +35,11 @@ type firing struct {
 }
 
 // due returns when the firing's instance may be created: its run_at, or
-// the zero time for a firing that is due now (retries and malformed
-// messages never wait).
+// the zero time for a firing that is due now (malformed messages never
+// wait; nor do retries, but for the run_at a dispatcher gives the retry
+// of a worker death's attempt, a moment ahead: see deathWait).
 func (f firing) due() time.Time {
-	if f.problem != "" || f.event.Retry != nil {
+	if f.problem != "" {
 		return time.Time{}
 	}
 	return f.event.RunAt
@@ -800,7 +801,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		rings[r.ring] = true
 	}
 	if len(tooLarge) > 0 {
-		if err := s.failAttempts(ctx, tooLarge, nil, nil, "dispatch message too large"); err != nil {
+		if err := s.failAttempts(ctx, tooLarge, nil, nil, nil, "dispatch message too large"); err != nil {
 			return sentAttempts{}, fmt.Errorf("fail %d attempts too large to dispatch: %w", len(tooLarge), err)
 		}
 	}

@@ -56,11 +56,15 @@ const (
 	// more than params.factor times the p95 of the params.runs runs before
 	// it (see [DurationOutlier]). Key: the task.
 	AlertDurationJitter AlertKind = "duration_jitter"
+	// AlertQuarantined holds for a task an instance of which was
+	// quarantined (failed because workers kept dying while running it)
+	// within params.window. Key: the task.
+	AlertQuarantined AlertKind = "quarantined"
 )
 
 // AlertKinds lists every alert rule kind.
 var AlertKinds = []AlertKind{AlertNoLiveExecutor, AlertFailingTasks, AlertConsecutiveFailures,
-	AlertTimeoutRate, AlertBacklog, AlertDurationJitter}
+	AlertTimeoutRate, AlertBacklog, AlertDurationJitter, AlertQuarantined}
 
 // DefaultAlertThrottle is the least time between two notifications of one
 // alert when its rule sets no throttle.
@@ -90,8 +94,8 @@ type AlertParams struct {
 	// Tasks is how many tasks must have failed within Window
 	// (failing_tasks; default 5).
 	Tasks int
-	// Window is how far back failing_tasks (default 10m) and timeout_rate
-	// (default 15m) look.
+	// Window is how far back failing_tasks (default 10m), timeout_rate
+	// (default 15m) and quarantined (default 1h) look.
 	Window time.Duration
 	// Rate is the share of timed-out attempts above which timeout_rate
 	// holds, in (0, 1] (default 0.2).
@@ -126,6 +130,7 @@ var alertParamKeys = map[AlertKind][]string{
 	AlertTimeoutRate:         {"rate", "window", "min_attempts"},
 	AlertBacklog:             {"instances", "age"},
 	AlertDurationJitter:      {"runs", "min_runs", "factor"},
+	AlertQuarantined:         {"window"},
 }
 
 // AlertConfigError says what is wrong with an alert rule or an alert
@@ -161,8 +166,11 @@ func (r AlertRule) DecodeParams() (AlertParams, error) {
 	}
 	p := AlertParams{Failures: 3, Tasks: 5, Window: 10 * time.Minute, Rate: 0.2, MinAttempts: 5, Instances: 10,
 		Age: 5 * time.Minute, Runs: 20, MinRuns: 5, Factor: 2, Throttle: DefaultAlertThrottle}
-	if r.Kind == AlertTimeoutRate {
+	switch r.Kind {
+	case AlertTimeoutRate:
 		p.Window = 15 * time.Minute
+	case AlertQuarantined:
+		p.Window = time.Hour
 	}
 	raw := bytes.TrimSpace(r.Params)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {

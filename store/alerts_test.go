@@ -31,8 +31,8 @@ func TestDefaultAlertRules(t *testing.T) {
 		levels[r.Level]++
 		kinds[r.Kind] = true
 	}
-	if len(kinds) != len(store.AlertKinds) || levels[store.AlertP0] != 2 || levels[store.AlertP1] != 2 || levels[store.AlertP2] != 2 {
-		t.Errorf("default rules = %+v, want one per kind, two per level", rules)
+	if len(kinds) != len(store.AlertKinds) || levels[store.AlertP0] != 2 || levels[store.AlertP1] != 3 || levels[store.AlertP2] != 2 {
+		t.Errorf("default rules = %+v, want one per kind: two P0, three P1 (quarantined among them), two P2", rules)
 	}
 }
 

@@ -31,6 +31,7 @@ const (
 	AlertP2                  = schemas.AlertP2
 	AlertNoLiveExecutor      = schemas.AlertNoLiveExecutor
 	AlertFailingTasks        = schemas.AlertFailingTasks
+	AlertQuarantined         = schemas.AlertQuarantined
 	AlertConsecutiveFailures = schemas.AlertConsecutiveFailures
 	AlertTimeoutRate         = schemas.AlertTimeoutRate
 	AlertBacklog             = schemas.AlertBacklog

@@ -192,6 +192,11 @@ type TaskEnds struct {
 	// latest of them (0 for none).
 	Failed       int
 	LastFailedID int64
+	// Quarantined is how many instances were failed as quarantined
+	// (workers kept dying while running them), and LastQuarantinedID the
+	// latest of them (0 for none).
+	Quarantined       int
+	LastQuarantinedID int64
 }
 
 // RecentEnds sums up, by task, the attempts that ended at or after since,
@@ -203,14 +208,16 @@ func (s *Store) RecentEnds(ctx context.Context, since time.Time) ([]TaskEnds, er
 			count(*) FILTER (WHERE attempt_end AND timed_out),
 			COALESCE(max(instance_id) FILTER (WHERE attempt_end AND timed_out), 0),
 			count(*) FILTER (WHERE to_state = 'FAILED'),
-			COALESCE(max(instance_id) FILTER (WHERE to_state = 'FAILED'), 0)
+			COALESCE(max(instance_id) FILTER (WHERE to_state = 'FAILED'), 0),
+			count(*) FILTER (WHERE to_state = 'FAILED' AND quarantined),
+			COALESCE(max(instance_id) FILTER (WHERE to_state = 'FAILED' AND quarantined), 0)
 		FROM (
 			SELECT task, instance_id, to_state,
 				to_state IN ('SUCCEEDED', 'FAILED', 'RETRYING') AND from_state IN ('DISPATCHED', 'RUNNING') AS attempt_end,
-				starts_with(reason, $2) AS timed_out
+				starts_with(reason, $2) AS timed_out, starts_with(reason, $3) AS quarantined
 			FROM instance_transition_log WHERE at >= $1
 		) t
-		GROUP BY task ORDER BY task`, since, TimeoutReasonPrefix)
+		GROUP BY task ORDER BY task`, since, TimeoutReasonPrefix, QuarantinedReasonPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("sum up recent attempts: %w", err)
 	}

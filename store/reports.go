@@ -87,16 +87,25 @@ type Failure struct {
 	// repeat on every attempt (a dispatch message over the NATS max
 	// payload).
 	Permanent bool
+	// NotCounted moves the instance to RETRYING whatever its attempts
+	// left, with max_attempts one higher: the attempt spends none of the
+	// task's (a worker death, see [Store.CountDeaths]). Its
+	// Reason should begin with [NotCountedReasonPrefix].
+	NotCounted bool
+	// Quarantine fails the instance whatever its attempts left (workers
+	// kept dying while running it).
+	Quarantine bool
 }
 
 // FailAttempts fails attempts that are DISPATCHED or RUNNING, as the reaper:
-// each moves to RETRYING, or FAILED when its attempts are spent. A failure of
+// each moves to RETRYING, or FAILED when its attempts are spent (see
+// [Failure.NotCounted] and [Failure.Quarantine]). A failure of
 // an attempt that already ended, or is no longer current, changes nothing.
 func (s *Store) FailAttempts(ctx context.Context, in []Failure) ([]Outcome, error) {
 	var rows reportRows
 	for _, f := range in {
 		rows.add(reportRow{id: f.InstanceID, attempt: f.Attempt, operator: OperatorReaper, final: true, errText: f.Reason,
-			finishedAt: f.At, permanent: f.Permanent})
+			finishedAt: f.At, released: f.NotCounted && !f.Quarantine, permanent: f.Permanent || f.Quarantine})
 	}
 	out, err := rows.record(ctx, s.pool)
 	if err != nil {

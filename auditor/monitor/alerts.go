@@ -242,6 +242,8 @@ func (m *monitor) evaluateStates(ctx context.Context, now time.Time) error {
 			holds, err = failingTasks(r, recentEnds)
 		case store.AlertTimeoutRate:
 			holds, err = timeoutRate(r, recentEnds)
+		case store.AlertQuarantined:
+			holds, err = quarantined(r, recentEnds)
 		case store.AlertBacklog:
 			holds, err = m.backlog(ctx, r, now)
 		default:
@@ -310,6 +312,27 @@ func (m *monitor) noLiveExecutor(now time.Time) []store.AlertSignal {
 				pool, since.UTC().Format(time.RFC3339), listNames(tasks))})
 	}
 	return out
+}
+
+// quarantined holds, for each task, when an instance of it was quarantined
+// (failed because workers kept dying while running it) within
+// r.p.Window.
+func quarantined(r rule, recentEnds func(time.Duration) ([]store.TaskEnds, error)) ([]store.AlertSignal, error) {
+	ends, err := recentEnds(r.p.Window)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.AlertSignal
+	for _, e := range ends {
+		if e.Quarantined == 0 {
+			continue
+		}
+		out = append(out, store.AlertSignal{Key: e.Task, Task: e.Task, InstanceID: e.LastQuarantinedID,
+			Reason: fmt.Sprintf("%d instances of task %s were quarantined within %v: workers kept dying while running each "+
+				"(its handler kills its process: os.Exit, a panic on a goroutine it started, memory); the latest is instance %d",
+				e.Quarantined, e.Task, r.p.Window, e.LastQuarantinedID)})
+	}
+	return out, nil
 }
 
 // failingTasks holds, for key "", when at least r.p.Tasks tasks had an

@@ -506,6 +506,8 @@ func TestStateRules(t *testing.T) {
 	}
 	e.run("slow", schemas.StateFailed, time.Second, "timeout after 1s")
 	timedOut := e.run("slow", schemas.StateFailed, time.Second, "timeout: the attempt outlived its timeout of 1s")
+	// The default rule quarantined (migration 00020) fires on its own.
+	poison := e.run("etl", schemas.StateFailed, time.Second, store.QuarantinedReasonPrefix+": 3 workers died while running this instance")
 	failed := e.run("etl", schemas.StateFailed, time.Second, "boom")
 
 	e.monitored(nil)
@@ -522,7 +524,7 @@ func TestStateRules(t *testing.T) {
 		}
 		return out
 	}
-	alerts := []string{"backlog/etl", "timeout_rate/slow", "failing_tasks/", "no_live_executor/gpu"}
+	alerts := []string{"backlog/etl", "timeout_rate/slow", "failing_tasks/", "no_live_executor/gpu", "quarantined/etl"}
 	received := func(status string) func() bool {
 		return func() bool {
 			got := byAlert()
@@ -534,7 +536,7 @@ func TestStateRules(t *testing.T) {
 			return true
 		}
 	}
-	waitUntil(t, "the four alerts to fire", received("firing"))
+	waitUntil(t, "the five alerts to fire", received("firing"))
 	got := byAlert()
 	if n := got["backlog/etl/firing"]; n.Task != "etl" || n.InstanceID != queued || !strings.Contains(n.Reason, "1 DISPATCHED in pool default") {
 		t.Errorf("backlog = %+v", n)
@@ -544,6 +546,10 @@ func TestStateRules(t *testing.T) {
 	}
 	if n := got["failing_tasks//firing"]; n.Key != "" || n.InstanceID != failed || !strings.Contains(n.Reason, "2 tasks had instances FAILED") {
 		t.Errorf("failing tasks = %+v", n)
+	}
+	if n := got["quarantined/etl/firing"]; n.Task != "etl" || n.InstanceID != poison || n.Level != store.AlertP1 ||
+		!strings.Contains(n.Reason, "1 instances of task etl were quarantined") {
+		t.Errorf("quarantined = %+v", n)
 	}
 	if n := got["no_live_executor/gpu/firing"]; n.Key != "gpu" || n.Level != store.AlertP0 || !strings.Contains(n.Reason, "tasks wait: train") {
 		t.Errorf("no live executor = %+v", n)
@@ -555,10 +561,10 @@ func TestStateRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.heartbeat(schemas.Worker{ID: "w2", Pools: []string{"gpu"}, Slots: 2})
-	if _, err := e.st.Pool().Exec(ctx, `UPDATE alert_rules SET enabled = false WHERE name IN ('timeout_rate', 'failing_tasks')`); err != nil {
+	if _, err := e.st.Pool().Exec(ctx, `UPDATE alert_rules SET enabled = false WHERE name IN ('timeout_rate', 'failing_tasks', 'quarantined')`); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the four alerts to resolve", received("resolved"))
+	waitUntil(t, "the five alerts to resolve", received("resolved"))
 	// A late heartbeat's alert resolves too, once the heartbeat comes.
 	var open []store.Alert
 	var err error

@@ -28,8 +28,9 @@ once, then at most once per the rule's throttle with its repeats grouped, and it
 resolution is notified once. Acknowledging an alert stops its notifications until
 it resolves.
 
-Default rules: P0 no_live_executor and failing_tasks, P1 consecutive_failures and
-timeout_rate, P2 backlog and duration_jitter. See docs/operations.md.`,
+Default rules: P0 no_live_executor and failing_tasks, P1 consecutive_failures,
+timeout_rate and quarantined, P2 backlog and duration_jitter. See
+docs/operations.md.`,
 		Example: `  ax alert list --state firing
   ax alert ack 17
   ax alert rule set consecutive_failures --params '{"failures": 5}'
@@ -178,6 +179,7 @@ replaces the whole params object. The kinds and their params:
   timeout_rate          rate (0.2), window ("15m"), min_attempts (5)
   backlog               instances (10), age ("5m")
   duration_jitter       runs (20), min_runs (5), factor (2)
+  quarantined           window ("1h")
 
 and every kind takes throttle ("10m"): the least time between two
 notifications of one alert.`,

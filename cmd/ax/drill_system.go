@@ -165,7 +165,26 @@ func printDrillSystem(w io.Writer, results []system.Result, all bool) error {
 			}
 		}
 	}
-	return nil
+	// The verdict's last line, as every drill prints it (docs/drill.md).
+	var failed []string
+	for _, r := range results {
+		for _, name := range r.Report().Failed() {
+			failed = append(failed, r.Scenario+": "+name)
+		}
+		if !r.Pass && len(r.Report().Failed()) == 0 {
+			failed = append(failed, r.Scenario+": no check was made")
+		}
+	}
+	switch {
+	case len(results) == 0:
+		_, err := fmt.Fprintln(w, "\nFAIL: no scenario ran")
+		return err
+	case len(failed) > 0:
+		_, err := fmt.Fprintf(w, "\nFAIL: %s\n", strings.Join(failed, "; "))
+		return err
+	}
+	_, err := fmt.Fprintln(w, "\nPASS: every check passed")
+	return err
 }
 
 // newNATSServerCmd is the hidden ax nats-server: the embedded nats-server

@@ -38,6 +38,8 @@ func newDispatcherCmd(*cli) *cobra.Command {
 		drill    bool
 		single   bool
 		history  historyFlags
+		// quarantine is Options.QuarantineAfter.
+		quarantine int
 	)
 	cmd := &cobra.Command{
 		Use:   "dispatcher",
@@ -68,7 +70,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 			svc, err := dispatcher.New(dispatcher.Options{
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
 				Streams: settings, Metrics: m.registry(),
-				DrillFaults:   drill,
+				QuarantineAfter: quarantine, DrillFaults: drill,
 				SingleReports: single,
 				History:       hist,
 			})
@@ -84,6 +86,7 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 	f := cmd.Flags()
 	topology.flags(cmd)
 	f.BoolVar(&single, "single-reports", false, "do not offer executors report batches: each final report comes alone on its attempt's subject (while dispatchers older than the batches still run)")
+	f.IntVar(&quarantine, "quarantine-after", dispatcher.DefaultQuarantineAfter, "workers that may die while running one instance before it is quarantined (FAILED, whatever its attempts left); a worker death spends no attempt")
 	f.BoolVar(&drill, "drill-faults", false, "let ax drill task inject database jitter into the recording of its own drill-jitter tasks' reports (never other tasks')")
 	history.flags(cmd)
 	m.flags(cmd, "")

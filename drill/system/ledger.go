@@ -23,6 +23,11 @@ const (
 	WorkHandler = "drill.work"
 	// PoisonHandler always panics: a poison task.
 	PoisonHandler = "drill.poison"
+	// KillerHandler appends a start line to the ledger, works for the
+	// payload's "ms" milliseconds and then ends its whole process with
+	// os.Exit: a poison that kills its worker on every attempt, as a
+	// panic on a goroutine the handler started does.
+	KillerHandler = "drill.killer"
 )
 
 // Work is the payload of a [WorkHandler] attempt.
@@ -65,6 +70,17 @@ func RegisterHandlers(mux *executor.Mux, path string) {
 	mux.HandleFunc(PoisonHandler, func(context.Context, *executor.Job) (any, error) {
 		panic("drill: a poison handler")
 	})
+	mux.Handle(KillerHandler, executor.JSON(func(ctx context.Context, t *executor.Job, w Work) (any, error) {
+		if err := appendLedger(path, "start", t); err != nil {
+			return nil, err
+		}
+		select {
+		case <-time.After(time.Duration(w.MS) * time.Millisecond):
+		case <-ctx.Done():
+		}
+		os.Exit(3)
+		return nil, nil
+	}))
 }
 
 func appendLedger(path, kind string, t *executor.Job) error {

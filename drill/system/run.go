@@ -143,6 +143,8 @@ type run struct {
 	faults   []fault
 	fired    map[string]string // event id → task, of the firings JetStream acknowledged
 	nextExec int
+	execs    []string // the executors started, by name
+	deaths   int      // the executors that exited by themselves (Supervise)
 }
 
 // crash is an executor's death (or stop) at a time.
@@ -226,9 +228,36 @@ func (r *run) startExecutor() error {
 	r.mu.Lock()
 	r.nextExec++
 	name := r.sc.Name + "-e" + strconv.Itoa(r.nextExec)
+	r.execs = append(r.execs, name)
 	r.mu.Unlock()
 	_, err := r.sb.StartExecutor(name, 8)
 	return err
+}
+
+// supervise replaces each executor that exited by itself at once, as a
+// process supervisor would, until ctx ends; each exit is a crash. A
+// process the drill stops or kills itself is not one: only Supervise
+// scenarios, whose faults kill none, call it.
+func (r *run) supervise(ctx context.Context) {
+	replaced := make(map[string]bool)
+	for r.sleep(ctx, 20*time.Millisecond) {
+		r.mu.Lock()
+		names := slices.Clone(r.execs)
+		r.mu.Unlock()
+		for _, name := range names {
+			if p := r.sb.Proc(name); replaced[name] || p == nil || p.Running() {
+				continue
+			}
+			replaced[name] = true
+			r.mu.Lock()
+			r.crashes = append(r.crashes, crash{name, time.Now()})
+			r.deaths++
+			r.mu.Unlock()
+			if err := r.startExecutor(); err != nil {
+				r.opts.Logger.Error().Err(err).Str("executor", name).Msg("replace an executor that exited")
+			}
+		}
+	}
 }
 
 // burst is how many firings restart fires at once before its kill.
@@ -338,6 +367,13 @@ func runScenario(ctx context.Context, sb *Sandbox, sc Scenario, opts Options) (R
 			return Result{}, err
 		}
 	}
+	if sc.Supervise {
+		// Stopped before the processes are (defers run last in, first out).
+		supCtx, stopSup := context.WithCancel(ctx)
+		var sup sync.WaitGroup
+		sup.Go(func() { r.supervise(supCtx) })
+		defer func() { stopSup(); sup.Wait() }()
+	}
 
 	// The fault must hit a system that runs: one firing succeeds first.
 	if err := r.warmUp(ctx); err != nil {
@@ -381,8 +417,12 @@ func runScenario(ctx context.Context, sb *Sandbox, sc Scenario, opts Options) (R
 // applyTasks registers the scenario's tasks; cron off removes the cron
 // trigger of a Cron scenario.
 func (r *run) applyTasks(ctx context.Context, cron bool) error {
+	attempts := r.sc.MaxAttempts
+	if attempts == 0 {
+		attempts = 10
+	}
 	work := fmt.Sprintf(`{"task_name": %q, "execution": {"handler": %q, "timeout": "1m",
-		"retry": {"max_attempts": 10, "initial_interval_sec": 0}}`, r.task, WorkHandler)
+		"retry": {"max_attempts": %d, "initial_interval_sec": 0}}`, r.task, WorkHandler, attempts)
 	if r.sc.Hash {
 		work += `, "dispatch": {"strategy": "hash", "hash_key": "k-{{.key}}"}`
 	}
@@ -393,6 +433,10 @@ func (r *run) applyTasks(ctx context.Context, cron bool) error {
 	if r.sc.Poison {
 		defs = append(defs, fmt.Sprintf(`{"task_name": %q, "execution": {"handler": %q, "retry": {"max_attempts": 2, "initial_interval_sec": 0}}}`,
 			r.pois, PoisonHandler))
+	}
+	if r.sc.Killer {
+		defs = append(defs, fmt.Sprintf(`{"task_name": %q, "execution": {"handler": %q, "retry": {"max_attempts": %d, "initial_interval_sec": 0}}}`,
+			r.pois, KillerHandler, attempts))
 	}
 	for _, d := range defs {
 		def, err := schemas.ParseTask([]byte(d))

@@ -24,6 +24,18 @@ type Scenario struct {
 	Hash bool
 	// Poison sends 1 % of the load to a task whose handler always panics.
 	Poison bool
+	// Killer makes the poison task's handler end its process (os.Exit) on
+	// every attempt, after working 300 ms beside the load; the fault fires
+	// it. The scenario checks that it is quarantined, and the poison's
+	// worker deaths it took, and that no innocent attempt was spent.
+	Killer bool
+	// Supervise replaces an executor that exits by itself at once, as a
+	// process supervisor would, until the scenario has been judged; each
+	// exit is a crash.
+	Supervise bool
+	// MaxAttempts is the work task's max_attempts (default 10: more than
+	// any fault takes).
+	MaxAttempts int
 	// CrashRecovery: the fault kills (or stops) executors; the recovery
 	// time is from the fault to the next attempt of each attempt it cut
 	// short, and must stay within lease TTL + 1 s.
@@ -34,11 +46,6 @@ type Scenario struct {
 	// NoRetries: no attempt may need a second one (cron without executors:
 	// no retry storm when they return).
 	NoRetries bool
-	// NoSpentWithoutRun: no attempt of the work task may end without a run
-	// in the ledger (no worker dies in the scenario: an attempt ended
-	// unrun was spent by AX itself, as a fence that could not tell it
-	// never ran).
-	NoSpentWithoutRun bool
 	// Fault injects the fault while the load runs, restores what it broke
 	// before it returns, and notes each fault with r.fault. ctx ends with
 	// the load.
@@ -152,7 +159,7 @@ func Scenarios() []Scenario {
 		{
 			Name: "dispatcher-alone-locked", Description: "kill -9 of the only dispatcher while its creation statements wait on firing keys held in PostgreSQL; " +
 				"the statements commit after the kill, their attempts never published; a new dispatcher starts at once and each runs once",
-			Dispatchers: 1, Executors: 2, NoSpentWithoutRun: true,
+			Dispatchers: 1, Executors: 2,
 			Fault: func(ctx context.Context, r *run) error {
 				if !r.sleep(ctx, r.d/3) {
 					return nil
@@ -287,6 +294,21 @@ func Scenarios() []Scenario {
 					return err
 				}
 				return r.sb.RestartNATS(bg, 0)
+			},
+		},
+		{
+			Name: "poison-kills-executor", Description: "a poison whose handler ends its process (os.Exit) on every attempt, beside the load on 3 supervised executors, max_attempts 3: " +
+				"the poison is quarantined, no innocent attempt is spent by its deaths",
+			Dispatchers: 1, Executors: 3, Killer: true, Supervise: true, MaxAttempts: 3,
+			Fault: func(ctx context.Context, r *run) error {
+				if !r.sleep(ctx, r.d/4) {
+					return nil
+				}
+				if err := r.publish(r.pois, r.sc.Name+"-poison", 300*time.Millisecond, "poison"); err != nil {
+					return fmt.Errorf("fire the poison: %w", err)
+				}
+				r.fault("poison", time.Now())
+				return nil
 			},
 		},
 		{

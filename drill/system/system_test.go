@@ -34,6 +34,23 @@ func TestEveryScenario(t *testing.T) {
 	if v := os.Getenv("AX_DRILL_SCENARIOS"); v != "" {
 		names = strings.Split(v, ",")
 	}
+	runScenarios(t, names)
+}
+
+// TestPoisonKillsItsExecutor runs poison-kills-executor alone: a handler
+// that ends its process (os.Exit) on every attempt, beside innocent work
+// with max_attempts 3 on three executor processes that a supervisor
+// restarts. Every innocent instance must succeed, each succeeded attempt
+// run once in the ledger, no innocent attempt spent by the poison's
+// deaths, and the poison quarantined (with its suspect event) after at
+// most three deaths. Before the reaper told the suspect from its
+// neighbours, every death spent each neighbour's attempt and retried
+// them all at once, together.
+func TestPoisonKillsItsExecutor(t *testing.T) {
+	runScenarios(t, []string{"poison-kills-executor"})
+}
+
+func runScenarios(t *testing.T, names []string) {
 	results, err := system.Run(context.Background(), system.Options{
 		Binary:    systemtest.BuildAX(t),
 		Scenarios: names,
@@ -46,8 +63,10 @@ func TestEveryScenario(t *testing.T) {
 		Logger:        zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 	})
 	for _, r := range results {
-		t.Logf("%s: fired %d, created %d, lost %d, stuck %d, duplicates %d, spent without a run %d, stale refused %d accepted %d, illegal %d, recovery %s, in %s",
-			r.Scenario, r.Fired, r.Created, r.Lost, r.Stuck, r.Duplicates, r.SpentWithoutRun, r.StaleRefused, r.StaleAccepted, r.Illegal, r.Recovery, r.Wall)
+		t.Logf("%s: fired %d, created %d, lost %d, stuck %d, duplicates %d, stale refused %d accepted %d, illegal %d, "+
+			"spent without a run %d, side effects doubled %d, worker deaths %d, poison runs %d, quarantined %d, recovery %s, in %s",
+			r.Scenario, r.Fired, r.Created, r.Lost, r.Stuck, r.Duplicates, r.StaleRefused, r.StaleAccepted, r.Illegal,
+			r.SpentWithoutRun, r.DoubledEffects, r.WorkerDeaths, r.PoisonRuns, r.Quarantined, r.Recovery, r.Wall)
 		for _, c := range r.Checks {
 			if c.Pass {
 				continue

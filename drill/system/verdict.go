@@ -10,6 +10,7 @@ import (
 
 	"github.com/ax-scheduler/ax/drill"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
 // Result is what one scenario did and its verdict.
@@ -50,11 +51,6 @@ type Result struct {
 	SuccessesLost int `json:"successes_lost"`
 	// Retried counts the instances that needed more than one attempt.
 	Retried int `json:"retried"`
-	// SpentWithoutRun counts the attempts of the work task that ended
-	// (another attempt followed, or the instance FAILED at it) without a
-	// run in the ledger: spent on nothing, by a worker's death before its
-	// handler started or by AX itself.
-	SpentWithoutRun int `json:"attempts_spent_without_run"`
 	// StaleRefused counts the reports the dispatcher refused as stale
 	// (instance_events stale_*); StaleAccepted the transitions recorded
 	// for an attempt older than one the instance had already reached, and
@@ -67,6 +63,27 @@ type Result struct {
 	// previous one ended in, that leave a terminal state, or that change
 	// the attempt other than RETRYING → DISPATCHED by one.
 	Illegal int `json:"illegal_transitions"`
+	// SpentWithoutRun counts the attempts of the work task that spent one
+	// of its max_attempts (a transition to RETRYING or FAILED that
+	// [store.SpendsNoAttempt] does not excuse) without a run of theirs
+	// that ended in the ledger: the attempt never ran, or its worker died
+	// under it — a fault spent what the handler never used.
+	SpentWithoutRun int `json:"attempts_spent_without_a_run"`
+	// DoubledEffects counts the extra runs of the work task's instances
+	// that ended with success in the ledger: a side effect done again by
+	// a later attempt (or by a worker that continued after SIGSTOP).
+	// At-least-once allows it; it is a fact, not a check.
+	DoubledEffects int `json:"side_effects_doubled"`
+	// WorkerDeaths counts the executors that exited by themselves (a
+	// Supervise scenario replaces each); PoisonRuns the runs of a Killer
+	// poison in the ledger; Quarantined its instances FAILED as
+	// quarantined; Suspects the suspect events of its instances; CutBeside
+	// the runs of the work task that a worker death cut short.
+	WorkerDeaths int `json:"worker_deaths"`
+	PoisonRuns   int `json:"poison_runs"`
+	Quarantined  int `json:"quarantined"`
+	Suspects     int `json:"suspect_events"`
+	CutBeside    int `json:"runs_cut_by_deaths"`
 	// Faults counts the faults injected.
 	Faults int `json:"faults"`
 	// Recovery is the distribution of recovery times: for an executor
@@ -118,8 +135,10 @@ func (r Result) Report() *drill.Report {
 		value any
 	}{
 		{"fired", r.Fired}, {"created", r.Created}, {"succeeded", r.Succeeded}, {"failed", r.Failed},
-		{"retried", r.Retried}, {"attempts spent without a run", r.SpentWithoutRun},
-		{"stale reports refused", r.StaleRefused}, {"faults", r.Faults},
+		{"retried", r.Retried}, {"stale reports refused", r.StaleRefused}, {"faults", r.Faults},
+		{"attempts spent without a run", r.SpentWithoutRun},
+		{"side effects doubled (extra runs of an instance that ended with success)", r.DoubledEffects},
+		{"worker deaths", r.WorkerDeaths}, {"poison runs", r.PoisonRuns}, {"suspect events", r.Suspects},
 		{"recovery p50/p99/max", r.Recovery}, {"wall time", r.Wall},
 	} {
 		rep.Fact(f.name, f.value)
@@ -141,6 +160,7 @@ type transitionRow struct {
 	from, to schemas.State
 	attempt  int
 	operator string
+	reason   string
 	at       time.Time
 }
 
@@ -164,7 +184,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("read the drill's instances: %w", err)
 	}
-	rows, err = r.sb.Pool.Query(ctx, `SELECT instance_id, COALESCE(from_state, ''), to_state, attempt, operator, at
+	rows, err = r.sb.Pool.Query(ctx, `SELECT instance_id, COALESCE(from_state, ''), to_state, attempt, operator, reason, at
 		FROM instance_transition_log WHERE task = ANY($1) ORDER BY instance_id, id`, tasks)
 	if err != nil {
 		return res, fmt.Errorf("read the drill's transitions: %w", err)
@@ -172,7 +192,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	byInstance := make(map[int64][]transitionRow)
 	for rows.Next() {
 		var t transitionRow
-		if err := rows.Scan(&t.instance, &t.from, &t.to, &t.attempt, &t.operator, &t.at); err != nil {
+		if err := rows.Scan(&t.instance, &t.from, &t.to, &t.attempt, &t.operator, &t.reason, &t.at); err != nil {
 			return res, fmt.Errorf("read the drill's transitions: %w", err)
 		}
 		byInstance[t.instance] = append(byInstance[t.instance], t)
@@ -183,6 +203,10 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	if err := r.sb.Pool.QueryRow(ctx, `SELECT count(*) FROM instance_events e JOIN instances i ON i.id = e.instance_id
 		WHERE i.task = ANY($1) AND e.kind LIKE 'stale%'`, tasks).Scan(&res.StaleRefused); err != nil {
 		return res, fmt.Errorf("read the drill's stale reports: %w", err)
+	}
+	if err := r.sb.Pool.QueryRow(ctx, `SELECT count(*) FROM instance_events e JOIN instances i ON i.id = e.instance_id
+		WHERE i.task = $1 AND e.kind = 'suspect'`, r.pois).Scan(&res.Suspects); err != nil {
+		return res, fmt.Errorf("read the drill's suspect events: %w", err)
 	}
 	runs, err := ReadLedger(r.sb.Ledger)
 	if err != nil {
@@ -213,13 +237,13 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		events[id], byDrill[id] = true, true
 	}
 	crashes, faults := slices.Clone(r.crashes), slices.Clone(r.faults)
+	res.WorkerDeaths = r.deaths
 	r.mu.Unlock()
 	res.Created, res.Faults = len(insts), len(faults)
 	var ticks []time.Time
 	cronTicks := 0
 	made := make(map[[2]string]bool, len(insts))
-	var dups []string  // the runs of each attempt that ran more than once
-	var unrun []string // the first attempts spent without a run
+	var dups []string // the runs of each attempt that ran more than once
 	for _, in := range insts {
 		delete(events, in.eventID)
 		if k := [2]string{in.task, in.eventID}; made[k] {
@@ -249,16 +273,6 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		if in.attempt > 1 && in.task == r.task {
 			res.Retried++
 		}
-		if in.task == r.task {
-			for a := 1; a < in.attempt || a == in.attempt && in.state == schemas.StateFailed; a++ {
-				if len(runsOf[RunKey{in.id, a}]) == 0 {
-					res.SpentWithoutRun++
-					if len(unrun) < 10 {
-						unrun = append(unrun, fmt.Sprintf("instance %d attempt %d (now %s at %d)", in.id, a, in.state, in.attempt))
-					}
-				}
-			}
-		}
 		if !byDrill[in.eventID] {
 			ticks = append(ticks, in.firedAt) // the cron trigger's
 		}
@@ -284,7 +298,11 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		task[in.id] = in.task
 	}
 	var successes []time.Time
+	var spent []string                         // the attempts spent without a run, with their reason
 	redispatched := make(map[RunKey]time.Time) // attempt → when its next one was dispatched
+	// The attempts retried as suspects of worker deaths: their retry waits
+	// a lease TTL and more on purpose, apart from their neighbours.
+	suspects := make(map[RunKey]bool)
 	for _, ts := range byInstance {
 		var prev *transitionRow
 		reached := 0
@@ -300,8 +318,20 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 			if t.from == schemas.StateRetrying && t.to == schemas.StateDispatched {
 				redispatched[RunKey{t.instance, t.attempt - 1}] = t.at
 			}
+			if t.to == schemas.StateRetrying && strings.Contains(t.reason, "; suspect: ") {
+				suspects[RunKey{t.instance, t.attempt}] = true
+			}
 			if t.to == schemas.StateSucceeded {
 				successes = append(successes, t.at)
+			}
+			if (t.to == schemas.StateRetrying || t.to == schemas.StateFailed) && !store.SpendsNoAttempt(t.reason) {
+				if task[t.instance] == r.task && !ranToEnd(runsOf[RunKey{t.instance, t.attempt}]) {
+					res.SpentWithoutRun++
+					spent = append(spent, fmt.Sprintf("instance %d attempt %d (%s)", t.instance, t.attempt, t.reason))
+				}
+				if task[t.instance] == r.pois && t.to == schemas.StateFailed && strings.HasPrefix(t.reason, store.QuarantinedReasonPrefix) {
+					res.Quarantined++
+				}
 			}
 			// A worker's final report: that worker ran the attempt, and a
 			// success had ended with success before it was recorded.
@@ -339,9 +369,37 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		}
 	}
 
+	// Side effects done more than once; the poison's runs; the runs a
+	// death cut short.
+	dead := make(map[string]bool)
+	for _, c := range crashes {
+		dead[c.worker] = true
+	}
+	for k, rs := range runsOf {
+		switch task[k.Instance] {
+		case r.task:
+			for _, run := range rs {
+				if run.End.IsZero() && dead[run.Worker] {
+					res.CutBeside++
+				}
+			}
+		case r.pois:
+			res.PoisonRuns += len(rs)
+		}
+	}
+	ended := make(map[int64]int)
+	for _, run := range runs {
+		if task[run.Instance] == r.task && !run.End.IsZero() && !run.Cancelled {
+			ended[run.Instance]++
+		}
+	}
+	for _, n := range ended {
+		res.DoubledEffects += max(0, n-1)
+	}
+
 	// Recovery.
 	var recovery []time.Duration
-	cut := 0
+	cut, held := 0, 0
 	if r.sc.CrashRecovery {
 		for _, c := range crashes {
 			for _, run := range runs {
@@ -351,6 +409,10 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 					continue
 				}
 				cut++
+				if suspects[RunKey{run.Instance, run.Attempt}] {
+					held++ // retried, late on purpose
+					continue
+				}
 				if at, ok := redispatched[RunKey{run.Instance, run.Attempt}]; ok {
 					recovery = append(recovery, at.Sub(c.at))
 				}
@@ -386,6 +448,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		zero("successes without their run (untrue outcomes)", res.Untrue),
 		zero("successes lost (ended runs of untouched workers not recorded)", res.SuccessesLost),
 		zero("illegal transitions", res.Illegal),
+		named(zero("attempts spent without a run (never ran, or cut short by a fault)", res.SpentWithoutRun), spent),
 	}
 	if r.sc.Fault != nil {
 		res.Checks = append(res.Checks, Check{Name: "faults injected", Expected: "> 0", Observed: fmt.Sprint(res.Faults), Pass: res.Faults > 0})
@@ -394,7 +457,8 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		bound := r.sb.LeaseTTL() + r.opts.RecoverySlack
 		res.Checks = append(res.Checks,
 			Check{Name: "attempts cut short by the fault, each retried", Expected: "> 0, all",
-				Observed: fmt.Sprintf("%d cut, %d retried", cut, len(recovery)), Pass: cut > 0 && len(recovery) == cut},
+				Observed: fmt.Sprintf("%d cut, %d retried, %d held apart as suspects of worker deaths", cut, len(recovery), held),
+				Pass:     cut > 0 && len(recovery)+held == cut},
 			Check{Name: "crash recovery max", Expected: "≤ " + bound.String(), Observed: res.Recovery.Max.Round(time.Millisecond).String(),
 				Pass: res.Recovery.N > 0 && res.Recovery.Max <= bound})
 	}
@@ -404,9 +468,6 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	}
 	if r.sc.Cron {
 		res.Checks = append(res.Checks, Check{Name: "cron ticks fired", Expected: "> 0", Observed: fmt.Sprint(cronTicks), Pass: cronTicks > 0})
-	}
-	if r.sc.NoSpentWithoutRun {
-		res.Checks = append(res.Checks, named(zero("attempts spent without a run", res.SpentWithoutRun), unrun))
 	}
 	if r.sc.NoRetries {
 		res.Checks = append(res.Checks, zero("instances retried (a retry storm)", res.Retried))
@@ -421,8 +482,35 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		res.Checks = append(res.Checks, Check{Name: "poison instances FAILED by their policy", Expected: "> 0, all",
 			Observed: fmt.Sprintf("%d of %d", res.Poisoned, poison), Pass: poison > 0 && res.Poisoned == poison})
 	}
+	if r.sc.Killer {
+		var poison int
+		for _, in := range insts {
+			if in.task == r.pois {
+				poison++
+			}
+		}
+		res.Checks = append(res.Checks,
+			Check{Name: "poison instances quarantined (FAILED: quarantined)", Expected: "> 0, all",
+				Observed: fmt.Sprintf("%d of %d", res.Quarantined, poison), Pass: poison > 0 && res.Quarantined == poison},
+			Check{Name: "suspect events of the poison", Expected: "> 0", Observed: fmt.Sprint(res.Suspects), Pass: res.Suspects > 0},
+			Check{Name: "worker deaths the poison caused", Expected: fmt.Sprintf("> 0, ≤ %d a poison", killerDeaths),
+				Observed: fmt.Sprintf("%d deaths, %d poison runs", res.WorkerDeaths, res.PoisonRuns),
+				Pass:     res.PoisonRuns > 0 && res.PoisonRuns <= killerDeaths*poison},
+			Check{Name: "innocent runs cut short beside the poison", Expected: "> 0 (the fault reached neighbours)",
+				Observed: fmt.Sprint(res.CutBeside), Pass: res.CutBeside > 0})
+	}
 	res.Pass = res.Report().Passed()
 	return res, nil
+}
+
+// killerDeaths is how many workers a poison that kills its process may
+// take before the dispatcher quarantines it (its default QuarantineAfter).
+const killerDeaths = 3
+
+// ranToEnd reports whether one of the runs rs ended (with success, or
+// because its context did).
+func ranToEnd(rs []LedgerRun) bool {
+	return slices.ContainsFunc(rs, func(r LedgerRun) bool { return !r.End.IsZero() })
 }
 
 // legal reports whether t may follow prev (nil: t is the first).

@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// NotCountedReasonPrefix begins the reason of an attempt whose worker
+// died (its lease expired) and that spends none of the instance's
+// max_attempts (see [Store.CountDeaths]). It begins with [LeaseExpiredReasonPrefix] too, so
+// that the fleet metrics count it as a lease expiry.
+const NotCountedReasonPrefix = LeaseExpiredReasonPrefix + ", not counted"
+
+// QuarantinedReasonPrefix begins the reason of an instance failed because
+// too many workers died while running it.
+const QuarantinedReasonPrefix = "quarantined"
+
+// SpendsNoAttempt reports whether a transition to RETRYING with reason
+// spent none of the instance's max_attempts: the attempt was handed back by
+// its worker, or its worker died.
+func SpendsNoAttempt(reason string) bool {
+	return IsHandedBackReason(reason) || strings.HasPrefix(reason, NotCountedReasonPrefix)
+}
+
+// CountDeaths counts one more worker death on the instance of each of in,
+// attempts whose lease expired with the attempt unfinished, and returns
+// each instance's deaths by attempt ([2]int64{instance, attempt}). An
+// attempt no longer current or no longer DISPATCHED or RUNNING is absent
+// (there is nothing to fail); one whose death was counted before (the
+// reaper counts again after it failed to apply what it counted) is not
+// counted twice. One statement; rows locked in id order.
+func (s *Store) CountDeaths(ctx context.Context, in []Failure) (map[[2]int64]int, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	ids, attempts := make([]int64, len(in)), make([]int32, len(in))
+	for i, f := range in {
+		ids[i], attempts[i] = f.InstanceID, int32(f.Attempt)
+	}
+	rows, err := s.pool.Query(ctx, `
+WITH r AS (
+	SELECT DISTINCT * FROM unnest($1::bigint[], $2::int[]) AS t(id, attempt)
+), cur AS (
+	SELECT i.id FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
+	WHERE i.state IN ('DISPATCHED', 'RUNNING')
+	ORDER BY i.id FOR UPDATE OF i
+)
+UPDATE instances i SET
+	deaths = CASE WHEN i.death_attempt < i.attempt THEN i.deaths + 1 ELSE i.deaths END,
+	death_attempt = i.attempt
+FROM cur WHERE i.id = cur.id
+RETURNING i.id, i.attempt, i.deaths`, ids, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("count worker deaths of %d attempts: %w", len(in), err)
+	}
+	defer rows.Close()
+	out := make(map[[2]int64]int, len(in))
+	for rows.Next() {
+		var id int64
+		var attempt, deaths int32
+		if err := rows.Scan(&id, &attempt, &deaths); err != nil {
+			return nil, fmt.Errorf("count worker deaths: %w", err)
+		}
+		out[[2]int64{id, int64(attempt)}] = int(deaths)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count worker deaths: %w", err)
+	}
+	return out, nil
+}
