@@ -28,7 +28,7 @@ func logLine(id int64, attempt, i int) schemas.LogLine {
 // stream sequence.
 func (e *env) shipLog(l schemas.LogLine) uint64 {
 	e.t.Helper()
-	ack, err := streams.Publish(context.WithoutCancel(e.t.Context()), e.js, streams.Default().Log(l.InstanceID), "", l)
+	ack, err := streams.Publish(context.WithoutCancel(e.t.Context()), e.js, streams.Default().Log(l.InstanceID, l.WorkerID), "", l)
 	if err != nil {
 		e.t.Fatal(err)
 	}

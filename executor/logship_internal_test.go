@@ -199,7 +199,7 @@ func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(srv.Topology.Log(7)))
+	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(srv.Topology.Log(7, "w1")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -382,6 +382,12 @@ type Report struct {
 	// set by the dispatcher from the subject, never read from the body: the
 	// store applies a report only to an instance of that pool.
 	Pool string `json:"-"`
+	// Handlers are the handlers the reporting worker's credential grants
+	// it in Pool, as its grant keys in ax-workers show them, set by the
+	// dispatcher, never read from the body: the store applies a report on
+	// an attempt that no worker holds yet only when the attempt's handler
+	// is among them.
+	Handlers []string `json:"-"`
 }
 
 // ReportBatch is the message on ax.report.<pool>.<worker_id>.batch
