@@ -29,16 +29,30 @@ type liveWorkers struct {
 	workers   map[string]liveWorker
 	suspended map[string]time.Time // since when, by worker id
 	// grants are the grant keys (streams.GrantKey) by worker id: the pools
-	// and handlers its credential lets it serve, each with when the
-	// dispatcher read it. A worker serves a pool and a handler only when
-	// its heartbeat says so and the grant is there: a heartbeat is the
-	// worker's word, a grant key is its credential's (NATS lets it write
-	// only its scope's keys).
-	grants map[string]map[grant]time.Time
+	// and handlers its credential lets it serve. A worker serves a pool and
+	// a handler only when its heartbeat says so and the grant is live: a
+	// heartbeat is the worker's word, a grant key is its credential's (NATS
+	// lets it write only its scope's keys). A grant whose key went is
+	// remembered for grantMemory, for the reports its worker sent before
+	// it left, which the dispatcher may record later.
+	grants map[string]map[grant]grantSeen
+	pruned time.Time // when grants were last pruned
 }
 
 // grant is one pool and handler a worker's credential grants.
 type grant struct{ pool, handler string }
+
+// grantSeen is when the dispatcher last read a grant key, and whether the
+// key has gone since (deleted, or expired).
+type grantSeen struct {
+	at   time.Time
+	gone bool
+}
+
+// grantMemory is how long the dispatcher remembers a grant whose key
+// went, for the reports on attempts that its worker ran (see
+// [liveWorkers.grantedHandlers]).
+const grantMemory = time.Hour
 
 type liveWorker struct {
 	schemas.Worker
@@ -47,15 +61,15 @@ type liveWorker struct {
 
 func newLiveWorkers(now func() time.Time) *liveWorkers {
 	return &liveWorkers{now: now, workers: make(map[string]liveWorker), suspended: make(map[string]time.Time),
-		grants: make(map[string]map[grant]time.Time)}
+		grants: make(map[string]map[grant]grantSeen)}
 }
 
 // granted reports whether worker id's credential grants it handler in
 // pool: its grant key is there and younger than the bucket's TTL. The
 // caller holds v.mu.
 func (v *liveWorkers) granted(id, pool, handler string, now time.Time) bool {
-	at, ok := v.grants[id][grant{pool, handler}]
-	return ok && (v.ttl <= 0 || now.Sub(at) <= v.ttl)
+	g, ok := v.grants[id][grant{pool, handler}]
+	return ok && !g.gone && (v.ttl <= 0 || now.Sub(g.at) <= v.ttl)
 }
 
 // verified returns w as far as its credential backs it: the pools and
@@ -87,19 +101,43 @@ func (v *liveWorkers) hasGrant(id, pool, handler string) bool {
 }
 
 // grantedHandlers returns the handlers that worker id's credential grants
-// it in pool, as its grant keys show now; nil for none.
+// it in pool, as its grant keys showed them in the last grantMemory; nil
+// for none. A report is judged by them: its worker may have stopped (and
+// its keys gone) before the report is recorded. A dispatcher that starts
+// later than a bucket TTL after a worker's last heartbeat never saw its
+// grants, and refuses its reports on attempts no worker holds yet (an
+// attempt whose started report was recorded is held, and judged by that).
 func (v *liveWorkers) grantedHandlers(id, pool string) []string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var out []string
 	now := v.now()
-	for g := range v.grants[id] {
-		if g.pool == pool && v.granted(id, g.pool, g.handler, now) {
+	for g, seen := range v.grants[id] {
+		if g.pool == pool && now.Sub(seen.at) <= grantMemory {
 			out = append(out, g.handler)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// pruneGrants forgets the grants not read for grantMemory, at most once
+// per grantMemory. The caller holds v.mu.
+func (v *liveWorkers) pruneGrants(now time.Time) {
+	if now.Sub(v.pruned) < grantMemory {
+		return
+	}
+	v.pruned = now
+	for id, grants := range v.grants {
+		for g, seen := range grants {
+			if now.Sub(seen.at) > grantMemory {
+				delete(grants, g)
+			}
+		}
+		if len(grants) == 0 {
+			delete(v.grants, id)
+		}
+	}
 }
 
 // isLive reports whether w counts as live now. The caller holds v.mu.
@@ -142,18 +180,19 @@ func (v *liveWorkers) apply(e jetstream.KeyValueEntry) (left bool, err error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if id, pool, handler, ok := streams.ParseGrantKey(e.Key()); ok {
-		g := grant{pool, handler}
+		g, now := grant{pool, handler}, v.now()
+		v.pruneGrants(now)
 		if e.Operation() != jetstream.KeyValuePut {
-			delete(v.grants[id], g)
-			if len(v.grants[id]) == 0 {
-				delete(v.grants, id)
+			if seen, ok := v.grants[id][g]; ok {
+				seen.gone = true
+				v.grants[id][g] = seen
 			}
 			return false, nil
 		}
 		if v.grants[id] == nil {
-			v.grants[id] = make(map[grant]time.Time)
+			v.grants[id] = make(map[grant]grantSeen)
 		}
-		v.grants[id][g] = v.now()
+		v.grants[id][g] = grantSeen{at: now}
 		return false, nil
 	}
 	_, known := v.workers[e.Key()]
