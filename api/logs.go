@@ -233,17 +233,17 @@ type logWriters struct {
 
 func writersOf(in schemas.Instance) logWriters {
 	lw := logWriters{held: map[string]bool{}}
-	current := false
 	for _, t := range in.Transitions {
 		if w, ok := strings.CutPrefix(t.Operator, store.WorkerOperator("")); ok && w != "" {
 			lw.held[w] = true
-			current = current || t.Attempt == in.Attempt
 		}
 	}
+	// The current attempt's holder; none yet while it is DISPATCHED (each
+	// attempt starts with no worker).
 	if in.WorkerID != "" {
 		lw.held[in.WorkerID] = true
 	}
-	lw.pending = !current && !in.State.Terminal()
+	lw.pending = in.WorkerID == "" && !in.State.Terminal()
 	return lw
 }
 
