@@ -432,7 +432,7 @@ type Lease struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 }
 
-// LogLine is the message on ax.log.<instance_id>: one line a handler logged
+// LogLine is the message on ax.log.<instance_id>.<worker_id>: one line a handler logged
 // through its context's logger (executor.Logger), shipped by the executor to
 // AX_LOGS. The lines of one instance are stored in the order the worker
 // received them; one message holds one line.
