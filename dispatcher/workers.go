@@ -42,11 +42,11 @@ type liveWorkers struct {
 // grant is one pool and handler a worker's credential grants.
 type grant struct{ pool, handler string }
 
-// grantSeen is when the dispatcher last read a grant key, and whether the
-// key has gone since (deleted, or expired).
+// grantSeen is when the dispatcher last read a grant key, and whether and
+// when the key went since (deleted, or expired).
 type grantSeen struct {
-	at   time.Time
-	gone bool
+	at, goneAt time.Time
+	gone       bool
 }
 
 // grantMemory is how long the dispatcher remembers a grant whose key
@@ -101,8 +101,8 @@ func (v *liveWorkers) hasGrant(id, pool, handler string) bool {
 }
 
 // grantedHandlers returns the handlers that worker id's credential grants
-// it in pool, as its grant keys showed them in the last grantMemory; nil
-// for none. A report is judged by them: its worker may have stopped (and
+// it in pool, as its grant keys show them, or showed them up to
+// grantMemory before they went; nil for none. A report is judged by them: its worker may have stopped (and
 // its keys gone) before the report is recorded. A dispatcher that starts
 // later than a bucket TTL after a worker's last heartbeat never saw its
 // grants, and refuses its reports on attempts no worker holds yet (an
@@ -113,7 +113,7 @@ func (v *liveWorkers) grantedHandlers(id, pool string) []string {
 	var out []string
 	now := v.now()
 	for g, seen := range v.grants[id] {
-		if g.pool == pool && now.Sub(seen.at) <= grantMemory {
+		if g.pool == pool && (!seen.gone || now.Sub(seen.goneAt) <= grantMemory) {
 			out = append(out, g.handler)
 		}
 	}
@@ -121,8 +121,8 @@ func (v *liveWorkers) grantedHandlers(id, pool string) []string {
 	return out
 }
 
-// pruneGrants forgets the grants not read for grantMemory, at most once
-// per grantMemory. The caller holds v.mu.
+// pruneGrants forgets the grants whose keys went more than grantMemory
+// ago, at most once per grantMemory. The caller holds v.mu.
 func (v *liveWorkers) pruneGrants(now time.Time) {
 	if now.Sub(v.pruned) < grantMemory {
 		return
@@ -130,7 +130,7 @@ func (v *liveWorkers) pruneGrants(now time.Time) {
 	v.pruned = now
 	for id, grants := range v.grants {
 		for g, seen := range grants {
-			if now.Sub(seen.at) > grantMemory {
+			if seen.gone && now.Sub(seen.goneAt) > grantMemory {
 				delete(grants, g)
 			}
 		}
@@ -183,8 +183,8 @@ func (v *liveWorkers) apply(e jetstream.KeyValueEntry) (left bool, err error) {
 		g, now := grant{pool, handler}, v.now()
 		v.pruneGrants(now)
 		if e.Operation() != jetstream.KeyValuePut {
-			if seen, ok := v.grants[id][g]; ok {
-				seen.gone = true
+			if seen, ok := v.grants[id][g]; ok && !seen.gone {
+				seen.gone, seen.goneAt = true, now
 				v.grants[id][g] = seen
 			}
 			return false, nil
