@@ -23,8 +23,9 @@ import (
 // it writes its own heartbeat claiming the gpu pool too, a newer version
 // and an extra handler, with the grant keys its credential allows (a gpu
 // one is refused). The gpu pool's hash-, broadcast- and
-// min_worker_version-routed attempts never reach w1's own subject, where
-// it could pull them: they all run on the gpu worker.
+// min_worker_version-routed attempts, and one pinned to w1 by name, never
+// reach w1's own subject, where it could pull them: the others all run on
+// the gpu worker, and the pinned one waits.
 func TestHeartbeatClaimsGrantNothing(t *testing.T) {
 	t.Parallel()
 	a := newAuthSystem(t)
@@ -99,11 +100,18 @@ func TestHeartbeatClaimsGrantNothing(t *testing.T) {
 		ids = append(ids, a.fire("gpu-new", map[string]any{"secret": "s3cr3t"}))
 	}
 	ids = append(ids, a.fire("gpu-cast", map[string]any{"secret": "s3cr3t"}))
+	// Pinned to w1 by name: w1 is live, but its credential does not grant
+	// the gpu pool, so the attempt waits rather than go to it.
+	a.apply("task_name: gpu-pinned\nexecution: {handler: builtin.echo}\ndispatch: {tags: [gpu], strategy: worker, worker: w1}\n")
+	pinned := a.fire("gpu-pinned", map[string]any{"secret": "s3cr3t"})
 	for _, id := range ids {
 		in := a.waitState(id, schemas.StateSucceeded, 2*time.Minute)
 		if in.WorkerID != "g1" && in.WorkerID != "" {
 			t.Errorf("instance %d (%s) ran on %q, want g1", id, in.Task, in.WorkerID)
 		}
+	}
+	if in, err := a.store.GetInstance(ctx, pinned); err != nil || in.State != schemas.StateDispatched {
+		t.Errorf("the attempt pinned to %s is %s (%v), want DISPATCHED, waiting", defaultWorker, in.State, err)
 	}
 	close(stop)
 	<-done
