@@ -91,7 +91,8 @@ func (e errNoWorker) Error() string {
 	if e.protocol > 1 {
 		msg += fmt.Sprintf(" and speaks version %d of the executor protocol", e.protocol)
 	}
-	return msg
+	// A worker that claims them without a grant key counts as none.
+	return msg + " (with a grant key of its credential for both)"
 }
 
 // routing is what one batch's routes share: the attempts it routed to
