@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,7 +74,7 @@ func (s *Service) instanceLogs(w http.ResponseWriter, r *http.Request) {
 		s.followLogs(w, r, in, q)
 		return
 	}
-	page, err := s.readLogs(r.Context(), id, q)
+	page, err := s.readLogs(r.Context(), in, q)
 	if err != nil {
 		s.internalError(w, r, fmt.Sprintf("read the logs of instance %d", id), err)
 		return
@@ -151,7 +152,7 @@ type logReader struct {
 // after a sequence, from a time, or from the first line. Close it when done.
 func (s *Service) openLogs(ctx context.Context, id int64, q logQuery) (*logReader, error) {
 	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{s.opts.Topology.Log(id)},
+		FilterSubjects:    s.opts.Topology.InstanceLogs(id),
 		InactiveThreshold: time.Minute,
 	}
 	switch {
@@ -179,7 +180,7 @@ func (s *Service) openLogs(ctx context.Context, id int64, q logQuery) (*logReade
 
 // next returns the next line and its stream sequence, waiting for it until
 // ctx ends. ok is false for a message that is not a log line, which it skips.
-func (lr *logReader) next(ctx context.Context) (line schemas.LogLine, seq, pending uint64, ok bool, err error) {
+func (lr *logReader) next(ctx context.Context) (line logLine, seq, pending uint64, ok bool, err error) {
 	m, err := lr.msgs.Next(jetstream.NextContext(ctx))
 	if err != nil {
 		return line, 0, 0, false, err
@@ -188,12 +189,75 @@ func (lr *logReader) next(ctx context.Context) (line schemas.LogLine, seq, pendi
 	if err != nil {
 		return line, 0, 0, false, fmt.Errorf("read log line: %w", err)
 	}
-	if err := json.Unmarshal(m.Data(), &line); err != nil {
+	if err := json.Unmarshal(m.Data(), &line.LogLine); err != nil {
 		lr.s.opts.Logger.Warn().Err(err).Str("subject", m.Subject()).Uint64("seq", meta.Sequence.Stream).
 			Msg("message on a log subject is not a log line; skipping it")
 		return line, meta.Sequence.Stream, meta.NumPending, false, nil
 	}
+	// The subject names the worker that shipped the line, as its
+	// credential allows; the body's worker is its word only.
+	if w, ok := lr.s.opts.Topology.LogFrom(m.Subject()); ok && w != "" {
+		line.WorkerID, line.shipped = w, true
+	}
 	return line, meta.Sequence.Stream, meta.NumPending, true, nil
+}
+
+// logLine is a task log line as read: shipped is true when its subject
+// names the worker that shipped it (then its WorkerID).
+type logLine struct {
+	schemas.LogLine
+	shipped bool
+}
+
+// logVerdict is what a log reader does with a line (see [logWriters]).
+type logVerdict int
+
+const (
+	showLine logVerdict = iota
+	dropLine            // shipped by a worker that held none of the instance's attempts
+	holdLine            // not yet known: the current attempt has no holder recorded
+)
+
+// logWriters are the workers whose task log lines an instance shows: those
+// that held one of its attempts (a started or final report of theirs
+// recorded it). A line's worker is the one its subject names
+// (ax.log.<instance>.<worker>, which NATS permissions bind to the
+// shipping credential), so another worker's lines — a forged line on an
+// instance it never ran — are dropped. While the current attempt has no
+// holder recorded yet (its lines may come before its first report), a
+// line of an unknown worker is held until one is, or the instance ends.
+type logWriters struct {
+	held    map[string]bool
+	pending bool
+}
+
+func writersOf(in schemas.Instance) logWriters {
+	lw := logWriters{held: map[string]bool{}}
+	for _, t := range in.Transitions {
+		if w, ok := strings.CutPrefix(t.Operator, store.WorkerOperator("")); ok && w != "" {
+			lw.held[w] = true
+		}
+	}
+	// The current attempt's holder; none yet while it is DISPATCHED (each
+	// attempt starts with no worker).
+	if in.WorkerID != "" {
+		lw.held[in.WorkerID] = true
+	}
+	lw.pending = in.WorkerID == "" && !in.State.Terminal()
+	return lw
+}
+
+// judge says what to do with line.
+func (lw logWriters) judge(line *logLine) logVerdict {
+	switch {
+	case !line.shipped || lw.held[line.WorkerID]:
+		// A line of an executor older than the worker token has no
+		// worker in its subject; no executor credential may publish there.
+		return showLine
+	case lw.pending:
+		return holdLine
+	}
+	return dropLine
 }
 
 // close stops the reader and deletes its consumer.
@@ -209,8 +273,11 @@ func (lr *logReader) close() {
 	_ = lr.s.js.DeleteConsumer(ctx, lr.s.opts.Topology.LogsStream(), info.Name)
 }
 
-// readLogs reads one page of the lines of instance id.
-func (s *Service) readLogs(ctx context.Context, id int64, q logQuery) (LogPage, error) {
+// readLogs reads one page of the lines of instance in, those of the
+// workers that held its attempts (see [logWriters]). The page ends before
+// a line it must hold, which the next read shows or drops.
+func (s *Service) readLogs(ctx context.Context, in schemas.Instance, q logQuery) (LogPage, error) {
+	id := in.ID
 	page := LogPage{Lines: []schemas.LogLine{}, Next: q.after}
 	ctx, cancel := context.WithTimeout(ctx, readLogsTimeout)
 	defer cancel()
@@ -219,6 +286,7 @@ func (s *Service) readLogs(ctx context.Context, id int64, q logQuery) (LogPage, 
 		return page, err
 	}
 	defer lr.close()
+	writers, reread := writersOf(in), false
 	for pending := lr.pending; pending > 0; {
 		if len(page.Lines) == q.limit {
 			page.More = true
@@ -226,11 +294,24 @@ func (s *Service) readLogs(ctx context.Context, id int64, q logQuery) (LogPage, 
 		}
 		line, seq, left, ok, err := lr.next(ctx)
 		if err != nil {
-			return page, fmt.Errorf("read %s: %w", s.opts.Topology.Log(id), err)
+			return page, fmt.Errorf("read the logs of instance %d: %w", id, err)
+		}
+		verdict := writers.judge(&line)
+		if ok && verdict == holdLine && !reread {
+			// The instance as it is now: the line's worker may have
+			// reported since the request read it.
+			if in, err = s.opts.Store.GetInstance(ctx, id); err != nil {
+				return page, err
+			}
+			writers, reread = writersOf(in), true
+			verdict = writers.judge(&line)
+		}
+		if ok && verdict == holdLine {
+			break
 		}
 		page.Next, pending = seq, left
-		if ok && q.keep(&line) {
-			page.Lines = append(page.Lines, line)
+		if ok && verdict == showLine && q.keep(&line.LogLine) {
+			page.Lines = append(page.Lines, line.LogLine)
 		}
 	}
 	return page, nil
@@ -251,7 +332,7 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 	defer lr.close()
 
 	type msg struct {
-		line schemas.LogLine
+		line logLine
 		seq  uint64
 		ok   bool
 	}
@@ -302,6 +383,31 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 	idle := time.NewTicker(followIdle / 4)
 	defer idle.Stop()
 	last, lastAt := lr.start, time.Now()
+	// Lines held until the instance records their worker or ends (see
+	// [logWriters]), in order; a held line holds those after it.
+	writers := writersOf(in)
+	var held []msg
+	show := func(m msg) bool {
+		if !m.ok || !q.keep(&m.line.LogLine) {
+			return true
+		}
+		data, _ := json.Marshal(m.line.LogLine)
+		return send("id: %d\ndata: %s\n\n", m.seq, data)
+	}
+	flush := func() bool {
+		for len(held) > 0 {
+			switch writers.judge(&held[0].line) {
+			case holdLine:
+				return true
+			case showLine:
+				if !show(held[0]) {
+					return false
+				}
+			}
+			held = held[1:]
+		}
+		return true
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -311,11 +417,14 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 				return
 			}
 			last, lastAt = m.seq, time.Now()
-			if !m.ok || !q.keep(&m.line) {
+			if len(held) > 0 || (m.ok && writers.judge(&m.line) == holdLine) {
+				held = append(held, m)
 				continue
 			}
-			data, _ := json.Marshal(m.line)
-			if !send("id: %d\ndata: %s\n\n", m.seq, data) {
+			if m.ok && writers.judge(&m.line) == dropLine {
+				continue
+			}
+			if !show(m) {
 				return
 			}
 		case <-heartbeat.C:
@@ -323,6 +432,21 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 				return
 			}
 		case <-idle.C:
+			if len(held) > 0 {
+				now, err := s.opts.Store.GetInstance(ctx, in.ID)
+				if err != nil {
+					if ctx.Err() == nil {
+						s.opts.Logger.Error().Err(err).Int64("instance_id", in.ID).Msg("follow task logs; ending the stream")
+					}
+					return
+				}
+				writers = writersOf(now)
+				if !flush() {
+					return
+				}
+				lastAt = time.Now()
+				continue
+			}
 			if time.Since(lastAt) < followIdle {
 				continue
 			}
@@ -359,12 +483,17 @@ func (s *Service) logsDone(ctx context.Context, id int64, last uint64) (schemas.
 	if err != nil {
 		return "", false, fmt.Errorf("look up stream %s: %w", s.opts.Topology.LogsStream(), err)
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, s.opts.Topology.Log(id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return in.State, true, nil
+	for _, subject := range s.opts.Topology.InstanceLogs(id) {
+		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("read the last message of %s: %w", subject, err)
+		}
+		if m.Sequence > last {
+			return in.State, false, nil
+		}
 	}
-	if err != nil {
-		return "", false, fmt.Errorf("read the last message of %s: %w", s.opts.Topology.Log(id), err)
-	}
-	return in.State, m.Sequence <= last, nil
+	return in.State, true, nil
 }

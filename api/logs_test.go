@@ -28,7 +28,7 @@ func logLine(id int64, attempt, i int) schemas.LogLine {
 // stream sequence.
 func (e *env) shipLog(l schemas.LogLine) uint64 {
 	e.t.Helper()
-	ack, err := streams.Publish(context.WithoutCancel(e.t.Context()), e.js, streams.Default().Log(l.InstanceID), "", l)
+	ack, err := streams.Publish(context.WithoutCancel(e.t.Context()), e.js, streams.Default().Log(l.InstanceID, l.WorkerID), "", l)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -253,5 +253,83 @@ func TestFollowLogsEvents(t *testing.T) {
 	// A follow of a missing instance is refused like any request.
 	if _, err := e.client.FollowLogs(t.Context(), id+100, apiclient.LogQuery{}, func(schemas.LogLine) error { return nil }); !apiclient.IsNotFound(err) {
 		t.Errorf("follow a missing instance: %v", err)
+	}
+}
+
+// TestLogsOfOtherWorkersAreNotShown ships lines on an instance that worker
+// w-1 holds: its own, one of an executor before the worker token (on
+// ax.log.<instance>), and one shipped by w-evil whose body names w-1. The
+// page and a follower show w-1's lines and the old one, never w-evil's.
+func TestLogsOfOtherWorkersAreNotShown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.apply(echoTask)
+	id := e.insertInstance("nightly-report", "ev-1", schemas.StateSucceeded)
+	ship := func(subject string, l schemas.LogLine) {
+		t.Helper()
+		if _, err := streams.Publish(context.WithoutCancel(t.Context()), e.js, subject, "", l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	top := streams.Default()
+	ship(top.Log(id, "w-1"), logLine(id, 1, 0))
+	forged := logLine(id, 1, 1)
+	forged.Message = "forged"
+	ship(top.Log(id, "w-evil"), forged)
+	ship(top.InstanceLogs(id)[0], logLine(id, 1, 2))
+
+	status, body := e.do("GET", fmt.Sprintf("/v1/instances/%d/logs", id), "", nil)
+	raw, _ := json.Marshal(body["lines"])
+	var lines []schemas.LogLine
+	if err := json.Unmarshal(raw, &lines); status != http.StatusOK || err != nil {
+		t.Fatalf("logs: %d %v", status, body)
+	}
+	if got := messages(lines); got != "step 0, step 2" {
+		t.Errorf("the page shows %q, want w-1's line and the old one", got)
+	}
+	var followed []schemas.LogLine
+	if _, err := e.client.FollowLogs(t.Context(), id, apiclient.LogQuery{}, func(l schemas.LogLine) error {
+		followed = append(followed, l)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := messages(followed); got != "step 0, step 2" {
+		t.Errorf("a follower gets %q, want w-1's line and the old one", got)
+	}
+}
+
+// TestLogsWaitForTheirAttemptsHolder ships a line of w-2 on an attempt no
+// worker holds yet (its lines may come before its first report): the page
+// ends before it, and shows it once w-2 holds the attempt.
+func TestLogsWaitForTheirAttemptsHolder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.apply(echoTask)
+	id := e.insertInstance("nightly-report", "ev-1", schemas.StateDispatched)
+	if _, err := e.pool.Exec(t.Context(), `UPDATE instances SET worker_id = '' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	l := logLine(id, 1, 0)
+	l.WorkerID = "w-2"
+	e.shipLog(l)
+	page := func() (string, any) {
+		t.Helper()
+		status, body := e.do("GET", fmt.Sprintf("/v1/instances/%d/logs", id), "", nil)
+		raw, _ := json.Marshal(body["lines"])
+		var lines []schemas.LogLine
+		if err := json.Unmarshal(raw, &lines); status != http.StatusOK || err != nil {
+			t.Fatalf("logs: %d %v", status, body)
+		}
+		return messages(lines), body["next"]
+	}
+	if got, next := page(); got != "" || next != float64(0) {
+		t.Errorf("while no worker holds the attempt the page shows %q up to %v; want nothing, up to 0", got, next)
+	}
+	if _, err := e.pool.Exec(t.Context(), `UPDATE instances SET worker_id = 'w-2', state = 'RUNNING' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := page(); got != "step 0" {
+		t.Errorf("once w-2 holds the attempt the page shows %q, want its line", got)
 	}
 }

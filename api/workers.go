@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // readNATSTimeout bounds the NATS reads of one request for workers or streams.
@@ -56,6 +57,10 @@ func (s *Service) readWorkers(ctx context.Context) ([]schemas.Worker, error) {
 			if e == nil { // every value there at the start was delivered
 				slices.SortFunc(workers, func(a, b schemas.Worker) int { return strings.Compare(a.ID, b.ID) })
 				return workers, nil
+			}
+			if _, _, _, grant := streams.ParseGrantKey(e.Key()); grant {
+				// A grant key beside a heartbeat, not a worker.
+				continue
 			}
 			var wk schemas.Worker
 			if err := json.Unmarshal(e.Value(), &wk); err != nil {

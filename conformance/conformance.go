@@ -108,6 +108,7 @@ type kit struct {
 	report drill.Report
 	names  map[string]string // task by kind
 	start  time.Time
+	keys   map[string]bool // the keys of the workers bucket at the start
 }
 
 // Executor runs the conformance kit against the worker(s) serving
@@ -246,7 +247,9 @@ func (k *kit) workers(ctx context.Context) (map[string]json.RawMessage, error) {
 		return nil, fmt.Errorf("conformance: list bucket %s: %w", k.opts.Topology.WorkersBucket(), err)
 	}
 	out := map[string]json.RawMessage{}
+	k.keys = map[string]bool{}
 	for key := range keys.Keys() {
+		k.keys[key] = true
 		e, err := kv.Get(ctx, key)
 		if err != nil {
 			continue
@@ -294,6 +297,17 @@ func (k *kit) registration(workers map[string]json.RawMessage) {
 	k.report.Expect("registration: worker record",
 		"a record per worker in "+k.opts.Topology.WorkersBucket()+": its pools, the conformance handlers but not "+k.opts.HandlerPrefix+Missing+", slots, started_at, heartbeat_at",
 		orOK(bad, "workers "+strings.Join(ids, ", ")), len(bad) == 0)
+	var ungranted []string
+	for _, id := range ids {
+		for _, h := range k.handlerNames() {
+			if key := streams.GrantKey(id, k.opts.Pool, h); !k.keys[key] {
+				ungranted = append(ungranted, key)
+			}
+		}
+	}
+	k.report.Expect("registration: grant keys",
+		"a grant key <worker_id>.<pool>.<handler> per conformance handler beside each record, renewed with it: the dispatcher routes to a worker only what these keys back",
+		orOK(ungranted, "present for "+strings.Join(ids, ", ")), len(ungranted) == 0)
 	c := drill.Check{Name: "registration: protocol version", Expected: fmt.Sprintf("protocol %d or later in the record", schemas.ExecutorProtocol),
 		Observed: orOK(protoBad, "declared by "+strings.Join(ids, ", ")), Pass: len(protoBad) == 0}
 	if len(protoMissing) > 0 && len(protoBad) == 0 {
@@ -564,7 +578,7 @@ func (k *kit) checkLogs(ctx context.Context, inst schemas.Instance) {
 		}
 	}
 	k.report.Expect("logs: shipped",
-		fmt.Sprintf("%d lines on %s in %s, readable through the API", logLines, k.opts.Topology.Log(inst.ID), k.opts.Topology.LogsStream()),
+		fmt.Sprintf("%d lines on %s in %s, readable through the API", logLines, k.opts.Topology.Log(inst.ID, inst.WorkerID), k.opts.Topology.LogsStream()),
 		orOK(problems, fmt.Sprintf("%d lines; instance %s", len(lines), inst.State)), len(problems) == 0 && inst.State == schemas.StateSucceeded)
 }
 

@@ -75,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_stale_reports_total",
 			Help: "Executor reports refused as stale (their attempt was fenced out), by kind (started, succeeded, failed)."}, []string{"kind"}),
 		refusedReports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_refused_reports_total",
-			Help: "Executor reports refused because they did not come from the attempt's holder (another pool, another worker, or a subject that does not name the report's worker), by kind (started, succeeded, failed, progress); never applied."}, []string{"kind"}),
+			Help: "Executor reports refused because they did not come from the attempt's holder (another pool, another worker, a subject that does not name the report's worker, or a worker whose credential does not grant the handler of an attempt no worker holds yet), by kind (started, succeeded, failed, progress); never applied."}, []string{"kind"}),
 		progress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_progress_reports_total",
 			Help: "Progress reports, by result (applied: now the instance's progress; dropped: the attempt was not RUNNING, " +
 				"or a newer progress was stored; refused: not from the attempt's holder)."}, []string{"result"}),

@@ -60,6 +60,18 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 // a warning (a single report's message is terminated); a report batch
 // counts as its reports.
 func (s *Service) readReports(msgs []jetstream.Msg) (reports []schemas.Report, stale []store.StaleReport, handled []jetstream.Msg) {
+	// The handlers each worker's credential grants in a pool, read once a
+	// batch: a report carries them to the store's holder check.
+	grants := map[[2]string][]string{}
+	granted := func(pool, worker string) []string {
+		k := [2]string{pool, worker}
+		h, ok := grants[k]
+		if !ok {
+			h = s.workers.grantedHandlers(worker, pool)
+			grants[k] = h
+		}
+		return h
+	}
 	for _, m := range msgs {
 		if pool, worker, ok := s.top.ReportBatchFrom(m.Subject()); ok {
 			b, err := schemas.DecodeReportBatch(m.Data())
@@ -86,7 +98,7 @@ func (s *Service) readReports(msgs []jetstream.Msg) (reports []schemas.Report, s
 				if kind := r.Kind; storableReport(&r) {
 					s.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
 				}
-				r.Pool = pool
+				r.Pool, r.Handlers = pool, granted(pool, worker)
 				if r.WorkerID != worker {
 					stale = append(stale, s.noteRefused(r, fmt.Sprintf(
 						"%s report of attempt %d refused: it came in a batch on %s, which does not name its worker %q (its batches come on %s)",
@@ -128,7 +140,7 @@ func (s *Service) readReports(msgs []jetstream.Msg) (reports []schemas.Report, s
 				r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.Report("<pool>", "<worker_id>", r.InstanceID))))
 			continue
 		}
-		r.Pool = pool
+		r.Pool, r.Handlers = pool, granted(pool, worker)
 		reports = append(reports, r)
 	}
 	return reports, stale, handled
@@ -211,7 +223,7 @@ func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]s
 		switch {
 		case isRefused(o, r):
 			stale = append(stale, s.noteRefused(r, fmt.Sprintf(
-				"%s report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, or another worker (%q) holds it",
+				"%s report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, another worker (%q) holds it, or no grant key of the worker's credential names its handler",
 				kind, o.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
 			continue
 		case isStale(o, kind):
@@ -305,7 +317,7 @@ func (s *Service) applyProgress(ctx context.Context, reports []schemas.Report) (
 		case o.Refused:
 			s.metrics.progress.WithLabelValues("refused").Inc()
 			refused = append(refused, s.noteRefused(r, fmt.Sprintf(
-				"progress report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, or another worker (%q) holds it",
+				"progress report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, another worker (%q) holds it, or no grant key of the worker's credential names its handler",
 				r.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
 		default:
 			s.metrics.progress.WithLabelValues("dropped").Inc()

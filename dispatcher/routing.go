@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/url"
-	"slices"
 	"strconv"
 	"text/template"
 	"time"
@@ -108,7 +107,8 @@ func (e errNoWorker) Error() string {
 	if e.protocol > 1 {
 		msg += fmt.Sprintf(" and speaks version %d of the executor protocol", e.protocol)
 	}
-	return msg
+	// A worker that claims them without a grant key counts as none.
+	return msg + " (with a grant key of its credential for both)"
 }
 
 // routing is what one batch's routes share: the attempts it routed to
@@ -157,13 +157,15 @@ func (rs *routing) queue(top streams.Topology, pool string, p schemas.Priority, 
 //     batch routed to it: load), so that no older worker ever sees it.
 //   - "worker": the named worker's own subject, live or not: the message
 //     waits in the worker's consumer until it comes (back). A live worker
-//     without the handler or older than min_worker_version is not given
-//     it.
+//     that does not serve the pool and the handler (by its heartbeat and
+//     its credential's grant keys) or is older than min_worker_version is
+//     not given it.
 //   - "hash": the own subject of the eligible live worker that wins the
 //     rendered hash_key by rendezvous hashing (see [rendezvous]). A key
 //     that does not render falls back to "pull" with a warning.
 //
-// Eligible workers serve the pool, have the handler registered, run
+// Eligible workers serve the pool, have the handler registered (both
+// backed by a grant key of their credential, see [liveWorkers]), run
 // min_worker_version or newer and speak the dispatcher's version of the
 // executor protocol (Options.Protocol). errNoWorker says none is live.
 func (s *Service) route(a store.Attempt, rs *routing) (route, error) {
@@ -179,8 +181,8 @@ func (s *Service) route(a store.Attempt, rs *routing) (route, error) {
 	noWorker := errNoWorker{pool: a.Pool, handler: a.Handler, minVersion: a.MinWorkerVersion, protocol: protocol}
 	switch a.Strategy {
 	case schemas.DispatchWorker:
-		if w, ok := s.workers.live(a.Key); ok && (!slices.Contains(w.Handlers, a.Handler) ||
-			!schemas.VersionAtLeast(w.Version, a.MinWorkerVersion) || !w.Speaks(protocol)) {
+		if w, ok := s.workers.live(a.Key); ok && (!eligible(w, a.Pool, a.Handler, a.MinWorkerVersion) ||
+			!w.Speaks(protocol) || !s.workers.hasGrant(a.Key, a.Pool, a.Handler)) {
 			return route{}, noWorker
 		}
 		return to(a.Key), nil

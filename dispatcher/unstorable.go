@@ -52,7 +52,7 @@ func storableReport(r *schemas.Report) bool {
 // A refused success stays unretried, as its handler ran.
 func bareFailure(r schemas.Report, err error) schemas.Report {
 	return schemas.Report{
-		InstanceID: r.InstanceID, Attempt: r.Attempt, WorkerID: r.WorkerID, Pool: r.Pool,
+		InstanceID: r.InstanceID, Attempt: r.Attempt, WorkerID: r.WorkerID, Pool: r.Pool, Handlers: r.Handlers,
 		At: r.At, StartedAt: r.StartedAt, Kind: schemas.ReportFailed,
 		Permanent: r.Permanent || r.Kind == schemas.ReportSucceeded,
 		Error:     storableText(fmt.Sprintf("PostgreSQL refused the %s report (%s); it is recorded as a failure without its output", r.Kind, pgReason(err))),

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // liveWorkers is the dispatcher's view of ax-workers: the executors that
@@ -27,7 +28,31 @@ type liveWorkers struct {
 	mu        sync.Mutex
 	workers   map[string]liveWorker
 	suspended map[string]time.Time // since when, by worker id
+	// grants are the grant keys (streams.GrantKey) by worker id: the pools
+	// and handlers its credential lets it serve. A worker serves a pool and
+	// a handler only when its heartbeat says so and the grant is live: a
+	// heartbeat is the worker's word, a grant key is its credential's (NATS
+	// lets it write only its scope's keys). A grant whose key went is
+	// remembered for grantMemory, for the reports its worker sent before
+	// it left, which the dispatcher may record later.
+	grants map[string]map[grant]grantSeen
+	pruned time.Time // when grants were last pruned
 }
+
+// grant is one pool and handler a worker's credential grants.
+type grant struct{ pool, handler string }
+
+// grantSeen is when the dispatcher last read a grant key, and whether and
+// when the key went since (deleted, or expired).
+type grantSeen struct {
+	at, goneAt time.Time
+	gone       bool
+}
+
+// grantMemory is how long the dispatcher remembers a grant whose key
+// went, for the reports on attempts that its worker ran (see
+// [liveWorkers.grantedHandlers]).
+const grantMemory = time.Hour
 
 type liveWorker struct {
 	schemas.Worker
@@ -35,7 +60,84 @@ type liveWorker struct {
 }
 
 func newLiveWorkers(now func() time.Time) *liveWorkers {
-	return &liveWorkers{now: now, workers: make(map[string]liveWorker), suspended: make(map[string]time.Time)}
+	return &liveWorkers{now: now, workers: make(map[string]liveWorker), suspended: make(map[string]time.Time),
+		grants: make(map[string]map[grant]grantSeen)}
+}
+
+// granted reports whether worker id's credential grants it handler in
+// pool: its grant key is there and younger than the bucket's TTL. The
+// caller holds v.mu.
+func (v *liveWorkers) granted(id, pool, handler string, now time.Time) bool {
+	g, ok := v.grants[id][grant{pool, handler}]
+	return ok && !g.gone && (v.ttl <= 0 || now.Sub(g.at) <= v.ttl)
+}
+
+// verified returns w as far as its credential backs it: the pools and
+// handlers of its heartbeat that a grant key pairs (a pool with none of
+// its handlers granted is left out, and a handler granted in none of its
+// pools). The caller holds v.mu.
+func (v *liveWorkers) verified(w schemas.Worker, now time.Time) schemas.Worker {
+	pools, handlers := make([]string, 0, len(w.Pools)), make([]string, 0, len(w.Handlers))
+	for _, p := range w.Pools {
+		if slices.ContainsFunc(w.Handlers, func(h string) bool { return v.granted(w.ID, p, h, now) }) {
+			pools = append(pools, p)
+		}
+	}
+	for _, h := range w.Handlers {
+		if slices.ContainsFunc(w.Pools, func(p string) bool { return v.granted(w.ID, p, h, now) }) {
+			handlers = append(handlers, h)
+		}
+	}
+	w.Pools, w.Handlers = pools, handlers
+	return w
+}
+
+// hasGrant reports whether worker id's credential grants it handler in
+// pool, as its grant keys show now.
+func (v *liveWorkers) hasGrant(id, pool, handler string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.granted(id, pool, handler, v.now())
+}
+
+// grantedHandlers returns the handlers that worker id's credential grants
+// it in pool, as its grant keys show them, or showed them up to
+// grantMemory before they went; nil for none. A report is judged by them: its worker may have stopped (and
+// its keys gone) before the report is recorded. A dispatcher that starts
+// later than a bucket TTL after a worker's last heartbeat never saw its
+// grants, and refuses its reports on attempts no worker holds yet (an
+// attempt whose started report was recorded is held, and judged by that).
+func (v *liveWorkers) grantedHandlers(id, pool string) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	now := v.now()
+	for g, seen := range v.grants[id] {
+		if g.pool == pool && (!seen.gone || now.Sub(seen.goneAt) <= grantMemory) {
+			out = append(out, g.handler)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pruneGrants forgets the grants whose keys went more than grantMemory
+// ago, at most once per grantMemory. The caller holds v.mu.
+func (v *liveWorkers) pruneGrants(now time.Time) {
+	if now.Sub(v.pruned) < grantMemory {
+		return
+	}
+	v.pruned = now
+	for id, grants := range v.grants {
+		for g, seen := range grants {
+			if seen.gone && now.Sub(seen.goneAt) > grantMemory {
+				delete(grants, g)
+			}
+		}
+		if len(grants) == 0 {
+			delete(v.grants, id)
+		}
+	}
 }
 
 // isLive reports whether w counts as live now. The caller holds v.mu.
@@ -77,6 +179,22 @@ func (v *liveWorkers) setTTL(ttl time.Duration) {
 func (v *liveWorkers) apply(e jetstream.KeyValueEntry) (left bool, err error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if id, pool, handler, ok := streams.ParseGrantKey(e.Key()); ok {
+		g, now := grant{pool, handler}, v.now()
+		v.pruneGrants(now)
+		if e.Operation() != jetstream.KeyValuePut {
+			if seen, ok := v.grants[id][g]; ok && !seen.gone {
+				seen.gone, seen.goneAt = true, now
+				v.grants[id][g] = seen
+			}
+			return false, nil
+		}
+		if v.grants[id] == nil {
+			v.grants[id] = make(map[grant]grantSeen)
+		}
+		v.grants[id][g] = grantSeen{at: now}
+		return false, nil
+	}
 	_, known := v.workers[e.Key()]
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(v.workers, e.Key())
@@ -105,27 +223,30 @@ func (v *liveWorkers) all() []schemas.Worker {
 	now := v.now()
 	for _, w := range v.workers {
 		if v.isLive(w, now) {
-			out = append(out, w.Worker)
+			out = append(out, v.verified(w.Worker, now))
 		}
 	}
 	slices.SortFunc(out, func(a, b schemas.Worker) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
-// live reports whether the worker id is live.
+// live reports whether the worker id is live, with the pools and
+// handlers its credential backs (see [liveWorkers.verified]).
 func (v *liveWorkers) live(id string) (schemas.Worker, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	w, ok := v.workers[id]
-	if !ok || !v.isLive(w, v.now()) {
+	now := v.now()
+	if !ok || !v.isLive(w, now) {
 		return schemas.Worker{}, false
 	}
-	return w.Worker, true
+	return v.verified(w.Worker, now), true
 }
 
 // eligible returns the live workers that serve pool, have handler
-// registered, run minVersion or newer and speak version protocol of the
-// executor protocol, by id.
+// registered, both granted by their credential (a grant key), run
+// minVersion or newer and speak version protocol of the executor
+// protocol, by id.
 func (v *liveWorkers) eligible(pool, handler, minVersion string, protocol int) []schemas.Worker {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -135,7 +256,7 @@ func (v *liveWorkers) eligible(pool, handler, minVersion string, protocol int) [
 		if !v.isLive(w, now) {
 			continue
 		}
-		if eligible(w.Worker, pool, handler, minVersion) && w.Speaks(protocol) {
+		if eligible(w.Worker, pool, handler, minVersion) && w.Speaks(protocol) && v.granted(w.ID, pool, handler, now) {
 			out = append(out, w.Worker)
 		}
 	}

@@ -46,7 +46,9 @@
 // # The daemon
 //
 // [New] and [Service.Run] make a worker: it registers in the ax-workers
-// bucket, pulls attempts from its pools' consumers on AX_DISPATCH only while
+// bucket (its record, and a grant key per pool and handler, which only a
+// credential that grants them may write: the dispatcher routes to a worker
+// only what they back), pulls attempts from its pools' consumers on AX_DISPATCH only while
 // it has free slots (urgent work first), takes a lease in ax-leases for each,
 // runs the handler, reports it started if it runs past
 // Options.StartedDelay, reports the outcome and stops renewing the lease. It needs NATS credentials only; the dispatcher owns the topology and

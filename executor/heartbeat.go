@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // heartbeat puts the worker in ax-workers every HeartbeatInterval until ctx ends.
@@ -43,6 +46,12 @@ func (s *Service) putWorker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("encode worker %s: %w", w.ID, err)
 	}
+	// The grant keys first, on the same connection: the server stores
+	// them before the heartbeat, so the dispatcher never reads a
+	// heartbeat of this round without its grants.
+	if err := s.putGrants(nil); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	if _, err := s.workers.Put(ctx, w.ID, data); err != nil {
@@ -51,10 +60,33 @@ func (s *Service) putWorker(ctx context.Context) error {
 	return nil
 }
 
-// deleteWorker takes the worker off ax-workers.
+// putGrants writes (or, with hdr, deletes) the worker's grant keys in
+// ax-workers, one per pool and handler it serves (streams.GrantKey): the
+// dispatcher routes to a worker only the pools and handlers whose keys are
+// there, and NATS lets a credential write only the keys of what it
+// grants. They are plain publishes, renewed with every heartbeat so that
+// the bucket's TTL keeps them only while the worker lives; a key the
+// credential does not grant is refused by the server (and that handler's
+// consumers could not be made either).
+func (s *Service) putGrants(hdr nats.Header) error {
+	for _, pool := range s.opts.Pools {
+		for _, h := range s.opts.Mux.Names() {
+			subject := s.opts.Topology.GrantSubject(s.opts.WorkerID, pool, h)
+			if err := s.opts.Conn.PublishMsg(&nats.Msg{Subject: subject, Header: hdr}); err != nil {
+				return fmt.Errorf("put grant %s in %s: %w", streams.GrantKey(s.opts.WorkerID, pool, h), s.opts.Topology.WorkersBucket(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// deleteWorker takes the worker and its grant keys off ax-workers.
 func (s *Service) deleteWorker() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
+	if err := s.putGrants(nats.Header{"KV-Operation": []string{"DEL"}}); err != nil {
+		s.log.Warn().Err(err).Msg("delete grant keys from the list; they drop off when their TTL passes")
+	}
 	if err := s.workers.Delete(ctx, s.opts.WorkerID); err != nil {
 		s.log.Warn().Err(err).Msg("delete worker from the list; it drops off when its TTL passes")
 	}

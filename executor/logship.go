@@ -353,7 +353,7 @@ func (sh *logShipper) publish(pub *streams.Publisher, lines []schemas.LogLine) (
 			continue
 		}
 		sent = append(sent, i)
-		b.AddData(sh.topo.Log(l.InstanceID), data)
+		b.AddData(sh.topo.Log(l.InstanceID, sh.workerID), data)
 	}
 	_ = b.Await(ctx) // a line it did not wait for has an error
 	for j, i := range sent {

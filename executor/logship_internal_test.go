@@ -168,7 +168,7 @@ func decodeLine(t *testing.T, m *nats.Msg) schemas.LogLine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "blocked.log.7"; m.Subject != want {
+	if want := "blocked.log.7.w1"; m.Subject != want {
 		t.Errorf("subject %s, want %s", m.Subject, want)
 	}
 	return l
@@ -199,7 +199,7 @@ func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(srv.Topology.Log(7)))
+	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(srv.Topology.Log(7, "w1")))
 	if err != nil {
 		t.Fatal(err)
 	}

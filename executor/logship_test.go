@@ -28,7 +28,7 @@ func (w *world) logLines(instanceID int64) []schemas.LogLine {
 	}
 	var lines []schemas.LogLine
 	for seq := uint64(1); ; {
-		m, err := s.GetMsg(w.t.Context(), seq, jetstream.WithGetMsgSubject(w.topo.Log(instanceID)))
+		m, err := s.GetMsg(w.t.Context(), seq, jetstream.WithGetMsgSubject(w.topo.Log(instanceID, "*")))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return lines
 		}

@@ -537,6 +537,18 @@ func TestHeartbeat(t *testing.T) {
 		strings.Join(wk.Handlers, ",") != "builtin.echo,builtin.fail,builtin.sleep" || wk.StartedAt.IsZero() || wk.HeartbeatAt.IsZero() {
 		t.Errorf("worker record %+v", wk)
 	}
+	// Beside it, a grant key per pool and handler (a pool with '+' too,
+	// which a KV client's key check refuses).
+	want := []string{"w1"}
+	for _, p := range opts.Pools {
+		for _, h := range wk.Handlers {
+			want = append(want, streams.GrantKey("w1", p, h))
+		}
+	}
+	slices.Sort(want)
+	if keys := workerKeys(t, w.workers); !slices.Equal(keys, want) {
+		t.Errorf("keys of the workers bucket = %v, want %v", keys, want)
+	}
 	// Both pools' work reaches the worker.
 	if _, err := streams.Publish(t.Context(), w.js, w.topo.Dispatch("eu+gpu", schemas.PriorityLow, executor.BuiltinEcho), "", schemas.Dispatch{
 		InstanceID: 1, Attempt: 1, Task: "t", Handler: executor.BuiltinEcho, TimeoutMS: 60000}); err != nil {
@@ -550,6 +562,24 @@ func TestHeartbeat(t *testing.T) {
 	if _, err := w.workers.Get(t.Context(), "w1"); !isKeyMissing(err) {
 		t.Errorf("worker key after the stop: %v, want it deleted", err)
 	}
+	if keys := workerKeys(t, w.workers); len(keys) != 0 {
+		t.Errorf("keys of the workers bucket after the stop = %v, want none", keys)
+	}
+}
+
+// workerKeys lists the keys of the workers bucket, sorted.
+func workerKeys(t *testing.T, kv jetstream.KeyValue) []string {
+	t.Helper()
+	lister, err := kv.ListKeys(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func TestGracefulShutdown(t *testing.T) {

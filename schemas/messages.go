@@ -382,6 +382,12 @@ type Report struct {
 	// set by the dispatcher from the subject, never read from the body: the
 	// store applies a report only to an instance of that pool.
 	Pool string `json:"-"`
+	// Handlers are the handlers the reporting worker's credential grants
+	// it in Pool, as its grant keys in ax-workers show them, set by the
+	// dispatcher, never read from the body: the store applies a report on
+	// an attempt that no worker holds yet only when the attempt's handler
+	// is among them.
+	Handlers []string `json:"-"`
 }
 
 // ReportBatch is the message on ax.report.<pool>.<worker_id>.batch
@@ -426,7 +432,7 @@ type Lease struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 }
 
-// LogLine is the message on ax.log.<instance_id>: one line a handler logged
+// LogLine is the message on ax.log.<instance_id>.<worker_id>: one line a handler logged
 // through its context's logger (executor.Logger), shipped by the executor to
 // AX_LOGS. The lines of one instance are stored in the order the worker
 // received them; one message holds one line.

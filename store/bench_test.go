@@ -155,7 +155,7 @@ func BenchmarkInstanceLife(b *testing.B) {
 			for _, a := range made {
 				now := time.Now()
 				reports = append(reports, schemas.Report{InstanceID: a.ID, Attempt: a.Attempt, WorkerID: "w1",
-					Kind: schemas.ReportSucceeded, At: now, StartedAt: now, Output: json.RawMessage(`{}`), Pool: "default"})
+					Kind: schemas.ReportSucceeded, At: now, StartedAt: now, Output: json.RawMessage(`{}`), Pool: "default", Handlers: []string{"builtin.echo"}})
 			}
 		}
 		for i := 0; i < len(reports); i += batch {
@@ -210,9 +210,9 @@ func BenchmarkReportBatch(b *testing.B) {
 					for _, a := range made {
 						now := time.Now()
 						started = append(started, schemas.Report{InstanceID: a.ID, Attempt: a.Attempt, WorkerID: "w1",
-							Kind: schemas.ReportStarted, At: now, StartedAt: now, Pool: "default"})
+							Kind: schemas.ReportStarted, At: now, StartedAt: now, Pool: "default", Handlers: []string{"builtin.echo"}})
 						final = append(final, schemas.Report{InstanceID: a.ID, Attempt: a.Attempt, WorkerID: "w1",
-							Kind: schemas.ReportSucceeded, At: now, StartedAt: now, Output: json.RawMessage(`{}`), Pool: "default"})
+							Kind: schemas.ReportSucceeded, At: now, StartedAt: now, Output: json.RawMessage(`{}`), Pool: "default", Handlers: []string{"builtin.echo"}})
 					}
 				}
 				_, b0 := cpuTimes(b, pid)

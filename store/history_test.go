@@ -392,7 +392,7 @@ func TestTransitionsHaveTheirInstance(t *testing.T) {
 	}
 	now := time.Now()
 	report := schemas.Report{InstanceID: ids["e0"], Attempt: 1, WorkerID: "w1", Kind: schemas.ReportSucceeded,
-		StartedAt: now, At: now, Pool: "default"}
+		StartedAt: now, At: now, Pool: "default", Handlers: []string{"h"}}
 	if out, err := st.ApplyReports(ctx, nil, []schemas.Report{report}); err != nil || !out[0].Applied {
 		t.Fatalf("ApplyReports = %+v, %v", out, err)
 	}

@@ -66,7 +66,7 @@ func TestTransitionPairsMigration(t *testing.T) {
 	made := create(t, st, newRunInstance("a", "e1", "", schemas.StateDispatched))
 	now := time.Now()
 	if out, err := st.ApplyReports(ctx, nil, []schemas.Report{{InstanceID: made[0].ID, Attempt: 1, WorkerID: "w1",
-		Kind: schemas.ReportSucceeded, At: now, StartedAt: now, Output: json.RawMessage(`{}`), Pool: "default"}}); err != nil || !out[0].Applied {
+		Kind: schemas.ReportSucceeded, At: now, StartedAt: now, Output: json.RawMessage(`{}`), Pool: "default", Handlers: []string{"h"}}}); err != nil || !out[0].Applied {
 		t.Fatalf("ApplyReports = %+v, %v", out, err)
 	}
 	paired, err := st.GetInstance(ctx, made[0].ID)

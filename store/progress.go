@@ -60,6 +60,7 @@ func (s *Store) ApplyProgress(ctx context.Context, reports []schemas.Report) ([]
 		ids, dones, totals       = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 		attempts                 = make([]int32, 0, n)
 		pools, workers, messages = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		grants                   = make([]string, 0, n)
 		ats                      = make([]time.Time, 0, n)
 	)
 	for i, r := range reports {
@@ -67,14 +68,15 @@ func (s *Store) ApplyProgress(ctx context.Context, reports []schemas.Report) ([]
 			continue
 		}
 		ids, attempts, pools, workers = append(ids, r.InstanceID), append(attempts, int32(r.Attempt)), append(pools, r.Pool), append(workers, r.WorkerID)
+		grants = append(grants, grantList(r.Handlers))
 		dones, totals, messages, ats = append(dones, r.Progress.Done), append(totals, r.Progress.Total), append(messages, r.Progress.Message), append(ats, r.At)
 	}
 	// The rows to write are locked in id order first, as every batch
 	// statement on instances does (see reportRows.record).
 	rows, err := s.pool.Query(ctx, `
 WITH r AS (
-	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::timestamptz[])
-	AS t(id, attempt, pool, worker_id, done, total, message, at)
+	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::timestamptz[], $9::text[])
+	AS t(id, attempt, pool, worker_id, done, total, message, at, handlers)
 ), live AS (
 	SELECT i.id FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
 	WHERE i.state IN ('DISPATCHED', 'RUNNING') AND `+holderCheck+`
@@ -91,7 +93,7 @@ WITH r AS (
 SELECT r.id, r.attempt, upd.id IS NOT NULL, i.id IS NOT NULL, COALESCE(i.state, ''), COALESCE(i.attempt, 0),
 	COALESCE(i.worker_id, ''), COALESCE(`+holderCheck+`, false)
 FROM r LEFT JOIN upd ON upd.id = r.id LEFT JOIN instances i ON i.id = r.id`,
-		ids, attempts, pools, workers, dones, totals, messages, ats)
+		ids, attempts, pools, workers, dones, totals, messages, ats, grants)
 	if err != nil {
 		return nil, fmt.Errorf("apply %d progress reports: %w", len(reports), err)
 	}

@@ -23,7 +23,7 @@ func TestApplyProgress(t *testing.T) {
 	id := made[0].ID
 	t0 := time.Now().Truncate(time.Millisecond)
 	progress := func(worker string, at time.Duration, done int64, msg string) schemas.Report {
-		return schemas.Report{InstanceID: id, Attempt: 1, WorkerID: worker, Pool: "default", Kind: schemas.ReportProgress,
+		return schemas.Report{InstanceID: id, Attempt: 1, WorkerID: worker, Pool: "default", Handlers: []string{"h"}, Kind: schemas.ReportProgress,
 			StartedAt: t0, At: t0.Add(at), Progress: &schemas.Progress{Done: done, Total: 10, Message: msg}}
 	}
 	apply := func(reps ...schemas.Report) []store.ProgressOutcome {
@@ -60,7 +60,7 @@ func TestApplyProgress(t *testing.T) {
 	if p := stored(); p == nil || p.Done != 1 || p.Message != "early" {
 		t.Fatalf("stored progress = %+v; want the early one", p)
 	}
-	if _, err := st.ApplyReports(ctx, []schemas.Report{{InstanceID: id, Attempt: 1, WorkerID: "w1", Pool: "default",
+	if _, err := st.ApplyReports(ctx, []schemas.Report{{InstanceID: id, Attempt: 1, WorkerID: "w1", Pool: "default", Handlers: []string{"h"},
 		Kind: schemas.ReportStarted, StartedAt: t0, At: t0}}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestApplyProgress(t *testing.T) {
 	}
 
 	// Once the attempt ended, nothing more, and the last progress stays.
-	if _, err := st.ApplyReports(ctx, nil, []schemas.Report{{InstanceID: id, Attempt: 1, WorkerID: "w1", Pool: "default",
+	if _, err := st.ApplyReports(ctx, nil, []schemas.Report{{InstanceID: id, Attempt: 1, WorkerID: "w1", Pool: "default", Handlers: []string{"h"},
 		Kind: schemas.ReportSucceeded, StartedAt: t0, At: t0.Add(time.Minute)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -166,10 +166,10 @@ func TestApplyProgressCostsOneHOTUpdatePerAttempt(t *testing.T) {
 	t0 := time.Now()
 	var started, progress []schemas.Report
 	for _, m := range made {
-		started = append(started, schemas.Report{InstanceID: m.ID, Attempt: 1, WorkerID: "w1", Pool: "default",
+		started = append(started, schemas.Report{InstanceID: m.ID, Attempt: 1, WorkerID: "w1", Pool: "default", Handlers: []string{"h"},
 			Kind: schemas.ReportStarted, StartedAt: t0, At: t0})
 		for i := range 4 {
-			progress = append(progress, schemas.Report{InstanceID: m.ID, Attempt: 1, WorkerID: "w1", Pool: "default",
+			progress = append(progress, schemas.Report{InstanceID: m.ID, Attempt: 1, WorkerID: "w1", Pool: "default", Handlers: []string{"h"},
 				Kind: schemas.ReportProgress, StartedAt: t0, At: t0.Add(time.Duration(i) * time.Second),
 				Progress: &schemas.Progress{Done: int64(i), Total: 4}})
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,16 +56,16 @@ func (s *Store) ApplyReports(ctx context.Context, started, final []schemas.Repor
 	var rows reportRows
 	var ops operators
 	for _, r := range started {
-		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: ops.of(r.WorkerID),
-			started: true, startedAt: r.StartedAt})
+		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, handlers: grantList(r.Handlers),
+			operator: ops.of(r.WorkerID), started: true, startedAt: r.StartedAt})
 	}
 	for _, r := range final {
 		errText := r.Error
 		if r.Kind == schemas.ReportReleased {
 			errText = handedBackReason(errText)
 		}
-		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, operator: ops.of(r.WorkerID),
-			final: true, ok: r.Kind == schemas.ReportSucceeded, released: r.Kind == schemas.ReportReleased, output: r.Output,
+		rows.add(reportRow{id: r.InstanceID, attempt: r.Attempt, workerID: r.WorkerID, pool: r.Pool, handlers: grantList(r.Handlers),
+			operator: ops.of(r.WorkerID), final: true, ok: r.Kind == schemas.ReportSucceeded, released: r.Kind == schemas.ReportReleased, output: r.Output,
 			errText: errText, permanent: r.Permanent && r.Kind == schemas.ReportFailed, startedAt: r.StartedAt, finishedAt: r.At,
 			impliesRunning: true})
 	}
@@ -208,7 +209,10 @@ type reportRow struct {
 	workerID string
 	// pool is the pool the reports came from; "" for the dispatcher's own
 	// failures, which any attempt may take.
-	pool     string
+	pool string
+	// handlers are the handlers the reporting worker's credential grants
+	// in pool, space-separated (see holderCheck).
+	handlers string
 	operator string
 	started  bool
 	final    bool
@@ -309,6 +313,7 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 	n := len(b.rows)
 	var (
 		ids, attempts, pools     = make([]int64, n), make([]int32, n), make([]string, n)
+		grants                   = make([]string, n)
 		workers, operators, errs = make([]string, n), make([]string, n), make([]string, n)
 		starts, finals, oks      = make([]bool, n), make([]bool, n), make([]bool, n)
 		permanents, implies      = make([]bool, n), make([]bool, n)
@@ -319,7 +324,7 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 	for i := range b.rows {
 		r := &b.rows[i]
 		ids[i], attempts[i], workers[i], operators[i], errs[i] = r.id, int32(r.attempt), r.workerID, r.operator, r.errText
-		pools[i] = r.pool
+		pools[i], grants[i] = r.pool, r.handlers
 		starts[i], finals[i], oks[i], permanents[i], implies[i] = r.started, r.final, r.ok, r.permanent, r.impliesRunning
 		released[i] = r.released
 		if len(r.output) > 0 {
@@ -335,9 +340,9 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 	rows, err := q.Query(ctx, `
 WITH r AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::bool[], $7::bool[],
-		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[], $14::text[], $15::bool[])
+		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[], $14::text[], $15::bool[], $16::text[])
 	AS t(id, attempt, worker_id, operator, started, final, ok, output, error, permanent, started_at, finished_at,
-		implies_running, pool, released)
+		implies_running, pool, released, handlers)
 ), cur AS (
 	SELECT i.* FROM instances i WHERE i.id IN (SELECT id FROM r)
 	ORDER BY i.id FOR UPDATE OF i
@@ -388,7 +393,7 @@ SELECT false, '', r.id, r.attempt, `+outcomeColumns("i")+`
 FROM r LEFT JOIN cur i ON i.id = r.id
 WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
 		ids, attempts, textArray(workers), textArray(operators), starts, finals, oks, outputs, textArray(errs), permanents, timeArray(startedAt), timeArray(finishedAt), implies, textArray(pools),
-		released)
+		released, textArray(grants))
 	if err != nil {
 		return nil, fmt.Errorf("record reports: %w", err)
 	}
@@ -431,10 +436,19 @@ WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.atte
 // reports may change the instance: they come from the instance's pool (the
 // pool their subject names, which NATS permissions bind to the publishing
 // user), and from the worker that holds the attempt once one does (a
-// started or final report recorded the worker). A report that fails it is
-// refused: the dispatcher counts and records it, and the instance stays as
-// it was.
-const holderCheck = `i.pool = r.pool AND (i.worker_id = '' OR i.worker_id = r.worker_id)`
+// started or final report recorded the worker); before one does, from a
+// worker whose credential grants the attempt's handler in that pool
+// (r.handlers, space-separated: the handlers its grant keys show,
+// schemas.Report.Handlers), so that a worker of the pool cannot take an
+// attempt of a handler it could never have pulled. A report that fails it
+// is refused: the dispatcher counts and records it, and the instance stays
+// as it was.
+const holderCheck = `i.pool = r.pool AND (i.worker_id = r.worker_id OR
+	(i.worker_id = '' AND i.handler = ANY(string_to_array(r.handlers, ' '))))`
+
+// grantList is handlers as holderCheck reads them: space-separated (a
+// handler name has no space).
+func grantList(handlers []string) string { return strings.Join(handlers, " ") }
 
 // rowOutcome is the outcome of one row of [reportRows.record].
 type rowOutcome struct {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -179,7 +180,7 @@ func TestReportRacingACancelSeesIt(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := made[0].ID
-			r := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w1", Pool: "default", Kind: tc.kind, StartedAt: now, At: now, Error: "boom"}
+			r := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w1", Pool: "default", Handlers: []string{"h"}, Kind: tc.kind, StartedAt: now, At: now, Error: "boom"}
 			if tc.state == schemas.StateRunning {
 				start := r
 				start.Kind = schemas.ReportStarted
@@ -232,5 +233,50 @@ func TestReportRacingACancelSeesIt(t *testing.T) {
 				t.Fatalf("outcome = %+v; want not applied, found CANCELLED at attempt 1", o)
 			}
 		})
+	}
+}
+
+// TestUnheldAttemptNeedsTheHandlersGrant reports on an attempt that no
+// worker holds yet: from a worker of its pool whose credential grants other
+// handlers (or none), the started, final and progress reports change
+// nothing; from one whose grants name the attempt's handler, they apply.
+func TestUnheldAttemptNeedsTheHandlersGrant(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	applyTasks(t, st, "g")
+	id := create(t, st, newRunInstance("g", "e1", "", schemas.StateDispatched))[0].ID
+	now := time.Now()
+	for _, grants := range [][]string{nil, {"other", "h.more"}} {
+		started := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w-evil", Pool: "default", Handlers: grants,
+			Kind: schemas.ReportStarted, StartedAt: now, At: now}
+		final := started
+		final.Kind, final.Output = schemas.ReportSucceeded, json.RawMessage(`{"forged":true}`)
+		out, err := st.ApplyReports(ctx, []schemas.Report{started}, []schemas.Report{final})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range out {
+			if o.Applied || o.State != schemas.StateDispatched {
+				t.Errorf("grants %v: outcome %+v, want refused on a DISPATCHED instance", grants, o)
+			}
+		}
+		progress := started
+		progress.Kind, progress.Progress = schemas.ReportProgress, &schemas.Progress{Done: 1, Total: 2}
+		if po, err := st.ApplyProgress(ctx, []schemas.Report{progress}); err != nil || po[0].Applied || !po[0].Refused {
+			t.Errorf("grants %v: progress = %+v, %v; want refused", grants, po, err)
+		}
+	}
+	in, err := st.GetInstance(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.State != schemas.StateDispatched || in.WorkerID != "" || len(in.Output) != 0 || in.Progress != nil {
+		t.Fatalf("instance %s by %q, output %s, progress %+v; want DISPATCHED as it was", in.State, in.WorkerID, in.Output, in.Progress)
+	}
+	ok := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w1", Pool: "default", Handlers: []string{"x", "h"},
+		Kind: schemas.ReportSucceeded, StartedAt: now, At: now, Output: json.RawMessage(`{}`)}
+	if out, err := st.ApplyReports(ctx, nil, []schemas.Report{ok}); err != nil || !out[0].Applied || out[0].State != schemas.StateSucceeded {
+		t.Fatalf("report of a worker granted the handler = %+v, %v; want applied", out, err)
 	}
 }

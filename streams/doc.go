@@ -15,14 +15,15 @@
 //	ax.report.<pool>.<worker_id>.<instance_id>
 //	                                        AX_REPORTS   executors → dispatcher (work queue)
 //	ax.audit.<task>                         AX_AUDIT     outbox relay → auditor, anyone
-//	ax.log.<instance_id>                    AX_LOGS      executors → API, console, CLI
+//	ax.log.<instance_id>.<worker_id>        AX_LOGS      executors → API, console, CLI
 //	ax.control.<worker_id>                  core NATS    dispatcher, API → executor
 //	ax.fence.<pool>.<worker_id>.<instance_id>
 //	                                        core NATS    executor → dispatchers (request/reply: may a redelivered attempt start?)
 //	ax.ready.<pool>.<priority>.<handler>    core NATS    dispatcher → idle executors of the queue (the doorbell)
 //	ax.ready.worker.<worker_id>             core NATS    dispatcher → one idle executor
 //
-// and the KV buckets ax-workers (executor heartbeats), ax-leases (one key per
+// and the KV buckets ax-workers (executor heartbeats, and the grant keys
+// <worker_id>.<pool>.<handler> that prove what each may serve), ax-leases (one key per
 // attempt), ax-mutex (concurrency.mutex_key), ax-once (the SDK's Once
 // records) and ax-tasks (the task definitions the trigger and executors watch).
 package streams

@@ -295,9 +295,71 @@ func (t Topology) FenceFrom(subject string) (pool, workerID string, instanceID i
 // Audit is the subject of a task's audit records.
 func (t Topology) Audit(task string) string { return t.subject("audit", task) }
 
-// Log is the subject of one instance's task log lines.
-func (t Topology) Log(instanceID int64) string {
-	return t.subject("log", strconv.FormatInt(instanceID, 10))
+// Log is the subject of the task log lines that worker workerID ships for
+// instance instanceID: ax.log.<instance_id>.<worker_id>. The worker is in
+// the subject so that NATS permissions bind it to the credential that
+// publishes (an executor's user may publish only its own worker's lines),
+// and a reader can tell whose lines they are (see [Topology.LogFrom]).
+func (t Topology) Log(instanceID int64, workerID string) string {
+	return t.subject("log", strconv.FormatInt(instanceID, 10), workerID)
+}
+
+// InstanceLogs are the subject patterns of every task log line of
+// instanceID: each worker's ([Topology.Log]), and the lines of executors
+// older than the worker token, on ax.log.<instance_id>.
+func (t Topology) InstanceLogs(instanceID int64) []string {
+	id := strconv.FormatInt(instanceID, 10)
+	return []string{t.subject("log", id), t.subject("log", id, "*")}
+}
+
+// Logs is the subject pattern of the task log lines of worker workerID
+// ("*": any worker), of any instance: what an executor's user may publish.
+func (t Topology) Logs(workerID string) string { return t.subject("log", "*", workerID) }
+
+// LogFrom returns the worker id a task log line's subject names, "" for a
+// line of an executor older than the worker token (ax.log.<instance_id>);
+// false when subject is no log subject.
+func (t Topology) LogFrom(subject string) (workerID string, ok bool) {
+	rest, found := strings.CutPrefix(subject, t.prefix+".log.")
+	if !found {
+		return "", false
+	}
+	id, worker, _ := strings.Cut(rest, ".")
+	if n, err := strconv.ParseInt(id, 10, 64); err != nil || n <= 0 || strings.Contains(worker, ".") {
+		return "", false
+	}
+	return worker, true
+}
+
+// GrantKey is the key in the workers bucket that shows that worker
+// workerID's credential grants it handler in pool:
+// <worker_id>.<pool>.<handler>. NATS permissions let an executor's user
+// write only the grant keys of its own scope (its worker, each pool and
+// handler it names), so the dispatcher believes a worker serves a pool and
+// a handler only when the worker's heartbeat says so and that key is
+// there. A worker id and a pool are one subject token and a handler may
+// have dots, so the handler comes last and the key parses one way (see
+// [ParseGrantKey]). A pool may hold '+', which nats.go's key check
+// refuses: write the key by publishing on [Topology.GrantSubject].
+func GrantKey(workerID, pool, handler string) string {
+	return workerID + "." + pool + "." + handler
+}
+
+// GrantSubject is the subject that writes [GrantKey] in the workers bucket.
+func (t Topology) GrantSubject(workerID, pool, handler string) string {
+	return "$KV." + t.WorkersBucket() + "." + GrantKey(workerID, pool, handler)
+}
+
+// ParseGrantKey returns the worker, pool and handler of a grant key of the
+// workers bucket; false for any other key (a worker's heartbeat, whose key
+// is its id, has no dot).
+func ParseGrantKey(key string) (workerID, pool, handler string, ok bool) {
+	workerID, rest, ok1 := strings.Cut(key, ".")
+	pool, handler, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || workerID == "" || pool == "" || handler == "" {
+		return "", "", "", false
+	}
+	return workerID, pool, handler, true
 }
 
 // Control is the core NATS subject a worker listens on for orders (cancel now).

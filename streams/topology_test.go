@@ -95,3 +95,49 @@ func TestSubjectsAllocateOnce(t *testing.T) {
 		t.Errorf("Dispatch = %q, want %q", got, want)
 	}
 }
+
+// TestGrantKeys checks that a grant key parses back into its worker, pool
+// and handler (a handler with dots included), and that a heartbeat's key
+// is no grant key.
+func TestGrantKeys(t *testing.T) {
+	for _, c := range []struct{ worker, pool, handler string }{
+		{"w1", "default", "builtin.echo"},
+		{"w-2", "gpu+eu", "img.resize.big"},
+		{"w_3", "p", "h"},
+	} {
+		key := GrantKey(c.worker, c.pool, c.handler)
+		w, p, h, ok := ParseGrantKey(key)
+		if !ok || w != c.worker || p != c.pool || h != c.handler {
+			t.Errorf("ParseGrantKey(%q) = %q %q %q %t, want %q %q %q", key, w, p, h, ok, c.worker, c.pool, c.handler)
+		}
+	}
+	for _, key := range []string{"w1", "w1.default", ".default.h", "w1..h", "w1.default."} {
+		if _, _, _, ok := ParseGrantKey(key); ok {
+			t.Errorf("ParseGrantKey(%q) is a grant key", key)
+		}
+	}
+	top := Default()
+	if got := top.GrantSubject("w1", "default", "a.b"); got != "$KV.ax-workers.w1.default.a.b" {
+		t.Errorf("GrantSubject = %q", got)
+	}
+}
+
+// TestLogFrom checks that a log subject gives the worker that shipped the
+// line, none for the subject of executors before the worker token.
+func TestLogFrom(t *testing.T) {
+	top := Default()
+	for _, c := range []struct {
+		subject, worker string
+		ok              bool
+	}{
+		{top.Log(7, "w1"), "w1", true},
+		{"ax.log.7", "", true},
+		{"ax.log.7.w1.x", "", false},
+		{"ax.log.x.w1", "", false},
+		{"ax.report.default.w1.7", "", false},
+	} {
+		if w, ok := top.LogFrom(c.subject); w != c.worker || ok != c.ok {
+			t.Errorf("LogFrom(%q) = %q %t, want %q %t", c.subject, w, ok, c.worker, c.ok)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // fleet is the monitoring leader's view of the executors, from a watch of
@@ -41,6 +42,11 @@ func (f *fleet) apply(e jetstream.KeyValueEntry, m *metrics) {
 	if e == nil {
 		f.ready = true
 		f.setGauges(m)
+		return
+	}
+	if _, _, _, grant := streams.ParseGrantKey(e.Key()); grant {
+		// A worker's grant key, renewed with its heartbeat: its expiry
+		// is not another loss (see streams.GrantKey).
 		return
 	}
 	switch e.Operation() {

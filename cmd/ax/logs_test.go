@@ -12,10 +12,11 @@ import (
 	"github.com/ax-scheduler/ax/streams"
 )
 
-// shipLog publishes a line to AX_LOGS as an executor does.
+// shipLog publishes a line to AX_LOGS as an executor older than the
+// worker token in log subjects did (ax.log.<instance>), which readers show.
 func (e *cliEnv) shipLog(l schemas.LogLine) {
 	e.t.Helper()
-	if _, err := streams.Publish(context.WithoutCancel(e.t.Context()), e.js, streams.Default().Log(l.InstanceID), "", l); err != nil {
+	if _, err := streams.Publish(context.WithoutCancel(e.t.Context()), e.js, streams.Default().InstanceLogs(l.InstanceID)[0], "", l); err != nil {
 		e.t.Fatal(err)
 	}
 }

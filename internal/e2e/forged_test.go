@@ -237,6 +237,26 @@ func TestForgedReportBatch(t *testing.T) {
 	}
 	waitFor(t, "the server to refuse a batch on the gpu pool's subject", time.Minute, func() (bool, error) { return v.Refused(gpuBatch), nil })
 
+	// w1's grant keys, as its SDK writes them: the dispatcher takes its
+	// report on an attempt no worker holds yet only for a handler they name.
+	for _, h := range builtins {
+		if _, err := nc.Request(a.top.GrantSubject(defaultWorker, schemas.DefaultPool, h), nil, 10*time.Second); err != nil {
+			t.Fatalf("write grant key: %v", err)
+		}
+	}
+	rec, _ := json.Marshal(schemas.Worker{ID: defaultWorker, Pools: []string{schemas.DefaultPool}, Handlers: builtins, Slots: 1,
+		StartedAt: time.Now(), HeartbeatAt: time.Now()})
+	if _, err := nc.Request("$KV."+a.top.WorkersBucket()+"."+defaultWorker, rec, 10*time.Second); err != nil {
+		t.Fatalf("write heartbeat: %v", err)
+	}
+	waitFor(t, "the dispatcher to see w1's grant keys", time.Minute, func() (bool, error) {
+		for _, w := range a.dispatcher.Workers() {
+			if w.ID == defaultWorker && len(w.Handlers) == len(builtins) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

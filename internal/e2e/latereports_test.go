@@ -46,7 +46,8 @@ func (s *system) startDispatcher(ttl time.Duration, tune ...func(*dispatcher.Opt
 	for _, f := range tune {
 		f(&opts.Dispatcher)
 	}
-	_, stop = s.startStack(opts)
+	stack, stop := s.startStack(opts)
+	s.dispatcher = stack.Dispatcher
 	return stop
 }
 

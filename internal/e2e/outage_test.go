@@ -35,6 +35,8 @@ execution:
 	// A worker takes the attempt's lease (by hand: no executor serves the
 	// pool, so the attempt's own message stays where it is).
 	const worker = "w-outage"
+	// Its record and grant keys, as an SDK writes them.
+	s.putWorker(worker, map[string]any{"handlers": []string{"nobody-serves-it"}})
 	key := streams.LeaseKey(id, 1)
 	leases, err := s.js.KeyValue(ctx, s.srv.Topology.LeasesBucket())
 	if err != nil {

@@ -174,6 +174,8 @@ func TestProgressOfAnAttemptThatEndsInTheSameBatch(t *testing.T) {
 	id := s.fire("unserved", nil)
 	s.waitState(id, schemas.StateDispatched, time.Minute)
 	const worker = "w-proto"
+	// Its record and grant keys, as an SDK writes them.
+	s.putWorker(worker, map[string]any{"handlers": []string{"test.unserved"}})
 	started := time.Now()
 	report := func(kind schemas.ReportKind, p *schemas.Progress) {
 		t.Helper()

@@ -11,6 +11,7 @@ import (
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // putWorker puts a worker record in ax-workers as a worker in another
@@ -30,6 +31,16 @@ func (s *system) putWorker(id string, fields map[string]any) {
 	kv, err := s.js.KeyValue(context.Background(), s.srv.Topology.WorkersBucket())
 	if err != nil {
 		s.t.Fatal(err)
+	}
+	// Its grant keys, as every worker writes them with its heartbeat.
+	var claimed struct{ Pools, Handlers []string }
+	_ = json.Unmarshal(data, &claimed)
+	for _, p := range claimed.Pools {
+		for _, h := range claimed.Handlers {
+			if _, err := kv.Put(context.Background(), streams.GrantKey(id, p, h), nil); err != nil {
+				s.t.Fatal(err)
+			}
+		}
 	}
 	if _, err := kv.Put(context.Background(), id, data); err != nil {
 		s.t.Fatal(err)

@@ -71,6 +71,8 @@ func TestReportBatch(t *testing.T) {
 		s.waitState(id, schemas.StateDispatched, time.Minute)
 	}
 
+	// wA's record and grant keys, as its SDK writes them.
+	s.putWorker("wA", map[string]any{"handlers": []string{"nobody.has"}})
 	early := finalOf(started, "wA", schemas.ReportStarted)
 	again := finalOf(ok1, "wA", schemas.ReportFailed)
 	s.publishBatch(schemas.DefaultPool, "wA",
@@ -142,7 +144,9 @@ func TestReaperLeavesAttemptsToTheirBatchedFinals(t *testing.T) {
 	})
 
 	// Act as worker wA: lease each attempt once (never renewed, so each
-	// lapses a lease TTL later) and report it started.
+	// lapses a lease TTL later) and report it started, with its record and
+	// grant keys as an SDK writes them.
+	s.putWorker("wA", map[string]any{"handlers": []string{"nobody.has"}})
 	leases, err := s.js.KeyValue(ctx, s.srv.Topology.LeasesBucket())
 	if err != nil {
 		t.Fatal(err)

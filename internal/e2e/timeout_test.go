@@ -58,6 +58,8 @@ execution:
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its record and grant keys, as an SDK writes them.
+	s.putWorker("stuck", map[string]any{"handlers": []string{"builtin.sleep"}})
 	now := time.Now()
 	started := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "stuck", Kind: schemas.ReportStarted, At: now, StartedAt: now}
 	if _, err := streams.Publish(ctx, js, top.Report(schemas.DefaultPool, started.WorkerID, id), "", started); err != nil {

@@ -50,6 +50,8 @@ func TestUnstorableReportsDelayNoOther(t *testing.T) {
 		s.waitState(id, schemas.StateDispatched, time.Minute)
 	}
 	const worker = "w-proto"
+	// Its record and grant keys, as an SDK writes them.
+	s.putWorker(worker, map[string]any{"handlers": []string{"test.unserved"}})
 	now := time.Now()
 	reports := []schemas.Report{
 		{InstanceID: ids[0], Kind: schemas.ReportSucceeded, Output: json.RawMessage(`{"note":"a\u0000b"}`)},

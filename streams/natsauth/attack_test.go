@@ -72,7 +72,7 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 	b := newBed(t)
 	ctx := t.Context()
 	top := b.top
-	for _, subject := range []string{top.Trigger("a"), top.Trigger("b"), top.Audit("a"), top.Audit("b"), top.Log(1), top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "hello")} {
+	for _, subject := range []string{top.Trigger("a"), top.Trigger("b"), top.Audit("a"), top.Audit("b"), top.Log(1, "w1"), top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "hello")} {
 		if _, err := b.djs.Publish(ctx, subject, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}

@@ -12,12 +12,6 @@ import (
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
-// pendingHeaders are the doc table's cells that state a target another
-// change makes true, by stream and column: the message schedules leave
-// AX_TRIGGERS (issue 24, holes 3-6), and with them the roll-ups that
-// nats-server forces on beside schedules.
-var pendingHeaders = map[string][]string{"AX_TRIGGERS": {"`Nats-Rollup`", "`Nats-Schedule*`"}}
-
 // TestDocsGiveTheHeaderTable checks docs/security.md's table of the
 // control headers each stream and bucket honours against the streams a
 // server holds after Ensure (AllowRollup, AllowMsgSchedules, AllowMsgTTL,
@@ -80,9 +74,6 @@ func TestDocsGiveTheHeaderTable(t *testing.T) {
 				honoured = true
 			default:
 				t.Fatalf("the header table has a column %s this test does not know", col)
-			}
-			if slices.Contains(pendingHeaders[sc.Name], col) {
-				continue
 			}
 			cell := row[i+2]
 			want := map[bool]string{true: "honoured", false: "refused"}[honoured]

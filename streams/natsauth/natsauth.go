@@ -220,7 +220,10 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		if worker == "" {
 			worker = "*"
 		}
-		pub = append(pub, top.Prefix()+".log.>")
+		// Task log lines only as its worker: a line's subject names the
+		// worker that shipped it, and readers show an instance only the
+		// lines of workers that held one of its attempts.
+		pub = append(pub, top.Logs(worker))
 		pub = append(pub, info(top.DispatchStream(), top.ReportsStream(), top.LogsStream(),
 			kv(top.LeasesBucket()), kv(top.WorkersBucket()), kv(top.MutexBucket()), kv(top.OnceBucket()))...)
 		stream := top.DispatchStream()
@@ -260,7 +263,17 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 			"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+own.Durable)
 		pub = append(pub, ack(stream, own.Durable)...)
 		sub = append(sub, top.ReadyWorker(worker))
-		pub = append(pub, kvKey(top.WorkersBucket(), worker), kvKey(top.LeasesBucket(), ">"),
+		// Its heartbeat, and one grant key per pool and handler of its
+		// scope (streams.GrantKey): what the dispatcher lets a worker
+		// serve is what these keys prove its credential grants, never
+		// what its heartbeat claims.
+		pub = append(pub, kvKey(top.WorkersBucket(), worker))
+		for _, pool := range pools {
+			for _, h := range scope.Handlers {
+				pub = append(pub, kvKey(top.WorkersBucket(), streams.GrantKey(worker, pool, h)))
+			}
+		}
+		pub = append(pub, kvKey(top.LeasesBucket(), ">"),
 			kvKey(top.MutexBucket(), ">"), kvKey(top.OnceBucket(), ">"))
 		pub = append(pub, watch(kv(top.OnceBucket()))...)
 		// A create over a released key reads the key's delete marker for

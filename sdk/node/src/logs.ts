@@ -1,5 +1,5 @@
 // Task logs: every line a handler logs through ctx.logger is put in a
-// bounded buffer and shipped to AX_LOGS on ax.log.<instance_id>, one
+// bounded buffer and shipped to AX_LOGS on ax.log.<instance_id>.<worker_id>, one
 // message per line, without a Nats-Msg-Id (as the Go executor's log
 // shipper does, executor/logship.go). A handler's log call never waits on
 // NATS; a full buffer drops its oldest line and the attempt's log then
@@ -127,7 +127,7 @@ export class LogShipper {
         return;
       }
       const all = [...warnings.map((w) => w.line), ...lines];
-      const results = await Promise.allSettled(all.map((l) => this.js.publish(this.topology.log(l.instance_id), JSON.stringify(l), { timeout: 10_000 })));
+      const results = await Promise.allSettled(all.map((l) => this.js.publish(this.topology.log(l.instance_id, l.worker_id), JSON.stringify(l), { timeout: 10_000 })));
       let refused = 0;
       results.forEach((r, i) => {
         if (r.status === "fulfilled") return;

@@ -113,7 +113,7 @@ export interface Lease {
   acquired_at: string;
 }
 
-/** LogLine is one task log line on ax.log.<instance_id> (log_line.schema.json). */
+/** LogLine is one task log line on ax.log.<instance_id>.<worker_id> (log_line.schema.json). */
 export interface LogLine {
   instance_id: number;
   task: string;

@@ -70,9 +70,18 @@ export class Topology {
   fence(pool: string, workerID: string, instanceID: number): string {
     return this.subject("fence", pool, workerID, String(instanceID));
   }
-  /** ax.log.<instance_id>. */
-  log(instanceID: number): string {
-    return this.subject("log", String(instanceID));
+  /** ax.log.<instance_id>.<worker_id>: the task log lines a worker ships (its credential may publish only its own). */
+  log(instanceID: number, workerID: string): string {
+    return this.subject("log", String(instanceID), workerID);
+  }
+  /**
+   * The subject that writes the grant key <worker_id>.<pool>.<handler> in
+   * ax-workers (streams.GrantKey): the dispatcher lets a worker serve a pool
+   * and a handler only when its record names them and this key is there,
+   * which only a credential that grants them may write.
+   */
+  grantSubject(workerID: string, pool: string, handler: string): string {
+    return `$KV.${this.workersBucket}.${workerID}.${pool}.${handler}`;
   }
   /** ax.control.<worker_id>: core NATS orders (cancel). */
   control(workerID: string): string {

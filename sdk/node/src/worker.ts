@@ -5,7 +5,7 @@
 import { randomBytes } from "node:crypto";
 import os from "node:os";
 
-import { createInbox, nuid, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import { createInbox, headers, nuid, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 
@@ -566,8 +566,24 @@ export class Worker {
     };
   }
 
+  /**
+   * putGrants writes (or, with del, deletes) the worker's grant keys, one per
+   * pool and handler, as plain publishes on the connection the record is put
+   * on next: the server stores them first (executor/heartbeat.go).
+   */
+  private putGrants(del = false): void {
+    const h = del ? headers() : undefined;
+    h?.set("KV-Operation", "DEL");
+    for (const pool of this.pools) {
+      for (const handler of this.handlerNames) {
+        this.nc.publish(this.topology.grantSubject(this.workerId, pool, handler), undefined, h ? { headers: h } : undefined);
+      }
+    }
+  }
+
   private async putWorker(): Promise<void> {
     try {
+      this.putGrants();
       await this.workers.put(this.workerId, JSON.stringify(this.record()));
     } catch (err) {
       throw new Error(`put worker ${this.workerId} in ${this.topology.workersBucket}: ${(err as Error).message}`, { cause: err });
@@ -1394,6 +1410,7 @@ export class Worker {
     if (!this.nc.isClosed()) {
       await this.logs?.stop();
       try {
+        if (this.workers) this.putGrants(true);
         await this.workers?.delete(this.workerId);
       } catch (err) {
         this.log.warn("delete worker from the list; it drops off when its TTL passes", { error: (err as Error).message });

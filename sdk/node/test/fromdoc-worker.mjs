@@ -14,7 +14,7 @@ import os from "node:os";
 import path from "node:path";
 import { randomBytes } from "node:crypto";
 
-import { connect } from "@nats-io/transport-node";
+import { connect, headers } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 
@@ -153,8 +153,17 @@ function record() {
   return { id: workerId, hostname: os.hostname(), version: "0.1.0", pools, handlers: HANDLERS, slots, busy: running.size,
     started_at: startedAt, heartbeat_at: new Date().toISOString(), protocol: PROTOCOL };
 }
+// The grant keys, one per pool and handler, published before the record on
+// the same connection (a pool may hold "+", which a KV key may not).
+function putGrants(del = false) {
+  const h = del ? headers() : undefined;
+  h?.set("KV-Operation", "DEL");
+  for (const p of pools) for (const name of HANDLERS) nc.publish(`$KV.ax-workers.${workerId}.${p}.${name}`, undefined, h ? { headers: h } : undefined);
+}
+putGrants();
 await buckets["ax-workers"].put(workerId, enc(record()));
 const heartbeat = setInterval(() => {
+  putGrants();
   buckets["ax-workers"].put(workerId, enc(record())).catch((err) => log("heartbeat:", err.message));
 }, heartbeatMs);
 
@@ -325,7 +334,7 @@ class Attempt {
   }
   async flushLogs() {
     const lines = this.lines.splice(0);
-    await Promise.all(lines.map((l) => js.publish(`ax.log.${this.d.instance_id}`, enc(l)).catch((err) => log("log line:", err.message))));
+    await Promise.all(lines.map((l) => js.publish(`ax.log.${this.d.instance_id}.${workerId}`, enc(l)).catch((err) => log("log line:", err.message))));
   }
   report(kind, extra = {}) {
     return { instance_id: this.d.instance_id, attempt: this.d.attempt, worker_id: workerId, kind,
@@ -436,6 +445,7 @@ async function shutdown(signal) {
   clearInterval(heartbeat);
   closed = true;
   clearTimeout(renewTimer);
+  putGrants(true);
   await buckets["ax-workers"].delete(workerId).catch((err) => log("delete the worker record:", err.message));
   await nc.drain();
   log("stopped");
