@@ -28,6 +28,7 @@ import (
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -162,7 +163,7 @@ func (e *env) lastTrigger(task string) (schemas.TriggerEvent, nats.Header) {
 	if err != nil {
 		e.t.Fatalf("read the firing of %s: %v", task, err)
 	}
-	ev, err := schemas.ParseTriggerEvent(msg.Data)
+	ev, err := taskdef.ParseTriggerEvent(msg.Data)
 	if err != nil {
 		e.t.Fatalf("published firing does not parse: %v\n%s", err, msg.Data)
 	}

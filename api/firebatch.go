@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -23,7 +24,7 @@ import (
 // that does not exist, is disabled or paused) is answered as for a single
 // firing.
 func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string, data []byte) {
-	items, err := schemas.SplitTriggerBatch(data)
+	items, err := taskdef.SplitTriggerBatch(data)
 	if err != nil {
 		ve, _ := errors.AsType[*schemas.ValidationError](err)
 		if ve == nil {

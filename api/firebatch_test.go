@@ -11,6 +11,7 @@ import (
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 // TestFireBatch fires a batch through the API whose good firings sit
@@ -67,7 +68,7 @@ func TestFireBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items, err := schemas.SplitTriggerBatch(msg.Data)
+	items, err := taskdef.SplitTriggerBatch(msg.Data)
 	if err != nil || len(items) != 2 {
 		t.Fatalf("published %s: %d firings, %v", msg.Data, len(items), err)
 	}

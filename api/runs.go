@@ -16,6 +16,7 @@ import (
 
 	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -215,7 +216,7 @@ func checkFiring(ev schemas.TriggerEvent, rec store.TaskRecord) (schemas.Trigger
 		e.Status = http.StatusUnprocessableEntity
 		return ev, e, nil
 	}
-	if err := schemas.ValidatePayload(rec.Definition.PayloadSchema, ev.Payload); err != nil {
+	if err := taskdef.ValidatePayload(rec.Definition.PayloadSchema, ev.Payload); err != nil {
 		ve, ok := errors.AsType[*schemas.ValidationError](err)
 		if !ok {
 			return ev, nil, err
@@ -306,7 +307,7 @@ func (s *Service) pendingFiring(ctx context.Context, task, eventID string) (sche
 	if m.Header.Get(streams.HeaderSchedule) == "" {
 		return schemas.TriggerEvent{}, false, nil
 	}
-	ev, err := schemas.ParseTriggerEvent(m.Data)
+	ev, err := taskdef.ParseTriggerEvent(m.Data)
 	if err != nil {
 		return schemas.TriggerEvent{}, false, fmt.Errorf("decode schedule %s: %w", m.Subject, err)
 	}
@@ -406,7 +407,7 @@ func validateEvent(ev schemas.TriggerEvent) *Error {
 	if err != nil {
 		return badRequest("invalid_request", "payload", "cannot encode the firing: %v", err)
 	}
-	if _, err = schemas.ParseTriggerEvent(data); err != nil {
+	if _, err = taskdef.ParseTriggerEvent(data); err != nil {
 		if ve, ok := errors.AsType[*schemas.ValidationError](err); ok {
 			return validationError("invalid_request", &schemas.ValidationError{What: "firing", Problems: ve.Problems})
 		}

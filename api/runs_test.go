@@ -10,6 +10,7 @@ import (
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -81,7 +82,7 @@ func TestFireDelayed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Nats-Schedule %q: %v", m.Header.Get("Nats-Schedule"), err)
 		}
-		ev, err := schemas.ParseTriggerEvent(m.Data)
+		ev, err := taskdef.ParseTriggerEvent(m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}

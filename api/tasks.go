@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -86,7 +87,7 @@ func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	def, err := schemas.ParseTask(data)
+	def, err := taskdef.ParseTask(data)
 	if ve, ok := errors.AsType[*schemas.ValidationError](err); ok {
 		writeError(w, validationError("invalid_task", ve))
 		return

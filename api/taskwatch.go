@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -49,7 +50,7 @@ func nextFireTimes(def *schemas.Task, now time.Time, n int) []TriggerTimes {
 			continue
 		}
 		tr = tr.WithDefaults()
-		local, err := schemas.NextFireTimes(tr, now, n)
+		local, err := taskdef.NextFireTimes(tr, now, n)
 		if err != nil {
 			continue // validated at apply; a zone missing here shows as no times
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 // failureStreaks reads, for each task of $1, its latest $2 ended instances
@@ -328,7 +329,7 @@ func (s *Store) missedSchedules(ctx context.Context, tasks []TaskRecord, o Healt
 				continue
 			}
 			tr = tr.WithDefaults()
-			sched, err := schemas.ParseCronSchedule(tr.Schedule, tr.Timezone)
+			sched, err := taskdef.ParseCronSchedule(tr.Schedule, tr.Timezone)
 			if err != nil {
 				// Stored definitions were validated; one that no longer
 				// parses cannot fire, which the trigger service reports.

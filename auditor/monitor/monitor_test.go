@@ -21,6 +21,7 @@ import (
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -70,7 +71,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // apply applies a task definition given as YAML.
 func (e *env) apply(def string) {
 	e.t.Helper()
-	task, err := schemas.ParseTask([]byte(def))
+	task, err := taskdef.ParseTask([]byte(def))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -1,4 +1,5 @@
-// Package layout holds the test that enforces AX's import graph: services
+// Package layout holds the tests that enforce AX's import graph: services
 // never import each other, the executor never imports the store, and the
-// contracts import nothing of AX. See docs/architecture.md.
+// vocabulary (schemas) imports nothing but the standard library. See
+// docs/architecture.md.
 package layout

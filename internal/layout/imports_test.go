@@ -140,6 +140,23 @@ func TestServicesImporterIsTheOnlyOne(t *testing.T) {
 	}
 }
 
+// TestSchemasLinksOnlyTheStandardLibrary holds package schemas, the
+// vocabulary every service, the SDK and the API's client link, to the
+// standard library: reading and checking documents (the JSON Schema
+// validator, YAML, the cron parser) is schemas/taskdef's.
+func TestSchemasLinksOnlyTheStandardLibrary(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "../../schemas").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if d != module+"schemas" {
+			t.Errorf("schemas links %s: it may import only the standard library (move what needs it to schemas/taskdef)", d)
+		}
+	}
+}
+
 // top returns the top-level folder of an AX import path, or "" for another module's.
 func top(importPath string) string {
 	rest, ok := strings.CutPrefix(importPath, module)
