@@ -48,7 +48,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(srv.Close)
-	token := apitest.Token(t, store.New(pool), operatorName(), store.RoleAdmin)
+	token := apitest.Token(t, store.New(pool), operatorName(), schemas.RoleAdmin)
 	return &cliEnv{t: t, pool: pool, js: js, url: srv.URL, token: token}
 }
 
