@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
@@ -24,11 +25,11 @@ func (s *Service) listAlerts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if st := q.Get("state"); st != "" {
-		if !store.AlertState(st).Valid() {
+		if !schemas.AlertState(st).Valid() {
 			writeError(w, badRequest("invalid_parameter", "state", "state=%q is not an alert state; use firing, acked or resolved", st))
 			return
 		}
-		f.State = store.AlertState(st)
+		f.State = schemas.AlertState(st)
 	}
 	if f.Limit, e = q.limit("limit", store.MaxAlertLimit); e != nil {
 		writeError(w, e)
@@ -49,14 +50,14 @@ func (s *Service) listAlerts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if alerts == nil {
-		alerts = []store.Alert{}
+		alerts = []schemas.Alert{}
 	}
-	writeJSON(w, http.StatusOK, alertList{Alerts: alerts})
+	writeJSON(w, http.StatusOK, wire.AlertList{Alerts: alerts})
 }
 
 // pathID returns the positive number {id} of the path, or an answer
 // saying it does not name a thing of kind (listed by list).
-func pathID(r *http.Request, kind, list string) (int64, *Error) {
+func pathID(r *http.Request, kind, list string) (int64, *wire.Error) {
 	raw := r.PathValue("id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id <= 0 {
@@ -76,10 +77,10 @@ func (s *Service) ackAlert(w http.ResponseWriter, r *http.Request) {
 	a, err := s.opts.Store.AckAlert(r.Context(), id, operator(r), s.opts.NowFunc())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, &Error{Status: http.StatusNotFound, Code: "alert_not_found", Field: "id",
+		writeError(w, &wire.Error{Status: http.StatusNotFound, Code: "alert_not_found", Field: "id",
 			Message: fmt.Sprintf("alert %d does not exist; list alerts with GET /v1/alerts (ax alert list)", id)})
 	case errors.Is(err, store.ErrAlertResolved):
-		writeError(w, &Error{Status: http.StatusConflict, Code: "alert_resolved", Field: "id",
+		writeError(w, &wire.Error{Status: http.StatusConflict, Code: "alert_resolved", Field: "id",
 			Message: fmt.Sprintf("alert %d has resolved, so there is nothing to acknowledge; a new occurrence opens a new alert", id)})
 	case err != nil:
 		s.internalError(w, r, fmt.Sprintf("acknowledge alert %d", id), err)
@@ -96,9 +97,9 @@ func (s *Service) listAlertRules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rules == nil {
-		rules = []store.AlertRule{}
+		rules = []schemas.AlertRule{}
 	}
-	writeJSON(w, http.StatusOK, alertRuleList{Rules: rules})
+	writeJSON(w, http.StatusOK, wire.AlertRuleList{Rules: rules})
 }
 
 // putAlertRule answers PUT /v1/alert-rules/{name}: it creates the rule or
@@ -110,14 +111,14 @@ func (s *Service) putAlertRule(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	var req AlertRuleRequest
+	var req wire.AlertRuleRequest
 	if e := decodeStrict(data, &req, "an alert rule, such as {\"kind\": \"backlog\", \"level\": \"P2\", \"params\": {\"age\": \"10m\"}}"); e != nil {
 		writeError(w, e)
 		return
 	}
-	rule := store.AlertRule{Name: name, Kind: req.Kind, Level: req.Level, Params: req.Params, Enabled: req.Enabled == nil || *req.Enabled}
+	rule := schemas.AlertRule{Name: name, Kind: req.Kind, Level: req.Level, Params: req.Params, Enabled: req.Enabled == nil || *req.Enabled}
 	out, err := s.opts.Store.PutAlertRule(r.Context(), rule, operator(r))
-	if ce, ok := errors.AsType[*store.AlertConfigError](err); ok {
+	if ce, ok := errors.AsType[*schemas.AlertConfigError](err); ok {
 		writeError(w, badRequest("invalid_alert_rule", ce.Field, "alert rule %s: %s", name, ce.Error()))
 		return
 	}
@@ -131,7 +132,7 @@ func (s *Service) putAlertRule(w http.ResponseWriter, r *http.Request) {
 
 // decodeStrict decodes a JSON body into v, refusing unknown fields; what
 // says what the body should be.
-func decodeStrict(data []byte, v any, what string) *Error {
+func decodeStrict(data []byte, v any, what string) *wire.Error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return badRequest("empty_body", "", "the body is empty; send %s", what)
 	}
@@ -149,7 +150,7 @@ func decodeStrict(data []byte, v any, what string) *Error {
 // unstorableText refuses a JSON body whose strings PostgreSQL cannot store
 // or Go's decoder altered (a NUL, a lone surrogate escape, bytes that are
 // not UTF-8), naming the field, as a firing's body is refused.
-func unstorableText(data []byte) *Error {
+func unstorableText(data []byte) *wire.Error {
 	if problems := schemas.TextProblems(data); len(problems) > 0 {
 		return validationError("invalid_request", &schemas.ValidationError{What: "request", Problems: problems})
 	}
@@ -163,9 +164,9 @@ func (s *Service) listAlertChannels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if chs == nil {
-		chs = []store.AlertChannel{}
+		chs = []schemas.AlertChannel{}
 	}
-	writeJSON(w, http.StatusOK, alertChannelList{Channels: chs})
+	writeJSON(w, http.StatusOK, wire.AlertChannelList{Channels: chs})
 }
 
 // addAlertChannel answers POST /v1/alert-channels with 201 and the channel.
@@ -175,13 +176,13 @@ func (s *Service) addAlertChannel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	var req AlertChannelRequest
+	var req wire.AlertChannelRequest
 	if e := decodeStrict(data, &req, `an alert channel, such as {"kind": "slack", "url": "https://hooks.slack.com/services/…"}`); e != nil {
 		writeError(w, e)
 		return
 	}
 	ch, err := s.opts.Store.AddAlertChannel(r.Context(), req.Kind, req.URL, operator(r))
-	if ce, ok := errors.AsType[*store.AlertConfigError](err); ok {
+	if ce, ok := errors.AsType[*schemas.AlertConfigError](err); ok {
 		writeError(w, badRequest("invalid_alert_channel", ce.Field, "alert channel: %s", ce.Error()))
 		return
 	}
@@ -203,7 +204,7 @@ func (s *Service) deleteAlertChannel(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, err := s.opts.Store.DeleteAlertChannel(r.Context(), id, operator(r))
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: "alert_channel_not_found", Field: "id",
+		writeError(w, &wire.Error{Status: http.StatusNotFound, Code: "alert_channel_not_found", Field: "id",
 			Message: fmt.Sprintf("alert channel %d does not exist; list them with GET /v1/alert-channels (ax alert channel list)", id)})
 		return
 	}

@@ -6,16 +6,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
 
 // raise opens an alert the way the auditor does.
-func (e *env) raise(rule, key string) store.Alert {
+func (e *env) raise(rule, key string) schemas.Alert {
 	e.t.Helper()
-	a, err := e.store.RaiseAlert(e.t.Context(), store.AlertSignal{Rule: rule, Level: store.AlertP1, Key: key, Task: key,
+	a, err := e.store.RaiseAlert(e.t.Context(), store.AlertSignal{Rule: rule, Level: schemas.AlertP1, Key: key, Task: key,
 		InstanceID: 42, Reason: "failed 3 times in a row", At: fixedNow})
 	if err != nil {
 		e.t.Fatal(err)
@@ -36,7 +37,7 @@ func TestAlerts(t *testing.T) {
 	if err != nil || len(all) != 2 || all[0].ID != second.ID || all[1].Task != "etl" || all[1].InstanceID != 42 {
 		t.Fatalf("alerts = %+v, %v", all, err)
 	}
-	if firing, err := e.client.ListAlerts(ctx, apiclient.AlertQuery{State: store.AlertFiring}); err != nil || len(firing) != 1 || firing[0].ID != first.ID {
+	if firing, err := e.client.ListAlerts(ctx, apiclient.AlertQuery{State: schemas.AlertFiring}); err != nil || len(firing) != 1 || firing[0].ID != first.ID {
 		t.Errorf("firing alerts = %+v, %v", firing, err)
 	}
 	if page, err := e.client.ListAlerts(ctx, apiclient.AlertQuery{Limit: 1, Before: second.ID}); err != nil || len(page) != 1 || page[0].ID != first.ID {
@@ -44,9 +45,9 @@ func TestAlerts(t *testing.T) {
 	}
 
 	// An operator acknowledges, under the token's name.
-	otto := e.as(apitest.Token(t, e.store, "otto", store.RoleOperator))
+	otto := e.as(apitest.Token(t, e.store, "otto", schemas.RoleOperator))
 	acked, err := otto.AckAlert(ctx, first.ID)
-	if err != nil || acked.State != store.AlertAcked || acked.AckedBy != "otto" || acked.AckedAt == nil {
+	if err != nil || acked.State != schemas.AlertAcked || acked.AckedBy != "otto" || acked.AckedAt == nil {
 		t.Errorf("ack = %+v, %v", acked, err)
 	}
 	for _, tt := range []struct {
@@ -55,7 +56,7 @@ func TestAlerts(t *testing.T) {
 		code   string
 	}{{second.ID, 409, "alert_resolved"}, {999, 404, "alert_not_found"}} {
 		_, err := otto.AckAlert(ctx, tt.id)
-		if ae, ok := errors.AsType[*api.Error](err); !ok || ae.Status != tt.status || ae.Code != tt.code {
+		if ae, ok := errors.AsType[*wire.Error](err); !ok || ae.Status != tt.status || ae.Code != tt.code {
 			t.Errorf("ack %d = %v, want %d %s", tt.id, err, tt.status, tt.code)
 		}
 	}
@@ -81,16 +82,16 @@ func TestAlertRules(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := t.Context()
 	rules, err := e.client.ListAlertRules(ctx)
-	if err != nil || len(rules) != len(store.AlertKinds) {
+	if err != nil || len(rules) != len(schemas.AlertKinds) {
 		t.Fatalf("rules = %+v, %v", rules, err)
 	}
 	off := false
-	r, err := e.client.PutAlertRule(ctx, "consecutive_failures", api.AlertRuleRequest{Kind: store.AlertConsecutiveFailures,
-		Level: store.AlertP0, Params: json.RawMessage(`{"failures": 5, "throttle": "1h"}`), Enabled: &off})
-	if err != nil || r.Level != store.AlertP0 || r.Enabled || !strings.Contains(string(r.Params), `"failures":5`) {
+	r, err := e.client.PutAlertRule(ctx, "consecutive_failures", wire.AlertRuleRequest{Kind: schemas.AlertConsecutiveFailures,
+		Level: schemas.AlertP0, Params: json.RawMessage(`{"failures": 5, "throttle": "1h"}`), Enabled: &off})
+	if err != nil || r.Level != schemas.AlertP0 || r.Enabled || !strings.Contains(string(r.Params), `"failures":5`) {
 		t.Errorf("put = %+v, %v", r, err)
 	}
-	r, err = e.client.PutAlertRule(ctx, "etl-backlog", api.AlertRuleRequest{Kind: store.AlertBacklog, Level: store.AlertP1})
+	r, err = e.client.PutAlertRule(ctx, "etl-backlog", wire.AlertRuleRequest{Kind: schemas.AlertBacklog, Level: schemas.AlertP1})
 	if err != nil || !r.Enabled || string(r.Params) != "{}" {
 		t.Errorf("new rule = %+v, %v", r, err)
 	}
@@ -112,11 +113,11 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	// A viewer reads the rules but changes none.
-	vera := e.as(apitest.Token(t, e.store, "vera", store.RoleViewer))
+	vera := e.as(apitest.Token(t, e.store, "vera", schemas.RoleViewer))
 	if _, err := vera.ListAlertRules(ctx); err != nil {
 		t.Errorf("viewer lists rules: %v", err)
 	}
-	if _, err := vera.PutAlertRule(ctx, "x", api.AlertRuleRequest{Kind: store.AlertBacklog, Level: store.AlertP1}); !isStatus(err, 403) {
+	if _, err := vera.PutAlertRule(ctx, "x", wire.AlertRuleRequest{Kind: schemas.AlertBacklog, Level: schemas.AlertP1}); !isStatus(err, 403) {
 		t.Errorf("viewer puts a rule: %v, want 403", err)
 	}
 }
@@ -125,8 +126,8 @@ func TestAlertChannels(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := t.Context()
-	ch, err := e.client.AddAlertChannel(ctx, api.AlertChannelRequest{Kind: store.ChannelWeCom, URL: "https://qyapi.example/send?key=k"})
-	if err != nil || ch.ID == 0 || ch.Kind != store.ChannelWeCom {
+	ch, err := e.client.AddAlertChannel(ctx, wire.AlertChannelRequest{Kind: schemas.ChannelWeCom, URL: "https://qyapi.example/send?key=k"})
+	if err != nil || ch.ID == 0 || ch.Kind != schemas.ChannelWeCom {
 		t.Fatalf("add = %+v, %v", ch, err)
 	}
 	status, body := e.do("POST", "/v1/alert-channels", "application/json", strings.NewReader(`{"kind": "pager", "url": "https://x"}`))
@@ -148,7 +149,7 @@ func TestAlertChannels(t *testing.T) {
 		t.Errorf("second delete = %v, want 404", err)
 	}
 	// Channel URLs hold secrets: an operator cannot read them.
-	otto := e.as(apitest.Token(t, e.store, "otto", store.RoleOperator))
+	otto := e.as(apitest.Token(t, e.store, "otto", schemas.RoleOperator))
 	if _, err := otto.ListAlertChannels(ctx); !isStatus(err, 403) {
 		t.Errorf("operator lists channels: %v, want 403", err)
 	}

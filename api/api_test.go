@@ -24,10 +24,12 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/internal/logtest"
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -118,7 +120,7 @@ func (e *env) do(method, path, contentType string, body io.Reader) (int, map[str
 	return resp.StatusCode, out
 }
 
-func (e *env) apply(def string) api.ApplyResult {
+func (e *env) apply(def string) wire.ApplyResult {
 	e.t.Helper()
 	res, err := e.client.ApplyTask(e.t.Context(), []byte(def), "application/yaml")
 	if err != nil {
@@ -162,7 +164,7 @@ func (e *env) lastTrigger(task string) (schemas.TriggerEvent, nats.Header) {
 	if err != nil {
 		e.t.Fatalf("read the firing of %s: %v", task, err)
 	}
-	ev, err := schemas.ParseTriggerEvent(msg.Data)
+	ev, err := taskdef.ParseTriggerEvent(msg.Data)
 	if err != nil {
 		e.t.Fatalf("published firing does not parse: %v\n%s", err, msg.Data)
 	}
@@ -252,7 +254,7 @@ func TestApplyTask(t *testing.T) {
 	}
 
 	// The name of the token is recorded with the version.
-	e.client = e.as(apitest.Token(t, e.store, "alice", store.RoleAdmin))
+	e.client = e.as(apitest.Token(t, e.store, "alice", schemas.RoleAdmin))
 	e.apply(echoTask + "description: third\n")
 	var op string
 	if err := e.pool.QueryRow(t.Context(), `SELECT operator FROM task_versions WHERE version = 3`).Scan(&op); err != nil || op != "alice" {
@@ -397,9 +399,9 @@ func TestTasks(t *testing.T) {
 	}
 
 	_, err = e.client.GetTask(ctx, "missing")
-	var apiErr *api.Error
+	var apiErr *wire.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != 404 || apiErr.Code != "task_not_found" || !apiclient.IsNotFound(err) {
-		t.Errorf("GetTask(missing) error = %#v, want *api.Error 404", err)
+		t.Errorf("GetTask(missing) error = %#v, want *wire.Error 404", err)
 	}
 	if !strings.Contains(err.Error(), `task "missing" does not exist`) {
 		t.Errorf("error reads %q", err)
@@ -413,7 +415,7 @@ func TestFire(t *testing.T) {
 	e.apply(echoTask)
 
 	// No dispatcher runs: the instance never appears, so the answer is 202.
-	res, err := e.client.Fire(ctx, "nightly-report", api.FireRequest{
+	res, err := e.client.Fire(ctx, "nightly-report", wire.FireRequest{
 		Payload: json.RawMessage(`{"day": "2025-03-01"}`), EventID: "ev-1", Priority: schemas.PriorityUrgent, Operator: "alice",
 	})
 	if err != nil {
@@ -466,12 +468,12 @@ func TestFireWaitsForInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		res api.FireResult
+		res wire.FireResult
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := e.client.Fire(context.WithoutCancel(t.Context()), "nightly-report", api.FireRequest{EventID: "ev-wait"})
+		res, err := e.client.Fire(context.WithoutCancel(t.Context()), "nightly-report", wire.FireRequest{EventID: "ev-wait"})
 		done <- result{res, err}
 	}()
 	if _, err := sub.NextMsg(time.Minute); err != nil {
@@ -682,7 +684,7 @@ func TestHealth(t *testing.T) {
 
 	e.nc.Close()
 	err := e.client.Health(t.Context())
-	var apiErr *api.Error
+	var apiErr *wire.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable || !strings.Contains(apiErr.Message, "nats") ||
 		strings.Contains(apiErr.Message, "postgres") {
 		t.Errorf("Health with NATS closed = %v, want 503 naming nats only", err)
@@ -828,23 +830,23 @@ func TestClientErrors(t *testing.T) {
 	}))
 	defer proxy.Close()
 	_, err := apiclient.NewClient(proxy.URL, proxy.Client()).ListTasks(t.Context())
-	var apiErr *api.Error
+	var apiErr *wire.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != 502 || !strings.Contains(err.Error(), "upstream down") {
 		t.Errorf("error = %v", err)
 	}
 
-	several := &api.Error{Status: 400, Code: "invalid_task",
+	several := &wire.Error{Status: 400, Code: "invalid_task",
 		Message:  "invalid task definition: execution.handler: is required; priority: must be one of urgent, normal, low",
 		Problems: []schemas.Problem{{Field: "execution.handler", Message: "is required"}, {Field: "priority", Message: "must be one of urgent, normal, low"}}}
 	want := "invalid task definition:\n  - execution.handler: is required\n  - priority: must be one of urgent, normal, low"
 	if several.Error() != want {
 		t.Errorf("Error() = %q, want %q", several.Error(), want)
 	}
-	one := &api.Error{Status: 409, Message: "task \"x\" is disabled"}
+	one := &wire.Error{Status: 409, Message: "task \"x\" is disabled"}
 	if one.Error() != one.Message {
 		t.Errorf("Error() = %q", one.Error())
 	}
-	if got := (&api.Error{Status: 503}).Error(); !strings.Contains(got, "503 Service Unavailable") {
+	if got := (&wire.Error{Status: 503}).Error(); !strings.Contains(got, "503 Service Unavailable") {
 		t.Errorf("Error() without a message = %q", got)
 	}
 }
@@ -862,7 +864,7 @@ func TestDeleteTask(t *testing.T) {
 	if _, err := e.client.GetTask(ctx, "doomed"); !apiclient.IsNotFound(err) {
 		t.Errorf("get after delete: %v, want not found", err)
 	}
-	if _, err := e.client.Fire(ctx, "doomed", api.FireRequest{}); !apiclient.IsNotFound(err) {
+	if _, err := e.client.Fire(ctx, "doomed", wire.FireRequest{}); !apiclient.IsNotFound(err) {
 		t.Errorf("fire after delete: %v, want not found", err)
 	}
 	if _, err := e.client.DeleteTask(ctx, "doomed"); !apiclient.IsNotFound(err) {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
@@ -32,12 +33,12 @@ func (s *Service) listAudit(w http.ResponseWriter, r *http.Request) {
 	if recs == nil {
 		recs = []schemas.AuditRecord{}
 	}
-	writeJSON(w, http.StatusOK, auditList{Records: recs})
+	writeJSON(w, http.StatusOK, wire.AuditList{Records: recs})
 }
 
 // auditFilter reads the query of GET /v1/audit, refusing unknown
 // parameters: a misspelt filter must not silently list everything.
-func (s *Service) auditFilter(r *http.Request) (store.AuditFilter, *Error) {
+func (s *Service) auditFilter(r *http.Request) (store.AuditFilter, *wire.Error) {
 	var f store.AuditFilter
 	q, e := s.readQuery(r, "task", "instance", "operator", "since", "limit", "before")
 	if e != nil {

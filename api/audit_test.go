@@ -6,19 +6,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
 )
 
 func TestAudit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := t.Context()
-	alice := e.as(apitest.Token(t, e.store, "alice", store.RoleAdmin))
-	bob := e.as(apitest.Token(t, e.store, "bob", store.RoleAdmin))
+	alice := e.as(apitest.Token(t, e.store, "alice", schemas.RoleAdmin))
+	bob := e.as(apitest.Token(t, e.store, "bob", schemas.RoleAdmin))
 
 	// Operator actions: every change, with who made it.
 	if _, err := alice.ApplyTask(ctx, []byte(echoTask), "application/yaml"); err != nil {
@@ -142,20 +141,20 @@ func TestAuditTokenAndAlertChanges(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := t.Context()
-	alice := e.as(apitest.Token(t, e.store, "alice", store.RoleAdmin))
-	bob := e.as(apitest.Token(t, e.store, "bob", store.RoleAdmin))
+	alice := e.as(apitest.Token(t, e.store, "alice", schemas.RoleAdmin))
+	bob := e.as(apitest.Token(t, e.store, "bob", schemas.RoleAdmin))
 
-	made, err := alice.CreateToken(ctx, "ci", store.RoleOperator)
+	made, err := alice.CreateToken(ctx, "ci", schemas.RoleOperator)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bob.RevokeToken(ctx, made.Token.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bob.PutAlertRule(ctx, "backlog", api.AlertRuleRequest{Kind: store.AlertBacklog, Level: store.AlertP1}); err != nil {
+	if _, err := bob.PutAlertRule(ctx, "backlog", wire.AlertRuleRequest{Kind: schemas.AlertBacklog, Level: schemas.AlertP1}); err != nil {
 		t.Fatal(err)
 	}
-	ch, err := alice.AddAlertChannel(ctx, api.AlertChannelRequest{Kind: store.ChannelSlack, URL: "https://hooks.example.com/services/T0/B0/secret-path"})
+	ch, err := alice.AddAlertChannel(ctx, wire.AlertChannelRequest{Kind: schemas.ChannelSlack, URL: "https://hooks.example.com/services/T0/B0/secret-path"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -31,8 +33,8 @@ type tokenKey struct{}
 
 // requestToken returns the token the request authenticated with; false for
 // a route that needs none.
-func requestToken(r *http.Request) (store.Token, bool) {
-	t, ok := r.Context().Value(tokenKey{}).(store.Token)
+func requestToken(r *http.Request) (schemas.Token, bool) {
+	t, ok := r.Context().Value(tokenKey{}).(schemas.Token)
 	return t, ok
 }
 
@@ -58,13 +60,13 @@ func (s *Service) authorize(rt Route, next http.Handler) http.Handler {
 		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ax", error="invalid_token"`)
-			writeError(w, &Error{Status: http.StatusUnauthorized, Code: "invalid_token",
+			writeError(w, &wire.Error{Status: http.StatusUnauthorized, Code: "invalid_token",
 				Message: "the API token is not valid: it was revoked, or never made; ask an admin for a token (ax token create --role " +
 					string(rt.Role) + ") and send it as Authorization: Bearer <token> (ax reads AX_TOKEN or --token)"})
 			return
 		}
 		if !tok.Role.Includes(rt.Role) {
-			writeError(w, &Error{Status: http.StatusForbidden, Code: "forbidden",
+			writeError(w, &wire.Error{Status: http.StatusForbidden, Code: "forbidden",
 				Message: fmt.Sprintf("%s %s needs the %s role, and token %q has the %s role; use a token with the %s role or stronger (ax token create --role %s)",
 					rt.Method, rt.Pattern, rt.Role, tok.Name, tok.Role, rt.Role, rt.Role)})
 			return
@@ -75,16 +77,16 @@ func (s *Service) authorize(rt Route, next http.Handler) http.Handler {
 
 // bearerSecret returns the secret of the request's Authorization: Bearer
 // header, or the 401 answer when there is none.
-func bearerSecret(r *http.Request) (string, *Error) {
+func bearerSecret(r *http.Request) (string, *wire.Error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return "", &Error{Status: http.StatusUnauthorized, Code: "unauthenticated",
+		return "", &wire.Error{Status: http.StatusUnauthorized, Code: "unauthenticated",
 			Message: "this route needs an API token: send Authorization: Bearer <token> (ax reads AX_TOKEN or --token); an admin makes one with ax token create"}
 	}
 	scheme, secret, _ := strings.Cut(h, " ")
 	secret = strings.TrimSpace(secret)
 	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return "", &Error{Status: http.StatusUnauthorized, Code: "unauthenticated",
+		return "", &wire.Error{Status: http.StatusUnauthorized, Code: "unauthenticated",
 			Message: fmt.Sprintf("the Authorization header uses the %q scheme; send Authorization: Bearer <token>", scheme)}
 	}
 	return secret, nil
@@ -108,7 +110,7 @@ type tokenCache struct {
 }
 
 type tokenEntry struct {
-	tok     store.Token
+	tok     schemas.Token
 	ok      bool
 	expires time.Time
 }
@@ -120,9 +122,9 @@ func newTokenCache(st *store.Store, ttl time.Duration, log zerolog.Logger) *toke
 
 // lookup returns the live token whose secret is secret, and false when
 // there is none. The error is the store's failure.
-func (c *tokenCache) lookup(ctx context.Context, secret string) (store.Token, bool, error) {
+func (c *tokenCache) lookup(ctx context.Context, secret string) (schemas.Token, bool, error) {
 	if !store.ValidTokenSecret(secret) {
-		return store.Token{}, false, nil
+		return schemas.Token{}, false, nil
 	}
 	key := string(store.HashTokenSecret(secret))
 	now := time.Now()
@@ -135,7 +137,7 @@ func (c *tokenCache) lookup(ctx context.Context, secret string) (store.Token, bo
 		case errors.Is(err, store.ErrNotFound):
 			e = tokenEntry{expires: now.Add(c.ttl)}
 		case err != nil:
-			return store.Token{}, false, err
+			return schemas.Token{}, false, err
 		default:
 			e = tokenEntry{tok: tok, ok: true, expires: now.Add(c.ttl)}
 		}
@@ -217,7 +219,7 @@ var ErrNoAdminToken = errors.New("no live admin token exists")
 
 // checkAdminToken refuses to serve an API that no one could manage.
 func (s *Service) checkAdminToken(ctx context.Context) error {
-	ok, err := s.opts.Store.LiveTokenExists(ctx, store.RoleAdmin)
+	ok, err := s.opts.Store.LiveTokenExists(ctx, schemas.RoleAdmin)
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}

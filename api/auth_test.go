@@ -13,7 +13,9 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -29,7 +31,7 @@ func concretePath(pattern string) string {
 // call sends a request with an Authorization header (none when auth is
 // empty) and returns the status, the WWW-Authenticate header and the error
 // body, if any.
-func (e *env) call(method, path, auth string) (int, string, *api.Error) {
+func (e *env) call(method, path, auth string) (int, string, *wire.Error) {
 	e.t.Helper()
 	req, err := http.NewRequestWithContext(e.t.Context(), method, e.srv.URL+path, nil)
 	if err != nil {
@@ -44,7 +46,7 @@ func (e *env) call(method, path, auth string) (int, string, *api.Error) {
 	}
 	defer resp.Body.Close()
 	var body struct {
-		Error *api.Error `json:"error"`
+		Error *wire.Error `json:"error"`
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	return resp.StatusCode, resp.Header.Get("WWW-Authenticate"), body.Error
@@ -56,8 +58,8 @@ func (e *env) call(method, path, auth string) (int, string, *api.Error) {
 func TestEveryRouteNeedsItsRole(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
-	secrets := map[store.Role]string{}
-	for _, role := range store.Roles {
+	secrets := map[schemas.Role]string{}
+	for _, role := range schemas.Roles {
 		secrets[role] = apitest.Token(t, e.store, "walker-"+string(role), role)
 	}
 	unknown, err := store.NewTokenSecret()
@@ -91,7 +93,7 @@ func TestEveryRouteNeedsItsRole(t *testing.T) {
 				t.Errorf("%s %s: %d, WWW-Authenticate %q, %+v; want 401 %s with %q", name, c.what, status, challenge, body, c.code, c.challenge)
 			}
 		}
-		for _, role := range store.Roles {
+		for _, role := range schemas.Roles {
 			status, _, body := e.call(rt.Method, path, "Bearer "+secrets[role])
 			if role.Includes(rt.Role) {
 				if status == http.StatusUnauthorized || status == http.StatusForbidden {
@@ -115,15 +117,15 @@ func TestRoleChecks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	e.apply(echoTask)
-	viewer := e.as(apitest.Token(t, e.store, "vera", store.RoleViewer))
-	operator := e.as(apitest.Token(t, e.store, "otto", store.RoleOperator))
+	viewer := e.as(apitest.Token(t, e.store, "vera", schemas.RoleViewer))
+	operator := e.as(apitest.Token(t, e.store, "otto", schemas.RoleOperator))
 	ctx := t.Context()
 
 	if _, err := viewer.ListTasks(ctx); err != nil {
 		t.Errorf("viewer lists tasks: %v", err)
 	}
 	_, err := viewer.SetTaskEnabled(ctx, "nightly-report", false)
-	if ae, ok := errors.AsType[*api.Error](err); !ok || ae.Status != 403 ||
+	if ae, ok := errors.AsType[*wire.Error](err); !ok || ae.Status != 403 ||
 		ae.Message != `POST /v1/tasks/{name}/disable needs the operator role, and token "vera" has the viewer role; use a token with the operator role or stronger (ax token create --role operator)` {
 		t.Errorf("viewer disables a task: %v", err)
 	}
@@ -141,7 +143,7 @@ func TestRoleChecks(t *testing.T) {
 }
 
 func isStatus(err error, status int) bool {
-	ae, ok := errors.AsType[*api.Error](err)
+	ae, ok := errors.AsType[*wire.Error](err)
 	return ok && ae.Status == status
 }
 
@@ -150,11 +152,11 @@ func TestTokenRoutes(t *testing.T) {
 	e := newEnv(t, func(o *api.Options) { o.TokenCacheTTL = 10 * time.Millisecond })
 	ctx := t.Context()
 
-	made, err := e.client.CreateToken(ctx, "ci", store.RoleOperator)
+	made, err := e.client.CreateToken(ctx, "ci", schemas.RoleOperator)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if made.Token.Name != "ci" || made.Token.Role != store.RoleOperator || !strings.HasPrefix(made.Secret, "axt_") {
+	if made.Token.Name != "ci" || made.Token.Role != schemas.RoleOperator || !strings.HasPrefix(made.Secret, "axt_") {
 		t.Errorf("CreateToken = %+v", made)
 	}
 	ci := e.as(made.Secret)
@@ -164,7 +166,7 @@ func TestTokenRoutes(t *testing.T) {
 	if _, err := ci.ListTokens(ctx); !isStatus(err, 403) {
 		t.Errorf("an operator lists tokens: %v, want 403", err)
 	}
-	if _, err := e.client.CreateToken(ctx, "ci", store.RoleViewer); !isStatus(err, 409) {
+	if _, err := e.client.CreateToken(ctx, "ci", schemas.RoleViewer); !isStatus(err, 409) {
 		t.Errorf("a second live token called ci: %v, want 409", err)
 	}
 	for _, c := range []struct{ body, field string }{
@@ -201,7 +203,7 @@ func TestTokenRoutes(t *testing.T) {
 		t.Errorf("the revoked token right after its revocation: %v, want 401", err)
 	}
 	// Revoked elsewhere (ax token revoke, another replica), within the TTL.
-	other, err := e.client.CreateToken(ctx, "ops", store.RoleViewer)
+	other, err := e.client.CreateToken(ctx, "ops", schemas.RoleViewer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,11 +243,11 @@ func TestRunRefusesWithoutAnAdminToken(t *testing.T) {
 		}
 	}
 	check("on an empty database")
-	if _, _, err := st.CreateToken(t.Context(), "olga", store.RoleOperator, "test"); err != nil {
+	if _, _, err := st.CreateToken(t.Context(), "olga", schemas.RoleOperator, "test"); err != nil {
 		t.Fatal(err)
 	}
 	check("with an operator token only")
-	if _, _, err := st.CreateToken(t.Context(), "root", store.RoleAdmin, "test"); err != nil {
+	if _, _, err := st.CreateToken(t.Context(), "root", schemas.RoleAdmin, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.RevokeToken(t.Context(), "root", "test"); err != nil {

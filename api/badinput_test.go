@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 )
 
 // The bad inputs every route is sent.
@@ -264,7 +265,7 @@ func TestBadInput(t *testing.T) {
 			continue
 		}
 		var answer struct {
-			Error *api.Error `json:"error"`
+			Error *wire.Error `json:"error"`
 		}
 		if err := json.Unmarshal(data, &answer); err != nil || answer.Error == nil || answer.Error.Code == "" || answer.Error.Message == "" {
 			t.Errorf("%s: answered %d %.300s; want {\"error\": {\"code\": …, \"message\": …}}", tt.name, resp.StatusCode, data)

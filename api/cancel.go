@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -18,7 +19,7 @@ import (
 // CANCELLED, or 202 with the instance as it is when the dispatcher has not
 // applied it within RunWait.
 func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
-	var req CancelRequest
+	var req wire.CancelRequest
 	id, ok := s.instanceRequest(w, r, &req, `{"reason": "wrong input"}`)
 	if !ok {
 		return
@@ -41,7 +42,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if inst.State.Terminal() {
-		writeError(w, &Error{Status: http.StatusConflict, Code: "instance_ended", Field: "id",
+		writeError(w, &wire.Error{Status: http.StatusConflict, Code: "instance_ended", Field: "id",
 			Message: fmt.Sprintf("instance %d already ended %s; only an instance that has not ended can be cancelled", id, inst.State)})
 		return
 	}

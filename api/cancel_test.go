@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -43,7 +44,7 @@ func TestFireAnswersTheInstanceFoundWhenTheWaitEnds(t *testing.T) {
 	e.apply(echoTask)
 	id := e.insertInstance("nightly-report", "ev-1", schemas.StateSucceeded)
 
-	res, err := e.client.Fire(t.Context(), "nightly-report", api.FireRequest{EventID: "ev-1", Payload: []byte(`{"n":1}`)})
+	res, err := e.client.Fire(t.Context(), "nightly-report", wire.FireRequest{EventID: "ev-1", Payload: []byte(`{"n":1}`)})
 	if err != nil || res.InstanceID != id || res.State != schemas.StateSucceeded {
 		t.Errorf("Fire = %+v, %v; want instance %d SUCCEEDED", res, err, id)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -22,26 +23,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-func writeError(w http.ResponseWriter, e *Error) {
-	writeJSON(w, e.Status, errorBody{Error: e})
+func writeError(w http.ResponseWriter, e *wire.Error) {
+	writeJSON(w, e.Status, wire.ErrorBody{Error: e})
 }
 
 // internalError answers 500 for a failure that is not the caller's doing,
 // and logs the error behind it.
 func (s *Service) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
 	s.opts.Logger.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg(op)
-	writeError(w, &Error{Status: http.StatusInternalServerError, Code: "internal",
+	writeError(w, &wire.Error{Status: http.StatusInternalServerError, Code: "internal",
 		Message: op + " failed on the server; the API's log has the details"})
 }
 
-func badRequest(code, field, format string, args ...any) *Error {
-	return &Error{Status: http.StatusBadRequest, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+func badRequest(code, field, format string, args ...any) *wire.Error {
+	return &wire.Error{Status: http.StatusBadRequest, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
 // validationError answers 400 for a document that broke the rules of its
 // schema: the message lists every problem, and so does Problems.
-func validationError(code string, ve *schemas.ValidationError) *Error {
-	e := &Error{Status: http.StatusBadRequest, Code: code, Message: ve.Error(), Problems: ve.Problems}
+func validationError(code string, ve *schemas.ValidationError) *wire.Error {
+	e := &wire.Error{Status: http.StatusBadRequest, Code: code, Message: ve.Error(), Problems: ve.Problems}
 	if len(ve.Problems) == 1 {
 		e.Field = ve.Problems[0].Field
 	}
@@ -59,7 +60,7 @@ const (
 
 // readBody reads a request body of at most Options.MaxBodyBytes whose
 // Content-Type is JSON, or YAML when yamlOK, or unset.
-func (s *Service) readBody(w http.ResponseWriter, r *http.Request, yamlOK bool) ([]byte, mediaType, *Error) {
+func (s *Service) readBody(w http.ResponseWriter, r *http.Request, yamlOK bool) ([]byte, mediaType, *wire.Error) {
 	accepted := "application/json"
 	if yamlOK {
 		accepted = "application/json or application/yaml"
@@ -69,18 +70,18 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request, yamlOK bool) 
 		t, _, err := mime.ParseMediaType(ct)
 		switch {
 		case err != nil:
-			return nil, 0, &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			return nil, 0, &wire.Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 				Message: fmt.Sprintf("cannot parse Content-Type %q: %v; send Content-Type: %s", ct, err, accepted)}
 		case t == "application/json" || strings.HasSuffix(t, "+json"):
 			mt = mediaJSON
 		case yamlOK && (t == "application/yaml" || t == "text/yaml" || t == "application/x-yaml"):
 			mt = mediaYAML
 		default:
-			return nil, 0, &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			return nil, 0, &wire.Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 				Message: fmt.Sprintf("Content-Type %s is not accepted here; send Content-Type: %s", t, accepted)}
 		}
 	}
-	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+	tooLarge := &wire.Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
 		Message: fmt.Sprintf("the request body is larger than the limit of %d bytes; send a smaller body", s.opts.MaxBodyBytes)}
 	if r.ContentLength > s.opts.MaxBodyBytes {
 		return nil, 0, tooLarge
@@ -103,7 +104,7 @@ func (s *Service) readBody(w http.ResponseWriter, r *http.Request, yamlOK bool) 
 }
 
 // jsonSyntaxError explains where data stops being JSON.
-func jsonSyntaxError(data []byte, err error) *Error {
+func jsonSyntaxError(data []byte, err error) *wire.Error {
 	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
 		line, col := lineCol(data, se.Offset)
 		return badRequest("malformed_json", "", "the body is not valid JSON: line %d, column %d: %v", line, col, se)
@@ -144,7 +145,7 @@ func decodeErrorField(err error) string {
 // decodeOptionalBody decodes an optional JSON object body into v, refusing
 // unknown fields. An error names the field and shows example, the shape the
 // body should have.
-func decodeOptionalBody(data []byte, v any, example string) *Error {
+func decodeOptionalBody(data []byte, v any, example string) *wire.Error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}

@@ -8,7 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -23,7 +25,7 @@ import (
 // that does not exist, is disabled or paused) is answered as for a single
 // firing.
 func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string, data []byte) {
-	items, err := schemas.SplitTriggerBatch(data)
+	items, err := taskdef.SplitTriggerBatch(data)
 	if err != nil {
 		ve, _ := errors.AsType[*schemas.ValidationError](err)
 		if ve == nil {
@@ -48,8 +50,8 @@ func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string,
 	if !ok {
 		return
 	}
-	results := make([]FireBatchItem, len(items))
-	refuse := func(i int, e *Error) { results[i] = FireBatchItem{Status: e.Status, Error: e} }
+	results := make([]wire.FireBatchItem, len(items))
+	refuse := func(i int, e *wire.Error) { results[i] = wire.FireBatchItem{Status: e.Status, Error: e} }
 	var now []schemas.TriggerEvent
 	var nowAt []int
 	for i, item := range items {
@@ -95,7 +97,7 @@ func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string,
 				if res.InstanceID == 0 {
 					status = http.StatusAccepted
 				}
-				results[i] = FireBatchItem{Status: status, FireResult: res}
+				results[i] = wire.FireBatchItem{Status: status, FireResult: res}
 				continue
 			}
 		}
@@ -104,12 +106,12 @@ func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string,
 				refuse(i, s.unpublished(subject, err))
 				continue
 			}
-			results[i] = FireBatchItem{Status: http.StatusAccepted, FireResult: &FireResult{Task: name, EventID: eventID, RunAt: ev.RunAt}}
+			results[i] = wire.FireBatchItem{Status: http.StatusAccepted, FireResult: &wire.FireResult{Task: name, EventID: eventID, RunAt: ev.RunAt}}
 			continue
 		}
 		now = append(now, ev)
 		nowAt = append(nowAt, i)
-		results[i] = FireBatchItem{Status: http.StatusAccepted, FireResult: &FireResult{Task: name, EventID: eventID}}
+		results[i] = wire.FireBatchItem{Status: http.StatusAccepted, FireResult: &wire.FireResult{Task: name, EventID: eventID}}
 	}
 	if len(now) > 0 {
 		subject := s.opts.Topology.APITrigger(name)
@@ -123,7 +125,7 @@ func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string,
 			s.opts.Logger.Info().Str("task", name).Str("operator", operator(r)).Int("firings", len(now)).Msg("task fired in bulk")
 		}
 	}
-	writeJSON(w, http.StatusAccepted, FireBatchResult{Results: results})
+	writeJSON(w, http.StatusAccepted, wire.FireBatchResult{Results: results})
 }
 
 // publishBatch publishes firings of task as one batch message to subject.
@@ -140,7 +142,7 @@ func (s *Service) publishBatch(r *http.Request, subject, task string, firings []
 }
 
 // unpublished is the error of a firing that could not be published.
-func (s *Service) unpublished(subject string, err error) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
+func (s *Service) unpublished(subject string, err error) *wire.Error {
+	return &wire.Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
 		Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.FiringsStream())}
 }

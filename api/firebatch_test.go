@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 // TestFireBatch fires a batch through the API whose good firings sit
@@ -67,7 +68,7 @@ func TestFireBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items, err := schemas.SplitTriggerBatch(msg.Data)
+	items, err := taskdef.SplitTriggerBatch(msg.Data)
 	if err != nil || len(items) != 2 {
 		t.Fatalf("published %s: %d firings, %v", msg.Data, len(items), err)
 	}
@@ -111,7 +112,7 @@ func TestClientFireBatch(t *testing.T) {
 	e.apply("task_name: typed\nschema_version: 2\nexecution: {handler: h}\npayload_schema: {type: object, required: [day], properties: {day: {type: string}}}\n")
 	ctx := t.Context()
 
-	results, err := e.client.FireBatch(ctx, "typed", []api.FireRequest{
+	results, err := e.client.FireBatch(ctx, "typed", []wire.FireRequest{
 		{EventID: "a", Payload: json.RawMessage(`{"day": "mon"}`), PayloadVersion: 2},
 		{EventID: "bad", Payload: json.RawMessage(`{"day": 1}`), PayloadVersion: 2},
 		{IdempotencyKey: "k", Payload: json.RawMessage(`{"day": "tue"}`), PayloadVersion: 2},
@@ -143,7 +144,7 @@ func TestClientFireBatch(t *testing.T) {
 	// another payload refused.
 	e.apply("task_name: plain\nexecution: {handler: h}\n")
 	made := e.insertInstance("plain", "idem-p", schemas.StateSucceeded)
-	results, err = e.client.FireBatch(ctx, "plain", []api.FireRequest{
+	results, err = e.client.FireBatch(ctx, "plain", []wire.FireRequest{
 		{IdempotencyKey: "p", Payload: json.RawMessage(`{"n": 1}`)},
 		{IdempotencyKey: "p", Payload: json.RawMessage(`{"n": 2}`)},
 	})
@@ -160,16 +161,16 @@ func TestClientFireBatch(t *testing.T) {
 	// Refused whole.
 	for _, tc := range []struct {
 		name, task string
-		reqs       []api.FireRequest
+		reqs       []wire.FireRequest
 		status     int
 		code, says string
 	}{
 		{"none", "typed", nil, 400, "invalid_batch", "holds no firing"},
-		{"over the limit", "typed", make([]api.FireRequest, schemas.MaxTriggerBatch+1), 400, "invalid_batch", "at most 1000 (schemas.MaxTriggerBatch)"},
-		{"unknown task", "nosuch", []api.FireRequest{{}}, 404, "task_not_found", "nosuch"},
+		{"over the limit", "typed", make([]wire.FireRequest, schemas.MaxTriggerBatch+1), 400, "invalid_batch", "at most 1000 (schemas.MaxTriggerBatch)"},
+		{"unknown task", "nosuch", []wire.FireRequest{{}}, 404, "task_not_found", "nosuch"},
 	} {
 		results, err := e.client.FireBatch(ctx, tc.task, tc.reqs)
-		apiErr, ok := errors.AsType[*api.Error](err)
+		apiErr, ok := errors.AsType[*wire.Error](err)
 		if !ok || apiErr.Status != tc.status || apiErr.Code != tc.code || !strings.Contains(apiErr.Message, tc.says) || results != nil {
 			t.Errorf("%s: %v %+v, want %d %s saying %q", tc.name, err, results, tc.status, tc.code, tc.says)
 		}
@@ -190,7 +191,7 @@ func TestClientFireBatch(t *testing.T) {
 	}
 	sealed := e.as(e.admin)
 	sealed.Codec = codec
-	results, err = sealed.FireBatch(ctx, "plain", []api.FireRequest{
+	results, err = sealed.FireBatch(ctx, "plain", []wire.FireRequest{
 		{EventID: "c", Payload: json.RawMessage(`{"secret": "s"}`)},
 		{IdempotencyKey: "sealed", Payload: json.RawMessage(`{"n": 1}`)},
 		{IdempotencyKey: "sealed", Payload: json.RawMessage(`{"n": 2}`)},

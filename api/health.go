@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/ax-scheduler/ax/api/wire"
 )
 
 // health answers 200 when PostgreSQL answers a ping and the NATS connection
@@ -20,9 +22,9 @@ func (s *Service) health(w http.ResponseWriter, r *http.Request) {
 		down = append(down, "nats: connection "+strings.ToLower(s.opts.Conn.Status().String()))
 	}
 	if len(down) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "down", Error: &Error{
+		writeJSON(w, http.StatusServiceUnavailable, wire.HealthBody{Status: "down", Error: &wire.Error{
 			Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "down: " + strings.Join(down, "; ")}})
 		return
 	}
-	writeJSON(w, http.StatusOK, healthBody{Status: "ok"})
+	writeJSON(w, http.StatusOK, wire.HealthBody{Status: "ok"})
 }

@@ -10,13 +10,14 @@ import (
 
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
 
 // instanceID returns the {id} of the path, or an answer saying why it
 // cannot name an instance.
-func instanceID(r *http.Request) (int64, *Error) {
+func instanceID(r *http.Request) (int64, *wire.Error) {
 	raw := r.PathValue("id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id <= 0 {
@@ -25,8 +26,8 @@ func instanceID(r *http.Request) (int64, *Error) {
 	return id, nil
 }
 
-func instanceNotFound(id int64) *Error {
-	return &Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "id",
+func instanceNotFound(id int64) *wire.Error {
+	return &wire.Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "id",
 		Message: fmt.Sprintf("instance %d does not exist; list instances with GET /v1/instances (ax instance list)", id)}
 }
 
@@ -57,7 +58,7 @@ func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) {
 // CREATED transition names the operator and says "rerun of instance N".
 // It answers like POST /v1/tasks/{name}/runs.
 func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
-	var req RerunRequest
+	var req wire.RerunRequest
 	id, ok := s.instanceRequest(w, r, &req, `{"payload": {"day": "2025-03-01"}}`)
 	if !ok {
 		return
@@ -106,12 +107,12 @@ func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "redact instances", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, instanceList{Instances: list})
+	writeJSON(w, http.StatusOK, wire.InstanceList{Instances: list})
 }
 
 // instanceFilter reads the query of GET /v1/instances, refusing unknown
 // parameters: a misspelt filter must not silently list everything.
-func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *Error) {
+func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *wire.Error) {
 	var f store.InstanceFilter
 	q, e := s.readQuery(r, "task", "state", "since", "until", "limit", "before", "after", "archived")
 	if e != nil {

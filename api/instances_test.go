@@ -6,10 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
 )
 
 func TestRerun(t *testing.T) {
@@ -19,7 +18,7 @@ func TestRerun(t *testing.T) {
 	id := e.insertInstance("nightly-report", "ev-1", schemas.StateFailed)
 
 	// No dispatcher runs, so the answer is 202; the firing is in the stream.
-	alice := e.as(apitest.Token(t, e.store, "alice", store.RoleOperator))
+	alice := e.as(apitest.Token(t, e.store, "alice", schemas.RoleOperator))
 	res, err := alice.Rerun(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +106,7 @@ func TestRerunWithAPayload(t *testing.T) {
 	e.apply(echoTask + "payload_schema: {type: object, properties: {count: {type: integer}}}\n")
 	id := e.insertInstance("nightly-report", "ev-1", schemas.StateFailed)
 
-	res, err := e.client.RerunWith(t.Context(), id, api.RerunRequest{Payload: []byte(`{"count": 2}`)})
+	res, err := e.client.RerunWith(t.Context(), id, wire.RerunRequest{Payload: []byte(`{"count": 2}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +119,7 @@ func TestRerunWithAPayload(t *testing.T) {
 		t.Errorf("rerun with a payload the schema refuses: %d %v, want 422 naming payload.count", status, body)
 	}
 	// Without a payload, the instance's own.
-	if _, err := e.client.RerunWith(t.Context(), id, api.RerunRequest{}); err != nil {
+	if _, err := e.client.RerunWith(t.Context(), id, wire.RerunRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if ev, _ := e.lastTrigger("nightly-report"); string(ev.Payload) != `{"n":1}` {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
@@ -84,7 +85,7 @@ func (s *Service) instanceLogs(w http.ResponseWriter, r *http.Request) {
 
 // logQuery reads the query of GET /v1/instances/{id}/logs, refusing unknown
 // parameters: a misspelt filter must not silently show everything.
-func (s *Service) logQuery(r *http.Request) (logQuery, *Error) {
+func (s *Service) logQuery(r *http.Request) (logQuery, *wire.Error) {
 	q := logQuery{limit: DefaultLogLimit}
 	v, e := s.readQuery(r, "attempt", "since", "limit", "after", "follow")
 	if e != nil {
@@ -276,9 +277,9 @@ func (lr *logReader) close() {
 // readLogs reads one page of the lines of instance in, those of the
 // workers that held its attempts (see [logWriters]). The page ends before
 // a line it must hold, which the next read shows or drops.
-func (s *Service) readLogs(ctx context.Context, in schemas.Instance, q logQuery) (LogPage, error) {
+func (s *Service) readLogs(ctx context.Context, in schemas.Instance, q logQuery) (wire.LogPage, error) {
 	id := in.ID
-	page := LogPage{Lines: []schemas.LogLine{}, Next: q.after}
+	page := wire.LogPage{Lines: []schemas.LogLine{}, Next: q.after}
 	ctx, cancel := context.WithTimeout(ctx, readLogsTimeout)
 	defer cancel()
 	lr, err := s.openLogs(ctx, id, q)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
 )
 
 var update = flag.Bool("update", false, "rewrite api/openapi.json: copy in the contract schemas of schemas/ and format it")
@@ -326,7 +325,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 		if _, ok := op.Responses["401"]; (rt.Role != "") != ok {
 			t.Errorf("%s: a 401 answer is described: %t; want %t", name, ok, rt.Role != "")
 		}
-		if _, ok := op.Responses["403"]; (rt.Role != "" && rt.Role != store.RoleViewer) != ok {
+		if _, ok := op.Responses["403"]; (rt.Role != "" && rt.Role != schemas.RoleViewer) != ok {
 			t.Errorf("%s: a 403 answer is described: %t", name, ok)
 		}
 		hasSuccess := false

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ax-scheduler/ax/api/wire"
 )
 
 // query is a request's query parameters, read one way for every list
@@ -20,7 +22,7 @@ type query struct {
 
 // readQuery returns the query of r, or a 400 naming the first parameter
 // that is not among takes, with what the endpoint takes, in that order.
-func (s *Service) readQuery(r *http.Request, takes ...string) (query, *Error) {
+func (s *Service) readQuery(r *http.Request, takes ...string) (query, *wire.Error) {
 	v := r.URL.Query()
 	for k := range v {
 		if !slices.Contains(takes, k) {
@@ -32,7 +34,7 @@ func (s *Service) readQuery(r *http.Request, takes ...string) (query, *Error) {
 }
 
 // limit reads the parameter name as a number from 1 to max; absent, it is 0.
-func (q query) limit(name string, max int) (int, *Error) {
+func (q query) limit(name string, max int) (int, *wire.Error) {
 	v := q.Get(name)
 	if v == "" {
 		return 0, nil
@@ -46,7 +48,7 @@ func (q query) limit(name string, max int) (int, *Error) {
 
 // time reads the parameter name as an RFC 3339 time or a positive
 // duration back from now (see Service.parseSince); absent, it is def.
-func (q query) time(name string, def time.Time) (time.Time, *Error) {
+func (q query) time(name string, def time.Time) (time.Time, *wire.Error) {
 	v := q.Get(name)
 	if v == "" {
 		return def, nil
@@ -60,7 +62,7 @@ func (q query) time(name string, def time.Time) (time.Time, *Error) {
 }
 
 // task reads the parameter name as a task name; absent, it is "".
-func (q query) task(name string) (string, *Error) {
+func (q query) task(name string) (string, *wire.Error) {
 	v := q.Get(name)
 	if v != "" && !taskNameRE.MatchString(v) {
 		return "", badRequest("invalid_parameter", name,

@@ -5,12 +5,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/store"
 )
 
 // healthReport answers GET /v1/reports/health with the fleet's health
-// report (see store.HealthReport); the query may move its thresholds.
+// report (see schemas.HealthReport); the query may move its thresholds.
 func (s *Service) healthReport(w http.ResponseWriter, r *http.Request) {
 	o, e := s.healthOptions(r)
 	if e != nil {
@@ -27,13 +28,13 @@ func (s *Service) healthReport(w http.ResponseWriter, r *http.Request) {
 }
 
 // healthOptions reads the query of GET /v1/reports/health.
-func (s *Service) healthOptions(r *http.Request) (store.HealthOptions, *Error) {
+func (s *Service) healthOptions(r *http.Request) (store.HealthOptions, *wire.Error) {
 	var o store.HealthOptions
 	q, e := s.readQuery(r, "min_failures", "grace", "runs", "min_runs", "factor")
 	if e != nil {
 		return o, e
 	}
-	intParam := func(name string, lo, hi int, dst *int) *Error {
+	intParam := func(name string, lo, hi int, dst *int) *wire.Error {
 		v := q.Get(name)
 		if v == "" {
 			return nil
@@ -45,7 +46,7 @@ func (s *Service) healthOptions(r *http.Request) (store.HealthOptions, *Error) {
 		*dst = n
 		return nil
 	}
-	for _, e := range []*Error{
+	for _, e := range []*wire.Error{
 		intParam("min_failures", 1, 1000, &o.MinFailures),
 		intParam("runs", 2, 1000, &o.Runs),
 		intParam("min_runs", 2, 1000, &o.MinRuns),

@@ -12,7 +12,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
-	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 func TestHealthReport(t *testing.T) {
@@ -71,7 +71,7 @@ func TestMetricsRoute(t *testing.T) {
 	reg.MustRegister(c)
 	c.Add(3)
 	e := newEnv(t, func(o *api.Options) { o.Metrics = reg })
-	viewer := apitest.HTTPClient(e.srv.Client(), apitest.Token(t, e.store, "prometheus", store.RoleViewer))
+	viewer := apitest.HTTPClient(e.srv.Client(), apitest.Token(t, e.store, "prometheus", schemas.RoleViewer))
 	resp, err := viewer.Get(e.srv.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,7 @@ package api
 import (
 	"net/http"
 
-	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // Route is one route of the API, as [Routes] lists it.
@@ -14,7 +14,7 @@ type Route struct {
 	Pattern string
 	// Role is the weakest token role the route takes; "" for a route that
 	// needs no token (only GET /healthz).
-	Role store.Role
+	Role schemas.Role
 	// Summary says in a few words what the route does; it is also the
 	// operation's summary in the OpenAPI document.
 	Summary string
@@ -32,47 +32,47 @@ type route struct {
 // document (api/openapi.json) and in [Client].
 var routeTable = []route{
 	{Route{"GET", "/healthz", "", "Report whether PostgreSQL and NATS are reachable"}, (*Service).health},
-	{Route{"GET", "/v1/openapi.json", store.RoleViewer, "This API's OpenAPI 3.1 document"}, (*Service).openAPI},
+	{Route{"GET", "/v1/openapi.json", schemas.RoleViewer, "This API's OpenAPI 3.1 document"}, (*Service).openAPI},
 
-	{Route{"POST", "/v1/tasks", store.RoleAdmin, "Apply a task definition (JSON or YAML)"}, (*Service).applyTask},
-	{Route{"GET", "/v1/tasks", store.RoleViewer, "List the tasks"}, (*Service).listTasks},
-	{Route{"GET", "/v1/tasks/{name}", store.RoleViewer, "Get a task with its next cron firings"}, (*Service).getTask},
-	{Route{"DELETE", "/v1/tasks/{name}", store.RoleAdmin, "Delete a task: it takes no more firings; its history stays"}, (*Service).deleteTask},
-	{Route{"POST", "/v1/tasks/{name}/enable", store.RoleOperator, "Enable a task"},
+	{Route{"POST", "/v1/tasks", schemas.RoleAdmin, "Apply a task definition (JSON or YAML)"}, (*Service).applyTask},
+	{Route{"GET", "/v1/tasks", schemas.RoleViewer, "List the tasks"}, (*Service).listTasks},
+	{Route{"GET", "/v1/tasks/{name}", schemas.RoleViewer, "Get a task with its next cron firings"}, (*Service).getTask},
+	{Route{"DELETE", "/v1/tasks/{name}", schemas.RoleAdmin, "Delete a task: it takes no more firings; its history stays"}, (*Service).deleteTask},
+	{Route{"POST", "/v1/tasks/{name}/enable", schemas.RoleOperator, "Enable a task"},
 		func(s *Service, w http.ResponseWriter, r *http.Request) { s.setEnabled(true)(w, r) }},
-	{Route{"POST", "/v1/tasks/{name}/disable", store.RoleOperator, "Disable a task"},
+	{Route{"POST", "/v1/tasks/{name}/disable", schemas.RoleOperator, "Disable a task"},
 		func(s *Service, w http.ResponseWriter, r *http.Request) { s.setEnabled(false)(w, r) }},
-	{Route{"POST", "/v1/tasks/{name}/pause", store.RoleOperator, "Pause a task: its firings make no runs until it is resumed"},
+	{Route{"POST", "/v1/tasks/{name}/pause", schemas.RoleOperator, "Pause a task: its firings make no runs until it is resumed"},
 		func(s *Service, w http.ResponseWriter, r *http.Request) { s.setPaused(true)(w, r) }},
-	{Route{"POST", "/v1/tasks/{name}/resume", store.RoleOperator, "Resume a paused task"},
+	{Route{"POST", "/v1/tasks/{name}/resume", schemas.RoleOperator, "Resume a paused task"},
 		func(s *Service, w http.ResponseWriter, r *http.Request) { s.setPaused(false)(w, r) }},
-	{Route{"POST", "/v1/tasks/{name}/runs", store.RoleOperator, "Fire a task"}, (*Service).fire},
-	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", store.RoleViewer, "Get the instance a firing made"}, (*Service).instanceByEvent},
+	{Route{"POST", "/v1/tasks/{name}/runs", schemas.RoleOperator, "Fire a task"}, (*Service).fire},
+	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made"}, (*Service).instanceByEvent},
 
-	{Route{"GET", "/v1/instances", store.RoleViewer, "List instances, newest first"}, (*Service).listInstances},
-	{Route{"GET", "/v1/instances/{id}", store.RoleViewer, "Get an instance with its transitions"}, (*Service).getInstance},
-	{Route{"GET", "/v1/instances/{id}/logs", store.RoleViewer, "Read or follow an instance's task log"}, (*Service).instanceLogs},
-	{Route{"POST", "/v1/instances/{id}/cancel", store.RoleOperator, "Cancel an instance that has not ended; a running attempt is told to stop"}, (*Service).cancel},
-	{Route{"POST", "/v1/instances/{id}/rerun", store.RoleOperator, "Fire an instance's task again with its payload and priority"}, (*Service).rerun},
+	{Route{"GET", "/v1/instances", schemas.RoleViewer, "List instances, newest first"}, (*Service).listInstances},
+	{Route{"GET", "/v1/instances/{id}", schemas.RoleViewer, "Get an instance with its transitions"}, (*Service).getInstance},
+	{Route{"GET", "/v1/instances/{id}/logs", schemas.RoleViewer, "Read or follow an instance's task log"}, (*Service).instanceLogs},
+	{Route{"POST", "/v1/instances/{id}/cancel", schemas.RoleOperator, "Cancel an instance that has not ended; a running attempt is told to stop"}, (*Service).cancel},
+	{Route{"POST", "/v1/instances/{id}/rerun", schemas.RoleOperator, "Fire an instance's task again with its payload and priority"}, (*Service).rerun},
 
-	{Route{"GET", "/v1/audit", store.RoleViewer, "List audit records: transitions and operator actions, newest first"}, (*Service).listAudit},
-	{Route{"GET", "/v1/workers", store.RoleViewer, "List the live workers from their heartbeats"}, (*Service).listWorkers},
-	{Route{"GET", "/v1/streams", store.RoleViewer, "List AX's JetStream streams and their consumers"}, (*Service).listStreams},
+	{Route{"GET", "/v1/audit", schemas.RoleViewer, "List audit records: transitions and operator actions, newest first"}, (*Service).listAudit},
+	{Route{"GET", "/v1/workers", schemas.RoleViewer, "List the live workers from their heartbeats"}, (*Service).listWorkers},
+	{Route{"GET", "/v1/streams", schemas.RoleViewer, "List AX's JetStream streams and their consumers"}, (*Service).listStreams},
 
-	{Route{"GET", "/v1/alerts", store.RoleViewer, "List alerts, newest first"}, (*Service).listAlerts},
-	{Route{"POST", "/v1/alerts/{id}/ack", store.RoleOperator, "Acknowledge an alert: no more notifications until it resolves"}, (*Service).ackAlert},
-	{Route{"GET", "/v1/alert-rules", store.RoleViewer, "List the alert rules"}, (*Service).listAlertRules},
-	{Route{"PUT", "/v1/alert-rules/{name}", store.RoleAdmin, "Create or replace an alert rule"}, (*Service).putAlertRule},
-	{Route{"GET", "/v1/alert-channels", store.RoleAdmin, "List the alert channels (their URLs hold secrets)"}, (*Service).listAlertChannels},
-	{Route{"POST", "/v1/alert-channels", store.RoleAdmin, "Add an alert channel: a webhook, WeCom robot or Slack webhook"}, (*Service).addAlertChannel},
-	{Route{"DELETE", "/v1/alert-channels/{id}", store.RoleAdmin, "Delete an alert channel"}, (*Service).deleteAlertChannel},
-	{Route{"GET", "/v1/reports/health", store.RoleViewer, "The fleet's health report"}, (*Service).healthReport},
-	{Route{"GET", "/v1/reports/summary", store.RoleViewer, "Instances of a time window summed up: counts by state, success rate, run time percentiles"}, (*Service).instanceSummary},
-	{Route{"GET", "/metrics", store.RoleViewer, "Prometheus metrics of this process"}, (*Service).metrics},
+	{Route{"GET", "/v1/alerts", schemas.RoleViewer, "List alerts, newest first"}, (*Service).listAlerts},
+	{Route{"POST", "/v1/alerts/{id}/ack", schemas.RoleOperator, "Acknowledge an alert: no more notifications until it resolves"}, (*Service).ackAlert},
+	{Route{"GET", "/v1/alert-rules", schemas.RoleViewer, "List the alert rules"}, (*Service).listAlertRules},
+	{Route{"PUT", "/v1/alert-rules/{name}", schemas.RoleAdmin, "Create or replace an alert rule"}, (*Service).putAlertRule},
+	{Route{"GET", "/v1/alert-channels", schemas.RoleAdmin, "List the alert channels (their URLs hold secrets)"}, (*Service).listAlertChannels},
+	{Route{"POST", "/v1/alert-channels", schemas.RoleAdmin, "Add an alert channel: a webhook, WeCom robot or Slack webhook"}, (*Service).addAlertChannel},
+	{Route{"DELETE", "/v1/alert-channels/{id}", schemas.RoleAdmin, "Delete an alert channel"}, (*Service).deleteAlertChannel},
+	{Route{"GET", "/v1/reports/health", schemas.RoleViewer, "The fleet's health report"}, (*Service).healthReport},
+	{Route{"GET", "/v1/reports/summary", schemas.RoleViewer, "Instances of a time window summed up: counts by state, success rate, run time percentiles"}, (*Service).instanceSummary},
+	{Route{"GET", "/metrics", schemas.RoleViewer, "Prometheus metrics of this process"}, (*Service).metrics},
 
-	{Route{"GET", "/v1/tokens", store.RoleAdmin, "List the API tokens, the revoked ones too"}, (*Service).listTokens},
-	{Route{"POST", "/v1/tokens", store.RoleAdmin, "Create an API token; the answer holds its secret, shown once"}, (*Service).createToken},
-	{Route{"DELETE", "/v1/tokens/{id}", store.RoleAdmin, "Revoke an API token"}, (*Service).revokeToken},
+	{Route{"GET", "/v1/tokens", schemas.RoleAdmin, "List the API tokens, the revoked ones too"}, (*Service).listTokens},
+	{Route{"POST", "/v1/tokens", schemas.RoleAdmin, "Create an API token; the answer holds its secret, shown once"}, (*Service).createToken},
+	{Route{"DELETE", "/v1/tokens/{id}", schemas.RoleAdmin, "Revoke an API token"}, (*Service).revokeToken},
 }
 
 // Routes returns every route of the API, in the order of its reference.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -66,7 +67,7 @@ func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
 }
 
 // firingOf makes the trigger event of a firing request of task name.
-func firingOf(r *http.Request, name string, req FireRequest, now time.Time) (schemas.TriggerEvent, *Error) {
+func firingOf(r *http.Request, name string, req wire.FireRequest, now time.Time) (schemas.TriggerEvent, *wire.Error) {
 	// The operator is not recorded, but a value the firing's own operator
 	// could not hold is a mistake worth telling.
 	if len(req.Operator) > maxOperatorLen {
@@ -138,19 +139,19 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 		subject, err := s.publishDelayed(r.Context(), ev, eventID)
 		if err != nil {
 			log.Error().Err(err).Msg("publish delayed firing")
-			writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
+			writeError(w, &wire.Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
 				Message: fmt.Sprintf("cannot publish the delayed firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same idempotency_key or event_id", subject, err, s.opts.Topology.FiringsStream())})
 			return
 		}
 		log.Info().Time("run_at", ev.RunAt).Msg("task fired with a delay")
-		writeJSON(w, http.StatusAccepted, FireResult{Task: name, EventID: eventID, RunAt: ev.RunAt})
+		writeJSON(w, http.StatusAccepted, wire.FireResult{Task: name, EventID: eventID, RunAt: ev.RunAt})
 		return
 	}
 
 	subject := s.opts.Topology.APITrigger(name)
 	if _, err := streams.Publish(r.Context(), s.js, subject, streams.TriggerMsgID(name, eventID), ev); err != nil {
 		log.Error().Err(err).Msg("publish trigger event")
-		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
+		writeError(w, &wire.Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
 			Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.FiringsStream())})
 		return
 	}
@@ -162,7 +163,7 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 		log.Warn().Err(err).Msg("await instance")
 	}
 	if !ok {
-		writeJSON(w, http.StatusAccepted, FireResult{Task: name, EventID: eventID})
+		writeJSON(w, http.StatusAccepted, wire.FireResult{Task: name, EventID: eventID})
 		return
 	}
 	if ev.IdempotencyKey != "" && !wire.SameJSON(in.Payload, ev.Payload) {
@@ -170,7 +171,7 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 		writeError(w, idempotencyConflict(ev, in.ID))
 		return
 	}
-	writeJSON(w, http.StatusCreated, FireResult{InstanceID: in.ID, Task: name, EventID: eventID, State: in.State})
+	writeJSON(w, http.StatusCreated, wire.FireResult{InstanceID: in.ID, Task: name, EventID: eventID, State: in.State})
 }
 
 // fireableTask reads the task name for a firing and answers the request
@@ -187,12 +188,12 @@ func (s *Service) fireableTask(w http.ResponseWriter, r *http.Request, name stri
 		return rec, false
 	}
 	if !rec.Enabled {
-		writeError(w, &Error{Status: http.StatusConflict, Code: "task_disabled", Field: "name",
+		writeError(w, &wire.Error{Status: http.StatusConflict, Code: "task_disabled", Field: "name",
 			Message: fmt.Sprintf("task %q is disabled, so it cannot be fired; enable it with POST /v1/tasks/%s/enable (ax task enable %s)", name, name, name)})
 		return rec, false
 	}
 	if rec.Paused {
-		writeError(w, &Error{Status: http.StatusConflict, Code: "task_paused", Field: "name",
+		writeError(w, &wire.Error{Status: http.StatusConflict, Code: "task_paused", Field: "name",
 			Message: fmt.Sprintf("task %q is paused, so it cannot be fired; resume it with POST /v1/tasks/%s/resume (ax task resume %s)", name, name, name)})
 		return rec, false
 	}
@@ -203,10 +204,10 @@ func (s *Service) fireableTask(w http.ResponseWriter, r *http.Request, name stri
 // task rec (its payload version and payload_schema), and returns it with
 // its delay resolved to run_at. The *Error is the firing's fault; the
 // error is not (a payload_schema that does not compile).
-func checkFiring(ev schemas.TriggerEvent, rec store.TaskRecord) (schemas.TriggerEvent, *Error, error) {
+func checkFiring(ev schemas.TriggerEvent, rec store.TaskRecord) (schemas.TriggerEvent, *wire.Error, error) {
 	name := ev.Task
 	if want := max(rec.Definition.SchemaVersion, schemas.DefaultSchemaVersion); ev.PayloadVersion != want {
-		return ev, &Error{Status: http.StatusUnprocessableEntity, Code: "payload_version_mismatch", Field: "payload_version",
+		return ev, &wire.Error{Status: http.StatusUnprocessableEntity, Code: "payload_version_mismatch", Field: "payload_version",
 			Message: fmt.Sprintf("payload_version %d does not match the schema_version %d of task %q (version %d); send a payload of version %d with payload_version %d",
 				ev.PayloadVersion, want, name, rec.Version, want, want)}, nil
 	}
@@ -215,7 +216,7 @@ func checkFiring(ev schemas.TriggerEvent, rec store.TaskRecord) (schemas.Trigger
 		e.Status = http.StatusUnprocessableEntity
 		return ev, e, nil
 	}
-	if err := schemas.ValidatePayload(rec.Definition.PayloadSchema, ev.Payload); err != nil {
+	if err := taskdef.ValidatePayload(rec.Definition.PayloadSchema, ev.Payload); err != nil {
 		ve, ok := errors.AsType[*schemas.ValidationError](err)
 		if !ok {
 			return ev, nil, err
@@ -260,14 +261,14 @@ func (s *Service) answerRepeat(w http.ResponseWriter, r *http.Request, ev schema
 // id eventID): it returns its instance (or its delayed firing, still
 // waiting) when the payload is the same, a 409 when it is not, and neither
 // when there is none.
-func (s *Service) repeatOf(ctx context.Context, ev schemas.TriggerEvent, eventID string) (*FireResult, *Error, error) {
+func (s *Service) repeatOf(ctx context.Context, ev schemas.TriggerEvent, eventID string) (*wire.FireResult, *wire.Error, error) {
 	in, err := s.opts.Store.InstanceByEvent(ctx, ev.Task, eventID)
 	switch {
 	case err == nil:
 		if !wire.SameJSON(in.Payload, ev.Payload) {
 			return nil, idempotencyConflict(ev, in.ID), nil
 		}
-		return &FireResult{InstanceID: in.ID, Task: ev.Task, EventID: eventID, State: in.State, Existing: true}, nil, nil
+		return &wire.FireResult{InstanceID: in.ID, Task: ev.Task, EventID: eventID, State: in.State, Existing: true}, nil, nil
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, nil, err
 	}
@@ -276,15 +277,15 @@ func (s *Service) repeatOf(ctx context.Context, ev schemas.TriggerEvent, eventID
 		return nil, nil, err
 	}
 	if !wire.SameJSON(pending.Payload, ev.Payload) {
-		return nil, &Error{Status: http.StatusConflict, Code: "idempotency_conflict", Field: "idempotency_key",
+		return nil, &wire.Error{Status: http.StatusConflict, Code: "idempotency_conflict", Field: "idempotency_key",
 			Message: fmt.Sprintf("idempotency_key %q of task %q belongs to a firing due at %s with another payload; send the same payload to get that firing back, or use a new key for a new firing",
 				ev.IdempotencyKey, ev.Task, pending.RunAt.Format(time.RFC3339Nano))}, nil
 	}
-	return &FireResult{Task: ev.Task, EventID: eventID, RunAt: pending.RunAt, Existing: true}, nil, nil
+	return &wire.FireResult{Task: ev.Task, EventID: eventID, RunAt: pending.RunAt, Existing: true}, nil, nil
 }
 
-func idempotencyConflict(ev schemas.TriggerEvent, instanceID int64) *Error {
-	return &Error{Status: http.StatusConflict, Code: "idempotency_conflict", Field: "idempotency_key",
+func idempotencyConflict(ev schemas.TriggerEvent, instanceID int64) *wire.Error {
+	return &wire.Error{Status: http.StatusConflict, Code: "idempotency_conflict", Field: "idempotency_key",
 		Message: fmt.Sprintf("idempotency_key %q of task %q was used by instance %d with another payload; send the same payload to get instance %d back, or use a new key for a new firing",
 			ev.IdempotencyKey, ev.Task, instanceID, instanceID)}
 }
@@ -306,7 +307,7 @@ func (s *Service) pendingFiring(ctx context.Context, task, eventID string) (sche
 	if m.Header.Get(streams.HeaderSchedule) == "" {
 		return schemas.TriggerEvent{}, false, nil
 	}
-	ev, err := schemas.ParseTriggerEvent(m.Data)
+	ev, err := taskdef.ParseTriggerEvent(m.Data)
 	if err != nil {
 		return schemas.TriggerEvent{}, false, fmt.Errorf("decode schedule %s: %w", m.Subject, err)
 	}
@@ -349,8 +350,8 @@ func (s *Service) publishDelayed(ctx context.Context, ev schemas.TriggerEvent, e
 
 // decodeFireRequest decodes the optional body of a firing, refusing
 // unknown fields and anything after the JSON object.
-func decodeFireRequest(data []byte) (FireRequest, *Error) {
-	var req FireRequest
+func decodeFireRequest(data []byte) (wire.FireRequest, *wire.Error) {
+	var req wire.FireRequest
 	if len(bytes.TrimSpace(data)) == 0 {
 		return req, nil
 	}
@@ -369,7 +370,7 @@ func decodeFireRequest(data []byte) (FireRequest, *Error) {
 	return req, nil
 }
 
-func fireDecodeError(data []byte, err error) *Error {
+func fireDecodeError(data []byte, err error) *wire.Error {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 		if te.Field == "" {
 			return badRequest("invalid_request", "", "the body must be a JSON object like {\"payload\": {...}}, not a JSON %s", te.Value)
@@ -401,12 +402,12 @@ func jsonKind(goKind string) string {
 // ParseTriggerEvent adds, the rules the dispatcher applies, so that the API
 // never publishes what it would refuse. The event is built from the request,
 // so the problems name its fields.
-func validateEvent(ev schemas.TriggerEvent) *Error {
+func validateEvent(ev schemas.TriggerEvent) *wire.Error {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return badRequest("invalid_request", "payload", "cannot encode the firing: %v", err)
 	}
-	if _, err = schemas.ParseTriggerEvent(data); err != nil {
+	if _, err = taskdef.ParseTriggerEvent(data); err != nil {
 		if ve, ok := errors.AsType[*schemas.ValidationError](err); ok {
 			return validationError("invalid_request", &schemas.ValidationError{What: "firing", Problems: ve.Problems})
 		}
@@ -470,7 +471,7 @@ func (s *Service) instanceByEvent(w http.ResponseWriter, r *http.Request) {
 	eventID := r.PathValue("event_id")
 	in, err := s.opts.Store.InstanceByEvent(r.Context(), name, eventID)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "event_id",
+		writeError(w, &wire.Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "event_id",
 			Message: fmt.Sprintf("task %q has no instance for event %q (yet): the dispatcher creates it when it reads the firing, or at its run_at for a delayed one; check the task name and event id, and that the dispatcher runs", name, eventID)})
 		return
 	}

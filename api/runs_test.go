@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -81,7 +83,7 @@ func TestFireDelayed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Nats-Schedule %q: %v", m.Header.Get("Nats-Schedule"), err)
 		}
-		ev, err := schemas.ParseTriggerEvent(m.Data)
+		ev, err := taskdef.ParseTriggerEvent(m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +92,7 @@ func TestFireDelayed(t *testing.T) {
 
 	// A delay: a schedule due half a second early, carrying the due time.
 	before := time.Now()
-	res, err := e.client.Fire(ctx, "nightly-report", api.FireRequest{EventID: "in-an-hour", Delay: "1h", Payload: json.RawMessage(`{"n": 1}`)})
+	res, err := e.client.Fire(ctx, "nightly-report", wire.FireRequest{EventID: "in-an-hour", Delay: "1h", Payload: json.RawMessage(`{"n": 1}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,7 @@ func TestFireDelayed(t *testing.T) {
 
 	// Due within a second: published at once with its run_at, for the
 	// dispatcher to hold.
-	res, err = e.client.Fire(ctx, "nightly-report", api.FireRequest{EventID: "soon", Delay: "200ms"})
+	res, err = e.client.Fire(ctx, "nightly-report", wire.FireRequest{EventID: "soon", Delay: "200ms"})
 	if err != nil || res.RunAt.IsZero() {
 		t.Fatalf("Fire soon = %+v, %v", res, err)
 	}
@@ -133,7 +135,7 @@ func TestFireDelayed(t *testing.T) {
 
 	// A run_at in the past fires now, keeping it.
 	past := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
-	if _, err = e.client.Fire(ctx, "nightly-report", api.FireRequest{EventID: "late", RunAt: past}); err != nil {
+	if _, err = e.client.Fire(ctx, "nightly-report", wire.FireRequest{EventID: "late", RunAt: past}); err != nil {
 		t.Fatal(err)
 	}
 	if ev, _ := e.lastTrigger("nightly-report"); ev.EventID != "late" || !ev.RunAt.Equal(past) {
@@ -157,8 +159,8 @@ func TestFireIdempotencyKey(t *testing.T) {
 		body["state"] != "SUCCEEDED" || body["existing"] != true {
 		t.Errorf("same key and payload: %d %v, want 200 with instance %d", status, body, id)
 	}
-	res, err := e.client.Fire(t.Context(), "nightly-report", api.FireRequest{IdempotencyKey: "order-42", Payload: json.RawMessage(`{"n": 2}`)})
-	apiErr, ok := err.(*api.Error)
+	res, err := e.client.Fire(t.Context(), "nightly-report", wire.FireRequest{IdempotencyKey: "order-42", Payload: json.RawMessage(`{"n": 2}`)})
+	apiErr, ok := err.(*wire.Error)
 	if !ok || apiErr.Status != http.StatusConflict || apiErr.Code != "idempotency_conflict" || apiErr.Field != "idempotency_key" ||
 		!strings.Contains(apiErr.Message, fmt.Sprintf(`idempotency_key "order-42" of task "nightly-report" was used by instance %d with another payload`, id)) {
 		t.Errorf("same key, other payload: %+v, %v; want 409 naming instance %d", res, err, id)
@@ -168,7 +170,7 @@ func TestFireIdempotencyKey(t *testing.T) {
 	}
 
 	// A new key fires, with the key (not an event id) in the message.
-	res, err = e.client.Fire(t.Context(), "nightly-report", api.FireRequest{IdempotencyKey: "order-43"})
+	res, err = e.client.Fire(t.Context(), "nightly-report", wire.FireRequest{IdempotencyKey: "order-43"})
 	if err != nil || res.EventID != "idem-order-43" || res.InstanceID != 0 {
 		t.Fatalf("new key: %+v, %v", res, err)
 	}

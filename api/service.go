@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -175,11 +176,11 @@ func noRoute(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 	}
 	if len(allowed) > 0 {
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		writeError(w, &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+		writeError(w, &wire.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
 			Message: fmt.Sprintf("%s %s is not a route; this path takes %s", r.Method, r.URL.Path, strings.Join(allowed, ", "))})
 		return
 	}
-	writeError(w, &Error{Status: http.StatusNotFound, Code: "route_not_found",
+	writeError(w, &wire.Error{Status: http.StatusNotFound, Code: "route_not_found",
 		Message: fmt.Sprintf("%s %s is not a route of the AX API; the routes are under /v1/tasks, /v1/instances and /v1/audit", r.Method, r.URL.Path)})
 }
 

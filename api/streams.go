@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -18,7 +19,7 @@ import (
 func (s *Service) listStreams(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readNATSTimeout)
 	defer cancel()
-	out := streamList{Streams: []StreamInfo{}}
+	out := wire.StreamList{Streams: []wire.StreamInfo{}}
 	type name struct{ stream, bucket string }
 	var names []name
 	for _, c := range s.opts.Topology.StreamConfigs(streams.Config{}) {
@@ -44,13 +45,13 @@ func (s *Service) listStreams(w http.ResponseWriter, r *http.Request) {
 }
 
 // streamInfo reads one stream's state and its consumers'.
-func (s *Service) streamInfo(ctx context.Context, name string) (StreamInfo, error) {
+func (s *Service) streamInfo(ctx context.Context, name string) (wire.StreamInfo, error) {
 	stream, err := s.js.Stream(ctx, name)
 	if err != nil {
-		return StreamInfo{}, fmt.Errorf("look up stream %s: %w", name, err)
+		return wire.StreamInfo{}, fmt.Errorf("look up stream %s: %w", name, err)
 	}
 	si := stream.CachedInfo()
-	out := StreamInfo{
+	out := wire.StreamInfo{
 		Name:      name,
 		Subjects:  si.Config.Subjects,
 		Retention: strings.ToLower(si.Config.Retention.String()),
@@ -58,11 +59,11 @@ func (s *Service) streamInfo(ctx context.Context, name string) (StreamInfo, erro
 		Bytes:     si.State.Bytes,
 		FirstSeq:  si.State.FirstSeq,
 		LastSeq:   si.State.LastSeq,
-		Consumers: []ConsumerInfo{},
+		Consumers: []wire.ConsumerInfo{},
 	}
 	lister := stream.ListConsumers(ctx)
 	for ci := range lister.Info() {
-		c := ConsumerInfo{
+		c := wire.ConsumerInfo{
 			Name:        ci.Name,
 			Durable:     ci.Config.Durable != "",
 			Pending:     ci.NumPending,
@@ -77,8 +78,8 @@ func (s *Service) streamInfo(ctx context.Context, name string) (StreamInfo, erro
 		out.Consumers = append(out.Consumers, c)
 	}
 	if err := lister.Err(); err != nil {
-		return StreamInfo{}, fmt.Errorf("list the consumers of stream %s: %w", name, err)
+		return wire.StreamInfo{}, fmt.Errorf("list the consumers of stream %s: %w", name, err)
 	}
-	slices.SortFunc(out.Consumers, func(a, b ConsumerInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out.Consumers, func(a, b wire.ConsumerInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -30,7 +31,7 @@ func (s *Service) instanceSummary(w http.ResponseWriter, r *http.Request) {
 }
 
 // summaryFilter reads the query of GET /v1/reports/summary.
-func (s *Service) summaryFilter(r *http.Request) (store.SummaryFilter, *Error) {
+func (s *Service) summaryFilter(r *http.Request) (store.SummaryFilter, *wire.Error) {
 	var f store.SummaryFilter
 	q, e := s.readQuery(r, "task", "since", "until", "step")
 	if e != nil {

@@ -11,7 +11,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -39,8 +41,8 @@ func (s *Service) handlerWarnings(ctx context.Context, def *schemas.Task) []stri
 	return []string{fmt.Sprintf("no live worker serves handler %q: the task's instances will wait until an executor that registered it starts (see GET /v1/workers, ax worker list)", handler)}
 }
 
-func taskInfo(rec store.TaskRecord) TaskInfo {
-	return TaskInfo{Task: rec.Definition, Version: rec.Version, Enabled: rec.Enabled, Paused: rec.Paused,
+func taskInfo(rec store.TaskRecord) wire.TaskInfo {
+	return wire.TaskInfo{Task: rec.Definition, Version: rec.Version, Enabled: rec.Enabled, Paused: rec.Paused,
 		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
 }
 
@@ -50,7 +52,7 @@ var taskNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // taskName returns the {name} of the path, or an answer saying why it
 // cannot name a task.
-func taskName(r *http.Request) (string, *Error) {
+func taskName(r *http.Request) (string, *wire.Error) {
 	name := r.PathValue("name")
 	if !taskNameRE.MatchString(name) {
 		return "", badRequest("invalid_task_name", "name",
@@ -59,8 +61,8 @@ func taskName(r *http.Request) (string, *Error) {
 	return name, nil
 }
 
-func taskNotFound(name string) *Error {
-	return &Error{Status: http.StatusNotFound, Code: "task_not_found", Field: "name",
+func taskNotFound(name string) *wire.Error {
+	return &wire.Error{Status: http.StatusNotFound, Code: "task_not_found", Field: "name",
 		Message: fmt.Sprintf("task %q does not exist; check the name with GET /v1/tasks (ax task list) or apply its definition (ax task apply -f FILE)", name)}
 }
 
@@ -86,7 +88,7 @@ func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	def, err := schemas.ParseTask(data)
+	def, err := taskdef.ParseTask(data)
 	if ve, ok := errors.AsType[*schemas.ValidationError](err); ok {
 		writeError(w, validationError("invalid_task", ve))
 		return
@@ -112,7 +114,7 @@ func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
 	if changed && rec.Version == 1 {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, ApplyResult{TaskInfo: taskInfo(rec), Changed: changed, Warnings: s.handlerWarnings(r.Context(), def)})
+	writeJSON(w, status, wire.ApplyResult{TaskInfo: taskInfo(rec), Changed: changed, Warnings: s.handlerWarnings(r.Context(), def)})
 }
 
 func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
@@ -121,7 +123,7 @@ func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
 		s.internalError(w, r, "list tasks", err)
 		return
 	}
-	out := taskList{Tasks: make([]TaskInfo, 0, len(recs))}
+	out := wire.TaskList{Tasks: make([]wire.TaskInfo, 0, len(recs))}
 	for _, rec := range recs {
 		out.Tasks = append(out.Tasks, taskInfo(rec))
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -42,18 +44,18 @@ func (s *Service) forgetTask(ctx context.Context, name string) {
 }
 
 // nextFireTimes returns the next n firings of every cron trigger of def after now.
-func nextFireTimes(def *schemas.Task, now time.Time, n int) []TriggerTimes {
-	var out []TriggerTimes
+func nextFireTimes(def *schemas.Task, now time.Time, n int) []wire.TriggerTimes {
+	var out []wire.TriggerTimes
 	for i, tr := range def.Triggers {
 		if tr.Type != schemas.TriggerTypeCron {
 			continue
 		}
 		tr = tr.WithDefaults()
-		local, err := schemas.NextFireTimes(tr, now, n)
+		local, err := taskdef.NextFireTimes(tr, now, n)
 		if err != nil {
 			continue // validated at apply; a zone missing here shows as no times
 		}
-		tt := TriggerTimes{Trigger: i, Schedule: tr.Schedule, Timezone: tr.Timezone, Local: local}
+		tt := wire.TriggerTimes{Trigger: i, Schedule: tr.Schedule, Timezone: tr.Timezone, Local: local}
 		for _, t := range local {
 			tt.UTC = append(tt.UTC, t.UTC())
 		}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -18,9 +20,9 @@ func (s *Service) listTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if toks == nil {
-		toks = []store.Token{}
+		toks = []schemas.Token{}
 	}
-	writeJSON(w, http.StatusOK, tokenList{Tokens: toks})
+	writeJSON(w, http.StatusOK, wire.TokenList{Tokens: toks})
 }
 
 func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
@@ -29,7 +31,7 @@ func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	var req CreateTokenRequest
+	var req wire.CreateTokenRequest
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -50,13 +52,13 @@ func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("invalid_token_name", "name", "%v", err))
 		return
 	}
-	if _, err := store.ParseRole(string(req.Role)); err != nil {
+	if _, err := schemas.ParseRole(string(req.Role)); err != nil {
 		writeError(w, badRequest("invalid_role", "role", "%v", err))
 		return
 	}
 	tok, secret, err := s.opts.Store.CreateToken(r.Context(), req.Name, req.Role, operator(r))
 	if errors.Is(err, store.ErrTokenNameTaken) {
-		writeError(w, &Error{Status: http.StatusConflict, Code: "token_name_taken", Field: "name",
+		writeError(w, &wire.Error{Status: http.StatusConflict, Code: "token_name_taken", Field: "name",
 			Message: fmt.Sprintf("a live token is already called %q; revoke it first (DELETE /v1/tokens/{id}, ax token revoke) or choose another name", req.Name)})
 		return
 	}
@@ -65,7 +67,7 @@ func (s *Service) createToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.opts.Logger.Info().Str("token", tok.Name).Str("role", string(tok.Role)).Str("operator", operator(r)).Msg("token created")
-	writeJSON(w, http.StatusCreated, CreatedToken{Token: tok, Secret: secret})
+	writeJSON(w, http.StatusCreated, wire.CreatedToken{Token: tok, Secret: secret})
 }
 
 func (s *Service) revokeToken(w http.ResponseWriter, r *http.Request) {
@@ -77,7 +79,7 @@ func (s *Service) revokeToken(w http.ResponseWriter, r *http.Request) {
 	}
 	tok, err := s.opts.Store.RevokeToken(r.Context(), raw, operator(r))
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, &Error{Status: http.StatusNotFound, Code: "token_not_found", Field: "id",
+		writeError(w, &wire.Error{Status: http.StatusNotFound, Code: "token_not_found", Field: "id",
 			Message: fmt.Sprintf("no live token has id %d; list them with GET /v1/tokens (ax token list)", id)})
 		return
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -58,7 +58,7 @@ func TestClientWaits(t *testing.T) {
 	fired := make(chan result, 1)
 	seen := notFound.Load()
 	go func() {
-		id, err := client.FireInstance(ctx, "etl", api.FireRequest{EventID: "later"})
+		id, err := client.FireInstance(ctx, "etl", wire.FireRequest{EventID: "later"})
 		fired <- result{schemas.Instance{ID: id}, err}
 	}()
 	waittest.ForTrue(t, "FireInstance's first read of its event answered 404", 60*time.Second, func() bool { return notFound.Load() > seen })

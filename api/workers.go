@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -29,7 +30,7 @@ func (s *Service) listWorkers(w http.ResponseWriter, r *http.Request) {
 		s.natsUnavailable(w, r, "read the workers", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, workerList{Workers: workers})
+	writeJSON(w, http.StatusOK, wire.WorkerList{Workers: workers})
 }
 
 // readWorkers reads every worker in the ax-workers bucket: the values there
@@ -79,5 +80,5 @@ func (s *Service) natsUnavailable(w http.ResponseWriter, r *http.Request, op str
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		msg = fmt.Sprintf("cannot %s: %v; start the dispatcher (or ax dev) once: it makes AX's streams and buckets", op, err)
 	}
-	writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: "nats_unavailable", Message: msg})
+	writeError(w, &wire.Error{Status: http.StatusServiceUnavailable, Code: "nats_unavailable", Message: msg})
 }

@@ -24,8 +24,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/drill"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -369,7 +369,7 @@ func (k *kit) run(ctx context.Context) error {
 func (k *kit) fire(ctx context.Context, kind string, payload json.RawMessage) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, k.opts.Wait)
 	defer cancel()
-	id, err := k.opts.Client.FireInstance(ctx, k.names[kind], api.FireRequest{Payload: payload, Operator: "ax conformance"})
+	id, err := k.opts.Client.FireInstance(ctx, k.names[kind], wire.FireRequest{Payload: payload, Operator: "ax conformance"})
 	if err != nil {
 		return 0, fmt.Errorf("conformance: %w", err)
 	}

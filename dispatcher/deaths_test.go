@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -27,7 +28,7 @@ func TestJudgeDeathsTellsThePoisonFromItsNeighbours(t *testing.T) {
 	conn, _ := srv.Connect()
 	st := store.New(storetest.NewDB(t))
 	ctx := t.Context()
-	def, err := schemas.ParseTask([]byte(`{"task_name": "t", "execution": {"handler": "h"}}`))
+	def, err := taskdef.ParseTask([]byte(`{"task_name": "t", "execution": {"handler": "h"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 // A firing PostgreSQL refuses must not hold up the others of its batch: no
 // input delays another by more than one batch. What the dispatcher can
-// check before the insert it checks (schemas.ParseTriggerEvent refuses text
+// check before the insert it checks (taskdef.ParseTriggerEvent refuses text
 // PostgreSQL cannot store, and such a firing is created SKIPPED with the
 // reason); whatever else PostgreSQL refuses is found by splitting the batch,
 // and recorded SKIPPED without what it carried, or, when even that is

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -323,7 +324,7 @@ func (s *Service) scheduleAt(due time.Time) time.Time {
 }
 
 // readFirings decodes a trigger message: one firing, or the firings of a
-// batch (a JSON array, see schemas.SplitTriggerBatch), which share the
+// batch (a JSON array, see taskdef.SplitTriggerBatch), which share the
 // message (see [sharedMsg]). A message that names no task is terminated;
 // one whose body is malformed still fires, as a SKIPPED instance that says
 // what was wrong, so the sender can see it: a bad firing of a batch makes
@@ -345,7 +346,7 @@ func (s *Service) readFirings(m jetstream.Msg) []firing {
 		}
 		return nil
 	}
-	items, err := schemas.SplitTriggerBatch(data)
+	items, err := taskdef.SplitTriggerBatch(data)
 	if err != nil {
 		f, ok := s.readFiring(m, task, from, nil, -1)
 		if !ok {
@@ -383,7 +384,7 @@ func (s *Service) readFirings(m jetstream.Msg) []firing {
 // stream); source and fired_at have their defaults.
 func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, data []byte, index int) (firing, bool) {
 	f := firing{msg: m, task: task, from: from}
-	ev, err := schemas.ParseTriggerEvent(data)
+	ev, err := taskdef.ParseTriggerEvent(data)
 	if err == nil && from == streams.FromOutside {
 		ev = s.unproven(m, task, ev)
 	}
@@ -531,7 +532,7 @@ func (s *Service) checkCron(f firing, def *schemas.Task) string {
 		return fmt.Sprintf("a cron firing of trigger %d, which is no cron trigger of %s", i, f.task)
 	}
 	t := def.Triggers[i].WithDefaults()
-	sched, err := schemas.ParseCronSchedule(t.Schedule, t.Timezone)
+	sched, err := taskdef.ParseCronSchedule(t.Schedule, t.Timezone)
 	if err != nil || !sched.Next(tick.Add(-time.Nanosecond)).Equal(tick) {
 		return fmt.Sprintf("a cron firing of %s, which is no tick of trigger %d (%s)", tick.Format(time.RFC3339), i, t.Schedule)
 	}
@@ -683,7 +684,7 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord, def *schemas.Task)
 	default:
 		// The API checks this before it publishes; a plain NATS publish
 		// is checked here, where it can only be recorded.
-		err := schemas.ValidatePayload(def.PayloadSchema, ev.Payload)
+		err := taskdef.ValidatePayload(def.PayloadSchema, ev.Payload)
 		if ve, ok := errors.AsType[*schemas.ValidationError](err); ok {
 			in.State, in.Reason = schemas.StateSkipped, ve.Error()
 		} else if err != nil {

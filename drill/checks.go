@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -210,7 +210,7 @@ func (d *taskDrill) cancellation(ctx context.Context) {
 	cancelled := make(chan error, 1)
 	go func() {
 		_, err := d.opts.Client.Cancel(ctx, id, "ax drill: cancellation")
-		var apiErr *api.Error
+		var apiErr *wire.Error
 		if errors.As(err, &apiErr) && apiErr.Status == 409 {
 			err = nil // it ended already
 		}

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -225,7 +225,7 @@ func (d *taskDrill) apply(ctx context.Context, kind string) (string, error) {
 func (d *taskDrill) fire(ctx context.Context, kind string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.Wait)
 	defer cancel()
-	id, err := d.opts.Client.FireInstance(ctx, d.names[kind], api.FireRequest{Payload: d.opts.Payload, Operator: "ax drill"})
+	id, err := d.opts.Client.FireInstance(ctx, d.names[kind], wire.FireRequest{Payload: d.opts.Payload, Operator: "ax drill"})
 	if err != nil {
 		return 0, err
 	}

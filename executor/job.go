@@ -45,7 +45,7 @@ type Job struct {
 	// Parents tells, for a task that fired because the tasks in its after
 	// ended, how each of them ended in the run, by task name; nil for an
 	// instance no chain fired. See [Job.Parent].
-	Parents map[string]ParentResult
+	Parents map[string]schemas.ParentResult
 	// ShardIndex and ShardCount place the attempt among the children of a
 	// sharded firing (execution.shards) or a broadcast: it is shard
 	// ShardIndex, from 0, of ShardCount. Both are 0 when the task is
@@ -65,15 +65,11 @@ type Job struct {
 // Deprecated: use [Job].
 type Task = Job
 
-// ParentResult is how one parent of a chained task ended in the run: its
-// instance, its terminal state (SUCCEEDED, FAILED, SKIPPED or CANCELLED)
-// and, when it succeeded, the output its handler returned (empty for none).
-type ParentResult = schemas.ParentResult
-
 // Parent returns how the parent task called name ended in the instance's
-// run; ok is false when name is not a parent of this firing. Decode its
-// output with json.Unmarshal(p.Output, &v).
-func (t *Job) Parent(name string) (p ParentResult, ok bool) {
+// run (its instance, its terminal state and, when it succeeded, the output
+// its handler returned); ok is false when name is not a parent of this
+// firing. Decode its output with json.Unmarshal(p.Output, &v).
+func (t *Job) Parent(name string) (p schemas.ParentResult, ok bool) {
 	p, ok = t.Parents[name]
 	return p, ok
 }

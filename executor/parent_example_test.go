@@ -32,7 +32,7 @@ func ExampleJob_Parent() {
 	out, err := publish.HandleTask(context.Background(), &executor.Job{
 		Name:  "report-publish",
 		RunID: "run-4711",
-		Parents: map[string]executor.ParentResult{
+		Parents: map[string]schemas.ParentResult{
 			"nightly-report": {InstanceID: 4711, State: schemas.StateSucceeded, Output: json.RawMessage(`{"url": "s3://reports/2025-03-01.pdf"}`)},
 			"fx-rates":       {InstanceID: 4712, State: schemas.StateFailed},
 		},

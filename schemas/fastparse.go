@@ -13,8 +13,9 @@ var (
 	idempotencyKeyRE = regexp.MustCompile(`^[^\s\x00-\x1f\x7f]+$`)
 )
 
-// parseCanonicalTriggerEvent is [ParseTriggerEvent] for the events AX
-// encodes itself (the trigger service's ticks, the API's firings, the
+// ParseCanonicalTriggerEvent is the fast path of
+// [github.com/ax-scheduler/ax/schemas/taskdef.ParseTriggerEvent], for the
+// events AX encodes itself (the trigger service's ticks, the API's firings, the
 // dispatcher's retries): data that is exactly json.Marshal's encoding of
 // the event it decodes to. That encoding has no unknown or repeated key,
 // no null and no present zero value, so the schema's checks come down to
@@ -26,7 +27,7 @@ var (
 // Both the decode and the encoding it is compared with are made without
 // reflection (decodePlainTriggerEvent, appendPlainTriggerEvent: they read
 // and write as encoding/json does, which their tests check).
-func parseCanonicalTriggerEvent(data []byte) (ev TriggerEvent, ok bool) {
+func ParseCanonicalTriggerEvent(data []byte) (ev TriggerEvent, ok bool) {
 	if ev, ok = decodePlainTriggerEvent(data); !ok || ev.Delay != "" {
 		return TriggerEvent{}, false
 	}
@@ -37,7 +38,7 @@ func parseCanonicalTriggerEvent(data []byte) (ev TriggerEvent, ok bool) {
 	// The plain decode takes strings without escapes or control
 	// characters, in valid UTF-8: only the payload may hold text
 	// PostgreSQL cannot store.
-	if len(TextProblems(ev.Payload)) > 0 || !canonicalFieldsValid(&ev) || len(ev.problems()) > 0 {
+	if len(TextProblems(ev.Payload)) > 0 || !canonicalFieldsValid(&ev) || len(ev.Problems()) > 0 {
 		return TriggerEvent{}, false
 	}
 	return ev, true

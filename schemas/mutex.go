@@ -1,7 +1,6 @@
 package schemas
 
 import (
-	"strings"
 	"text/template"
 )
 
@@ -14,12 +13,6 @@ import (
 // "mutex_key"; it has the standard template functions only.
 func ParseMutexKey(text string) (*template.Template, error) {
 	return template.New("mutex_key").Option("missingkey=error").Parse(text)
-}
-
-// mutexKeyMessage turns a template parse error into a Problem's message.
-func mutexKeyMessage(err error) string {
-	msg := strings.TrimPrefix(err.Error(), "template: ")
-	return `must be a Go text/template over the payload, such as "order-{{.shop_id}}": ` + msg
 }
 
 // ParseHashKey parses a task's dispatch.hash_key: a Go text/template that

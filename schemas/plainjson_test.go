@@ -383,33 +383,3 @@ func FuzzMarshalTriggerEvent(f *testing.F) {
 		}
 	})
 }
-
-// BenchmarkParseTriggerEvent measures ParseTriggerEvent on a firing as the
-// benchmarks and the trigger service encode it, beside the decode and
-// re-encode through encoding/json that its fast path made before.
-func BenchmarkParseTriggerEvent(b *testing.B) {
-	data, err := json.Marshal(triggerSamples[0])
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("ParseTriggerEvent", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := ParseTriggerEvent(data); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("json.Unmarshal+json.Marshal", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var ev TriggerEvent
-			if err := json.Unmarshal(data, &ev); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := json.Marshal(ev); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}

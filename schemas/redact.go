@@ -57,27 +57,6 @@ func ParseRedactPath(s string) (RedactPath, error) {
 	return segs, nil
 }
 
-// redactProblems checks a task's redact list.
-func redactProblems(paths []string) []Problem {
-	var problems []Problem
-	if len(paths) > MaxRedactPaths {
-		problems = append(problems, Problem{"redact", fmt.Sprintf("lists %d paths; keep it to %d", len(paths), MaxRedactPaths)})
-	}
-	seen := make(map[string]bool, len(paths))
-	for i, p := range paths {
-		field := fmt.Sprintf("redact[%d]", i)
-		if _, err := ParseRedactPath(p); err != nil {
-			problems = append(problems, Problem{field, err.Error()})
-			continue
-		}
-		if seen[p] {
-			problems = append(problems, Problem{field, fmt.Sprintf("%q is listed twice; keep one", p)})
-		}
-		seen[p] = true
-	}
-	return problems
-}
-
 // RedactPaths parses paths, skipping those that do not parse (a stored
 // definition's were checked when it was applied).
 func RedactPaths(paths []string) []RedactPath {

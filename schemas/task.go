@@ -11,7 +11,7 @@ import (
 )
 
 // Task is a task definition as a user applies it (JSON or YAML; see
-// task.schema.json for the authoritative rules and [ParseTask] to read one).
+// task.schema.json for the authoritative rules and [github.com/ax-scheduler/ax/schemas/taskdef.ParseTask] to read one).
 // Zero values mean "use the default" where a default is stated.
 type Task struct {
 	// TaskName names the task. Lower-case letters, digits, '_' and '-', 1–64
@@ -141,7 +141,7 @@ type TriggerType string
 const (
 	TriggerTypeEvent  TriggerType = "event"
 	TriggerTypeManual TriggerType = "manual"
-	// TriggerTypeCron fires the task on a schedule (see [CronSchedule]).
+	// TriggerTypeCron fires the task on a schedule (see [github.com/ax-scheduler/ax/schemas/taskdef.CronSchedule]).
 	TriggerTypeCron TriggerType = "cron"
 )
 
@@ -167,9 +167,9 @@ type Trigger struct {
 	Type TriggerType `json:"type"`
 	// Schedule is a cron trigger's schedule: 5 fields ("0 2 * * *"), 6 with
 	// seconds first ("*/10 * * * * *"), or a descriptor (@yearly, @monthly,
-	// @weekly, @daily, @hourly, @every 30s). See [ParseCronSchedule]. A
+	// @weekly, @daily, @hourly, @every 30s). See [github.com/ax-scheduler/ax/schemas/taskdef.ParseCronSchedule]. A
 	// definition may name it "cron" instead, as the design's task model
-	// does; [ParseTask] reads that as schedule and refuses both at once.
+	// does; [github.com/ax-scheduler/ax/schemas/taskdef.ParseTask] reads that as schedule and refuses both at once.
 	// It is always encoded as "schedule".
 	Schedule string `json:"schedule,omitempty"`
 	// Timezone is the IANA time zone the schedule is read in (default "UTC").
@@ -202,7 +202,7 @@ type Execution struct {
 // string ("90s", "1h30m"). It decodes from that string or from a JSON
 // number of seconds (1800, 0.5), which becomes the string "1800s" or
 // "0.5s", so a definition written either way encodes as a string. It does
-// not check the string: [ParseTask] does, with the schema's bounds.
+// not check the string: [github.com/ax-scheduler/ax/schemas/taskdef.ParseTask] does, with the schema's bounds.
 type Duration string
 
 // UnmarshalJSON reads a JSON string as it is and a JSON number as that

@@ -16,8 +16,8 @@ import (
 
 const alertRuleColumns = `name, kind, level, params, enabled, updated_at`
 
-func scanAlertRule(row pgx.CollectableRow) (AlertRule, error) {
-	var r AlertRule
+func scanAlertRule(row pgx.CollectableRow) (schemas.AlertRule, error) {
+	var r schemas.AlertRule
 	var params []byte
 	err := row.Scan(&r.Name, &r.Kind, &r.Level, &params, &r.Enabled, &r.UpdatedAt)
 	r.Params = params
@@ -25,7 +25,7 @@ func scanAlertRule(row pgx.CollectableRow) (AlertRule, error) {
 }
 
 // ListAlertRules returns every alert rule, by name.
-func (s *Store) ListAlertRules(ctx context.Context) ([]AlertRule, error) {
+func (s *Store) ListAlertRules(ctx context.Context) ([]schemas.AlertRule, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+alertRuleColumns+` FROM alert_rules ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list alert rules: %w", err)
@@ -39,16 +39,16 @@ func (s *Store) ListAlertRules(ctx context.Context) ([]AlertRule, error) {
 
 // PutAlertRule creates the rule r.Name or replaces its level, params and
 // enabled flag, and returns it as stored. A rule's kind never changes: a
-// rule of another kind under that name is an *[AlertConfigError], and so
+// rule of another kind under that name is an *[schemas.AlertConfigError], and so
 // is a rule whose name, kind, level or params are wrong. The audit trail
 // records that operator put it (an action alert_rule_put of
 // schemas.AuditTaskAlerts, in the same statement).
-func (s *Store) PutAlertRule(ctx context.Context, r AlertRule, operator string) (AlertRule, error) {
+func (s *Store) PutAlertRule(ctx context.Context, r schemas.AlertRule, operator string) (schemas.AlertRule, error) {
 	if !alertRuleNameRE(r.Name) {
-		return AlertRule{}, schemas.AlertConfigErrorf("name", "%q is not a rule name: use 1-64 lower-case letters, digits, '_' and '-'", r.Name)
+		return schemas.AlertRule{}, schemas.AlertConfigErrorf("name", "%q is not a rule name: use 1-64 lower-case letters, digits, '_' and '-'", r.Name)
 	}
 	if _, err := r.DecodeParams(); err != nil {
-		return AlertRule{}, err
+		return schemas.AlertRule{}, err
 	}
 	params := r.Params
 	if len(bytes.TrimSpace(params)) == 0 || bytes.Equal(bytes.TrimSpace(params), []byte("null")) {
@@ -65,14 +65,14 @@ func (s *Store) PutAlertRule(ctx context.Context, r AlertRule, operator string) 
 		SELECT `+alertRuleColumns+` FROM t`, r.Name, string(r.Kind), string(r.Level), []byte(params), r.Enabled,
 		string(schemas.ActionAlertRulePut), schemas.AuditTaskAlerts, operator)
 	if err != nil {
-		return AlertRule{}, fmt.Errorf("put alert rule %s: %w", r.Name, err)
+		return schemas.AlertRule{}, fmt.Errorf("put alert rule %s: %w", r.Name, err)
 	}
 	out, err := pgx.CollectRows(rows, scanAlertRule)
 	if err != nil {
-		return AlertRule{}, fmt.Errorf("put alert rule %s: %w", r.Name, err)
+		return schemas.AlertRule{}, fmt.Errorf("put alert rule %s: %w", r.Name, err)
 	}
 	if len(out) == 0 {
-		return AlertRule{}, schemas.AlertConfigErrorf("kind", "rule %s exists with another kind, which cannot change; put a rule of kind %s under a new name",
+		return schemas.AlertRule{}, schemas.AlertConfigErrorf("kind", "rule %s exists with another kind, which cannot change; put a rule of kind %s under a new name",
 			r.Name, r.Kind)
 	}
 	return out[0], nil
@@ -96,12 +96,12 @@ func alertRuleNameRE(name string) bool {
 }
 
 // ListAlertChannels returns every alert channel, by id.
-func (s *Store) ListAlertChannels(ctx context.Context) ([]AlertChannel, error) {
+func (s *Store) ListAlertChannels(ctx context.Context) ([]schemas.AlertChannel, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, kind, url, created_at FROM alert_channels ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list alert channels: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[AlertChannel])
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[schemas.AlertChannel])
 	if err != nil {
 		return nil, fmt.Errorf("list alert channels: %w", err)
 	}
@@ -111,16 +111,16 @@ func (s *Store) ListAlertChannels(ctx context.Context) ([]AlertChannel, error) {
 // AddAlertChannel stores a channel and returns it; the audit trail records
 // that operator added it (its id and kind: the URL may hold a secret). A
 // kind that is not one of the channel kinds, or a URL that is not an
-// absolute http(s) URL, is an *[AlertConfigError].
-func (s *Store) AddAlertChannel(ctx context.Context, kind AlertChannelKind, rawURL string, operator string) (AlertChannel, error) {
+// absolute http(s) URL, is an *[schemas.AlertConfigError].
+func (s *Store) AddAlertChannel(ctx context.Context, kind schemas.AlertChannelKind, rawURL string, operator string) (schemas.AlertChannel, error) {
 	switch kind {
-	case ChannelWebhook, ChannelWeCom, ChannelSlack:
+	case schemas.ChannelWebhook, schemas.ChannelWeCom, schemas.ChannelSlack:
 	default:
-		return AlertChannel{}, schemas.AlertConfigErrorf("kind", "%q is not a channel kind; use webhook, wecom or slack", kind)
+		return schemas.AlertChannel{}, schemas.AlertConfigErrorf("kind", "%q is not a channel kind; use webhook, wecom or slack", kind)
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return AlertChannel{}, schemas.AlertConfigErrorf("url", "%q is not an absolute http or https URL", rawURL)
+		return schemas.AlertChannel{}, schemas.AlertConfigErrorf("url", "%q is not an absolute http or https URL", rawURL)
 	}
 	rows, err := s.pool.Query(ctx, `
 		WITH t AS (INSERT INTO alert_channels (kind, url) VALUES ($1, $2) RETURNING id, kind, url, created_at),
@@ -128,11 +128,11 @@ func (s *Store) AddAlertChannel(ctx context.Context, kind AlertChannelKind, rawU
 		SELECT id, kind, url, created_at FROM t`,
 		string(kind), rawURL, string(schemas.ActionAlertChannelAdd), schemas.AuditTaskAlerts, operator)
 	if err != nil {
-		return AlertChannel{}, fmt.Errorf("add alert channel: %w", err)
+		return schemas.AlertChannel{}, fmt.Errorf("add alert channel: %w", err)
 	}
-	ch, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[AlertChannel])
+	ch, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[schemas.AlertChannel])
 	if err != nil {
-		return AlertChannel{}, fmt.Errorf("add alert channel: %w", err)
+		return schemas.AlertChannel{}, fmt.Errorf("add alert channel: %w", err)
 	}
 	return ch, nil
 }
@@ -140,21 +140,21 @@ func (s *Store) AddAlertChannel(ctx context.Context, kind AlertChannelKind, rawU
 // DeleteAlertChannel deletes channel id and returns it, or returns an
 // error wrapping [ErrNotFound]; the audit trail records that operator
 // deleted it.
-func (s *Store) DeleteAlertChannel(ctx context.Context, id int64, operator string) (AlertChannel, error) {
+func (s *Store) DeleteAlertChannel(ctx context.Context, id int64, operator string) (schemas.AlertChannel, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH t AS (DELETE FROM alert_channels WHERE id = $1 RETURNING id, kind, url, created_at),
 		a AS (`+actionInsert(2, channelDetails)+`)
 		SELECT id, kind, url, created_at FROM t`,
 		id, string(schemas.ActionAlertChannelDelete), schemas.AuditTaskAlerts, operator)
 	if err != nil {
-		return AlertChannel{}, fmt.Errorf("delete alert channel %d: %w", id, err)
+		return schemas.AlertChannel{}, fmt.Errorf("delete alert channel %d: %w", id, err)
 	}
-	ch, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[AlertChannel])
+	ch, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[schemas.AlertChannel])
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrNotFound
 	}
 	if err != nil {
-		return AlertChannel{}, fmt.Errorf("delete alert channel %d: %w", id, err)
+		return schemas.AlertChannel{}, fmt.Errorf("delete alert channel %d: %w", id, err)
 	}
 	return ch, nil
 }
@@ -162,14 +162,14 @@ func (s *Store) DeleteAlertChannel(ctx context.Context, id int64, operator strin
 const alertColumns = `id, rule, level, key, task, instance_id, reason, state, count, notified_count,
 	first_seen, last_seen, last_notified_at, resolved_at, acked_by, acked_at`
 
-func scanAlert(row pgx.CollectableRow) (Alert, error) {
-	var a Alert
+func scanAlert(row pgx.CollectableRow) (schemas.Alert, error) {
+	var a schemas.Alert
 	err := row.Scan(&a.ID, &a.Rule, &a.Level, &a.Key, &a.Task, &a.InstanceID, &a.Reason, &a.State, &a.Count,
 		&a.NotifiedCount, &a.FirstSeen, &a.LastSeen, &a.LastNotifiedAt, &a.ResolvedAt, &a.AckedBy, &a.AckedAt)
 	return a, err
 }
 
-func collectAlerts(rows pgx.Rows, err error) ([]Alert, error) {
+func collectAlerts(rows pgx.Rows, err error) ([]schemas.Alert, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ const (
 
 // AlertFilter selects alerts for [Store.ListAlerts]; zero fields select everything.
 type AlertFilter struct {
-	State AlertState
+	State schemas.AlertState
 	// Limit is the most alerts returned: 0 means [DefaultAlertLimit], more
 	// than [MaxAlertLimit] is cut down to it.
 	Limit int
@@ -193,7 +193,7 @@ type AlertFilter struct {
 }
 
 // ListAlerts returns alerts, newest first.
-func (s *Store) ListAlerts(ctx context.Context, f AlertFilter) ([]Alert, error) {
+func (s *Store) ListAlerts(ctx context.Context, f AlertFilter) ([]schemas.Alert, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = DefaultAlertLimit
@@ -209,7 +209,7 @@ func (s *Store) ListAlerts(ctx context.Context, f AlertFilter) ([]Alert, error) 
 }
 
 // OpenAlerts returns the alerts that are firing or acked, by id.
-func (s *Store) OpenAlerts(ctx context.Context) ([]Alert, error) {
+func (s *Store) OpenAlerts(ctx context.Context) ([]schemas.Alert, error) {
 	out, err := collectAlerts(s.pool.Query(ctx, `SELECT `+alertColumns+` FROM alerts WHERE state <> 'resolved' ORDER BY id`))
 	if err != nil {
 		return nil, fmt.Errorf("list open alerts: %w", err)
@@ -225,7 +225,7 @@ var ErrAlertResolved = errors.New("the alert has resolved")
 // further notifications, until it resolves. Acknowledging an acked alert
 // returns it unchanged; an unknown one is an error wrapping [ErrNotFound],
 // a resolved one an error wrapping [ErrAlertResolved].
-func (s *Store) AckAlert(ctx context.Context, id int64, operator string, at time.Time) (Alert, error) {
+func (s *Store) AckAlert(ctx context.Context, id int64, operator string, at time.Time) (schemas.Alert, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH upd AS (
 			UPDATE alerts SET state = 'acked', acked_by = $2, acked_at = $3 WHERE id = $1 AND state = 'firing'
@@ -235,15 +235,15 @@ func (s *Store) AckAlert(ctx context.Context, id int64, operator string, at time
 		UNION ALL
 		SELECT `+alertColumns+` FROM alerts WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM upd)`, id, operator, at)
 	if err != nil {
-		return Alert{}, fmt.Errorf("ack alert %d: %w", id, err)
+		return schemas.Alert{}, fmt.Errorf("ack alert %d: %w", id, err)
 	}
 	a, err := pgx.CollectExactlyOneRow(rows, scanAlert)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return Alert{}, fmt.Errorf("ack alert %d: %w", id, ErrNotFound)
+		return schemas.Alert{}, fmt.Errorf("ack alert %d: %w", id, ErrNotFound)
 	case err != nil:
-		return Alert{}, fmt.Errorf("ack alert %d: %w", id, err)
-	case a.State == AlertResolved:
+		return schemas.Alert{}, fmt.Errorf("ack alert %d: %w", id, err)
+	case a.State == schemas.AlertResolved:
 		return a, fmt.Errorf("ack alert %d: %w", id, ErrAlertResolved)
 	}
 	return a, nil
@@ -252,7 +252,7 @@ func (s *Store) AckAlert(ctx context.Context, id int64, operator string, at time
 // AlertSignal is one observation of a rule's condition for a key.
 type AlertSignal struct {
 	Rule  string
-	Level AlertLevel
+	Level schemas.AlertLevel
 	Key   string
 	Task  string
 	// InstanceID, when not 0, becomes the alert's instance.
@@ -270,7 +270,7 @@ type AlertSignal struct {
 // counts sig's occurrence in the open one (taking sig's reason, and its
 // instance when it names one). It is safe to call concurrently: the rule and
 // key have at most one open alert.
-func (s *Store) RaiseAlert(ctx context.Context, sig AlertSignal) (Alert, error) {
+func (s *Store) RaiseAlert(ctx context.Context, sig AlertSignal) (schemas.Alert, error) {
 	rows, err := s.pool.Query(ctx, `
 		INSERT INTO alerts AS a (rule, level, key, task, instance_id, reason, state, count, first_seen, last_seen)
 		VALUES ($1, $2, $3, $4, $5, $6, 'firing', GREATEST($8, 1), $7, $7)
@@ -281,11 +281,11 @@ func (s *Store) RaiseAlert(ctx context.Context, sig AlertSignal) (Alert, error) 
 		RETURNING `+alertColumns, sig.Rule, string(sig.Level), sig.Key, sig.Task, sig.InstanceID, sig.Reason, sig.At,
 		sig.Count)
 	if err != nil {
-		return Alert{}, fmt.Errorf("raise alert %s/%s: %w", sig.Rule, sig.Key, err)
+		return schemas.Alert{}, fmt.Errorf("raise alert %s/%s: %w", sig.Rule, sig.Key, err)
 	}
 	a, err := pgx.CollectExactlyOneRow(rows, scanAlert)
 	if err != nil {
-		return Alert{}, fmt.Errorf("raise alert %s/%s: %w", sig.Rule, sig.Key, err)
+		return schemas.Alert{}, fmt.Errorf("raise alert %s/%s: %w", sig.Rule, sig.Key, err)
 	}
 	return a, nil
 }
@@ -296,7 +296,7 @@ func (s *Store) RaiseAlert(ctx context.Context, sig AlertSignal) (Alert, error) 
 // previous one. ok is false, and nothing changes, when the alert is not
 // firing or was notified within throttle. Claiming before sending makes
 // the throttle hold for any number of auditors.
-func (s *Store) ClaimNotification(ctx context.Context, id int64, throttle time.Duration, now time.Time) (a Alert, repeats int, ok bool, err error) {
+func (s *Store) ClaimNotification(ctx context.Context, id int64, throttle time.Duration, now time.Time) (a schemas.Alert, repeats int, ok bool, err error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH old AS (
 			SELECT id, notified_count FROM alerts
@@ -308,17 +308,17 @@ func (s *Store) ClaimNotification(ctx context.Context, id int64, throttle time.D
 		)
 		SELECT * FROM upd`, id, throttle.Microseconds(), now)
 	if err != nil {
-		return Alert{}, 0, false, fmt.Errorf("claim notification of alert %d: %w", id, err)
+		return schemas.Alert{}, 0, false, fmt.Errorf("claim notification of alert %d: %w", id, err)
 	}
 	defer rows.Close()
 	if !rows.Next() {
-		return Alert{}, 0, false, rows.Err()
+		return schemas.Alert{}, 0, false, rows.Err()
 	}
 	var before int
 	err = rows.Scan(&a.ID, &a.Rule, &a.Level, &a.Key, &a.Task, &a.InstanceID, &a.Reason, &a.State, &a.Count,
 		&a.NotifiedCount, &a.FirstSeen, &a.LastSeen, &a.LastNotifiedAt, &a.ResolvedAt, &a.AckedBy, &a.AckedAt, &before)
 	if err != nil {
-		return Alert{}, 0, false, fmt.Errorf("claim notification of alert %d: %w", id, err)
+		return schemas.Alert{}, 0, false, fmt.Errorf("claim notification of alert %d: %w", id, err)
 	}
 	return a, a.Count - before, true, nil
 }
@@ -335,7 +335,7 @@ func prefixed(t, columns string) string {
 // ResolveAlerts resolves the open alerts of rule whose key is in keys, at
 // at, and returns them as resolved. Each alert resolves once: a second call
 // returns nothing.
-func (s *Store) ResolveAlerts(ctx context.Context, rule string, keys []string, at time.Time) ([]Alert, error) {
+func (s *Store) ResolveAlerts(ctx context.Context, rule string, keys []string, at time.Time) ([]schemas.Alert, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -352,7 +352,7 @@ func (s *Store) ResolveAlerts(ctx context.Context, rule string, keys []string, a
 // ResolveAlertsExcept resolves the open alerts of rule whose key is not in
 // keep, at at, and returns them as resolved: a rule over a state holds for
 // keep and no longer for the others.
-func (s *Store) ResolveAlertsExcept(ctx context.Context, rule string, keep []string, at time.Time) ([]Alert, error) {
+func (s *Store) ResolveAlertsExcept(ctx context.Context, rule string, keep []string, at time.Time) ([]schemas.Alert, error) {
 	out, err := collectAlerts(s.pool.Query(ctx, `
 		UPDATE alerts SET state = 'resolved', resolved_at = $3
 		WHERE rule = $1 AND NOT (key = ANY($2)) AND state <> 'resolved'

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 )
@@ -19,8 +20,8 @@ func TestDefaultAlertRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	levels := map[store.AlertLevel]int{}
-	kinds := map[store.AlertKind]bool{}
+	levels := map[schemas.AlertLevel]int{}
+	kinds := map[schemas.AlertKind]bool{}
 	for _, r := range rules {
 		if !r.Enabled || string(r.Kind) != r.Name {
 			t.Errorf("default rule %+v: want enabled and named after its kind", r)
@@ -31,7 +32,7 @@ func TestDefaultAlertRules(t *testing.T) {
 		levels[r.Level]++
 		kinds[r.Kind] = true
 	}
-	if len(kinds) != len(store.AlertKinds) || levels[store.AlertP0] != 2 || levels[store.AlertP1] != 3 || levels[store.AlertP2] != 2 {
+	if len(kinds) != len(schemas.AlertKinds) || levels[schemas.AlertP0] != 2 || levels[schemas.AlertP1] != 3 || levels[schemas.AlertP2] != 2 {
 		t.Errorf("default rules = %+v, want one per kind: two P0, three P1 (quarantined among them), two P2", rules)
 	}
 }
@@ -39,44 +40,44 @@ func TestDefaultAlertRules(t *testing.T) {
 func TestDecodeParams(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		kind   store.AlertKind
-		level  store.AlertLevel
+		kind   schemas.AlertKind
+		level  schemas.AlertLevel
 		params string
-		want   func(store.AlertParams) bool
+		want   func(schemas.AlertParams) bool
 		err    string
 	}{
-		{store.AlertConsecutiveFailures, "P1", ``, func(p store.AlertParams) bool {
-			return p.Failures == 3 && p.Throttle == store.DefaultAlertThrottle
+		{schemas.AlertConsecutiveFailures, "P1", ``, func(p schemas.AlertParams) bool {
+			return p.Failures == 3 && p.Throttle == schemas.DefaultAlertThrottle
 		}, ""},
-		{store.AlertConsecutiveFailures, "P1", `{"failures": 5, "throttle": "0s"}`, func(p store.AlertParams) bool {
+		{schemas.AlertConsecutiveFailures, "P1", `{"failures": 5, "throttle": "0s"}`, func(p schemas.AlertParams) bool {
 			return p.Failures == 5 && p.Throttle == 0
 		}, ""},
-		{store.AlertTimeoutRate, "P1", `{"rate": 0.5}`, func(p store.AlertParams) bool {
+		{schemas.AlertTimeoutRate, "P1", `{"rate": 0.5}`, func(p schemas.AlertParams) bool {
 			return p.Rate == 0.5 && p.Window == 15*time.Minute && p.MinAttempts == 5
 		}, ""},
-		{store.AlertFailingTasks, "P0", `{"window": "1h"}`, func(p store.AlertParams) bool {
+		{schemas.AlertFailingTasks, "P0", `{"window": "1h"}`, func(p schemas.AlertParams) bool {
 			return p.Window == time.Hour && p.Tasks == 5
 		}, ""},
-		{store.AlertBacklog, "P2", `{"age": "30s", "instances": 1}`, func(p store.AlertParams) bool {
+		{schemas.AlertBacklog, "P2", `{"age": "30s", "instances": 1}`, func(p schemas.AlertParams) bool {
 			return p.Age == 30*time.Second && p.Instances == 1
 		}, ""},
-		{store.AlertDurationJitter, "P2", `{"factor": 3, "runs": 10, "min_runs": 3}`, func(p store.AlertParams) bool {
+		{schemas.AlertDurationJitter, "P2", `{"factor": 3, "runs": 10, "min_runs": 3}`, func(p schemas.AlertParams) bool {
 			return p.Factor == 3 && p.Runs == 10 && p.MinRuns == 3
 		}, ""},
 		{"nope", "P1", ``, nil, `kind: "nope" is not an alert rule kind`},
-		{store.AlertBacklog, "P9", ``, nil, `level: "P9" is not an alert level`},
-		{store.AlertBacklog, "P2", `[1]`, nil, `params: must be a JSON object`},
-		{store.AlertBacklog, "P2", `{"failures": 3}`, nil, `params.failures: is not a parameter of a backlog rule; it takes instances, age, throttle`},
-		{store.AlertConsecutiveFailures, "P1", `{"failures": 0}`, nil, `params.failures: must be a whole number from 1 to 1000`},
-		{store.AlertTimeoutRate, "P1", `{"rate": 1.5}`, nil, `params.rate: must be a number above 0 and at most 1`},
-		{store.AlertTimeoutRate, "P1", `{"window": "10"}`, nil, `params.window: must be a duration string`},
-		{store.AlertDurationJitter, "P2", `{"factor": 1}`, nil, `params.factor: must be a number above 1`},
-		{store.AlertDurationJitter, "P2", `{"runs": 4}`, nil, `params.min_runs: is 5, more than runs (4)`},
+		{schemas.AlertBacklog, "P9", ``, nil, `level: "P9" is not an alert level`},
+		{schemas.AlertBacklog, "P2", `[1]`, nil, `params: must be a JSON object`},
+		{schemas.AlertBacklog, "P2", `{"failures": 3}`, nil, `params.failures: is not a parameter of a backlog rule; it takes instances, age, throttle`},
+		{schemas.AlertConsecutiveFailures, "P1", `{"failures": 0}`, nil, `params.failures: must be a whole number from 1 to 1000`},
+		{schemas.AlertTimeoutRate, "P1", `{"rate": 1.5}`, nil, `params.rate: must be a number above 0 and at most 1`},
+		{schemas.AlertTimeoutRate, "P1", `{"window": "10"}`, nil, `params.window: must be a duration string`},
+		{schemas.AlertDurationJitter, "P2", `{"factor": 1}`, nil, `params.factor: must be a number above 1`},
+		{schemas.AlertDurationJitter, "P2", `{"runs": 4}`, nil, `params.min_runs: is 5, more than runs (4)`},
 	} {
-		p, err := store.AlertRule{Name: "r", Kind: tt.kind, Level: tt.level, Params: json.RawMessage(tt.params)}.DecodeParams()
+		p, err := schemas.AlertRule{Name: "r", Kind: tt.kind, Level: tt.level, Params: json.RawMessage(tt.params)}.DecodeParams()
 		switch {
 		case tt.err != "":
-			var ce *store.AlertConfigError
+			var ce *schemas.AlertConfigError
 			if !errors.As(err, &ce) || !strings.HasPrefix(err.Error(), tt.err) {
 				t.Errorf("%s %s: error %v, want an *AlertConfigError starting %q", tt.kind, tt.params, err, tt.err)
 			}
@@ -92,29 +93,29 @@ func TestPutAlertRule(t *testing.T) {
 	t.Parallel()
 	st := store.New(storetest.NewDB(t))
 	ctx := t.Context()
-	r, err := st.PutAlertRule(ctx, store.AlertRule{Name: "consecutive_failures", Kind: store.AlertConsecutiveFailures,
-		Level: store.AlertP0, Params: json.RawMessage(`{"failures": 5}`), Enabled: false}, "test")
+	r, err := st.PutAlertRule(ctx, schemas.AlertRule{Name: "consecutive_failures", Kind: schemas.AlertConsecutiveFailures,
+		Level: schemas.AlertP0, Params: json.RawMessage(`{"failures": 5}`), Enabled: false}, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Level != store.AlertP0 || r.Enabled || compact(r.Params) != `{"failures":5}` {
+	if r.Level != schemas.AlertP0 || r.Enabled || compact(r.Params) != `{"failures":5}` {
 		t.Errorf("replaced rule = %+v", r)
 	}
-	n, err := st.PutAlertRule(ctx, store.AlertRule{Name: "etl-backlog", Kind: store.AlertBacklog, Level: store.AlertP1, Enabled: true}, "test")
+	n, err := st.PutAlertRule(ctx, schemas.AlertRule{Name: "etl-backlog", Kind: schemas.AlertBacklog, Level: schemas.AlertP1, Enabled: true}, "test")
 	if err != nil || compact(n.Params) != `{}` || !n.Enabled {
 		t.Fatalf("new rule = %+v, %v", n, err)
 	}
-	for _, bad := range []store.AlertRule{
-		{Name: "backlog", Kind: store.AlertTimeoutRate, Level: store.AlertP1},
-		{Name: "Bad Name", Kind: store.AlertBacklog, Level: store.AlertP1},
-		{Name: "x", Kind: store.AlertBacklog, Level: store.AlertP1, Params: json.RawMessage(`{"age": 5}`)},
+	for _, bad := range []schemas.AlertRule{
+		{Name: "backlog", Kind: schemas.AlertTimeoutRate, Level: schemas.AlertP1},
+		{Name: "Bad Name", Kind: schemas.AlertBacklog, Level: schemas.AlertP1},
+		{Name: "x", Kind: schemas.AlertBacklog, Level: schemas.AlertP1, Params: json.RawMessage(`{"age": 5}`)},
 	} {
-		if _, err := st.PutAlertRule(ctx, bad, "test"); !errors.As(err, new(*store.AlertConfigError)) {
+		if _, err := st.PutAlertRule(ctx, bad, "test"); !errors.As(err, new(*schemas.AlertConfigError)) {
 			t.Errorf("PutAlertRule(%+v) = %v, want an *AlertConfigError", bad, err)
 		}
 	}
 	rules, err := st.ListAlertRules(ctx)
-	if err != nil || len(rules) != len(store.AlertKinds)+1 {
+	if err != nil || len(rules) != len(schemas.AlertKinds)+1 {
 		t.Errorf("rules = %+v, %v", rules, err)
 	}
 }
@@ -123,19 +124,19 @@ func TestAlertChannels(t *testing.T) {
 	t.Parallel()
 	st := store.New(storetest.NewDB(t))
 	ctx := t.Context()
-	a, err := st.AddAlertChannel(ctx, store.ChannelSlack, "https://hooks.example.com/x", "test")
+	a, err := st.AddAlertChannel(ctx, schemas.ChannelSlack, "https://hooks.example.com/x", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := st.AddAlertChannel(ctx, store.ChannelWeCom, "http://127.0.0.1:9/robot", "test")
+	b, err := st.AddAlertChannel(ctx, schemas.ChannelWeCom, "http://127.0.0.1:9/robot", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
-		kind store.AlertChannelKind
+		kind schemas.AlertChannelKind
 		url  string
-	}{{"email", "https://x"}, {store.ChannelWebhook, "ftp://x/y"}, {store.ChannelWebhook, "/relative"}} {
-		if _, err := st.AddAlertChannel(ctx, tt.kind, tt.url, "test"); !errors.As(err, new(*store.AlertConfigError)) {
+	}{{"email", "https://x"}, {schemas.ChannelWebhook, "ftp://x/y"}, {schemas.ChannelWebhook, "/relative"}} {
+		if _, err := st.AddAlertChannel(ctx, tt.kind, tt.url, "test"); !errors.As(err, new(*schemas.AlertConfigError)) {
 			t.Errorf("AddAlertChannel(%s, %s) = %v, want an *AlertConfigError", tt.kind, tt.url, err)
 		}
 	}
@@ -156,9 +157,9 @@ func TestAlertLifecycle(t *testing.T) {
 	st := store.New(storetest.NewDB(t))
 	ctx := t.Context()
 	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	raise := func(key string, instance int64, at time.Time) store.Alert {
+	raise := func(key string, instance int64, at time.Time) schemas.Alert {
 		t.Helper()
-		a, err := st.RaiseAlert(ctx, store.AlertSignal{Rule: "consecutive_failures", Level: store.AlertP1, Key: key, Task: key,
+		a, err := st.RaiseAlert(ctx, store.AlertSignal{Rule: "consecutive_failures", Level: schemas.AlertP1, Key: key, Task: key,
 			InstanceID: instance, Reason: "failed", At: at})
 		if err != nil {
 			t.Fatal(err)
@@ -175,7 +176,7 @@ func TestAlertLifecycle(t *testing.T) {
 	}
 
 	a := raise("etl", 7, t0)
-	if a.State != store.AlertFiring || a.Count != 1 || a.InstanceID != 7 || !a.FirstSeen.Equal(t0) {
+	if a.State != schemas.AlertFiring || a.Count != 1 || a.InstanceID != 7 || !a.FirstSeen.Equal(t0) {
 		t.Fatalf("raised = %+v", a)
 	}
 	if repeats, ok := claim(a.ID, t0); !ok || repeats != 1 {
@@ -196,7 +197,7 @@ func TestAlertLifecycle(t *testing.T) {
 
 	other := raise("mail", 1, t0)
 	acked, err := st.AckAlert(ctx, other.ID, "alice", t0.Add(time.Minute))
-	if err != nil || acked.State != store.AlertAcked || acked.AckedBy != "alice" {
+	if err != nil || acked.State != schemas.AlertAcked || acked.AckedBy != "alice" {
 		t.Fatalf("ack = %+v, %v", acked, err)
 	}
 	if again, err := st.AckAlert(ctx, other.ID, "bob", t0.Add(2*time.Minute)); err != nil || again.AckedBy != "alice" {
@@ -215,7 +216,7 @@ func TestAlertLifecycle(t *testing.T) {
 
 	// State rules resolve what no longer holds; each alert resolves once.
 	res, err := st.ResolveAlertsExcept(ctx, "consecutive_failures", []string{"mail"}, t0.Add(time.Hour))
-	if err != nil || len(res) != 1 || res[0].ID != a.ID || res[0].State != store.AlertResolved || res[0].ResolvedAt == nil {
+	if err != nil || len(res) != 1 || res[0].ID != a.ID || res[0].State != schemas.AlertResolved || res[0].ResolvedAt == nil {
 		t.Fatalf("resolve except mail = %+v, %v", res, err)
 	}
 	if res, err := st.ResolveAlerts(ctx, "consecutive_failures", []string{"etl"}, t0.Add(time.Hour)); err != nil || len(res) != 0 {
@@ -230,7 +231,7 @@ func TestAlertLifecycle(t *testing.T) {
 	}
 	// A rule that counts by itself sets the count; it never goes down.
 	for _, tt := range []struct{ count, want int }{{5, 5}, {3, 5}, {0, 6}} {
-		a, err := st.RaiseAlert(ctx, store.AlertSignal{Rule: "consecutive_failures", Level: store.AlertP1, Key: "streak", Reason: "r",
+		a, err := st.RaiseAlert(ctx, store.AlertSignal{Rule: "consecutive_failures", Level: schemas.AlertP1, Key: "streak", Reason: "r",
 			At: t0, Count: tt.count})
 		if err != nil || a.Count != tt.want {
 			t.Errorf("raise with count %d = %+v, %v; want count %d", tt.count, a, err, tt.want)
@@ -244,7 +245,7 @@ func TestAlertLifecycle(t *testing.T) {
 	if err != nil || len(list) != 4 || list[0].ID < list[3].ID {
 		t.Fatalf("list = %+v, %v; want three, newest first", list, err)
 	}
-	if firing, err := st.ListAlerts(ctx, store.AlertFilter{State: store.AlertFiring}); err != nil || len(firing) != 2 {
+	if firing, err := st.ListAlerts(ctx, store.AlertFilter{State: schemas.AlertFiring}); err != nil || len(firing) != 2 {
 		t.Errorf("firing = %+v, %v", firing, err)
 	}
 	if page, err := st.ListAlerts(ctx, store.AlertFilter{Limit: 1, BeforeID: list[0].ID}); err != nil || len(page) != 1 || page[0].ID != list[1].ID {

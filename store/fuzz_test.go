@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // FuzzAlertParams decodes arbitrary alert rule parameters: no input panics,
@@ -26,10 +26,10 @@ func FuzzAlertParams(f *testing.F) {
 		f.Add(s.kind, s.level, []byte(s.params))
 	}
 	f.Fuzz(func(t *testing.T, kind, level string, params []byte) {
-		r := store.AlertRule{Name: "fuzz", Kind: store.AlertKind(kind), Level: store.AlertLevel(level), Params: json.RawMessage(params)}
+		r := schemas.AlertRule{Name: "fuzz", Kind: schemas.AlertKind(kind), Level: schemas.AlertLevel(level), Params: json.RawMessage(params)}
 		p, err := r.DecodeParams()
 		if err != nil {
-			var ce *store.AlertConfigError
+			var ce *schemas.AlertConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("DecodeParams(%s %s %q) = %v, not an AlertConfigError", kind, level, params, err)
 			}

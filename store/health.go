@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 // failureStreaks reads, for each task of $1, its latest $2 ended instances
@@ -90,8 +91,8 @@ func (s *Store) readLatest(ctx context.Context, q string, args []any, each func(
 // sharded or broadcast firing counts once, as its parent instance: its
 // children (parent_id set) are not counted, so eight failed shards are one
 // failure, not eight.
-func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (map[string]FailureStreak, error) {
-	out := make(map[string]FailureStreak)
+func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (map[string]schemas.FailureStreak, error) {
+	out := make(map[string]schemas.FailureStreak)
 	if len(tasks) == 0 || limit <= 0 {
 		return out, nil
 	}
@@ -115,7 +116,7 @@ func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (
 		}
 		st, ok := out[task]
 		if !ok {
-			st = FailureStreak{Task: task, LastInstanceID: id, LastError: errText}
+			st = schemas.FailureStreak{Task: task, LastInstanceID: id, LastError: errText}
 		}
 		st.Failures++
 		if finished != nil {
@@ -234,14 +235,14 @@ func (o HealthOptions) withDefaults() HealthOptions {
 // maxStreak is the longest failure streak the health report counts.
 const maxStreak = 100
 
-// HealthReport reads the fleet's health (see [HealthReport] and its
+// HealthReport reads the fleet's health (see [schemas.HealthReport] and its
 // sections' rules) with the thresholds of o. The tasks of ax drill (task
 // types schemas.DrillTaskType and DrillJitterTaskType) are left out.
-func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (HealthReport, error) {
+func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (schemas.HealthReport, error) {
 	o = o.withDefaults()
-	rep := HealthReport{
+	rep := schemas.HealthReport{
 		GeneratedAt: o.Now,
-		Rules: HealthRules{
+		Rules: schemas.HealthRules{
 			ConsecutiveFailures: fmt.Sprintf("the task's latest %d or more ended instances FAILED, with no SUCCEEDED one between them "+
 				"(SKIPPED and CANCELLED instances do not count; streaks are counted up to %d)", o.MinFailures, maxStreak),
 			MissedSchedules: fmt.Sprintf("an enabled, unpaused task's cron trigger has a tick more than %v in the past that no trigger "+
@@ -250,14 +251,14 @@ func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (HealthReport
 				"(judged with at least %d such runs)", o.Factor, o.Runs, o.MinRuns),
 			WithoutOwner: "the task's definition has no owner",
 		},
-		ConsecutiveFailures: []FailureStreak{},
-		MissedSchedules:     []MissedSchedule{},
-		DurationOutliers:    []SlowRun{},
+		ConsecutiveFailures: []schemas.FailureStreak{},
+		MissedSchedules:     []schemas.MissedSchedule{},
+		DurationOutliers:    []schemas.SlowRun{},
 		WithoutOwner:        []string{},
 	}
 	all, err := s.ListTasks(ctx)
 	if err != nil {
-		return HealthReport{}, fmt.Errorf("health report: %w", err)
+		return schemas.HealthReport{}, fmt.Errorf("health report: %w", err)
 	}
 	// A drill's copies fail and crash on purpose: they are not the fleet.
 	tasks := slices.DeleteFunc(all, func(t TaskRecord) bool { return schemas.IsDrillTaskType(t.Definition.TaskType) })
@@ -271,22 +272,22 @@ func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (HealthReport
 
 	streaks, err := s.FailureStreaks(ctx, names, maxStreak)
 	if err != nil {
-		return HealthReport{}, fmt.Errorf("health report: %w", err)
+		return schemas.HealthReport{}, fmt.Errorf("health report: %w", err)
 	}
 	for _, name := range names {
 		if st, ok := streaks[name]; ok && st.Failures >= o.MinFailures {
 			rep.ConsecutiveFailures = append(rep.ConsecutiveFailures, st)
 		}
 	}
-	slices.SortStableFunc(rep.ConsecutiveFailures, func(a, b FailureStreak) int { return b.Failures - a.Failures })
+	slices.SortStableFunc(rep.ConsecutiveFailures, func(a, b schemas.FailureStreak) int { return b.Failures - a.Failures })
 
 	if rep.MissedSchedules, err = s.missedSchedules(ctx, tasks, o); err != nil {
-		return HealthReport{}, fmt.Errorf("health report: %w", err)
+		return schemas.HealthReport{}, fmt.Errorf("health report: %w", err)
 	}
 
 	runs, err := s.RecentRuns(ctx, names, o.Runs+1)
 	if err != nil {
-		return HealthReport{}, fmt.Errorf("health report: %w", err)
+		return schemas.HealthReport{}, fmt.Errorf("health report: %w", err)
 	}
 	for _, name := range names {
 		rs := runs[name]
@@ -298,7 +299,7 @@ func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (HealthReport
 			history[i] = r.Duration
 		}
 		if st, slow := DurationOutlier(rs[0].Duration, history, o.Factor, o.MinRuns); slow {
-			rep.DurationOutliers = append(rep.DurationOutliers, SlowRun{Task: name, InstanceID: rs[0].InstanceID,
+			rep.DurationOutliers = append(rep.DurationOutliers, schemas.SlowRun{Task: name, InstanceID: rs[0].InstanceID,
 				DurationSeconds: rs[0].Duration.Seconds(), MedianSeconds: st.Median.Seconds(), P95Seconds: st.P95.Seconds(), Runs: st.Runs})
 		}
 	}
@@ -307,7 +308,7 @@ func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (HealthReport
 
 // missedSchedules finds the cron triggers of tasks that have a tick more
 // than o.Grace past that no trigger service settled.
-func (s *Store) missedSchedules(ctx context.Context, tasks []TaskRecord, o HealthOptions) ([]MissedSchedule, error) {
+func (s *Store) missedSchedules(ctx context.Context, tasks []TaskRecord, o HealthOptions) ([]schemas.MissedSchedule, error) {
 	var names []string
 	for _, t := range tasks {
 		if t.Enabled && !t.Paused {
@@ -318,7 +319,7 @@ func (s *Store) missedSchedules(ctx context.Context, tasks []TaskRecord, o Healt
 	if err != nil {
 		return nil, err
 	}
-	out := []MissedSchedule{}
+	out := []schemas.MissedSchedule{}
 	for _, t := range tasks {
 		if !t.Enabled || t.Paused {
 			continue
@@ -328,7 +329,7 @@ func (s *Store) missedSchedules(ctx context.Context, tasks []TaskRecord, o Healt
 				continue
 			}
 			tr = tr.WithDefaults()
-			sched, err := schemas.ParseCronSchedule(tr.Schedule, tr.Timezone)
+			sched, err := taskdef.ParseCronSchedule(tr.Schedule, tr.Timezone)
 			if err != nil {
 				// Stored definitions were validated; one that no longer
 				// parses cannot fire, which the trigger service reports.
@@ -348,7 +349,7 @@ func (s *Store) missedSchedules(ctx context.Context, tasks []TaskRecord, o Healt
 			if next.IsZero() || o.Now.Sub(next) <= o.Grace {
 				continue
 			}
-			out = append(out, MissedSchedule{Task: t.Name, TriggerIndex: i, Schedule: tr.Schedule, Timezone: tr.Timezone,
+			out = append(out, schemas.MissedSchedule{Task: t.Name, TriggerIndex: i, Schedule: tr.Schedule, Timezone: tr.Timezone,
 				LastTick: last, ExpectedAt: next.UTC()})
 		}
 	}

@@ -21,7 +21,7 @@ type SummaryFilter struct {
 	// Since and Until bound the window; both must be set, Since first.
 	Since, Until time.Time
 	// Step cuts the window into buckets of this width, from Since, for
-	// [Summary.Series]; 0 makes no series. At most [MaxSummaryBuckets]
+	// [schemas.Summary.Series]; 0 makes no series. At most [MaxSummaryBuckets]
 	// buckets.
 	Step time.Duration
 }
@@ -35,9 +35,9 @@ var summaryStates = []schemas.State{
 // InstanceSummary sums up the instances f selects. It reads the window by
 // the index on fired_at, in two aggregate queries over one snapshot, so that
 // the counts and the run times agree.
-func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (Summary, error) {
+func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (schemas.Summary, error) {
 	if f.Since.IsZero() || f.Until.IsZero() || !f.Since.Before(f.Until) {
-		return Summary{}, fmt.Errorf("sum up instances: the window [%v, %v) is empty or unbounded", f.Since, f.Until)
+		return schemas.Summary{}, fmt.Errorf("sum up instances: the window [%v, %v) is empty or unbounded", f.Since, f.Until)
 	}
 	step := f.Step
 	if step <= 0 {
@@ -45,17 +45,17 @@ func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (Summary, 
 	}
 	n := int((f.Until.Sub(f.Since) + step - 1) / step)
 	if n > MaxSummaryBuckets {
-		return Summary{}, fmt.Errorf("sum up instances: a step of %v cuts the window into %d buckets, more than %d", step, n, MaxSummaryBuckets)
+		return schemas.Summary{}, fmt.Errorf("sum up instances: a step of %v cuts the window into %d buckets, more than %d", step, n, MaxSummaryBuckets)
 	}
-	out := Summary{Task: f.Task, Since: f.Since.UTC(), Until: f.Until.UTC(), States: make(map[schemas.State]int64, len(summaryStates))}
+	out := schemas.Summary{Task: f.Task, Since: f.Since.UTC(), Until: f.Until.UTC(), States: make(map[schemas.State]int64, len(summaryStates))}
 	for _, st := range summaryStates {
 		out.States[st] = 0
 	}
-	buckets := make([]SummaryBucket, n)
+	buckets := make([]schemas.SummaryBucket, n)
 	for i := range buckets {
 		buckets[i].Start = out.Since.Add(time.Duration(i) * step)
 	}
-	bucketOf := func(start time.Time) (*SummaryBucket, error) {
+	bucketOf := func(start time.Time) (*schemas.SummaryBucket, error) {
 		i := int(start.Sub(f.Since) / step)
 		if i < 0 || i >= n {
 			return nil, fmt.Errorf("bucket %v is outside the window", start)
@@ -112,10 +112,10 @@ func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (Summary, 
 		}
 		var (
 			at *time.Time
-			rt RunTimes
+			rt schemas.RunTimes
 		)
 		_, err = pgx.ForEachRow(rows, []any{&at, &rt.Count, &rt.P50, &rt.P95, &rt.P99, &rt.Max}, func() error {
-			rt := RunTimes{Count: rt.Count, P50: copyOf(rt.P50), P95: copyOf(rt.P95), P99: copyOf(rt.P99), Max: copyOf(rt.Max)}
+			rt := schemas.RunTimes{Count: rt.Count, P50: copyOf(rt.P50), P95: copyOf(rt.P95), P99: copyOf(rt.P99), Max: copyOf(rt.Max)}
 			if at == nil {
 				out.RunTime = rt
 				return nil
@@ -130,7 +130,7 @@ func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (Summary, 
 		return err
 	})
 	if err != nil {
-		return Summary{}, fmt.Errorf("sum up instances fired in [%s, %s): %w", out.Since.Format(time.RFC3339), out.Until.Format(time.RFC3339), err)
+		return schemas.Summary{}, fmt.Errorf("sum up instances fired in [%s, %s): %w", out.Since.Format(time.RFC3339), out.Until.Format(time.RFC3339), err)
 	}
 	if ended := out.States[schemas.StateSucceeded] + out.States[schemas.StateFailed]; ended > 0 {
 		rate := float64(out.States[schemas.StateSucceeded]) / float64(ended)

@@ -79,7 +79,7 @@ func TestInstanceSummary(t *testing.T) {
 	if sum.StepSeconds != 60 || len(sum.Series) != 3 {
 		t.Fatalf("series of %d buckets of %vs, want 3 of 60s", len(sum.Series), sum.StepSeconds)
 	}
-	for i, want := range []store.SummaryBucket{
+	for i, want := range []schemas.SummaryBucket{
 		{Start: since, Total: 605, Succeeded: 605},
 		{Start: since.Add(time.Minute), Total: 200, Failed: 200},
 		{Start: since.Add(2 * time.Minute), Total: 3},

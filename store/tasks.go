@@ -43,7 +43,7 @@ const taskColumns = `name, version, enabled, paused, definition, created_at, upd
 // next version; an identical one keeps the stored version and changes nothing.
 // Every new version is also kept in task_versions with the operator who
 // applied it, and recorded in the audit trail as an apply action with
-// details {"version": N}. def must already be valid (see [schemas.ParseTask]).
+// details {"version": N}. def must already be valid (see [taskdef.ParseTask]).
 // A definition whose after would close a cycle with the stored tasks is
 // refused with a *[ChainCycleError], and nothing is stored; applies with
 // after are serialised for that check, so two applies cannot close a cycle

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 )
@@ -16,7 +17,7 @@ import (
 // parseTask parses a definition the way the API does.
 func parseTask(t testing.TB, def string) *schemas.Task {
 	t.Helper()
-	task, err := schemas.ParseTask([]byte(def))
+	task, err := taskdef.ParseTask([]byte(def))
 	if err != nil {
 		t.Fatalf("parse task: %v", err)
 	}

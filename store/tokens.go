@@ -17,23 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Role is what an API token may do; it is [schemas.Role], which the API's
-// client shares without the store.
-type Role = schemas.Role
-
-// The roles of API tokens (see [schemas.RoleViewer]).
-const (
-	RoleViewer   = schemas.RoleViewer
-	RoleOperator = schemas.RoleOperator
-	RoleAdmin    = schemas.RoleAdmin
-)
-
-// Roles lists the roles, weakest first.
-var Roles = schemas.Roles
-
-// ParseRole returns the role called s, or an error that lists the roles.
-func ParseRole(s string) (Role, error) { return schemas.ParseRole(s) }
-
 // TokenPrefix starts every token secret, so that a secret is recognisable
 // in a leaked file or a log line (and secret scanners can find it).
 const TokenPrefix = "axt_"
@@ -77,9 +60,6 @@ func ValidateTokenName(name string) error {
 	return nil
 }
 
-// Token is an API token as the store keeps it: [schemas.Token].
-type Token = schemas.Token
-
 // ErrTokenNameTaken is returned, wrapped, by [Store.CreateToken] when a live
 // token already has the name.
 var ErrTokenNameTaken = errors.New("a live token already has this name")
@@ -89,8 +69,8 @@ const tokenColumns = `id, name, role, created_at, last_used_at, revoked_at`
 // tokenDetails are a token action's details: never its secret.
 const tokenDetails = `jsonb_build_object('token_id', id, 'token', name, 'role', role)`
 
-func scanToken(row pgx.Row) (Token, error) {
-	var t Token
+func scanToken(row pgx.Row) (schemas.Token, error) {
+	var t schemas.Token
 	err := row.Scan(&t.ID, &t.Name, &t.Role, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt)
 	return t, err
 }
@@ -100,16 +80,16 @@ func scanToken(row pgx.Row) (Token, error) {
 // records that operator made it (an action token_create of
 // schemas.AuditTaskTokens, in the same statement). A name that a live token
 // has is refused with [ErrTokenNameTaken].
-func (s *Store) CreateToken(ctx context.Context, name string, role Role, operator string) (Token, string, error) {
+func (s *Store) CreateToken(ctx context.Context, name string, role schemas.Role, operator string) (schemas.Token, string, error) {
 	if err := ValidateTokenName(name); err != nil {
-		return Token{}, "", fmt.Errorf("create token: %w", err)
+		return schemas.Token{}, "", fmt.Errorf("create token: %w", err)
 	}
-	if _, err := ParseRole(string(role)); err != nil {
-		return Token{}, "", fmt.Errorf("create token %s: %w", name, err)
+	if _, err := schemas.ParseRole(string(role)); err != nil {
+		return schemas.Token{}, "", fmt.Errorf("create token %s: %w", name, err)
 	}
 	secret, err := NewTokenSecret()
 	if err != nil {
-		return Token{}, "", fmt.Errorf("create token %s: %w", name, err)
+		return schemas.Token{}, "", fmt.Errorf("create token %s: %w", name, err)
 	}
 	t, err := scanToken(s.pool.QueryRow(ctx, `
 		WITH t AS (
@@ -119,10 +99,10 @@ func (s *Store) CreateToken(ctx context.Context, name string, role Role, operato
 		SELECT `+tokenColumns+` FROM t`, name, string(role), HashTokenSecret(secret),
 		string(schemas.ActionTokenCreate), schemas.AuditTaskTokens, operator))
 	if pe, ok := errors.AsType[*pgconn.PgError](err); ok && pe.Code == "23505" && pe.ConstraintName == "api_tokens_live_name_idx" {
-		return Token{}, "", fmt.Errorf("create token %s: %w; revoke it first or choose another name", name, ErrTokenNameTaken)
+		return schemas.Token{}, "", fmt.Errorf("create token %s: %w; revoke it first or choose another name", name, ErrTokenNameTaken)
 	}
 	if err != nil {
-		return Token{}, "", fmt.Errorf("create token %s: %w", name, err)
+		return schemas.Token{}, "", fmt.Errorf("create token %s: %w", name, err)
 	}
 	return t, secret, nil
 }
@@ -130,17 +110,17 @@ func (s *Store) CreateToken(ctx context.Context, name string, role Role, operato
 // TokenBySecret returns the live token whose secret is secret, or an error
 // wrapping [ErrNotFound] when there is none (a secret never made, or a
 // token revoked).
-func (s *Store) TokenBySecret(ctx context.Context, secret string) (Token, error) {
+func (s *Store) TokenBySecret(ctx context.Context, secret string) (schemas.Token, error) {
 	if !ValidTokenSecret(secret) {
-		return Token{}, fmt.Errorf("look up token: malformed secret: %w", ErrNotFound)
+		return schemas.Token{}, fmt.Errorf("look up token: malformed secret: %w", ErrNotFound)
 	}
 	t, err := scanToken(s.pool.QueryRow(ctx, `
 		SELECT `+tokenColumns+` FROM api_tokens WHERE secret_hash = $1 AND revoked_at IS NULL`, HashTokenSecret(secret)))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Token{}, fmt.Errorf("look up token: %w", ErrNotFound)
+		return schemas.Token{}, fmt.Errorf("look up token: %w", ErrNotFound)
 	}
 	if err != nil {
-		return Token{}, fmt.Errorf("look up token: %w", err)
+		return schemas.Token{}, fmt.Errorf("look up token: %w", err)
 	}
 	return t, nil
 }
@@ -159,12 +139,12 @@ func (s *Store) TouchToken(ctx context.Context, id int64, at time.Time) error {
 }
 
 // ListTokens returns every token, the revoked ones too, by id.
-func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
+func (s *Store) ListTokens(ctx context.Context) ([]schemas.Token, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+tokenColumns+` FROM api_tokens ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Token, error) { return scanToken(row) })
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (schemas.Token, error) { return scanToken(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
@@ -175,7 +155,7 @@ func (s *Store) ListTokens(ctx context.Context) ([]Token, error) {
 // and returns it; the audit trail records that operator revoked it. A ref
 // that names no live token is an error wrapping [ErrNotFound]. Revoking is
 // for good: make a new token to take its place.
-func (s *Store) RevokeToken(ctx context.Context, ref string, operator string) (Token, error) {
+func (s *Store) RevokeToken(ctx context.Context, ref string, operator string) (schemas.Token, error) {
 	q := `WITH t AS (
 			UPDATE api_tokens SET revoked_at = now() WHERE %s AND revoked_at IS NULL RETURNING ` + tokenColumns + `
 		), a AS (` + actionInsert(2, tokenDetails) + `)
@@ -190,18 +170,18 @@ func (s *Store) RevokeToken(ctx context.Context, ref string, operator string) (T
 	}
 	t, err := scanToken(row)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Token{}, fmt.Errorf("revoke token %s: no live token has this id or name: %w", ref, ErrNotFound)
+		return schemas.Token{}, fmt.Errorf("revoke token %s: no live token has this id or name: %w", ref, ErrNotFound)
 	}
 	if err != nil {
-		return Token{}, fmt.Errorf("revoke token %s: %w", ref, err)
+		return schemas.Token{}, fmt.Errorf("revoke token %s: %w", ref, err)
 	}
 	return t, nil
 }
 
 // LiveTokenExists reports whether a live token has role or a stronger one.
-func (s *Store) LiveTokenExists(ctx context.Context, role Role) (bool, error) {
+func (s *Store) LiveTokenExists(ctx context.Context, role schemas.Role) (bool, error) {
 	var roles []string
-	for _, r := range Roles {
+	for _, r := range schemas.Roles {
 		if r.Includes(role) {
 			roles = append(roles, string(r))
 		}

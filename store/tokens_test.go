@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 )
@@ -14,26 +15,26 @@ import (
 func TestRoles(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		role, need store.Role
+		role, need schemas.Role
 		want       bool
 	}{
-		{store.RoleViewer, store.RoleViewer, true},
-		{store.RoleViewer, store.RoleOperator, false},
-		{store.RoleOperator, store.RoleViewer, true},
-		{store.RoleOperator, store.RoleAdmin, false},
-		{store.RoleAdmin, store.RoleOperator, true},
-		{store.RoleAdmin, store.RoleAdmin, true},
-		{"root", store.RoleViewer, false},
-		{"", store.RoleViewer, false},
+		{schemas.RoleViewer, schemas.RoleViewer, true},
+		{schemas.RoleViewer, schemas.RoleOperator, false},
+		{schemas.RoleOperator, schemas.RoleViewer, true},
+		{schemas.RoleOperator, schemas.RoleAdmin, false},
+		{schemas.RoleAdmin, schemas.RoleOperator, true},
+		{schemas.RoleAdmin, schemas.RoleAdmin, true},
+		{"root", schemas.RoleViewer, false},
+		{"", schemas.RoleViewer, false},
 	} {
 		if got := c.role.Includes(c.need); got != c.want {
 			t.Errorf("%q.Includes(%q) = %t, want %t", c.role, c.need, got, c.want)
 		}
 	}
-	if r, err := store.ParseRole("operator"); err != nil || r != store.RoleOperator {
+	if r, err := schemas.ParseRole("operator"); err != nil || r != schemas.RoleOperator {
 		t.Errorf("ParseRole(operator) = %q, %v", r, err)
 	}
-	if _, err := store.ParseRole("Admin"); err == nil || !strings.Contains(err.Error(), "use viewer, operator or admin") {
+	if _, err := schemas.ParseRole("Admin"); err == nil || !strings.Contains(err.Error(), "use viewer, operator or admin") {
 		t.Errorf("ParseRole(Admin) = %v", err)
 	}
 }
@@ -64,14 +65,14 @@ func TestTokens(t *testing.T) {
 	st := store.New(db.Pool)
 	ctx := t.Context()
 
-	if ok, err := st.LiveTokenExists(ctx, store.RoleViewer); err != nil || ok {
+	if ok, err := st.LiveTokenExists(ctx, schemas.RoleViewer); err != nil || ok {
 		t.Fatalf("LiveTokenExists on an empty table = %t, %v", ok, err)
 	}
-	op, opSecret, err := st.CreateToken(ctx, "ci", store.RoleOperator, "test")
+	op, opSecret, err := st.CreateToken(ctx, "ci", schemas.RoleOperator, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if op.ID == 0 || op.Name != "ci" || op.Role != store.RoleOperator || op.CreatedAt.IsZero() || op.LastUsedAt != nil || op.RevokedAt != nil {
+	if op.ID == 0 || op.Name != "ci" || op.Role != schemas.RoleOperator || op.CreatedAt.IsZero() || op.LastUsedAt != nil || op.RevokedAt != nil {
 		t.Errorf("CreateToken = %+v", op)
 	}
 	// Only the hash is stored.
@@ -87,30 +88,30 @@ func TestTokens(t *testing.T) {
 
 	for _, c := range []struct {
 		name string
-		role store.Role
+		role schemas.Role
 		want string
 	}{
-		{"ci", store.RoleViewer, "a live token already has this name"},
-		{"ci bot", store.RoleViewer, "token name"},
-		{"1ci", store.RoleViewer, "starting with a letter"},
+		{"ci", schemas.RoleViewer, "a live token already has this name"},
+		{"ci bot", schemas.RoleViewer, "token name"},
+		{"1ci", schemas.RoleViewer, "starting with a letter"},
 		{"ci2", "root", "use viewer, operator or admin"},
 	} {
 		if _, _, err := st.CreateToken(ctx, c.name, c.role, "test"); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("CreateToken(%q, %q) = %v, want %q", c.name, c.role, err, c.want)
 		}
 	}
-	if _, _, err := st.CreateToken(ctx, "ci", store.RoleViewer, "test"); !errors.Is(err, store.ErrTokenNameTaken) {
+	if _, _, err := st.CreateToken(ctx, "ci", schemas.RoleViewer, "test"); !errors.Is(err, store.ErrTokenNameTaken) {
 		t.Errorf("CreateToken of a taken name = %v, want ErrTokenNameTaken", err)
 	}
-	if ok, err := st.LiveTokenExists(ctx, store.RoleOperator); err != nil || !ok {
+	if ok, err := st.LiveTokenExists(ctx, schemas.RoleOperator); err != nil || !ok {
 		t.Errorf("LiveTokenExists(operator) with an operator token = %t, %v", ok, err)
 	}
-	if ok, err := st.LiveTokenExists(ctx, store.RoleAdmin); err != nil || ok {
+	if ok, err := st.LiveTokenExists(ctx, schemas.RoleAdmin); err != nil || ok {
 		t.Errorf("LiveTokenExists(admin) with an operator token = %t, %v", ok, err)
 	}
 
 	got, err := st.TokenBySecret(ctx, opSecret)
-	if err != nil || got.ID != op.ID || got.Role != store.RoleOperator {
+	if err != nil || got.ID != op.ID || got.Role != schemas.RoleOperator {
 		t.Errorf("TokenBySecret = %+v, %v", got, err)
 	}
 	other, _ := store.NewTokenSecret()
@@ -143,11 +144,11 @@ func TestTokens(t *testing.T) {
 		}
 	}
 
-	admin, adminSecret, err := st.CreateToken(ctx, "alice@example.com", store.RoleAdmin, "test")
+	admin, adminSecret, err := st.CreateToken(ctx, "alice@example.com", schemas.RoleAdmin, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := st.LiveTokenExists(ctx, store.RoleAdmin); err != nil || !ok {
+	if ok, err := st.LiveTokenExists(ctx, schemas.RoleAdmin); err != nil || !ok {
 		t.Errorf("LiveTokenExists(admin) = %t, %v", ok, err)
 	}
 
@@ -166,7 +167,7 @@ func TestTokens(t *testing.T) {
 		t.Errorf("RevokeToken(999) = %v, want ErrNotFound", err)
 	}
 	// A revoked token's name may be taken again.
-	if _, _, err := st.CreateToken(ctx, "ci", store.RoleViewer, "test"); err != nil {
+	if _, _, err := st.CreateToken(ctx, "ci", schemas.RoleViewer, "test"); err != nil {
 		t.Errorf("CreateToken(ci) after its revocation: %v", err)
 	}
 	if _, err := st.RevokeToken(ctx, strconv.FormatInt(admin.ID, 10), "test"); err != nil {
@@ -175,7 +176,7 @@ func TestTokens(t *testing.T) {
 	if _, err := st.TokenBySecret(ctx, adminSecret); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("TokenBySecret of the revoked admin = %v", err)
 	}
-	if ok, err := st.LiveTokenExists(ctx, store.RoleAdmin); err != nil || ok {
+	if ok, err := st.LiveTokenExists(ctx, schemas.RoleAdmin); err != nil || ok {
 		t.Errorf("LiveTokenExists(admin) after the revocation = %t, %v", ok, err)
 	}
 

@@ -56,5 +56,5 @@
 // embedded). When the clocks spring forward over a local time the schedule
 // names, it fires once at the end of the gap; when they fall back over it,
 // it fires once, at its first occurrence. A schedule that runs every hour
-// keeps its cadence in elapsed time instead. See [schemas.CronSchedule].
+// keeps its cadence in elapsed time instead. See [taskdef.CronSchedule].
 package trigger

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 // task is a task with cron triggers in the heap. Its name is the one string
@@ -136,7 +137,7 @@ func (h tickHeap) due(now int64, buf []item, limit int) []item {
 // schedule is a parsed schedule shared by every trigger with the same
 // expression and zone: the heap holds each distinct schedule once.
 type schedule struct {
-	*schemas.CronSchedule
+	*taskdef.CronSchedule
 	key  string
 	zone string
 	// every is the period of an "@every" schedule in nanoseconds, else 0.
@@ -170,7 +171,7 @@ func (s *Service) acquire(tr schemas.Trigger) (*schedule, error) {
 		sc.refs++
 		return sc, nil
 	}
-	cs, err := schemas.ParseCronSchedule(tr.Schedule, tr.Timezone)
+	cs, err := taskdef.ParseCronSchedule(tr.Schedule, tr.Timezone)
 	if err != nil {
 		return nil, err
 	}

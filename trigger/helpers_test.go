@@ -14,6 +14,7 @@ import (
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -59,7 +60,7 @@ func newEnv(t *testing.T, start time.Time) *env {
 // bucket, as the api does.
 func (e *env) apply(def string) store.TaskRecord {
 	e.t.Helper()
-	task, err := schemas.ParseTask([]byte(def))
+	task, err := taskdef.ParseTask([]byte(def))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func (e *env) events() []schemas.TriggerEvent {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		ev, err := schemas.ParseTriggerEvent(m.Data)
+		ev, err := taskdef.ParseTriggerEvent(m.Data)
 		if err != nil {
 			e.t.Fatalf("message %d on %s: %v", seq, m.Subject, err)
 		}

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 func testSchedule(t *testing.T, expr string) *schedule {
 	t.Helper()
-	cs, err := schemas.ParseCronSchedule(expr, "UTC")
+	cs, err := taskdef.ParseCronSchedule(expr, "UTC")
 	if err != nil {
 		t.Fatal(err)
 	}

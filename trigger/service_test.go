@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/trigger"
 )
@@ -79,7 +80,7 @@ func TestHeapFiresTicksInOrder(t *testing.T) {
 			if tr.Type != schemas.TriggerTypeCron {
 				continue
 			}
-			ticks, err := schemas.NextFireTimes(tr, start, 200)
+			ticks, err := taskdef.NextFireTimes(tr, start, 200)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -187,7 +188,7 @@ func TestReplansOnTaskChange(t *testing.T) {
 }
 
 // TestDST runs the daylight saving time rules in the service: the timer
-// wakes at the ticks of schemas.CronSchedule and fires each once.
+// wakes at the ticks of taskdef.CronSchedule and fires each once.
 func TestDST(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

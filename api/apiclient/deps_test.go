@@ -7,8 +7,9 @@ import (
 )
 
 // TestLinksNeitherStoreNorServer lists what a program that imports only
-// the client links: no PostgreSQL driver, no store, no API server, no NATS.
-// A program that only calls the API stays small.
+// the client links: no PostgreSQL driver, no store, no API server, no NATS,
+// and no package outside AX and the standard library. A program that only
+// calls the API stays small.
 func TestLinksNeitherStoreNorServer(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
@@ -31,9 +32,12 @@ func TestLinksNeitherStoreNorServer(t *testing.T) {
 				t.Errorf("the client links %s", d)
 			}
 		}
+		if !strings.HasPrefix(d, "github.com/ax-scheduler/ax/") {
+			t.Errorf("the client links %s, outside AX and the standard library", d)
+		}
 		if d == "github.com/ax-scheduler/ax/api" {
 			t.Errorf("the client links the API server (%s)", d)
 		}
 	}
-	t.Logf("the client links %d packages outside the standard library", len(deps))
+	t.Logf("the client links %d packages outside the standard library, all of AX", len(deps))
 }

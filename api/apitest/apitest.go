@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -15,7 +16,7 @@ const AdminName = "test-admin"
 
 // Token makes a live API token called name with role in st and returns its
 // secret. It fails t when it cannot.
-func Token(t testing.TB, st *store.Store, name string, role store.Role) string {
+func Token(t testing.TB, st *store.Store, name string, role schemas.Role) string {
 	t.Helper()
 	_, secret, err := st.CreateToken(context.WithoutCancel(t.Context()), name, role, "apitest")
 	if err != nil {
@@ -28,7 +29,7 @@ func Token(t testing.TB, st *store.Store, name string, role store.Role) string {
 // secret.
 func Admin(t testing.TB, st *store.Store) string {
 	t.Helper()
-	return Token(t, st, AdminName, store.RoleAdmin)
+	return Token(t, st, AdminName, schemas.RoleAdmin)
 }
 
 // HTTPClient returns a copy of c (nil means http.DefaultClient) whose

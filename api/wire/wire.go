@@ -19,7 +19,7 @@ import (
 // HeaderOperator is the header that named who makes a change before the API
 // took tokens. The API records the name of the request's token as the
 // operator of every change and ignores it; a client still sends it for an
-// older server (see api.HeaderOperator, deprecated).
+// older server.
 const HeaderOperator = "X-Ax-Operator"
 
 // TaskInfo is a task as the API shows it.

@@ -23,8 +23,8 @@ import (
 
 // rule is an alert rule with its params decoded.
 type rule struct {
-	store.AlertRule
-	p store.AlertParams
+	schemas.AlertRule
+	p schemas.AlertParams
 }
 
 // loadRules returns the enabled rules and the names of the others. A rule
@@ -54,7 +54,7 @@ func (m *monitor) loadRules(ctx context.Context) (enabled []rule, disabled []str
 func (m *monitor) raise(ctx context.Context, r rule, sig store.AlertSignal) error {
 	sig.Rule, sig.Level, sig.At = r.Name, r.Level, m.now()
 	a, err := m.opts.Store.RaiseAlert(ctx, sig)
-	if err != nil || a.State != store.AlertFiring {
+	if err != nil || a.State != schemas.AlertFiring {
 		return err
 	}
 	return m.notifyFiring(ctx, a, r.p.Throttle)
@@ -62,7 +62,7 @@ func (m *monitor) raise(ctx context.Context, r rule, sig store.AlertSignal) erro
 
 // notifyFiring sends the notification of firing alert a unless one went
 // out within throttle.
-func (m *monitor) notifyFiring(ctx context.Context, a store.Alert, throttle time.Duration) error {
+func (m *monitor) notifyFiring(ctx context.Context, a schemas.Alert, throttle time.Duration) error {
 	a, repeats, ok, err := m.opts.Store.ClaimNotification(ctx, a.ID, throttle, m.now())
 	if err != nil || !ok {
 		return err
@@ -74,7 +74,7 @@ func (m *monitor) notifyFiring(ctx context.Context, a store.Alert, throttle time
 }
 
 // resolved sends the resolution of each alert that was notified firing.
-func (m *monitor) resolved(alerts []store.Alert, err error) error {
+func (m *monitor) resolved(alerts []schemas.Alert, err error) error {
 	for _, a := range alerts {
 		m.log.Info().Int64("alert_id", a.ID).Str("rule", a.Rule).Str("key", a.Key).Msg("alert resolved")
 		if a.LastNotifiedAt != nil {
@@ -115,9 +115,9 @@ func (m *monitor) evaluateRecords(ctx context.Context, recs []schemas.AuditRecor
 	}
 	for _, r := range rules {
 		switch r.Kind {
-		case store.AlertConsecutiveFailures:
+		case schemas.AlertConsecutiveFailures:
 			err = m.consecutiveFailures(ctx, r, ended, failed)
-		case store.AlertDurationJitter:
+		case schemas.AlertDurationJitter:
 			err = m.durationJitter(ctx, r, succeeded)
 		}
 		if err != nil {
@@ -236,15 +236,15 @@ func (m *monitor) evaluateStates(ctx context.Context, now time.Time) error {
 			err   error
 		)
 		switch r.Kind {
-		case store.AlertNoLiveExecutor:
+		case schemas.AlertNoLiveExecutor:
 			holds = m.noLiveExecutor(now)
-		case store.AlertFailingTasks:
+		case schemas.AlertFailingTasks:
 			holds, err = failingTasks(r, recentEnds)
-		case store.AlertTimeoutRate:
+		case schemas.AlertTimeoutRate:
 			holds, err = timeoutRate(r, recentEnds)
-		case store.AlertQuarantined:
+		case schemas.AlertQuarantined:
 			holds, err = quarantined(r, recentEnds)
-		case store.AlertBacklog:
+		case schemas.AlertBacklog:
 			holds, err = m.backlog(ctx, r, now)
 		default:
 			continue
@@ -274,15 +274,15 @@ func (m *monitor) flushRepeats(ctx context.Context, throttles map[string]time.Du
 		return err
 	}
 	values := map[string]float64{}
-	for _, lvl := range []store.AlertLevel{store.AlertP0, store.AlertP1, store.AlertP2} {
-		for _, st := range []store.AlertState{store.AlertFiring, store.AlertAcked} {
+	for _, lvl := range []schemas.AlertLevel{schemas.AlertP0, schemas.AlertP1, schemas.AlertP2} {
+		for _, st := range []schemas.AlertState{schemas.AlertFiring, schemas.AlertAcked} {
 			values[string(lvl)+labelSep+string(st)] = 0
 		}
 	}
 	for _, a := range open {
 		values[string(a.Level)+labelSep+string(a.State)]++
 		throttle, enabled := throttles[a.Rule]
-		if !enabled || a.State != store.AlertFiring || a.Count <= a.NotifiedCount {
+		if !enabled || a.State != schemas.AlertFiring || a.Count <= a.NotifiedCount {
 			continue
 		}
 		if err := m.notifyFiring(ctx, a, throttle); err != nil {

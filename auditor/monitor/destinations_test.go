@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // target is an HTTP server on a loopback address that counts what reaches
@@ -79,11 +79,11 @@ func TestDestinationPolicy(t *testing.T) {
 			http.Error(w, "SECRET-BODY of the receiver", http.StatusInternalServerError)
 		}
 	})
-	n := Notification{Status: StatusFiring, Rule: "backlog", Level: store.AlertP2, Reason: "r"}
+	n := Notification{Status: StatusFiring, Rule: "backlog", Level: schemas.AlertP2, Reason: "r"}
 	deny := policyService(t, DestinationPolicy{})
 	allowReceiver := policyService(t, DestinationPolicy{Allow: []string{"127.0.0.2"}})
 	send := func(svc *Service, url string) error {
-		return svc.send(ctx, store.AlertChannel{ID: 9, Kind: store.ChannelWebhook, URL: url}, n)
+		return svc.send(ctx, schemas.AlertChannel{ID: 9, Kind: schemas.ChannelWebhook, URL: url}, n)
 	}
 
 	for _, url := range []string{

@@ -21,6 +21,7 @@ import (
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -70,7 +71,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // apply applies a task definition given as YAML.
 func (e *env) apply(def string) {
 	e.t.Helper()
-	task, err := schemas.ParseTask([]byte(def))
+	task, err := taskdef.ParseTask([]byte(def))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -397,7 +398,7 @@ func decodeNotification(t *testing.T, body []byte) Notification {
 	return n
 }
 
-func (e *env) channel(kind store.AlertChannelKind, url string) {
+func (e *env) channel(kind schemas.AlertChannelKind, url string) {
 	e.t.Helper()
 	if _, err := e.st.AddAlertChannel(context.Background(), kind, url, "test"); err != nil {
 		e.t.Fatal(err)
@@ -409,9 +410,9 @@ func TestConsecutiveFailuresFireGroupAndResolve(t *testing.T) {
 	e := newMonitorEnv(t, streams.Config{})
 	e.apply("task_name: etl\nexecution: {handler: h}\n")
 	hook, wecom, slack := newReceiver(t), newReceiver(t), newReceiver(t)
-	e.channel(store.ChannelWebhook, hook.URL)
-	e.channel(store.ChannelWeCom, wecom.URL+"/cgi-bin/webhook/send?key=k")
-	e.channel(store.ChannelSlack, slack.URL)
+	e.channel(schemas.ChannelWebhook, hook.URL)
+	e.channel(schemas.ChannelWeCom, wecom.URL+"/cgi-bin/webhook/send?key=k")
+	e.channel(schemas.ChannelSlack, slack.URL)
 	c := &clock{}
 	e.monitored(c)
 	e.heartbeat(schemas.Worker{ID: "w1", Pools: []string{"default"}, Slots: 1})
@@ -420,7 +421,7 @@ func TestConsecutiveFailuresFireGroupAndResolve(t *testing.T) {
 	e.run("etl", schemas.StateFailed, time.Second, "second")
 	third := e.run("etl", schemas.StateFailed, time.Second, "third")
 	n := decodeNotification(t, hook.wait(t, 1)[0])
-	if n.Status != StatusFiring || n.Rule != "consecutive_failures" || n.Level != store.AlertP1 || n.Task != "etl" ||
+	if n.Status != StatusFiring || n.Rule != "consecutive_failures" || n.Level != schemas.AlertP1 || n.Task != "etl" ||
 		n.InstanceID != third || n.Link != fmt.Sprintf("http://console.test/#/instances/%d/logs", third) ||
 		!strings.Contains(n.Reason, "failed 3 times in a row; the last error: third") || n.Count != 3 || n.Repeats != 3 {
 		t.Errorf("firing notification = %+v", n)
@@ -488,7 +489,7 @@ func TestStateRules(t *testing.T) {
 	e.apply("task_name: train\nexecution: {handler: h}\ndispatch: {tags: [gpu]}\n")
 	put := func(name, kind string, params string) {
 		t.Helper()
-		if _, err := e.st.PutAlertRule(ctx, store.AlertRule{Name: name, Kind: store.AlertKind(kind), Level: store.AlertP1,
+		if _, err := e.st.PutAlertRule(ctx, schemas.AlertRule{Name: name, Kind: schemas.AlertKind(kind), Level: schemas.AlertP1,
 			Params: json.RawMessage(params), Enabled: true}, "test"); err != nil {
 			t.Fatal(err)
 		}
@@ -497,7 +498,7 @@ func TestStateRules(t *testing.T) {
 	put("timeout_rate", "timeout_rate", `{"min_attempts": 2, "rate": 0.5}`)
 	put("failing_tasks", "failing_tasks", `{"tasks": 2}`)
 	hook := newReceiver(t)
-	e.channel(store.ChannelWebhook, hook.URL)
+	e.channel(schemas.ChannelWebhook, hook.URL)
 
 	queued := e.run("etl", schemas.StateSucceeded, time.Second, "")
 	if _, err := e.st.Pool().Exec(ctx, `
@@ -547,11 +548,11 @@ func TestStateRules(t *testing.T) {
 	if n := got["failing_tasks//firing"]; n.Key != "" || n.InstanceID != failed || !strings.Contains(n.Reason, "2 tasks had instances FAILED") {
 		t.Errorf("failing tasks = %+v", n)
 	}
-	if n := got["quarantined/etl/firing"]; n.Task != "etl" || n.InstanceID != poison || n.Level != store.AlertP1 ||
+	if n := got["quarantined/etl/firing"]; n.Task != "etl" || n.InstanceID != poison || n.Level != schemas.AlertP1 ||
 		!strings.Contains(n.Reason, "1 instances of task etl were quarantined") {
 		t.Errorf("quarantined = %+v", n)
 	}
-	if n := got["no_live_executor/gpu/firing"]; n.Key != "gpu" || n.Level != store.AlertP0 || !strings.Contains(n.Reason, "tasks wait: train") {
+	if n := got["no_live_executor/gpu/firing"]; n.Key != "gpu" || n.Level != schemas.AlertP0 || !strings.Contains(n.Reason, "tasks wait: train") {
 		t.Errorf("no live executor = %+v", n)
 	}
 
@@ -566,7 +567,7 @@ func TestStateRules(t *testing.T) {
 	}
 	waitUntil(t, "the five alerts to resolve", received("resolved"))
 	// A late heartbeat's alert resolves too, once the heartbeat comes.
-	var open []store.Alert
+	var open []schemas.Alert
 	var err error
 	waitUntil(t, "no open alert", func() bool {
 		open, err = e.st.OpenAlerts(ctx)

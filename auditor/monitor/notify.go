@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/internal/wait"
-	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // Notification statuses.
@@ -30,10 +30,10 @@ const (
 // its resolution is notified once.
 type Notification struct {
 	// Status is "firing" or "resolved".
-	Status  string           `json:"status"`
-	AlertID int64            `json:"alert_id"`
-	Rule    string           `json:"rule"`
-	Level   store.AlertLevel `json:"level"`
+	Status  string             `json:"status"`
+	AlertID int64              `json:"alert_id"`
+	Rule    string             `json:"rule"`
+	Level   schemas.AlertLevel `json:"level"`
 	// Key is what the alert is about: a task, a pool, or "" fleet-wide.
 	Key  string `json:"key"`
 	Task string `json:"task,omitempty"`
@@ -53,7 +53,7 @@ type Notification struct {
 }
 
 // notification makes the notification of alert a, with repeats grouped.
-func (s *Service) notification(a store.Alert, status string, repeats int) Notification {
+func (s *Service) notification(a schemas.Alert, status string, repeats int) Notification {
 	n := Notification{Status: status, AlertID: a.ID, Rule: a.Rule, Level: a.Level, Key: a.Key, Task: a.Task,
 		InstanceID: a.InstanceID, Reason: a.Reason, Count: a.Count, Repeats: repeats, FirstSeen: a.FirstSeen,
 		LastSeen: a.LastSeen, ResolvedAt: a.ResolvedAt}
@@ -101,9 +101,9 @@ func (n Notification) lines(link func(url, text string) string) []string {
 }
 
 // payload returns the request body a channel of kind receives for n.
-func (n Notification) payload(kind store.AlertChannelKind) ([]byte, error) {
+func (n Notification) payload(kind schemas.AlertChannelKind) ([]byte, error) {
 	switch kind {
-	case store.ChannelWeCom:
+	case schemas.ChannelWeCom:
 		// A WeCom group robot: markdown, links as [text](url).
 		lines := n.lines(func(url, text string) string { return "[" + text + "](" + url + ")" })
 		color := "warning"
@@ -112,7 +112,7 @@ func (n Notification) payload(kind store.AlertChannelKind) ([]byte, error) {
 		}
 		content := `<font color="` + color + `">` + n.title() + "</font>\n> " + strings.Join(lines, "\n> ")
 		return json.Marshal(map[string]any{"msgtype": "markdown", "markdown": map[string]string{"content": content}})
-	case store.ChannelSlack:
+	case schemas.ChannelSlack:
 		// A Slack incoming webhook: mrkdwn, links as <url|text>.
 		lines := n.lines(func(url, text string) string { return "<" + url + "|" + text + ">" })
 		return json.Marshal(map[string]string{"text": "*" + n.title() + "*\n" + strings.Join(lines, "\n")})
@@ -123,7 +123,7 @@ func (n Notification) payload(kind store.AlertChannelKind) ([]byte, error) {
 
 // send posts n to channel ch and returns an error when the receiver did
 // not take it: a status other than 2xx, or a WeCom errcode other than 0.
-func (s *Service) send(ctx context.Context, ch store.AlertChannel, n Notification) error {
+func (s *Service) send(ctx context.Context, ch schemas.AlertChannel, n Notification) error {
 	body, err := n.payload(ch.Kind)
 	if err != nil {
 		return fmt.Errorf("notify channel %d: encode: %w", ch.ID, err)
@@ -158,7 +158,7 @@ func (s *Service) send(ctx context.Context, ch store.AlertChannel, n Notificatio
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("notify channel %d: %s answered %s", ch.ID, ch.Kind, resp.Status)
 	}
-	if ch.Kind == store.ChannelWeCom {
+	if ch.Kind == schemas.ChannelWeCom {
 		var r struct {
 			ErrCode int `json:"errcode"`
 		}

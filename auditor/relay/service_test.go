@@ -21,6 +21,7 @@ import (
 	"github.com/ax-scheduler/ax/auditor/job"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -94,7 +95,7 @@ func (e *env) start(ctx context.Context, batchSize int, tune func(*Service)) *au
 func (e *env) seed(task string, n int) {
 	e.t.Helper()
 	ctx := context.Background()
-	def, err := schemas.ParseTask([]byte("task_name: " + task + "\nexecution: {handler: h}\n"))
+	def, err := taskdef.ParseTask([]byte("task_name: " + task + "\nexecution: {handler: h}\n"))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
-	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 func init() { extraCommands = append(extraCommands, newAlertCmd) }
@@ -57,7 +57,7 @@ func newAlertListCmd(g *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			q.State = store.AlertState(state)
+			q.State = schemas.AlertState(state)
 			alerts, err := g.client().ListAlerts(cmd.Context(), q)
 			if err != nil {
 				return g.apiError(err)
@@ -75,7 +75,7 @@ func newAlertListCmd(g *cli) *cobra.Command {
 	return cmd
 }
 
-func printAlerts(w io.Writer, alerts []store.Alert) error {
+func printAlerts(w io.Writer, alerts []schemas.Alert) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tLEVEL\tSTATE\tRULE\tKEY\tINSTANCE\tCOUNT\tLAST SEEN\tREASON")
 	for _, a := range alerts {
@@ -84,7 +84,7 @@ func printAlerts(w io.Writer, alerts []store.Alert) error {
 			instance = strconv.FormatInt(a.InstanceID, 10)
 		}
 		state := string(a.State)
-		if a.State == store.AlertAcked {
+		if a.State == schemas.AlertAcked {
 			state += " by " + a.AckedBy
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Level, state, a.Rule, orDash(a.Key), instance,
@@ -201,13 +201,13 @@ notifications of one alert.`,
 			if err != nil {
 				return g.apiError(err)
 			}
-			req := api.AlertRuleRequest{Kind: store.AlertKind(kind), Level: store.AlertLevel(level)}
+			req := wire.AlertRuleRequest{Kind: schemas.AlertKind(kind), Level: schemas.AlertLevel(level)}
 			on := true
 			for _, r := range rules {
 				if r.Name == name {
-					req = api.AlertRuleRequest{Kind: r.Kind, Level: r.Level, Params: r.Params}
+					req = wire.AlertRuleRequest{Kind: r.Kind, Level: r.Level, Params: r.Params}
 					on = r.Enabled
-					if kind != "" && store.AlertKind(kind) != r.Kind {
+					if kind != "" && schemas.AlertKind(kind) != r.Kind {
 						return fmt.Errorf("--kind %s: rule %s is of kind %s, which cannot change; set a rule with another name", kind, name, r.Kind)
 					}
 				}
@@ -216,7 +216,7 @@ notifications of one alert.`,
 				return fmt.Errorf("rule %s does not exist: give --kind and --level to create it", name)
 			}
 			if level != "" {
-				req.Level = store.AlertLevel(strings.ToUpper(level))
+				req.Level = schemas.AlertLevel(strings.ToUpper(level))
 			}
 			if params != "" {
 				if !json.Valid([]byte(params)) {
@@ -273,7 +273,7 @@ func newAlertChannelCmd(g *cli) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ch, err := g.client().AddAlertChannel(cmd.Context(), api.AlertChannelRequest{Kind: store.AlertChannelKind(kind), URL: url})
+			ch, err := g.client().AddAlertChannel(cmd.Context(), wire.AlertChannelRequest{Kind: schemas.AlertChannelKind(kind), URL: url})
 			if err != nil {
 				return g.apiError(err)
 			}

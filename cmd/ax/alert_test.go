@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -14,7 +15,7 @@ func TestAlertCommands(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
 	st := store.New(e.pool)
-	a, err := st.RaiseAlert(t.Context(), store.AlertSignal{Rule: "consecutive_failures", Level: store.AlertP1, Key: "etl", Task: "etl",
+	a, err := st.RaiseAlert(t.Context(), store.AlertSignal{Rule: "consecutive_failures", Level: schemas.AlertP1, Key: "etl", Task: "etl",
 		InstanceID: 42, Reason: "task etl failed 3 times in a row", At: time.Now()})
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +29,7 @@ func TestAlertCommands(t *testing.T) {
 	if out := e.mustAx("alert", "ack", fmt.Sprint(a.ID)); out != fmt.Sprintf("alert %d (P1 consecutive_failures etl) acknowledged by %s\n", a.ID, operatorName()) {
 		t.Errorf("alert ack printed %q", out)
 	}
-	var acked []store.Alert
+	var acked []schemas.Alert
 	if err := json.Unmarshal([]byte(e.mustAx("alert", "list", "--state", "acked", "-o", "json")), &acked); err != nil || len(acked) != 1 {
 		t.Errorf("alert list --state acked = %+v, %v", acked, err)
 	}
@@ -98,7 +99,7 @@ func TestReportHealthCommand(t *testing.T) {
 			t.Errorf("report health lacks %q:\n%s", want, out)
 		}
 	}
-	var rep store.HealthReport
+	var rep schemas.HealthReport
 	if err := json.Unmarshal([]byte(e.mustAx("report", "health", "--min-failures", "4", "-o", "json")), &rep); err != nil ||
 		len(rep.ConsecutiveFailures) != 0 || len(rep.WithoutOwner) != 1 {
 		t.Errorf("report health --min-failures 4 -o json = %+v, %v", rep, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/internal/cpustat"
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -147,7 +147,7 @@ they did not all end within --timeout.`,
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			cpuBefore, cpuErr := cpustat.ReadMachine()
 			start := time.Now()
-			res, err := fireMany(ctx, client, task, api.FireRequest{Operator: operatorName()}, count)
+			res, err := fireMany(ctx, client, task, wire.FireRequest{Operator: operatorName()}, count)
 			if err != nil {
 				return g.apiError(err)
 			}

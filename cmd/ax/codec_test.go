@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 // TestCodecKeyFile fires with --codec-key-file: AX_FIRINGS holds only the
@@ -40,7 +41,7 @@ func TestCodecKeyFile(t *testing.T) {
 	if bytes.Contains(data, []byte(secret)) {
 		t.Fatalf("AX_FIRINGS holds the plaintext: %s", data)
 	}
-	ev, err := schemas.ParseTriggerEvent(data)
+	ev, err := taskdef.ParseTriggerEvent(data)
 	if err != nil {
 		t.Fatal(err)
 	}

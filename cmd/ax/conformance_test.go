@@ -18,6 +18,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/servicetest"
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -46,7 +47,7 @@ func TestConformanceCommand(t *testing.T) {
 	}
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(srv.Close)
-	token := apitest.Token(t, st, "conformance", store.RoleAdmin)
+	token := apitest.Token(t, st, "conformance", schemas.RoleAdmin)
 	mux := executor.NewMux()
 	handlers.RegisterConformance(mux, handlers.ConformancePrefix)
 	wconn, _ := ns.Connect()

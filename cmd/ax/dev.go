@@ -16,9 +16,9 @@ import (
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
+	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"

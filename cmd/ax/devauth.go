@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
@@ -41,12 +42,12 @@ func devAdminToken(ctx context.Context, st *store.Store, dir string) (secret str
 			return "", false, fmt.Errorf("check the dev admin token in %s: %w", path, err)
 		}
 	}
-	_, secret, err = st.CreateToken(ctx, devAdminName, store.RoleAdmin, devOperator)
+	_, secret, err = st.CreateToken(ctx, devAdminName, schemas.RoleAdmin, devOperator)
 	if errors.Is(err, store.ErrTokenNameTaken) {
 		if _, err := st.RevokeToken(ctx, devAdminName, devOperator); err != nil {
 			return "", false, fmt.Errorf("replace the dev admin token: %w", err)
 		}
-		_, secret, err = st.CreateToken(ctx, devAdminName, store.RoleAdmin, devOperator)
+		_, secret, err = st.CreateToken(ctx, devAdminName, schemas.RoleAdmin, devOperator)
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("make the dev admin token: %w", err)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -90,7 +90,7 @@ Exit codes:
 				return errors.New("--count fires several times, each with its own event; drop --event-id and --idempotency-key")
 			}
 			task := args[0]
-			req := api.FireRequest{PayloadVersion: payloadVersion, EventID: eventID, IdempotencyKey: idempotencyKey,
+			req := wire.FireRequest{PayloadVersion: payloadVersion, EventID: eventID, IdempotencyKey: idempotencyKey,
 				Priority: schemas.Priority(priority), Operator: operatorName()}
 			if payload != "" {
 				if req.Payload, err = readPayload(cmd.InOrStdin(), payload); err != nil {
@@ -140,7 +140,7 @@ Exit codes:
 // instance ids; with wait, it waits for them all, showing progress, prints
 // how many ended in each state, and turns any end other than SUCCEEDED, or
 // the timeout, into an exit code.
-func (g *cli) fireCount(cmd *cobra.Command, client *apiclient.Client, task string, req api.FireRequest, count int, wait bool, timeout time.Duration) error {
+func (g *cli) fireCount(cmd *cobra.Command, client *apiclient.Client, task string, req wire.FireRequest, count int, wait bool, timeout time.Duration) error {
 	structured, err := g.json()
 	if err != nil {
 		return err
@@ -229,7 +229,7 @@ func printStateCounts(w io.Writer, ins []schemas.Instance) error {
 // or on standard error why there is none yet; with wait, it then follows the
 // instance until it ends, prints its final state and turns an end other than
 // SUCCEEDED, or the timeout, into an exit code.
-func (g *cli) follow(cmd *cobra.Command, client *apiclient.Client, res api.FireResult, wait bool, timeout time.Duration, asJSON bool) error {
+func (g *cli) follow(cmd *cobra.Command, client *apiclient.Client, res wire.FireResult, wait bool, timeout time.Duration, asJSON bool) error {
 	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	if res.Existing {
 		if res.InstanceID != 0 {

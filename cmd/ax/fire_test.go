@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -36,7 +36,7 @@ func TestFireCommand(t *testing.T) {
 	if out := e.mustAx("fire", "nightly-report", "--event-id", "ev-2"); out != fmt.Sprintln(id) {
 		t.Errorf("fire printed %q, want the id %d", out, id)
 	}
-	var res api.FireResult
+	var res wire.FireResult
 	if err := json.Unmarshal([]byte(e.mustAx("fire", "nightly-report", "--event-id", "ev-2", "-o", "json")), &res); err != nil ||
 		res.InstanceID != id || res.EventID != "ev-2" || res.State != schemas.StateDispatched {
 		t.Errorf("fire -o json = %+v, %v", res, err)
@@ -119,7 +119,7 @@ func TestFireLater(t *testing.T) {
 	}
 
 	// A run_at, in JSON output.
-	var res api.FireResult
+	var res wire.FireResult
 	runAt := "2099-03-01T09:00:00.5+01:00"
 	if err := json.Unmarshal([]byte(e.mustAx("fire", "nightly-report", "--run-at", runAt, "--idempotency-key", "k-1", "-o", "json")), &res); err != nil ||
 		res.EventID != "idem-k-1" || res.InstanceID != 0 || res.RunAt.Format(time.RFC3339Nano) != "2099-03-01T08:00:00.5Z" {

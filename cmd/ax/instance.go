@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -65,7 +65,7 @@ final state; the exit codes are those of ax fire.`,
 			if wait && timeout <= 0 {
 				return fmt.Errorf("--timeout %s: use a positive duration such as 30s or 10m", timeout)
 			}
-			var req api.RerunRequest
+			var req wire.RerunRequest
 			switch {
 			case payload != "" && payloadFile != "":
 				return fmt.Errorf("--payload and --payload-file both give a payload; use one of them")

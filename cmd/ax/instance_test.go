@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 func TestInstanceCommands(t *testing.T) {
@@ -108,7 +109,7 @@ func TestInstanceRerun(t *testing.T) {
 		if code, _, errOut := e.ax("", append([]string{"instance", "rerun", fmt.Sprint(failed)}, args...)...); code != 0 {
 			t.Fatalf("instance rerun %v: exit %d, %s", args, code, errOut)
 		}
-		ev, err := schemas.ParseTriggerEvent(e.lastMsg("ax.fire.nightly-report.api"))
+		ev, err := taskdef.ParseTriggerEvent(e.lastMsg("ax.fire.nightly-report.api"))
 		want := `{"day":"2025-03-02"}`
 		if args[0] == "--payload-file" {
 			want = `{"day":"2025-03-03"}`

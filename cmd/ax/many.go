@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -19,8 +19,8 @@ const manyWorkers = 8
 // fireMany fires task n times with req, from manyWorkers goroutines, and
 // returns the results in firing order. Each firing gets its own event id
 // (req.EventID must be empty). It stops at the first refusal.
-func fireMany(ctx context.Context, client *apiclient.Client, task string, req api.FireRequest, n int) ([]api.FireResult, error) {
-	results := make([]api.FireResult, n)
+func fireMany(ctx context.Context, client *apiclient.Client, task string, req wire.FireRequest, n int) ([]wire.FireResult, error) {
+	results := make([]wire.FireResult, n)
 	err := eachIndex(ctx, n, func(ctx context.Context, i int) error {
 		res, err := client.Fire(ctx, task, req)
 		if err != nil {
@@ -37,7 +37,7 @@ func fireMany(ctx context.Context, client *apiclient.Client, task string, req ap
 // them in the order of res. On ctx's deadline it returns what ended with
 // an error that wraps context.DeadlineExceeded; the instances that did not
 // end are zero.
-func (g *cli) waitMany(ctx context.Context, client *apiclient.Client, res []api.FireResult, ended func(schemas.Instance)) ([]schemas.Instance, error) {
+func (g *cli) waitMany(ctx context.Context, client *apiclient.Client, res []wire.FireResult, ended func(schemas.Instance)) ([]schemas.Instance, error) {
 	out := make([]schemas.Instance, len(res))
 	err := eachIndex(ctx, len(res), func(ctx context.Context, i int) error {
 		id := res[i].InstanceID

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 // fakeDispatcher makes, for each firing of task published from now on, the
@@ -29,7 +30,7 @@ func (e *cliEnv) fakeDispatcher(task string, end func(n int) schemas.State) {
 	}
 	var n atomic.Int64
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		ev, err := schemas.ParseTriggerEvent(msg.Data())
+		ev, err := taskdef.ParseTriggerEvent(msg.Data())
 		if err != nil {
 			e.t.Errorf("fake dispatcher: %v", err)
 			return

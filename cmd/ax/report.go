@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api/apiclient"
-	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 func init() { extraCommands = append(extraCommands, newReportCmd) }
@@ -62,7 +62,7 @@ its thresholds.`,
 	return cmd
 }
 
-func printHealth(w io.Writer, rep store.HealthReport) error {
+func printHealth(w io.Writer, rep schemas.HealthReport) error {
 	section := func(title, rule string, n int) {
 		fmt.Fprintf(w, "\n%s: %d\n  rule: %s\n", title, n, rule)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -95,7 +95,7 @@ func (g *cli) apiError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := errors.AsType[*api.Error](err); ok {
+	if _, ok := errors.AsType[*wire.Error](err); ok {
 		return err
 	}
 	return fmt.Errorf("%w\n(is the AX API running at %s? start it with \"ax dev\" or \"ax api\", or point --api or AX_API_URL at it)", err, g.apiURL)

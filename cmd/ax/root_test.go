@@ -19,6 +19,7 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -47,7 +48,7 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	}
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(srv.Close)
-	token := apitest.Token(t, store.New(pool), operatorName(), store.RoleAdmin)
+	token := apitest.Token(t, store.New(pool), operatorName(), schemas.RoleAdmin)
 	return &cliEnv{t: t, pool: pool, js: js, url: srv.URL, token: token}
 }
 
@@ -105,7 +106,7 @@ func (e *cliEnv) lastMsg(subject string) []byte {
 // lastEvent returns the newest trigger event on subject in AX_FIRINGS.
 func (e *cliEnv) lastEvent(subject string) schemas.TriggerEvent {
 	e.t.Helper()
-	ev, err := schemas.ParseTriggerEvent(e.lastMsg(subject))
+	ev, err := taskdef.ParseTriggerEvent(e.lastMsg(subject))
 	if err != nil {
 		e.t.Fatal(err)
 	}

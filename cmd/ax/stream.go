@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 )
 
 func newStreamCmd(g *cli) *cobra.Command {
@@ -52,7 +52,7 @@ not keep up; a growing ACK PENDING, that attempts are slow or stuck.`,
 	return cmd
 }
 
-func printStreams(out io.Writer, streams []api.StreamInfo) {
+func printStreams(out io.Writer, streams []wire.StreamInfo) {
 	tw := newTable(out)
 	fmt.Fprintln(tw, "STREAM\tCONSUMER\tMESSAGES\tBYTES\tPENDING\tACK PENDING\tREDELIVERED\tWAITING")
 	for _, s := range streams {

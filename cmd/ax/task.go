@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"sigs.k8s.io/yaml"
 )
 
@@ -194,7 +194,7 @@ with every default filled in (as YAML; -o json prints the API's JSON).`,
 
 // newTaskFlagCmd makes a command that sets one of a task's flags.
 func newTaskFlagCmd(g *cli, verb, done, short, example string,
-	set func(c *apiclient.Client, ctx context.Context, name string) (api.TaskInfo, error)) *cobra.Command {
+	set func(c *apiclient.Client, ctx context.Context, name string) (wire.TaskInfo, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:     verb + " NAME",
 		Short:   short,
@@ -221,28 +221,28 @@ func newTaskFlagCmd(g *cli, verb, done, short, example string,
 func newTaskFlagCmds(g *cli) []*cobra.Command {
 	return []*cobra.Command{
 		newTaskFlagCmd(g, "enable", "enabled", "Enable a task, so that its firings run", "  ax task enable nightly-report",
-			func(c *apiclient.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+			func(c *apiclient.Client, ctx context.Context, name string) (wire.TaskInfo, error) {
 				return c.SetTaskEnabled(ctx, name, true)
 			}),
 		newTaskFlagCmd(g, "disable", "disabled", "Disable a task: its firings are skipped until it is enabled again",
 			"  ax task disable nightly-report",
-			func(c *apiclient.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+			func(c *apiclient.Client, ctx context.Context, name string) (wire.TaskInfo, error) {
 				return c.SetTaskEnabled(ctx, name, false)
 			}),
 		newTaskFlagCmd(g, "pause", "paused",
 			"Pause a task: running instances finish, new firings make no runs, missed cron ticks follow the misfire policy on resume",
 			"  ax task pause nightly-report",
-			func(c *apiclient.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+			func(c *apiclient.Client, ctx context.Context, name string) (wire.TaskInfo, error) {
 				return c.SetTaskPaused(ctx, name, true)
 			}),
 		newTaskFlagCmd(g, "resume", "resumed", "Resume a paused task", "  ax task resume nightly-report",
-			func(c *apiclient.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+			func(c *apiclient.Client, ctx context.Context, name string) (wire.TaskInfo, error) {
 				return c.SetTaskPaused(ctx, name, false)
 			}),
 		newTaskFlagCmd(g, "delete", "deleted",
 			"Delete a task (admin): it takes no more firings, running instances finish, its history stays",
 			"  ax task delete nightly-report",
-			func(c *apiclient.Client, ctx context.Context, name string) (api.TaskInfo, error) {
+			func(c *apiclient.Client, ctx context.Context, name string) (wire.TaskInfo, error) {
 				return c.DeleteTask(ctx, name)
 			}),
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 )
 
 func TestTaskCommands(t *testing.T) {
@@ -31,7 +31,7 @@ func TestTaskCommands(t *testing.T) {
 	if code != 0 || out != "task nightly-report updated to version 2\n" {
 		t.Errorf("apply from stdin: exit %d, printed %q %q", code, out, errOut)
 	}
-	var applied api.ApplyResult
+	var applied wire.ApplyResult
 	out = e.mustAx("-o", "json", "task", "apply", "-f", file)
 	if err := json.Unmarshal([]byte(out), &applied); err != nil || applied.Version != 3 || !applied.Changed {
 		t.Errorf("apply -o json = %+v, %v from %s", applied, err, out)
@@ -55,7 +55,7 @@ func TestTaskCommands(t *testing.T) {
 		!strings.HasPrefix(strings.Join(strings.Fields(lines[2]), " "), "nightly-report 3 true false builtin.echo default normal") {
 		t.Errorf("task list printed\n%s", out)
 	}
-	var list []api.TaskInfo
+	var list []wire.TaskInfo
 	if err := json.Unmarshal([]byte(e.mustAx("task", "list", "-o", "json")), &list); err != nil || len(list) != 2 {
 		t.Errorf("task list -o json = %+v, %v", list, err)
 	}
@@ -70,7 +70,7 @@ func TestTaskCommands(t *testing.T) {
 	if out := e.mustAx("task", "disable", "nightly-report"); out != "task nightly-report disabled\n" {
 		t.Errorf("disable printed %q", out)
 	}
-	var got api.TaskInfo
+	var got wire.TaskInfo
 	if err := json.Unmarshal([]byte(e.mustAx("task", "get", "nightly-report", "-o", "json")), &got); err != nil || got.Enabled {
 		t.Errorf("task get -o json after disable = %+v, %v", got, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 )
 
@@ -44,9 +45,9 @@ of each secret, which ax token create prints once.`,
 // tokens is where a token command makes, lists and revokes tokens: the
 // store, when the command has a database URL, or else the API.
 type tokens interface {
-	create(ctx context.Context, name string, role store.Role) (store.Token, string, error)
-	list(ctx context.Context) ([]store.Token, error)
-	revoke(ctx context.Context, idOrName string) (store.Token, error)
+	create(ctx context.Context, name string, role schemas.Role) (schemas.Token, string, error)
+	list(ctx context.Context) ([]schemas.Token, error)
+	revoke(ctx context.Context, idOrName string) (schemas.Token, error)
 }
 
 // withTokens runs fn with the tokens of the store of c when c has a
@@ -75,26 +76,26 @@ func localOperator() string {
 	return "local:" + name
 }
 
-func (s storeTokens) create(ctx context.Context, name string, role store.Role) (store.Token, string, error) {
+func (s storeTokens) create(ctx context.Context, name string, role schemas.Role) (schemas.Token, string, error) {
 	return s.st.CreateToken(ctx, name, role, localOperator())
 }
-func (s storeTokens) list(ctx context.Context) ([]store.Token, error) { return s.st.ListTokens(ctx) }
-func (s storeTokens) revoke(ctx context.Context, idOrName string) (store.Token, error) {
+func (s storeTokens) list(ctx context.Context) ([]schemas.Token, error) { return s.st.ListTokens(ctx) }
+func (s storeTokens) revoke(ctx context.Context, idOrName string) (schemas.Token, error) {
 	return s.st.RevokeToken(ctx, idOrName, localOperator())
 }
 
 // apiTokens are the tokens of the API, which an admin token may manage.
 type apiTokens struct{ g *cli }
 
-func (a apiTokens) create(ctx context.Context, name string, role store.Role) (store.Token, string, error) {
+func (a apiTokens) create(ctx context.Context, name string, role schemas.Role) (schemas.Token, string, error) {
 	made, err := a.g.client().CreateToken(ctx, name, role)
 	if err != nil {
-		return store.Token{}, "", a.g.apiError(err)
+		return schemas.Token{}, "", a.g.apiError(err)
 	}
 	return made.Token, made.Secret, nil
 }
 
-func (a apiTokens) list(ctx context.Context) ([]store.Token, error) {
+func (a apiTokens) list(ctx context.Context) ([]schemas.Token, error) {
 	toks, err := a.g.client().ListTokens(ctx)
 	if err != nil {
 		return nil, a.g.apiError(err)
@@ -104,21 +105,21 @@ func (a apiTokens) list(ctx context.Context) ([]store.Token, error) {
 
 // revoke revokes the live token whose id or name is idOrName, as the
 // store does: the API's route takes an id.
-func (a apiTokens) revoke(ctx context.Context, idOrName string) (store.Token, error) {
+func (a apiTokens) revoke(ctx context.Context, idOrName string) (schemas.Token, error) {
 	toks, err := a.list(ctx)
 	if err != nil {
-		return store.Token{}, err
+		return schemas.Token{}, err
 	}
 	for _, t := range toks {
 		if t.RevokedAt == nil && (t.Name == idOrName || strconv.FormatInt(t.ID, 10) == idOrName) {
 			tok, err := a.g.client().RevokeToken(ctx, t.ID)
 			if err != nil {
-				return store.Token{}, a.g.apiError(err)
+				return schemas.Token{}, a.g.apiError(err)
 			}
 			return tok, nil
 		}
 	}
-	return store.Token{}, fmt.Errorf("revoke token %q: no live token has this id or name (ax token list shows them)", idOrName)
+	return schemas.Token{}, fmt.Errorf("revoke token %q: no live token has this id or name (ax token list shows them)", idOrName)
 }
 
 func newTokenCreateCmd(g *cli) *cobra.Command {
@@ -142,7 +143,7 @@ made with the token; no two live tokens share a name.`,
 			if err != nil {
 				return err
 			}
-			r, err := store.ParseRole(role)
+			r, err := schemas.ParseRole(role)
 			if err != nil {
 				return fmt.Errorf("--role: %w", err)
 			}
@@ -194,7 +195,7 @@ func newTokenListCmd(g *cli) *cobra.Command {
 				}
 				if asJSON {
 					if toks == nil {
-						toks = []store.Token{}
+						toks = []schemas.Token{}
 					}
 					return g.printData(cmd.OutOrStdout(), toks)
 				}
@@ -207,7 +208,7 @@ func newTokenListCmd(g *cli) *cobra.Command {
 	return cmd
 }
 
-func printTokens(out io.Writer, toks []store.Token) {
+func printTokens(out io.Writer, toks []schemas.Token) {
 	if len(toks) == 0 {
 		fmt.Fprintln(out, "no tokens; make one with ax token create --role admin --name <you>")
 		return

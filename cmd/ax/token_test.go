@@ -46,16 +46,16 @@ func TestTokenCommands(t *testing.T) {
 		t.Fatalf("token create: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	tok, err := st.TokenBySecret(t.Context(), secret)
-	if err != nil || tok.Name != "alice" || tok.Role != store.RoleAdmin {
+	if err != nil || tok.Name != "alice" || tok.Role != schemas.RoleAdmin {
 		t.Errorf("the printed secret is token %+v, %v", tok, err)
 	}
 
 	code, out, _ = axRun(t, "token", "create", "--role", "viewer", "--name", "dash", "--database-url", db.URL, "-o", "json")
 	var made struct {
-		Token  store.Token `json:"token"`
-		Secret string      `json:"secret"`
+		Token  schemas.Token `json:"token"`
+		Secret string        `json:"secret"`
 	}
-	if err := json.Unmarshal([]byte(out), &made); code != 0 || err != nil || made.Token.Role != store.RoleViewer || !store.ValidTokenSecret(made.Secret) {
+	if err := json.Unmarshal([]byte(out), &made); code != 0 || err != nil || made.Token.Role != schemas.RoleViewer || !store.ValidTokenSecret(made.Secret) {
 		t.Errorf("token create -o json: exit %d, %q, %v", code, out, err)
 	}
 
@@ -87,7 +87,7 @@ func TestTokenCommands(t *testing.T) {
 		t.Errorf("token list: exit %d\n%s", code, out)
 	}
 	code, out, _ = axRun(t, "token", "list", "--database-url", db.URL, "-o", "json")
-	var toks []store.Token
+	var toks []schemas.Token
 	if err := json.Unmarshal([]byte(out), &toks); code != 0 || err != nil || len(toks) != 2 || toks[1].RevokedAt == nil {
 		t.Errorf("token list -o json: exit %d, %q, %v", code, out, err)
 	}
@@ -108,7 +108,7 @@ func TestTokenCommandsThroughTheAPI(t *testing.T) {
 		t.Fatalf("token create: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	tok, err := store.New(e.pool).TokenBySecret(t.Context(), secret)
-	if err != nil || tok.Name != "ci" || tok.Role != store.RoleOperator {
+	if err != nil || tok.Name != "ci" || tok.Role != schemas.RoleOperator {
 		t.Errorf("the printed secret is token %+v, %v", tok, err)
 	}
 	out = e.mustAx("token", "list", "--database-url", "")
@@ -124,7 +124,7 @@ func TestTokenCommandsThroughTheAPI(t *testing.T) {
 	}
 	// An operator token may not make tokens.
 	var stdout, stderr bytes.Buffer
-	code = run(t.Context(), []string{"--api", e.url, "--token", apitest.Token(t, store.New(e.pool), "op", store.RoleOperator),
+	code = run(t.Context(), []string{"--api", e.url, "--token", apitest.Token(t, store.New(e.pool), "op", schemas.RoleOperator),
 		"token", "create", "--role", "admin", "--name", "mallory", "--database-url", ""}, strings.NewReader(""), &stdout, &stderr)
 	if code == 0 || !strings.Contains(stderr.String(), "admin") {
 		t.Errorf("operator's token create: exit %d, %q", code, stderr.String())
@@ -309,7 +309,7 @@ func TestDevAdminToken(t *testing.T) {
 		t.Fatalf("admin.token: %v, %v; want mode 0600", fi, err)
 	}
 	tok, err := st.TokenBySecret(ctx, first)
-	if err != nil || tok.Name != "dev-admin" || tok.Role != store.RoleAdmin {
+	if err != nil || tok.Name != "dev-admin" || tok.Role != schemas.RoleAdmin {
 		t.Errorf("the token in the file = %+v, %v", tok, err)
 	}
 	again, made, err := devAdminToken(ctx, st, dir)
@@ -336,7 +336,7 @@ func TestDevAdminToken(t *testing.T) {
 	if _, err := st.TokenBySecret(ctx, third); err == nil {
 		t.Error("the lost token is still live")
 	}
-	if ok, err := st.LiveTokenExists(ctx, store.RoleAdmin); err != nil || !ok {
+	if ok, err := st.LiveTokenExists(ctx, schemas.RoleAdmin); err != nil || !ok {
 		t.Errorf("no live admin token: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -439,7 +440,7 @@ func (r *run) applyTasks(ctx context.Context, cron bool) error {
 			r.pois, KillerHandler, attempts))
 	}
 	for _, d := range defs {
-		def, err := schemas.ParseTask([]byte(d))
+		def, err := taskdef.ParseTask([]byte(d))
 		if err != nil {
 			return fmt.Errorf("the drill's task: %w", err)
 		}

@@ -91,8 +91,8 @@ type Result struct {
 	// short; for any other fault, from its end to the first success after.
 	Recovery Durations `json:"recovery"`
 	// Checks are the verdict's checks; Pass is whether every one passed.
-	Checks []Check `json:"checks"`
-	Pass   bool    `json:"pass"`
+	Checks []drill.Check `json:"checks"`
+	Pass   bool          `json:"pass"`
 	// Wall is how long the scenario took, settling included.
 	Wall string `json:"wall"`
 }
@@ -122,9 +122,6 @@ func (d Durations) String() string {
 	r := func(x time.Duration) string { return x.Round(10 * time.Millisecond).String() }
 	return r(d.P50) + "/" + r(d.P99) + "/" + r(d.Max)
 }
-
-// Check is one check of a scenario's verdict.
-type Check = drill.Check
 
 // Report returns the scenario's verdict as a drill report: its checks, and
 // its counts as facts.
@@ -429,16 +426,16 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	res.Recovery = summarize(recovery)
 
 	// The verdict.
-	named := func(c Check, what []string) Check {
+	named := func(c drill.Check, what []string) drill.Check {
 		if len(what) > 0 {
 			c.Observed += ": " + strings.Join(what, "; ")
 		}
 		return c
 	}
-	zero := func(name string, n int) Check {
-		return Check{Name: name, Expected: "0", Observed: fmt.Sprint(n), Pass: n == 0}
+	zero := func(name string, n int) drill.Check {
+		return drill.Check{Name: name, Expected: "0", Observed: fmt.Sprint(n), Pass: n == 0}
 	}
-	res.Checks = []Check{
+	res.Checks = []drill.Check{
 		{Name: "firings made", Expected: "> 0", Observed: fmt.Sprint(res.Fired), Pass: res.Fired > 0},
 		zero("lost", res.Lost),
 		zero("stuck", res.Stuck),
@@ -451,23 +448,23 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		named(zero("attempts spent without a run (never ran, or cut short by a fault)", res.SpentWithoutRun), spent),
 	}
 	if r.sc.Fault != nil {
-		res.Checks = append(res.Checks, Check{Name: "faults injected", Expected: "> 0", Observed: fmt.Sprint(res.Faults), Pass: res.Faults > 0})
+		res.Checks = append(res.Checks, drill.Check{Name: "faults injected", Expected: "> 0", Observed: fmt.Sprint(res.Faults), Pass: res.Faults > 0})
 	}
 	if r.sc.CrashRecovery {
 		bound := r.sb.LeaseTTL() + r.opts.RecoverySlack
 		res.Checks = append(res.Checks,
-			Check{Name: "attempts cut short by the fault, each retried", Expected: "> 0, all",
+			drill.Check{Name: "attempts cut short by the fault, each retried", Expected: "> 0, all",
 				Observed: fmt.Sprintf("%d cut, %d retried, %d held apart as suspects of worker deaths", cut, len(recovery), held),
 				Pass:     cut > 0 && len(recovery)+held == cut},
-			Check{Name: "crash recovery max", Expected: "≤ " + bound.String(), Observed: res.Recovery.Max.Round(time.Millisecond).String(),
+			drill.Check{Name: "crash recovery max", Expected: "≤ " + bound.String(), Observed: res.Recovery.Max.Round(time.Millisecond).String(),
 				Pass: res.Recovery.N > 0 && res.Recovery.Max <= bound})
 	}
 	if r.sc.Stale {
-		res.Checks = append(res.Checks, Check{Name: "stale reports refused", Expected: "> 0",
+		res.Checks = append(res.Checks, drill.Check{Name: "stale reports refused", Expected: "> 0",
 			Observed: fmt.Sprint(res.StaleRefused), Pass: res.StaleRefused > 0})
 	}
 	if r.sc.Cron {
-		res.Checks = append(res.Checks, Check{Name: "cron ticks fired", Expected: "> 0", Observed: fmt.Sprint(cronTicks), Pass: cronTicks > 0})
+		res.Checks = append(res.Checks, drill.Check{Name: "cron ticks fired", Expected: "> 0", Observed: fmt.Sprint(cronTicks), Pass: cronTicks > 0})
 	}
 	if r.sc.NoRetries {
 		res.Checks = append(res.Checks, zero("instances retried (a retry storm)", res.Retried))
@@ -479,7 +476,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 				poison++
 			}
 		}
-		res.Checks = append(res.Checks, Check{Name: "poison instances FAILED by their policy", Expected: "> 0, all",
+		res.Checks = append(res.Checks, drill.Check{Name: "poison instances FAILED by their policy", Expected: "> 0, all",
 			Observed: fmt.Sprintf("%d of %d", res.Poisoned, poison), Pass: poison > 0 && res.Poisoned == poison})
 	}
 	if r.sc.Killer {
@@ -490,13 +487,13 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 			}
 		}
 		res.Checks = append(res.Checks,
-			Check{Name: "poison instances quarantined (FAILED: quarantined)", Expected: "> 0, all",
+			drill.Check{Name: "poison instances quarantined (FAILED: quarantined)", Expected: "> 0, all",
 				Observed: fmt.Sprintf("%d of %d", res.Quarantined, poison), Pass: poison > 0 && res.Quarantined == poison},
-			Check{Name: "suspect events of the poison", Expected: "> 0", Observed: fmt.Sprint(res.Suspects), Pass: res.Suspects > 0},
-			Check{Name: "worker deaths the poison caused", Expected: fmt.Sprintf("> 0, ≤ %d a poison", killerDeaths),
+			drill.Check{Name: "suspect events of the poison", Expected: "> 0", Observed: fmt.Sprint(res.Suspects), Pass: res.Suspects > 0},
+			drill.Check{Name: "worker deaths the poison caused", Expected: fmt.Sprintf("> 0, ≤ %d a poison", killerDeaths),
 				Observed: fmt.Sprintf("%d deaths, %d poison runs", res.WorkerDeaths, res.PoisonRuns),
 				Pass:     res.PoisonRuns > 0 && res.PoisonRuns <= killerDeaths*poison},
-			Check{Name: "innocent runs cut short beside the poison", Expected: "> 0 (the fault reached neighbours)",
+			drill.Check{Name: "innocent runs cut short beside the poison", Expected: "> 0 (the fault reached neighbours)",
 				Observed: fmt.Sprint(res.CutBeside), Pass: res.CutBeside > 0})
 	}
 	res.Pass = res.Report().Passed()

@@ -15,14 +15,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/auditor/monitor"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
 )
 
 // receiver is a local HTTP server standing in for an alert channel: it
@@ -103,13 +102,13 @@ func TestConsecutiveFailuresAlertFiresAndResolves(t *testing.T) {
 	s.executor("w1", mux, 2)
 
 	hook, wecom, slack := newReceiver(t), newReceiver(t), newReceiver(t)
-	for kind, url := range map[store.AlertChannelKind]string{store.ChannelWebhook: hook.URL, store.ChannelWeCom: wecom.URL, store.ChannelSlack: slack.URL} {
-		if _, err := s.client.AddAlertChannel(ctx, api.AlertChannelRequest{Kind: kind, URL: url}); err != nil {
+	for kind, url := range map[schemas.AlertChannelKind]string{schemas.ChannelWebhook: hook.URL, schemas.ChannelWeCom: wecom.URL, schemas.ChannelSlack: slack.URL} {
+		if _, err := s.client.AddAlertChannel(ctx, wire.AlertChannelRequest{Kind: kind, URL: url}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.client.PutAlertRule(ctx, "consecutive_failures", api.AlertRuleRequest{Kind: store.AlertConsecutiveFailures,
-		Level: store.AlertP1, Params: json.RawMessage(`{"failures": 3}`)}); err != nil {
+	if _, err := s.client.PutAlertRule(ctx, "consecutive_failures", wire.AlertRuleRequest{Kind: schemas.AlertConsecutiveFailures,
+		Level: schemas.AlertP1, Params: json.RawMessage(`{"failures": 3}`)}); err != nil {
 		t.Fatal(err)
 	}
 	s.monitor(nil)
@@ -125,7 +124,7 @@ func TestConsecutiveFailuresAlertFiresAndResolves(t *testing.T) {
 		t.Fatal(err)
 	}
 	link := fmt.Sprintf("http://console.test/#/instances/%d/logs", last)
-	if firing.Status != monitor.StatusFiring || firing.Task != "nightly" || firing.InstanceID != last || firing.Level != store.AlertP1 ||
+	if firing.Status != monitor.StatusFiring || firing.Task != "nightly" || firing.InstanceID != last || firing.Level != schemas.AlertP1 ||
 		firing.Rule != "consecutive_failures" || !strings.Contains(firing.Reason, "failed 3 times in a row; the last error: disk full") ||
 		firing.Link != link {
 		t.Errorf("webhook got %+v", firing)
@@ -152,7 +151,7 @@ func TestConsecutiveFailuresAlertFiresAndResolves(t *testing.T) {
 		t.Error("WeCom or Slack were not told of the resolution")
 	}
 	alerts, err := s.client.ListAlerts(ctx, apiclient.AlertQuery{})
-	if err != nil || len(alerts) != 1 || alerts[0].State != store.AlertResolved || alerts[0].Count != 3 {
+	if err != nil || len(alerts) != 1 || alerts[0].State != schemas.AlertResolved || alerts[0].Count != 3 {
 		t.Errorf("alerts = %+v, %v; want one resolved after 3 failures", alerts, err)
 	}
 }

@@ -76,7 +76,7 @@ func TestAuditTrailHoldsEveryTransitionAndActionOnce(t *testing.T) {
 	s := newSystem(t)
 	s.auditors(2)
 	s.countingExecutor(4)
-	alice := s.clientAs("alice", store.RoleAdmin)
+	alice := s.clientAs("alice", schemas.RoleAdmin)
 	ctx := context.Background()
 	for _, def := range []string{
 		"task_name: hello\nexecution: {handler: test.count}\n",

@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/cpustat"
-	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/gctune"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"

@@ -22,7 +22,6 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
 )
 
 // chromiumPath is where Debian's chromium package puts the browser.
@@ -384,7 +383,7 @@ func TestConsoleUnderABacklog(t *testing.T) {
 	const ok, failed = 600, 20
 	s.fireMany("echo", ok)
 	s.fireMany("fail", failed)
-	var sum store.Summary
+	var sum schemas.Summary
 	waitFor(t, "every run to end", 2*time.Minute, func() (bool, error) {
 		var err error
 		sum, err = s.client.Summary(context.Background(), apiclient.SummaryQuery{})

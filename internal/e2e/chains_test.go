@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/servicetest"
@@ -103,7 +103,7 @@ func TestChainRunsChildWithParentOutput(t *testing.T) {
 	s := newSystem(t)
 	mux := executor.NewMux()
 	type seen struct {
-		parent executor.ParentResult
+		parent schemas.ParentResult
 		ok     bool
 		run    string
 	}
@@ -186,7 +186,7 @@ func TestChainDiamondRunsJoinOnceAfterBoth(t *testing.T) {
 	if len(list) != 1 || joins.Load() != 1 {
 		t.Errorf("d has %d instances and ran %d times, want once", len(list), joins.Load())
 	}
-	seen, _ := parentsSeen.Load().(map[string]executor.ParentResult)
+	seen, _ := parentsSeen.Load().(map[string]schemas.ParentResult)
 	if string(seen["b"].Output) != `"b"` || string(seen["c"].Output) != `"c"` || seen["b"].InstanceID != b.ID || seen["c"].InstanceID != c.ID {
 		t.Errorf("d's handler saw parents %+v", seen)
 	}
@@ -319,7 +319,7 @@ func TestChainJoinUnderConcurrentEnds(t *testing.T) {
 	runs := make([]string, diamonds)
 	for i := range diamonds {
 		wg.Go(func() {
-			res, err := s.client.Fire(context.Background(), "root", api.FireRequest{})
+			res, err := s.client.Fire(context.Background(), "root", wire.FireRequest{})
 			if err != nil || res.InstanceID == 0 {
 				t.Errorf("fire root: %+v, %v", res, err)
 				return
@@ -360,7 +360,7 @@ func TestChainCycleRefusedAtApply(t *testing.T) {
 	s.apply(chainDef("b", "h", "a"))
 
 	_, err := s.client.ApplyTask(context.Background(), []byte(chainDef("c", "h", "b")), "application/yaml")
-	var ae *api.Error
+	var ae *wire.Error
 	if !errors.As(err, &ae) {
 		t.Fatalf("applying c after b (closing a → b → c → a) = %v, want an API error", err)
 	}
@@ -400,7 +400,7 @@ func TestChainTwoRootJoinWaitsForTheSameRun(t *testing.T) {
 		t.Fatalf("j fired before r2 ran in run %s: %+v", run, list)
 	}
 
-	res, err := s.client.Fire(context.Background(), "r2", api.FireRequest{RunID: run, Payload: json.RawMessage(`"second"`)})
+	res, err := s.client.Fire(context.Background(), "r2", wire.FireRequest{RunID: run, Payload: json.RawMessage(`"second"`)})
 	if err != nil || res.InstanceID == 0 {
 		t.Fatalf("fire r2 into %s: %+v, %v", run, res, err)
 	}

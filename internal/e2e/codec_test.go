@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -101,7 +101,7 @@ func TestCodecKeepsPayloadsOpaque(t *testing.T) {
 
 	client := apiclient.NewClient(s.apiURL, nil)
 	client.Token, client.Codec = s.admin, testCodec(t)
-	res, err := client.Fire(context.Background(), "charge", api.FireRequest{Payload: json.RawMessage(`{"card":"` + secret + `"}`), IdempotencyKey: "charge-1"})
+	res, err := client.Fire(context.Background(), "charge", wire.FireRequest{Payload: json.RawMessage(`{"card":"` + secret + `"}`), IdempotencyKey: "charge-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +147,11 @@ func TestCodecKeepsPayloadsOpaque(t *testing.T) {
 		t.Errorf("a client without the key read the payload %s", in.Payload)
 	}
 	// A retry with the same key and plaintext (a new envelope) is the same firing.
-	again, err := client.Fire(context.Background(), "charge", api.FireRequest{Payload: json.RawMessage(`{"card":"` + secret + `"}`), IdempotencyKey: "charge-1"})
+	again, err := client.Fire(context.Background(), "charge", wire.FireRequest{Payload: json.RawMessage(`{"card":"` + secret + `"}`), IdempotencyKey: "charge-1"})
 	if err != nil || again.InstanceID != res.InstanceID || !again.Existing {
 		t.Errorf("fire again with the idempotency key = %+v, %v; want instance %d, existing", again, err, res.InstanceID)
 	}
-	if _, err := client.Fire(context.Background(), "charge", api.FireRequest{Payload: json.RawMessage(`{"card":"other"}`), IdempotencyKey: "charge-1"}); err == nil {
+	if _, err := client.Fire(context.Background(), "charge", wire.FireRequest{Payload: json.RawMessage(`{"card":"other"}`), IdempotencyKey: "charge-1"}); err == nil {
 		t.Error("the idempotency key with another payload was taken")
 	}
 }
@@ -172,8 +172,8 @@ func TestCodecRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	for task, fields := range map[string][]string{"checked": {"payload_schema"}, "pinned": {"dispatch.hash_key", "concurrency.mutex_key"}} {
-		_, err := s.client.Fire(context.Background(), task, api.FireRequest{Payload: sealed})
-		e, ok := errors.AsType[*api.Error](err)
+		_, err := s.client.Fire(context.Background(), task, wire.FireRequest{Payload: sealed})
+		e, ok := errors.AsType[*wire.Error](err)
 		if !ok || e.Status != 422 || e.Code != "encoded_payload" {
 			t.Fatalf("fire %s with an envelope: %v; want 422 encoded_payload", task, err)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -47,10 +47,10 @@ func TestEventIDsAreScopedByTask(t *testing.T) {
 	s.apply("task_name: beta\nexecution: {handler: builtin.echo}\n")
 	ctx := context.Background()
 	for _, task := range []string{"alpha", "beta"} {
-		if _, err := s.client.Fire(ctx, task, api.FireRequest{EventID: "x"}); err != nil {
+		if _, err := s.client.Fire(ctx, task, wire.FireRequest{EventID: "x"}); err != nil {
 			t.Fatalf("fire %s: %v", task, err)
 		}
-		if _, err := s.client.Fire(ctx, task, api.FireRequest{IdempotencyKey: "k"}); err != nil {
+		if _, err := s.client.Fire(ctx, task, wire.FireRequest{IdempotencyKey: "k"}); err != nil {
 			t.Fatalf("fire %s: %v", task, err)
 		}
 		// An outside publisher sets Nats-Msg-Id <task>/<event id>, as
@@ -96,11 +96,11 @@ func TestUserIDsCannotTakeAXsOwn(t *testing.T) {
 	id := s.fire("flaky", nil)
 	retryID := fmt.Sprintf("retry-%d-2", id)
 
-	for _, req := range []api.FireRequest{{EventID: retryID}, {EventID: "cron:flaky:0:2025-01-01T00:00:00Z"},
+	for _, req := range []wire.FireRequest{{EventID: retryID}, {EventID: "cron:flaky:0:2025-01-01T00:00:00Z"},
 		{EventID: "e1/shard-0"}, {EventID: "idem-k"}, {IdempotencyKey: "k/shard-1"}} {
 		for _, task := range []string{"flaky", "other"} {
 			_, err := s.client.Fire(context.Background(), task, req)
-			var ae *api.Error
+			var ae *wire.Error
 			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, "AX's own namespace") {
 				t.Errorf("fire %s with %+v: %v, want 400 naming AX's namespace", task, req, err)
 			}

@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -111,7 +111,7 @@ execution:
 	var firings []firing
 	// Through the API: a delay and a run_at far enough off for a message
 	// schedule, and a delay short enough for the dispatcher to hold.
-	for _, req := range []api.FireRequest{
+	for _, req := range []wire.FireRequest{
 		{EventID: "api-delay", Delay: "1500ms", Payload: json.RawMessage(`{"n": 1}`)},
 		{EventID: "api-run-at", RunAt: time.Now().Add(2500 * time.Millisecond)},
 		{EventID: "api-short", Delay: "300ms"},
@@ -222,7 +222,7 @@ task_name: patient
 execution:
   handler: test.count
 `)
-	res, err := s.client.Fire(context.Background(), "patient", api.FireRequest{EventID: "api", Delay: "6s"})
+	res, err := s.client.Fire(context.Background(), "patient", wire.FireRequest{EventID: "api", Delay: "6s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ execution:
   handler: test.count
 `)
 	ctx := context.Background()
-	res, err := s.client.Fire(ctx, "report", api.FireRequest{Payload: json.RawMessage(`{"day": "2025-03-01"}`),
+	res, err := s.client.Fire(ctx, "report", wire.FireRequest{Payload: json.RawMessage(`{"day": "2025-03-01"}`),
 		Priority: schemas.PriorityUrgent, Operator: "bob"})
 	if err != nil || res.InstanceID == 0 {
 		t.Fatalf("fire: %+v, %v", res, err)
@@ -387,7 +387,7 @@ execution:
 	}
 
 	// The Go client, with alice's token.
-	alice := s.clientAs("alice", store.RoleOperator)
+	alice := s.clientAs("alice", schemas.RoleOperator)
 	rerun, err := alice.Rerun(ctx, orig.ID)
 	if err != nil || rerun.InstanceID == 0 || rerun.Task != "report" {
 		t.Fatalf("rerun: %+v, %v", rerun, err)
@@ -404,7 +404,7 @@ execution:
 
 	// ax instance rerun ID --wait, with dave's token in $AX_TOKEN.
 	cmd := exec.Command(bin, "--api", s.apiURL, "instance", "rerun", strconv.FormatInt(orig.ID, 10), "--wait", "--timeout", "30s")
-	cmd.Env = append(os.Environ(), "AX_TOKEN="+apitest.Token(t, s.store, "dave", store.RoleOperator))
+	cmd.Env = append(os.Environ(), "AX_TOKEN="+apitest.Token(t, s.store, "dave", schemas.RoleOperator))
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("ax instance rerun: %v\n%s", err, out)
@@ -512,7 +512,7 @@ execution:
 						continue
 					}
 					runAt := start.Add(spread * time.Duration(j) / time.Duration(n))
-					_, err = s.client.Fire(ctx, "delayed", api.FireRequest{EventID: fmt.Sprintf("late-%d-%d", i, j), RunAt: runAt})
+					_, err = s.client.Fire(ctx, "delayed", wire.FireRequest{EventID: fmt.Sprintf("late-%d-%d", i, j), RunAt: runAt})
 				}
 				errs <- err
 			}()

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/examples/executor/handlers"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
@@ -89,12 +89,12 @@ func TestExamplesRunAsShipped(t *testing.T) {
 		if name == "report-publish" || name == "fx-rates" {
 			continue // the chain, below
 		}
-		ids[name] = s.fireExample(name, api.FireRequest{Payload: json.RawMessage(exampleRuns[name].payload)})
+		ids[name] = s.fireExample(name, wire.FireRequest{Payload: json.RawMessage(exampleRuns[name].payload)})
 	}
 	// The chain: fx-rates fired into nightly-report's run completes the
 	// join, and report-publish fires in that run.
 	run := fmt.Sprintf("run-%d", ids["nightly-report"])
-	ids["fx-rates"] = s.fireExample("fx-rates", api.FireRequest{RunID: run})
+	ids["fx-rates"] = s.fireExample("fx-rates", wire.FireRequest{RunID: run})
 	for name, id := range ids {
 		inst := s.waitState(id, exampleRuns[name].want, time.Minute)
 		if name == "disk-backup" && inst.WorkerID != "backup-host-1" {
@@ -120,7 +120,7 @@ func TestExamplesRunAsShipped(t *testing.T) {
 
 // fireExample fires a task through the API and returns its instance, once
 // the dispatcher has made it.
-func (s *system) fireExample(task string, req api.FireRequest) int64 {
+func (s *system) fireExample(task string, req wire.FireRequest) int64 {
 	s.t.Helper()
 	res, err := s.client.Fire(context.Background(), task, req)
 	if err != nil {

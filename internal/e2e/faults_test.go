@@ -23,6 +23,7 @@ import (
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/streamstest"
@@ -277,7 +278,7 @@ func checkExactlyOnce(t *testing.T, pool *pgxpool.Pool, fired int, ledger string
 // attempts, retried at once.
 func applyLedgerTask(t *testing.T, st *store.Store) {
 	t.Helper()
-	def, err := schemas.ParseTask([]byte(`{"task_name": "ledger", "execution": {"handler": "ledger", "retry": {"max_attempts": 3, "initial_interval_sec": 0}}}`))
+	def, err := taskdef.ParseTask([]byte(`{"task_name": "ledger", "execution": {"handler": "ledger", "retry": {"max_attempts": 3, "initial_interval_sec": 0}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -141,7 +141,7 @@ func TestRollupsAreRefused(t *testing.T) {
 		a.instanceOf("victim", id)
 	}
 	for _, id := range []string{"delayed-v3", "delayed-v4"} {
-		if _, err := a.client.Fire(ctx, "victim", api.FireRequest{EventID: id, Delay: "6s"}); err != nil {
+		if _, err := a.client.Fire(ctx, "victim", wire.FireRequest{EventID: id, Delay: "6s"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -213,7 +213,7 @@ func TestForgedChainFiring(t *testing.T) {
 		t.Errorf("the refusal says %q", reason)
 	}
 
-	res, err := a.client.Fire(ctx, "cparent", api.FireRequest{RunID: run, Payload: json.RawMessage(`{"truth":"real"}`)})
+	res, err := a.client.Fire(ctx, "cparent", wire.FireRequest{RunID: run, Payload: json.RawMessage(`{"truth":"real"}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestPreemptiveMsgIDs(t *testing.T) {
 	}
 	a.instanceOf("victim", "other-2")
 
-	for _, req := range []api.FireRequest{{EventID: "pre-1"}, {IdempotencyKey: "k1"}, {EventID: "pre-2"}} {
+	for _, req := range []wire.FireRequest{{EventID: "pre-1"}, {IdempotencyKey: "k1"}, {EventID: "pre-2"}} {
 		res, err := a.client.Fire(ctx, "victim", req)
 		if err != nil {
 			t.Fatal(err)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -52,7 +52,7 @@ func TestHistoryMovesRetainsAndArchives(t *testing.T) {
 	ctx := context.Background()
 	ids := map[string]int64{}
 	for _, task := range []string{"kept", "archived", "dropped"} {
-		res, err := s.client.Fire(ctx, task, api.FireRequest{IdempotencyKey: "order-42", Payload: []byte(`{"n":1}`)})
+		res, err := s.client.Fire(ctx, task, wire.FireRequest{IdempotencyKey: "order-42", Payload: []byte(`{"n":1}`)})
 		if err != nil || res.InstanceID == 0 {
 			t.Fatalf("fire %s: %+v, %v", task, res, err)
 		}
@@ -103,7 +103,7 @@ func TestHistoryMovesRetainsAndArchives(t *testing.T) {
 	// The same idempotency key again: the instance is in the history, so
 	// the firing is one with it.
 	for _, task := range []string{"kept", "archived"} {
-		res, err := s.client.Fire(ctx, task, api.FireRequest{IdempotencyKey: "order-42", Payload: []byte(`{"n":1}`)})
+		res, err := s.client.Fire(ctx, task, wire.FireRequest{IdempotencyKey: "order-42", Payload: []byte(`{"n":1}`)})
 		if err != nil || res.InstanceID != ids[task] || !res.Existing {
 			t.Fatalf("fire %s again: %+v, %v; want its moved instance %d", task, res, err, ids[task])
 		}

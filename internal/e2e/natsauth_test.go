@@ -13,8 +13,8 @@ import (
 
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/auditor"
+	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"

@@ -16,6 +16,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
 	"github.com/ax-scheduler/ax/streams"
@@ -51,7 +52,7 @@ func TestFiringOrphanedByAKilledDispatcherRunsOnce(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	st := store.New(pool)
-	def, err := schemas.ParseTask([]byte(`{"task_name": "orphan", "execution": {"handler": "ledger", "retry": {"max_attempts": 1}}}`))
+	def, err := taskdef.ParseTask([]byte(`{"task_name": "orphan", "execution": {"handler": "ledger", "retry": {"max_attempts": 1}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

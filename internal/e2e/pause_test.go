@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -66,8 +66,8 @@ triggers:
 	s.waitState(running.ID, schemas.StateSucceeded, 60*time.Second)
 
 	// While paused: the API refuses, a plain publish is recorded SKIPPED, ticks pass.
-	var apiErr *api.Error
-	if _, err := s.client.Fire(ctx, "pausable", api.FireRequest{}); !errors.As(err, &apiErr) || apiErr.Code != "task_paused" {
+	var apiErr *wire.Error
+	if _, err := s.client.Fire(ctx, "pausable", wire.FireRequest{}); !errors.As(err, &apiErr) || apiErr.Code != "task_paused" {
 		t.Errorf("fire while paused: %v, want a task_paused error", err)
 	}
 	m := nats.NewMsg(s.srv.Topology.Trigger("pausable"))

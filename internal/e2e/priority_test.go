@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ax-scheduler/ax/api"
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -48,7 +48,7 @@ execution:
 		t.Fatal(err)
 	}
 	// The override: a low task fired as urgent is routed as urgent.
-	res, err := s.client.Fire(ctx, "later", api.FireRequest{Priority: schemas.PriorityUrgent})
+	res, err := s.client.Fire(ctx, "later", wire.FireRequest{Priority: schemas.PriorityUrgent})
 	if err != nil {
 		t.Fatal(err)
 	}

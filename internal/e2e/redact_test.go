@@ -13,7 +13,6 @@ import (
 	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
 )
 
 // TestRedactHidesFieldsInEveryAnswer walks every route whose answer
@@ -60,11 +59,11 @@ func TestRedactHidesFieldsInEveryAnswer(t *testing.T) {
 	held := s.fire("vault-hold", payload)
 	s.waitState(held, schemas.StateRunning, 30*time.Second)
 
-	tokens := map[store.Role]string{}
-	for _, role := range []store.Role{store.RoleViewer, store.RoleOperator, store.RoleAdmin} {
+	tokens := map[schemas.Role]string{}
+	for _, role := range []schemas.Role{schemas.RoleViewer, schemas.RoleOperator, schemas.RoleAdmin} {
 		tokens[role] = apitest.Token(t, s.store, "redact-"+string(role), role)
 	}
-	call := func(role store.Role, method, path string) (int, string) {
+	call := func(role schemas.Role, method, path string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, s.apiURL+path, nil)
 		resp, err := apitest.HTTPClient(nil, tokens[role]).Do(req)
@@ -76,10 +75,10 @@ func TestRedactHidesFieldsInEveryAnswer(t *testing.T) {
 		return resp.StatusCode, string(body)
 	}
 	secrets := []string{cardSecret, outSecret, childSecret}
-	all := []store.Role{store.RoleViewer, store.RoleOperator, store.RoleAdmin}
+	all := []schemas.Role{schemas.RoleViewer, schemas.RoleOperator, schemas.RoleAdmin}
 	for _, tc := range []struct {
 		method, path string
-		roles        []store.Role
+		roles        []schemas.Role
 		markers      int // at least this many markers in the answer
 	}{
 		{"GET", fmt.Sprintf("/v1/instances/%d", parent.ID), all, 2},
@@ -89,7 +88,7 @@ func TestRedactHidesFieldsInEveryAnswer(t *testing.T) {
 		{"GET", fmt.Sprintf("/v1/instances/%d", child.ID), all, 2}, // its output and its parent's
 		{"GET", fmt.Sprintf("/v1/audit?instance=%d", parent.ID), all, 0},
 		{"GET", "/v1/audit", all, 0},
-		{"POST", fmt.Sprintf("/v1/instances/%d/cancel", held), []store.Role{store.RoleOperator}, 1},
+		{"POST", fmt.Sprintf("/v1/instances/%d/cancel", held), []schemas.Role{schemas.RoleOperator}, 1},
 	} {
 		for _, role := range tc.roles {
 			t.Run(fmt.Sprintf("%s %s as %s", tc.method, tc.path, role), func(t *testing.T) {
@@ -113,7 +112,7 @@ func TestRedactHidesFieldsInEveryAnswer(t *testing.T) {
 	}
 
 	// A rerun fires the stored payload, not the redacted one.
-	status, body := call(store.RoleOperator, "POST", fmt.Sprintf("/v1/instances/%d/rerun", parent.ID))
+	status, body := call(schemas.RoleOperator, "POST", fmt.Sprintf("/v1/instances/%d/rerun", parent.ID))
 	if status != http.StatusCreated || strings.Contains(body, cardSecret) {
 		t.Fatalf("rerun answered %d: %s", status, body)
 	}

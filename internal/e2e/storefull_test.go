@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
-	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"

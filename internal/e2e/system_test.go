@@ -20,11 +20,12 @@ import (
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
-	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -152,7 +153,7 @@ func serviceLabel(name string) {
 }
 
 // clientAs returns a client of the API with a new token called name.
-func (s *system) clientAs(name string, role store.Role) *apiclient.Client {
+func (s *system) clientAs(name string, role schemas.Role) *apiclient.Client {
 	c := apiclient.NewClient(s.apiURL, nil)
 	c.Token = apitest.Token(s.t, s.store, name, role)
 	return c
@@ -177,7 +178,7 @@ func (s *system) apply(def string) {
 // fire fires a task through the API and returns the instance id.
 func (s *system) fire(task string, payload any) int64 {
 	s.t.Helper()
-	req := api.FireRequest{}
+	req := wire.FireRequest{}
 	if payload != nil {
 		data, err := json.Marshal(payload)
 		if err != nil {

@@ -1,4 +1,6 @@
-// Package layout holds the test that enforces AX's import graph: services
-// never import each other, the executor never imports the store, and the
-// contracts import nothing of AX. See docs/architecture.md.
+// Package layout holds the tests that enforce AX's import graph: services
+// never import each other, the executor never imports the store, the
+// vocabulary (schemas) imports nothing but the standard library, and a
+// type has one name (no forwarding aliases outside a short allow-list).
+// See docs/architecture.md.
 package layout

@@ -33,21 +33,16 @@ var allowed = map[string][]string{
 	// operator's tool: the API's client to fire, NATS to watch the wire,
 	// drill's verdict table to print.
 	"conformance": {"schemas", "streams", "api", "drill", "internal"},
+	// devstack runs the services in one process, for ax dev and the
+	// end-to-end tests, so that the wiring exists once. It sits beside the
+	// services, not under internal/, which holds leaves only.
+	"devstack": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "internal"},
 }
-
-// servicesImporter is the one package under internal/ that may import the
-// services: devstack runs them in one process, for ax dev and the
-// end-to-end tests, so that the wiring exists once. Every other package
-// under internal/ holds small helpers, not services.
-const servicesImporter = module + "internal/devstack"
-
-// servicesImporterMay are the folders servicesImporter may import.
-var servicesImporterMay = []string{"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "internal"}
 
 // testOnly lists imports a folder's tests may add: test servers of the
 // packages below them, and the services an end-to-end test runs.
 var testOnly = map[string][]string{
-	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples", "drill", "conformance"},
+	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples", "drill", "conformance", "devstack"},
 	"drill":    {"examples"},
 }
 
@@ -64,7 +59,7 @@ func TestImportGraph(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
-	checked, sawImporter := 0, false
+	checked, sawDevstack := 0, false
 	for {
 		var p pkg
 		if err := dec.Decode(&p); err == io.EOF {
@@ -72,7 +67,7 @@ func TestImportGraph(t *testing.T) {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		sawImporter = sawImporter || p.ImportPath == servicesImporter
+		sawDevstack = sawDevstack || p.ImportPath == module+"devstack"
 		if from := top(p.ImportPath); from == "cmd" || from == "" {
 			continue
 		}
@@ -81,8 +76,8 @@ func TestImportGraph(t *testing.T) {
 			t.Error(v)
 		}
 	}
-	if !sawImporter {
-		t.Errorf("go list did not list %s, whose imports this test allows: update servicesImporter", servicesImporter)
+	if !sawDevstack {
+		t.Errorf("go list did not list %sdevstack, whose imports this test allows: update allowed", module)
 	}
 	if checked < 8 {
 		t.Fatalf("checked %d packages; go list found too few", checked)
@@ -93,10 +88,6 @@ func TestImportGraph(t *testing.T) {
 // forbidden import.
 func violations(p pkg) []string {
 	from := top(p.ImportPath)
-	var may []string
-	if p.ImportPath == servicesImporter {
-		may = servicesImporterMay
-	}
 	var out []string
 	check := func(imports []string, extra []string) {
 		for _, imp := range imports {
@@ -105,37 +96,56 @@ func violations(p pkg) []string {
 				continue
 			}
 			if from == "internal" {
-				out = append(out, fmt.Sprintf("%s imports %s: internal/ holds small helpers, not services (only %s runs them)", p.ImportPath, imp, servicesImporter))
+				out = append(out, fmt.Sprintf("%s imports %s: internal/ holds leaves (small helpers), not services or what composes them (devstack)", p.ImportPath, imp))
 				continue
 			}
 			out = append(out, fmt.Sprintf("%s imports %s: %s may import only %v (services talk over NATS, not through each other's code)",
 				p.ImportPath, imp, from, allowed[from]))
 		}
 	}
-	check(p.Imports, may)
-	check(append(p.TestImports, p.XTestImports...), append(testOnly[from], may...))
+	check(p.Imports, nil)
+	check(append(p.TestImports, p.XTestImports...), testOnly[from])
 	return out
 }
 
-// TestServicesImporterIsTheOnlyOne holds the exception to one package:
-// devstack may import the services, a package beside it or below it may
-// not, and devstack's tests follow devstack's rule.
-func TestServicesImporterIsTheOnlyOne(t *testing.T) {
+// TestInternalImportsNoService holds internal/ to leaves: no package
+// under it imports a service or devstack, which composes them; devstack,
+// beside the services, may import them all; a test under internal/ may
+// run services (the end-to-end tests).
+func TestInternalImportsNoService(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		p    pkg
 		want int
 	}{
-		{pkg{ImportPath: servicesImporter, Imports: []string{module + "dispatcher", module + "api", module + "internal/natsembed"}}, 0},
+		{pkg{ImportPath: module + "devstack", Imports: []string{module + "dispatcher", module + "api", module + "internal/natsembed"}}, 0},
 		{pkg{ImportPath: module + "internal/natsembed", Imports: []string{module + "dispatcher"}}, 1},
-		{pkg{ImportPath: servicesImporter + "/more", Imports: []string{module + "trigger"}}, 1},
-		{pkg{ImportPath: module + "internal/devstacks", Imports: []string{module + "auditor"}}, 1},
+		{pkg{ImportPath: module + "internal/devstack", Imports: []string{module + "trigger"}}, 1},
+		{pkg{ImportPath: module + "internal/wait", Imports: []string{module + "devstack"}}, 1},
+		{pkg{ImportPath: module + "internal/servicetest", Imports: []string{module + "schemas"}}, 1},
 		// A test of internal/ may run services (the end-to-end tests).
-		{pkg{ImportPath: module + "internal/e2e", XTestImports: []string{module + "dispatcher"}}, 0},
-		{pkg{ImportPath: servicesImporter, Imports: []string{module + "conformance"}}, 1},
+		{pkg{ImportPath: module + "internal/e2e", XTestImports: []string{module + "dispatcher", module + "devstack"}}, 0},
+		{pkg{ImportPath: module + "devstack", Imports: []string{module + "conformance"}}, 1},
 	} {
 		if got := violations(tc.p); len(got) != tc.want {
 			t.Errorf("violations(%s importing %v %v) = %q, want %d", tc.p.ImportPath, tc.p.Imports, tc.p.XTestImports, got, tc.want)
+		}
+	}
+}
+
+// TestSchemasLinksOnlyTheStandardLibrary holds package schemas, the
+// vocabulary every service, the SDK and the API's client link, to the
+// standard library: reading and checking documents (the JSON Schema
+// validator, YAML, the cron parser) is schemas/taskdef's.
+func TestSchemasLinksOnlyTheStandardLibrary(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "../../schemas").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		if d != module+"schemas" {
+			t.Errorf("schemas links %s: it may import only the standard library (move what needs it to schemas/taskdef)", d)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package schemas
+package taskdef
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // sameAsSchemaPath fails the test when the fast path accepts data and the
@@ -13,7 +15,7 @@ import (
 // path took it.
 func sameAsSchemaPath(t *testing.T, data []byte) bool {
 	t.Helper()
-	fast, ok := parseCanonicalTriggerEvent(data)
+	fast, ok := schemas.ParseCanonicalTriggerEvent(data)
 	if !ok {
 		return false
 	}
@@ -30,12 +32,12 @@ func sameAsSchemaPath(t *testing.T, data []byte) bool {
 func TestTheEventsAXEncodesTakeTheFastPath(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 2, 0, 30, 0, 123456789, time.UTC)
-	for _, ev := range []TriggerEvent{
+	for _, ev := range []schemas.TriggerEvent{
 		{EventID: "bench-17", FiredAt: time.Now()},
-		{EventID: "retry-92-2", Task: "t", Source: SourceRetry, FiredAt: at, Retry: &RetryOf{InstanceID: 92, Attempt: 2}},
-		{EventID: CronEventID("nightly", 0, at), Source: SourceCron, FiredAt: at, Reason: "misfire catch_up: tick 1 of 3"},
-		{EventID: "order-42", Source: SourceManual, Operator: "alice@example.com", Payload: json.RawMessage(`{"order":42}`),
-			PayloadVersion: 2, Priority: PriorityUrgent, FiredAt: at.In(time.FixedZone("", 3600)), RunID: "run-7"},
+		{EventID: "retry-92-2", Task: "t", Source: schemas.SourceRetry, FiredAt: at, Retry: &schemas.RetryOf{InstanceID: 92, Attempt: 2}},
+		{EventID: schemas.CronEventID("nightly", 0, at), Source: schemas.SourceCron, FiredAt: at, Reason: "misfire catch_up: tick 1 of 3"},
+		{EventID: "order-42", Source: schemas.SourceManual, Operator: "alice@example.com", Payload: json.RawMessage(`{"order":42}`),
+			PayloadVersion: 2, Priority: schemas.PriorityUrgent, FiredAt: at.In(time.FixedZone("", 3600)), RunID: "run-7"},
 		{IdempotencyKey: "order-42", RunAt: at, Payload: json.RawMessage(`null`)},
 	} {
 		data, err := json.Marshal(ev)
@@ -71,7 +73,7 @@ func TestTheFastPathAcceptsOnlyWhatTheSchemaAccepts(t *testing.T) {
 	// Encodings of events the schema or the code refuses: the fast path
 	// leaves each to the full path, which says what is wrong.
 	at := time.Date(2026, 12, 2, 0, 30, 0, 0, time.UTC)
-	for _, ev := range []TriggerEvent{
+	for _, ev := range []schemas.TriggerEvent{
 		{EventID: "two words"},
 		{EventID: strings.Repeat("é", 201)},
 		{Task: "Ship"},
@@ -84,8 +86,8 @@ func TestTheFastPathAcceptsOnlyWhatTheSchemaAccepts(t *testing.T) {
 		{IdempotencyKey: "a\tb"},
 		{IdempotencyKey: strings.Repeat("k", 196)},
 		{RunID: "run 7"},
-		{Retry: &RetryOf{InstanceID: 0, Attempt: 1}},
-		{Retry: &RetryOf{InstanceID: 1, Attempt: 0}},
+		{Retry: &schemas.RetryOf{InstanceID: 0, Attempt: 1}},
+		{Retry: &schemas.RetryOf{InstanceID: 1, Attempt: 0}},
 		{EventID: "e", IdempotencyKey: "k"},
 		{FiredAt: time.Date(1999, 12, 31, 0, 0, 0, 0, time.UTC)},
 		{EventID: "nul\x00"},
@@ -96,7 +98,7 @@ func TestTheFastPathAcceptsOnlyWhatTheSchemaAccepts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := parseCanonicalTriggerEvent(data); ok {
+		if _, ok := schemas.ParseCanonicalTriggerEvent(data); ok {
 			t.Errorf("the fast path accepts %s", data)
 		}
 		if _, err := ParseTriggerEvent(data); err == nil {

@@ -1,4 +1,4 @@
-package schemas
+package taskdef
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // TestSchemasMatchGoTypes walks each schema beside the Go type it mirrors:
@@ -23,18 +25,18 @@ func TestSchemasMatchGoTypes(t *testing.T) {
 		schema string
 		v      any
 	}{
-		{"task.schema.json", Task{}},
-		{"trigger.schema.json", TriggerEvent{}},
-		{"json/dispatch.schema.json", Dispatch{}},
-		{"json/report.schema.json", Report{}},
-		{"json/worker.schema.json", Worker{}},
-		{"json/lease.schema.json", Lease{}},
-		{"json/control.schema.json", Control{}},
-		{"json/fence_question.schema.json", FenceQuestion{}},
-		{"json/fence_answer.schema.json", FenceAnswer{}},
-		{"json/transition.schema.json", Transition{}},
-		{"json/instance.schema.json", Instance{}},
-		{"json/task_entry.schema.json", TaskEntry{}},
+		{"task.schema.json", schemas.Task{}},
+		{"trigger.schema.json", schemas.TriggerEvent{}},
+		{"json/dispatch.schema.json", schemas.Dispatch{}},
+		{"json/report.schema.json", schemas.Report{}},
+		{"json/worker.schema.json", schemas.Worker{}},
+		{"json/lease.schema.json", schemas.Lease{}},
+		{"json/control.schema.json", schemas.Control{}},
+		{"json/fence_question.schema.json", schemas.FenceQuestion{}},
+		{"json/fence_answer.schema.json", schemas.FenceAnswer{}},
+		{"json/transition.schema.json", schemas.Transition{}},
+		{"json/instance.schema.json", schemas.Instance{}},
+		{"json/task_entry.schema.json", schemas.TaskEntry{}},
 	} {
 		loc := schemaBaseURL + tc.schema + "#"
 		matchType(t, s.translator, loc, reflect.TypeOf(tc.v), tc.schema)
@@ -44,7 +46,7 @@ func TestSchemasMatchGoTypes(t *testing.T) {
 var (
 	timeType     = reflect.TypeFor[time.Time]()
 	rawType      = reflect.TypeFor[json.RawMessage]()
-	durationType = reflect.TypeFor[Duration]()
+	durationType = reflect.TypeFor[schemas.Duration]()
 )
 
 func matchType(t *testing.T, tr translator, loc string, typ reflect.Type, path string) {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/executor"
-	"github.com/ax-scheduler/ax/internal/devstack"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"

@@ -1,10 +1,12 @@
-package schemas
+package taskdef
 
 import (
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // TestPayloadSchemaBounds applies the schema that kept a core busy for
@@ -34,7 +36,7 @@ func TestPayloadSchemaBounds(t *testing.T) {
 		"5,000 nested items in YAML": "task_name: x\nexecution: {handler: h}\npayload_schema: " + nested(5000) + "\n",
 	} {
 		_, err := ParseTask([]byte(def))
-		var ve *ValidationError
+		var ve *schemas.ValidationError
 		if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Field != "payload_schema" {
 			t.Errorf("%s: %v, want one problem with payload_schema", name, err)
 			continue
@@ -71,7 +73,7 @@ func TestStrictInput(t *testing.T) {
 		{"a repeated key in YAML", "task_name: x\ntask_name: y\nexecution: {handler: h}\n", ""},
 	} {
 		_, err := ParseTask([]byte(c.def))
-		var ve *ValidationError
+		var ve *schemas.ValidationError
 		if !errors.As(err, &ve) || len(ve.Problems) == 0 || (c.field != "" && ve.Problems[0].Field != c.field) {
 			t.Errorf("%s: %v, want a problem with %s", c.name, err, c.field)
 		}
@@ -88,7 +90,7 @@ func TestStrictInput(t *testing.T) {
 		{"fired_at in year 1", `{"fired_at":"0001-01-02T00:00:00Z"}`, "fired_at"},
 	} {
 		_, err := ParseTriggerEvent([]byte(c.event))
-		var ve *ValidationError
+		var ve *schemas.ValidationError
 		if !errors.As(err, &ve) || len(ve.Problems) == 0 || ve.Problems[0].Field != c.field {
 			t.Errorf("%s: %v, want a problem with %s", c.name, err, c.field)
 		}

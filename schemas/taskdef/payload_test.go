@@ -1,10 +1,12 @@
-package schemas
+package taskdef
 
 import (
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 func TestValidatePayload(t *testing.T) {
@@ -71,7 +73,7 @@ func TestValidatePayload(t *testing.T) {
 func TestValidatePayloadBadSchema(t *testing.T) {
 	t.Parallel()
 	err := ValidatePayload(json.RawMessage(`{"type":`), json.RawMessage(`1`))
-	var verr *ValidationError
+	var verr *schemas.ValidationError
 	if err == nil || errors.As(err, &verr) {
 		t.Fatalf("ValidatePayload with a broken schema = %v, want a plain error", err)
 	}

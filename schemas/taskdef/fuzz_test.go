@@ -1,4 +1,4 @@
-package schemas
+package taskdef
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // FuzzParseTask feeds ParseTask arbitrary bytes. It must never panic; it
@@ -19,7 +21,7 @@ func FuzzParseTask(f *testing.F) {
 	for _, tc := range taskRejects {
 		f.Add([]byte(tc.in))
 	}
-	if hello, err := os.ReadFile("../examples/hello.yaml"); err == nil {
+	if hello, err := os.ReadFile("../../examples/hello.yaml"); err == nil {
 		f.Add(hello)
 	}
 	for _, seed := range taskFuzzSeeds {
@@ -28,7 +30,7 @@ func FuzzParseTask(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		task, err := ParseTask(data)
 		if err != nil {
-			var verr *ValidationError
+			var verr *schemas.ValidationError
 			if !errors.As(err, &verr) || len(verr.Problems) == 0 {
 				t.Fatalf("ParseTask error %v (%T) is not a *ValidationError with problems", err, err)
 			}
@@ -76,7 +78,7 @@ func FuzzParseTriggerEvent(f *testing.F) {
 		sameAsSchemaPath(t, data)
 		ev, err := ParseTriggerEvent(data)
 		if err != nil {
-			var verr *ValidationError
+			var verr *schemas.ValidationError
 			if !errors.As(err, &verr) || len(verr.Problems) == 0 {
 				t.Fatalf("ParseTriggerEvent error %v (%T) is not a *ValidationError with problems", err, err)
 			}

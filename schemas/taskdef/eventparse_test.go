@@ -1,4 +1,4 @@
-package schemas
+package taskdef
 
 import (
 	"encoding/json"
@@ -6,16 +6,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 var triggerAccepts = []struct {
 	name string
 	in   string
-	want TriggerEvent
+	want schemas.TriggerEvent
 }{
-	{"empty body", "", TriggerEvent{}},
-	{"blank body", " \r\n", TriggerEvent{}},
-	{"empty object", "{}", TriggerEvent{}},
+	{"empty body", "", schemas.TriggerEvent{}},
+	{"blank body", " \r\n", schemas.TriggerEvent{}},
+	{"empty object", "{}", schemas.TriggerEvent{}},
 	{"full", `{
 		"event_id": "order-42",
 		"task": "ship-order",
@@ -26,25 +28,25 @@ var triggerAccepts = []struct {
 		"priority": "urgent",
 		"fired_at": "2024-05-01T12:00:00.5Z",
 		"retry": {"instance_id": 7, "attempt": 2}
-	}`, TriggerEvent{
-		EventID: "order-42", Task: "ship-order", Source: SourceManual, Operator: "alice@example.com",
-		Payload: json.RawMessage(`{"order": 42}`), PayloadVersion: 2, Priority: PriorityUrgent,
-		FiredAt: time.Date(2024, 5, 1, 12, 0, 0, 5e8, time.UTC), Retry: &RetryOf{InstanceID: 7, Attempt: 2},
+	}`, schemas.TriggerEvent{
+		EventID: "order-42", Task: "ship-order", Source: schemas.SourceManual, Operator: "alice@example.com",
+		Payload: json.RawMessage(`{"order": 42}`), PayloadVersion: 2, Priority: schemas.PriorityUrgent,
+		FiredAt: time.Date(2024, 5, 1, 12, 0, 0, 5e8, time.UTC), Retry: &schemas.RetryOf{InstanceID: 7, Attempt: 2},
 	}},
-	{"payload string", `{"payload":"hello"}`, TriggerEvent{Payload: json.RawMessage(`"hello"`)}},
-	{"payload null", `{"payload":null}`, TriggerEvent{Payload: json.RawMessage(`null`)}},
-	{"source event", `{"source":"event"}`, TriggerEvent{Source: SourceEvent}},
-	{"source retry", `{"source":"retry"}`, TriggerEvent{Source: SourceRetry}},
-	{"priority low", `{"priority":"low"}`, TriggerEvent{Priority: PriorityLow}},
-	{"event_id 200 chars", `{"event_id":"` + strings.Repeat("e", 200) + `"}`, TriggerEvent{EventID: strings.Repeat("e", 200)}},
-	{"event_id with punctuation", `{"event_id":"cron:nightly@2024-05-01T00:00:00Z"}`, TriggerEvent{EventID: "cron:nightly@2024-05-01T00:00:00Z"}},
-	{"fired_at with offset", `{"fired_at":"2024-05-01T14:00:00+02:00"}`, TriggerEvent{FiredAt: time.Date(2024, 5, 1, 14, 0, 0, 0, time.FixedZone("", 2*3600))}},
+	{"payload string", `{"payload":"hello"}`, schemas.TriggerEvent{Payload: json.RawMessage(`"hello"`)}},
+	{"payload null", `{"payload":null}`, schemas.TriggerEvent{Payload: json.RawMessage(`null`)}},
+	{"source event", `{"source":"event"}`, schemas.TriggerEvent{Source: schemas.SourceEvent}},
+	{"source retry", `{"source":"retry"}`, schemas.TriggerEvent{Source: schemas.SourceRetry}},
+	{"priority low", `{"priority":"low"}`, schemas.TriggerEvent{Priority: schemas.PriorityLow}},
+	{"event_id 200 chars", `{"event_id":"` + strings.Repeat("e", 200) + `"}`, schemas.TriggerEvent{EventID: strings.Repeat("e", 200)}},
+	{"event_id with punctuation", `{"event_id":"cron:nightly@2024-05-01T00:00:00Z"}`, schemas.TriggerEvent{EventID: "cron:nightly@2024-05-01T00:00:00Z"}},
+	{"fired_at with offset", `{"fired_at":"2024-05-01T14:00:00+02:00"}`, schemas.TriggerEvent{FiredAt: time.Date(2024, 5, 1, 14, 0, 0, 0, time.FixedZone("", 2*3600))}},
 	{"delayed by key", `{"idempotency_key":"order-42","delay":"1h30m","payload":{"order":42}}`,
-		TriggerEvent{IdempotencyKey: "order-42", Delay: "1h30m", Payload: json.RawMessage(`{"order":42}`)}},
-	{"delay fractions", `{"delay":"1.5s"}`, TriggerEvent{Delay: "1.5s"}},
-	{"delay zero", `{"delay":"0"}`, TriggerEvent{Delay: "0"}},
+		schemas.TriggerEvent{IdempotencyKey: "order-42", Delay: "1h30m", Payload: json.RawMessage(`{"order":42}`)}},
+	{"delay fractions", `{"delay":"1.5s"}`, schemas.TriggerEvent{Delay: "1.5s"}},
+	{"delay zero", `{"delay":"0"}`, schemas.TriggerEvent{Delay: "0"}},
 	{"run_at", `{"run_at":"2024-05-01T12:00:00.25Z","reason":"rerun of instance 7"}`,
-		TriggerEvent{RunAt: time.Date(2024, 5, 1, 12, 0, 0, 25e7, time.UTC), Reason: "rerun of instance 7"}},
+		schemas.TriggerEvent{RunAt: time.Date(2024, 5, 1, 12, 0, 0, 25e7, time.UTC), Reason: "rerun of instance 7"}},
 }
 
 func TestParseTriggerEventAccepts(t *testing.T) {

@@ -1,4 +1,4 @@
-package schemas
+package taskdef
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // Bounds of a task's payload_schema. Compiling a schema and checking the
@@ -39,7 +41,7 @@ func hasRefCycle(err error) bool {
 
 // ValidatePayload checks payload against a task's payload_schema. An empty
 // (or null) schema accepts everything; an empty payload is checked as JSON
-// null. A payload that does not satisfy the schema is a *[ValidationError]
+// null. A payload that does not satisfy the schema is a *[schemas.ValidationError]
 // whose fields are paths inside the payload ("payload.order.id"); a schema
 // that does not compile (ParseTask rejects those) is a plain error. Formats
 // ("date-time", "email", …) are asserted, and a $ref may only point inside
@@ -59,7 +61,7 @@ func ValidatePayload(schema, payload json.RawMessage) error {
 	doc, problem := decodeJSON(payload)
 	if problem != nil {
 		problem.Field = strings.TrimSuffix("payload."+problem.Field, ".")
-		return newValidationError(what, []Problem{*problem})
+		return newValidationError(what, []schemas.Problem{*problem})
 	}
 	if err := sch.Validate(doc); err != nil {
 		t := translator{docs: map[string]any{payloadSchemaURL: sch.doc}}
@@ -109,16 +111,16 @@ func (c *payloadCache) get(schema []byte) (compiledPayload, error) {
 // payloadSchemaBounds refuses a payload_schema deeper than
 // MaxPayloadSchemaDepth or larger than MaxPayloadSchemaBytes. It takes
 // time linear in the schema's size.
-func payloadSchemaBounds(schema any) *Problem {
+func payloadSchemaBounds(schema any) *schemas.Problem {
 	if schema == nil {
 		return nil
 	}
 	if jsonDepth(schema, 0) > MaxPayloadSchemaDepth {
-		return &Problem{"payload_schema", fmt.Sprintf("nests objects and arrays more than %d deep; flatten it, or move repeated parts under $defs and $ref them", MaxPayloadSchemaDepth)}
+		return &schemas.Problem{Field: "payload_schema", Message: fmt.Sprintf("nests objects and arrays more than %d deep; flatten it, or move repeated parts under $defs and $ref them", MaxPayloadSchemaDepth)}
 	}
 	b, err := json.Marshal(schema)
 	if err == nil && len(b) > MaxPayloadSchemaBytes {
-		return &Problem{"payload_schema", fmt.Sprintf("is %d bytes long; keep it to %d (64 KiB), e.g. by checking the details in the handler", len(b), MaxPayloadSchemaBytes)}
+		return &schemas.Problem{Field: "payload_schema", Message: fmt.Sprintf("is %d bytes long; keep it to %d (64 KiB), e.g. by checking the details in the handler", len(b), MaxPayloadSchemaBytes)}
 	}
 	return nil
 }
@@ -162,7 +164,7 @@ func compilePayloadSchema(schema []byte) (compiledPayload, error) {
 }
 
 // payloadSchemaProblems explains why payload_schema (schema) does not compile.
-func payloadSchemaProblems(err error, schema []byte) []Problem {
+func payloadSchemaProblems(err error, schema []byte) []schemas.Problem {
 	const field = "payload_schema"
 	var (
 		verr *jsonschema.SchemaValidationError
@@ -183,12 +185,12 @@ func payloadSchemaProblems(err error, schema []byte) []Problem {
 			return problems
 		}
 	case errors.As(err, &rerr):
-		return []Problem{{field, fmt.Sprintf("has a pattern %q that is not a valid regular expression; use RE2 syntax (no look-around, no back-references)", rerr.Regex)}}
+		return []schemas.Problem{{Field: field, Message: fmt.Sprintf("has a pattern %q that is not a valid regular expression; use RE2 syntax (no look-around, no back-references)", rerr.Regex)}}
 	case errors.As(err, &perr):
 		ref := strings.TrimPrefix(perr.URL, payloadSchemaURL)
-		return []Problem{{field, fmt.Sprintf("has a $ref to %q, which payload_schema does not define; add it under $defs or fix the $ref", ref)}}
+		return []schemas.Problem{{Field: field, Message: fmt.Sprintf("has a $ref to %q, which payload_schema does not define; add it under $defs or fix the $ref", ref)}}
 	case errors.As(err, &lerr):
-		return []Problem{{field, fmt.Sprintf("refers to %s, which AX does not load; keep every $ref inside payload_schema (e.g. \"#/$defs/order\") and leave $schema out or name a standard draft", lerr.URL)}}
+		return []schemas.Problem{{Field: field, Message: fmt.Sprintf("refers to %s, which AX does not load; keep every $ref inside payload_schema (e.g. \"#/$defs/order\") and leave $schema out or name a standard draft", lerr.URL)}}
 	}
-	return []Problem{{field, "is not a valid JSON Schema: " + err.Error()}}
+	return []schemas.Problem{{Field: field, Message: "is not a valid JSON Schema: " + err.Error()}}
 }

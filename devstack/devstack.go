@@ -9,8 +9,10 @@
 // while it waits; [Stack.Stop] stops them in the reverse order. The NATS
 // server and PostgreSQL are the caller's.
 //
-// It is the one package under internal/ that imports the services
-// (internal/layout holds the import graph to that).
+// It is the one package besides cmd/ax that imports every service, and
+// sits beside them, not under internal/: internal/ holds leaves only, so
+// the services share one layer (internal/layout holds the import graph to
+// that).
 package devstack
 
 import (

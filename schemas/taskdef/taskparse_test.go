@@ -1,4 +1,4 @@
-package schemas
+package taskdef
 
 import (
 	"encoding/json"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // The tests build task definitions from a minimal valid one.
@@ -38,12 +40,12 @@ func retry(fields string) string { return exec(`"retry":{` + fields + `}`) }
 func ptr[T any](v T) *T { return &v }
 
 // minimal is the task that root("") parses to.
-func minimal() *Task {
-	return &Task{TaskName: "demo", Execution: Execution{Handler: "builtin.echo"}}
+func minimal() *schemas.Task {
+	return &schemas.Task{TaskName: "demo", Execution: schemas.Execution{Handler: "builtin.echo"}}
 }
 
 // with returns minimal() changed by f.
-func with(f func(*Task)) *Task {
+func with(f func(*schemas.Task)) *schemas.Task {
 	t := minimal()
 	f(t)
 	return t
@@ -52,96 +54,96 @@ func with(f func(*Task)) *Task {
 var taskAccepts = []struct {
 	name string
 	in   string
-	want *Task
+	want *schemas.Task
 }{
 	{"minimal json", root(""), minimal()},
 	{"minimal yaml", "task_name: demo\nexecution:\n  handler: builtin.echo\n", minimal()},
 	{"json after spaces", "\n\t  " + root(""), minimal()},
 	{"retention in days, archived", "task_name: demo\nexecution: {handler: builtin.echo}\nretention: 90d\narchive: true\n",
-		with(func(t *Task) { t.Retention, t.Archive = "90d", new(true) })},
-	{"retention as a duration", root(`"retention":"36h"`), with(func(t *Task) { t.Retention = "36h" })},
+		with(func(t *schemas.Task) { t.Retention, t.Archive = "90d", new(true) })},
+	{"retention as a duration", root(`"retention":"36h"`), with(func(t *schemas.Task) { t.Retention = "36h" })},
 	{"yaml flow style", "task_name: demo\nexecution: {handler: builtin.echo}\n", minimal()},
 	{"yaml with comments", "# a task\ntask_name: demo # its name\nexecution:\n  handler: builtin.echo\n", minimal()},
-	{"task_name one char", `{"task_name":"a","execution":{"handler":"h"}}`, &Task{TaskName: "a", Execution: Execution{Handler: "h"}}},
-	{"task_name digits, _ and -", `{"task_name":"0-a_b","execution":{"handler":"h"}}`, &Task{TaskName: "0-a_b", Execution: Execution{Handler: "h"}}},
-	{"task_name 64 chars", `{"task_name":"` + strings.Repeat("a", 64) + `","execution":{"handler":"h"}}`, &Task{TaskName: strings.Repeat("a", 64), Execution: Execution{Handler: "h"}}},
-	{"task_type", root(`"task_type":"report"`), with(func(t *Task) { t.TaskType = "report" })},
-	{"owner", root(`"owner":"Data Team <data@example.com>"`), with(func(t *Task) { t.Owner = "Data Team <data@example.com>" })},
-	{"description", root(`"description":"Builds the daily report."`), with(func(t *Task) { t.Description = "Builds the daily report." })},
-	{"triggers", root(`"triggers":[{"type":"event"},{"type":"manual"}]`), with(func(t *Task) {
-		t.Triggers = []Trigger{{Type: TriggerTypeEvent}, {Type: TriggerTypeManual}}
+	{"task_name one char", `{"task_name":"a","execution":{"handler":"h"}}`, &schemas.Task{TaskName: "a", Execution: schemas.Execution{Handler: "h"}}},
+	{"task_name digits, _ and -", `{"task_name":"0-a_b","execution":{"handler":"h"}}`, &schemas.Task{TaskName: "0-a_b", Execution: schemas.Execution{Handler: "h"}}},
+	{"task_name 64 chars", `{"task_name":"` + strings.Repeat("a", 64) + `","execution":{"handler":"h"}}`, &schemas.Task{TaskName: strings.Repeat("a", 64), Execution: schemas.Execution{Handler: "h"}}},
+	{"task_type", root(`"task_type":"report"`), with(func(t *schemas.Task) { t.TaskType = "report" })},
+	{"owner", root(`"owner":"Data Team <data@example.com>"`), with(func(t *schemas.Task) { t.Owner = "Data Team <data@example.com>" })},
+	{"description", root(`"description":"Builds the daily report."`), with(func(t *schemas.Task) { t.Description = "Builds the daily report." })},
+	{"triggers", root(`"triggers":[{"type":"event"},{"type":"manual"}]`), with(func(t *schemas.Task) {
+		t.Triggers = []schemas.Trigger{{Type: schemas.TriggerTypeEvent}, {Type: schemas.TriggerTypeManual}}
 	})},
 	{"empty triggers", root(`"triggers":[]`), minimal()},
-	{"handler with dots and dashes", handlerTask(`"handler":"Billing.invoice-v2_x"`), &Task{TaskName: "demo", Execution: Execution{Handler: "Billing.invoice-v2_x"}}},
-	{"handler 128 chars", handlerTask(`"handler":"` + strings.Repeat("h", 128) + `"`), &Task{TaskName: "demo", Execution: Execution{Handler: strings.Repeat("h", 128)}}},
-	{"timeout 90s", exec(`"timeout":"90s"`), with(func(t *Task) { t.Execution.Timeout = "90s" })},
-	{"timeout 1h30m", exec(`"timeout":"1h30m"`), with(func(t *Task) { t.Execution.Timeout = "1h30m" })},
-	{"timeout fractional", exec(`"timeout":"1.5h"`), with(func(t *Task) { t.Execution.Timeout = "1.5h" })},
-	{"timeout 7 days", exec(`"timeout":"168h"`), with(func(t *Task) { t.Execution.Timeout = "168h" })},
-	{"timeout 500ms", exec(`"timeout":"500ms"`), with(func(t *Task) { t.Execution.Timeout = "500ms" })},
-	{"timeout seconds", exec(`"timeout":1800`), with(func(t *Task) { t.Execution.Timeout = "1800s" })},
-	{"timeout fractional seconds", exec(`"timeout":0.5`), with(func(t *Task) { t.Execution.Timeout = "0.5s" })},
-	{"timeout seconds exponent", exec(`"timeout":1e3`), with(func(t *Task) { t.Execution.Timeout = "1000s" })},
-	{"timeout 7 days of seconds", exec(`"timeout":604800`), with(func(t *Task) { t.Execution.Timeout = "604800s" })},
-	{"timeout seconds yaml", "task_name: demo\nexecution:\n  handler: builtin.echo\n  timeout: 1800\n", with(func(t *Task) { t.Execution.Timeout = "1800s" })},
-	{"cron as the schedule's name", root(`"triggers":[{"type":"cron","cron":"0 2 * * *","timezone":"Asia/Shanghai"}]`), with(func(t *Task) {
-		t.Triggers = []Trigger{{Type: TriggerTypeCron, Schedule: "0 2 * * *", Timezone: "Asia/Shanghai"}}
+	{"handler with dots and dashes", handlerTask(`"handler":"Billing.invoice-v2_x"`), &schemas.Task{TaskName: "demo", Execution: schemas.Execution{Handler: "Billing.invoice-v2_x"}}},
+	{"handler 128 chars", handlerTask(`"handler":"` + strings.Repeat("h", 128) + `"`), &schemas.Task{TaskName: "demo", Execution: schemas.Execution{Handler: strings.Repeat("h", 128)}}},
+	{"timeout 90s", exec(`"timeout":"90s"`), with(func(t *schemas.Task) { t.Execution.Timeout = "90s" })},
+	{"timeout 1h30m", exec(`"timeout":"1h30m"`), with(func(t *schemas.Task) { t.Execution.Timeout = "1h30m" })},
+	{"timeout fractional", exec(`"timeout":"1.5h"`), with(func(t *schemas.Task) { t.Execution.Timeout = "1.5h" })},
+	{"timeout 7 days", exec(`"timeout":"168h"`), with(func(t *schemas.Task) { t.Execution.Timeout = "168h" })},
+	{"timeout 500ms", exec(`"timeout":"500ms"`), with(func(t *schemas.Task) { t.Execution.Timeout = "500ms" })},
+	{"timeout seconds", exec(`"timeout":1800`), with(func(t *schemas.Task) { t.Execution.Timeout = "1800s" })},
+	{"timeout fractional seconds", exec(`"timeout":0.5`), with(func(t *schemas.Task) { t.Execution.Timeout = "0.5s" })},
+	{"timeout seconds exponent", exec(`"timeout":1e3`), with(func(t *schemas.Task) { t.Execution.Timeout = "1000s" })},
+	{"timeout 7 days of seconds", exec(`"timeout":604800`), with(func(t *schemas.Task) { t.Execution.Timeout = "604800s" })},
+	{"timeout seconds yaml", "task_name: demo\nexecution:\n  handler: builtin.echo\n  timeout: 1800\n", with(func(t *schemas.Task) { t.Execution.Timeout = "1800s" })},
+	{"cron as the schedule's name", root(`"triggers":[{"type":"cron","cron":"0 2 * * *","timezone":"Asia/Shanghai"}]`), with(func(t *schemas.Task) {
+		t.Triggers = []schemas.Trigger{{Type: schemas.TriggerTypeCron, Schedule: "0 2 * * *", Timezone: "Asia/Shanghai"}}
 	})},
-	{"cron and schedule in two triggers", root(`"triggers":[{"type":"cron","schedule":"@daily"},{"type":"cron","cron":"@hourly","misfire":"catch_up","max_catch_up":3}]`), with(func(t *Task) {
-		t.Triggers = []Trigger{{Type: TriggerTypeCron, Schedule: "@daily"}, {Type: TriggerTypeCron, Schedule: "@hourly", Misfire: MisfireCatchUp, MaxCatchUp: 3}}
+	{"cron and schedule in two triggers", root(`"triggers":[{"type":"cron","schedule":"@daily"},{"type":"cron","cron":"@hourly","misfire":"catch_up","max_catch_up":3}]`), with(func(t *schemas.Task) {
+		t.Triggers = []schemas.Trigger{{Type: schemas.TriggerTypeCron, Schedule: "@daily"}, {Type: schemas.TriggerTypeCron, Schedule: "@hourly", Misfire: schemas.MisfireCatchUp, MaxCatchUp: 3}}
 	})},
-	{"cron yaml", "task_name: demo\nexecution: {handler: builtin.echo}\ntriggers:\n  - {type: cron, cron: \"*/10 * * * * *\"}\n", with(func(t *Task) {
-		t.Triggers = []Trigger{{Type: TriggerTypeCron, Schedule: "*/10 * * * * *"}}
+	{"cron yaml", "task_name: demo\nexecution: {handler: builtin.echo}\ntriggers:\n  - {type: cron, cron: \"*/10 * * * * *\"}\n", with(func(t *schemas.Task) {
+		t.Triggers = []schemas.Trigger{{Type: schemas.TriggerTypeCron, Schedule: "*/10 * * * * *"}}
 	})},
-	{"retry full", retry(`"max_attempts":5,"backoff":"exp","initial_interval_sec":0.5,"max_interval_sec":60`), with(func(t *Task) {
-		t.Execution.Retry = Retry{MaxAttempts: 5, Backoff: BackoffExponential, InitialIntervalSec: ptr(0.5), MaxIntervalSec: ptr(60.0)}
+	{"retry full", retry(`"max_attempts":5,"backoff":"exp","initial_interval_sec":0.5,"max_interval_sec":60`), with(func(t *schemas.Task) {
+		t.Execution.Retry = schemas.Retry{MaxAttempts: 5, Backoff: schemas.BackoffExponential, InitialIntervalSec: ptr(0.5), MaxIntervalSec: ptr(60.0)}
 	})},
-	{"retry linear", retry(`"backoff":"linear"`), with(func(t *Task) { t.Execution.Retry.Backoff = BackoffLinear })},
-	{"retry fixed", retry(`"backoff":"fixed"`), with(func(t *Task) { t.Execution.Retry.Backoff = BackoffFixed })},
-	{"retry 100 attempts", retry(`"max_attempts":100`), with(func(t *Task) { t.Execution.Retry.MaxAttempts = 100 })},
-	{"retry at once", retry(`"initial_interval_sec":0`), with(func(t *Task) { t.Execution.Retry.InitialIntervalSec = ptr(0.0) })},
-	{"retry max equals initial", retry(`"initial_interval_sec":5,"max_interval_sec":5`), with(func(t *Task) {
+	{"retry linear", retry(`"backoff":"linear"`), with(func(t *schemas.Task) { t.Execution.Retry.Backoff = schemas.BackoffLinear })},
+	{"retry fixed", retry(`"backoff":"fixed"`), with(func(t *schemas.Task) { t.Execution.Retry.Backoff = schemas.BackoffFixed })},
+	{"retry 100 attempts", retry(`"max_attempts":100`), with(func(t *schemas.Task) { t.Execution.Retry.MaxAttempts = 100 })},
+	{"retry at once", retry(`"initial_interval_sec":0`), with(func(t *schemas.Task) { t.Execution.Retry.InitialIntervalSec = ptr(0.0) })},
+	{"retry max equals initial", retry(`"initial_interval_sec":5,"max_interval_sec":5`), with(func(t *schemas.Task) {
 		t.Execution.Retry.InitialIntervalSec, t.Execution.Retry.MaxIntervalSec = ptr(5.0), ptr(5.0)
 	})},
 	{"retry empty", retry(``), minimal()},
-	{"concurrency", root(`"concurrency":{"max_running_instances":2,"blocking_strategy":"buffer_one"}`), with(func(t *Task) {
-		t.Concurrency = Concurrency{MaxRunningInstances: 2, BlockingStrategy: BlockBufferOne}
+	{"concurrency", root(`"concurrency":{"max_running_instances":2,"blocking_strategy":"buffer_one"}`), with(func(t *schemas.Task) {
+		t.Concurrency = schemas.Concurrency{MaxRunningInstances: 2, BlockingStrategy: schemas.BlockBufferOne}
 	})},
-	{"concurrency no limit", root(`"concurrency":{"max_running_instances":0,"blocking_strategy":"discard"}`), with(func(t *Task) {
-		t.Concurrency.BlockingStrategy = BlockDiscard
+	{"concurrency no limit", root(`"concurrency":{"max_running_instances":0,"blocking_strategy":"discard"}`), with(func(t *schemas.Task) {
+		t.Concurrency.BlockingStrategy = schemas.BlockDiscard
 	})},
-	{"concurrency cancel_other", root(`"concurrency":{"blocking_strategy":"cancel_other"}`), with(func(t *Task) { t.Concurrency.BlockingStrategy = BlockCancelOther })},
-	{"concurrency serial", root(`"concurrency":{"blocking_strategy":"serial"}`), with(func(t *Task) { t.Concurrency.BlockingStrategy = BlockSerial })},
-	{"dispatch", root(`"dispatch":{"strategy":"pull","tags":["gpu","eu-west_1"]}`), with(func(t *Task) {
-		t.Dispatch = DispatchPolicy{Strategy: DispatchPull, Tags: []string{"gpu", "eu-west_1"}}
+	{"concurrency cancel_other", root(`"concurrency":{"blocking_strategy":"cancel_other"}`), with(func(t *schemas.Task) { t.Concurrency.BlockingStrategy = schemas.BlockCancelOther })},
+	{"concurrency serial", root(`"concurrency":{"blocking_strategy":"serial"}`), with(func(t *schemas.Task) { t.Concurrency.BlockingStrategy = schemas.BlockSerial })},
+	{"dispatch", root(`"dispatch":{"strategy":"pull","tags":["gpu","eu-west_1"]}`), with(func(t *schemas.Task) {
+		t.Dispatch = schemas.DispatchPolicy{Strategy: schemas.DispatchPull, Tags: []string{"gpu", "eu-west_1"}}
 	})},
-	{"dispatch eight tags", root(`"dispatch":{"tags":["a","b","c","d","e","f","g","h"]}`), with(func(t *Task) {
+	{"dispatch eight tags", root(`"dispatch":{"tags":["a","b","c","d","e","f","g","h"]}`), with(func(t *schemas.Task) {
 		t.Dispatch.Tags = []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	})},
-	{"dispatch tag 32 chars", root(`"dispatch":{"tags":["` + strings.Repeat("t", 32) + `"]}`), with(func(t *Task) { t.Dispatch.Tags = []string{strings.Repeat("t", 32)} })},
-	{"dispatch tag containing worker", root(`"dispatch":{"tags":["workers"]}`), with(func(t *Task) { t.Dispatch.Tags = []string{"workers"} })},
+	{"dispatch tag 32 chars", root(`"dispatch":{"tags":["` + strings.Repeat("t", 32) + `"]}`), with(func(t *schemas.Task) { t.Dispatch.Tags = []string{strings.Repeat("t", 32)} })},
+	{"dispatch tag containing worker", root(`"dispatch":{"tags":["workers"]}`), with(func(t *schemas.Task) { t.Dispatch.Tags = []string{"workers"} })},
 	{"dispatch empty tags", root(`"dispatch":{"tags":[]}`), minimal()},
-	{"dispatch hash", root(`"dispatch":{"strategy":"hash","hash_key":"{{.customer}}"}`), with(func(t *Task) {
-		t.Dispatch.Strategy, t.Dispatch.HashKey = DispatchHash, "{{.customer}}"
+	{"dispatch hash", root(`"dispatch":{"strategy":"hash","hash_key":"{{.customer}}"}`), with(func(t *schemas.Task) {
+		t.Dispatch.Strategy, t.Dispatch.HashKey = schemas.DispatchHash, "{{.customer}}"
 	})},
-	{"dispatch worker", root(`"dispatch":{"strategy":"worker","worker":"box-1"}`), with(func(t *Task) {
-		t.Dispatch.Strategy, t.Dispatch.Worker = DispatchWorker, "box-1"
+	{"dispatch worker", root(`"dispatch":{"strategy":"worker","worker":"box-1"}`), with(func(t *schemas.Task) {
+		t.Dispatch.Strategy, t.Dispatch.Worker = schemas.DispatchWorker, "box-1"
 	})},
-	{"priority urgent", root(`"priority":"urgent"`), with(func(t *Task) { t.Priority = PriorityUrgent })},
-	{"priority low", root(`"priority":"low"`), with(func(t *Task) { t.Priority = PriorityLow })},
-	{"min_worker_version", root(`"min_worker_version":"1.4.0"`), with(func(t *Task) { t.MinWorkerVersion = "1.4.0" })},
-	{"min_worker_version prerelease", root(`"min_worker_version":"2.0.0-rc.1"`), with(func(t *Task) { t.MinWorkerVersion = "2.0.0-rc.1" })},
-	{"schema_version", root(`"schema_version":3`), with(func(t *Task) { t.SchemaVersion = 3 })},
-	{"payload_schema compacted", root(`"payload_schema": { "type": "object",  "required": ["id"] }`), with(func(t *Task) {
+	{"priority urgent", root(`"priority":"urgent"`), with(func(t *schemas.Task) { t.Priority = schemas.PriorityUrgent })},
+	{"priority low", root(`"priority":"low"`), with(func(t *schemas.Task) { t.Priority = schemas.PriorityLow })},
+	{"min_worker_version", root(`"min_worker_version":"1.4.0"`), with(func(t *schemas.Task) { t.MinWorkerVersion = "1.4.0" })},
+	{"min_worker_version prerelease", root(`"min_worker_version":"2.0.0-rc.1"`), with(func(t *schemas.Task) { t.MinWorkerVersion = "2.0.0-rc.1" })},
+	{"schema_version", root(`"schema_version":3`), with(func(t *schemas.Task) { t.SchemaVersion = 3 })},
+	{"payload_schema compacted", root(`"payload_schema": { "type": "object",  "required": ["id"] }`), with(func(t *schemas.Task) {
 		t.PayloadSchema = json.RawMessage(`{"type":"object","required":["id"]}`)
 	})},
-	{"payload_schema draft-07", root(`"payload_schema":{"$schema":"http://json-schema.org/draft-07/schema#","type":"string"}`), with(func(t *Task) {
+	{"payload_schema draft-07", root(`"payload_schema":{"$schema":"http://json-schema.org/draft-07/schema#","type":"string"}`), with(func(t *schemas.Task) {
 		t.PayloadSchema = json.RawMessage(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"string"}`)
 	})},
-	{"payload_schema local ref", root(`"payload_schema":{"$ref":"#/$defs/id","$defs":{"id":{"type":"integer"}}}`), with(func(t *Task) {
+	{"payload_schema local ref", root(`"payload_schema":{"$ref":"#/$defs/id","$defs":{"id":{"type":"integer"}}}`), with(func(t *schemas.Task) {
 		t.PayloadSchema = json.RawMessage(`{"$ref":"#/$defs/id","$defs":{"id":{"type":"integer"}}}`)
 	})},
-	{"payload_schema yaml", "task_name: demo\nexecution: {handler: builtin.echo}\npayload_schema:\n  type: object\n  properties:\n    id: {type: integer}\n", with(func(t *Task) {
+	{"payload_schema yaml", "task_name: demo\nexecution: {handler: builtin.echo}\npayload_schema:\n  type: object\n  properties:\n    id: {type: integer}\n", with(func(t *schemas.Task) {
 		t.PayloadSchema = json.RawMessage(`{"properties":{"id":{"type":"integer"}},"type":"object"}`)
 	})},
 	{"yaml everything", `
@@ -160,14 +162,14 @@ dispatch: {strategy: pull, tags: [eu, gpu]}
 priority: urgent
 min_worker_version: "1.2.0"
 schema_version: 2
-`, &Task{
+`, &schemas.Task{
 		TaskName: "nightly-report", TaskType: "report", Owner: "data-team", Description: "Builds the nightly report.",
-		Triggers: []Trigger{{Type: TriggerTypeEvent}},
-		Execution: Execution{Handler: "reports.nightly", Timeout: "10m", Retry: Retry{
-			MaxAttempts: 3, Backoff: BackoffExponential, InitialIntervalSec: ptr(10.0), MaxIntervalSec: ptr(600.0)}},
-		Concurrency:      Concurrency{MaxRunningInstances: 1, BlockingStrategy: BlockDiscard},
-		Dispatch:         DispatchPolicy{Strategy: DispatchPull, Tags: []string{"eu", "gpu"}},
-		Priority:         PriorityUrgent,
+		Triggers: []schemas.Trigger{{Type: schemas.TriggerTypeEvent}},
+		Execution: schemas.Execution{Handler: "reports.nightly", Timeout: "10m", Retry: schemas.Retry{
+			MaxAttempts: 3, Backoff: schemas.BackoffExponential, InitialIntervalSec: ptr(10.0), MaxIntervalSec: ptr(600.0)}},
+		Concurrency:      schemas.Concurrency{MaxRunningInstances: 1, BlockingStrategy: schemas.BlockDiscard},
+		Dispatch:         schemas.DispatchPolicy{Strategy: schemas.DispatchPull, Tags: []string{"eu", "gpu"}},
+		Priority:         schemas.PriorityUrgent,
 		MinWorkerVersion: "1.2.0",
 		SchemaVersion:    2,
 	}},
@@ -390,13 +392,13 @@ func TestParseTaskReportsEveryProblem(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("ParseTask error = %v, want %s", err, want)
 	}
-	var verr *ValidationError
+	var verr *schemas.ValidationError
 	if !errors.As(err, &verr) {
 		t.Fatalf("error %T is not a *ValidationError", err)
 	}
-	wantProblems := []Problem{
-		{"execution.handler", "is required"},
-		{"priority", "must be one of urgent, normal, low"},
+	wantProblems := []schemas.Problem{
+		{Field: "execution.handler", Message: "is required"},
+		{Field: "priority", Message: "must be one of urgent, normal, low"},
 	}
 	if !slices.Equal(verr.Problems, wantProblems) {
 		t.Errorf("Problems = %q, want %q", verr.Problems, wantProblems)
@@ -491,7 +493,7 @@ func TestParseTaskConcurrently(t *testing.T) {
 
 func TestExampleHello(t *testing.T) {
 	t.Parallel()
-	data, err := os.ReadFile("../examples/hello.yaml")
+	data, err := os.ReadFile("../../examples/hello.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +506,7 @@ func TestExampleHello(t *testing.T) {
 		t.Errorf("task %q runs %q, want hello running builtin.echo", d.TaskName, d.Execution.Handler)
 	}
 	r := d.Execution.Retry
-	if r.MaxAttempts != 3 || r.Backoff != BackoffFixed || r.Initial() != time.Second {
+	if r.MaxAttempts != 3 || r.Backoff != schemas.BackoffFixed || r.Initial() != time.Second {
 		t.Errorf("retry = %d attempts, %s backoff, %v initial; want 3, fixed, 1s", r.MaxAttempts, r.Backoff, r.Initial())
 	}
 	if err := ValidatePayload(d.PayloadSchema, json.RawMessage(`{"name":"world"}`)); err != nil {
@@ -515,31 +517,31 @@ func TestExampleHello(t *testing.T) {
 func TestWithDefaults(t *testing.T) {
 	t.Parallel()
 	got := minimal().WithDefaults()
-	want := &Task{
+	want := &schemas.Task{
 		TaskName: "demo",
-		Execution: Execution{Handler: "builtin.echo", Timeout: "1h", Retry: Retry{
-			MaxAttempts: 1, Backoff: BackoffFixed, InitialIntervalSec: ptr(30.0), MaxIntervalSec: ptr(1800.0),
+		Execution: schemas.Execution{Handler: "builtin.echo", Timeout: "1h", Retry: schemas.Retry{
+			MaxAttempts: 1, Backoff: schemas.BackoffFixed, InitialIntervalSec: ptr(30.0), MaxIntervalSec: ptr(1800.0),
 		}},
-		Concurrency:   Concurrency{BlockingStrategy: BlockSerial},
-		Dispatch:      DispatchPolicy{Strategy: DispatchPull},
-		Priority:      PriorityNormal,
+		Concurrency:   schemas.Concurrency{BlockingStrategy: schemas.BlockSerial},
+		Dispatch:      schemas.DispatchPolicy{Strategy: schemas.DispatchPull},
+		Priority:      schemas.PriorityNormal,
 		SchemaVersion: 1,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("WithDefaults =\n%+v\nwant\n%+v", got, want)
 	}
-	if d, err := time.ParseDuration(string(got.Execution.Timeout)); err != nil || d != DefaultTimeout {
+	if d, err := time.ParseDuration(string(got.Execution.Timeout)); err != nil || d != schemas.DefaultTimeout {
 		t.Errorf("default timeout %q is not DefaultTimeout", got.Execution.Timeout)
 	}
 
 	// Set values stay, and the copy shares nothing with the original.
-	orig := &Task{
+	orig := &schemas.Task{
 		TaskName:    "demo",
-		Triggers:    []Trigger{{Type: TriggerTypeEvent}},
-		Execution:   Execution{Handler: "h", Timeout: "5m", Retry: Retry{MaxAttempts: 3, Backoff: BackoffExponential, InitialIntervalSec: ptr(0.0), MaxIntervalSec: ptr(9.0)}},
-		Concurrency: Concurrency{MaxRunningInstances: 2, BlockingStrategy: BlockDiscard},
-		Dispatch:    DispatchPolicy{Strategy: DispatchPull, Tags: []string{"gpu"}},
-		Priority:    PriorityLow, SchemaVersion: 4, PayloadSchema: json.RawMessage(`{}`),
+		Triggers:    []schemas.Trigger{{Type: schemas.TriggerTypeEvent}},
+		Execution:   schemas.Execution{Handler: "h", Timeout: "5m", Retry: schemas.Retry{MaxAttempts: 3, Backoff: schemas.BackoffExponential, InitialIntervalSec: ptr(0.0), MaxIntervalSec: ptr(9.0)}},
+		Concurrency: schemas.Concurrency{MaxRunningInstances: 2, BlockingStrategy: schemas.BlockDiscard},
+		Dispatch:    schemas.DispatchPolicy{Strategy: schemas.DispatchPull, Tags: []string{"gpu"}},
+		Priority:    schemas.PriorityLow, SchemaVersion: 4, PayloadSchema: json.RawMessage(`{}`),
 	}
 	c := orig.WithDefaults()
 	if !reflect.DeepEqual(c, orig) {
@@ -547,11 +549,11 @@ func TestWithDefaults(t *testing.T) {
 	}
 	*c.Execution.Retry.InitialIntervalSec = 7
 	*c.Execution.Retry.MaxIntervalSec = 7
-	c.Triggers[0].Type = TriggerTypeManual
+	c.Triggers[0].Type = schemas.TriggerTypeManual
 	c.Dispatch.Tags[0] = "cpu"
 	c.PayloadSchema[0] = '['
 	if *orig.Execution.Retry.InitialIntervalSec != 0 || *orig.Execution.Retry.MaxIntervalSec != 9 ||
-		orig.Triggers[0].Type != TriggerTypeEvent || orig.Dispatch.Tags[0] != "gpu" || string(orig.PayloadSchema) != "{}" {
+		orig.Triggers[0].Type != schemas.TriggerTypeEvent || orig.Dispatch.Tags[0] != "gpu" || string(orig.PayloadSchema) != "{}" {
 		t.Errorf("changing the copy changed the original: %+v", orig)
 	}
 }
@@ -562,27 +564,27 @@ func TestDurations(t *testing.T) {
 		timeout string
 		want    time.Duration
 	}{
-		{"", DefaultTimeout},
+		{"", schemas.DefaultTimeout},
 		{"90s", 90 * time.Second},
 		{"1h30m", 90 * time.Minute},
-		{"garbage", DefaultTimeout},
-		{"-5s", DefaultTimeout},
-		{"0s", DefaultTimeout},
+		{"garbage", schemas.DefaultTimeout},
+		{"-5s", schemas.DefaultTimeout},
+		{"0s", schemas.DefaultTimeout},
 	} {
-		task := &Task{Execution: Execution{Timeout: Duration(tc.timeout)}}
+		task := &schemas.Task{Execution: schemas.Execution{Timeout: schemas.Duration(tc.timeout)}}
 		if got := task.TimeoutDuration(); got != tc.want {
 			t.Errorf("TimeoutDuration(%q) = %v, want %v", tc.timeout, got, tc.want)
 		}
 	}
 	for _, tc := range []struct {
-		r            Retry
+		r            schemas.Retry
 		initial, max time.Duration
 	}{
-		{Retry{}, DefaultInitialInterval, DefaultMaxInterval},
-		{Retry{InitialIntervalSec: ptr(0.0), MaxIntervalSec: ptr(60.0)}, 0, time.Minute},
-		{Retry{InitialIntervalSec: ptr(1.5), MaxIntervalSec: ptr(0.25)}, 1500 * time.Millisecond, 250 * time.Millisecond},
-		{Retry{InitialIntervalSec: ptr(-1.0), MaxIntervalSec: ptr(0.0)}, 0, DefaultMaxInterval},
-		{Retry{InitialIntervalSec: ptr(1e300), MaxIntervalSec: ptr(1e300)}, time.Duration(1<<63 - 1), time.Duration(1<<63 - 1)},
+		{schemas.Retry{}, schemas.DefaultInitialInterval, schemas.DefaultMaxInterval},
+		{schemas.Retry{InitialIntervalSec: ptr(0.0), MaxIntervalSec: ptr(60.0)}, 0, time.Minute},
+		{schemas.Retry{InitialIntervalSec: ptr(1.5), MaxIntervalSec: ptr(0.25)}, 1500 * time.Millisecond, 250 * time.Millisecond},
+		{schemas.Retry{InitialIntervalSec: ptr(-1.0), MaxIntervalSec: ptr(0.0)}, 0, schemas.DefaultMaxInterval},
+		{schemas.Retry{InitialIntervalSec: ptr(1e300), MaxIntervalSec: ptr(1e300)}, time.Duration(1<<63 - 1), time.Duration(1<<63 - 1)},
 	} {
 		if got := tc.r.Initial(); got != tc.initial {
 			t.Errorf("%+v.Initial() = %v, want %v", tc.r, got, tc.initial)

@@ -1,4 +1,4 @@
-package schemas
+package taskdef
 
 import (
 	"encoding/json"
@@ -11,6 +11,8 @@ import (
 	_ "time/tzdata" // the tests name zones; do not depend on the machine's zoneinfo
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 func utc(s string) time.Time {
@@ -95,7 +97,7 @@ func TestParseCronScheduleRejects(t *testing.T) {
 	}
 	// Both fields wrong: both problems, sorted by field.
 	_, err := ParseCronSchedule("* *", "Nowhere/Land")
-	var verr *ValidationError
+	var verr *schemas.ValidationError
 	if !errors.As(err, &verr) || len(verr.Problems) != 2 || verr.Problems[0].Field != "schedule" || verr.Problems[1].Field != "timezone" {
 		t.Errorf("ParseCronSchedule with both wrong = %v, want a problem for schedule and one for timezone", err)
 	}
@@ -104,17 +106,17 @@ func TestParseCronScheduleRejects(t *testing.T) {
 var cronTaskAccepts = []struct {
 	name string
 	in   string
-	want []Trigger
+	want []schemas.Trigger
 }{
-	{"cron minimal", root(`"triggers":[{"type":"cron","schedule":"0 2 * * *"}]`), []Trigger{{Type: TriggerTypeCron, Schedule: "0 2 * * *"}}},
+	{"cron minimal", root(`"triggers":[{"type":"cron","schedule":"0 2 * * *"}]`), []schemas.Trigger{{Type: schemas.TriggerTypeCron, Schedule: "0 2 * * *"}}},
 	{"cron every field", root(`"triggers":[{"type":"cron","schedule":"*/10 * * * * *","timezone":"Europe/Berlin","misfire":"catch_up","max_catch_up":1000}]`),
-		[]Trigger{{Type: TriggerTypeCron, Schedule: "*/10 * * * * *", Timezone: "Europe/Berlin", Misfire: MisfireCatchUp, MaxCatchUp: 1000}}},
+		[]schemas.Trigger{{Type: schemas.TriggerTypeCron, Schedule: "*/10 * * * * *", Timezone: "Europe/Berlin", Misfire: schemas.MisfireCatchUp, MaxCatchUp: 1000}}},
 	{"cron catch_up default max", root(`"triggers":[{"type":"cron","schedule":"@daily","misfire":"catch_up"}]`),
-		[]Trigger{{Type: TriggerTypeCron, Schedule: "@daily", Misfire: MisfireCatchUp}}},
+		[]schemas.Trigger{{Type: schemas.TriggerTypeCron, Schedule: "@daily", Misfire: schemas.MisfireCatchUp}}},
 	{"cron fire_once", root(`"triggers":[{"type":"cron","schedule":"@every 30s","misfire":"fire_once"}]`),
-		[]Trigger{{Type: TriggerTypeCron, Schedule: "@every 30s", Misfire: MisfireFireOnce}}},
+		[]schemas.Trigger{{Type: schemas.TriggerTypeCron, Schedule: "@every 30s", Misfire: schemas.MisfireFireOnce}}},
 	{"cron beside event", "task_name: demo\nexecution: {handler: h}\ntriggers:\n  - type: event\n  - type: cron\n    schedule: '30 2 * * *'\n    timezone: America/New_York\n    misfire: skip\n",
-		[]Trigger{{Type: TriggerTypeEvent}, {Type: TriggerTypeCron, Schedule: "30 2 * * *", Timezone: "America/New_York", Misfire: MisfireSkip}}},
+		[]schemas.Trigger{{Type: schemas.TriggerTypeEvent}, {Type: schemas.TriggerTypeCron, Schedule: "30 2 * * *", Timezone: "America/New_York", Misfire: schemas.MisfireSkip}}},
 }
 
 func TestParseTaskCronAccepts(t *testing.T) {
@@ -174,11 +176,11 @@ func TestTriggerWithDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Trigger{
-		{Type: TriggerTypeEvent},
-		{Type: TriggerTypeCron, Schedule: "@daily", Timezone: "UTC", Misfire: MisfireSkip},
-		{Type: TriggerTypeCron, Schedule: "@hourly", Timezone: "UTC", Misfire: MisfireCatchUp, MaxCatchUp: 10},
-		{Type: TriggerTypeCron, Schedule: "@hourly", Timezone: "Asia/Tokyo", Misfire: MisfireCatchUp, MaxCatchUp: 3},
+	want := []schemas.Trigger{
+		{Type: schemas.TriggerTypeEvent},
+		{Type: schemas.TriggerTypeCron, Schedule: "@daily", Timezone: "UTC", Misfire: schemas.MisfireSkip},
+		{Type: schemas.TriggerTypeCron, Schedule: "@hourly", Timezone: "UTC", Misfire: schemas.MisfireCatchUp, MaxCatchUp: 10},
+		{Type: schemas.TriggerTypeCron, Schedule: "@hourly", Timezone: "Asia/Tokyo", Misfire: schemas.MisfireCatchUp, MaxCatchUp: 3},
 	}
 	d := task.WithDefaults()
 	if !reflect.DeepEqual(d.Triggers, want) {
@@ -345,7 +347,7 @@ func TestEveryIsAnchoredAtTheEpoch(t *testing.T) {
 
 func TestNextFireTimes(t *testing.T) {
 	t.Parallel()
-	got, err := NextFireTimes(Trigger{Type: TriggerTypeCron, Schedule: "30 2 * * *", Timezone: "America/New_York"}, utc("2024-03-09T12:00:00Z"), 3)
+	got, err := NextFireTimes(schemas.Trigger{Type: schemas.TriggerTypeCron, Schedule: "30 2 * * *", Timezone: "America/New_York"}, utc("2024-03-09T12:00:00Z"), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,28 +359,28 @@ func TestNextFireTimes(t *testing.T) {
 	if !slices.Equal(gotS, want) {
 		t.Errorf("NextFireTimes = %v, want %v (in the zone)", gotS, want)
 	}
-	if got, err := NextFireTimes(Trigger{Type: TriggerTypeCron, Schedule: "@daily"}, utc("2024-05-01T10:00:00Z"), 1); err != nil ||
+	if got, err := NextFireTimes(schemas.Trigger{Type: schemas.TriggerTypeCron, Schedule: "@daily"}, utc("2024-05-01T10:00:00Z"), 1); err != nil ||
 		len(got) != 1 || got[0].Location() != time.UTC || !got[0].Equal(utc("2024-05-02T00:00:00Z")) {
 		t.Errorf("NextFireTimes without a zone = %v, %v; want 2024-05-02T00:00:00Z in UTC", got, err)
 	}
-	if got, err := NextFireTimes(Trigger{Type: TriggerTypeCron, Schedule: "@daily"}, time.Now(), 0); err != nil || len(got) != 0 {
+	if got, err := NextFireTimes(schemas.Trigger{Type: schemas.TriggerTypeCron, Schedule: "@daily"}, time.Now(), 0); err != nil || len(got) != 0 {
 		t.Errorf("NextFireTimes(0) = %v, %v", got, err)
 	}
-	if _, err := NextFireTimes(Trigger{Type: TriggerTypeEvent}, time.Now(), 5); err == nil || !strings.Contains(err.Error(), "only cron triggers") {
+	if _, err := NextFireTimes(schemas.Trigger{Type: schemas.TriggerTypeEvent}, time.Now(), 5); err == nil || !strings.Contains(err.Error(), "only cron triggers") {
 		t.Errorf("NextFireTimes of an event trigger = %v, want an error", err)
 	}
-	_, err = NextFireTimes(Trigger{Type: TriggerTypeCron, Schedule: "@daily", Timezone: "Nowhere"}, time.Now(), 5)
+	_, err = NextFireTimes(schemas.Trigger{Type: schemas.TriggerTypeCron, Schedule: "@daily", Timezone: "Nowhere"}, time.Now(), 5)
 	requireProblem(t, err, "cron trigger", "timezone", "must be an IANA time zone name")
 }
 
 func TestCronEventID(t *testing.T) {
 	t.Parallel()
 	tick := time.Date(2024, 5, 1, 4, 0, 0, 0, time.FixedZone("CEST", 2*3600))
-	if got, want := CronEventID("nightly-report", 2, tick), "cron:nightly-report:2:2024-05-01T02:00:00Z"; got != want {
+	if got, want := schemas.CronEventID("nightly-report", 2, tick), "cron:nightly-report:2:2024-05-01T02:00:00Z"; got != want {
 		t.Errorf("CronEventID = %q, want %q", got, want)
 	}
 	// The id is a valid trigger event id.
-	if _, err := ParseTriggerEvent([]byte(`{"event_id":"` + CronEventID(strings.Repeat("t", 64), 31, tick) + `","source":"cron"}`)); err != nil {
+	if _, err := ParseTriggerEvent([]byte(`{"event_id":"` + schemas.CronEventID(strings.Repeat("t", 64), 31, tick) + `","source":"cron"}`)); err != nil {
 		t.Errorf("a cron event id is not a valid event id: %v", err)
 	}
 }
@@ -396,7 +398,7 @@ func FuzzParseCronSchedule(f *testing.F) {
 	f.Fuzz(func(t *testing.T, expr, zone string, from int64) {
 		s, err := ParseCronSchedule(expr, zone)
 		if err != nil {
-			var verr *ValidationError
+			var verr *schemas.ValidationError
 			if !errors.As(err, &verr) || len(verr.Problems) == 0 {
 				t.Fatalf("error %v (%T) is not a *ValidationError with problems", err, err)
 			}
@@ -417,7 +419,7 @@ func FuzzParseCronSchedule(f *testing.F) {
 	})
 }
 
-func mustJSON(t *testing.T, v *Task) []byte {
+func mustJSON(t *testing.T, v *schemas.Task) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -1,4 +1,4 @@
-package schemas
+package taskdef
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 var batchSeeds = []string{
@@ -28,14 +30,14 @@ func FuzzSplitTriggerBatch(f *testing.F) {
 		items, err := SplitTriggerBatch(data)
 		var want []json.RawMessage
 		werr := json.Unmarshal(data, &want)
-		if werr == nil && want == nil && !IsTriggerBatch(data) {
+		if werr == nil && want == nil && !schemas.IsTriggerBatch(data) {
 			werr = errors.New("null is no array") // json.Unmarshal's nil slice
 		}
-		if werr != nil || len(want) > MaxTriggerBatch {
+		if werr != nil || len(want) > schemas.MaxTriggerBatch {
 			if err == nil {
 				t.Fatalf("SplitTriggerBatch(%q) = %q, json.Unmarshal: %v (%d elements)", data, items, werr, len(want))
 			}
-			var verr *ValidationError
+			var verr *schemas.ValidationError
 			if !errors.As(err, &verr) || len(verr.Problems) == 0 {
 				t.Fatalf("error %v (%T) is not a *ValidationError with problems", err, err)
 			}
@@ -60,7 +62,7 @@ func TestSplitTriggerBatch(t *testing.T) {
 	if err != nil || len(items) != 2 || string(items[0]) != `{"event_id": "a"}` || string(items[1]) != `{"payload": {"s": "],\"["}}` {
 		t.Fatalf("SplitTriggerBatch = %q, %v", items, err)
 	}
-	if !IsTriggerBatch([]byte(" \n[{}]")) || IsTriggerBatch([]byte(`{}`)) || IsTriggerBatch(nil) {
+	if !schemas.IsTriggerBatch([]byte(" \n[{}]")) || schemas.IsTriggerBatch([]byte(`{}`)) || schemas.IsTriggerBatch(nil) {
 		t.Fatal("IsTriggerBatch tells batches from single events wrongly")
 	}
 	for _, bad := range []struct{ in, want string }{
@@ -79,22 +81,22 @@ func TestSplitTriggerBatch(t *testing.T) {
 // more is refused whole, with an error that names the limit.
 func TestTriggerBatchLimit(t *testing.T) {
 	batch := func(n int) []byte {
-		evs := make([]TriggerEvent, n)
+		evs := make([]schemas.TriggerEvent, n)
 		for i := range evs {
 			evs[i].EventID = fmt.Sprintf("e%d", i)
 		}
-		b, err := MarshalTriggerBatch(evs)
+		b, err := schemas.MarshalTriggerBatch(evs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	if items, err := SplitTriggerBatch(batch(MaxTriggerBatch)); err != nil || len(items) != MaxTriggerBatch {
-		t.Fatalf("a batch of %d: %d firings, %v", MaxTriggerBatch, len(items), err)
+	if items, err := SplitTriggerBatch(batch(schemas.MaxTriggerBatch)); err != nil || len(items) != schemas.MaxTriggerBatch {
+		t.Fatalf("a batch of %d: %d firings, %v", schemas.MaxTriggerBatch, len(items), err)
 	}
-	_, err := SplitTriggerBatch(batch(MaxTriggerBatch + 1))
+	_, err := SplitTriggerBatch(batch(schemas.MaxTriggerBatch + 1))
 	if err == nil || !strings.Contains(err.Error(), "holds 1001 firings; a batch holds at most 1000 (schemas.MaxTriggerBatch)") {
-		t.Fatalf("a batch of %d: %v, want it refused naming the limit", MaxTriggerBatch+1, err)
+		t.Fatalf("a batch of %d: %v, want it refused naming the limit", schemas.MaxTriggerBatch+1, err)
 	}
 }
 
@@ -106,10 +108,10 @@ func TestTriggerBatchSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	sch := s.byName["trigger-batch.schema.json"]
-	if sch == nil || sch.MaxItems == nil || *sch.MaxItems != MaxTriggerBatch {
-		t.Fatalf("trigger-batch.schema.json maxItems is not MaxTriggerBatch (%d)", MaxTriggerBatch)
+	if sch == nil || sch.MaxItems == nil || *sch.MaxItems != schemas.MaxTriggerBatch {
+		t.Fatalf("trigger-batch.schema.json maxItems is not MaxTriggerBatch (%d)", schemas.MaxTriggerBatch)
 	}
-	b, err := MarshalTriggerBatch([]TriggerEvent{{EventID: "a", Payload: json.RawMessage(`{"n":1}`)}, {Priority: PriorityUrgent}})
+	b, err := schemas.MarshalTriggerBatch([]schemas.TriggerEvent{{EventID: "a", Payload: json.RawMessage(`{"n":1}`)}, {Priority: schemas.PriorityUrgent}})
 	if err != nil {
 		t.Fatal(err)
 	}

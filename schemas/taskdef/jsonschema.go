@@ -1,24 +1,14 @@
-package schemas
+package taskdef
 
 import (
 	"bytes"
-	"embed"
 	"fmt"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-)
 
-// JSONSchemas holds AX's JSON Schemas (draft 2020-12): task.schema.json (the
-// task definition), trigger.schema.json (the trigger event),
-// trigger-batch.schema.json (a batch of firings in one message) and, under
-// "json/", one schema for each of the other wire messages (and the instance
-// the API shows). Keywords named "x-message" are AX annotations: the message,
-// in plain words, that a [Problem] carries when the schema's "pattern" (or
-// the schema a "not" holds) rejects a value.
-//
-//go:embed task.schema.json trigger.schema.json trigger-batch.schema.json json/*.schema.json
-var JSONSchemas embed.FS
+	"github.com/ax-scheduler/ax/schemas"
+)
 
 // The $id of the embedded schemas; a schema under json/ has the id
 // schemaBaseURL + "json/<name>.schema.json".
@@ -43,7 +33,7 @@ type ourSchemas struct {
 // compiledSchemas compiles the embedded schemas once, on first use.
 var compiledSchemas = sync.OnceValues(func() (*ourSchemas, error) {
 	names := []string{"task.schema.json", "trigger.schema.json", "trigger-batch.schema.json"}
-	more, err := JSONSchemas.ReadDir("json")
+	more, err := schemas.JSONSchemas.ReadDir("json")
 	if err != nil {
 		return nil, fmt.Errorf("compile schemas: %w", err)
 	}
@@ -53,7 +43,7 @@ var compiledSchemas = sync.OnceValues(func() (*ourSchemas, error) {
 	c := newCompiler()
 	s := &ourSchemas{translator: translator{docs: make(map[string]any)}, byName: make(map[string]*jsonschema.Schema)}
 	for _, name := range names {
-		data, err := JSONSchemas.ReadFile(name)
+		data, err := schemas.JSONSchemas.ReadFile(name)
 		if err != nil {
 			return nil, fmt.Errorf("compile schemas: %w", err)
 		}

@@ -1,0 +1,55 @@
+package executor_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// maxSDKDeps bounds the packages outside the standard library and AX that
+// a program linking the SDK links: NATS (with nkeys, nuid, compress and
+// x/crypto), the logger and x/time/rate. Users link the SDK into their own
+// binaries; a new dependency should be a choice, not a side effect.
+const maxSDKDeps = 25
+
+// TestExecutorLinks lists what a program that imports the SDK links: no
+// PostgreSQL driver, no store, no service, and none of what reading task
+// definitions takes (schemas/taskdef: the JSON Schema validator, YAML, the
+// cron parser, x/text).
+func TestExecutorLinks(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	forbidden := []string{
+		"github.com/jackc/",
+		"github.com/ax-scheduler/ax/store",
+		"github.com/ax-scheduler/ax/schemas/taskdef",
+		"github.com/ax-scheduler/ax/api",
+		"github.com/ax-scheduler/ax/dispatcher",
+		"github.com/ax-scheduler/ax/trigger",
+		"github.com/ax-scheduler/ax/auditor",
+		"github.com/robfig/cron",
+		"github.com/santhosh-tekuri/jsonschema",
+		"sigs.k8s.io/yaml",
+		"go.yaml.in/",
+		"golang.org/x/text",
+		"github.com/prometheus/",
+	}
+	var third []string
+	for _, d := range strings.Fields(string(out)) {
+		for _, f := range forbidden {
+			if strings.HasPrefix(d, f) {
+				t.Errorf("the SDK links %s", d)
+			}
+		}
+		if !strings.HasPrefix(d, "github.com/ax-scheduler/ax/") {
+			third = append(third, d)
+		}
+	}
+	if len(third) > maxSDKDeps {
+		t.Errorf("the SDK links %d third-party packages, more than %d: %q", len(third), maxSDKDeps, third)
+	}
+	t.Logf("the SDK links %d third-party packages", len(third))
+}
