@@ -214,7 +214,7 @@ execution:
 func TestDelayBeyondTheStreamsMaxAge(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t, func(o *dispatcher.Options) {
-		o.Streams = streams.Config{LeaseTTL: leaseTTL, TriggersMaxAge: 3 * time.Second, DuplicateWindow: time.Second}
+		o.Streams = streams.Config{LeaseTTL: leaseTTL, TriggersMaxAge: 3 * time.Second, DuplicateWindow: time.Second, Reconfigure: true}
 	})
 	s.countingExecutor(4)
 	s.apply(`

@@ -139,9 +139,18 @@ execution:
 		}
 	}
 
-	// The lease expires, the only attempt fails; ax logs reads the same
-	// lines, and a follower ends with the instance.
-	s.waitState(id, schemas.StateFailed, 60*time.Second)
+	// The lease expires: the worker's death spends no attempt, so the
+	// instance waits for a worker at attempt 2, and the operator cancels
+	// it. ax logs reads the same lines, and a follower ends with the
+	// instance.
+	waitFor(t, "attempt 2 dispatched after the lease expired", 60*time.Second, func() (bool, error) {
+		inst, err := s.store.GetInstance(context.Background(), id)
+		return err == nil && inst.Attempt == 2 && inst.State == schemas.StateDispatched, err
+	})
+	if _, err := s.client.Cancel(context.Background(), id, "no executor left"); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	s.waitState(id, schemas.StateCancelled, 30*time.Second)
 	out, err := exec.Command(bin, "logs", fmt.Sprint(id), "--api", s.apiURL, "--token", s.admin).Output()
 	if err != nil {
 		t.Fatalf("ax logs: %v", err)
