@@ -21,10 +21,6 @@ import (
 	"github.com/ax-scheduler/ax/trigger"
 )
 
-func init() {
-	extraCommands = append(extraCommands, newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd)
-}
-
 // signalContext ends on Ctrl-C or SIGTERM: services drain and return.
 func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
