@@ -159,7 +159,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.Store == nil {
 		return nil, errors.New("devstack: Options.Store is required")
 	}
-	if opts.Topology.Prefix() == "" {
+	if opts.Topology.IsZero() {
 		opts.Topology = streams.Default()
 	}
 	roles := opts.Services

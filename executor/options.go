@@ -143,7 +143,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Mux == nil || len(o.Mux.Names()) == 0 {
 		return o, errors.New("executor options: Mux is required and needs at least one handler (see RegisterBuiltins)")
 	}
-	if o.Topology.Prefix() == "" {
+	if o.Topology.IsZero() {
 		o.Topology = streams.Default()
 	}
 	if o.WorkerID == "" {
