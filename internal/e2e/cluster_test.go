@@ -39,6 +39,9 @@ type natsCluster struct {
 
 func newNATSCluster(t *testing.T) *natsCluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("a three-node NATS cluster test: skipped with -short; make test runs it")
+	}
 	c, err := natsembed.StartCluster(natsembed.ClusterOptions{Size: 3, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
