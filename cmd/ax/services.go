@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
@@ -255,7 +257,7 @@ volume that outlives the container).`,
 			}
 			svc, err := executor.New(executor.Options{
 				Conn: o.nc, Topology: o.top, WorkerID: workerID, Pools: pools, Slots: slots,
-				Version: version, Mux: mux, Logger: o.log, ShutdownTimeout: shutdown, Codec: codec,
+				Version: version, Mux: mux, Logger: slog.New(zerolog.NewSlogHandler(o.log)), ShutdownTimeout: shutdown, Codec: codec,
 				SingleReports: single, SpoolDir: spool,
 			})
 			if err != nil {

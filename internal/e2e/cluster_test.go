@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -193,7 +194,7 @@ func TestExactlyOnceThroughNATSNodeRestarts(t *testing.T) {
 	for _, id := range []string{"exec-a", "exec-b"} {
 		conn, _ := cluster.connect(id)
 		executortest.Run(t, executor.Options{Conn: conn, WorkerID: id, Mux: ledgerMux(ledger, 100*time.Millisecond),
-			Slots: 8, Logger: log})
+			Slots: 8, Logger: slog.New(zerolog.NewSlogHandler(log))})
 	}
 
 	// Load: 40 firings a second. A publish that fails (no leader yet) is
