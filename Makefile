@@ -36,7 +36,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test test-cluster chromium lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
+.PHONY: help dev build test test-short test-cluster chromium lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -49,6 +49,9 @@ build: ## build the ax binary into bin/ax
 
 test: chromium ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
 	AX_CHROMIUM=$(CHROMIUM) $(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+test-short: ## the quick tests, go test -short: need only Go and PostgreSQL (no browser, Node, helm or NATS cluster tests)
+	$(WITHPG) $(GO) test -short -race -count=1 -timeout 30m $(PKGS)
 
 test-cluster: ## the pipeline on a three-node NATS cluster through two node restarts, verbose (also in make test), and nats-server's lost limit markers (a server bug, not in make test)
 	AX_TEST_CLUSTER=1 $(GO) test -race -count=1 -v -run ClusterKeepsLimitMarkers ./internal/natsembed/
@@ -75,8 +78,9 @@ lint: ## check formatting (gofmt), go vet and staticcheck
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 
-fuzz: ## run every Fuzz* test for FUZZTIME (20s) each
-	@targets=$$($(GO) test -list '^Fuzz' $(PKGS) | \
+fuzz: ## run every Fuzz* test for FUZZTIME (20s) each (private PostgreSQL unless TEST_DATABASE_URL is set)
+	@if [ -z "$${TEST_DATABASE_URL:-}" ]; then exec $(WITHPG) $(MAKE) --no-print-directory fuzz; fi; \
+	targets=$$($(GO) test -list '^Fuzz' $(PKGS) | \
 		awk '/^Fuzz/ { names[n++] = $$1; next } /^(ok|\?)/ { for (i = 0; i < n; i++) print $$2 "," names[i]; n = 0 }'); \
 	if [ -z "$$targets" ]; then echo "no fuzz tests found"; exit 0; fi; \
 	for target in $$targets; do \

@@ -14,26 +14,24 @@ import (
 // listAudit answers GET /v1/audit from PostgreSQL: instance transitions and
 // operator actions merged, newest first. The store holds a record from the
 // moment its change commits; AX_AUDIT once the auditor relayed it.
-func (s *Service) listAudit(w http.ResponseWriter, r *http.Request) {
+func (s *Service) listAudit(w http.ResponseWriter, r *http.Request) error {
 	f, e := s.auditFilter(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	recs, err := s.opts.Store.ListAudit(r.Context(), f)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, badRequest("invalid_parameter", "before",
-			"before=%q names no audit record; pass the id of the last record of the previous page", f.Before))
-		return
+		return badRequest("invalid_parameter", "before",
+			"before=%q names no audit record; pass the id of the last record of the previous page", f.Before)
 	}
 	if err != nil {
-		s.internalError(w, r, "list audit records", err)
-		return
+		return internal("list audit records", err)
 	}
 	if recs == nil {
 		recs = []schemas.AuditRecord{}
 	}
 	writeJSON(w, http.StatusOK, wire.AuditList{Records: recs})
+	return nil
 }
 
 // auditFilter reads the query of GET /v1/audit, refusing unknown

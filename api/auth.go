@@ -55,7 +55,7 @@ func (s *Service) authorize(rt Route, next http.Handler) http.Handler {
 		}
 		tok, ok, err := s.tokens.lookup(r.Context(), secret)
 		if err != nil {
-			s.internalError(w, r, "look up the API token", err)
+			s.writeErr(w, r, internal("look up the API token", err))
 			return
 		}
 		if !ok {

@@ -18,33 +18,28 @@ import (
 // attempt's worker to stop). It answers with the instance once it is
 // CANCELLED, or 202 with the instance as it is when the dispatcher has not
 // applied it within RunWait.
-func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
+func (s *Service) cancel(w http.ResponseWriter, r *http.Request) error {
 	var req wire.CancelRequest
-	id, ok := s.instanceRequest(w, r, &req, `{"reason": "wrong input"}`)
-	if !ok {
-		return
+	id, err := s.instanceRequest(w, r, &req, `{"reason": "wrong input"}`)
+	if err != nil {
+		return err
 	}
 	if len(req.Reason) > 1000 {
-		writeError(w, badRequest("invalid_request", "reason", "reason is %d characters; keep it under 1000", len(req.Reason)))
-		return
+		return badRequest("invalid_request", "reason", "reason is %d characters; keep it under 1000", len(req.Reason))
 	}
 	if !storable(req.Reason) {
-		writeError(w, badRequest("invalid_request", "reason", "reason holds a NUL character or bytes that are not UTF-8; remove them"))
-		return
+		return badRequest("invalid_request", "reason", "reason holds a NUL character or bytes that are not UTF-8; remove them")
 	}
 	inst, err := s.opts.Store.GetInstance(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, instanceNotFound(id))
-		return
+		return instanceNotFound(id)
 	}
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
-		return
+		return internal(fmt.Sprintf("get instance %d", id), err)
 	}
 	if inst.State.Terminal() {
-		writeError(w, &wire.Error{Status: http.StatusConflict, Code: "instance_ended", Field: "id",
-			Message: fmt.Sprintf("instance %d already ended %s; only an instance that has not ended can be cancelled", id, inst.State)})
-		return
+		return &wire.Error{Status: http.StatusConflict, Code: "instance_ended", Field: "id",
+			Message: fmt.Sprintf("instance %d already ended %s; only an instance that has not ended can be cancelled", id, inst.State)}
 	}
 	who := operator(r)
 	if req.Reason == "" {
@@ -59,24 +54,22 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request) {
 		Cancel:   &schemas.CancelOf{InstanceID: id, Reason: req.Reason},
 	}
 	if _, err := streams.Publish(r.Context(), s.js, s.opts.Topology.APITrigger(inst.Task), streams.TriggerMsgID(inst.Task, ev.EventID), ev); err != nil {
-		s.internalError(w, r, fmt.Sprintf("publish the cancel of instance %d", id), err)
-		return
+		return internal(fmt.Sprintf("publish the cancel of instance %d", id), err)
 	}
 	inst, ended, err := awaitDispatcher(r.Context(), s.opts.RunWait, func(ctx context.Context) (schemas.Instance, bool, error) {
 		in, err := s.opts.Store.GetInstance(ctx, id)
 		return in, err == nil && in.State.Terminal(), err
 	})
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
-		return
+		return internal(fmt.Sprintf("get instance %d", id), err)
 	}
 	if err := s.redactOne(r.Context(), &inst); err != nil {
-		s.internalError(w, r, fmt.Sprintf("redact instance %d", id), err)
-		return
+		return internal(fmt.Sprintf("redact instance %d", id), err)
 	}
 	status := http.StatusOK
 	if !ended {
 		status = http.StatusAccepted
 	}
 	writeJSON(w, status, inst)
+	return nil
 }

@@ -27,13 +27,51 @@ func writeError(w http.ResponseWriter, e *wire.Error) {
 	writeJSON(w, e.Status, wire.ErrorBody{Error: e})
 }
 
-// internalError answers 500 for a failure that is not the caller's doing,
-// and logs the error behind it.
-func (s *Service) internalError(w http.ResponseWriter, r *http.Request, op string, err error) {
+// handlerFunc is an API handler. It writes a successful answer itself and
+// returns the error of any other: a *wire.Error, which is the caller's
+// fault and says so, or anything else, which answers 500. [Service.handle]
+// writes it.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle adapts h to net/http: the one place an error becomes an answer.
+func (s *Service) handle(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeErr(w, r, err)
+		}
+	}
+}
+
+// writeErr answers err: a *wire.Error as it is; any other error 500,
+// logged with the operation that failed (see [internal]) and the request.
+func (s *Service) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	ie, isInternal := errors.AsType[*internalError](err)
+	if e, ok := errors.AsType[*wire.Error](err); ok && !isInternal {
+		writeError(w, e)
+		return
+	}
+	op := "handle the request"
+	if isInternal {
+		op, err = ie.op, ie.err
+	}
 	s.opts.Logger.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg(op)
 	writeError(w, &wire.Error{Status: http.StatusInternalServerError, Code: "internal",
 		Message: op + " failed on the server; the API's log has the details"})
 }
+
+// internalError is a failure that is not the caller's doing: it answers
+// 500, and the API logs err under op.
+type internalError struct {
+	op  string
+	err error
+}
+
+func (e *internalError) Error() string { return e.op + ": " + e.err.Error() }
+func (e *internalError) Unwrap() error { return e.err }
+
+// internal returns err as a failure of op, e.g. "list tasks", that is not
+// the caller's doing.
+func internal(op string, err error) error { return &internalError{op: op, err: err} }
 
 func badRequest(code, field, format string, args ...any) *wire.Error {
 	return &wire.Error{Status: http.StatusBadRequest, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}

@@ -24,31 +24,27 @@ import (
 // whole batch cannot be (not an array of at most MaxTriggerBatch objects, a task
 // that does not exist, is disabled or paused) is answered as for a single
 // firing.
-func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string, data []byte) {
+func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string, data []byte) error {
 	items, err := taskdef.SplitTriggerBatch(data)
 	if err != nil {
 		ve, _ := errors.AsType[*schemas.ValidationError](err)
 		if ve == nil {
-			writeError(w, badRequest("invalid_batch", "", "%v", err))
-			return
+			return badRequest("invalid_batch", "", "%v", err)
 		}
-		writeError(w, validationError("invalid_batch", ve))
-		return
+		return validationError("invalid_batch", ve)
 	}
 	if len(items) == 0 {
-		writeError(w, badRequest("invalid_batch", "", "the batch holds no firing; send an array of 1 to %d firings like [{\"payload\": {...}}]", schemas.MaxTriggerBatch))
-		return
+		return badRequest("invalid_batch", "", "the batch holds no firing; send an array of 1 to %d firings like [{\"payload\": {...}}]", schemas.MaxTriggerBatch)
 	}
 	for i, item := range items {
 		if item[0] != '{' {
-			writeError(w, badRequest("invalid_batch", fmt.Sprintf("[%d]", i),
-				"firing %d of the batch is not a JSON object; a batch is an array of firings like [{\"payload\": {...}}, ...]", i))
-			return
+			return badRequest("invalid_batch", fmt.Sprintf("[%d]", i),
+				"firing %d of the batch is not a JSON object; a batch is an array of firings like [{\"payload\": {...}}, ...]", i)
 		}
 	}
-	rec, ok := s.fireableTask(w, r, name)
-	if !ok {
-		return
+	rec, err := s.fireableTask(r, name)
+	if err != nil {
+		return err
 	}
 	results := make([]wire.FireBatchItem, len(items))
 	refuse := func(i int, e *wire.Error) { results[i] = wire.FireBatchItem{Status: e.Status, Error: e} }
@@ -74,8 +70,7 @@ func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string,
 		}
 		ev, e, err := checkFiring(ev, rec)
 		if err != nil {
-			s.internalError(w, r, "check the payload of task "+name, err)
-			return
+			return internal("check the payload of task "+name, err)
 		}
 		if e != nil {
 			refuse(i, e)
@@ -87,8 +82,7 @@ func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string,
 			res, e, err := s.repeatOf(r.Context(), ev, eventID)
 			switch {
 			case err != nil:
-				s.internalError(w, r, "look for an earlier firing of task "+name+" event "+eventID, err)
-				return
+				return internal("look for an earlier firing of task "+name+" event "+eventID, err)
 			case e != nil:
 				refuse(i, e)
 				continue
@@ -126,6 +120,7 @@ func (s *Service) fireBatch(w http.ResponseWriter, r *http.Request, name string,
 		}
 	}
 	writeJSON(w, http.StatusAccepted, wire.FireBatchResult{Results: results})
+	return nil
 }
 
 // publishBatch publishes firings of task as one batch message to subject.

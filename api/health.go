@@ -11,7 +11,7 @@ import (
 
 // health answers 200 when PostgreSQL answers a ping and the NATS connection
 // is up, 503 naming what is down otherwise.
-func (s *Service) health(w http.ResponseWriter, r *http.Request) {
+func (s *Service) health(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	var down []string
@@ -24,7 +24,8 @@ func (s *Service) health(w http.ResponseWriter, r *http.Request) {
 	if len(down) > 0 {
 		writeJSON(w, http.StatusServiceUnavailable, wire.HealthBody{Status: "down", Error: &wire.Error{
 			Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "down: " + strings.Join(down, "; ")}})
-		return
+		return nil
 	}
 	writeJSON(w, http.StatusOK, wire.HealthBody{Status: "ok"})
+	return nil
 }

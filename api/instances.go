@@ -31,52 +31,47 @@ func instanceNotFound(id int64) *wire.Error {
 		Message: fmt.Sprintf("instance %d does not exist; list instances with GET /v1/instances (ax instance list)", id)}
 }
 
-func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) {
+func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) error {
 	id, e := instanceID(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	in, err := s.opts.Store.GetInstance(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, instanceNotFound(id))
-		return
+		return instanceNotFound(id)
 	}
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
-		return
+		return internal(fmt.Sprintf("get instance %d", id), err)
 	}
 	if err := s.redactOne(r.Context(), &in); err != nil {
-		s.internalError(w, r, fmt.Sprintf("redact instance %d", id), err)
-		return
+		return internal(fmt.Sprintf("redact instance %d", id), err)
 	}
 	writeJSON(w, http.StatusOK, in)
+	return nil
 }
 
 // rerun fires the task of an instance again, as a new manual firing with the
 // instance's payload (or the request's), payload version and priority. The new instance's
 // CREATED transition names the operator and says "rerun of instance N".
 // It answers like POST /v1/tasks/{name}/runs.
-func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
+func (s *Service) rerun(w http.ResponseWriter, r *http.Request) error {
 	var req wire.RerunRequest
-	id, ok := s.instanceRequest(w, r, &req, `{"payload": {"day": "2025-03-01"}}`)
-	if !ok {
-		return
+	id, err := s.instanceRequest(w, r, &req, `{"payload": {"day": "2025-03-01"}}`)
+	if err != nil {
+		return err
 	}
 	f, err := s.opts.Store.InstanceFiring(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, instanceNotFound(id))
-		return
+		return instanceNotFound(id)
 	}
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("get the firing of instance %d", id), err)
-		return
+		return internal(fmt.Sprintf("get the firing of instance %d", id), err)
 	}
 	payload := f.Payload
 	if len(req.Payload) > 0 {
 		payload = req.Payload
 	}
-	s.publishFiring(w, r, schemas.TriggerEvent{
+	return s.publishFiring(w, r, schemas.TriggerEvent{
 		EventID:        fmt.Sprintf("%s%d-%s", schemas.RerunEventIDPrefix, id, nuid.Next()),
 		Task:           f.Task,
 		Source:         schemas.SourceManual,
@@ -89,25 +84,23 @@ func (s *Service) rerun(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) {
+func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) error {
 	f, e := s.instanceFilter(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	list, err := s.opts.Store.ListInstances(r.Context(), f)
 	if err != nil {
-		s.internalError(w, r, "list instances", err)
-		return
+		return internal("list instances", err)
 	}
 	if list == nil {
 		list = []schemas.Instance{}
 	}
 	if err := s.redact(r.Context(), list); err != nil {
-		s.internalError(w, r, "redact instances", err)
-		return
+		return internal("redact instances", err)
 	}
 	writeJSON(w, http.StatusOK, wire.InstanceList{Instances: list})
+	return nil
 }
 
 // instanceFilter reads the query of GET /v1/instances, refusing unknown
@@ -165,9 +158,8 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *wire.E
 }
 
 // instanceRequest reads the {id} of a POST on an instance and its optional
-// JSON body into req (example shows the body's shape in errors). When it
-// returns false it has answered the request with the error.
-func (s *Service) instanceRequest(w http.ResponseWriter, r *http.Request, req any, example string) (int64, bool) {
+// JSON body into req (example shows the body's shape in errors).
+func (s *Service) instanceRequest(w http.ResponseWriter, r *http.Request, req any, example string) (int64, error) {
 	id, e := instanceID(r)
 	if e == nil {
 		var data []byte
@@ -176,8 +168,7 @@ func (s *Service) instanceRequest(w http.ResponseWriter, r *http.Request, req an
 		}
 	}
 	if e != nil {
-		writeError(w, e)
-		return 0, false
+		return 0, e
 	}
-	return id, true
+	return id, nil
 }

@@ -51,36 +51,31 @@ type logQuery struct {
 // the logs of an attempt outlive its executor. With follow=true it answers
 // with server-sent events: the lines there are, then each new line as it is
 // stored, until the instance has ended and no line came for followIdle.
-func (s *Service) instanceLogs(w http.ResponseWriter, r *http.Request) {
+func (s *Service) instanceLogs(w http.ResponseWriter, r *http.Request) error {
 	id, e := instanceID(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	q, e := s.logQuery(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	in, err := s.opts.Store.GetInstance(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, instanceNotFound(id))
-		return
+		return instanceNotFound(id)
 	}
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("get instance %d", id), err)
-		return
+		return internal(fmt.Sprintf("get instance %d", id), err)
 	}
 	if q.follow {
-		s.followLogs(w, r, in, q)
-		return
+		return s.followLogs(w, r, in, q)
 	}
 	page, err := s.readLogs(r.Context(), in, q)
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("read the logs of instance %d", id), err)
-		return
+		return internal(fmt.Sprintf("read the logs of instance %d", id), err)
 	}
 	writeJSON(w, http.StatusOK, page)
+	return nil
 }
 
 // logQuery reads the query of GET /v1/instances/{id}/logs, refusing unknown
@@ -323,12 +318,12 @@ func (s *Service) readLogs(ctx context.Context, in schemas.Instance, q logQuery)
 // event "end" whose data names the instance's final state, once the
 // instance has ended and no line came for followIdle. A client that lost
 // the stream resumes with after (or the Last-Event-ID header) = the last id.
-func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.Instance, q logQuery) {
+// It returns an error only before it has written the stream's header.
+func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.Instance, q logQuery) error {
 	ctx := r.Context()
 	lr, err := s.openLogs(ctx, in.ID, q)
 	if err != nil {
-		s.internalError(w, r, fmt.Sprintf("read the logs of instance %d", in.ID), err)
-		return
+		return internal(fmt.Sprintf("read the logs of instance %d", in.ID), err)
 	}
 	defer lr.close()
 
@@ -376,7 +371,7 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 		return rc.Flush() == nil
 	}
 	if !send(": following the logs of instance %d\n\n", in.ID) {
-		return
+		return nil
 	}
 
 	heartbeat := time.NewTicker(followHeartbeat)
@@ -412,10 +407,10 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case m, open := <-msgs:
 			if !open {
-				return
+				return nil
 			}
 			last, lastAt = m.seq, time.Now()
 			if len(held) > 0 || (m.ok && writers.judge(&m.line) == holdLine) {
@@ -426,11 +421,11 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 				continue
 			}
 			if !show(m) {
-				return
+				return nil
 			}
 		case <-heartbeat.C:
 			if !send(": heartbeat\n\n") {
-				return
+				return nil
 			}
 		case <-idle.C:
 			if len(held) > 0 {
@@ -439,11 +434,11 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 					if ctx.Err() == nil {
 						s.opts.Logger.Error().Err(err).Int64("instance_id", in.ID).Msg("follow task logs; ending the stream")
 					}
-					return
+					return nil
 				}
 				writers = writersOf(now)
 				if !flush() {
-					return
+					return nil
 				}
 				lastAt = time.Now()
 				continue
@@ -456,12 +451,12 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 				if ctx.Err() == nil {
 					s.opts.Logger.Error().Err(err).Int64("instance_id", in.ID).Msg("follow task logs; ending the stream")
 				}
-				return
+				return nil
 			}
 			if done {
 				data, _ := json.Marshal(map[string]schemas.State{"state": state})
 				send("event: end\ndata: %s\n\n", data)
-				return
+				return nil
 			}
 			lastAt = time.Now()
 		}

@@ -12,9 +12,10 @@ import (
 //go:embed openapi.json
 var OpenAPI []byte
 
-func (s *Service) openAPI(w http.ResponseWriter, _ *http.Request) {
+func (s *Service) openAPI(w http.ResponseWriter, _ *http.Request) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	// A failed write means the client went away.
 	_, _ = w.Write(OpenAPI)
+	return nil
 }

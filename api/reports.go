@@ -12,19 +12,18 @@ import (
 
 // healthReport answers GET /v1/reports/health with the fleet's health
 // report (see schemas.HealthReport); the query may move its thresholds.
-func (s *Service) healthReport(w http.ResponseWriter, r *http.Request) {
+func (s *Service) healthReport(w http.ResponseWriter, r *http.Request) error {
 	o, e := s.healthOptions(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	o.Now = s.opts.NowFunc()
 	rep, err := s.opts.Store.HealthReport(r.Context(), o)
 	if err != nil {
-		s.internalError(w, r, "make the health report", err)
-		return
+		return internal("make the health report", err)
 	}
 	writeJSON(w, http.StatusOK, rep)
+	return nil
 }
 
 // healthOptions reads the query of GET /v1/reports/health.
@@ -78,6 +77,7 @@ func (s *Service) healthOptions(r *http.Request) (store.HealthOptions, *wire.Err
 
 // metrics answers GET /metrics with Options.Metrics in the Prometheus
 // exposition format.
-func (s *Service) metrics(w http.ResponseWriter, r *http.Request) {
+func (s *Service) metrics(w http.ResponseWriter, r *http.Request) error {
 	metrics.Handler(s.opts.Metrics).ServeHTTP(w, r)
+	return nil
 }

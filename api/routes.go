@@ -23,7 +23,7 @@ type Route struct {
 // route is a Route with its handler.
 type route struct {
 	Route
-	handle func(s *Service, w http.ResponseWriter, r *http.Request)
+	handle func(s *Service, w http.ResponseWriter, r *http.Request) error
 }
 
 // routeTable is the one list of the API's routes: the router, the
@@ -39,13 +39,13 @@ var routeTable = []route{
 	{Route{"GET", "/v1/tasks/{name}", schemas.RoleViewer, "Get a task with its next cron firings"}, (*Service).getTask},
 	{Route{"DELETE", "/v1/tasks/{name}", schemas.RoleAdmin, "Delete a task: it takes no more firings; its history stays"}, (*Service).deleteTask},
 	{Route{"POST", "/v1/tasks/{name}/enable", schemas.RoleOperator, "Enable a task"},
-		func(s *Service, w http.ResponseWriter, r *http.Request) { s.setEnabled(true)(w, r) }},
+		func(s *Service, w http.ResponseWriter, r *http.Request) error { return s.setEnabled(true)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/disable", schemas.RoleOperator, "Disable a task"},
-		func(s *Service, w http.ResponseWriter, r *http.Request) { s.setEnabled(false)(w, r) }},
+		func(s *Service, w http.ResponseWriter, r *http.Request) error { return s.setEnabled(false)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/pause", schemas.RoleOperator, "Pause a task: its firings make no runs until it is resumed"},
-		func(s *Service, w http.ResponseWriter, r *http.Request) { s.setPaused(true)(w, r) }},
+		func(s *Service, w http.ResponseWriter, r *http.Request) error { return s.setPaused(true)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/resume", schemas.RoleOperator, "Resume a paused task"},
-		func(s *Service, w http.ResponseWriter, r *http.Request) { s.setPaused(false)(w, r) }},
+		func(s *Service, w http.ResponseWriter, r *http.Request) error { return s.setPaused(false)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/runs", schemas.RoleOperator, "Fire a task"}, (*Service).fire},
 	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made"}, (*Service).instanceByEvent},
 
@@ -90,7 +90,7 @@ func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range routeTable {
 		handle := rt.handle
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(s, w, r) })
+		h := s.handle(func(w http.ResponseWriter, r *http.Request) error { return handle(s, w, r) })
 		mux.Handle(rt.Method+" "+rt.Pattern, s.authorize(rt.Route, refuseUnstorable(h)))
 	}
 	s.consoleRoutes(mux)

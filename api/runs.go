@@ -38,32 +38,27 @@ const (
 	scheduleLead = 500 * time.Millisecond
 )
 
-func (s *Service) fire(w http.ResponseWriter, r *http.Request) {
+func (s *Service) fire(w http.ResponseWriter, r *http.Request) error {
 	name, e := taskName(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	data, _, e := s.readBody(w, r, false)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	if schemas.IsTriggerBatch(data) {
-		s.fireBatch(w, r, name, data)
-		return
+		return s.fireBatch(w, r, name, data)
 	}
 	req, e := decodeFireRequest(data)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	ev, e := firingOf(r, name, req, s.opts.NowFunc())
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
-	s.publishFiring(w, r, ev)
+	return s.publishFiring(w, r, ev)
 }
 
 // firingOf makes the trigger event of a firing request of task name.
@@ -103,34 +98,31 @@ func firingOf(r *http.Request, name string, req wire.FireRequest, now time.Time)
 // publishFiring checks a firing of ev.Task against the task and publishes
 // it: at once, delayed (a direct publish or a message schedule), or not at
 // all when its idempotency key was used before. It answers the request with
-// a FireResult or an error.
-func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schemas.TriggerEvent) {
+// a FireResult, or returns the error.
+func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schemas.TriggerEvent) error {
 	name := ev.Task
 	if ev.PayloadVersion == 0 {
 		ev.PayloadVersion = schemas.DefaultSchemaVersion
 	}
 	if e := validateEvent(ev); e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
-	rec, ok := s.fireableTask(w, r, name)
-	if !ok {
-		return
+	rec, err := s.fireableTask(r, name)
+	if err != nil {
+		return err
 	}
 	ev, e, err := checkFiring(ev, rec)
 	if err != nil {
-		s.internalError(w, r, "check the payload of task "+name, err)
-		return
+		return internal("check the payload of task "+name, err)
 	}
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	eventID := ev.EventID
 	if ev.IdempotencyKey != "" {
 		eventID = schemas.IdempotencyEventIDPrefix + ev.IdempotencyKey
-		if s.answerRepeat(w, r, ev, eventID) {
-			return
+		if answered, err := s.answerRepeat(w, r, ev, eventID); answered {
+			return err
 		}
 	}
 	log := s.opts.Logger.With().Str("task", name).Str("event_id", eventID).Str("operator", ev.Operator).Logger()
@@ -139,21 +131,19 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 		subject, err := s.publishDelayed(r.Context(), ev, eventID)
 		if err != nil {
 			log.Error().Err(err).Msg("publish delayed firing")
-			writeError(w, &wire.Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
-				Message: fmt.Sprintf("cannot publish the delayed firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same idempotency_key or event_id", subject, err, s.opts.Topology.FiringsStream())})
-			return
+			return &wire.Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
+				Message: fmt.Sprintf("cannot publish the delayed firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same idempotency_key or event_id", subject, err, s.opts.Topology.FiringsStream())}
 		}
 		log.Info().Time("run_at", ev.RunAt).Msg("task fired with a delay")
 		writeJSON(w, http.StatusAccepted, wire.FireResult{Task: name, EventID: eventID, RunAt: ev.RunAt})
-		return
+		return nil
 	}
 
 	subject := s.opts.Topology.APITrigger(name)
 	if _, err := streams.Publish(r.Context(), s.js, subject, streams.TriggerMsgID(name, eventID), ev); err != nil {
 		log.Error().Err(err).Msg("publish trigger event")
-		writeError(w, &wire.Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
-			Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.FiringsStream())})
-		return
+		return &wire.Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
+			Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.FiringsStream())}
 	}
 	log.Info().Msg("task fired")
 
@@ -164,40 +154,35 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 	}
 	if !ok {
 		writeJSON(w, http.StatusAccepted, wire.FireResult{Task: name, EventID: eventID})
-		return
+		return nil
 	}
 	if ev.IdempotencyKey != "" && !wire.SameJSON(in.Payload, ev.Payload) {
 		// Another request with the key won the race to the dispatcher.
-		writeError(w, idempotencyConflict(ev, in.ID))
-		return
+		return idempotencyConflict(ev, in.ID)
 	}
 	writeJSON(w, http.StatusCreated, wire.FireResult{InstanceID: in.ID, Task: name, EventID: eventID, State: in.State})
+	return nil
 }
 
-// fireableTask reads the task name for a firing and answers the request
-// when it cannot be fired (it does not exist, is disabled or paused); ok
-// is false then.
-func (s *Service) fireableTask(w http.ResponseWriter, r *http.Request, name string) (store.TaskRecord, bool) {
+// fireableTask reads task name for a firing, or returns why it cannot be
+// fired (it does not exist, is disabled or paused).
+func (s *Service) fireableTask(r *http.Request, name string) (store.TaskRecord, error) {
 	rec, err := s.opts.Store.GetTask(r.Context(), name)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, taskNotFound(name))
-		return rec, false
+		return rec, taskNotFound(name)
 	}
 	if err != nil {
-		s.internalError(w, r, "get task "+name, err)
-		return rec, false
+		return rec, internal("get task "+name, err)
 	}
 	if !rec.Enabled {
-		writeError(w, &wire.Error{Status: http.StatusConflict, Code: "task_disabled", Field: "name",
-			Message: fmt.Sprintf("task %q is disabled, so it cannot be fired; enable it with POST /v1/tasks/%s/enable (ax task enable %s)", name, name, name)})
-		return rec, false
+		return rec, &wire.Error{Status: http.StatusConflict, Code: "task_disabled", Field: "name",
+			Message: fmt.Sprintf("task %q is disabled, so it cannot be fired; enable it with POST /v1/tasks/%s/enable (ax task enable %s)", name, name, name)}
 	}
 	if rec.Paused {
-		writeError(w, &wire.Error{Status: http.StatusConflict, Code: "task_paused", Field: "name",
-			Message: fmt.Sprintf("task %q is paused, so it cannot be fired; resume it with POST /v1/tasks/%s/resume (ax task resume %s)", name, name, name)})
-		return rec, false
+		return rec, &wire.Error{Status: http.StatusConflict, Code: "task_paused", Field: "name",
+			Message: fmt.Sprintf("task %q is paused, so it cannot be fired; resume it with POST /v1/tasks/%s/resume (ax task resume %s)", name, name, name)}
 	}
-	return rec, true
+	return rec, nil
 }
 
 // checkFiring checks a firing ev, which validateEvent took, against its
@@ -237,24 +222,23 @@ func checkFiring(ev schemas.TriggerEvent, rec store.TaskRecord) (schemas.Trigger
 // answerRepeat answers a firing whose idempotency key was used before and
 // reports whether it did: with the instance that key made (200) or the
 // delayed firing still waiting for its time (202) when the payload is the
-// same, and 409 when it is not.
-func (s *Service) answerRepeat(w http.ResponseWriter, r *http.Request, ev schemas.TriggerEvent, eventID string) bool {
+// same, or it returns the 409 when it is not, or the failure to look.
+func (s *Service) answerRepeat(w http.ResponseWriter, r *http.Request, ev schemas.TriggerEvent, eventID string) (bool, error) {
 	res, e, err := s.repeatOf(r.Context(), ev, eventID)
 	switch {
 	case err != nil:
-		s.internalError(w, r, "look for an earlier firing of task "+ev.Task+" event "+eventID, err)
+		return true, internal("look for an earlier firing of task "+ev.Task+" event "+eventID, err)
 	case e != nil:
-		writeError(w, e)
+		return true, e
 	case res != nil:
 		status := http.StatusOK
 		if res.InstanceID == 0 {
 			status = http.StatusAccepted
 		}
 		writeJSON(w, status, res)
-	default:
-		return false
+		return true, nil
 	}
-	return true
+	return false, nil
 }
 
 // repeatOf looks for an earlier firing with ev's idempotency key (its event
@@ -462,26 +446,23 @@ func awaitDispatcher[T any](ctx context.Context, wait time.Duration, check func(
 	return check(ctx)
 }
 
-func (s *Service) instanceByEvent(w http.ResponseWriter, r *http.Request) {
+func (s *Service) instanceByEvent(w http.ResponseWriter, r *http.Request) error {
 	name, e := taskName(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	eventID := r.PathValue("event_id")
 	in, err := s.opts.Store.InstanceByEvent(r.Context(), name, eventID)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, &wire.Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "event_id",
-			Message: fmt.Sprintf("task %q has no instance for event %q (yet): the dispatcher creates it when it reads the firing, or at its run_at for a delayed one; check the task name and event id, and that the dispatcher runs", name, eventID)})
-		return
+		return &wire.Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "event_id",
+			Message: fmt.Sprintf("task %q has no instance for event %q (yet): the dispatcher creates it when it reads the firing, or at its run_at for a delayed one; check the task name and event id, and that the dispatcher runs", name, eventID)}
 	}
 	if err != nil {
-		s.internalError(w, r, "get instance of task "+name+" event "+eventID, err)
-		return
+		return internal("get instance of task "+name+" event "+eventID, err)
 	}
 	if err := s.redactOne(r.Context(), &in); err != nil {
-		s.internalError(w, r, "redact instance of task "+name+" event "+eventID, err)
-		return
+		return internal("redact instance of task "+name+" event "+eventID, err)
 	}
 	writeJSON(w, http.StatusOK, in)
+	return nil
 }

@@ -81,7 +81,7 @@ func New(opts Options) (*Service, error) {
 	if opts.Conn == nil {
 		return nil, errors.New("new api: Options.Conn is required")
 	}
-	if opts.Topology.Prefix() == "" {
+	if opts.Topology.IsZero() {
 		opts.Topology = streams.Default()
 	}
 	if opts.Addr == "" {

@@ -16,7 +16,7 @@ import (
 
 // listStreams answers GET /v1/streams: each stream and bucket of AX's
 // topology with its state and its consumers.
-func (s *Service) listStreams(w http.ResponseWriter, r *http.Request) {
+func (s *Service) listStreams(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), readNATSTimeout)
 	defer cancel()
 	out := wire.StreamList{Streams: []wire.StreamInfo{}}
@@ -35,13 +35,13 @@ func (s *Service) listStreams(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if err != nil {
-			s.natsUnavailable(w, r, "read the streams", err)
-			return
+			return s.natsUnavailable(r, "read the streams", err)
 		}
 		info.Bucket = n.bucket
 		out.Streams = append(out.Streams, info)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // streamInfo reads one stream's state and its consumers'.

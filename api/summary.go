@@ -16,18 +16,17 @@ const defaultSummaryWindow = time.Hour
 // a window (the last hour unless since and until say otherwise) summed up
 // by PostgreSQL — their count by state, the success rate, the run time
 // percentiles, and with step the same bucket by bucket.
-func (s *Service) instanceSummary(w http.ResponseWriter, r *http.Request) {
+func (s *Service) instanceSummary(w http.ResponseWriter, r *http.Request) error {
 	f, e := s.summaryFilter(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	sum, err := s.opts.Store.InstanceSummary(r.Context(), f)
 	if err != nil {
-		s.internalError(w, r, "sum up the instances", err)
-		return
+		return internal("sum up the instances", err)
 	}
 	writeJSON(w, http.StatusOK, sum)
+	return nil
 }
 
 // summaryFilter reads the query of GET /v1/reports/summary.

@@ -66,16 +66,14 @@ func taskNotFound(name string) *wire.Error {
 		Message: fmt.Sprintf("task %q does not exist; check the name with GET /v1/tasks (ax task list) or apply its definition (ax task apply -f FILE)", name)}
 }
 
-func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
+func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) error {
 	data, mt, e := s.readBody(w, r, true)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
-		writeError(w, badRequest("empty_body", "", "the body is empty; send a task definition in JSON or YAML"))
-		return
+		return badRequest("empty_body", "", "the body is empty; send a task definition in JSON or YAML")
 	}
 	if mt == mediaJSON || (mt == mediaUnset && trimmed[0] == '{') {
 		var v any
@@ -84,28 +82,23 @@ func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
 			if mt == mediaJSON {
 				e.Message += "; to send YAML, set Content-Type: application/yaml"
 			}
-			writeError(w, e)
-			return
+			return e
 		}
 	}
 	def, err := taskdef.ParseTask(data)
 	if ve, ok := errors.AsType[*schemas.ValidationError](err); ok {
-		writeError(w, validationError("invalid_task", ve))
-		return
+		return validationError("invalid_task", ve)
 	}
 	if err != nil {
-		s.internalError(w, r, "parse task definition", err)
-		return
+		return internal("parse task definition", err)
 	}
 	rec, changed, err := s.opts.Store.ApplyTask(r.Context(), def, operator(r))
 	if ce, ok := errors.AsType[*store.ChainCycleError](err); ok {
-		writeError(w, badRequest("invalid_task", "after",
-			"%v: the tasks on it would wait for each other forever; remove one of these after entries", ce))
-		return
+		return badRequest("invalid_task", "after",
+			"%v: the tasks on it would wait for each other forever; remove one of these after entries", ce)
 	}
 	if err != nil {
-		s.internalError(w, r, "apply task "+def.TaskName, err)
-		return
+		return internal("apply task "+def.TaskName, err)
 	}
 	if changed {
 		s.announceTask(r.Context(), rec)
@@ -115,93 +108,88 @@ func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, wire.ApplyResult{TaskInfo: taskInfo(rec), Changed: changed, Warnings: s.handlerWarnings(r.Context(), def)})
+	return nil
 }
 
-func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) {
+func (s *Service) listTasks(w http.ResponseWriter, r *http.Request) error {
 	recs, err := s.opts.Store.ListTasks(r.Context())
 	if err != nil {
-		s.internalError(w, r, "list tasks", err)
-		return
+		return internal("list tasks", err)
 	}
 	out := wire.TaskList{Tasks: make([]wire.TaskInfo, 0, len(recs))}
 	for _, rec := range recs {
 		out.Tasks = append(out.Tasks, taskInfo(rec))
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-func (s *Service) getTask(w http.ResponseWriter, r *http.Request) {
+func (s *Service) getTask(w http.ResponseWriter, r *http.Request) error {
 	name, e := taskName(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	rec, err := s.opts.Store.GetTask(r.Context(), name)
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, taskNotFound(name))
-		return
+		return taskNotFound(name)
 	}
 	if err != nil {
-		s.internalError(w, r, "get task "+name, err)
-		return
+		return internal("get task "+name, err)
 	}
 	info := taskInfo(rec)
 	info.NextFireTimes = nextFireTimes(rec.Definition, s.opts.NowFunc(), 5)
 	writeJSON(w, http.StatusOK, info)
+	return nil
 }
 
-func (s *Service) setEnabled(enabled bool) http.HandlerFunc {
+func (s *Service) setEnabled(enabled bool) handlerFunc {
 	return s.setFlag("enabled", enabled, s.opts.Store.SetTaskEnabled)
 }
 
-func (s *Service) setPaused(paused bool) http.HandlerFunc {
+func (s *Service) setPaused(paused bool) handlerFunc {
 	return s.setFlag("paused", paused, s.opts.Store.SetTaskPaused)
 }
 
 // setFlag answers a request that sets one of a task's flags with set, and
 // tells trigger services about the change.
 func (s *Service) setFlag(flag string, value bool,
-	set func(ctx context.Context, name string, value bool, operator string) (store.TaskRecord, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+	set func(ctx context.Context, name string, value bool, operator string) (store.TaskRecord, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		name, e := taskName(r)
 		if e != nil {
-			writeError(w, e)
-			return
+			return e
 		}
 		rec, err := set(r.Context(), name, value, operator(r))
 		if errors.Is(err, store.ErrNotFound) {
-			writeError(w, taskNotFound(name))
-			return
+			return taskNotFound(name)
 		}
 		if err != nil {
-			s.internalError(w, r, fmt.Sprintf("set task %s %s=%t", name, flag, value), err)
-			return
+			return internal(fmt.Sprintf("set task %s %s=%t", name, flag, value), err)
 		}
 		s.announceTask(r.Context(), rec)
 		s.opts.Logger.Info().Str("task", name).Bool(flag, value).Str("operator", operator(r)).Msg("task flag set")
 		writeJSON(w, http.StatusOK, taskInfo(rec))
+		return nil
 	}
 }
 
 // deleteTask deletes a task: it leaves every list and takes no firings, its
 // running instances finish, and its history stays. Trigger services drop its
 // schedules when its key leaves the tasks bucket.
-func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) {
+func (s *Service) deleteTask(w http.ResponseWriter, r *http.Request) error {
 	name, e := taskName(r)
 	if e != nil {
-		writeError(w, e)
-		return
+		return e
 	}
 	rec, err := s.opts.Store.DeleteTask(r.Context(), name, operator(r))
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, taskNotFound(name))
-		return
+		return taskNotFound(name)
 	}
 	if err != nil {
-		s.internalError(w, r, "delete task "+name, err)
-		return
+		return internal("delete task "+name, err)
 	}
 	s.forgetTask(r.Context(), name)
 	s.opts.Logger.Info().Str("task", name).Str("operator", operator(r)).Msg("task deleted")
 	writeJSON(w, http.StatusOK, taskInfo(rec))
+	return nil
 }

@@ -22,15 +22,15 @@ const readNATSTimeout = 10 * time.Second
 
 // listWorkers answers GET /v1/workers from the ax-workers bucket: every
 // worker whose last heartbeat has not expired, by id.
-func (s *Service) listWorkers(w http.ResponseWriter, r *http.Request) {
+func (s *Service) listWorkers(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), readNATSTimeout)
 	defer cancel()
 	workers, err := s.readWorkers(ctx)
 	if err != nil {
-		s.natsUnavailable(w, r, "read the workers", err)
-		return
+		return s.natsUnavailable(r, "read the workers", err)
 	}
 	writeJSON(w, http.StatusOK, wire.WorkerList{Workers: workers})
+	return nil
 }
 
 // readWorkers reads every worker in the ax-workers bucket: the values there
@@ -73,12 +73,12 @@ func (s *Service) readWorkers(ctx context.Context) ([]schemas.Worker, error) {
 	}
 }
 
-// natsUnavailable answers 503 for a NATS read that failed, and logs why.
-func (s *Service) natsUnavailable(w http.ResponseWriter, r *http.Request, op string, err error) {
+// natsUnavailable returns the 503 for a NATS read that failed, and logs why.
+func (s *Service) natsUnavailable(r *http.Request, op string, err error) *wire.Error {
 	s.opts.Logger.Error().Err(err).Str("method", r.Method).Str("path", r.URL.Path).Msg(op)
 	msg := fmt.Sprintf("cannot %s: %v; check that NATS is up and that the dispatcher (or ax dev) has made AX's streams", op, err)
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		msg = fmt.Sprintf("cannot %s: %v; start the dispatcher (or ax dev) once: it makes AX's streams and buckets", op, err)
 	}
-	writeError(w, &wire.Error{Status: http.StatusServiceUnavailable, Code: "nats_unavailable", Message: msg})
+	return &wire.Error{Status: http.StatusServiceUnavailable, Code: "nats_unavailable", Message: msg}
 }

@@ -128,7 +128,7 @@ func Executor(ctx context.Context, opts Options) (*drill.Report, error) {
 	if !regexp.MustCompile(`^[A-Za-z0-9._-]{0,100}$`).MatchString(opts.HandlerPrefix) {
 		return nil, fmt.Errorf("conformance: handler prefix %q: use letters, digits, '.', '_' and '-' only", opts.HandlerPrefix)
 	}
-	if opts.Topology == (streams.Topology{}) {
+	if opts.Topology.IsZero() {
 		opts.Topology = streams.Default()
 	}
 	if opts.Grace <= 0 {

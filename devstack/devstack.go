@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"runtime/pprof"
 	"slices"
@@ -159,7 +160,7 @@ func Start(ctx context.Context, opts Options) (*Stack, error) {
 	if opts.Store == nil {
 		return nil, errors.New("devstack: Options.Store is required")
 	}
-	if opts.Topology.Prefix() == "" {
+	if opts.Topology.IsZero() {
 		opts.Topology = streams.Default()
 	}
 	roles := opts.Services
@@ -238,7 +239,10 @@ func (s *Stack) make(opts Options, roles []natsauth.Role) error {
 			return err
 		}
 		o := e.Options
-		o.Conn, o.Topology, o.Logger = nc, opts.Topology, orLogger(o.Logger, opts.Logger)
+		o.Conn, o.Topology = nc, opts.Topology
+		if o.Logger == nil {
+			o.Logger = slog.New(zerolog.NewSlogHandler(opts.Logger))
+		}
 		ex, err := executor.New(o)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

@@ -173,7 +173,7 @@ func New(opts Options) (*Service, error) {
 	if opts.Store == nil {
 		return nil, errors.New("new dispatcher: Options.Store is required")
 	}
-	if opts.Topology == (streams.Topology{}) {
+	if opts.Topology.IsZero() {
 		opts.Topology = streams.Default()
 	}
 	if opts.BatchSize <= 0 {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor"
 )
@@ -74,7 +76,7 @@ func (d *taskDrill) startExecutor(ctx context.Context, mux *executor.Mux) (*dril
 		wrapped.Handle(name, d.wrap(x, h))
 	}
 	svc, err := executor.New(executor.Options{Conn: nc, Topology: d.opts.Topology, WorkerID: x.id, Pools: []string{Pool},
-		Mux: wrapped, Logger: d.opts.Logger, ShutdownTimeout: time.Second, IdleWait: 200 * time.Millisecond})
+		Mux: wrapped, Logger: slog.New(zerolog.NewSlogHandler(d.opts.Logger)), ShutdownTimeout: time.Second, IdleWait: 200 * time.Millisecond})
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("drill task %s: %w", d.def.TaskName, err)

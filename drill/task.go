@@ -114,7 +114,7 @@ func Task(ctx context.Context, opts TaskOptions, mux *executor.Mux) (*Report, er
 	if mux == nil {
 		return nil, errors.New("drill task: the mux of the handlers to drill is required")
 	}
-	if opts.Topology == (streams.Topology{}) {
+	if opts.Topology.IsZero() {
 		opts.Topology = streams.Default()
 	}
 	if opts.Runs <= 0 {

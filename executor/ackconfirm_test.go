@@ -3,6 +3,7 @@ package executor_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func TestHandlerRunsOnlyAfterTheAckIsConfirmed(t *testing.T) {
 	nc, _ := connect("worker")
 	executortest.Run(t, executor.Options{
 		Conn: nc, WorkerID: "w1", Mux: mux, StartedDelay: -1,
-		Logger: zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), unconfirmed)),
+		Logger: slog.New(zerolog.NewSlogHandler(zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), unconfirmed)))),
 	})
 
 	d := schemas.Dispatch{InstanceID: 1, Attempt: 1, MaxAttempts: 3, Task: "t", Handler: "h",

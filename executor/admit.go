@@ -2,10 +2,10 @@ package executor
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -52,7 +52,7 @@ type pending struct {
 func (s *Service) admit(m jetstream.Msg) *pending {
 	d, err := decodeDispatch(m)
 	if err != nil {
-		s.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable dispatch message; terminating it")
+		s.log.Error("undecodable dispatch message; terminating it", "error", err, "subject", m.Subject())
 		s.term(m)
 		return nil
 	}
@@ -60,9 +60,8 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 		// The dispatcher routes such a message only to a worker whose
 		// record says it speaks the version: this one did not.
 		log := s.taskLogger(&d)
-		log.Warn().Int("protocol", v).Int("speaks", schemas.ExecutorProtocol).Dur("delay", unregisteredDelay).
-			Msg("the attempt is written in a version of the executor protocol this worker does not speak; it waits for a worker that does")
-		giveBack(m, &log)
+		log.Warn("the attempt is written in a version of the executor protocol this worker does not speak; it waits for a worker that does", "protocol", v, "speaks", schemas.ExecutorProtocol, "delay", unregisteredDelay)
+		giveBack(m, log)
 		return nil
 	}
 	p := &pending{msg: m, d: d}
@@ -73,9 +72,8 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 		// while it had the handler or was not live. The attempt waits
 		// for a worker with the handler, never fails for want of it.
 		log := s.taskLogger(&d)
-		log.Warn().Str("handler", d.Handler).Strs("handlers", s.opts.Mux.Names()).Dur("delay", unregisteredDelay).
-			Msg("the attempt was routed to this worker, which has no such handler; it waits for a worker that has it")
-		giveBack(m, &log)
+		log.Warn("the attempt was routed to this worker, which has no such handler; it waits for a worker that has it", "handler", d.Handler, "handlers", s.opts.Mux.Names(), "delay", unregisteredDelay)
+		giveBack(m, log)
 		return nil
 	}
 	s.mu.Lock()
@@ -106,9 +104,9 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 
 // giveBack hands a message this worker must not run back to JetStream for
 // unregisteredDelay, so that another worker may take it meanwhile.
-func giveBack(m jetstream.Msg, log *zerolog.Logger) {
+func giveBack(m jetstream.Msg, log *slog.Logger) {
 	if err := m.NakWithDelay(unregisteredDelay); err != nil {
-		log.Warn().Err(err).Msg("requeue dispatch message; it comes back after the ack wait")
+		log.Warn("requeue dispatch message; it comes back after the ack wait", "error", err)
 	}
 }
 
@@ -156,9 +154,9 @@ func (s *Service) unadmit(p *pending) {
 // pulling work for its other handlers.
 func (s *Service) requeue(p *pending, why string) {
 	log := s.taskLogger(&p.d)
-	log.Debug().Str("handler", p.d.Handler).Str("reason", why).Dur("delay", s.opts.RequeueDelay).Msg("attempt cannot start yet; requeueing it")
+	log.Debug("attempt cannot start yet; requeueing it", "handler", p.d.Handler, "reason", why, "delay", s.opts.RequeueDelay)
 	if err := p.msg.NakWithDelay(s.opts.RequeueDelay); err != nil {
-		log.Warn().Err(err).Msg("requeue dispatch message; it comes back after the ack wait")
+		log.Warn("requeue dispatch message; it comes back after the ack wait", "error", err)
 	}
 }
 
@@ -183,7 +181,7 @@ func (s *Service) prepare(ctx context.Context, p *pending) {
 		held, err := s.lockMutex(p)
 		if err != nil {
 			log := s.taskLogger(&p.d)
-			log.Error().Err(err).Str("mutex_key", p.mutexKey).Msg("take mutex; requeueing the attempt")
+			log.Error("take mutex; requeueing the attempt", "error", err, "mutex_key", p.mutexKey)
 		}
 		if !held {
 			s.unadmit(p)
@@ -215,7 +213,7 @@ func (s *Service) waitRate(ctx context.Context, p *pending) error {
 		case <-progress.C:
 			if err := p.msg.InProgress(); err != nil {
 				log := s.taskLogger(&p.d)
-				log.Warn().Err(err).Msg("extend the ack wait of a rate-limited attempt")
+				log.Warn("extend the ack wait of a rate-limited attempt", "error", err)
 			}
 		case <-ctx.Done():
 			r.Cancel()

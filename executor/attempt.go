@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -30,8 +29,8 @@ type attempt struct {
 	startedAt time.Time
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
-	log       zerolog.Logger // the worker's lines about the attempt
-	hlog      *slog.Logger   // the handler's: shipped to AX_LOGS, copied to log
+	log       *slog.Logger // the worker's lines about the attempt
+	hlog      *slog.Logger // the handler's: shipped to AX_LOGS, copied to log
 
 	revision uint64 // the lease's last revision; guarded by Service.mu
 	released bool   // its slots were given back; guarded by Service.mu
@@ -106,22 +105,22 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 			as = append(as, s.register(p, keys[i], values[i], acks[i].Sequence, sent, now))
 		case errs[i] == nil:
 			log := s.taskLogger(&p.d)
-			log.Warn().Err(acked[i]).Msg("the server did not confirm the ack of the dispatch message; " +
-				"not running the attempt, whose lease expires unrenewed and is failed as lost")
+			log.Warn("the server did not confirm the ack of the dispatch message; "+
+				"not running the attempt, whose lease expires unrenewed and is failed as lost", "error", acked[i])
 			s.unadmit(p)
 		case isWrongLastSequence(errs[i]):
 			log := s.taskLogger(&p.d)
-			log.Info().Msg("attempt is leased already: another delivery runs or ran it; terminating this one")
+			log.Info("attempt is leased already: another delivery runs or ran it; terminating this one")
 			s.unadmit(p)
 			s.term(p.msg)
 		default:
 			log := s.taskLogger(&p.d)
-			log.Error().Err(errs[i]).Msg("create lease; giving the dispatch message back for later")
+			log.Error("create lease; giving the dispatch message back for later", "error", errs[i])
 			s.unadmit(p)
 			// Later, not at once: the next fetch would take it back and
 			// likely fail the same way.
 			if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
-				log.Warn().Err(err).Msg("nak dispatch message")
+				log.Warn("nak dispatch message", "error", err)
 			}
 		}
 	}
@@ -253,15 +252,15 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 // taskLogger is the worker's logger of one attempt, for what the worker
 // says about it. The handler logs through [Service.handlerLogger], whose
 // lines ship to AX_LOGS and are copied here.
-func (s *Service) taskLogger(d *schemas.Dispatch) zerolog.Logger {
-	return s.log.With().Str("task", d.Task).Int64("instance_id", d.InstanceID).Int("attempt", d.Attempt).Logger()
+func (s *Service) taskLogger(d *schemas.Dispatch) *slog.Logger {
+	return s.log.With("task", d.Task, "instance_id", d.InstanceID, "attempt", d.Attempt)
 }
 
 // runAttempt runs the handler, reports the outcome and stops renewing the
 // lease, and releases the mutex once the handler has returned.
 func (s *Service) runAttempt(a *attempt) {
 	defer s.runners.Done()
-	a.log.Debug().Str("handler", a.dispatch.Handler).Msg("attempt started")
+	a.log.Debug("attempt started", "handler", a.dispatch.Handler)
 	r := s.invoke(a)
 	out, err, returnedAt := r.out, r.err, r.at
 	returned := !returnedAt.IsZero()
@@ -280,7 +279,7 @@ func (s *Service) runAttempt(a *attempt) {
 	s.settleStarted(a)
 	if errors.Is(cause, ErrLeaseLost) {
 		finish()
-		a.log.Warn().Msg("lease lost; the dispatcher has moved on, so the attempt is not reported")
+		a.log.Warn("lease lost; the dispatcher has moved on, so the attempt is not reported")
 		return
 	}
 	rep := s.outcome(a, out, err, cause, returnedAt)
@@ -313,18 +312,17 @@ func (s *Service) runAttempt(a *attempt) {
 		// Without a report the lease must expire for the dispatcher to move
 		// on; a spooled report goes when the worker starts again.
 		finish()
-		a.log.Error().Err(encErr).Str("outcome", string(rep.Kind)).Bool("spooled", s.opts.SpoolDir != "").
-			Msg("report attempt; leaving its lease to expire")
+		a.log.Error("report attempt; leaving its lease to expire", "error", encErr, "outcome", string(rep.Kind), "spooled", s.opts.SpoolDir != "")
 		return
 	}
-	ev := a.log.Info()
+	level, attrs := slog.LevelInfo, []any{}
 	switch rep.Kind {
 	case schemas.ReportFailed:
-		ev = a.log.Warn().Str("error", rep.Error).Bool("permanent", rep.Permanent)
+		level, attrs = slog.LevelWarn, []any{"error", rep.Error, "permanent", rep.Permanent}
 	case schemas.ReportReleased:
-		ev = a.log.Warn().Str("reason", rep.Error)
+		level, attrs = slog.LevelWarn, []any{"reason", rep.Error}
 	}
-	ev.Str("outcome", string(rep.Kind)).Dur("duration", rep.At.Sub(rep.StartedAt)).Msg("attempt finished")
+	a.log.Log(context.Background(), level, "attempt finished", append(attrs, "outcome", string(rep.Kind), "duration", rep.At.Sub(rep.StartedAt))...)
 	// The report is stored: the lease is no longer renewed, and ages out
 	// one TTL after its last renewal. A delete would cost a message and
 	// change nothing: the reaper reads the expiry marker either way, and
@@ -348,7 +346,7 @@ func (s *Service) releaseLease(a *attempt) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := s.leases.Delete(ctx, a.key); err != nil {
-		a.log.Warn().Err(err).Msg("delete the lease of a handed-back attempt; it expires with its TTL instead")
+		a.log.Warn("delete the lease of a handed-back attempt; it expires with its TTL instead", "error", err)
 	}
 }
 
@@ -420,8 +418,7 @@ func (s *Service) invoke(a *attempt) result {
 		return r
 	case <-timer.C:
 		s.abandoned.Add(1)
-		a.log.Error().Err(context.Cause(a.ctx)).Dur("waited", abandonAfter).
-			Msg("handler did not return after its context ended; abandoning it and reporting the attempt")
+		a.log.Error("handler did not return after its context ended; abandoning it and reporting the attempt", "error", context.Cause(a.ctx), "waited", abandonAfter)
 		return result{err: context.Cause(a.ctx)}
 	}
 }

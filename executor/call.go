@@ -3,10 +3,9 @@ package executor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor/internal/sdkhook"
 	"github.com/ax-scheduler/ax/schemas"
@@ -57,11 +56,11 @@ type funcSink struct {
 	lines    func(schemas.LogLine)
 }
 
-func (f *funcSink) enabled(zerolog.Level) bool { return true }
+func (f *funcSink) enabled(slog.Level) bool { return true }
 
-func (f *funcSink) line(level zerolog.Level, at time.Time, msg string, fields []field) {
+func (f *funcSink) line(level slog.Level, at time.Time, msg string, fields []field) {
 	l := schemas.LogLine{InstanceID: f.d.InstanceID, Task: f.d.Task, Attempt: f.d.Attempt, WorkerID: f.workerID,
-		Level: level.String(), Time: at}
+		Level: levelName(level), Time: at}
 	l.Message, l.Fields = fitLine(msg, fields)
 	f.lines(l)
 }

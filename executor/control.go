@@ -14,11 +14,11 @@ import (
 func (s *Service) onControl(m *nats.Msg) {
 	c, err := streams.Decode[schemas.Control](m.Subject, m.Data)
 	if err != nil {
-		s.log.Warn().Err(err).Msg("undecodable control message; ignoring it")
+		s.log.Warn("undecodable control message; ignoring it", "error", err)
 		return
 	}
 	if c.Action != schemas.ControlCancel {
-		s.log.Warn().Str("action", string(c.Action)).Msg("unknown control action; ignoring it")
+		s.log.Warn("unknown control action; ignoring it", "action", string(c.Action))
 		return
 	}
 	var found []*attempt
@@ -30,12 +30,11 @@ func (s *Service) onControl(m *nats.Msg) {
 	}
 	s.mu.Unlock()
 	if len(found) == 0 {
-		s.log.Info().Int64("instance_id", c.InstanceID).Int("attempt", c.Attempt).Str("reason", c.Reason).
-			Msg("cancel of an attempt that does not run here; ignoring it")
+		s.log.Info("cancel of an attempt that does not run here; ignoring it", "instance_id", c.InstanceID, "attempt", c.Attempt, "reason", c.Reason)
 		return
 	}
 	for _, a := range found {
-		a.log.Info().Str("reason", c.Reason).Msg("cancelling attempt")
+		a.log.Info("cancelling attempt", "reason", c.Reason)
 		a.cancel(cancelError{reason: c.Reason})
 	}
 }

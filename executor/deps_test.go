@@ -8,14 +8,15 @@ import (
 
 // maxSDKDeps bounds the packages outside the standard library and AX that
 // a program linking the SDK links: NATS (with nkeys, nuid, compress and
-// x/crypto), the logger and x/time/rate. Users link the SDK into their own
-// binaries; a new dependency should be a choice, not a side effect.
+// x/crypto) and x/time/rate. Users link the SDK into their own binaries; a
+// new dependency should be a choice, not a side effect.
 const maxSDKDeps = 25
 
 // TestExecutorLinks lists what a program that imports the SDK links: no
 // PostgreSQL driver, no store, no service, and none of what reading task
 // definitions takes (schemas/taskdef: the JSON Schema validator, YAML, the
-// cron parser, x/text).
+// cron parser, x/text), nor a logging library: the SDK logs through
+// log/slog, and a program picks its own (ax executor adapts zerolog).
 func TestExecutorLinks(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
@@ -36,6 +37,7 @@ func TestExecutorLinks(t *testing.T) {
 		"go.yaml.in/",
 		"golang.org/x/text",
 		"github.com/prometheus/",
+		"github.com/rs/zerolog",
 	}
 	var third []string
 	for _, d := range strings.Fields(string(out)) {

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor"
 )
@@ -100,7 +100,7 @@ func ExampleNew() {
 		Pools:  []string{"default", "eu"},
 		Slots:  8,
 		Mux:    mux,
-		Logger: zerolog.New(os.Stderr).With().Timestamp().Logger(),
+		Logger: slog.New(slog.NewJSONHandler(os.Stderr, nil)),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -93,21 +93,20 @@ func (s *Service) fence(ps []*pending) []*pending {
 		case !asked || (errs[i] == nil && answers[i].Start):
 			if asked {
 				log := s.taskLogger(&p.d)
-				log.Info().Str("reason", answers[i].Reason).Msg("redelivered attempt may start: the dispatcher says it never ran")
+				log.Info("redelivered attempt may start: the dispatcher says it never ran", "reason", answers[i].Reason)
 			}
 			out = append(out, p)
 		case errs[i] == nil:
 			log := s.taskLogger(&p.d)
-			log.Info().Str("reason", answers[i].Reason).Msg("redelivered attempt must not start; terminating this delivery")
+			log.Info("redelivered attempt must not start; terminating this delivery", "reason", answers[i].Reason)
 			s.unadmit(p)
 			s.term(p.msg)
 		default:
 			log := s.taskLogger(&p.d)
-			log.Warn().Err(errs[i]).Dur("delay", s.opts.IdleWait).
-				Msg("redelivered attempt not started: no dispatcher answered whether it ran; giving it back to ask again")
+			log.Warn("redelivered attempt not started: no dispatcher answered whether it ran; giving it back to ask again", "error", errs[i], "delay", s.opts.IdleWait)
 			s.unadmit(p)
 			if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
-				log.Warn().Err(err).Msg("nak dispatch message")
+				log.Warn("nak dispatch message", "error", err)
 			}
 		}
 	}

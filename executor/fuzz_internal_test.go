@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/rs/zerolog"
 )
 
 // FuzzTaskLogger logs whatever a handler may: the fields of its line
@@ -21,7 +19,7 @@ func FuzzTaskLogger(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, msg, key, value string) {
 		var got []capturedLine
-		log := newTaskLogger(&captureSink{min: zerolog.TraceLevel, lines: &got})
+		log := newTaskLogger(&captureSink{min: slog.LevelDebug - 8, lines: &got})
 		log.With(key, value).WithGroup(key).Info(msg, key, value, slog.Group(value, key, []byte(value)))
 		if len(got) != 1 || got[0].msg != msg {
 			t.Fatalf("logged %+v, want one line with message %q", got, msg)

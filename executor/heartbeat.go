@@ -22,7 +22,7 @@ func (s *Service) heartbeat(ctx context.Context) {
 			return
 		case <-ticker.C:
 			if err := s.putWorker(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn().Err(err).Msg("heartbeat")
+				s.log.Warn("heartbeat", "error", err)
 			}
 		}
 	}
@@ -85,9 +85,9 @@ func (s *Service) deleteWorker() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := s.putGrants(nats.Header{"KV-Operation": []string{"DEL"}}); err != nil {
-		s.log.Warn().Err(err).Msg("delete grant keys from the list; they drop off when their TTL passes")
+		s.log.Warn("delete grant keys from the list; they drop off when their TTL passes", "error", err)
 	}
 	if err := s.workers.Delete(ctx, s.opts.WorkerID); err != nil {
-		s.log.Warn().Err(err).Msg("delete worker from the list; it drops off when its TTL passes")
+		s.log.Warn("delete worker from the list; it drops off when its TTL passes", "error", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,7 +109,7 @@ func (w *world) options(mux *executor.Mux) executor.Options {
 		Conn:         w.nc,
 		WorkerID:     "w1",
 		Mux:          mux,
-		Logger:       zerolog.New(zerolog.NewTestWriter(w.t)).Level(zerolog.DebugLevel),
+		Logger:       slog.New(zerolog.NewSlogHandler(zerolog.New(zerolog.NewTestWriter(w.t)).Level(zerolog.DebugLevel))),
 		StartedDelay: -1,
 	}
 }

@@ -58,13 +58,6 @@ type Job struct {
 	run *attempt
 }
 
-// Task is the former name of [Job], kept so that code written against it
-// compiles. Task named the handler's attempt after the task definition it
-// comes from.
-//
-// Deprecated: use [Job].
-type Task = Job
-
 // Parent returns how the parent task called name ended in the instance's
 // run (its instance, its terminal state and, when it succeeded, the output
 // its handler returned); ok is false when name is not a parent of this

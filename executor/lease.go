@@ -111,8 +111,7 @@ func (s *Service) publishRetry(ctx context.Context, m *nats.Msg, refused func())
 		cancel()
 		if err == nil {
 			if i > 0 {
-				s.log.Info().Str("subject", m.Subject).Int("tries", i+1).Dur("after", time.Since(start).Round(time.Millisecond)).
-					Msg("final report stored")
+				s.log.Info("final report stored", "subject", m.Subject, "tries", i+1, "after", time.Since(start).Round(time.Millisecond))
 			}
 			return nil
 		}
@@ -131,8 +130,7 @@ func (s *Service) publishRetry(ctx context.Context, m *nats.Msg, refused func())
 		}
 		if time.Since(warned) >= unsentWarnAfter {
 			warned = time.Now()
-			s.log.Warn().Err(err).Str("subject", m.Subject).Int("tries", i+1).Dur("unsent_for", time.Since(start).Round(time.Second)).
-				Msg("final report not stored yet; keeping it and trying again until it is")
+			s.log.Warn("final report not stored yet; keeping it and trying again until it is", "error", err, "subject", m.Subject, "tries", i+1, "unsent_for", time.Since(start).Round(time.Second))
 		}
 		timer := time.NewTimer(publishBackoff[min(i, len(publishBackoff)-1)])
 		select {
@@ -161,7 +159,7 @@ func (s *Service) renewLeases(ctx context.Context) {
 		case <-ticker.C:
 			s.renew()
 			if now := s.readLeaseTTL(ctx); now != ttl {
-				s.log.Info().Dur("lease_ttl", now).Dur("was", ttl).Msg("lease TTL changed; renewing every third of it")
+				s.log.Info("lease TTL changed; renewing every third of it", "lease_ttl", now, "was", ttl)
 				ttl = now
 				ticker.Reset(ttl / 3)
 			}
@@ -181,9 +179,9 @@ func (s *Service) readLeaseTTL(ctx context.Context) time.Duration {
 	status, err := s.leases.Status(ctx)
 	switch {
 	case err != nil:
-		s.log.Debug().Err(err).Msg("read the leases bucket's TTL; keeping the one read before")
+		s.log.Debug("read the leases bucket's TTL; keeping the one read before", "error", err)
 	case status.TTL() <= 0:
-		s.log.Warn().Str("bucket", s.leases.Bucket()).Msg("the leases bucket has no TTL any more; renewing at the TTL read before")
+		s.log.Warn("the leases bucket has no TTL any more; renewing at the TTL read before", "bucket", s.leases.Bucket())
 	default:
 		s.leaseTTL.Store(int64(status.TTL()))
 	}
@@ -225,7 +223,7 @@ func (s *Service) renew() {
 		case isWrongLastSequence(errs[i]):
 			vanished = append(vanished, a)
 		default:
-			a.log.Warn().Err(errs[i]).Msg("renew lease; trying again at the next renewal")
+			a.log.Warn("renew lease; trying again at the next renewal", "error", errs[i])
 		}
 	}
 	if len(vanished) > 0 {
@@ -279,14 +277,13 @@ func (s *Service) restoreLeases(ctx context.Context, as []*attempt) {
 		case !current:
 		case i >= 0 && errs[i] == nil:
 			if !s.rolledUp.Swap(true) {
-				s.log.Warn().Str("bucket", s.leases.Bucket()).
-					Msg("a lease vanished without expiring: a roll-up on the leases bucket? restored it; warning once")
+				s.log.Warn("a lease vanished without expiring: a roll-up on the leases bucket? restored it; warning once", "bucket", s.leases.Bucket())
 			}
-			a.log.Info().Msg("lease vanished without expiring; restored it")
+			a.log.Info("lease vanished without expiring; restored it")
 		case i >= 0 && !isWrongLastSequence(errs[i]):
-			a.log.Warn().Err(errs[i]).Msg("restore lease; trying again at the next renewal")
+			a.log.Warn("restore lease; trying again at the next renewal", "error", errs[i])
 		default:
-			a.log.Warn().Msg("lease expired before its renewal; cancelling the attempt")
+			a.log.Warn("lease expired before its renewal; cancelling the attempt")
 			a.cancel(ErrLeaseLost)
 		}
 	}

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/rs/zerolog"
 )
 
 type loggerKey struct{}
@@ -53,28 +51,29 @@ func withLogger(ctx context.Context, l *slog.Logger) context.Context {
 // lineSink takes the lines of one attempt's handler logger.
 type lineSink interface {
 	// enabled reports whether a line at level is wanted at all.
-	enabled(level zerolog.Level) bool
+	enabled(level slog.Level) bool
 	// line takes one line; fields are the record's attributes, encoded,
 	// in their order. It must not block on the network.
-	line(level zerolog.Level, at time.Time, msg string, fields []field)
+	line(level slog.Level, at time.Time, msg string, fields []field)
 }
 
 // newTaskLogger returns a handler logger whose lines go to sink.
 func newTaskLogger(sink lineSink) *slog.Logger { return slog.New(&taskHandler{sink: sink}) }
 
-// lineLevel maps a slog level to the log line's level.
-func lineLevel(l slog.Level) zerolog.Level {
+// levelName names a slog level as a log line does: trace (below
+// debug), debug, info, warn or error.
+func levelName(l slog.Level) string {
 	switch {
 	case l < slog.LevelDebug:
-		return zerolog.TraceLevel
+		return "trace"
 	case l < slog.LevelInfo:
-		return zerolog.DebugLevel
+		return "debug"
 	case l < slog.LevelWarn:
-		return zerolog.InfoLevel
+		return "info"
 	case l < slog.LevelError:
-		return zerolog.WarnLevel
+		return "warn"
 	}
-	return zerolog.ErrorLevel
+	return "error"
 }
 
 // taskHandler is the slog.Handler of a handler's logger: it encodes each
@@ -94,7 +93,7 @@ type openGroup struct {
 }
 
 func (h *taskHandler) Enabled(_ context.Context, l slog.Level) bool {
-	return h.sink.enabled(lineLevel(l))
+	return h.sink.enabled(l)
 }
 
 func (h *taskHandler) WithAttrs(as []slog.Attr) slog.Handler {
@@ -152,7 +151,7 @@ func (h *taskHandler) Handle(_ context.Context, r slog.Record) error {
 	if at.IsZero() {
 		at = time.Now()
 	}
-	h.sink.line(lineLevel(r.Level), at, r.Message, fields)
+	h.sink.line(r.Level, at, r.Message, fields)
 	return nil
 }
 

@@ -10,8 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/rs/zerolog"
-
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -49,7 +47,7 @@ type logEntry struct {
 	instance int64
 	attempt  int
 	task     string
-	level    zerolog.Level
+	level    slog.Level
 	at       time.Time
 	msg      string
 	fields   json.RawMessage // a JSON object, or nil for none
@@ -74,8 +72,8 @@ type logShipper struct {
 	workerID string
 	topo     streams.Topology
 	interval time.Duration
-	batchAt  int            // lines waiting that make a batch ship at once
-	log      zerolog.Logger // the worker's, for the shipper's own trouble
+	batchAt  int          // lines waiting that make a batch ship at once
+	log      *slog.Logger // the worker's, for the shipper's own trouble
 
 	urgent chan struct{} // a batch is full or a flush is awaited
 
@@ -95,7 +93,7 @@ type logShipper struct {
 	total    uint64 // lines dropped since the worker started
 }
 
-func newLogShipper(workerID string, topo streams.Topology, capacity int, interval time.Duration, log zerolog.Logger) *logShipper {
+func newLogShipper(workerID string, topo streams.Topology, capacity int, interval time.Duration, log *slog.Logger) *logShipper {
 	return &logShipper{
 		workerID: workerID,
 		topo:     topo,
@@ -111,7 +109,7 @@ func newLogShipper(workerID string, topo streams.Topology, capacity int, interva
 
 // add puts a line of an attempt of d into the buffer, dropping the oldest
 // line when the buffer is full. It never blocks on NATS.
-func (sh *logShipper) add(d *schemas.Dispatch, level zerolog.Level, at time.Time, msg string, fields []field) {
+func (sh *logShipper) add(d *schemas.Dispatch, level slog.Level, at time.Time, msg string, fields []field) {
 	e := logEntry{instance: d.InstanceID, attempt: d.Attempt, task: d.Task, level: level, at: at}
 	e.msg, e.fields = fitLine(msg, fields)
 	sh.mu.Lock()
@@ -275,8 +273,7 @@ func (sh *logShipper) warnDropped(dropped, refused int) {
 	if sh.unwarnedDropped+sh.unwarnedRefused == 0 || time.Since(sh.warnedAt) < warnEvery {
 		return
 	}
-	sh.log.Warn().Int("dropped", sh.unwarnedDropped).Int("refused", sh.unwarnedRefused).Int("buffer", len(sh.ring)).
-		Msg("task log lines lost: the log buffer was full, or NATS refused them (they count as dropped)")
+	sh.log.Warn("task log lines lost: the log buffer was full, or NATS refused them (they count as dropped)", "dropped", sh.unwarnedDropped, "refused", sh.unwarnedRefused, "buffer", len(sh.ring))
 	sh.warnedAt, sh.unwarnedDropped, sh.unwarnedRefused = time.Now(), 0, 0
 }
 
@@ -300,7 +297,7 @@ func (sh *logShipper) take() ([]logEntry, []dropWarning) {
 			Task:       dr.task,
 			Attempt:    k.attempt,
 			WorkerID:   sh.workerID,
-			Level:      zerolog.WarnLevel.String(),
+			Level:      levelName(slog.LevelWarn),
 			Message:    fmt.Sprintf("%d log lines dropped", dr.n),
 			Time:       dr.last,
 			Fields:     json.RawMessage(fmt.Sprintf(`{"dropped":%d}`, dr.n)),
@@ -331,7 +328,7 @@ func (sh *logShipper) line(e *logEntry) schemas.LogLine {
 		Task:       e.task,
 		Attempt:    e.attempt,
 		WorkerID:   sh.workerID,
-		Level:      e.level.String(),
+		Level:      levelName(e.level),
 		Message:    e.msg,
 		Time:       e.at,
 		Fields:     e.fields,
@@ -370,33 +367,34 @@ func (sh *logShipper) publish(pub *streams.Publisher, lines []schemas.LogLine) (
 type shipSink struct {
 	sh       *logShipper
 	d        *schemas.Dispatch
-	minLevel zerolog.Level  // the least level shipped
-	worker   zerolog.Logger // the worker's logger of the attempt
+	minLevel slog.Level   // the least level shipped
+	worker   *slog.Logger // the worker's logger of the attempt
 }
 
-func (w *shipSink) enabled(level zerolog.Level) bool {
-	return level >= w.minLevel || (level >= w.worker.GetLevel() && level >= zerolog.GlobalLevel())
+func (w *shipSink) enabled(level slog.Level) bool {
+	return level >= w.minLevel || w.worker.Enabled(context.Background(), level)
 }
 
 // line ships the line and copies it to the worker's log when that takes
 // its level. It never blocks on NATS.
-func (w *shipSink) line(level zerolog.Level, at time.Time, msg string, fields []field) {
+func (w *shipSink) line(level slog.Level, at time.Time, msg string, fields []field) {
 	if level >= w.minLevel {
 		w.sh.add(w.d, level, at, msg, fields)
 	}
-	if ev := w.worker.WithLevel(level); ev.Enabled() {
+	if ctx := context.Background(); w.worker.Enabled(ctx, level) {
+		r := slog.NewRecord(at, level, msg, 0)
 		for _, f := range fields {
-			ev.RawJSON(f.key, f.value)
+			r.AddAttrs(slog.Any(f.key, json.RawMessage(f.value)))
 		}
-		ev.Msg(msg)
+		_ = w.worker.Handler().Handle(ctx, r) // the worker's log has no one to tell
 	}
 }
 
 // handlerLogger returns the logger a handler gets for the attempt d: its
 // lines ship to AX_LOGS (from Options.TaskLogLevel up) and are copied to
 // workerLog, the worker's logger of the attempt, at their own level.
-func (s *Service) handlerLogger(d *schemas.Dispatch, workerLog zerolog.Logger) *slog.Logger {
-	return newTaskLogger(&shipSink{sh: s.logs, d: d, minLevel: s.opts.TaskLogLevel, worker: workerLog})
+func (s *Service) handlerLogger(d *schemas.Dispatch, workerLog *slog.Logger) *slog.Logger {
+	return newTaskLogger(&shipSink{sh: s.logs, d: d, minLevel: s.opts.TaskLogLevel.Level(), worker: workerLog})
 }
 
 // flushLogs ships the lines logged so far before the attempt's final report
@@ -410,7 +408,7 @@ func (s *Service) flushLogs(a *attempt) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := s.logs.flush(ctx); err != nil {
-		a.log.Warn().Err(err).Msg("reporting the attempt before all of its log lines are stored")
+		a.log.Warn("reporting the attempt before all of its log lines are stored", "error", err)
 	}
 }
 

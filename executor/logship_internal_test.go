@@ -15,7 +15,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -24,7 +23,7 @@ import (
 
 // addLine adds line i of d to sh: message "line i", field n = i.
 func addLine(sh *logShipper, d *schemas.Dispatch, at time.Time, i int) {
-	sh.add(d, zerolog.InfoLevel, at, fmt.Sprintf("line %d", i), []field{{"n", json.RawMessage(strconv.Itoa(i))}})
+	sh.add(d, slog.LevelInfo, at, fmt.Sprintf("line %d", i), []field{{"n", json.RawMessage(strconv.Itoa(i))}})
 }
 
 // newPublisher returns a publisher on nc, closed when the test ends.
@@ -76,7 +75,7 @@ func TestLogShipperDropsOldestAndNeverBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	pubConn, _ := srv.Connect()
-	sh := newLogShipper("w1", topo, 10, time.Hour, zerolog.Nop())
+	sh := newLogShipper("w1", topo, 10, time.Hour, slog.New(slog.DiscardHandler))
 	runShipper(t, sh, newPublisher(t, pubConn, time.Minute))
 	d := &schemas.Dispatch{InstanceID: 7, Attempt: 1, Task: "t"}
 	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -182,7 +181,7 @@ func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 	srv := streamstest.NewServer(t, streams.Config{})
 	nc, js := srv.Connect()
 	pub := newPublisher(t, nc, opTimeout)
-	sh := newLogShipper("w1", srv.Topology, 100, time.Hour, zerolog.Nop())
+	sh := newLogShipper("w1", srv.Topology, 100, time.Hour, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -213,7 +212,7 @@ func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost := newLogShipper("w1", other, 100, time.Hour, zerolog.Nop())
+	lost := newLogShipper("w1", other, 100, time.Hour, slog.New(slog.DiscardHandler))
 	addLine(lost, d, time.Now(), 0)
 	lost.ship(pub)
 	if n := lost.dropped(); n != 1 {
@@ -230,7 +229,7 @@ func TestLogShipperShipsTheRestOnStop(t *testing.T) {
 func TestTaskLogger(t *testing.T) {
 	t.Parallel()
 	var got []capturedLine
-	sink := &captureSink{min: zerolog.DebugLevel, lines: &got}
+	sink := &captureSink{min: slog.LevelDebug, lines: &got}
 	log := newTaskLogger(sink).With("order", 42)
 	log.Info("charged", "ok", true, "task", "dropped", slog.Group("card", "brand", "visa", "last4", "4242"))
 	log.WithGroup("req").With("id", "r1").Warn("slow", "took", 1500*time.Millisecond, "err", errors.New("timeout"))
@@ -239,11 +238,11 @@ func TestTaskLogger(t *testing.T) {
 	log.Log(context.Background(), slog.LevelDebug-4, "trace is below the sink's level")
 	log.Log(context.Background(), slog.LevelError+4, "above error is error")
 	want := []capturedLine{
-		{zerolog.InfoLevel, "charged", `{"order":42,"ok":true,"card":{"brand":"visa","last4":"4242"}}`},
-		{zerolog.WarnLevel, "slow", `{"order":42,"req":{"id":"r1","took":"1.5s","err":"timeout"}}`},
-		{zerolog.ErrorLevel, "failed", `{"order":42}`},
-		{zerolog.DebugLevel, "detail", `{"order":42,"f":1.5,"nan":"NaN","at":"2025-03-01T12:00:00Z","raw":{"a":1}}`},
-		{zerolog.ErrorLevel, "above error is error", `{"order":42}`},
+		{"info", "charged", `{"order":42,"ok":true,"card":{"brand":"visa","last4":"4242"}}`},
+		{"warn", "slow", `{"order":42,"req":{"id":"r1","took":"1.5s","err":"timeout"}}`},
+		{"error", "failed", `{"order":42}`},
+		{"debug", "detail", `{"order":42,"f":1.5,"nan":"NaN","at":"2025-03-01T12:00:00Z","raw":{"a":1}}`},
+		{"error", "above error is error", `{"order":42}`},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("lines %+v, want %+v", got, want)
@@ -256,23 +255,23 @@ func TestTaskLogger(t *testing.T) {
 }
 
 type capturedLine struct {
-	level  zerolog.Level
+	level  string // the line's level name
 	msg    string
 	fields string
 }
 
 type captureSink struct {
-	min   zerolog.Level
+	min   slog.Level
 	mu    sync.Mutex
 	lines *[]capturedLine
 }
 
-func (c *captureSink) enabled(l zerolog.Level) bool { return l >= c.min }
+func (c *captureSink) enabled(l slog.Level) bool { return l >= c.min }
 
-func (c *captureSink) line(l zerolog.Level, _ time.Time, msg string, fields []field) {
+func (c *captureSink) line(l slog.Level, _ time.Time, msg string, fields []field) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	*c.lines = append(*c.lines, capturedLine{l, msg, string(encodeFields(fields))})
+	*c.lines = append(*c.lines, capturedLine{levelName(l), msg, string(encodeFields(fields))})
 }
 
 func TestFitLine(t *testing.T) {
@@ -293,8 +292,8 @@ func TestFitLine(t *testing.T) {
 // report: an attempt that logged nothing (most of them) makes no timeout,
 // no timer and no context for it.
 func TestFlushOfNothingCostsNothing(t *testing.T) {
-	s := &Service{logs: newLogShipper("w1", streams.Default(), 16, time.Second, zerolog.Nop())}
-	a := &attempt{log: zerolog.Nop()}
+	s := &Service{logs: newLogShipper("w1", streams.Default(), 16, time.Second, slog.New(slog.DiscardHandler))}
+	a := &attempt{log: slog.New(slog.DiscardHandler)}
 	if got := testing.AllocsPerRun(100, func() { s.flushLogs(a) }); got != 0 {
 		t.Errorf("flushLogs with nothing to ship: %v allocations, want 0", got)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 	"text/template"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -111,16 +111,16 @@ func (s *Service) lockMutex(p *pending) (bool, error) {
 // holder's: a key that expired and was taken by another attempt stays
 // theirs. The release leaves a delete marker that expires after
 // [streams.MarkerTTL].
-func (s *Service) unlockMutex(key string, rev uint64, log zerolog.Logger) {
+func (s *Service) unlockMutex(key string, rev uint64, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	err := s.deleteKey(ctx, s.opts.Topology.MutexBucket(), key, rev)
 	switch {
 	case err == nil:
 	case isWrongLastSequence(err):
-		log.Warn().Str("mutex_key", key).Msg("mutex expired before its release; another attempt may hold it now")
+		log.Warn("mutex expired before its release; another attempt may hold it now", "mutex_key", key)
 	default:
-		log.Warn().Err(err).Str("mutex_key", key).Msg("release mutex; it expires with its TTL")
+		log.Warn("release mutex; it expires with its TTL", "error", err, "mutex_key", key)
 	}
 }
 

@@ -4,13 +4,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -92,14 +92,14 @@ type Options struct {
 	// (default [DefaultRequeueDelay]): its handler's slots are full
 	// ([Concurrency]) or another attempt holds its mutex key.
 	RequeueDelay time.Duration
-	// Logger receives the worker's logs (zero value: no logs). The lines a
+	// Logger receives the worker's logs (nil: no logs). The lines a
 	// handler logs through [Logger] are copied to it too, at their own
 	// level, tagged with the attempt; its level does not limit what ships
 	// to AX_LOGS.
-	Logger zerolog.Logger
+	Logger *slog.Logger
 	// TaskLogLevel is the least level of the handler log lines the worker
-	// ships to AX_LOGS (zero value: zerolog.DebugLevel).
-	TaskLogLevel zerolog.Level
+	// ships to AX_LOGS (nil: [slog.LevelDebug]).
+	TaskLogLevel slog.Leveler
 	// LogBuffer is how many handler log lines the worker holds while they
 	// wait to be shipped to AX_LOGS (default [DefaultLogBuffer]). When it is
 	// full the oldest line is dropped and counted ([Service.LogLinesDropped]),
@@ -143,7 +143,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Mux == nil || len(o.Mux.Names()) == 0 {
 		return o, errors.New("executor options: Mux is required and needs at least one handler (see RegisterBuiltins)")
 	}
-	if o.Topology.Prefix() == "" {
+	if o.Topology.IsZero() {
 		o.Topology = streams.Default()
 	}
 	if o.WorkerID == "" {
@@ -207,8 +207,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.LogBuffer == 0 {
 		o.LogBuffer = DefaultLogBuffer
 	}
-	if o.TaskLogLevel < zerolog.TraceLevel || o.TaskLogLevel > zerolog.Disabled {
-		return o, fmt.Errorf("executor options: TaskLogLevel %d is not a zerolog level; use zerolog.TraceLevel to zerolog.Disabled", o.TaskLogLevel)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.TaskLogLevel == nil {
+		o.TaskLogLevel = slog.LevelDebug
 	}
 	if o.NowFunc == nil {
 		o.NowFunc = time.Now

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -79,7 +80,7 @@ func TestWorkerStartedWhileJetStreamRefusesWritesWaits(t *testing.T) {
 	mux, _ := gateMux()
 	opts := w.options(mux)
 	watch := &lineWatch{want: []byte("JetStream refuses the worker's entry"), seen: make(chan struct{})}
-	opts.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), watch))
+	opts.Logger = slog.New(zerolog.NewSlogHandler(zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), watch))))
 	s, err := executor.New(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -156,7 +156,7 @@ func (s *Service) sendProgress(a *attempt, ps *progressState) {
 			cancel()
 		}
 		if err != nil {
-			a.log.Warn().Err(err).Int64("done", p.Done).Int64("total", p.Total).Msg("report progress; the next value will be sent anyway")
+			a.log.Warn("report progress; the next value will be sent anyway", "error", err, "done", p.Done, "total", p.Total)
 		}
 		last = time.Now()
 	}

@@ -177,7 +177,7 @@ func (s *Service) fetch(n int, lowFirst bool) []jetstream.Msg {
 func (s *Service) fetchFrom(q *queue, n int, msgs *[]jetstream.Msg) (int, error) {
 	batch, err := q.consumer.FetchNoWait(n)
 	if err != nil {
-		s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Str("handler", q.handler).Msg("fetch dispatch messages")
+		s.log.Warn("fetch dispatch messages", "error", err, "pool", q.pool, "priority", string(q.priority), "handler", q.handler)
 		return 0, err
 	}
 	got := 0
@@ -186,7 +186,7 @@ func (s *Service) fetchFrom(q *queue, n int, msgs *[]jetstream.Msg) (int, error)
 		got++
 	}
 	if err := batch.Error(); err != nil {
-		s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Str("handler", q.handler).Msg("fetch dispatch messages")
+		s.log.Warn("fetch dispatch messages", "error", err, "pool", q.pool, "priority", string(q.priority), "handler", q.handler)
 		return got, err
 	}
 	return got, nil
@@ -206,7 +206,7 @@ func (s *Service) awaitRung(q *queue, msgs *[]jetstream.Msg) (int, error) {
 	case errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
 		return 0, nil
 	default:
-		s.log.Warn().Err(err).Str("pool", q.pool).Str("priority", string(q.priority)).Str("handler", q.handler).Msg("fetch dispatch messages")
+		s.log.Warn("fetch dispatch messages", "error", err, "pool", q.pool, "priority", string(q.priority), "handler", q.handler)
 		return 0, err
 	}
 }
@@ -243,7 +243,7 @@ func (s *Service) sweep() {
 			}
 		}
 		if err != nil {
-			s.log.Warn().Err(err).Str("pool", pool).Msg("read the pool's queue depths; fetching every queue")
+			s.log.Warn("read the pool's queue depths; fetching every queue", "error", err, "pool", pool)
 		}
 	}
 }
@@ -260,12 +260,12 @@ func (s *Service) onReady(pool, subject string) {
 
 func (s *Service) nak(m jetstream.Msg) {
 	if err := m.Nak(); err != nil {
-		s.log.Warn().Err(err).Str("subject", m.Subject()).Msg("nak dispatch message")
+		s.log.Warn("nak dispatch message", "error", err, "subject", m.Subject())
 	}
 }
 
 func (s *Service) term(m jetstream.Msg) {
 	if err := m.Term(); err != nil {
-		s.log.Warn().Err(err).Str("subject", m.Subject()).Msg("terminate dispatch message")
+		s.log.Warn("terminate dispatch message", "error", err, "subject", m.Subject())
 	}
 }

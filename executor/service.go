@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -32,7 +32,7 @@ const (
 // [Service.Run]. Its methods are safe for concurrent use.
 type Service struct {
 	opts     Options
-	log      zerolog.Logger
+	log      *slog.Logger
 	hostname string
 	nonce    string // ends the Nats-Msg-Id of its reports (see reportID)
 
@@ -107,7 +107,7 @@ func New(opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := o.Logger.With().Str("service", "executor").Str("worker_id", o.WorkerID).Logger()
+	log := o.Logger.With("service", "executor", "worker_id", o.WorkerID)
 	reportsCtx, stopReports := context.WithCancel(context.Background())
 	return &Service{
 		reportsCtx:    reportsCtx,
@@ -225,7 +225,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// quorum) refuses the worker's entry too: the worker waits for it, as
 	// its running peers wait to store their reports, rather than exit.
 	err = streams.UntilStarted(ctx, func(err error, wait time.Duration) {
-		s.log.Warn().Err(err).Dur("retry_in", wait).Msg("JetStream refuses the worker's entry in the workers bucket; trying again")
+		s.log.Warn("JetStream refuses the worker's entry in the workers bucket; trying again", "error", err, "retry_in", wait)
 	}, s.putWorker)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -246,8 +246,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// ships what is left.
 	background.Go(func() { s.logs.run(bgCtx, s.pub) })
 
-	s.log.Info().Strs("pools", s.opts.Pools).Int("slots", s.opts.Slots).Strs("handlers", s.opts.Mux.Names()).
-		Dur("lease_ttl", s.currentLeaseTTL()).Msg("worker started")
+	s.log.Info("worker started", "pools", s.opts.Pools, "slots", s.opts.Slots, "handlers", s.opts.Mux.Names(), "lease_ttl", s.currentLeaseTTL())
 	close(s.ready)
 
 	runErr := s.pull(ctx)
@@ -265,7 +264,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.abandoned.Load() == 0 {
 		s.handlers.Wait()
 	}
-	s.log.Info().Msg("worker stopped")
+	s.log.Info("worker stopped")
 	return runErr
 }
 
@@ -276,7 +275,7 @@ func (s *Service) Run(ctx context.Context) error {
 // credential that does not name it, which waiting does not cure.
 func (s *Service) setUp(ctx context.Context) error {
 	err := streams.UntilStarted(ctx, func(err error, wait time.Duration) {
-		s.log.Warn().Err(err).Dur("retry_in", wait).Msg("executor start-up failed; trying again")
+		s.log.Warn("executor start-up failed; trying again", "error", err, "retry_in", wait)
 	}, s.lookUp)
 	if err != nil {
 		return err
@@ -422,7 +421,7 @@ func (s *Service) drain() {
 		close(done)
 	}()
 	if n := s.Busy(); n > 0 {
-		s.log.Info().Int("busy", n).Dur("shutdown_timeout", s.opts.ShutdownTimeout).Msg("waiting for running attempts")
+		s.log.Info("waiting for running attempts", "busy", n, "shutdown_timeout", s.opts.ShutdownTimeout)
 	}
 	timer := time.NewTimer(s.opts.ShutdownTimeout)
 	defer timer.Stop()
@@ -431,7 +430,7 @@ func (s *Service) drain() {
 		return
 	case <-timer.C:
 	}
-	s.log.Warn().Int("busy", s.Busy()).Msg("shutdown timeout passed; cancelling running attempts and handing them back")
+	s.log.Warn("shutdown timeout passed; cancelling running attempts and handing them back", "busy", s.Busy())
 	s.stopHandlers(errShuttingDown)
 	// Their reports (and those that JetStream refuses, as during an
 	// outage) get as long again: then the worker stops trying, and a
@@ -440,8 +439,7 @@ func (s *Service) drain() {
 	select {
 	case <-done:
 	case <-timer.C:
-		s.log.Warn().Int("busy", s.Busy()).Bool("spool", s.opts.SpoolDir != "").
-			Msg("final reports still refused after the shutdown timeout; stopping their tries (the spool keeps them)")
+		s.log.Warn("final reports still refused after the shutdown timeout; stopping their tries (the spool keeps them)", "busy", s.Busy(), "spool", s.opts.SpoolDir != "")
 		s.stopReports()
 		<-done
 	}

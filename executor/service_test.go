@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -674,7 +675,7 @@ func TestTaskAndLogger(t *testing.T) {
 	})
 	logs := make(lines, 100)
 	opts := w.options(mux)
-	opts.Logger = zerolog.New(logs)
+	opts.Logger = slog.New(zerolog.NewSlogHandler(zerolog.New(logs)))
 	executortest.Run(t, opts)
 	w.dispatch(schemas.PriorityUrgent, schemas.Dispatch{InstanceID: 3, Attempt: 2, MaxAttempts: 5, Task: "billing",
 		Handler: "inspect", Payload: json.RawMessage(`{"a":1}`), TimeoutMS: 60000})

@@ -57,8 +57,7 @@ func (s *Service) spool(d *schemas.Dispatch, kind schemas.ReportKind, data []byt
 		err = writeSynced(s.spoolPath(d), b)
 	}
 	if err != nil {
-		s.log.Error().Err(err).Int64("instance_id", d.InstanceID).Int("attempt", d.Attempt).Str("spool", s.opts.SpoolDir).
-			Msg("spool a final report JetStream refused; it is kept in memory only")
+		s.log.Error("spool a final report JetStream refused; it is kept in memory only", "error", err, "instance_id", d.InstanceID, "attempt", d.Attempt, "spool", s.opts.SpoolDir)
 		return ""
 	}
 	return s.spoolPath(d)
@@ -70,7 +69,7 @@ func (s *Service) unspool(path string) {
 		return
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn().Err(err).Str("file", path).Msg("remove a stored final report from the spool; a restart sends it again, as a duplicate the dispatcher ignores")
+		s.log.Warn("remove a stored final report from the spool; a restart sends it again, as a duplicate the dispatcher ignores", "error", err, "file", path)
 	}
 }
 
@@ -111,7 +110,7 @@ func (s *Service) sendSpooled(ctx context.Context) {
 	entries, err := os.ReadDir(s.opts.SpoolDir)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
-			s.log.Error().Err(err).Str("spool", s.opts.SpoolDir).Msg("read the spool of final reports")
+			s.log.Error("read the spool of final reports", "error", err, "spool", s.opts.SpoolDir)
 		}
 		return
 	}
@@ -129,20 +128,20 @@ func (s *Service) sendSpooled(ctx context.Context) {
 			err = json.Unmarshal(b, &r)
 		}
 		if err != nil || r.Subject == "" {
-			s.log.Error().Err(err).Str("file", path).Msg("a spooled final report cannot be read; leaving it")
+			s.log.Error("a spooled final report cannot be read; leaving it", "error", err, "file", path)
 			continue
 		}
 		m := nats.NewMsg(r.Subject)
 		m.Data = r.Report
 		m.Header.Set(streams.HeaderMsgID, r.MsgID)
 		if err := s.publishRetry(ctx, m, nil); err != nil {
-			s.log.Warn().Err(err).Str("file", path).Msg("send a spooled final report; it stays in the spool")
+			s.log.Warn("send a spooled final report; it stays in the spool", "error", err, "file", path)
 			if ctx.Err() != nil {
 				return
 			}
 			continue
 		}
-		s.log.Info().Str("subject", r.Subject).Msg("sent a final report from the spool")
+		s.log.Info("sent a final report from the spool", "subject", r.Subject)
 		s.unspool(path)
 	}
 }

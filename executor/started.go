@@ -101,7 +101,7 @@ func (s *Service) publishStarted(as []*attempt) {
 	s.mu.Lock()
 	for i, a := range as {
 		if errs[i] != nil {
-			a.log.Warn().Err(errs[i]).Msg("report started; the final report will record the start")
+			a.log.Warn("report started; the final report will record the start", "error", errs[i])
 		}
 		a.started = startedDone
 		close(a.startedSent)

@@ -40,6 +40,10 @@ func Default() Topology { return Topology{prefix: DefaultPrefix} }
 // Prefix returns the subject prefix.
 func (t Topology) Prefix() string { return t.prefix }
 
+// IsZero reports whether t is the zero Topology, which names nothing: an
+// Options field left zero, which its service fills with [Default].
+func (t Topology) IsZero() bool { return t.prefix == "" }
+
 // subject joins the prefix and parts with dots in one allocation: it names
 // a subject or two for every message of the hot path, where fmt or
 // strings.Join cost two or three.

@@ -141,3 +141,20 @@ func TestLogFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestTopologyIsZero: only the zero Topology is zero, the one an Options
+// field left unset holds; every topology NewTopology makes names subjects.
+func TestTopologyIsZero(t *testing.T) {
+	custom, err := NewTopology("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		top  Topology
+		zero bool
+	}{{Topology{}, true}, {Default(), false}, {custom, false}} {
+		if got := tc.top.IsZero(); got != tc.zero {
+			t.Errorf("Topology{prefix: %q}.IsZero() = %t, want %t", tc.top.prefix, got, tc.zero)
+		}
+	}
+}

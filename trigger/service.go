@@ -105,7 +105,7 @@ func New(opts Options) (*Service, error) {
 	if opts.Store == nil {
 		return nil, errors.New("new trigger: Options.Store is required")
 	}
-	if opts.Topology == (streams.Topology{}) {
+	if opts.Topology.IsZero() {
 		opts.Topology = streams.Default()
 	}
 	if opts.Clock == nil {

@@ -67,7 +67,7 @@ func (b *Base) Fill(name string) error {
 	if b.Store == nil {
 		return fmt.Errorf("new %s: Options.Store is required", name)
 	}
-	if b.Topology == (streams.Topology{}) {
+	if b.Topology.IsZero() {
 		b.Topology = streams.Default()
 	}
 	if b.BatchSize <= 0 {

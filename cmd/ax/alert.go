@@ -14,8 +14,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-func init() { extraCommands = append(extraCommands, newAlertCmd) }
-
 func newAlertCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "alert",

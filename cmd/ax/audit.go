@@ -11,8 +11,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-func init() { extraCommands = append(extraCommands, newAuditCmd) }
-
 func newAuditCmd(g *cli) *cobra.Command {
 	var (
 		q     apiclient.AuditQuery

@@ -16,8 +16,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-func init() { extraCommands = append(extraCommands, newBenchCmd) }
-
 // benchTask is the task ax bench applies when not given --task: a no-op
 // that builtin.echo, which every executor serves, runs.
 const benchTask = `task_name: ax-bench

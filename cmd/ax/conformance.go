@@ -11,8 +11,6 @@ import (
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
-func init() { extraCommands = append(extraCommands, newConformanceCmd) }
-
 func newConformanceCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "conformance",

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -52,7 +53,7 @@ func TestConformanceCommand(t *testing.T) {
 	handlers.RegisterConformance(mux, handlers.ConformancePrefix)
 	wconn, _ := ns.Connect()
 	executortest.Run(t, executor.Options{Conn: wconn, WorkerID: "cli-worker", Mux: mux,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+		Logger: slog.New(zerolog.NewSlogHandler(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)))})
 
 	ax := func(args ...string) (int, string, string) {
 		var out, errOut bytes.Buffer

@@ -24,8 +24,6 @@ import (
 	"github.com/ax-scheduler/ax/internal/pgcluster"
 )
 
-func init() { extraCommands = append(extraCommands, newDevCmd) }
-
 func newDevCmd(*cli) *cobra.Command {
 	var (
 		c           conn

@@ -12,13 +12,6 @@ import (
 	"github.com/ax-scheduler/ax/drill"
 )
 
-func init() { extraCommands = append(extraCommands, newDrillCmd) }
-
-// drillCommands holds the constructors of ax drill's subcommands; the
-// files that define them (drill_task.go, drill_system.go) add theirs in
-// their init.
-var drillCommands []func(g *cli) *cobra.Command
-
 func newDrillCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "drill",
@@ -34,9 +27,7 @@ check passed, so CI can gate on it; -o json prints the same report as JSON.
 See docs/drill.md for every check and how to read a verdict.`,
 		Args: cobra.NoArgs,
 	}
-	for _, newCmd := range drillCommands {
-		cmd.AddCommand(newCmd(g))
-	}
+	cmd.AddCommand(newDrillTaskCmd(g), newDrillSystemCmd(g))
 	return cmd
 }
 

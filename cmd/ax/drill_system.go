@@ -17,11 +17,6 @@ import (
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
-func init() {
-	extraCommands = append(extraCommands, newNATSServerCmd)
-	drillCommands = append(drillCommands, newDrillSystemCmd)
-}
-
 // drillSystemOutput is what ax drill system -o json prints.
 type drillSystemOutput struct {
 	Passed    bool            `json:"passed"`

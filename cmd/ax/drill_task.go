@@ -19,8 +19,6 @@ import (
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
-func init() { drillCommands = append(drillCommands, newDrillTaskCmd) }
-
 func newDrillTaskCmd(g *cli) *cobra.Command {
 	var (
 		c       conn

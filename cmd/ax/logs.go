@@ -16,8 +16,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-func init() { extraCommands = append(extraCommands, newLogsCmd) }
-
 func newLogsCmd(g *cli) *cobra.Command {
 	var (
 		q      apiclient.LogQuery

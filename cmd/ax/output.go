@@ -7,9 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 
-	"github.com/jedib0t/go-pretty/v6/table"
-	"github.com/jedib0t/go-pretty/v6/text"
 	"golang.org/x/term"
 	"sigs.k8s.io/yaml"
 )
@@ -61,7 +60,8 @@ func printYAML(w io.Writer, v any) error {
 }
 
 // tableWriter collects the rows of a table written as tab-separated lines,
-// the first its header, and renders them aligned with go-pretty on Flush.
+// the first its header, and renders them aligned on Flush: each column as
+// wide as its widest cell, two spaces apart, no trailing spaces.
 type tableWriter struct {
 	w       io.Writer
 	pending bytes.Buffer
@@ -76,28 +76,13 @@ func (t *tableWriter) Write(p []byte) (int, error) { return t.pending.Write(p) }
 
 // Flush renders the rows written so far and forgets them.
 func (t *tableWriter) Flush() error {
-	lines := strings.Split(strings.TrimSuffix(t.pending.String(), "\n"), "\n")
+	var aligned bytes.Buffer
+	tw := tabwriter.NewWriter(&aligned, 0, 0, 2, ' ', 0)
+	_, _ = tw.Write(t.pending.Bytes()) // a bytes.Buffer takes every write
+	_ = tw.Flush()
 	t.pending.Reset()
-	if len(lines) == 1 && lines[0] == "" {
-		return nil
-	}
-	tw := table.NewWriter()
-	style := table.StyleDefault
-	style.Options = table.OptionsNoBordersAndSeparators
-	style.Box.PaddingLeft, style.Box.PaddingRight = "", "  "
-	style.Format.Header = text.FormatDefault
-	style.Format.Row = text.FormatDefault
-	tw.SetStyle(style)
-	for _, line := range lines {
-		cells := strings.Split(line, "\t")
-		row := make(table.Row, len(cells))
-		for i, c := range cells {
-			row[i] = c
-		}
-		tw.AppendRow(row)
-	}
 	var b strings.Builder
-	for line := range strings.Lines(tw.Render()) {
+	for line := range strings.Lines(aligned.String()) {
 		b.WriteString(strings.TrimRight(line, " \n"))
 		b.WriteByte('\n')
 	}

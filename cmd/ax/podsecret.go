@@ -11,8 +11,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { extraCommands = append(extraCommands, newPodSecretCmd) }
-
 // secretKeyRE is what a key of a Kubernetes Secret may be.
 var secretKeyRE = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
 

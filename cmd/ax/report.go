@@ -12,8 +12,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-func init() { extraCommands = append(extraCommands, newReportCmd) }
-
 func newReportCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "report",

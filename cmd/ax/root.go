@@ -15,13 +15,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-// extraCommands holds the constructors of the commands that other files of
-// this package add in their init (the services, ax dev): newRootCmd adds
-// one of each. Every command gets the root's persistent flags (--api,
-// --output, --token) one way: the *cli it is made with, which cobra fills
-// before the command runs.
-var extraCommands []func(g *cli) *cobra.Command
-
 // defaultAPIURL is where ax dev and ax api listen by default.
 const defaultAPIURL = "http://127.0.0.1:8080"
 
@@ -66,8 +59,15 @@ see "ax completion bash --help" for where to put it.
 	pf.StringVar(&g.apiURL, "api", envOr("AX_API_URL", defaultAPIURL), "base URL of the AX API (env AX_API_URL)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
 	pf.StringVar(&g.token, "token", "", "API token sent with every request (env AX_TOKEN; ax dev prints one)")
-	root.AddCommand(newTaskCmd(g), newFireCmd(g), newInstanceCmd(g), newWorkerCmd(g), newStreamCmd(g), newTokenCmd(g))
-	for _, newCmd := range extraCommands {
+	// Every command is made here, one constructor per command, and gets the
+	// root's persistent flags (--api, --output, --token) one way: the *cli
+	// it is made with, which cobra fills before the command runs.
+	for _, newCmd := range []func(g *cli) *cobra.Command{
+		newTaskCmd, newFireCmd, newInstanceCmd, newWorkerCmd, newStreamCmd, newTokenCmd,
+		newAlertCmd, newAuditCmd, newBenchCmd, newConformanceCmd, newDevCmd, newDrillCmd,
+		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd,
+		newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd, newUserCmd,
+	} {
 		root.AddCommand(newCmd(g))
 	}
 	addCompletionExamples(root)

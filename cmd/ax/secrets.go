@@ -19,8 +19,6 @@ import (
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
-func init() { extraCommands = append(extraCommands, newSecretsCmd) }
-
 // dbRoles are the services that use PostgreSQL; the executor never does.
 var dbRoles = []natsauth.Role{natsauth.Dispatcher, natsauth.Trigger, natsauth.API, natsauth.Auditor}
 

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api"
@@ -20,10 +22,6 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/trigger"
 )
-
-func init() {
-	extraCommands = append(extraCommands, newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd)
-}
 
 // signalContext ends on Ctrl-C or SIGTERM: services drain and return.
 func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
@@ -259,7 +257,7 @@ volume that outlives the container).`,
 			}
 			svc, err := executor.New(executor.Options{
 				Conn: o.nc, Topology: o.top, WorkerID: workerID, Pools: pools, Slots: slots,
-				Version: version, Mux: mux, Logger: o.log, ShutdownTimeout: shutdown, Codec: codec,
+				Version: version, Mux: mux, Logger: slog.New(zerolog.NewSlogHandler(o.log)), ShutdownTimeout: shutdown, Codec: codec,
 				SingleReports: single, SpoolDir: spool,
 			})
 			if err != nil {

@@ -17,8 +17,6 @@ import (
 	"github.com/ax-scheduler/ax/streams/natsauth"
 )
 
-func init() { extraCommands = append(extraCommands, newUserCmd) }
-
 // userNameRE is what an executor user's name may be.
 var userNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 

@@ -22,15 +22,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/examples/executor/handlers"
 	"github.com/ax-scheduler/ax/executor"
@@ -71,7 +70,7 @@ func run() error {
 		}
 		*user, password, *inbox = u, p, "_INBOX_"+u
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
 	opts := []nats.Option{nats.Name("ax example executor"), nats.MaxReconnects(-1)}
 	if *creds != "" {
@@ -105,7 +104,7 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log.Info().Strs("handlers", mux.Names()).Str("pools", *pools).Msg("example executor running; Ctrl-C stops it")
+	log.Info("example executor running; Ctrl-C stops it", "handlers", mux.Names(), "pools", *pools)
 	return svc.Run(ctx)
 }
 

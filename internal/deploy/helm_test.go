@@ -40,6 +40,9 @@ var (
 // helm runs the helm binary with args and returns its standard output.
 func helm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("the chart's tests build and run helm: skipped with -short; make test runs them")
+	}
 	helmOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "ax-helm-")
 		if err != nil {

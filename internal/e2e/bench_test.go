@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -47,7 +48,7 @@ func benchSystem(b *testing.B) *benchRig {
 		return nil, nil
 	})
 	s := &benchRig{system: newSystemWith(b, ttl, devstack.Executor{
-		Options: executor.Options{WorkerID: "bench", Mux: mux, Slots: 1000, Logger: zerolog.Nop()}}), hops: hops}
+		Options: executor.Options{WorkerID: "bench", Mux: mux, Slots: 1000, Logger: slog.New(slog.DiscardHandler)}}), hops: hops}
 	s.log = zerolog.Nop()
 	if os.Getenv("AX_BENCH_AUDITOR") == "1" {
 		// The auditor as a deployment runs it: its relay publishes every

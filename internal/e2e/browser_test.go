@@ -30,6 +30,9 @@ const chromiumPath = "/usr/bin/chromium"
 // chromium returns the path of the Chromium the browser tests drive; the
 // test fails, saying how to install it, when it is missing.
 func chromium(t *testing.T) string {
+	if testing.Short() {
+		t.Skip("the browser tests need Chromium: skipped with -short; make test runs them")
+	}
 	t.Helper()
 	path := chromiumPath
 	if p := os.Getenv("AX_CHROMIUM"); p != "" {

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,7 +58,7 @@ func TestBulkFiringsExactlyOnceThroughADispatcherKill(t *testing.T) {
 	}
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	execConn, _ := srv.Connect()
-	executortest.Run(t, executor.Options{Conn: execConn, WorkerID: "steady", Mux: ledgerMux(ledger, 0), Slots: 16, Logger: log})
+	executortest.Run(t, executor.Options{Conn: execConn, WorkerID: "steady", Mux: ledgerMux(ledger, 0), Slots: 16, Logger: slog.New(zerolog.NewSlogHandler(log))})
 
 	const batches, size = 8, 250
 	batch := make([]schemas.TriggerEvent, size)

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,6 +40,9 @@ type natsCluster struct {
 
 func newNATSCluster(t *testing.T) *natsCluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("a three-node NATS cluster test: skipped with -short; make test runs it")
+	}
 	c, err := natsembed.StartCluster(natsembed.ClusterOptions{Size: 3, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +194,7 @@ func TestExactlyOnceThroughNATSNodeRestarts(t *testing.T) {
 	for _, id := range []string{"exec-a", "exec-b"} {
 		conn, _ := cluster.connect(id)
 		executortest.Run(t, executor.Options{Conn: conn, WorkerID: id, Mux: ledgerMux(ledger, 100*time.Millisecond),
-			Slots: 8, Logger: log})
+			Slots: 8, Logger: slog.New(zerolog.NewSlogHandler(log))})
 	}
 
 	// Load: 40 firings a second. A publish that fails (no leader yet) is

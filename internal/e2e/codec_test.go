@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/rs/zerolog"
 )
 
 // codecKey is the key the tests' client and executor share; the scheduler
@@ -96,7 +98,7 @@ func TestCodecKeepsPayloadsOpaque(t *testing.T) {
 		return map[string]string{"charge_token": outSecret}, nil
 	}))
 	conn, _ := s.srv.Connect()
-	executortest.Run(t, executor.Options{Conn: conn, WorkerID: "w-codec", Mux: mux, Slots: 2, Logger: s.log, Codec: testCodec(t)})
+	executortest.Run(t, executor.Options{Conn: conn, WorkerID: "w-codec", Mux: mux, Slots: 2, Logger: slog.New(zerolog.NewSlogHandler(s.log)), Codec: testCodec(t)})
 	s.apply("task_name: charge\nexecution: {handler: test.charge}\n")
 
 	client := apiclient.NewClient(s.apiURL, nil)

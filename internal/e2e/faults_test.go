@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,7 +96,7 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	mux := ledgerMux(ledger, 200*time.Millisecond)
 	execConn, _ := srv.Connect()
-	executortest.Run(t, executor.Options{Conn: execConn, WorkerID: "steady", Mux: mux, Slots: 16, Logger: log})
+	executortest.Run(t, executor.Options{Conn: execConn, WorkerID: "steady", Mux: mux, Slots: 16, Logger: slog.New(zerolog.NewSlogHandler(log))})
 
 	first := dispatcher("the first dispatcher")
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -93,7 +94,7 @@ func (a *authSystem) executor(user, workerID string, pools ...string) {
 	a.t.Helper()
 	mux := builtinsMux()
 	executortest.Run(a.t, executor.Options{Conn: a.connect(user), WorkerID: workerID, Pools: pools, Mux: mux,
-		Slots: 4, Logger: a.log})
+		Slots: 4, Logger: slog.New(zerolog.NewSlogHandler(a.log))})
 }
 
 // events returns the kinds of the events of instance id.

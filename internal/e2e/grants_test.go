@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
@@ -33,7 +35,7 @@ func TestHeartbeatClaimsGrantNothing(t *testing.T) {
 
 	// The true gpu worker.
 	executortest.Run(t, executor.Options{Conn: a.connect(gpuExecutor), WorkerID: "g1", Pools: []string{"gpu"},
-		Mux: builtinsMux(), Slots: 4, Version: "1.0.0", Logger: a.log})
+		Mux: builtinsMux(), Slots: 4, Version: "1.0.0", Logger: slog.New(zerolog.NewSlogHandler(a.log))})
 
 	nc, v := a.watch(string(natsauth.Executor))
 	handlers := append(slices.Clone(builtins), "gpu.secret")
@@ -138,7 +140,7 @@ func TestUnheldAttemptOfAnotherHandler(t *testing.T) {
 	a.apply("task_name: nobody\nexecution: {handler: nobody.here}\n")
 	a.apply("task_name: plain-echo\nexecution: {handler: builtin.echo}\n")
 	executortest.Run(t, executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker,
-		Mux: builtinsMux(), Slots: 4, Logger: a.log})
+		Mux: builtinsMux(), Slots: 4, Logger: slog.New(zerolog.NewSlogHandler(a.log))})
 	a.routedTo(defaultWorker)
 	if in := a.waitState(a.fire("plain-echo", nil), schemas.StateSucceeded, time.Minute); in.WorkerID != defaultWorker {
 		t.Fatalf("the echo ran on %q, want %s", in.WorkerID, defaultWorker)

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -13,13 +14,14 @@ import (
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
+	"github.com/rs/zerolog"
 )
 
 // isolationExecutor starts an executor that requeues busy work quickly.
 func (s *system) isolationExecutor(workerID string, mux *executor.Mux, slots int) {
 	conn, _ := s.srv.Connect()
 	executortest.Run(s.t, executor.Options{
-		Conn: conn, WorkerID: workerID, Mux: mux, Slots: slots, Logger: s.log,
+		Conn: conn, WorkerID: workerID, Mux: mux, Slots: slots, Logger: slog.New(zerolog.NewSlogHandler(s.log)),
 		RequeueDelay: 50 * time.Millisecond,
 	})
 }

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,7 +80,7 @@ func TestFiringOrphanedByAKilledDispatcherRunsOnce(t *testing.T) {
 	}
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	execConn, _ := srv.Connect()
-	executortest.Run(t, executor.Options{Conn: execConn, WorkerID: "steady", Mux: ledgerMux(ledger, 0), Slots: 4, Logger: log})
+	executortest.Run(t, executor.Options{Conn: execConn, WorkerID: "steady", Mux: ledgerMux(ledger, 0), Slots: 4, Logger: slog.New(zerolog.NewSlogHandler(log))})
 
 	state := func(eventID string) (id int64, s string, attempt int) {
 		err := pool.QueryRow(ctx, `SELECT id, state, attempt FROM instances WHERE task = 'orphan' AND event_id = $1`, eventID).

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
@@ -140,7 +142,7 @@ func TestPoolsAreABoundary(t *testing.T) {
 	// not name stops at start and says which.
 	mux := builtinsMux()
 	mux.HandleFunc("img.resize", func(context.Context, *executor.Job) (any, error) { return nil, nil })
-	svc, err := executor.New(executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker, Mux: mux, Logger: a.log})
+	svc, err := executor.New(executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker, Mux: mux, Logger: slog.New(zerolog.NewSlogHandler(a.log))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +183,7 @@ func TestFakeHeartbeatsAreRefused(t *testing.T) {
 	}
 
 	mux := builtinsMux()
-	executortest.Run(t, executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker, Mux: mux, Slots: 4, Logger: a.log})
+	executortest.Run(t, executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker, Mux: mux, Slots: 4, Logger: slog.New(zerolog.NewSlogHandler(a.log))})
 	a.routedTo(defaultWorker)
 	a.apply("task_name: pinned\nexecution: {handler: builtin.echo}\ndispatch: {strategy: hash, hash_key: 'c-{{.customer}}'}\n")
 	var ids []int64

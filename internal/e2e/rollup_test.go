@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
@@ -102,9 +104,9 @@ func TestRollUpsOfLeasesAndWorkersAreHarmless(t *testing.T) {
 	mux := executor.NewMux()
 	mux.HandleFunc(executor.BuiltinSleep, l.sleepFor(4*time.Second))
 	executortest.Run(t, executor.Options{Conn: a.connect(string(natsauth.Executor)), WorkerID: defaultWorker,
-		Pools: []string{schemas.DefaultPool}, Mux: mux, Slots: 4, Logger: a.log})
+		Pools: []string{schemas.DefaultPool}, Mux: mux, Slots: 4, Logger: slog.New(zerolog.NewSlogHandler(a.log))})
 	executortest.Run(t, executor.Options{Conn: a.connect(gpuExecutor), WorkerID: "g1",
-		Pools: []string{"gpu"}, Mux: mux, Slots: 4, Logger: a.log})
+		Pools: []string{"gpu"}, Mux: mux, Slots: 4, Logger: slog.New(zerolog.NewSlogHandler(a.log))})
 	a.apply("task_name: long-default\nexecution: {handler: builtin.sleep, timeout: 5m}\n")
 	a.apply("task_name: long-gpu\nexecution: {handler: builtin.sleep, timeout: 5m}\ndispatch: {tags: [gpu]}\n")
 	var ids []int64
@@ -193,7 +195,7 @@ func TestRolledAwayLeaseOfADeadWorkerIsReaped(t *testing.T) {
 	mux.HandleFunc(executor.BuiltinSleep, l.sleepFor(time.Minute))
 	victimConn := a.connect(string(natsauth.Executor))
 	victim, err := executor.New(executor.Options{Conn: victimConn, WorkerID: defaultWorker,
-		Pools: []string{schemas.DefaultPool}, Mux: mux, Slots: 1, Logger: a.log, ShutdownTimeout: time.Millisecond})
+		Pools: []string{schemas.DefaultPool}, Mux: mux, Slots: 1, Logger: slog.New(zerolog.NewSlogHandler(a.log)), ShutdownTimeout: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

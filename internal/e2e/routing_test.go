@@ -3,12 +3,14 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/servicetest"
@@ -47,7 +49,7 @@ func (c *calls) of(id string) int {
 func (s *system) worker(opts executor.Options) (stop func()) {
 	s.t.Helper()
 	conn, _ := s.srv.Connect()
-	opts.Conn, opts.Logger = conn, s.log
+	opts.Conn, opts.Logger = conn, slog.New(zerolog.NewSlogHandler(s.log))
 	if opts.Slots == 0 {
 		opts.Slots = 4
 	}
@@ -353,7 +355,7 @@ func TestRoutingHashReroutesAKilledWorkersBacklog(t *testing.T) {
 	// w2 runs one attempt at a time and never finishes one.
 	conn, _ := s.srv.Connect()
 	victim, err := executor.New(executor.Options{Conn: conn, WorkerID: "w2", Mux: muxFor("w2", true), Slots: 1,
-		Logger: s.log, ShutdownTimeout: 100 * time.Millisecond})
+		Logger: slog.New(zerolog.NewSlogHandler(s.log)), ShutdownTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -103,7 +104,7 @@ func TestServicesStartOnceJetStreamAnswers(t *testing.T) {
 	}
 	servicetest.Go(t, "auditor", au.Run)
 	ledger := filepath.Join(t.TempDir(), "ledger")
-	ex, err := executor.New(executor.Options{Conn: connect("executor"), WorkerID: "w-start", Mux: ledgerMux(ledger, 0), Logger: log})
+	ex, err := executor.New(executor.Options{Conn: connect("executor"), WorkerID: "w-start", Mux: ledgerMux(ledger, 0), Logger: slog.New(zerolog.NewSlogHandler(log))})
 	if err != nil {
 		t.Fatal(err)
 	}

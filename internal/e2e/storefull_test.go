@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -186,7 +187,7 @@ func TestFinalReportsOutlastAClusterWithoutQuorum(t *testing.T) {
 	cluster.waitHealthy("the topology in three replicas")
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	conn, _ := cluster.connect("exec")
-	executortest.Run(t, executor.Options{Conn: conn, WorkerID: "exec", Mux: ledgerMux(ledger, 3*time.Second), Slots: 32, Logger: log})
+	executortest.Run(t, executor.Options{Conn: conn, WorkerID: "exec", Mux: ledgerMux(ledger, 3*time.Second), Slots: 32, Logger: slog.New(zerolog.NewSlogHandler(log))})
 
 	fire := func(from, n int) {
 		for i := from; i < from+n; i++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"runtime/pprof"
@@ -163,7 +164,7 @@ func (s *system) clientAs(name string, role schemas.Role) *apiclient.Client {
 func (s *system) executor(workerID string, mux *executor.Mux, slots int) *executor.Service {
 	conn, _ := s.srv.Connect()
 	return executortest.Run(s.t, executor.Options{
-		Conn: conn, WorkerID: workerID, Mux: mux, Slots: slots, Logger: s.log,
+		Conn: conn, WorkerID: workerID, Mux: mux, Slots: slots, Logger: slog.New(zerolog.NewSlogHandler(s.log)),
 	})
 }
 

@@ -8,6 +8,9 @@ import (
 // TestStartClusterTriesOtherPorts: when a port picked free is taken
 // before its node binds it, the cluster starts on other free ports.
 func TestStartClusterTriesOtherPorts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node NATS cluster test: skipped with -short; make test runs it")
+	}
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

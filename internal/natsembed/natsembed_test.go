@@ -272,6 +272,9 @@ func TestClusterKeepsLimitMarkersAcrossARestart(t *testing.T) {
 // startCluster starts a three-node cluster, shut down at the test's end.
 func startCluster(t *testing.T) *natsembed.Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("a three-node NATS cluster test: skipped with -short; make test runs it")
+	}
 	c, err := natsembed.StartCluster(natsembed.ClusterOptions{Size: 3, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,9 @@ import (
 const installHint = "the Node SDK's tests (sdk/node) need Node.js 20 or newer with npm on PATH: install them (Debian: sudo apt-get install -y nodejs npm; or https://nodejs.org) and run the tests again"
 
 func TestNodeSDK(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the Node SDK's tests need Node.js and npm: skipped with -short; make test runs them")
+	}
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal(installHint)

@@ -131,158 +131,15 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 	}
 	var pub, sub []string
 	inbox := InboxPrefix(user) + ".>"
-	// Flow control of push consumers (key-value watchers) is answered on
-	// $JS.FC subjects; a stray answer only unblocks a consumer.
-	const flowControl = "$JS.FC.>"
-	info := func(streams ...string) []string {
-		out := []string{"$JS.API.INFO"}
-		for _, s := range streams {
-			out = append(out, "$JS.API.STREAM.INFO."+s)
-		}
-		return out
-	}
-	// read lets a user get messages of a stream by subject or sequence.
-	read := func(stream string) []string {
-		return []string{
-			"$JS.API.DIRECT.GET." + stream,
-			"$JS.API.DIRECT.GET." + stream + ".>",
-			"$JS.API.STREAM.MSG.GET." + stream,
-		}
-	}
-	// watch lets a user read a stream through consumers of its own
-	// (ordered consumers, key-value watchers, direct gets).
-	watch := func(stream string) []string {
-		return append([]string{
-			"$JS.API.CONSUMER.CREATE." + stream + ".>",
-			"$JS.API.CONSUMER.DELETE." + stream + ".>",
-			"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
-		}, read(stream)...)
-	}
-	kv := func(bucket string) string { return "KV_" + bucket }
-	// observe lets a user read the state of every stream and consumer.
-	observe := []string{
-		"$JS.API.STREAM.INFO.>", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
-		"$JS.API.CONSUMER.INFO.>", "$JS.API.CONSUMER.NAMES.>", "$JS.API.CONSUMER.LIST.>",
-	}
 	switch role {
 	case Trigger:
-		// Plain firings only (ax.trigger.<task>, AX_TRIGGERS), its cron
-		// firings among them: `ax dev` hands its user to outside
-		// publishers too. AX_FIRINGS (the API's firings, AX's own, the
-		// schedules) is the api's and the dispatcher's.
-		pub = append(pub, top.Trigger("*"))
-		pub = append(pub, info(top.TriggersStream(), kv(top.TasksBucket()))...)
-		pub = append(pub, watch(kv(top.TasksBucket()))...)
-		pub = append(pub, flowControl)
+		pub, sub = triggerPermissions(top)
 	case API:
-		// Its own firings and cancel orders, and the schedules of delayed
-		// ones (ax.sched.<task>.<event>); not AX's own firings, nor the
-		// dispatcher's retry schedules (ax.sched.<event>), which a
-		// schedule of the same subject would replace.
-		pub = append(pub, top.APITrigger("*"), top.Sched("*.>"), top.Control(">"), kvKey(top.TasksBucket(), ">"))
-		pub = append(pub, "$JS.API.INFO")
-		pub = append(pub, observe...)
-		// Consumers of its own on streams where no other service has one:
-		// the task logs, and watchers of the workers and tasks buckets.
-		for _, s := range []string{top.LogsStream(), kv(top.WorkersBucket()), kv(top.TasksBucket())} {
-			pub = append(pub, watch(s)...)
-		}
-		// AX_FIRINGS holds the dispatcher's consumer: the api reads a
-		// pending schedule by subject, and makes, pulls from or deletes no
-		// consumer there.
-		pub = append(pub, read(top.FiringsStream())...)
-		pub = append(pub, flowControl)
+		pub, sub = apiPermissions(top)
 	case Auditor:
-		pub = append(pub, top.Audit(">"))
-		// The state it reads: the streams and buckets it uses, its own
-		// consumer, and for the consumer lag one consumer list per
-		// stream with durable consumers and the oldest waiting dispatch
-		// message of a pool (monitor.LagStreams in auditor/monitor) — no consumer's info
-		// one by one, no stream it does not read.
-		pub = append(pub, info(top.AuditStream(), top.TriggersStream(), top.FiringsStream(), top.DispatchStream(), top.ReportsStream(),
-			kv(top.WorkersBucket()), kv(top.LeasesBucket()), kv(top.TasksBucket()))...)
-		pub = append(pub, "$JS.API.CONSUMER.INFO."+top.AuditStream()+".>")
-		for _, s := range []string{top.TriggersStream(), top.FiringsStream(), top.DispatchStream(), top.ReportsStream(), top.AuditStream()} {
-			pub = append(pub, "$JS.API.CONSUMER.LIST."+s)
-		}
-		pub = append(pub, "$JS.API.STREAM.MSG.GET."+top.DispatchStream())
-		for _, s := range []string{top.AuditStream(), kv(top.WorkersBucket()), kv(top.LeasesBucket()), kv(top.TasksBucket())} {
-			pub = append(pub, watch(s)...)
-		}
-		pub = append(pub, ack(top.AuditStream(), "*")...)
-		pub = append(pub, flowControl)
+		pub, sub = auditorPermissions(top)
 	case Executor:
-		pools := scope.Pools
-		if len(pools) == 0 {
-			pools = []string{schemas.DefaultPool}
-		}
-		worker := scope.WorkerID
-		if worker == "" {
-			worker = "*"
-		}
-		// Task log lines only as its worker: a line's subject names the
-		// worker that shipped it, and readers show an instance only the
-		// lines of workers that held one of its attempts.
-		pub = append(pub, top.Logs(worker))
-		pub = append(pub, info(top.DispatchStream(), top.ReportsStream(), top.LogsStream(),
-			kv(top.LeasesBucket()), kv(top.WorkersBucket()), kv(top.MutexBucket()), kv(top.OnceBucket()))...)
-		stream := top.DispatchStream()
-		// Its handlers' queues of its pools, each by name: a consumer name
-		// is one subject token, so there is no permission for "this pool's
-		// consumers", and an executor without handlers gets none.
-		for _, pool := range pools {
-			for _, p := range schemas.Priorities {
-				for _, h := range scope.Handlers {
-					c := top.PoolConsumer(pool, p, h)
-					pub = append(pub,
-						"$JS.API.CONSUMER.CREATE."+stream+"."+c.Durable+"."+c.FilterSubject,
-						"$JS.API.CONSUMER.INFO."+stream+"."+c.Durable,
-						"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+c.Durable)
-					pub = append(pub, ack(stream, c.Durable)...)
-				}
-			}
-			sub = append(sub, top.ReadyPool(pool))
-			// Reports only on its pools' work, as its worker when it is
-			// pinned to one: the dispatcher applies a report only when
-			// the subject's pool and worker are the attempt's.
-			pub = append(pub, top.Reports(pool, worker))
-			// Fence questions likewise: the dispatcher answers only about
-			// the attempts of the subject's pool.
-			pub = append(pub, top.Fences(pool, worker))
-		}
-		// The worker's own consumer, by its worker id: "worker_<id>" on
-		// ax.dispatch.worker.<id>. With any worker id, any worker consumer
-		// on a worker subject (a durable name is one token, so "*").
-		own := top.WorkerConsumer(worker)
-		if scope.WorkerID == "" {
-			own.Durable = "*"
-		}
-		pub = append(pub,
-			"$JS.API.CONSUMER.CREATE."+stream+"."+own.Durable+"."+own.FilterSubject,
-			"$JS.API.CONSUMER.INFO."+stream+"."+own.Durable,
-			"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+own.Durable)
-		pub = append(pub, ack(stream, own.Durable)...)
-		sub = append(sub, top.ReadyWorker(worker))
-		// Its heartbeat, and one grant key per pool and handler of its
-		// scope (streams.GrantKey): what the dispatcher lets a worker
-		// serve is what these keys prove its credential grants, never
-		// what its heartbeat claims.
-		pub = append(pub, kvKey(top.WorkersBucket(), worker))
-		for _, pool := range pools {
-			for _, h := range scope.Handlers {
-				pub = append(pub, kvKey(top.WorkersBucket(), streams.GrantKey(worker, pool, h)))
-			}
-		}
-		pub = append(pub, kvKey(top.LeasesBucket(), ">"),
-			kvKey(top.MutexBucket(), ">"), kvKey(top.OnceBucket(), ">"))
-		pub = append(pub, watch(kv(top.OnceBucket()))...)
-		// A create over a released key reads the key's delete marker for
-		// its revision (nats.go's KeyValue.Create); without the read, a
-		// released mutex could not be taken again until its marker aged
-		// out, a minute later.
-		pub = append(pub, read(kv(top.MutexBucket()))...)
-		pub = append(pub, flowControl)
-		sub = append(sub, top.Control(worker))
+		pub, sub = executorPermissions(top, scope)
 	default:
 		// An unknown role may do nothing but ask.
 		pub = append(pub, "$JS.API.INFO")
@@ -292,6 +149,182 @@ func Permissions(top streams.Topology, role Role, user string, scope Scope) *ser
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: sub},
 	}
+}
+
+// Flow control of push consumers (key-value watchers) is answered on
+// $JS.FC subjects; a stray answer only unblocks a consumer.
+const flowControl = "$JS.FC.>"
+
+// info lets a user read the state of the streams.
+func info(streams ...string) []string {
+	out := []string{"$JS.API.INFO"}
+	for _, s := range streams {
+		out = append(out, "$JS.API.STREAM.INFO."+s)
+	}
+	return out
+}
+
+// read lets a user get messages of a stream by subject or sequence.
+func read(stream string) []string {
+	return []string{
+		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.STREAM.MSG.GET." + stream,
+	}
+}
+
+// watch lets a user read a stream through consumers of its own
+// (ordered consumers, key-value watchers, direct gets).
+func watch(stream string) []string {
+	return append([]string{
+		"$JS.API.CONSUMER.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.DELETE." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
+	}, read(stream)...)
+}
+
+// kv names the stream of a key-value bucket.
+func kv(bucket string) string { return "KV_" + bucket }
+
+// observe lets a user read the state of every stream and consumer.
+var observe = []string{
+	"$JS.API.STREAM.INFO.>", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+	"$JS.API.CONSUMER.INFO.>", "$JS.API.CONSUMER.NAMES.>", "$JS.API.CONSUMER.LIST.>",
+}
+
+// triggerPermissions returns what the trigger service may publish.
+func triggerPermissions(top streams.Topology) (pub, sub []string) {
+	// Plain firings only (ax.trigger.<task>, AX_TRIGGERS), its cron
+	// firings among them: `ax dev` hands its user to outside
+	// publishers too. AX_FIRINGS (the API's firings, AX's own, the
+	// schedules) is the api's and the dispatcher's.
+	pub = append(pub, top.Trigger("*"))
+	pub = append(pub, info(top.TriggersStream(), kv(top.TasksBucket()))...)
+	pub = append(pub, watch(kv(top.TasksBucket()))...)
+	pub = append(pub, flowControl)
+	return pub, sub
+}
+
+// apiPermissions returns what the API may publish.
+func apiPermissions(top streams.Topology) (pub, sub []string) {
+	// Its own firings and cancel orders, and the schedules of delayed
+	// ones (ax.sched.<task>.<event>); not AX's own firings, nor the
+	// dispatcher's retry schedules (ax.sched.<event>), which a
+	// schedule of the same subject would replace.
+	pub = append(pub, top.APITrigger("*"), top.Sched("*.>"), top.Control(">"), kvKey(top.TasksBucket(), ">"))
+	pub = append(pub, "$JS.API.INFO")
+	pub = append(pub, observe...)
+	// Consumers of its own on streams where no other service has one:
+	// the task logs, and watchers of the workers and tasks buckets.
+	for _, s := range []string{top.LogsStream(), kv(top.WorkersBucket()), kv(top.TasksBucket())} {
+		pub = append(pub, watch(s)...)
+	}
+	// AX_FIRINGS holds the dispatcher's consumer: the api reads a
+	// pending schedule by subject, and makes, pulls from or deletes no
+	// consumer there.
+	pub = append(pub, read(top.FiringsStream())...)
+	pub = append(pub, flowControl)
+	return pub, sub
+}
+
+// auditorPermissions returns what the auditor may publish.
+func auditorPermissions(top streams.Topology) (pub, sub []string) {
+	pub = append(pub, top.Audit(">"))
+	// The state it reads: the streams and buckets it uses, its own
+	// consumer, and for the consumer lag one consumer list per
+	// stream with durable consumers and the oldest waiting dispatch
+	// message of a pool (monitor.LagStreams in auditor/monitor) — no consumer's info
+	// one by one, no stream it does not read.
+	pub = append(pub, info(top.AuditStream(), top.TriggersStream(), top.FiringsStream(), top.DispatchStream(), top.ReportsStream(),
+		kv(top.WorkersBucket()), kv(top.LeasesBucket()), kv(top.TasksBucket()))...)
+	pub = append(pub, "$JS.API.CONSUMER.INFO."+top.AuditStream()+".>")
+	for _, s := range []string{top.TriggersStream(), top.FiringsStream(), top.DispatchStream(), top.ReportsStream(), top.AuditStream()} {
+		pub = append(pub, "$JS.API.CONSUMER.LIST."+s)
+	}
+	pub = append(pub, "$JS.API.STREAM.MSG.GET."+top.DispatchStream())
+	for _, s := range []string{top.AuditStream(), kv(top.WorkersBucket()), kv(top.LeasesBucket()), kv(top.TasksBucket())} {
+		pub = append(pub, watch(s)...)
+	}
+	pub = append(pub, ack(top.AuditStream(), "*")...)
+	pub = append(pub, flowControl)
+	return pub, sub
+}
+
+// executorPermissions returns what an executor of scope may publish
+// and subscribe to.
+func executorPermissions(top streams.Topology, scope Scope) (pub, sub []string) {
+	pools := scope.Pools
+	if len(pools) == 0 {
+		pools = []string{schemas.DefaultPool}
+	}
+	worker := scope.WorkerID
+	if worker == "" {
+		worker = "*"
+	}
+	// Task log lines only as its worker: a line's subject names the
+	// worker that shipped it, and readers show an instance only the
+	// lines of workers that held one of its attempts.
+	pub = append(pub, top.Logs(worker))
+	pub = append(pub, info(top.DispatchStream(), top.ReportsStream(), top.LogsStream(),
+		kv(top.LeasesBucket()), kv(top.WorkersBucket()), kv(top.MutexBucket()), kv(top.OnceBucket()))...)
+	stream := top.DispatchStream()
+	// Its handlers' queues of its pools, each by name: a consumer name
+	// is one subject token, so there is no permission for "this pool's
+	// consumers", and an executor without handlers gets none.
+	for _, pool := range pools {
+		for _, p := range schemas.Priorities {
+			for _, h := range scope.Handlers {
+				c := top.PoolConsumer(pool, p, h)
+				pub = append(pub,
+					"$JS.API.CONSUMER.CREATE."+stream+"."+c.Durable+"."+c.FilterSubject,
+					"$JS.API.CONSUMER.INFO."+stream+"."+c.Durable,
+					"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+c.Durable)
+				pub = append(pub, ack(stream, c.Durable)...)
+			}
+		}
+		sub = append(sub, top.ReadyPool(pool))
+		// Reports only on its pools' work, as its worker when it is
+		// pinned to one: the dispatcher applies a report only when
+		// the subject's pool and worker are the attempt's.
+		pub = append(pub, top.Reports(pool, worker))
+		// Fence questions likewise: the dispatcher answers only about
+		// the attempts of the subject's pool.
+		pub = append(pub, top.Fences(pool, worker))
+	}
+	// The worker's own consumer, by its worker id: "worker_<id>" on
+	// ax.dispatch.worker.<id>. With any worker id, any worker consumer
+	// on a worker subject (a durable name is one token, so "*").
+	own := top.WorkerConsumer(worker)
+	if scope.WorkerID == "" {
+		own.Durable = "*"
+	}
+	pub = append(pub,
+		"$JS.API.CONSUMER.CREATE."+stream+"."+own.Durable+"."+own.FilterSubject,
+		"$JS.API.CONSUMER.INFO."+stream+"."+own.Durable,
+		"$JS.API.CONSUMER.MSG.NEXT."+stream+"."+own.Durable)
+	pub = append(pub, ack(stream, own.Durable)...)
+	sub = append(sub, top.ReadyWorker(worker))
+	// Its heartbeat, and one grant key per pool and handler of its
+	// scope (streams.GrantKey): what the dispatcher lets a worker
+	// serve is what these keys prove its credential grants, never
+	// what its heartbeat claims.
+	pub = append(pub, kvKey(top.WorkersBucket(), worker))
+	for _, pool := range pools {
+		for _, h := range scope.Handlers {
+			pub = append(pub, kvKey(top.WorkersBucket(), streams.GrantKey(worker, pool, h)))
+		}
+	}
+	pub = append(pub, kvKey(top.LeasesBucket(), ">"),
+		kvKey(top.MutexBucket(), ">"), kvKey(top.OnceBucket(), ">"))
+	pub = append(pub, watch(kv(top.OnceBucket()))...)
+	// A create over a released key reads the key's delete marker for
+	// its revision (nats.go's KeyValue.Create); without the read, a
+	// released mutex could not be taken again until its marker aged
+	// out, a minute later.
+	pub = append(pub, read(kv(top.MutexBucket()))...)
+	pub = append(pub, flowControl)
+	sub = append(sub, top.Control(worker))
+	return pub, sub
 }
 
 // ack returns the subjects that acknowledge messages of consumer on
