@@ -13,13 +13,9 @@ import (
 )
 
 // forwardingAllowed lists the forwarding names AX keeps on purpose, by
-// "folder/file.go: Name", each with its reason. Every other type has one
-// name: when a type moves, its callers move with it.
-var forwardingAllowed = map[string]string{
-	// The SDK's former name of Job, kept so that users' handlers written
-	// against it compile; deprecated.
-	"executor/job.go: Task": "deprecated former name of executor.Job",
-}
+// "folder/file.go: Name", each with its reason; none now. Every type has
+// one name: when a type moves, its callers move with it.
+var forwardingAllowed = map[string]string{}
 
 // TestNoForwardingNames finds type aliases (type X = Y) and forwarding
 // constants and variables (X = pkg.X) in AX's Go files, tests included;
