@@ -14,10 +14,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
+	"github.com/ax-scheduler/ax/trigger"
+	"github.com/ax-scheduler/ax/trigger/triggertest"
 )
 
 // The tests of this file act as the trigger's NATS user, the one `ax dev`
@@ -260,6 +263,41 @@ func TestPreemptiveMsgIDs(t *testing.T) {
 		if op := operatorOf(in); op == "" || op == store.OperatorNATS {
 			t.Errorf("the API's firing %s is recorded as %q's", res.EventID, op)
 		}
+	}
+}
+
+// TestPreemptedCronMsgID publishes, as the trigger's user, firings on
+// another subject of AX_TRIGGERS whose Nats-Msg-Id is a cron tick's event
+// id, plain and scoped by the task, before the trigger service (under its
+// own user) fires that tick. The tick's firing carries an id keyed with
+// the store's secret, which no outside publisher can compute: JetStream
+// does not drop it as their duplicate, and the tick makes its instance.
+func TestPreemptedCronMsgID(t *testing.T) {
+	t.Parallel()
+	a := newAuthSystem(t)
+	ctx := context.Background()
+	a.apply("task_name: minutely\nexecution: {handler: builtin.echo}\ntriggers:\n  - type: cron\n    schedule: \"0 * * * * *\"\n")
+	tick := time.Date(2024, 5, 1, 10, 1, 0, 0, time.UTC)
+	id := schemas.CronEventID("minutely", 0, tick)
+	_, js := a.triggerJS()
+	for _, msgID := range []string{id, streams.TriggerMsgID("minutely", id)} {
+		m := nats.NewMsg(a.top.Trigger("zz"))
+		m.Data = []byte(`{}`)
+		m.Header.Set(streams.HeaderMsgID, msgID)
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil || ack.Duplicate {
+			t.Fatalf("pre-emptive publish of %s: %+v, %v", msgID, ack, err)
+		}
+	}
+
+	clock := triggertest.NewClock(tick.Add(-30 * time.Second))
+	a.startStack(devstack.Options{NATSURL: a.ns.ClientURL(), Passwords: a.passwords,
+		Services: []natsauth.Role{natsauth.Trigger}, Trigger: trigger.Options{Clock: clock}})
+	if got := clock.Step(t, 1); !got.Equal(tick) {
+		t.Fatalf("the trigger woke at %v, want %v", got, tick)
+	}
+	if in := a.instanceOf("minutely", id); in.Source != schemas.SourceCron || !in.FiredAt.Equal(tick) {
+		t.Errorf("the tick made %s fired at %v, want cron at %v", in.Source, in.FiredAt, tick)
 	}
 }
 
