@@ -3,8 +3,6 @@ package trigger
 import (
 	"container/heap"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -28,7 +26,7 @@ type firing struct {
 	key     store.TriggerKey
 	tick    int64
 	subject string
-	// msgID is the message's Nats-Msg-Id (see Service.msgIDOf).
+	// msgID is the message's Nats-Msg-Id (see streams.CronMsgID).
 	msgID string
 	data  []byte
 	// pub is the firing's place in its outbox's batch, once published.
@@ -174,7 +172,7 @@ func (s *Service) newFiring(e *entry, tick int64, reason string) *firing {
 		key:     store.TriggerKey{Task: e.task.name, TriggerIndex: int(e.trigger)},
 		tick:    tick,
 		subject: s.triggerPrefix + e.task.name,
-		msgID:   s.msgIDOf(e.task.name, id),
+		msgID:   streams.CronMsgID(s.msgID, e.task.name, id),
 		data:    data,
 	}
 }
@@ -235,28 +233,6 @@ func (s *Service) publish(out *outbox, f *firing) {
 	}
 	f.pub = out.batch.Len()
 	out.batch.AddData(f.subject, f.data, streams.Header{Key: streams.HeaderMsgID, Value: f.msgID})
-}
-
-// msgIDLen is how many hex digits of the HMAC a firing's message id keeps
-// (128 bits).
-const msgIDLen = 32
-
-// msgIDOf returns the Nats-Msg-Id of the cron firing eventID of task:
-// <task>/ and the first msgIDLen hex digits of the HMAC-SHA256 of eventID
-// under the store's CronMsgIDKey. Every replica computes the same id, so
-// their firings of a tick collapse into one message in AX_TRIGGERS's
-// duplicate window. Outside publishers share that window but not the key:
-// none can take a tick's id first and have the tick dropped as its
-// duplicate (a plain id, the event id itself, could be).
-func (s *Service) msgIDOf(task, eventID string) string {
-	s.msgID.Reset()
-	s.msgID.Write([]byte(eventID))
-	var sum [sha256.Size]byte
-	b := make([]byte, 0, len(task)+1+msgIDLen)
-	b = append(b, task...)
-	b = append(b, '/')
-	b = hex.AppendEncode(b, s.msgID.Sum(sum[:0])[:msgIDLen/2])
-	return string(b)
 }
 
 // await waits for the acknowledgements of the firings not yet awaited.

@@ -78,7 +78,7 @@ type Service struct {
 	// triggerPrefix is the subject of a firing without its task name.
 	triggerPrefix string
 	// msgID is the HMAC of the firings' Nats-Msg-Id, keyed with the
-	// store's CronMsgIDKey (see msgIDOf); the run loop owns it.
+	// store's CronMsgIDKey (see streams.CronMsgID); the run loop owns it.
 	msgID hash.Hash
 
 	// The run loop owns what follows: no locks.

@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -298,6 +300,55 @@ func TestPreemptedCronMsgID(t *testing.T) {
 	}
 	if in := a.instanceOf("minutely", id); in.Source != schemas.SourceCron || !in.FiredAt.Equal(tick) {
 		t.Errorf("the tick made %s fired at %v, want cron at %v", in.Source, in.FiredAt, tick)
+	}
+}
+
+// TestSignedCronFiringOutlivesItsTrigger publishes a task's cron firing
+// as the trigger service does (its user, the Nats-Msg-Id keyed with the
+// store's secret) after the task's cron trigger was removed: the tick
+// was fired while the trigger stood, and the dispatcher read the new
+// definition first. It makes its instance. The same firing of another
+// tick under an id of the right shape but no key is checked against the
+// definition and refused under its stream sequence.
+func TestSignedCronFiringOutlivesItsTrigger(t *testing.T) {
+	t.Parallel()
+	a := newAuthSystem(t)
+	ctx := context.Background()
+	a.apply("task_name: dropped\nexecution: {handler: builtin.echo}\ntriggers:\n  - type: cron\n    schedule: \"0 0 1 1 *\"\n")
+	a.apply("task_name: dropped\nexecution: {handler: builtin.echo}\n")
+	key, err := a.store.CronMsgIDKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, js := a.triggerJS()
+	signed := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	unsigned := signed.AddDate(1, 0, 0)
+	for _, tc := range []struct {
+		at    time.Time
+		msgID string
+	}{
+		{signed, streams.CronMsgID(hmac.New(sha256.New, key), "dropped", schemas.CronEventID("dropped", 0, signed))},
+		{unsigned, "dropped/" + strings.Repeat("0", streams.CronMsgIDLen)},
+	} {
+		ev := schemas.TriggerEvent{EventID: schemas.CronEventID("dropped", 0, tc.at), Task: "dropped", Source: schemas.SourceCron, FiredAt: tc.at}
+		if _, err := streams.Publish(ctx, js, a.top.Trigger("dropped"), tc.msgID, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if in := a.instanceOf("dropped", schemas.CronEventID("dropped", 0, signed)); in.Source != schemas.SourceCron || in.State == schemas.StateSkipped {
+		t.Errorf("the signed tick made a %s instance, %s; want cron, not skipped", in.Source, in.State)
+	}
+	var reason string
+	waitFor(t, "the unsigned tick to be refused", time.Minute, func() (bool, error) {
+		err := a.pool.QueryRow(ctx, `SELECT t.reason FROM instances i JOIN instance_transition_log t ON t.instance_id = i.id
+			WHERE i.task = 'dropped' AND i.state = 'SKIPPED' AND i.event_id LIKE 'seq-%' AND t.reason <> '' LIMIT 1`).Scan(&reason)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if !strings.Contains(reason, "no cron trigger") {
+		t.Errorf("the refusal says %q", reason)
 	}
 }
 
