@@ -415,7 +415,8 @@ func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, 
 		f.problem, bySeq = "reserved id: "+problemsText(ev.UserIDProblems()), true
 	case ev.Source == schemas.SourceCron && from == streams.FromOutside:
 		// The trigger service's, or anyone's who may fire: only its id
-		// counts, checked against the schedule when the task is read.
+		// counts, checked against the schedule when the task is read
+		// unless the message id is the trigger service's (signedCron).
 		if _, tick, ok := cronTick(task, ev.EventID); ok {
 			firedAt := tick
 			if ev.FiredAt.Truncate(time.Second).Equal(tick) {
