@@ -127,6 +127,9 @@ type Service struct {
 	// rollupWarnings note the buckets whose roll-up was logged (see
 	// rollups.go).
 	rollupWarnings
+	// cronKey is the key of the trigger service's message ids, read from
+	// the store on first use (see Service.signedCron).
+	cronKey cronKey
 }
 
 // testHooks let a test hold a batch of firings at a point of its way

@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -148,7 +150,7 @@ func (s *Service) fire(ctx context.Context, firings []firing, t *turn) func() {
 				Msg("firing of an unknown task dropped; apply the task first")
 			continue
 		}
-		if f.from == streams.FromOutside && f.problem == "" && f.event.Source == schemas.SourceCron {
+		if f.from == streams.FromOutside && f.problem == "" && f.event.Source == schemas.SourceCron && !s.signedCron(ctx, f) {
 			if problem := s.checkCron(f, defs[f.task]); problem != "" {
 				s.refuse(&f, problem)
 			}
@@ -413,7 +415,8 @@ func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, 
 		f.problem, bySeq = "reserved id: "+problemsText(ev.UserIDProblems()), true
 	case ev.Source == schemas.SourceCron && from == streams.FromOutside:
 		// The trigger service's, or anyone's who may fire: only its id
-		// counts, checked against the schedule when the task is read.
+		// counts, checked against the schedule when the task is read
+		// unless the message id is the trigger service's (signedCron).
 		if _, tick, ok := cronTick(task, ev.EventID); ok {
 			firedAt := tick
 			if ev.FiredAt.Truncate(time.Second).Equal(tick) {
@@ -540,6 +543,41 @@ func (s *Service) checkCron(f firing, def *schemas.Task) string {
 		return fmt.Sprintf("a cron firing of the tick %s, which is not due yet", tick.Format(time.RFC3339))
 	}
 	return ""
+}
+
+// cronKey holds the key of the cron firings' Nats-Msg-Id, read once.
+type cronKey struct {
+	mu  sync.Mutex
+	key []byte
+}
+
+// signedCron reports whether f, a cron firing on an outside subject,
+// carries the Nats-Msg-Id the trigger service gives it
+// ([streams.CronMsgID]), which only a holder of the store's key can
+// compute: the trigger service fired the tick from its plan, and it
+// counts without checkCron. A tick fired just before its trigger changed
+// or went away then still makes its instance, and so does one fired by a
+// trigger whose clock runs ahead. While the key cannot be read (logged),
+// every cron firing is checked.
+func (s *Service) signedCron(ctx context.Context, f firing) bool {
+	id := f.msg.Headers().Get(streams.HeaderMsgID)
+	if len(id) != len(f.task)+1+streams.CronMsgIDLen {
+		return false
+	}
+	k := &s.cronKey
+	k.mu.Lock()
+	if k.key == nil {
+		key, err := s.opts.Store.CronMsgIDKey(ctx)
+		if err != nil {
+			k.mu.Unlock()
+			s.log.Warn().Err(err).Msg("cron firings checked against their schedules: the key of their message ids is not readable")
+			return false
+		}
+		k.key = key
+	}
+	key := k.key
+	k.mu.Unlock()
+	return hmac.Equal([]byte(id), []byte(streams.CronMsgID(hmac.New(sha256.New, key), f.task, f.event.EventID)))
 }
 
 // refuse makes f a firing of the problem, under the event id of its

@@ -3,6 +3,7 @@ package store_test
 import (
 	"encoding/json"
 	"io/fs"
+	"regexp"
 	"slices"
 	"strconv"
 	"testing"
@@ -192,5 +193,37 @@ func TestWaitingIndexMigration(t *testing.T) {
 	promoted, err := st.PromoteWaiting(t.Context(), []string{"a"})
 	if err != nil || len(promoted) != 1 || promoted[0].EventID != "w1" {
 		t.Fatalf("PromoteWaiting = %+v, %v; want w1 dispatched", promoted, err)
+	}
+}
+
+// TestCronMsgIDKeyMigration reads the key migration 00021 made: 64 hex
+// digits, one row that stays one, and a new random key when the table is
+// made again.
+func TestCronMsgIDKeyMigration(t *testing.T) {
+	t.Parallel()
+	db := storetest.New(t)
+	st := store.New(db.Pool)
+	first, err := st.CronMsgIDKey(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hexKey := regexp.MustCompile(`^[0-9a-f]{64}$`)
+	if !hexKey.Match(first) {
+		t.Fatalf("key %q, want 64 hex digits", first)
+	}
+	if _, err := db.Pool.Exec(t.Context(), `INSERT INTO cron_msg_id_key (one, key) VALUES (false, 'x')`); err == nil {
+		t.Error("a second key row was inserted")
+	}
+	migrateTo(t, db, 20)
+	if _, err := st.CronMsgIDKey(t.Context()); err == nil {
+		t.Error("the key is there below migration 00021")
+	}
+	migrateTo(t, db, 21)
+	again, err := st.CronMsgIDKey(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hexKey.Match(again) || string(again) == string(first) {
+		t.Errorf("the key made again is %q (before: %q), want new random hex", again, first)
 	}
 }

@@ -189,3 +189,15 @@ func compareKeys(a, b TriggerKey) int {
 	}
 	return cmp.Compare(a.TriggerIndex, b.TriggerIndex)
 }
+
+// CronMsgIDKey returns the secret of the cron firings' Nats-Msg-Id, made
+// at random by PostgreSQL when the schema was migrated (table
+// cron_msg_id_key): every trigger service replica reads the same one, and
+// outside publishers, who reach NATS but not PostgreSQL, never see it.
+func (s *Store) CronMsgIDKey(ctx context.Context) ([]byte, error) {
+	var key string
+	if err := s.pool.QueryRow(ctx, `SELECT key FROM cron_msg_id_key`).Scan(&key); err != nil {
+		return nil, fmt.Errorf("cron msg id key: %w", err)
+	}
+	return []byte(key), nil
+}

@@ -2,9 +2,12 @@ package streams
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +32,30 @@ const (
 // firing "x" of one task from silently dropping the firing "x" of another.
 // A task name holds no "/", so two (task, event id) pairs never share one.
 func TriggerMsgID(task, eventID string) string { return task + "/" + eventID }
+
+// CronMsgIDLen is how many hex digits of its HMAC a cron firing's
+// Nats-Msg-Id keeps (128 bits).
+const CronMsgIDLen = 32
+
+// CronMsgID returns the Nats-Msg-Id of the trigger service's cron firing
+// eventID of task: "<task>/" and the first CronMsgIDLen hex digits of the
+// HMAC-SHA256 of eventID under the store's key (store.Store.CronMsgIDKey);
+// mac is hmac.New(sha256.New, key), reset here, and not safe for
+// concurrent use. Every trigger replica computes the same id, so their
+// firings of a tick collapse in the triggers stream's duplicate window;
+// outside publishers share that window but not the key, so none can take a
+// tick's id first, and the dispatcher knows a firing that carries it for
+// the trigger service's.
+func CronMsgID(mac hash.Hash, task, eventID string) string {
+	mac.Reset()
+	mac.Write([]byte(eventID))
+	var sum [sha256.Size]byte
+	b := make([]byte, 0, len(task)+1+CronMsgIDLen)
+	b = append(b, task...)
+	b = append(b, '/')
+	b = hex.AppendEncode(b, mac.Sum(sum[:0])[:CronMsgIDLen/2])
+	return string(b)
+}
 
 // NewMsg encodes v as JSON into a message for subject with msgID as its
 // Nats-Msg-Id, so that a retried publish is a no-op inside the duplicate window.

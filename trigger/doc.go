@@ -17,14 +17,22 @@
 // # Exactly one firing per tick
 //
 // A firing's event id is [schemas.CronEventID]: the task, the trigger's index
-// and the tick, nothing else. Any number of trigger services may run on the
-// same tasks: the ticks they all fire collapse into one instance in
-// PostgreSQL, where (task, event_id) is unique. A replica that stops leaves
-// no gap, since the others fire the same ticks. The message has no
-// Nats-Msg-Id: AX_TRIGGERS's duplicate window is shared with outside
-// publishers (the trigger's NATS user is theirs under ax dev), who could
-// take a known id first and have the tick dropped as its duplicate; the
-// dispatcher checks a cron firing there against its task's schedule.
+// and the tick, nothing else. Its Nats-Msg-Id is [streams.CronMsgID]: the
+// task and an HMAC of the event id under the key the service reads from the
+// store at start ([store.Store.CronMsgIDKey]). Any number of trigger
+// services may run on the same tasks: the ticks they all fire collapse into
+// one message in JetStream's duplicate window and, past it, into one
+// instance in PostgreSQL, where (task, event_id) is unique. A replica that
+// stops leaves no gap, since the others fire the same ticks. AX_TRIGGERS's
+// duplicate window is shared with outside publishers (the trigger's NATS
+// user is theirs under ax dev), who reach NATS but not PostgreSQL: they
+// cannot compute a tick's id and take it first, and the dispatcher knows a
+// firing that carries it for this service's.
+//
+// A task disabled and enabled again, or whose trigger is replanned, goes on
+// from the tick it fired last, also while its state is being written: the
+// persister tells the replan what it wrote during the read of the stored
+// states (persister.unsaved).
 //
 // # Watching, not polling
 //

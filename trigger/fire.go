@@ -26,7 +26,9 @@ type firing struct {
 	key     store.TriggerKey
 	tick    int64
 	subject string
-	data    []byte
+	// msgID is the message's Nats-Msg-Id (see streams.CronMsgID).
+	msgID string
+	data  []byte
 	// pub is the firing's place in its outbox's batch, once published.
 	pub int
 	err error
@@ -170,6 +172,7 @@ func (s *Service) newFiring(e *entry, tick int64, reason string) *firing {
 		key:     store.TriggerKey{Task: e.task.name, TriggerIndex: int(e.trigger)},
 		tick:    tick,
 		subject: s.triggerPrefix + e.task.name,
+		msgID:   streams.CronMsgID(s.msgID, e.task.name, id),
 		data:    data,
 	}
 }
@@ -229,11 +232,7 @@ func (s *Service) publish(out *outbox, f *firing) {
 		out.batch = s.pub.Batch()
 	}
 	f.pub = out.batch.Len()
-	// No Nats-Msg-Id: AX_TRIGGERS's duplicate window is shared with every
-	// outside publisher, who could take a cron id first and have the tick
-	// dropped as its duplicate. Two replicas' firings of a tick are two
-	// messages and one instance: PostgreSQL keeps one per (task, event id).
-	out.batch.AddData(f.subject, f.data)
+	out.batch.AddData(f.subject, f.data, streams.Header{Key: streams.HeaderMsgID, Value: f.msgID})
 }
 
 // await waits for the acknowledgements of the firings not yet awaited.

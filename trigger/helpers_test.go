@@ -2,10 +2,16 @@ package trigger_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -138,10 +144,11 @@ func (e *env) events() []schemas.TriggerEvent {
 		if err != nil {
 			e.t.Fatalf("message %d on %s: %v", seq, m.Subject, err)
 		}
-		// A cron firing has no Nats-Msg-Id, which an outside publisher
-		// of the same stream could take first.
-		if got := m.Header.Get(streams.HeaderMsgID); got != "" {
-			e.t.Errorf("message %d has Nats-Msg-Id %q, want none", seq, got)
+		// A cron firing's Nats-Msg-Id is its task's and a keyed hash of
+		// its event id, which an outside publisher of the same stream
+		// cannot compute first.
+		if got, want := m.Header.Get(streams.HeaderMsgID), e.cronMsgID(ev.Task, ev.EventID); got != want {
+			e.t.Errorf("message %d has Nats-Msg-Id %q, want %q", seq, got, want)
 		}
 		if task, _ := e.srv.Topology.TriggerTask(m.Subject); task != ev.Task {
 			e.t.Errorf("event of task %q published on %s", ev.Task, m.Subject)
@@ -149,6 +156,71 @@ func (e *env) events() []schemas.TriggerEvent {
 		out = append(out, ev)
 	}
 	return out
+}
+
+// published returns a func that tells every trigger event published on a
+// trigger subject from now on, in order: also those the stream dropped as
+// duplicates. Call it once the publishes were acknowledged: it flushes its
+// connection first, so that all of them have arrived.
+func (e *env) published() func() []schemas.TriggerEvent {
+	e.t.Helper()
+	nc, _ := e.srv.Connect()
+	var (
+		mu  sync.Mutex
+		out []schemas.TriggerEvent
+	)
+	sub, err := nc.Subscribe(e.srv.Topology.Trigger("*"), func(m *nats.Msg) {
+		ev, err := taskdef.ParseTriggerEvent(m.Data)
+		if err != nil {
+			e.t.Errorf("message on %s: %v", m.Subject, err)
+			return
+		}
+		mu.Lock()
+		out = append(out, ev)
+		mu.Unlock()
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	return func() []schemas.TriggerEvent {
+		e.t.Helper()
+		if err := nc.Flush(); err != nil {
+			e.t.Fatal(err)
+		}
+		// Flush returns once the server answered; the messages it sent
+		// before are in the subscription's queue, not yet handled.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := wait.Until(ctx, func() (bool, error) {
+			n, _, err := sub.Pending()
+			return n == 0, err
+		}); err != nil {
+			e.t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(out)
+	}
+}
+
+// cronMsgID returns the Nats-Msg-Id of the cron firing eventID of task:
+// <task>/ and the first 32 hex digits of the HMAC-SHA256 of eventID under
+// the store's key.
+func (e *env) cronMsgID(task, eventID string) string {
+	e.t.Helper()
+	key, err := e.st.CronMsgIDKey(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(key) < 64 {
+		e.t.Fatalf("the store's cron msg id key has %d characters, want 64", len(key))
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(eventID))
+	return task + "/" + hex.EncodeToString(mac.Sum(nil))[:32]
 }
 
 // waitLastTick waits, for up to a minute, until the stored trigger state

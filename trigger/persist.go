@@ -2,6 +2,8 @@ package trigger
 
 import (
 	"context"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,7 +21,23 @@ type persister struct {
 
 	mu      sync.Mutex
 	pending map[store.TriggerKey]stateOp
+	// writing is the batch being written, nil between flushes.
+	writing map[store.TriggerKey]stateOp
+	// written counts the batches written; readers counts the reads of
+	// the stored states in progress, by the value of written when each
+	// began (see reading); recent holds the batches written since the
+	// earliest of them began, which that read may not have seen.
+	written uint64
+	readers map[uint64]int
+	recent  []writtenBatch
 	wake    chan struct{}
+}
+
+// writtenBatch is a batch of operations written to the store, the
+// written-th.
+type writtenBatch struct {
+	written uint64
+	ops     map[store.TriggerKey]stateOp
 }
 
 // stateOp is a pending write of one trigger's state: a save or a delete.
@@ -33,6 +51,7 @@ func newPersister(st *store.Store, log zerolog.Logger) *persister {
 		store:   st,
 		log:     log,
 		pending: make(map[store.TriggerKey]stateOp),
+		readers: make(map[uint64]int),
 		wake:    make(chan struct{}, 1),
 	}
 }
@@ -56,11 +75,54 @@ func (p *persister) drop(key store.TriggerKey) {
 	p.signal()
 }
 
-// unsaved returns the state of key saved but not yet written.
-func (p *persister) unsaved(key store.TriggerKey) (store.TriggerState, bool) {
+// reading is called before the stored trigger states are read, and
+// returns the mark that unsaved and doneReading take for that read.
+func (p *persister) reading() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.readers[p.written]++
+	return p.written
+}
+
+// doneReading ends the read of mark: the batches written since it began
+// are forgotten once no earlier read is in progress.
+func (p *persister) doneReading(mark uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.readers[mark]--; p.readers[mark] <= 0 {
+		delete(p.readers, mark)
+	}
+	if len(p.readers) == 0 {
+		clear(p.recent)
+		p.recent = p.recent[:0]
+		return
+	}
+	earliest := uint64(math.MaxUint64)
+	for m := range p.readers {
+		earliest = min(earliest, m)
+	}
+	n := 0
+	for n < len(p.recent) && p.recent[n].written <= earliest {
+		n++
+	}
+	p.recent = slices.Delete(p.recent, 0, n)
+}
+
+// unsaved returns the state of key that this service saved and that the
+// stored states read since mark (see reading) may lack: one not yet
+// written, being written, or written after the read began. The states
+// read and unsaved's together are the latest: a trigger replanned from
+// them never fires a tick again that this service fired.
+func (p *persister) unsaved(key store.TriggerKey, mark uint64) (store.TriggerState, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	op, ok := p.pending[key]
+	if !ok {
+		op, ok = p.writing[key]
+	}
+	for i := len(p.recent) - 1; !ok && i >= 0 && p.recent[i].written > mark; i-- {
+		op, ok = p.recent[i].ops[key]
+	}
 	return op.state, ok && !op.drop
 }
 
@@ -102,11 +164,12 @@ func (p *persister) run(stop, work context.Context) {
 func (p *persister) flush(ctx context.Context) error {
 	p.mu.Lock()
 	batch := p.pending
-	p.pending = make(map[store.TriggerKey]stateOp)
-	p.mu.Unlock()
 	if len(batch) == 0 {
+		p.mu.Unlock()
 		return nil
 	}
+	p.pending, p.writing = make(map[store.TriggerKey]stateOp), batch
+	p.mu.Unlock()
 	var (
 		saves []store.TriggerState
 		drops []store.TriggerKey
@@ -122,15 +185,20 @@ func (p *persister) flush(ctx context.Context) error {
 	if err == nil {
 		err = p.store.SaveTriggerStates(ctx, saves)
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.writing = nil
 	if err != nil {
-		p.mu.Lock()
 		for key, op := range batch {
 			if _, newer := p.pending[key]; !newer {
 				p.pending[key] = op
 			}
 		}
-		p.mu.Unlock()
 		return err
+	}
+	p.written++
+	if len(p.readers) > 0 {
+		p.recent = append(p.recent, writtenBatch{written: p.written, ops: batch})
 	}
 	return nil
 }

@@ -11,8 +11,9 @@ import (
 // applyTask (re)plans the cron triggers of rec: a trigger whose schedule and
 // zone did not change keeps its place in the heap; a new or changed one is
 // planned from its trigger state (see since); a disabled task leaves the
-// heap. states holds the stored trigger states, at least those of rec.
-func (s *Service) applyTask(rec *store.TaskRecord, states map[store.TriggerKey]store.TriggerState, now int64) {
+// heap. states holds the stored trigger states, at least those of rec,
+// read since mark (see persister.reading).
+func (s *Service) applyTask(rec *store.TaskRecord, states map[store.TriggerKey]store.TriggerState, mark uint64, now int64) {
 	old := s.tasks[rec.Name]
 	var triggers []schemas.Trigger
 	if rec.Definition != nil {
@@ -40,7 +41,7 @@ func (s *Service) applyTask(rec *store.TaskRecord, states map[store.TriggerKey]s
 			s.log.Error().Err(err).Str("task", rec.Name).Int("trigger", i).Msg("cron trigger not planned")
 			continue
 		}
-		since := s.since(rec, i, sc, states, now)
+		since := s.since(rec, i, sc, states, mark, now)
 		next := sc.next(since)
 		if next == never {
 			s.log.Warn().Str("task", rec.Name).Int("trigger", i).Str("schedule", sc.String()).
@@ -84,11 +85,16 @@ func (s *Service) applyTask(rec *store.TaskRecord, states map[store.TriggerKey]s
 //
 // A new or changed trigger's state is saved at once, so that a restart
 // knows when it came into being.
-func (s *Service) since(rec *store.TaskRecord, i int, sc *schedule, states map[store.TriggerKey]store.TriggerState, now int64) int64 {
+//
+// The states read from the store may lag what this service saved (the
+// persister writes in the background): the state it saved since mark
+// counts too, so that a task disabled and enabled again goes on from the
+// tick it fired last.
+func (s *Service) since(rec *store.TaskRecord, i int, sc *schedule, states map[store.TriggerKey]store.TriggerState, mark uint64, now int64) int64 {
 	key := store.TriggerKey{Task: rec.Name, TriggerIndex: i}
 	st, ok := states[key]
-	if p, pending := s.persist.unsaved(key); pending && (!ok || p.LastTick.After(st.LastTick)) {
-		st, ok = p, true // saved by this service, not yet written
+	if p, pending := s.persist.unsaved(key, mark); pending && (!ok || p.LastTick.After(st.LastTick)) {
+		st, ok = p, true // saved by this service, not in states
 	}
 	if ok && st.Schedule == sc.Expr() && st.Timezone == sc.zone {
 		return st.LastTick.UnixNano()
@@ -118,6 +124,7 @@ func (s *Service) removeTask(name string) {
 // applyReload applies the tasks reloaded after their entries in the tasks
 // bucket changed: a task that is gone from the store leaves the heap.
 func (s *Service) applyReload(r reload) {
+	defer s.persist.doneReading(r.mark)
 	now := s.now().UnixNano()
 	for _, name := range r.names {
 		rec, ok := r.tasks[name]
@@ -125,7 +132,7 @@ func (s *Service) applyReload(r reload) {
 			s.removeTask(name)
 			continue
 		}
-		s.applyTask(&rec, r.states, now)
+		s.applyTask(&rec, r.states, r.mark, now)
 	}
 	byName := make(map[string]*store.TaskRecord, len(r.tasks))
 	for name, rec := range r.tasks {

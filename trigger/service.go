@@ -3,8 +3,11 @@ package trigger
 import (
 	"container/heap"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +77,9 @@ type Service struct {
 	persist *persister
 	// triggerPrefix is the subject of a firing without its task name.
 	triggerPrefix string
+	// msgID is the HMAC of the firings' Nats-Msg-Id, keyed with the
+	// store's CronMsgIDKey (see streams.CronMsgID); the run loop owns it.
+	msgID hash.Hash
 
 	// The run loop owns what follows: no locks.
 	heap      tickHeap
@@ -240,12 +246,20 @@ func (s *Service) Run(ctx context.Context) error {
 	return runErr
 }
 
-// loadAll plans every task in the store.
+// loadAll reads the key of the firings' message ids and plans every task
+// in the store.
 func (s *Service) loadAll(ctx context.Context) error {
+	key, err := s.opts.Store.CronMsgIDKey(ctx)
+	if err != nil {
+		return err
+	}
+	s.msgID = hmac.New(sha256.New, key)
 	recs, err := s.opts.Store.ListTasks(ctx)
 	if err != nil {
 		return err
 	}
+	mark := s.persist.reading()
+	defer s.persist.doneReading(mark)
 	states, err := s.opts.Store.ListTriggerStates(ctx)
 	if err != nil {
 		return err
@@ -254,7 +268,7 @@ func (s *Service) loadAll(ctx context.Context) error {
 	byName := make(map[string]*store.TaskRecord, len(recs))
 	for i := range recs {
 		byName[recs[i].Name] = &recs[i]
-		s.applyTask(&recs[i], states, now)
+		s.applyTask(&recs[i], states, mark, now)
 	}
 	s.dropStale(states, byName)
 	return nil

@@ -20,6 +20,9 @@ type reload struct {
 	names  []string
 	tasks  map[string]store.TaskRecord
 	states map[store.TriggerKey]store.TriggerState
+	// mark is the persister's mark of the states' read (see
+	// persister.reading), ended by the loop once it applied them.
+	mark uint64
 }
 
 // watchTasks turns the updates of the tasks bucket into reloads: it gathers
@@ -87,6 +90,7 @@ func (s *Service) watchTasks(ctx context.Context, w jetstream.KeyWatcher, out ch
 		select {
 		case out <- r:
 		case <-ctx.Done():
+			s.persist.doneReading(r.mark)
 			return nil
 		}
 		clear(changed)
@@ -95,15 +99,17 @@ func (s *Service) watchTasks(ctx context.Context, w jetstream.KeyWatcher, out ch
 
 // reloadTasks reads the named tasks and their trigger states.
 func (s *Service) reloadTasks(ctx context.Context, changed map[string]bool) (reload, error) {
-	r := reload{names: make([]string, 0, len(changed))}
+	r := reload{names: make([]string, 0, len(changed)), mark: s.persist.reading()}
 	for name := range changed {
 		r.names = append(r.names, name)
 	}
 	var err error
 	if r.tasks, err = s.opts.Store.GetTasks(ctx, r.names); err != nil {
+		s.persist.doneReading(r.mark)
 		return reload{}, err
 	}
 	if r.states, err = s.opts.Store.GetTriggerStates(ctx, r.names); err != nil {
+		s.persist.doneReading(r.mark)
 		return reload{}, err
 	}
 	return r, nil

@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -15,10 +17,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
+	"github.com/ax-scheduler/ax/trigger"
+	"github.com/ax-scheduler/ax/trigger/triggertest"
 )
 
 // The tests of this file act as the trigger's NATS user, the one `ax dev`
@@ -261,6 +266,90 @@ func TestPreemptiveMsgIDs(t *testing.T) {
 		if op := operatorOf(in); op == "" || op == store.OperatorNATS {
 			t.Errorf("the API's firing %s is recorded as %q's", res.EventID, op)
 		}
+	}
+}
+
+// TestPreemptedCronMsgID publishes, as the trigger's user, firings on
+// another subject of AX_TRIGGERS whose Nats-Msg-Id is a cron tick's event
+// id, plain and scoped by the task, before the trigger service (under its
+// own user) fires that tick. The tick's firing carries an id keyed with
+// the store's secret, which no outside publisher can compute: JetStream
+// does not drop it as their duplicate, and the tick makes its instance.
+func TestPreemptedCronMsgID(t *testing.T) {
+	t.Parallel()
+	a := newAuthSystem(t)
+	ctx := context.Background()
+	a.apply("task_name: minutely\nexecution: {handler: builtin.echo}\ntriggers:\n  - type: cron\n    schedule: \"0 * * * * *\"\n")
+	tick := time.Date(2024, 5, 1, 10, 1, 0, 0, time.UTC)
+	id := schemas.CronEventID("minutely", 0, tick)
+	_, js := a.triggerJS()
+	for _, msgID := range []string{id, streams.TriggerMsgID("minutely", id)} {
+		m := nats.NewMsg(a.top.Trigger("zz"))
+		m.Data = []byte(`{}`)
+		m.Header.Set(streams.HeaderMsgID, msgID)
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil || ack.Duplicate {
+			t.Fatalf("pre-emptive publish of %s: %+v, %v", msgID, ack, err)
+		}
+	}
+
+	clock := triggertest.NewClock(tick.Add(-30 * time.Second))
+	a.startStack(devstack.Options{NATSURL: a.ns.ClientURL(), Passwords: a.passwords,
+		Services: []natsauth.Role{natsauth.Trigger}, Trigger: trigger.Options{Clock: clock}})
+	if got := clock.Step(t, 1); !got.Equal(tick) {
+		t.Fatalf("the trigger woke at %v, want %v", got, tick)
+	}
+	if in := a.instanceOf("minutely", id); in.Source != schemas.SourceCron || !in.FiredAt.Equal(tick) {
+		t.Errorf("the tick made %s fired at %v, want cron at %v", in.Source, in.FiredAt, tick)
+	}
+}
+
+// TestSignedCronFiringOutlivesItsTrigger publishes a task's cron firing
+// as the trigger service does (its user, the Nats-Msg-Id keyed with the
+// store's secret) after the task's cron trigger was removed: the tick
+// was fired while the trigger stood, and the dispatcher read the new
+// definition first. It makes its instance. The same firing of another
+// tick under an id of the right shape but no key is checked against the
+// definition and refused under its stream sequence.
+func TestSignedCronFiringOutlivesItsTrigger(t *testing.T) {
+	t.Parallel()
+	a := newAuthSystem(t)
+	ctx := context.Background()
+	a.apply("task_name: dropped\nexecution: {handler: builtin.echo}\ntriggers:\n  - type: cron\n    schedule: \"0 0 1 1 *\"\n")
+	a.apply("task_name: dropped\nexecution: {handler: builtin.echo}\n")
+	key, err := a.store.CronMsgIDKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, js := a.triggerJS()
+	signed := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	unsigned := signed.AddDate(1, 0, 0)
+	for _, tc := range []struct {
+		at    time.Time
+		msgID string
+	}{
+		{signed, streams.CronMsgID(hmac.New(sha256.New, key), "dropped", schemas.CronEventID("dropped", 0, signed))},
+		{unsigned, "dropped/" + strings.Repeat("0", streams.CronMsgIDLen)},
+	} {
+		ev := schemas.TriggerEvent{EventID: schemas.CronEventID("dropped", 0, tc.at), Task: "dropped", Source: schemas.SourceCron, FiredAt: tc.at}
+		if _, err := streams.Publish(ctx, js, a.top.Trigger("dropped"), tc.msgID, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if in := a.instanceOf("dropped", schemas.CronEventID("dropped", 0, signed)); in.Source != schemas.SourceCron || in.State == schemas.StateSkipped {
+		t.Errorf("the signed tick made a %s instance, %s; want cron, not skipped", in.Source, in.State)
+	}
+	var reason string
+	waitFor(t, "the unsigned tick to be refused", time.Minute, func() (bool, error) {
+		err := a.pool.QueryRow(ctx, `SELECT t.reason FROM instances i JOIN instance_transition_log t ON t.instance_id = i.id
+			WHERE i.task = 'dropped' AND i.state = 'SKIPPED' AND i.event_id LIKE 'seq-%' AND t.reason <> '' LIMIT 1`).Scan(&reason)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if !strings.Contains(reason, "no cron trigger") {
+		t.Errorf("the refusal says %q", reason)
 	}
 }
 
