@@ -421,6 +421,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		res.Checks = append(res.Checks, Check{Name: "poison instances FAILED by their policy", Expected: "> 0, all",
 			Observed: fmt.Sprintf("%d of %d", res.Poisoned, poison), Pass: poison > 0 && res.Poisoned == poison})
 	}
+	r.mu.Lock()
+	res.Checks = append(res.Checks, r.checks...)
+	r.mu.Unlock()
 	res.Pass = res.Report().Passed()
 	return res, nil
 }
