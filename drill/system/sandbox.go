@@ -378,8 +378,11 @@ func (s *Sandbox) signalPostgres(sig syscall.Signal) error {
 
 // StartDispatcher starts an ax dispatcher process called name.
 func (s *Sandbox) StartDispatcher(name string) (*Proc, error) {
-	return s.StartDispatcherWith(name, "--lease-ttl", s.opts.LeaseTTL.String(), "--logs-max-bytes", strconv.Itoa(LogsMaxBytes),
-		"--replicas", strconv.Itoa(s.Replicas()))
+	settings := []string{"--lease-ttl", s.opts.LeaseTTL.String(), "--logs-max-bytes", strconv.Itoa(LogsMaxBytes)}
+	if s.cluster != nil {
+		settings = append(settings, "--replicas", strconv.Itoa(s.Replicas()))
+	}
+	return s.StartDispatcherWith(name, settings...)
 }
 
 // StartDispatcherWith starts an ax dispatcher process called name with

@@ -220,6 +220,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	made := make(map[[2]string]bool, len(insts))
 	var dups []string  // the runs of each attempt that ran more than once
 	var unrun []string // the first attempts spent without a run
+	var lost []string  // the first lost instances and missing ticks
 	for _, in := range insts {
 		delete(events, in.eventID)
 		if k := [2]string{in.task, in.eventID}; made[k] {
@@ -245,6 +246,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 			}
 		} else if in.state.Terminal() && in.state != schemas.StateSucceeded {
 			res.Lost++
+			if len(lost) < 10 {
+				lost = append(lost, fmt.Sprintf("instance %d (event %s) %s at attempt %d", in.id, in.eventID, in.state, in.attempt))
+			}
 		}
 		if in.attempt > 1 && in.task == r.task {
 			res.Retried++
@@ -271,6 +275,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 			ticked = int(ticks[len(ticks)-1].Sub(ticks[0]).Round(time.Second)/time.Second) + 1
 		}
 		res.Lost += max(0, ticked-len(ticks)) + len(events)
+		if missing := ticked - len(ticks); missing > 0 {
+			lost = append(lost, fmt.Sprintf("%d seconds without a cron tick's instance", missing))
+		}
 		fired = ticked + len(byDrill)
 		cronTicks = len(ticks)
 	} else {
@@ -378,7 +385,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	}
 	res.Checks = []Check{
 		{Name: "firings made", Expected: "> 0", Observed: fmt.Sprint(res.Fired), Pass: res.Fired > 0},
-		zero("lost", res.Lost),
+		named(zero("lost", res.Lost), lost),
 		zero("stuck", res.Stuck),
 		zero("firings made into more than one instance (extra instances)", res.Doubled),
 		named(zero("duplicate executions of a succeeded attempt", res.Duplicates), dups),
