@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -11,10 +12,49 @@ import (
 	"github.com/ax-scheduler/ax/streams"
 )
 
-// inProgressEvery is how often a fetched attempt that waits for its
-// handler's rate limit tells JetStream it is still being worked on, so that
-// the message is not redelivered to another worker meanwhile.
-const inProgressEvery = streams.DefaultAckWait / 3
+// inProgressEvery is how often a fetched attempt that waits (for its
+// handler's rate limit, its mutex, the fence's answer, its lease) tells
+// JetStream it is still being worked on, so that the message is not
+// redelivered to another worker meanwhile: every third of the shortest
+// ack wait of the worker's consumers.
+func (s *Service) inProgressEvery() time.Duration {
+	if w := time.Duration(s.ackWait.Load()); w > 0 {
+		return w / 3
+	}
+	return streams.DefaultAckWait / 3
+}
+
+// keepInProgress tells JetStream every inProgressEvery, until the returned
+// stop is called, that the dispatch messages of ps are being worked on.
+// stop returns once the last signal has been sent: an ack sent after it
+// is not followed by one.
+func (s *Service) keepInProgress(ps []*pending) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(s.inProgressEvery())
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				for _, p := range ps {
+					// A message given back or terminated meanwhile says
+					// ErrMsgAlreadyAckd: nothing to keep.
+					if err := p.msg.InProgress(); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+						log := s.taskLogger(&p.d)
+						log.Warn("extend the ack wait of a fetched attempt", "error", err)
+					}
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
+}
 
 // unregisteredDelay is how long a message routed to this worker by name,
 // whose handler it does not have, is given back for before it looks again.
@@ -178,7 +218,9 @@ func (s *Service) prepare(ctx context.Context, p *pending) {
 		return
 	}
 	if p.mutexKey != "" {
+		stop := s.keepInProgress([]*pending{p})
 		held, err := s.lockMutex(p)
+		stop()
 		if err != nil {
 			log := s.taskLogger(&p.d)
 			log.Error("take mutex; requeueing the attempt", "error", err, "mutex_key", p.mutexKey)
@@ -204,7 +246,7 @@ func (s *Service) waitRate(ctx context.Context, p *pending) error {
 	}
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
-	progress := time.NewTicker(inProgressEvery)
+	progress := time.NewTicker(s.inProgressEvery())
 	defer progress.Stop()
 	for {
 		select {

@@ -74,6 +74,20 @@ func (e cancelError) Error() string {
 // before the handlers run when StartedDelay is negative. An
 // attempt that does not start gives its slots (and its mutex) back.
 func (s *Service) start(ctx context.Context, ps []*pending) {
+	if len(ps) == 0 {
+		return
+	}
+	// From the fence's question to the ack, the messages are said to be
+	// in progress: a fence that waits its 5 s and a lease write that waits
+	// on a slow server would otherwise outlast a short ack wait, and the
+	// attempt would be delivered again to another worker meanwhile.
+	stop := s.keepInProgress(ps)
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
 	if ps = s.fence(ps); len(ps) == 0 {
 		return
 	}
@@ -95,6 +109,8 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 	}
 	sent := time.Now()
 	acks, errs := s.publishAll(opCtx, leaseMsgs)
+	stop()
+	stopped = true
 	acked := s.confirmAcks(opCtx, ps, errs)
 	as := make([]*attempt, 0, len(ps))
 	for i, p := range ps {

@@ -76,6 +76,10 @@ type Service struct {
 	// start, then at every renewal tick, so that a TTL its owner changes
 	// is followed (see renewLeases).
 	leaseTTL atomic.Int64
+	// ackWait is the shortest ack wait of the worker's dispatch consumers
+	// (nanoseconds), as they are: a message it holds unacked is said to be
+	// in progress every third of it (see [Service.inProgressEvery]).
+	ackWait atomic.Int64
 	// rolledUp is set once the worker restored a lease that vanished
 	// without expiring (see restoreLeases), so that it warns once.
 	rolledUp  atomic.Bool
@@ -358,7 +362,10 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 	// The worker's own subject comes first: the dispatcher routed that
 	// work to this worker alone, so no other can take it.
 	s.own = &queue{pool: streams.WorkerPool, subject: topo.DispatchWorker(s.opts.WorkerID)}
-	if s.own.consumer, err = s.consumer(ctx, topo.WorkerConsumer(s.opts.WorkerID), "its worker id "+s.opts.WorkerID); err != nil {
+	ackWait := streams.DispatchAckWait(s.currentLeaseTTL())
+	own := topo.WorkerConsumer(s.opts.WorkerID)
+	own.AckWait = ackWait
+	if s.own.consumer, err = s.consumer(ctx, own, "its worker id "+s.opts.WorkerID); err != nil {
 		return err
 	}
 	// A queue per pool, priority and handler: the worker pulls only the
@@ -374,6 +381,7 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 	s.byRing = make(map[string]*queue)
 	for _, q := range pullOrder(s.opts.Pools, schemas.Priorities, s.opts.Mux.Names()) {
 		cfg := topo.PoolConsumer(q.pool, q.priority, q.handler)
+		cfg.AckWait = ackWait
 		if q.consumer, err = s.consumer(ctx, cfg, "pool "+q.pool+" and handler "+q.handler); err != nil {
 			return err
 		}
@@ -408,6 +416,16 @@ func (s *Service) consumer(ctx context.Context, cfg jetstream.ConsumerConfig, wh
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on %s: %w", cfg.Durable, stream, err)
+	}
+	// A consumer made before keeps its own ack wait: the worker's progress
+	// signals follow the shortest it has.
+	if w := int64(c.CachedInfo().Config.AckWait); w > 0 {
+		for {
+			old := s.ackWait.Load()
+			if (old != 0 && old <= w) || s.ackWait.CompareAndSwap(old, w) {
+				break
+			}
+		}
 	}
 	return c, nil
 }

@@ -16,9 +16,26 @@ const (
 	// DefaultAckWait is how long a fetched message may stay un-acked before
 	// JetStream delivers it again.
 	DefaultAckWait = 30 * time.Second
+	// MinDispatchAckWait is the least ack wait of the dispatch consumers
+	// (see [DispatchAckWait]): a fetched attempt's fence question (5 s)
+	// and confirmed ack must fit in it, with the executor's progress
+	// signals every third of it.
+	MinDispatchAckWait = 10 * time.Second
 	// DispatcherMaxAckPending bounds the dispatcher's messages in flight.
 	DispatcherMaxAckPending = 20000
 )
+
+// DispatchAckWait is the ack wait an executor gives the dispatch consumers
+// it creates ([Topology.PoolConsumer], [Topology.WorkerConsumer]) on an
+// installation whose lease TTL is leaseTTL: the TTL, at least
+// [MinDispatchAckWait]. A dispatch message taken by a worker that dies
+// before it acks comes back that long after, about when the reaper retries
+// the attempts the worker had started, not after [DefaultAckWait]
+// whatever the TTL. The executor tells JetStream every third of the ack
+// wait that a message it holds is still being worked on.
+func DispatchAckWait(leaseTTL time.Duration) time.Duration {
+	return max(leaseTTL, MinDispatchAckWait)
+}
 
 // DispatcherConsumer is the durable consumer the dispatchers share on
 // AX_TRIGGERS: every firing goes to one of them.
@@ -64,8 +81,9 @@ func (t Topology) RecorderConsumer() jetstream.ConsumerConfig {
 // name; its metadata names the pool, priority and handler so that
 // consumer metrics can be labelled by them.
 //
-// Executors create it when they start, if it is not there, and never
-// update it: its settings are the topology's.
+// Executors create it when they start, if it is not there, with the ack
+// wait of [DispatchAckWait], and never update it: its settings are the
+// topology's.
 func (t Topology) PoolConsumer(pool string, p schemas.Priority, handler string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       PoolConsumerName(pool, p, handler),

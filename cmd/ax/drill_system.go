@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -189,6 +190,8 @@ func printDrillSystem(w io.Writer, results []system.Result, all bool) error {
 func newNATSServerCmd(*cli) *cobra.Command {
 	var listen, storeDir, users, prefix, portFile string
 	var maxStore int64
+	var serverName, clusterName, clusterListen string
+	var routes []string
 	cmd := &cobra.Command{
 		Use:     "nats-server",
 		Short:   "Run the embedded nats-server alone (for ax drill system's sandbox)",
@@ -220,8 +223,12 @@ func newNATSServerCmd(*cli) *cobra.Command {
 			// The services' users, and the executors' of the workers file,
 			// one worker each, which the sandbox adds as it starts them.
 			delete(pw, natsauth.Executor)
-			ns, err := natsembed.Start(natsembed.Options{Host: host, Port: port, StoreDir: storeDir, MaxStore: maxStore,
-				Auth: natsauth.NewAuthenticator(top, natsauth.Users(top, pw, natsauth.Scope{}), system.WorkersFile(users))})
+			o := natsembed.Options{Host: host, Port: port, StoreDir: storeDir, MaxStore: maxStore, ServerName: serverName,
+				Auth: natsauth.NewAuthenticator(top, natsauth.Users(top, pw, natsauth.Scope{}), system.WorkersFile(users))}
+			if err := clusterOptions(&o, clusterName, clusterListen, routes); err != nil {
+				return err
+			}
+			ns, err := natsembed.Start(o)
 			if err != nil {
 				return err
 			}
@@ -243,8 +250,53 @@ func newNATSServerCmd(*cli) *cobra.Command {
 	f.StringVar(&users, "users", "", "the NATS users' password file (made when missing, as ax dev's nats-users.json)")
 	f.StringVar(&prefix, "prefix", streams.DefaultPrefix, "subject prefix of the installation")
 	f.Int64Var(&maxStore, "max-file-store", 0, "bound JetStream's file store to this many bytes (the server's max_file_store; 0: most of the disk)")
+	f.StringVar(&serverName, "server-name", "", "the server's name (default ax; each node of a cluster needs its own)")
+	f.StringVar(&clusterName, "cluster-name", "", "make the server a node of the JetStream cluster of this name (with --cluster-listen and --routes; "+
+		"the route password is in env "+routePasswordEnv+")")
+	f.StringVar(&clusterListen, "cluster-listen", "", "host:port the node listens on for the other nodes' routes")
+	f.StringSliceVar(&routes, "routes", nil, "host:port of the other nodes' route listeners, repeatable or comma-separated")
 	f.StringVar(&portFile, "port-file", "", "once the server accepts connections, write its client port to this file (with --listen host:0 the server picks a free port)")
 	return cmd
+}
+
+// routePasswordEnv holds the password the nodes of ax nats-server's
+// cluster present to each other (natsembed.RouteUser's): not a flag, so
+// that it is not in the process list.
+const routePasswordEnv = "AX_NATS_ROUTE_PASSWORD"
+
+// clusterOptions makes o a node of the cluster called name, listening for
+// routes on listen and routed to routes, with the route password of
+// routePasswordEnv; no name leaves o a standalone server.
+func clusterOptions(o *natsembed.Options, name, listen string, routes []string) error {
+	if name == "" {
+		if listen != "" || len(routes) > 0 {
+			return fmt.Errorf("--cluster-listen and --routes need --cluster-name")
+		}
+		return nil
+	}
+	host, portText, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("--cluster-listen %q: want host:port: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port <= 0 {
+		return fmt.Errorf("--cluster-listen %q: give the port the node listens on for routes", listen)
+	}
+	if host != o.Host {
+		return fmt.Errorf("--cluster-listen %q: listen for routes on the client host %s", listen, o.Host)
+	}
+	pw := os.Getenv(routePasswordEnv)
+	if pw == "" {
+		return fmt.Errorf("--cluster-name %s: set the nodes' route password in env %s", name, routePasswordEnv)
+	}
+	o.ClusterName, o.ClusterPort, o.RouteUser, o.RoutePassword = name, port, natsembed.RouteUser, pw
+	for _, r := range routes {
+		if _, _, err := net.SplitHostPort(r); err != nil {
+			return fmt.Errorf("--routes %q: want host:port: %w", r, err)
+		}
+		o.Routes = append(o.Routes, &url.URL{Scheme: "nats-route", Host: r})
+	}
+	return nil
 }
 
 // writePortFile writes port to path whole or not at all (a reader never

@@ -53,6 +53,7 @@ func Handlers() []string {
 // with O_APPEND: the lines of several processes never interleave, and a
 // line written is on file even if its process is killed right after.
 func RegisterHandlers(mux *executor.Mux, path string) {
+	registerThrottled(mux, path)
 	mux.Handle(WorkHandler, executor.JSON(func(ctx context.Context, t *executor.Job, w Work) (any, error) {
 		if err := appendLedger(path, "start", t); err != nil {
 			return nil, err

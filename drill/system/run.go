@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-scheduler/ax/drill"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/schemas/taskdef"
 	"github.com/ax-scheduler/ax/streams"
@@ -112,13 +113,24 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	case opts.LeaseTTL < time.Second:
 		return nil, fmt.Errorf("lease TTL %v: give at least 1s", opts.LeaseTTL)
 	}
-	sb, err := StartSandbox(ctx, SandboxOptions{Binary: opts.Binary, LeaseTTL: opts.LeaseTTL, Fsync: opts.Fsync, Logger: opts.Logger})
-	if err != nil {
-		return nil, err
-	}
-	defer sb.Close()
+	// One sandbox for the scenarios on one nats-server, another for those
+	// on a cluster, each started when its first scenario comes.
+	sandboxes := map[bool]*Sandbox{}
+	defer func() {
+		for _, sb := range sandboxes {
+			sb.Close()
+		}
+	}()
 	var results []Result
 	for _, sc := range scenarios {
+		sb := sandboxes[sc.Cluster]
+		if sb == nil {
+			sb, err = StartSandbox(ctx, SandboxOptions{Binary: opts.Binary, LeaseTTL: opts.LeaseTTL, Fsync: opts.Fsync, Cluster: sc.Cluster, Logger: opts.Logger})
+			if err != nil {
+				return results, err
+			}
+			sandboxes[sc.Cluster] = sb
+		}
 		opts.Logger.Info().Str("scenario", sc.Name).Dur("duration", opts.Duration).Int("rate", opts.Rate).Msg("drill scenario starts")
 		res, err := runScenario(ctx, sb, sc, opts)
 		if err != nil {
@@ -146,6 +158,16 @@ type run struct {
 	nextExec int
 	execs    []string // the executors started, by name
 	deaths   int      // the executors that exited by themselves (Supervise)
+	// checks are the scenario's own checks, which its fault made (see
+	// [run.check]); the verdict adds them to its own.
+	checks []drill.Check
+}
+
+// check adds a check of the scenario's own to its verdict.
+func (r *run) check(c drill.Check) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checks = append(r.checks, c)
 }
 
 // crash is an executor's death (or stop) at a time.

@@ -44,6 +44,11 @@ type SandboxOptions struct {
 	// synchronous_commit and full_page_writes on); false turns them off,
 	// for tests.
 	Fsync bool
+	// Cluster runs a JetStream cluster of [ClusterNodes] nats-server
+	// processes, routed to each other on loopback, instead of one server,
+	// and the topology at that many replicas (the dispatchers'
+	// --replicas).
+	Cluster bool
 	// Logger receives the sandbox's events. The zero value logs nothing.
 	// Each process's output goes to its log file in the sandbox's folder.
 	Logger zerolog.Logger
@@ -80,6 +85,9 @@ type Sandbox struct {
 	// natsMaxStore bounds the nats-server's file store when it starts
 	// (0: unbounded); see RestartNATS.
 	natsMaxStore int64
+	// cluster is the JetStream cluster that replaces nats when
+	// opts.Cluster is set.
+	cluster *cluster
 }
 
 // LogsMaxBytes is the size of the sandbox's task logs (AX_LOGS), which
@@ -142,6 +150,11 @@ func StartSandbox(ctx context.Context, opts SandboxOptions) (_ *Sandbox, err err
 	if s.pw, err = natsauth.LoadOrCreatePasswords(s.users); err != nil {
 		return nil, fmt.Errorf("start the drill sandbox: %w", err)
 	}
+	if opts.Cluster {
+		if s.cluster, err = newCluster(); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.StartNATS(ctx); err != nil {
 		return nil, err
 	}
@@ -153,10 +166,37 @@ func StartSandbox(ctx context.Context, opts SandboxOptions) (_ *Sandbox, err err
 	if s.JS, err = jetstream.New(s.NC); err != nil {
 		return nil, err
 	}
-	if err := s.Top.Ensure(ctx, s.JS, streams.Config{LeaseTTL: opts.LeaseTTL, LogsMaxBytes: LogsMaxBytes}); err != nil {
+	if err := s.ensure(ctx); err != nil {
 		return nil, fmt.Errorf("ensure the drill sandbox's topology: %w", err)
 	}
 	return s, nil
+}
+
+// ensure ensures the topology; a cluster's JetStream answers only once
+// its nodes have elected a meta leader, which it waits a minute for.
+func (s *Sandbox) ensure(ctx context.Context) error {
+	c := streams.Config{LeaseTTL: s.opts.LeaseTTL, LogsMaxBytes: LogsMaxBytes, Replicas: s.Replicas()}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := s.Top.Ensure(ctx, s.JS, c)
+		if err == nil || s.cluster == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Replicas returns the replicas of the sandbox's streams and buckets: 1,
+// or [ClusterNodes] on a cluster.
+func (s *Sandbox) Replicas() int {
+	if s.opts.Cluster {
+		return ClusterNodes
+	}
+	return 1
 }
 
 // Dir returns the sandbox's folder: the processes' logs are in logs/.
@@ -169,7 +209,12 @@ func (s *Sandbox) LeaseTTL() time.Duration { return s.opts.LeaseTTL }
 func (s *Sandbox) DatabaseURL() string { return s.pg.URL("postgres") }
 
 // NATSURL returns the URL of the sandbox's nats-server.
-func (s *Sandbox) NATSURL() string { return "nats://127.0.0.1:" + strconv.Itoa(s.natsPort) }
+func (s *Sandbox) NATSURL() string {
+	if s.cluster != nil {
+		return s.cluster.clusterURL()
+	}
+	return "nats://127.0.0.1:" + strconv.Itoa(s.natsPort)
+}
 
 // StartNATS starts the nats-server (again, after [Sandbox.KillNATS]) on
 // the sandbox's port and JetStream store, and waits until it accepts
@@ -179,6 +224,9 @@ func (s *Sandbox) NATSURL() string { return "nats://127.0.0.1:" + strconv.Itoa(s
 func (s *Sandbox) StartNATS(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cluster != nil {
+		return s.startNodes(ctx)
+	}
 	if s.nats != nil && s.nats.Running() {
 		return nil
 	}
@@ -330,9 +378,22 @@ func (s *Sandbox) signalPostgres(sig syscall.Signal) error {
 
 // StartDispatcher starts an ax dispatcher process called name.
 func (s *Sandbox) StartDispatcher(name string) (*Proc, error) {
-	return s.service(name, string(natsauth.Dispatcher), s.pw[natsauth.Dispatcher], "dispatcher", "--database-url", s.DatabaseURL(),
-		"--lease-ttl", s.opts.LeaseTTL.String(), "--logs-max-bytes", strconv.Itoa(LogsMaxBytes))
+	settings := []string{"--lease-ttl", s.opts.LeaseTTL.String(), "--logs-max-bytes", strconv.Itoa(LogsMaxBytes)}
+	if s.cluster != nil {
+		settings = append(settings, "--replicas", strconv.Itoa(s.Replicas()))
+	}
+	return s.StartDispatcherWith(name, settings...)
 }
+
+// StartDispatcherWith starts an ax dispatcher process called name with
+// settings, its topology flags, alone: none of the sandbox's.
+func (s *Sandbox) StartDispatcherWith(name string, settings ...string) (*Proc, error) {
+	return s.service(name, string(natsauth.Dispatcher), s.pw[natsauth.Dispatcher], "dispatcher",
+		append([]string{"--database-url", s.DatabaseURL()}, settings...)...)
+}
+
+// LogFile returns the log file of the process called name.
+func (s *Sandbox) LogFile(name string) string { return s.logFile(name) }
 
 // StartTrigger starts an ax trigger process called name.
 func (s *Sandbox) StartTrigger(name string) (*Proc, error) {
@@ -448,6 +509,9 @@ func (s *Sandbox) Close() {
 	defer s.mu.Unlock()
 	if s.nats != nil {
 		_ = s.nats.Stop(10 * time.Second)
+	}
+	if s.cluster != nil {
+		s.stopNodes()
 	}
 	if s.pg != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -46,6 +46,11 @@ type Scenario struct {
 	// NoRetries: no attempt may need a second one (cron without executors:
 	// no retry storm when they return).
 	NoRetries bool
+	// Cluster runs the scenario against a JetStream cluster of
+	// [ClusterNodes] nats-server processes, its streams and buckets at that
+	// many replicas (a sandbox of its own, shared by the cluster
+	// scenarios).
+	Cluster bool
 	// Fault injects the fault while the load runs, restores what it broke
 	// before it returns, and notes each fault with r.fault. ctx ends with
 	// the load.
@@ -310,6 +315,16 @@ func Scenarios() []Scenario {
 				r.fault("poison", time.Now())
 				return nil
 			},
+		},
+		{
+			Name: "cluster-leader-loss", Description: "on a 3-node JetStream cluster (streams at R3), kill -9 of the node that leads AX_DISPATCH while attempts run; " +
+				"it starts again on its store 2 s later",
+			Dispatchers: 1, Executors: 2, Cluster: true, Fault: leaderLoss,
+		},
+		{
+			Name: "dispatcher-settings", Description: "on the 3-node cluster, a second dispatcher started without --replicas, --lease-ttl or any setting takes over the load: " +
+				"the installed settings stay; a third with another --lease-ttl is refused",
+			Dispatchers: 1, Executors: 2, Cluster: true, Fault: settingsOwner,
 		},
 		{
 			Name: "poison", Description: "1 % of the load goes to a handler that always panics: it fails by its policy and holds up nothing",

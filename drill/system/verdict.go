@@ -241,6 +241,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	cronTicks := 0
 	made := make(map[[2]string]bool, len(insts))
 	var dups []string // the runs of each attempt that ran more than once
+	var lost []string // the first lost instances and missing ticks
 	for _, in := range insts {
 		delete(events, in.eventID)
 		if k := [2]string{in.task, in.eventID}; made[k] {
@@ -266,6 +267,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 			}
 		} else if in.state.Terminal() && in.state != schemas.StateSucceeded {
 			res.Lost++
+			if len(lost) < 10 {
+				lost = append(lost, fmt.Sprintf("instance %d (event %s) %s at attempt %d", in.id, in.eventID, in.state, in.attempt))
+			}
 		}
 		if in.attempt > 1 && in.task == r.task {
 			res.Retried++
@@ -282,6 +286,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 			ticked = int(ticks[len(ticks)-1].Sub(ticks[0]).Round(time.Second)/time.Second) + 1
 		}
 		res.Lost += max(0, ticked-len(ticks)) + len(events)
+		if missing := ticked - len(ticks); missing > 0 {
+			lost = append(lost, fmt.Sprintf("%d seconds without a cron tick's instance", missing))
+		}
 		fired = ticked + len(byDrill)
 		cronTicks = len(ticks)
 	} else {
@@ -437,7 +444,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	}
 	res.Checks = []drill.Check{
 		{Name: "firings made", Expected: "> 0", Observed: fmt.Sprint(res.Fired), Pass: res.Fired > 0},
-		zero("lost", res.Lost),
+		named(zero("lost", res.Lost), lost),
 		zero("stuck", res.Stuck),
 		zero("firings made into more than one instance (extra instances)", res.Doubled),
 		named(zero("duplicate executions of a succeeded attempt", res.Duplicates), dups),
@@ -496,6 +503,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 			drill.Check{Name: "innocent runs cut short beside the poison", Expected: "> 0 (the fault reached neighbours)",
 				Observed: fmt.Sprint(res.CutBeside), Pass: res.CutBeside > 0})
 	}
+	r.mu.Lock()
+	res.Checks = append(res.Checks, r.checks...)
+	r.mu.Unlock()
 	res.Pass = res.Report().Passed()
 	return res, nil
 }
