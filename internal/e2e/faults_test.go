@@ -77,20 +77,7 @@ func TestExactlyOnceThroughADispatcherKillAndAPostgresOutage(t *testing.T) {
 	_, js := srv.Connect()
 	top := srv.Topology
 
-	dispatcher := func(name string) *exec.Cmd {
-		cmd := exec.Command(bin, "dispatcher", "--require-nats-auth=false", "--nats-url", srv.URL, "--database-url", dbURL,
-			"--lease-ttl", leaseTTL.String(), "--log-level", "warn")
-		cmd.Env = append(os.Environ(), "AX_METRICS_ADDR=")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", name, err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		return cmd
-	}
+	dispatcher := func(string) *exec.Cmd { return startDispatcher(t, bin, srv.URL, dbURL, leaseTTL, "warn") }
 
 	// The handler works a little so that attempts are in flight at every fault.
 	ledger := filepath.Join(t.TempDir(), "ledger")
@@ -354,4 +341,24 @@ func ledgerRuns(t *testing.T, ledger string) map[int64][]int {
 		t.Fatal(err)
 	}
 	return runs
+}
+
+// startDispatcher starts `ax dispatcher` (the binary bin) as a process of
+// its own on the NATS server at natsURL and the database at dbURL, with
+// lease TTL ttl and log level level, and kills it when the test ends: a
+// dispatcher a test can kill -9.
+func startDispatcher(t *testing.T, bin, natsURL, dbURL string, ttl time.Duration, level string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "dispatcher", "--require-nats-auth=false", "--nats-url", natsURL, "--database-url", dbURL,
+		"--lease-ttl", ttl.String(), "--log-level", level)
+	cmd.Env = append(os.Environ(), "AX_METRICS_ADDR=")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start a dispatcher: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
 }

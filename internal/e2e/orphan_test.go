@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -64,20 +63,7 @@ func TestFiringOrphanedByAKilledDispatcherRunsOnce(t *testing.T) {
 	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: ttl})
 	_, js := srv.Connect()
 	top := srv.Topology
-	dispatcher := func() *exec.Cmd {
-		cmd := exec.Command(bin, "dispatcher", "--require-nats-auth=false", "--nats-url", srv.URL, "--database-url", dbURL,
-			"--lease-ttl", ttl.String(), "--log-level", "info")
-		cmd.Env = append(os.Environ(), "AX_METRICS_ADDR=")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		return cmd
-	}
+	dispatcher := func() *exec.Cmd { return startDispatcher(t, bin, srv.URL, dbURL, ttl, "info") }
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	execConn, _ := srv.Connect()
 	executortest.Run(t, executor.Options{Conn: execConn, WorkerID: "steady", Mux: ledgerMux(ledger, 0), Slots: 4, Logger: slog.New(zerolog.NewSlogHandler(log))})
