@@ -17,7 +17,7 @@ import (
 var settingHelp = map[string]string{
 	"replicas":         "replicas of every stream and bucket (3 on a three-node cluster)",
 	"duplicate_window": "how long a message id (Nats-Msg-Id) is remembered, so that a repeated publish is a no-op",
-	"triggers_max_age": "how long AX_TRIGGERS keeps fired triggers and pending schedules",
+	"triggers_max_age": "how long AX_TRIGGERS and AX_FIRINGS keep firings (AX_FIRINGS its pending schedules too)",
 	"audit_max_age":    "how long AX_AUDIT keeps the audit trail",
 	"logs_max_age":     "how long AX_LOGS keeps task logs",
 	"logs_max_bytes":   "most bytes of task logs AX_LOGS keeps; JetStream reserves them in its store when the stream is made",
