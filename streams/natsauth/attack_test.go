@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/internal/natsembed"
+	"github.com/ax-scheduler/ax/internal/wait/waittest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 	"github.com/ax-scheduler/ax/streams/natsauth"
@@ -77,10 +78,15 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := natsauthtest.Snapshot(t, b.djs)
-	if before.Msgs[top.AuditStream()] != 2 || before.Waiting[top.TriggersStream()+"/dispatcher"] != 2 {
-		t.Fatalf("the bed is not set: %+v", before)
-	}
+	// A consumer's pending count may lag a message just stored: the bed
+	// is set once every consumer counts its messages.
+	pool := top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "hello")
+	var before natsauthtest.State
+	waittest.For(t, "the bed to be set", 30*time.Second, func() (bool, error) {
+		before = natsauthtest.Snapshot(t, b.djs)
+		return before.Msgs[top.AuditStream()] == 2 && before.Waiting[top.TriggersStream()+"/dispatcher"] == 2 &&
+			before.Waiting[top.DispatchStream()+"/"+pool.Durable] == 1, nil
+	})
 
 	for _, role := range []natsauth.Role{natsauth.Trigger, natsauth.API, natsauth.Auditor, natsauth.Executor} {
 		nc, r := b.connect(t, role)
@@ -100,7 +106,6 @@ func TestServiceUsersCannotReconfigure(t *testing.T) {
 		dispatcher := top.DispatcherConsumer()
 		changed := dispatcher
 		changed.MaxAckPending = 1
-		pool := top.PoolConsumer(schemas.DefaultPool, schemas.PriorityNormal, "hello")
 		for _, a := range []struct {
 			subject string
 			action  func(context.Context) error
