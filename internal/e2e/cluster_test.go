@@ -168,27 +168,7 @@ func TestExactlyOnceThroughNATSNodeRestarts(t *testing.T) {
 	if os.Getenv("AX_TEST_LOG") != "" {
 		log = log.Level(zerolog.DebugLevel)
 	}
-	cluster := newNATSCluster(t)
-	pool := storetest.NewDB(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			cluster.dump(pool)
-		}
-	})
-	st := store.New(pool)
-	applyLedgerTask(t, st)
-
-	// The dispatcher ensures the R3 topology itself, trying again while a
-	// cold cluster leaves the requests unanswered (a loaded machine was
-	// seen to take longer than one request waits).
-	cfg := streams.Config{Replicas: 3, LeaseTTL: clusterLeaseTTL}
-	dispatchConn, _ := cluster.connect("dispatcher")
-	d, err := dispatcher.New(dispatcher.Options{Conn: dispatchConn, Store: st, Logger: log, Streams: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Start(t, "dispatcher", d)
-	cluster.waitHealthy("the topology in three replicas")
+	cluster, pool := startClusterDispatcher(t, log)
 
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	for _, id := range []string{"exec-a", "exec-b"} {
@@ -278,4 +258,31 @@ func countSucceeded(t *testing.T, pool *pgxpool.Pool) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// startClusterDispatcher starts a three-node NATS cluster, a database with
+// the ledger task, and a dispatcher on them that ensures the topology in
+// three replicas itself, trying again while a cold cluster leaves the
+// requests unanswered (a loaded machine was seen to take longer than one
+// request waits); it returns once the topology is healthy. The cluster's
+// state is dumped when the test fails.
+func startClusterDispatcher(t *testing.T, log zerolog.Logger) (*natsCluster, *pgxpool.Pool) {
+	t.Helper()
+	cluster := newNATSCluster(t)
+	pool := storetest.NewDB(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			cluster.dump(pool)
+		}
+	})
+	applyLedgerTask(t, store.New(pool))
+	cfg := streams.Config{Replicas: 3, LeaseTTL: clusterLeaseTTL}
+	dispatchConn, _ := cluster.connect("dispatcher")
+	d, err := dispatcher.New(dispatcher.Options{Conn: dispatchConn, Store: store.New(pool), Logger: log, Streams: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servicetest.Start(t, "dispatcher", d)
+	cluster.waitHealthy("the topology in three replicas")
+	return cluster, pool
 }

@@ -15,11 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/devstack"
-	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/internal/natsembed"
-	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/store/storetest"
@@ -168,23 +166,7 @@ func TestFinalReportsOutlastAClusterWithoutQuorum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	cluster := newNATSCluster(t)
-	pool := storetest.NewDB(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			cluster.dump(pool)
-		}
-	})
-	st := store.New(pool)
-	applyLedgerTask(t, st)
-	cfg := streams.Config{Replicas: 3, LeaseTTL: clusterLeaseTTL}
-	dispatchConn, _ := cluster.connect("dispatcher")
-	d, err := dispatcher.New(dispatcher.Options{Conn: dispatchConn, Store: st, Logger: log, Streams: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	servicetest.Start(t, "dispatcher", d)
-	cluster.waitHealthy("the topology in three replicas")
+	cluster, pool := startClusterDispatcher(t, log)
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	conn, _ := cluster.connect("exec")
 	executortest.Run(t, executor.Options{Conn: conn, WorkerID: "exec", Mux: ledgerMux(ledger, 3*time.Second), Slots: 32, Logger: slog.New(zerolog.NewSlogHandler(log))})
