@@ -189,6 +189,33 @@ func (s *Service) unadmit(p *pending) {
 	}
 }
 
+// msgFate is what becomes of the dispatch message of an attempt that
+// does not start here.
+type msgFate int
+
+const (
+	keepMsg  msgFate = iota // left as it is: acked, or back after its ack wait
+	termMsg                 // terminated: another delivery runs or ran the attempt
+	nakNow                  // given back at once
+	nakLater                // given back for IdleWait, to be asked about again
+)
+
+// drop gives back the slots (and the mutex) of an attempt that does not
+// start here, and settles its dispatch message as fate says.
+func (s *Service) drop(p *pending, fate msgFate) {
+	s.unadmit(p)
+	switch fate {
+	case termMsg:
+		s.term(p.msg)
+	case nakNow:
+		s.nak(p.msg)
+	case nakLater:
+		if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
+			s.taskLogger(&p.d).Warn("nak dispatch message", "error", err)
+		}
+	}
+}
+
 // requeue gives a message that cannot start yet back to JetStream for
 // RequeueDelay: nothing is dropped, and meanwhile this worker goes on
 // pulling work for its other handlers.
@@ -207,14 +234,12 @@ func (s *Service) prepare(ctx context.Context, p *pending) {
 	defer s.runners.Done()
 	if p.hs.limiter != nil {
 		if err := s.waitRate(ctx, p); err != nil {
-			s.unadmit(p)
-			s.nak(p.msg)
+			s.drop(p, nakNow)
 			return
 		}
 	}
 	if ctx.Err() != nil {
-		s.unadmit(p)
-		s.nak(p.msg)
+		s.drop(p, nakNow)
 		return
 	}
 	if p.mutexKey != "" {

@@ -97,17 +97,11 @@ func (s *Service) fence(ps []*pending) []*pending {
 			}
 			out = append(out, p)
 		case errs[i] == nil:
-			log := s.taskLogger(&p.d)
-			log.Info("redelivered attempt must not start; terminating this delivery", "reason", answers[i].Reason)
-			s.unadmit(p)
-			s.term(p.msg)
+			s.taskLogger(&p.d).Info("redelivered attempt must not start; terminating this delivery", "reason", answers[i].Reason)
+			s.drop(p, termMsg)
 		default:
-			log := s.taskLogger(&p.d)
-			log.Warn("redelivered attempt not started: no dispatcher answered whether it ran; giving it back to ask again", "error", errs[i], "delay", s.opts.IdleWait)
-			s.unadmit(p)
-			if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
-				log.Warn("nak dispatch message", "error", err)
-			}
+			s.taskLogger(&p.d).Warn("redelivered attempt not started: no dispatcher answered whether it ran; giving it back to ask again", "error", errs[i], "delay", s.opts.IdleWait)
+			s.drop(p, nakLater)
 		}
 	}
 	return out

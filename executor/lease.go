@@ -3,13 +3,15 @@ package executor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // leaseMsg returns the message that writes the lease value under key in
@@ -26,6 +28,34 @@ func (s *Service) leaseMsg(key string, value []byte, revision uint64) *nats.Msg 
 		m.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(revision, 10)}}
 	}
 	return m
+}
+
+// leaseBatch is the outcome of the lease creates of a batch of attempts:
+// keys[i], values[i], acks[i] and errs[i] are those of the batch's i-th.
+type leaseBatch struct {
+	keys   []string
+	values [][]byte
+	acks   []jetstream.PubAck
+	errs   []error
+	sent   time.Time // when the creates were sent, on the real clock
+}
+
+// takeLeases creates the leases of ps, acquired at now, in one publish of
+// the batch and one wait for its acknowledgements.
+func (s *Service) takeLeases(ctx context.Context, ps []*pending, now time.Time) leaseBatch {
+	lb := leaseBatch{keys: make([]string, len(ps)), values: make([][]byte, len(ps))}
+	msgs := make([]nats.Msg, len(ps)) // one allocation for the batch's messages
+	leaseMsgs := make([]*nats.Msg, len(ps))
+	for i, p := range ps {
+		var subject string
+		subject, lb.keys[i] = s.leaseSubject(p.d.InstanceID, p.d.Attempt)
+		lb.values[i], _ = schemas.MarshalLease(schemas.Lease{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt, WorkerID: s.opts.WorkerID, AcquiredAt: now})
+		msgs[i] = nats.Msg{Subject: subject, Data: lb.values[i], Header: createOnly}
+		leaseMsgs[i] = &msgs[i]
+	}
+	lb.sent = time.Now()
+	lb.acks, lb.errs = publishAll(ctx, s.pub, leaseMsgs)
+	return lb
 }
 
 // leaseSubject returns the subject of the lease of the attempt of
@@ -57,9 +87,9 @@ func isWrongLastSequence(err error) bool {
 
 // publishAll publishes msgs asynchronously and awaits every acknowledgement:
 // one round trip for the batch. acks[i] and errs[i] are the outcome of msgs[i].
-func (s *Service) publishAll(ctx context.Context, msgs []*nats.Msg) (acks []jetstream.PubAck, errs []error) {
+func publishAll(ctx context.Context, pub *streams.Publisher, msgs []*nats.Msg) (acks []jetstream.PubAck, errs []error) {
 	acks, errs = make([]jetstream.PubAck, len(msgs)), make([]error, len(msgs))
-	b := s.pub.Batch()
+	b := pub.Batch()
 	for _, m := range msgs {
 		b.Add(m)
 	}
@@ -68,77 +98,6 @@ func (s *Service) publishAll(ctx context.Context, msgs []*nats.Msg) (acks []jets
 		acks[i], errs[i] = b.Result(i)
 	}
 	return acks, errs
-}
-
-// A final report is tried until it is stored, however long JetStream
-// refuses it (a full store, a stream without quorum, a server down): the
-// attempt stays on the worker's running set meanwhile, so its lease is
-// renewed whenever renewals go through, and the dispatcher's reaper fails
-// no attempt as lost while its own writes to the leases bucket are refused
-// (dispatcher/outage.go). Each try awaits its acknowledgement for at most
-// reportTry, so that a try sent as the server went down, whose answer
-// never comes, is followed by another once the server is back instead of
-// being awaited for opTimeout. Only the worker's shutdown ends the tries
-// (once ShutdownTimeout has passed twice): a report the first try did not
-// store is in the spool then, when the worker has one (spool.go).
-const reportTry = 2 * time.Second
-
-// unsentWarnAfter is how long a final report goes unstored before the
-// worker says so, and then again every unsentWarnAfter.
-const unsentWarnAfter = 10 * time.Second
-
-// publishBackoff are the delays between the tries of a report; the last
-// one repeats, for as long as the report is refused.
-var publishBackoff = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second, 2 * time.Second}
-
-// errReportsStopped is the error of a report whose tries the worker's
-// shutdown ended.
-var errReportsStopped = errors.New("the worker is shutting down")
-
-// publishRetry publishes m and awaits its acknowledgement, trying again
-// with capped backoff until it is stored, the connection is closed or the
-// worker's shutdown stops the reports (ctx ends: s.reportsCtx or one
-// derived from it). m carries a Nats-Msg-Id, so a try
-// that reached the stream unacknowledged makes a later one a duplicate the
-// stream drops. refused, when not nil, is called once, after the first
-// try that failed (the report then goes to the spool).
-func (s *Service) publishRetry(ctx context.Context, m *nats.Msg, refused func()) error {
-	start := time.Now()
-	warned := start
-	for i := 0; ; i++ {
-		tryCtx, cancel := context.WithTimeout(ctx, reportTry)
-		_, err := s.js.PublishMsg(tryCtx, m)
-		cancel()
-		if err == nil {
-			if i > 0 {
-				s.log.Info("final report stored", "subject", m.Subject, "tries", i+1, "after", time.Since(start).Round(time.Millisecond))
-			}
-			return nil
-		}
-		if s.opts.Conn.IsClosed() {
-			// A closed connection does not come back: nothing to wait for.
-			return fmt.Errorf("publish to %s: %w (the connection is closed)", m.Subject, err)
-		}
-		if i == 0 && refused != nil {
-			// Before the stop below: a report whose tries the shutdown
-			// ended, tried once or not at all, is spooled all the same.
-			refused()
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("publish to %s: %w after %d tries over %s: %w", m.Subject, errReportsStopped, i+1,
-				time.Since(start).Round(time.Millisecond), err)
-		}
-		if time.Since(warned) >= unsentWarnAfter {
-			warned = time.Now()
-			s.log.Warn("final report not stored yet; keeping it and trying again until it is", "error", err, "subject", m.Subject, "tries", i+1, "unsent_for", time.Since(start).Round(time.Second))
-		}
-		timer := time.NewTimer(publishBackoff[min(i, len(publishBackoff)-1)])
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-		}
-	}
 }
 
 // renewLeases renews the lease of every running attempt every third of the
@@ -208,7 +167,7 @@ func (s *Service) renew() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	sent := time.Now()
-	acks, errs := s.publishAll(ctx, msgs)
+	acks, errs := publishAll(ctx, s.pub, msgs)
 	var vanished []*attempt
 	for i, a := range as {
 		s.mu.Lock()
@@ -263,7 +222,7 @@ func (s *Service) restoreLeases(ctx context.Context, as []*attempt) {
 	var acks []jetstream.PubAck
 	var errs []error
 	if len(msgs) > 0 {
-		acks, errs = s.publishAll(ctx, msgs)
+		acks, errs = publishAll(ctx, s.pub, msgs)
 	}
 	for _, a := range as {
 		i := slices.Index(restore, a)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -30,11 +29,17 @@ const (
 
 // Service is one executor worker. Make it with [New] and start it with
 // [Service.Run]. Its methods are safe for concurrent use.
+//
+// A worker is made of parts, each with its own state and file: the pull
+// loop and admission (pull.go, admit.go), the attempt runner (attempt.go),
+// the lease keeper (lease.go), the reporter of started and final reports
+// (report.go, started.go, finals.go, spool.go) and the log shipper
+// (logship.go). Service holds what they share: the options, the slots and
+// the set of running attempts.
 type Service struct {
 	opts     Options
 	log      *slog.Logger
 	hostname string
-	nonce    string // ends the Nats-Msg-Id of its reports (see reportID)
 
 	started  atomic.Bool
 	ready    chan struct{}
@@ -47,15 +52,11 @@ type Service struct {
 	running       map[string]*attempt      // by lease key
 	held          int                      // slots taken: attempts running or about to
 	handlerStates map[string]*handlerState // by handler name, made on first use
-	startedQueue  []*attempt               // attempts whose started report waits, by due time
-	startedWake   chan struct{}            // signalled when startedQueue grows
-	finalQueue    []*queuedFinal           // final reports waiting for the sender (see sendFinals)
-	finalWake     chan struct{}            // signalled when finalQueue grows
-	batchSeq      atomic.Uint64            // numbers the report batches (see finalsMsg)
 
 	templates sync.Map // parsed mutex key templates by their text
 
-	logs *logShipper // ships the handlers' log lines to AX_LOGS
+	reports *reporter   // ships the started and final reports to AX_REPORTS
+	logs    *logShipper // ships the handlers' log lines to AX_LOGS
 
 	runners   sync.WaitGroup // one per attempt, until it is reported
 	handlers  sync.WaitGroup // one per handler call
@@ -63,8 +64,8 @@ type Service struct {
 
 	// Set by Run before any goroutine starts.
 	js jetstream.JetStream
-	// pub publishes the batches of lease writes and started reports:
-	// cheaper than js's PublishMsgAsync.
+	// pub publishes the batches of lease writes: cheaper than js's
+	// PublishMsgAsync.
 	pub *streams.Publisher
 	// leasePrefix is the subject of a lease without its key.
 	leasePrefix string
@@ -93,11 +94,6 @@ type Service struct {
 	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
 	handlersCtx  context.Context
 	stopHandlers context.CancelCauseFunc
-	// reportsCtx ends the tries of the final reports not stored yet: only
-	// at shutdown, ShutdownTimeout after the handlers were cancelled
-	// (see drain).
-	reportsCtx  context.Context
-	stopReports context.CancelFunc
 }
 
 // errShuttingDown is the cause of the handlers' contexts when the worker
@@ -112,22 +108,17 @@ func New(opts Options) (*Service, error) {
 		return nil, err
 	}
 	log := o.Logger.With("service", "executor", "worker_id", o.WorkerID)
-	reportsCtx, stopReports := context.WithCancel(context.Background())
 	return &Service{
-		reportsCtx:    reportsCtx,
-		stopReports:   stopReports,
 		opts:          o,
 		log:           log,
+		reports:       newReporter(o, log),
 		logs:          newLogShipper(o.WorkerID, o.Topology, o.LogBuffer, o.LogFlushInterval, log),
 		ready:         make(chan struct{}),
 		doorbell:      make(chan struct{}, 1),
 		freed:         make(chan struct{}, 1),
-		startedWake:   make(chan struct{}, 1),
-		finalWake:     make(chan struct{}, 1),
 		running:       make(map[string]*attempt),
 		handlerStates: make(map[string]*handlerState),
 		hostname:      hostname(),
-		nonce:         nuid.Next(),
 	}, nil
 }
 
@@ -177,7 +168,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run executor: %w", err)
 	}
-	s.js = js
+	s.js, s.reports.js = js, js
 	s.leasePrefix = "$KV." + s.opts.Topology.LeasesBucket() + "."
 	s.back.count.Store(s.opts.Conn.Stats().Reconnects)
 	defer js.CleanupPublisher()
@@ -185,6 +176,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("run executor: %w", err)
 	}
 	defer s.pub.Close()
+	s.reports.pub = s.pub
 	if err := s.setUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -193,37 +185,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.handlersCtx, s.stopHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer s.stopHandlers(errShuttingDown)
-	defer s.stopReports()
-
-	nc := s.opts.Conn
-	control, err := nc.Subscribe(s.opts.Topology.Control(s.opts.WorkerID), s.onControl)
+	defer s.reports.stop()
+	subs, err := s.subscribe()
+	defer subs.close()
 	if err != nil {
-		return fmt.Errorf("run executor: subscribe to %s: %w", s.opts.Topology.Control(s.opts.WorkerID), err)
-	}
-	defer unsubscribe(control)
-	if s.acks, err = subscribeAcks(nc); err != nil {
 		return fmt.Errorf("run executor: %w", err)
-	}
-	defer unsubscribe(s.acks.sub)
-	var doorbells []*nats.Subscription
-	defer func() {
-		for _, sub := range doorbells {
-			unsubscribe(sub)
-		}
-	}()
-	rings := map[string]nats.MsgHandler{s.opts.Topology.ReadyWorker(s.opts.WorkerID): func(*nats.Msg) {
-		s.own.rung.Add(1)
-		signal(s.doorbell)
-	}}
-	for _, pool := range s.opts.Pools {
-		rings[s.opts.Topology.ReadyPool(pool)] = func(m *nats.Msg) { s.onReady(pool, m.Subject) }
-	}
-	for subject, ring := range rings {
-		sub, err := nc.Subscribe(subject, ring)
-		if err != nil {
-			return fmt.Errorf("run executor: subscribe to %s: %w", subject, err)
-		}
-		doorbells = append(doorbells, sub)
 	}
 	// A JetStream that refuses writes (a full store, the bucket without a
 	// quorum) refuses the worker's entry too: the worker waits for it, as
@@ -237,15 +203,20 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("run executor: %w", err)
 	}
+	return s.serve(ctx, subs)
+}
 
+// serve runs the worker's background work and its pull loop until ctx
+// ends, then drains and takes the worker off the list.
+func (s *Service) serve(ctx context.Context, subs *subscriptions) error {
 	var background sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background.Go(func() { s.heartbeat(bgCtx) })
 	background.Go(func() { s.renewLeases(bgCtx) })
-	background.Go(func() { s.reportStarted(bgCtx) })
-	background.Go(func() { s.sendFinals(bgCtx) })
+	background.Go(func() { s.reports.reportStarted(bgCtx) })
+	background.Go(func() { s.reports.sendFinals(bgCtx) })
 	// The final reports a run before this one left in the spool.
-	background.Go(func() { s.sendSpooled(bgCtx) })
+	background.Go(func() { s.reports.sendSpooled(bgCtx) })
 	// Stopped with the others once every attempt is reported: it then
 	// ships what is left.
 	background.Go(func() { s.logs.run(bgCtx, s.pub) })
@@ -256,12 +227,9 @@ func (s *Service) Run(ctx context.Context) error {
 	runErr := s.pull(ctx)
 
 	// Stop intake, drain, then take the worker off the list.
-	for _, sub := range doorbells {
-		unsubscribe(sub)
-	}
-	doorbells = nil
+	subs.closeDoorbells()
 	s.drain()
-	unsubscribe(control)
+	unsubscribe(subs.control)
 	stopBackground()
 	background.Wait()
 	s.deleteWorker()
@@ -270,6 +238,62 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.log.Info("worker stopped")
 	return runErr
+}
+
+// subscriptions are the worker's core NATS subscriptions.
+type subscriptions struct {
+	control   *nats.Subscription   // cancel orders
+	acks      *nats.Subscription   // the server's confirmations of acks
+	doorbells []*nats.Subscription // its queues' ready messages
+}
+
+// subscribe subscribes to the worker's control subject, the replies to
+// its acks and its queues' doorbells. The subscriptions it returns, even
+// with an error, are to be closed.
+func (s *Service) subscribe() (*subscriptions, error) {
+	nc, subs := s.opts.Conn, &subscriptions{}
+	var err error
+	if subs.control, err = nc.Subscribe(s.opts.Topology.Control(s.opts.WorkerID), s.onControl); err != nil {
+		return subs, fmt.Errorf("subscribe to %s: %w", s.opts.Topology.Control(s.opts.WorkerID), err)
+	}
+	if s.acks, err = subscribeAcks(nc); err != nil {
+		return subs, err
+	}
+	subs.acks = s.acks.sub
+	rings := map[string]nats.MsgHandler{s.opts.Topology.ReadyWorker(s.opts.WorkerID): func(*nats.Msg) {
+		s.own.rung.Add(1)
+		signal(s.doorbell)
+	}}
+	for _, pool := range s.opts.Pools {
+		rings[s.opts.Topology.ReadyPool(pool)] = func(m *nats.Msg) { s.onReady(pool, m.Subject) }
+	}
+	for subject, ring := range rings {
+		sub, err := nc.Subscribe(subject, ring)
+		if err != nil {
+			return subs, fmt.Errorf("subscribe to %s: %w", subject, err)
+		}
+		subs.doorbells = append(subs.doorbells, sub)
+	}
+	return subs, nil
+}
+
+// closeDoorbells ends the doorbell subscriptions: the worker takes no
+// more work.
+func (subs *subscriptions) closeDoorbells() {
+	for _, sub := range subs.doorbells {
+		unsubscribe(sub)
+	}
+	subs.doorbells = nil
+}
+
+// close ends every subscription; some may have ended already.
+func (subs *subscriptions) close() {
+	subs.closeDoorbells()
+	for _, sub := range []*nats.Subscription{subs.control, subs.acks} {
+		if sub != nil {
+			unsubscribe(sub)
+		}
+	}
 }
 
 // setUp looks up the topology — trying again, logged, while NATS leaves
@@ -323,6 +347,20 @@ func (s *Service) lookUp(ctx context.Context) error {
 	if s.onces, err = bucket(topo.OnceBucket()); err != nil {
 		return err
 	}
+	if err := s.checkBuckets(ctx, hint); err != nil {
+		return err
+	}
+	if s.dispatch, err = s.js.Stream(ctx, topo.DispatchStream()); err != nil {
+		return fmt.Errorf("look up stream %s: %w", topo.DispatchStream(), err)
+	}
+	return nil
+}
+
+// checkBuckets checks the settings the worker relies on of the buckets
+// it looked up: message TTLs where keys carry their own, a lease TTL, and
+// a workers' TTL longer than the heartbeat interval. hint says how to
+// make the topology.
+func (s *Service) checkBuckets(ctx context.Context, hint string) error {
 	// Mutex keys, running records and release markers carry a per-key
 	// TTL, which a bucket allows only with message TTLs on.
 	for _, kv := range []jetstream.KeyValue{s.mutexes, s.onces} {
@@ -334,6 +372,7 @@ func (s *Service) lookUp(ctx context.Context) error {
 			return fmt.Errorf("bucket %s does not allow message TTLs, so its keys cannot carry one; %s", kv.Bucket(), hint)
 		}
 	}
+	topo := s.opts.Topology
 	status, err := s.leases.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("read status of bucket %s: %w", topo.LeasesBucket(), err)
@@ -348,9 +387,6 @@ func (s *Service) lookUp(ctx context.Context) error {
 	if ttl := status.TTL(); ttl > 0 && s.opts.HeartbeatInterval >= ttl {
 		return fmt.Errorf("heartbeat interval %s is not shorter than the TTL %s of bucket %s: the worker would drop off the list between heartbeats; use a shorter HeartbeatInterval",
 			s.opts.HeartbeatInterval, ttl, topo.WorkersBucket())
-	}
-	if s.dispatch, err = s.js.Stream(ctx, topo.DispatchStream()); err != nil {
-		return fmt.Errorf("look up stream %s: %w", topo.DispatchStream(), err)
 	}
 	return nil
 }
@@ -458,7 +494,7 @@ func (s *Service) drain() {
 	case <-done:
 	case <-timer.C:
 		s.log.Warn("final reports still refused after the shutdown timeout; stopping their tries (the spool keeps them)", "busy", s.Busy(), "spool", s.opts.SpoolDir != "")
-		s.stopReports()
+		s.reports.stop()
 		<-done
 	}
 }
