@@ -30,11 +30,12 @@ type attempt struct {
 	log       *slog.Logger // the worker's lines about the attempt
 	hlog      *slog.Logger // the handler's: shipped to AX_LOGS, copied to log
 
-	revision uint64 // the lease's last revision; guarded by Service.mu
+	revision uint64 // the lease's last revision; guarded by leaseKeeper.mu
 	released bool   // its slots were given back; guarded by Service.mu
 	// renewedAt is when the write of that revision was sent, on the real
 	// clock: the server stored it no earlier, so it cannot have aged out
-	// before renewedAt + the TTL (see restoreLeases); guarded by Service.mu.
+	// before renewedAt + the TTL (see leaseKeeper.restore); guarded by
+	// leaseKeeper.mu.
 	renewedAt time.Time
 
 	// Its started report (see reportStarted); guarded by reporter.mu.
@@ -87,7 +88,7 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 	now := s.opts.NowFunc()
-	lb := s.takeLeases(opCtx, ps, now)
+	lb := s.leases.takeLeases(opCtx, ps, now)
 	stop()
 	acked := s.confirmAcks(opCtx, ps, lb.errs)
 	as := make([]*attempt, 0, len(ps))
@@ -201,9 +202,7 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 		run:         a,
 	}
 
-	s.mu.Lock()
-	s.running[key] = a
-	s.mu.Unlock()
+	s.leases.add(a)
 	return a
 }
 
@@ -248,8 +247,8 @@ func (s *Service) runAttempt(a *attempt) {
 	if rep.Kind == schemas.ReportReleased {
 		// A handed-back attempt's lease goes now rather than one TTL
 		// later: the worker is leaving, and nothing of the attempt is
-		// left running here to be fenced (see releaseLease).
-		s.releaseLease(a)
+		// left running here to be fenced (see leaseKeeper.release).
+		s.leases.release(a)
 	}
 }
 
@@ -276,27 +275,11 @@ func logFinished(log *slog.Logger, rep *schemas.Report) {
 	log.Log(context.Background(), level, "attempt finished", append(attrs, "outcome", string(rep.Kind), "duration", rep.At.Sub(rep.StartedAt))...)
 }
 
-// releaseLease deletes the lease of an attempt the worker handed back,
-// once finish has stopped its renewals. The reaper takes a delete for a
-// lease its holder retired, not for a death (only an expiry marker is), and
-// the released report in AX_REPORTS decides the attempt; a delete that
-// fails leaves the lease to expire with its TTL, which changes nothing but
-// the time.
-func (s *Service) releaseLease(a *attempt) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	if err := s.leases.Delete(ctx, a.key); err != nil {
-		a.log.Warn("delete the lease of a handed-back attempt; it expires with its TTL instead", "error", err)
-	}
-}
-
 // release takes the attempt off the running set: its lease is no longer
 // renewed and its slots are free. Releasing it again changes nothing.
 func (s *Service) release(a *attempt) {
+	s.leases.remove(a)
 	s.mu.Lock()
-	if s.running[a.key] == a {
-		delete(s.running, a.key)
-	}
 	if !a.released {
 		a.released = true
 		s.held--

@@ -43,7 +43,7 @@ func (s *Service) justReconnected() bool {
 	if s.back.count.Swap(n) != n {
 		s.back.seen = now
 	}
-	return !s.back.seen.IsZero() && now.Sub(s.back.seen) < max(s.currentLeaseTTL(), reconnectWindow)
+	return !s.back.seen.IsZero() && now.Sub(s.back.seen) < max(s.leases.ttl(), reconnectWindow)
 }
 
 // fenceTimeout bounds the wait for a dispatcher's answer to a fence

@@ -108,7 +108,7 @@ func (sc *onceScope) record(state string) []byte {
 
 // runningTTL is how long a running record lives without renewal: a lease's
 // TTL, and at least the server's minimum of 1 s.
-func (sc *onceScope) runningTTL() time.Duration { return max(sc.s.currentLeaseTTL(), time.Second) }
+func (sc *onceScope) runningTTL() time.Duration { return max(sc.s.leases.ttl(), time.Second) }
 
 func (sc *onceScope) run(ctx context.Context, key string, fn func(context.Context) error) error {
 	rev, done, err := sc.claim(ctx, key)

@@ -49,14 +49,14 @@ type Service struct {
 	back     reconnects    // dates the connection's reconnections (see fence.go)
 
 	mu            sync.Mutex
-	running       map[string]*attempt      // by lease key
 	held          int                      // slots taken: attempts running or about to
 	handlerStates map[string]*handlerState // by handler name, made on first use
 
 	templates sync.Map // parsed mutex key templates by their text
 
-	reports *reporter   // ships the started and final reports to AX_REPORTS
-	logs    *logShipper // ships the handlers' log lines to AX_LOGS
+	leases  *leaseKeeper // keeps the running attempts' leases
+	reports *reporter    // ships the started and final reports to AX_REPORTS
+	logs    *logShipper  // ships the handlers' log lines to AX_LOGS
 
 	runners   sync.WaitGroup // one per attempt, until it is reported
 	handlers  sync.WaitGroup // one per handler call
@@ -64,26 +64,16 @@ type Service struct {
 
 	// Set by Run before any goroutine starts.
 	js jetstream.JetStream
-	// pub publishes the batches of lease writes: cheaper than js's
-	// PublishMsgAsync.
-	pub *streams.Publisher
-	// leasePrefix is the subject of a lease without its key.
-	leasePrefix string
-	leases      jetstream.KeyValue
-	workers     jetstream.KeyValue
-	mutexes     jetstream.KeyValue
-	onces       jetstream.KeyValue
-	// leaseTTL is the leases bucket's TTL as last read (nanoseconds): at
-	// start, then at every renewal tick, so that a TTL its owner changes
-	// is followed (see renewLeases).
-	leaseTTL atomic.Int64
+	// pub publishes the batches of lease writes and started reports:
+	// cheaper than js's PublishMsgAsync.
+	pub     *streams.Publisher
+	workers jetstream.KeyValue
+	mutexes jetstream.KeyValue
+	onces   jetstream.KeyValue
 	// ackWait is the shortest ack wait of the worker's dispatch consumers
 	// (nanoseconds), as they are: a message it holds unacked is said to be
 	// in progress every third of it (see [Service.inProgressEvery]).
-	ackWait atomic.Int64
-	// rolledUp is set once the worker restored a lease that vanished
-	// without expiring (see restoreLeases), so that it warns once.
-	rolledUp  atomic.Bool
+	ackWait   atomic.Int64
 	own       *queue            // the worker's own subject, drained first
 	queues    []*queue          // its pools' queues of its handlers, in pull order
 	byRing    map[string]*queue // the pool queues by queueKey, for the doorbells
@@ -111,12 +101,12 @@ func New(opts Options) (*Service, error) {
 	return &Service{
 		opts:          o,
 		log:           log,
+		leases:        newLeaseKeeper(o, log),
 		reports:       newReporter(o, log),
 		logs:          newLogShipper(o.WorkerID, o.Topology, o.LogBuffer, o.LogFlushInterval, log),
 		ready:         make(chan struct{}),
 		doorbell:      make(chan struct{}, 1),
 		freed:         make(chan struct{}, 1),
-		running:       make(map[string]*attempt),
 		handlerStates: make(map[string]*handlerState),
 		hostname:      hostname(),
 	}, nil
@@ -169,14 +159,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("run executor: %w", err)
 	}
 	s.js, s.reports.js = js, js
-	s.leasePrefix = "$KV." + s.opts.Topology.LeasesBucket() + "."
 	s.back.count.Store(s.opts.Conn.Stats().Reconnects)
 	defer js.CleanupPublisher()
 	if s.pub, err = streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: opTimeout}); err != nil {
 		return fmt.Errorf("run executor: %w", err)
 	}
 	defer s.pub.Close()
-	s.reports.pub = s.pub
+	s.leases.pub, s.reports.pub = s.pub, s.pub
 	if err := s.setUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -212,7 +201,7 @@ func (s *Service) serve(ctx context.Context, subs *subscriptions) error {
 	var background sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	background.Go(func() { s.heartbeat(bgCtx) })
-	background.Go(func() { s.renewLeases(bgCtx) })
+	background.Go(func() { s.leases.renewLeases(bgCtx) })
 	background.Go(func() { s.reports.reportStarted(bgCtx) })
 	background.Go(func() { s.reports.sendFinals(bgCtx) })
 	// The final reports a run before this one left in the spool.
@@ -221,7 +210,7 @@ func (s *Service) serve(ctx context.Context, subs *subscriptions) error {
 	// ships what is left.
 	background.Go(func() { s.logs.run(bgCtx, s.pub) })
 
-	s.log.Info("worker started", "pools", s.opts.Pools, "slots", s.opts.Slots, "handlers", s.opts.Mux.Names(), "lease_ttl", s.currentLeaseTTL())
+	s.log.Info("worker started", "pools", s.opts.Pools, "slots", s.opts.Slots, "handlers", s.opts.Mux.Names(), "lease_ttl", s.leases.ttl())
 	close(s.ready)
 
 	runErr := s.pull(ctx)
@@ -335,7 +324,7 @@ func (s *Service) lookUp(ctx context.Context) error {
 		return kv, nil
 	}
 	var err error
-	if s.leases, err = bucket(topo.LeasesBucket()); err != nil {
+	if s.leases.kv, err = bucket(topo.LeasesBucket()); err != nil {
 		return err
 	}
 	if s.workers, err = bucket(topo.WorkersBucket()); err != nil {
@@ -373,11 +362,11 @@ func (s *Service) checkBuckets(ctx context.Context, hint string) error {
 		}
 	}
 	topo := s.opts.Topology
-	status, err := s.leases.Status(ctx)
+	status, err := s.leases.kv.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("read status of bucket %s: %w", topo.LeasesBucket(), err)
 	}
-	if s.leaseTTL.Store(int64(status.TTL())); status.TTL() <= 0 {
+	if s.leases.ttlNanos.Store(int64(status.TTL())); status.TTL() <= 0 {
 		return fmt.Errorf("bucket %s has no TTL, so a lease would never expire; %s", topo.LeasesBucket(), hint)
 	}
 	status, err = s.workers.Status(ctx)
@@ -398,7 +387,7 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 	// The worker's own subject comes first: the dispatcher routed that
 	// work to this worker alone, so no other can take it.
 	s.own = &queue{pool: streams.WorkerPool, subject: topo.DispatchWorker(s.opts.WorkerID)}
-	ackWait := streams.DispatchAckWait(s.currentLeaseTTL())
+	ackWait := streams.DispatchAckWait(s.leases.ttl())
 	own := topo.WorkerConsumer(s.opts.WorkerID)
 	own.AckWait = ackWait
 	if s.own.consumer, err = s.consumer(ctx, own, "its worker id "+s.opts.WorkerID); err != nil {
