@@ -130,7 +130,7 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 
 	switch {
 	case d.MutexTemplate != "":
-		key, err := s.renderMutexKey(d.MutexTemplate, d.Payload)
+		key, err := s.mutex.render(d.MutexTemplate, d.Payload)
 		if err != nil {
 			p.fail(err)
 			break
@@ -185,7 +185,7 @@ func (s *Service) unadmit(p *pending) {
 	s.mu.Unlock()
 	signal(s.freed)
 	if p.mutexRev != 0 {
-		s.unlockMutex(p.mutexKey, p.mutexRev, s.taskLogger(&p.d))
+		s.mutex.unlock(p.mutexKey, p.mutexRev, s.taskLogger(&p.d))
 	}
 }
 
@@ -244,13 +244,13 @@ func (s *Service) prepare(ctx context.Context, p *pending) {
 	}
 	if p.mutexKey != "" {
 		stop := s.keepInProgress([]*pending{p})
-		held, err := s.lockMutex(p)
+		rev, err := s.mutex.lock(p.mutexKey, &p.d)
 		stop()
 		if err != nil {
 			log := s.taskLogger(&p.d)
 			log.Error("take mutex; requeueing the attempt", "error", err, "mutex_key", p.mutexKey)
 		}
-		if !held {
+		if p.mutexRev = rev; rev == 0 {
 			s.unadmit(p)
 			s.requeue(p, "another attempt holds mutex key "+p.mutexKey)
 			return

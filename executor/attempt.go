@@ -294,7 +294,7 @@ func (s *Service) release(a *attempt) {
 // unlockAttemptMutex releases the attempt's mutex key, if it holds one.
 func (s *Service) unlockAttemptMutex(a *attempt) {
 	if a.mutexRev != 0 {
-		s.unlockMutex(a.mutexKey, a.mutexRev, a.log)
+		s.mutex.unlock(a.mutexKey, a.mutexRev, a.log)
 	}
 }
 

@@ -235,7 +235,7 @@ func (sc *onceScope) waitChange(ctx context.Context, key string, rev uint64) err
 func (sc *onceScope) release(key string, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := sc.s.deleteKey(ctx, sc.s.opts.Topology.OnceBucket(), key, rev); err != nil {
+	if err := deleteKey(ctx, sc.s.js, sc.s.opts.Topology.OnceBucket(), key, rev); err != nil {
 		sc.log.Warn("release once record; it expires with its TTL", "error", err, "once_key", key)
 	}
 }

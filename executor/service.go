@@ -29,32 +29,33 @@ const (
 
 // Service is one executor worker. Make it with [New] and start it with
 // [Service.Run]. Its methods are safe for concurrent use.
-//
-// A worker is made of parts, each with its own state and file: the pull
-// loop and admission (pull.go, admit.go), the attempt runner (attempt.go),
-// the lease keeper (lease.go), the reporter of started and final reports
-// (report.go, started.go, finals.go, spool.go) and the log shipper
-// (logship.go). Service holds what they share: the options, the slots and
-// the set of running attempts.
 type Service struct {
+	// A worker is made of parts, each with its own type, state and file: the
+	// intake that fetches from the dispatch queues (pull.go), admission
+	// (admit.go), the mutex keys (mutex.go), the fence question (fence.go),
+	// the lease keeper (lease.go), the attempt runner (attempt.go), the
+	// reporter of started and final reports (report.go, started.go,
+	// finals.go, spool.go) and the log shipper (logship.go). Service holds
+	// what they share — the options and the slots — and runs the pull loop
+	// that hands each fetched attempt from one part to the next.
+
 	opts     Options
 	log      *slog.Logger
 	hostname string
 
-	started  atomic.Bool
-	ready    chan struct{}
-	doorbell chan struct{} // rung by the dispatcher's ready messages
-	freed    chan struct{} // signalled when an attempt gives its slot back
-	acks     *ackConfirms  // the server's confirmations of the acks; set by Run
-	back     reconnects    // dates the connection's reconnections (see fence.go)
+	started atomic.Bool
+	ready   chan struct{}
+	freed   chan struct{} // signalled when an attempt gives its slot back
+	acks    *ackConfirms  // the server's confirmations of the acks; set by Run
+	back    reconnects    // dates the connection's reconnections (see fence.go)
 
 	mu            sync.Mutex
 	held          int                      // slots taken: attempts running or about to
 	handlerStates map[string]*handlerState // by handler name, made on first use
 
-	templates sync.Map // parsed mutex key templates by their text
-
+	in      *intake      // fetches from the worker's dispatch queues
 	leases  *leaseKeeper // keeps the running attempts' leases
+	mutex   *mutexLocks  // takes and releases the tasks' mutex keys
 	reports *reporter    // ships the started and final reports to AX_REPORTS
 	logs    *logShipper  // ships the handlers' log lines to AX_LOGS
 
@@ -68,17 +69,11 @@ type Service struct {
 	// cheaper than js's PublishMsgAsync.
 	pub     *streams.Publisher
 	workers jetstream.KeyValue
-	mutexes jetstream.KeyValue
 	onces   jetstream.KeyValue
 	// ackWait is the shortest ack wait of the worker's dispatch consumers
 	// (nanoseconds), as they are: a message it holds unacked is said to be
 	// in progress every third of it (see [Service.inProgressEvery]).
 	ackWait   atomic.Int64
-	own       *queue            // the worker's own subject, drained first
-	queues    []*queue          // its pools' queues of its handlers, in pull order
-	byRing    map[string]*queue // the pool queues by queueKey, for the doorbells
-	dispatch  jetstream.Stream  // AX_DISPATCH, for the sweeps' queue depths
-	lastSweep time.Time         // the pull loop's
 	startedAt time.Time
 	// handlersCtx is the parent of every attempt's context: detached from
 	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
@@ -101,11 +96,12 @@ func New(opts Options) (*Service, error) {
 	return &Service{
 		opts:          o,
 		log:           log,
+		in:            newIntake(o, log),
 		leases:        newLeaseKeeper(o, log),
+		mutex:         newMutexLocks(o),
 		reports:       newReporter(o, log),
 		logs:          newLogShipper(o.WorkerID, o.Topology, o.LogBuffer, o.LogFlushInterval, log),
 		ready:         make(chan struct{}),
-		doorbell:      make(chan struct{}, 1),
 		freed:         make(chan struct{}, 1),
 		handlerStates: make(map[string]*handlerState),
 		hostname:      hostname(),
@@ -158,7 +154,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run executor: %w", err)
 	}
-	s.js, s.reports.js = js, js
+	s.js, s.reports.js, s.mutex.js = js, js, js
 	s.back.count.Store(s.opts.Conn.Stats().Reconnects)
 	defer js.CleanupPublisher()
 	if s.pub, err = streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: opTimeout}); err != nil {
@@ -249,12 +245,9 @@ func (s *Service) subscribe() (*subscriptions, error) {
 		return subs, err
 	}
 	subs.acks = s.acks.sub
-	rings := map[string]nats.MsgHandler{s.opts.Topology.ReadyWorker(s.opts.WorkerID): func(*nats.Msg) {
-		s.own.rung.Add(1)
-		signal(s.doorbell)
-	}}
+	rings := map[string]nats.MsgHandler{s.opts.Topology.ReadyWorker(s.opts.WorkerID): func(*nats.Msg) { s.in.onOwnReady() }}
 	for _, pool := range s.opts.Pools {
-		rings[s.opts.Topology.ReadyPool(pool)] = func(m *nats.Msg) { s.onReady(pool, m.Subject) }
+		rings[s.opts.Topology.ReadyPool(pool)] = func(m *nats.Msg) { s.in.onReady(pool, m.Subject) }
 	}
 	for subject, ring := range rings {
 		sub, err := nc.Subscribe(subject, ring)
@@ -330,7 +323,7 @@ func (s *Service) lookUp(ctx context.Context) error {
 	if s.workers, err = bucket(topo.WorkersBucket()); err != nil {
 		return err
 	}
-	if s.mutexes, err = bucket(topo.MutexBucket()); err != nil {
+	if s.mutex.kv, err = bucket(topo.MutexBucket()); err != nil {
 		return err
 	}
 	if s.onces, err = bucket(topo.OnceBucket()); err != nil {
@@ -339,7 +332,7 @@ func (s *Service) lookUp(ctx context.Context) error {
 	if err := s.checkBuckets(ctx, hint); err != nil {
 		return err
 	}
-	if s.dispatch, err = s.js.Stream(ctx, topo.DispatchStream()); err != nil {
+	if s.in.dispatch, err = s.js.Stream(ctx, topo.DispatchStream()); err != nil {
 		return fmt.Errorf("look up stream %s: %w", topo.DispatchStream(), err)
 	}
 	return nil
@@ -352,7 +345,7 @@ func (s *Service) lookUp(ctx context.Context) error {
 func (s *Service) checkBuckets(ctx context.Context, hint string) error {
 	// Mutex keys, running records and release markers carry a per-key
 	// TTL, which a bucket allows only with message TTLs on.
-	for _, kv := range []jetstream.KeyValue{s.mutexes, s.onces} {
+	for _, kv := range []jetstream.KeyValue{s.mutex.kv, s.onces} {
 		status, err := kv.Status(ctx)
 		if err != nil {
 			return fmt.Errorf("read status of bucket %s: %w", kv.Bucket(), err)
@@ -386,11 +379,12 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 	var err error
 	// The worker's own subject comes first: the dispatcher routed that
 	// work to this worker alone, so no other can take it.
-	s.own = &queue{pool: streams.WorkerPool, subject: topo.DispatchWorker(s.opts.WorkerID)}
+	in := s.in
+	in.own = &queue{pool: streams.WorkerPool, subject: topo.DispatchWorker(s.opts.WorkerID)}
 	ackWait := streams.DispatchAckWait(s.leases.ttl())
 	own := topo.WorkerConsumer(s.opts.WorkerID)
 	own.AckWait = ackWait
-	if s.own.consumer, err = s.consumer(ctx, own, "its worker id "+s.opts.WorkerID); err != nil {
+	if in.own.consumer, err = s.consumer(ctx, own, "its worker id "+s.opts.WorkerID); err != nil {
 		return err
 	}
 	// A queue per pool, priority and handler: the worker pulls only the
@@ -403,7 +397,7 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
-	s.byRing = make(map[string]*queue)
+	in.byRing = make(map[string]*queue)
 	for _, q := range pullOrder(s.opts.Pools, schemas.Priorities, s.opts.Mux.Names()) {
 		cfg := topo.PoolConsumer(q.pool, q.priority, q.handler)
 		cfg.AckWait = ackWait
@@ -411,8 +405,8 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 			return err
 		}
 		q.subject = cfg.FilterSubject
-		s.queues = append(s.queues, q)
-		s.byRing[queueKey(q.pool, q.priority, q.handler)] = q
+		in.queues = append(in.queues, q)
+		in.byRing[queueKey(q.pool, q.priority, q.handler)] = q
 	}
 	s.startedAt = s.opts.NowFunc()
 	return nil
