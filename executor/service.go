@@ -56,6 +56,7 @@ type Service struct {
 	in      *intake      // fetches from the worker's dispatch queues
 	leases  *leaseKeeper // keeps the running attempts' leases
 	mutex   *mutexLocks  // takes and releases the tasks' mutex keys
+	fences  *fenceAsker  // asks whether a redelivered attempt may start
 	reports *reporter    // ships the started and final reports to AX_REPORTS
 	logs    *logShipper  // ships the handlers' log lines to AX_LOGS
 
@@ -93,11 +94,13 @@ func New(opts Options) (*Service, error) {
 		return nil, err
 	}
 	log := o.Logger.With("service", "executor", "worker_id", o.WorkerID)
+	leases := newLeaseKeeper(o, log)
 	return &Service{
 		opts:          o,
 		log:           log,
 		in:            newIntake(o, log),
-		leases:        newLeaseKeeper(o, log),
+		leases:        leases,
+		fences:        &fenceAsker{conn: o.Conn, topo: o.Topology, workerID: o.WorkerID, ttl: leases.ttl},
 		mutex:         newMutexLocks(o),
 		reports:       newReporter(o, log),
 		logs:          newLogShipper(o.WorkerID, o.Topology, o.LogBuffer, o.LogFlushInterval, log),
@@ -155,7 +158,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("run executor: %w", err)
 	}
 	s.js, s.reports.js, s.mutex.js = js, js, js
-	s.back.count.Store(s.opts.Conn.Stats().Reconnects)
+	s.fences.back.count.Store(s.opts.Conn.Stats().Reconnects)
 	defer js.CleanupPublisher()
 	if s.pub, err = streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: opTimeout}); err != nil {
 		return fmt.Errorf("run executor: %w", err)
