@@ -35,30 +35,30 @@ type Service struct {
 	// (admit.go), the mutex keys (mutex.go), the fence question (fence.go),
 	// the lease keeper (lease.go), the attempt runner (attempt.go), the
 	// reporter of started and final reports (report.go, started.go,
-	// finals.go, spool.go) and the log shipper (logship.go). Service holds
+	// finals.go, spool.go), the log shipper (logship.go) and the worker's
+	// entry in ax-workers (heartbeat.go). Service holds
 	// what they share — the options and the slots — and runs the pull loop
 	// that hands each fetched attempt from one part to the next.
 
-	opts     Options
-	log      *slog.Logger
-	hostname string
+	opts Options
+	log  *slog.Logger
 
 	started atomic.Bool
 	ready   chan struct{}
 	freed   chan struct{} // signalled when an attempt gives its slot back
 	acks    *ackConfirms  // the server's confirmations of the acks; set by Run
-	back    reconnects    // dates the connection's reconnections (see fence.go)
 
 	mu            sync.Mutex
 	held          int                      // slots taken: attempts running or about to
 	handlerStates map[string]*handlerState // by handler name, made on first use
 
-	in      *intake      // fetches from the worker's dispatch queues
-	leases  *leaseKeeper // keeps the running attempts' leases
-	mutex   *mutexLocks  // takes and releases the tasks' mutex keys
-	fences  *fenceAsker  // asks whether a redelivered attempt may start
-	reports *reporter    // ships the started and final reports to AX_REPORTS
-	logs    *logShipper  // ships the handlers' log lines to AX_LOGS
+	in      *intake       // fetches from the worker's dispatch queues
+	leases  *leaseKeeper  // keeps the running attempts' leases
+	mutex   *mutexLocks   // takes and releases the tasks' mutex keys
+	fences  *fenceAsker   // asks whether a redelivered attempt may start
+	entry   *registration // the worker's record and grant keys in ax-workers
+	reports *reporter     // ships the started and final reports to AX_REPORTS
+	logs    *logShipper   // ships the handlers' log lines to AX_LOGS
 
 	runners   sync.WaitGroup // one per attempt, until it is reported
 	handlers  sync.WaitGroup // one per handler call
@@ -68,14 +68,12 @@ type Service struct {
 	js jetstream.JetStream
 	// pub publishes the batches of lease writes and started reports:
 	// cheaper than js's PublishMsgAsync.
-	pub     *streams.Publisher
-	workers jetstream.KeyValue
-	onces   jetstream.KeyValue
+	pub   *streams.Publisher
+	onces jetstream.KeyValue
 	// ackWait is the shortest ack wait of the worker's dispatch consumers
 	// (nanoseconds), as they are: a message it holds unacked is said to be
 	// in progress every third of it (see [Service.inProgressEvery]).
-	ackWait   atomic.Int64
-	startedAt time.Time
+	ackWait atomic.Int64
 	// handlersCtx is the parent of every attempt's context: detached from
 	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
 	handlersCtx  context.Context
@@ -95,7 +93,7 @@ func New(opts Options) (*Service, error) {
 	}
 	log := o.Logger.With("service", "executor", "worker_id", o.WorkerID)
 	leases := newLeaseKeeper(o, log)
-	return &Service{
+	s := &Service{
 		opts:          o,
 		log:           log,
 		in:            newIntake(o, log),
@@ -107,8 +105,9 @@ func New(opts Options) (*Service, error) {
 		ready:         make(chan struct{}),
 		freed:         make(chan struct{}, 1),
 		handlerStates: make(map[string]*handlerState),
-		hostname:      hostname(),
-	}, nil
+	}
+	s.entry = &registration{o: o, hostname: hostname(), busy: s.Busy, log: log}
+	return s, nil
 }
 
 // WorkerID returns the worker's id.
@@ -184,7 +183,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// its running peers wait to store their reports, rather than exit.
 	err = streams.UntilStarted(ctx, func(err error, wait time.Duration) {
 		s.log.Warn("JetStream refuses the worker's entry in the workers bucket; trying again", "error", err, "retry_in", wait)
-	}, s.putWorker)
+	}, s.entry.put)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -199,7 +198,7 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) serve(ctx context.Context, subs *subscriptions) error {
 	var background sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	background.Go(func() { s.heartbeat(bgCtx) })
+	background.Go(func() { s.entry.heartbeat(bgCtx) })
 	background.Go(func() { s.leases.renewLeases(bgCtx) })
 	background.Go(func() { s.reports.reportStarted(bgCtx) })
 	background.Go(func() { s.reports.sendFinals(bgCtx) })
@@ -220,7 +219,7 @@ func (s *Service) serve(ctx context.Context, subs *subscriptions) error {
 	unsubscribe(subs.control)
 	stopBackground()
 	background.Wait()
-	s.deleteWorker()
+	s.entry.delete()
 	if s.abandoned.Load() == 0 {
 		s.handlers.Wait()
 	}
@@ -323,7 +322,7 @@ func (s *Service) lookUp(ctx context.Context) error {
 	if s.leases.kv, err = bucket(topo.LeasesBucket()); err != nil {
 		return err
 	}
-	if s.workers, err = bucket(topo.WorkersBucket()); err != nil {
+	if s.entry.kv, err = bucket(topo.WorkersBucket()); err != nil {
 		return err
 	}
 	if s.mutex.kv, err = bucket(topo.MutexBucket()); err != nil {
@@ -365,7 +364,7 @@ func (s *Service) checkBuckets(ctx context.Context, hint string) error {
 	if s.leases.ttlNanos.Store(int64(status.TTL())); status.TTL() <= 0 {
 		return fmt.Errorf("bucket %s has no TTL, so a lease would never expire; %s", topo.LeasesBucket(), hint)
 	}
-	status, err = s.workers.Status(ctx)
+	status, err = s.entry.kv.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("read status of bucket %s: %w", topo.WorkersBucket(), err)
 	}
@@ -411,7 +410,7 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 		in.queues = append(in.queues, q)
 		in.byRing[queueKey(q.pool, q.priority, q.handler)] = q
 	}
-	s.startedAt = s.opts.NowFunc()
+	s.entry.startedAt = s.opts.NowFunc()
 	return nil
 }
 
