@@ -130,7 +130,7 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 
 	switch {
 	case d.MutexTemplate != "":
-		key, err := s.renderMutexKey(d.MutexTemplate, d.Payload)
+		key, err := s.mutex.render(d.MutexTemplate, d.Payload)
 		if err != nil {
 			p.fail(err)
 			break
@@ -185,7 +185,34 @@ func (s *Service) unadmit(p *pending) {
 	s.mu.Unlock()
 	signal(s.freed)
 	if p.mutexRev != 0 {
-		s.unlockMutex(p.mutexKey, p.mutexRev, s.taskLogger(&p.d))
+		s.mutex.unlock(p.mutexKey, p.mutexRev, s.taskLogger(&p.d))
+	}
+}
+
+// msgFate is what becomes of the dispatch message of an attempt that
+// does not start here.
+type msgFate int
+
+const (
+	keepMsg  msgFate = iota // left as it is: acked, or back after its ack wait
+	termMsg                 // terminated: another delivery runs or ran the attempt
+	nakNow                  // given back at once
+	nakLater                // given back for IdleWait, to be asked about again
+)
+
+// drop gives back the slots (and the mutex) of an attempt that does not
+// start here, and settles its dispatch message as fate says.
+func (s *Service) drop(p *pending, fate msgFate) {
+	s.unadmit(p)
+	switch fate {
+	case termMsg:
+		s.term(p.msg)
+	case nakNow:
+		s.nak(p.msg)
+	case nakLater:
+		if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
+			s.taskLogger(&p.d).Warn("nak dispatch message", "error", err)
+		}
 	}
 }
 
@@ -207,25 +234,23 @@ func (s *Service) prepare(ctx context.Context, p *pending) {
 	defer s.runners.Done()
 	if p.hs.limiter != nil {
 		if err := s.waitRate(ctx, p); err != nil {
-			s.unadmit(p)
-			s.nak(p.msg)
+			s.drop(p, nakNow)
 			return
 		}
 	}
 	if ctx.Err() != nil {
-		s.unadmit(p)
-		s.nak(p.msg)
+		s.drop(p, nakNow)
 		return
 	}
 	if p.mutexKey != "" {
 		stop := s.keepInProgress([]*pending{p})
-		held, err := s.lockMutex(p)
+		rev, err := s.mutex.lock(p.mutexKey, &p.d)
 		stop()
 		if err != nil {
 			log := s.taskLogger(&p.d)
 			log.Error("take mutex; requeueing the attempt", "error", err, "mutex_key", p.mutexKey)
 		}
-		if !held {
+		if p.mutexRev = rev; rev == 0 {
 			s.unadmit(p)
 			s.requeue(p, "another attempt holds mutex key "+p.mutexKey)
 			return

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -32,14 +30,15 @@ type attempt struct {
 	log       *slog.Logger // the worker's lines about the attempt
 	hlog      *slog.Logger // the handler's: shipped to AX_LOGS, copied to log
 
-	revision uint64 // the lease's last revision; guarded by Service.mu
+	revision uint64 // the lease's last revision; guarded by leaseKeeper.mu
 	released bool   // its slots were given back; guarded by Service.mu
 	// renewedAt is when the write of that revision was sent, on the real
 	// clock: the server stored it no earlier, so it cannot have aged out
-	// before renewedAt + the TTL (see restoreLeases); guarded by Service.mu.
+	// before renewedAt + the TTL (see leaseKeeper.restore); guarded by
+	// leaseKeeper.mu.
 	renewedAt time.Time
 
-	// Its started report (see reportStarted); guarded by Service.mu.
+	// Its started report (see reportStarted); guarded by reporter.mu.
 	started     int           // startedPending, startedSending or startedDone
 	startedDue  time.Time     // when it is due, on the real clock
 	startedSent chan struct{} // closed once a report being sent is done
@@ -82,74 +81,38 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 	// on a slow server would otherwise outlast a short ack wait, and the
 	// attempt would be delivered again to another worker meanwhile.
 	stop := s.keepInProgress(ps)
-	stopped := false
-	defer func() {
-		if !stopped {
-			stop()
-		}
-	}()
 	if ps = s.fence(ps); len(ps) == 0 {
+		stop()
 		return
 	}
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 	now := s.opts.NowFunc()
-
-	// Take the leases.
-	keys := make([]string, len(ps))
-	values := make([][]byte, len(ps))
-	msgs := make([]nats.Msg, len(ps)) // one allocation for the batch's messages
-	leaseMsgs := make([]*nats.Msg, len(ps))
-	for i, p := range ps {
-		var subject string
-		subject, keys[i] = s.leaseSubject(p.d.InstanceID, p.d.Attempt)
-		values[i], _ = schemas.MarshalLease(schemas.Lease{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt, WorkerID: s.opts.WorkerID, AcquiredAt: now})
-		msgs[i] = nats.Msg{Subject: subject, Data: values[i], Header: createOnly}
-		leaseMsgs[i] = &msgs[i]
-	}
-	sent := time.Now()
-	acks, errs := s.publishAll(opCtx, leaseMsgs)
+	lb := s.leases.takeLeases(opCtx, ps, now)
 	stop()
-	stopped = true
-	acked := s.confirmAcks(opCtx, ps, errs)
+	acked := s.confirmAcks(opCtx, ps, lb.errs)
 	as := make([]*attempt, 0, len(ps))
 	for i, p := range ps {
-		switch {
-		case errs[i] == nil && acked[i] == nil:
+		switch err := lb.errs[i]; {
+		case err == nil && acked[i] == nil:
 			// Register it before it can be reported started, so that a
 			// cancel sent on seeing the report finds it.
-			as = append(as, s.register(p, keys[i], values[i], acks[i].Sequence, sent, now))
-		case errs[i] == nil:
-			log := s.taskLogger(&p.d)
-			log.Warn("the server did not confirm the ack of the dispatch message; "+
+			as = append(as, s.register(p, lb.keys[i], lb.values[i], lb.acks[i].Sequence, lb.sent, now))
+		case err == nil:
+			s.taskLogger(&p.d).Warn("the server did not confirm the ack of the dispatch message; "+
 				"not running the attempt, whose lease expires unrenewed and is failed as lost", "error", acked[i])
-			s.unadmit(p)
-		case isWrongLastSequence(errs[i]):
-			log := s.taskLogger(&p.d)
-			log.Info("attempt is leased already: another delivery runs or ran it; terminating this one")
-			s.unadmit(p)
-			s.term(p.msg)
+			s.drop(p, keepMsg)
+		case isWrongLastSequence(err):
+			s.taskLogger(&p.d).Info("attempt is leased already: another delivery runs or ran it; terminating this one")
+			s.drop(p, termMsg)
 		default:
-			log := s.taskLogger(&p.d)
-			log.Error("create lease; giving the dispatch message back for later", "error", errs[i])
-			s.unadmit(p)
 			// Later, not at once: the next fetch would take it back and
 			// likely fail the same way.
-			if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
-				log.Warn("nak dispatch message", "error", err)
-			}
+			s.taskLogger(&p.d).Error("create lease; giving the dispatch message back for later", "error", err)
+			s.drop(p, nakLater)
 		}
 	}
-	if s.opts.StartedDelay < 0 {
-		s.mu.Lock()
-		for _, a := range as {
-			a.started, a.startedSent = startedSending, make(chan struct{})
-		}
-		s.mu.Unlock()
-		s.publishStarted(as)
-	} else {
-		s.queueStarted(as)
-	}
+	s.reports.queueStarted(as, s.opts.StartedDelay)
 	for _, a := range as {
 		s.runners.Add(1)
 		go s.runAttempt(a)
@@ -197,26 +160,6 @@ func decodeDispatch(m jetstream.Msg) (schemas.Dispatch, error) {
 	return d, nil
 }
 
-// reportSubject is the subject of this worker's reports on d: its pool's,
-// the one the dispatcher checks against the instance's pool. A dispatch
-// message without a pool (routed by a dispatcher older than the field) is
-// of the default pool.
-func (s *Service) reportSubject(d schemas.Dispatch) string {
-	return s.opts.Topology.Report(poolOf(&d), s.opts.WorkerID, d.InstanceID)
-}
-
-// reportID is the Nats-Msg-Id of a report: a retried publish of the same
-// report is a duplicate the stream drops. It ends in the worker's random
-// nonce: the duplicate window spans the whole stream, so an id another
-// publisher can guess is one it could take first, and the true report
-// would be dropped as its duplicate.
-func (s *Service) reportID(d schemas.Dispatch, kind schemas.ReportKind) string {
-	if kind != schemas.ReportStarted {
-		kind = "final"
-	}
-	return strconv.FormatInt(d.InstanceID, 10) + "-" + strconv.Itoa(d.Attempt) + "-" + string(kind) + "-" + s.nonce
-}
-
 // register makes a leased attempt and adds it to the running set: from now
 // on its lease is renewed and a cancel reaches it. The attempt takes over
 // the pending attempt's slots and mutex.
@@ -259,9 +202,7 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 		run:         a,
 	}
 
-	s.mu.Lock()
-	s.running[key] = a
-	s.mu.Unlock()
+	s.leases.add(a)
 	return a
 }
 
@@ -278,59 +219,52 @@ func (s *Service) runAttempt(a *attempt) {
 	defer s.runners.Done()
 	a.log.Debug("attempt started", "handler", a.dispatch.Handler)
 	r := s.invoke(a)
-	out, err, returnedAt := r.out, r.err, r.at
-	returned := !returnedAt.IsZero()
-	// finish releases the mutex, before the slots so that the next attempt
-	// with the key may start at once. A handler that was abandoned may
-	// still run: its mutex expires with its TTL instead.
-	finish := func() {
-		if returned {
-			s.unlockAttemptMutex(a)
-		}
-		s.release(a)
-	}
+	returned := !r.at.IsZero()
 	cause := context.Cause(a.ctx)
 	a.cancel(context.Canceled) // release the context's resources; the cause is read
 	s.endProgress(a)
-	s.settleStarted(a)
+	s.reports.settleStarted(a)
 	if errors.Is(cause, ErrLeaseLost) {
-		finish()
+		s.finish(a, returned)
 		a.log.Warn("lease lost; the dispatcher has moved on, so the attempt is not reported")
 		return
 	}
-	rep := s.outcome(a, out, err, cause, returnedAt)
+	rep := s.outcome(a, r.out, r.err, cause, r.at)
 	s.flushLogs(a)
-	// Encoded alone: a report that goes in a batch needs no message of
-	// its own (see reportMsg).
-	data, encErr := schemas.MarshalReport(rep)
-	if encErr == nil && int64(len(data)) > s.opts.Conn.MaxPayload()-reportHeadroom {
-		size := len(rep.Output)
-		rep.Kind, rep.Output, rep.Permanent = schemas.ReportFailed, nil, true
-		rep.Error = fmt.Sprintf("output of %d bytes is larger than the NATS server's max payload of %d bytes allows; store large results elsewhere and return a reference",
-			size, s.opts.Conn.MaxPayload())
-		data, encErr = schemas.MarshalReport(rep)
-	}
-	switch {
-	case encErr != nil:
-		encErr = fmt.Errorf("encode report for %s: %w", s.reportSubject(a.dispatch), encErr)
-	case a.dispatch.ReportBatches && !s.opts.SingleReports:
-		encErr = s.sendFinal(&a.dispatch, rep.Kind, data)
-	default:
-		var spooled string
-		encErr = s.publishRetry(s.reportsContext(), s.reportMsg(&a.dispatch, rep.Kind, data), func() {
-			spooled = s.spool(&a.dispatch, rep.Kind, data)
-		})
-		if encErr == nil {
-			s.unspool(spooled)
-		}
-	}
-	if encErr != nil {
+	if err := s.reports.final(&a.dispatch, &rep, a.dispatch.ReportBatches); err != nil {
 		// Without a report the lease must expire for the dispatcher to move
 		// on; a spooled report goes when the worker starts again.
-		finish()
-		a.log.Error("report attempt; leaving its lease to expire", "error", encErr, "outcome", string(rep.Kind), "spooled", s.opts.SpoolDir != "")
+		s.finish(a, returned)
+		a.log.Error("report attempt; leaving its lease to expire", "error", err, "outcome", string(rep.Kind), "spooled", s.opts.SpoolDir != "")
 		return
 	}
+	logFinished(a.log, &rep)
+	// The report is stored: the lease is no longer renewed, and ages out
+	// one TTL after its last renewal. A delete would cost a message and
+	// change nothing: the reaper reads the expiry marker either way, and
+	// leaves the attempt to its report.
+	s.finish(a, returned)
+	if rep.Kind == schemas.ReportReleased {
+		// A handed-back attempt's lease goes now rather than one TTL
+		// later: the worker is leaving, and nothing of the attempt is
+		// left running here to be fenced (see leaseKeeper.release).
+		s.leases.release(a)
+	}
+}
+
+// finish releases the attempt's mutex, before its slots so that the next
+// attempt with the key may start at once, then its slots and its place on
+// the running set. A handler that did not return (it was abandoned) may
+// still run: its mutex expires with its TTL instead.
+func (s *Service) finish(a *attempt, returned bool) {
+	if returned {
+		s.unlockAttemptMutex(a)
+	}
+	s.release(a)
+}
+
+// logFinished logs the outcome of an attempt whose final report is stored.
+func logFinished(log *slog.Logger, rep *schemas.Report) {
 	level, attrs := slog.LevelInfo, []any{}
 	switch rep.Kind {
 	case schemas.ReportFailed:
@@ -338,44 +272,14 @@ func (s *Service) runAttempt(a *attempt) {
 	case schemas.ReportReleased:
 		level, attrs = slog.LevelWarn, []any{"reason", rep.Error}
 	}
-	a.log.Log(context.Background(), level, "attempt finished", append(attrs, "outcome", string(rep.Kind), "duration", rep.At.Sub(rep.StartedAt))...)
-	// The report is stored: the lease is no longer renewed, and ages out
-	// one TTL after its last renewal. A delete would cost a message and
-	// change nothing: the reaper reads the expiry marker either way, and
-	// leaves the attempt to its report.
-	finish()
-	if rep.Kind == schemas.ReportReleased {
-		// A handed-back attempt's lease goes now rather than one TTL
-		// later: the worker is leaving, and nothing of the attempt is
-		// left running here to be fenced (see releaseLease).
-		s.releaseLease(a)
-	}
+	log.Log(context.Background(), level, "attempt finished", append(attrs, "outcome", string(rep.Kind), "duration", rep.At.Sub(rep.StartedAt))...)
 }
-
-// releaseLease deletes the lease of an attempt the worker handed back,
-// once finish has stopped its renewals. The reaper takes a delete for a
-// lease its holder retired, not for a death (only an expiry marker is), and
-// the released report in AX_REPORTS decides the attempt; a delete that
-// fails leaves the lease to expire with its TTL, which changes nothing but
-// the time.
-func (s *Service) releaseLease(a *attempt) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	if err := s.leases.Delete(ctx, a.key); err != nil {
-		a.log.Warn("delete the lease of a handed-back attempt; it expires with its TTL instead", "error", err)
-	}
-}
-
-// reportHeadroom leaves room for a report's headers under the max payload.
-const reportHeadroom = 4 << 10
 
 // release takes the attempt off the running set: its lease is no longer
 // renewed and its slots are free. Releasing it again changes nothing.
 func (s *Service) release(a *attempt) {
+	s.leases.remove(a)
 	s.mu.Lock()
-	if s.running[a.key] == a {
-		delete(s.running, a.key)
-	}
 	if !a.released {
 		a.released = true
 		s.held--
@@ -390,7 +294,7 @@ func (s *Service) release(a *attempt) {
 // unlockAttemptMutex releases the attempt's mutex key, if it holds one.
 func (s *Service) unlockAttemptMutex(a *attempt) {
 	if a.mutexRev != 0 {
-		s.unlockMutex(a.mutexKey, a.mutexRev, a.log)
+		s.mutex.unlock(a.mutexKey, a.mutexRev, a.log)
 	}
 }
 

@@ -21,14 +21,7 @@ func (s *Service) onControl(m *nats.Msg) {
 		s.log.Warn("unknown control action; ignoring it", "action", string(c.Action))
 		return
 	}
-	var found []*attempt
-	s.mu.Lock()
-	for _, a := range s.running {
-		if a.dispatch.InstanceID == c.InstanceID && (c.Attempt == 0 || a.dispatch.Attempt == c.Attempt) {
-			found = append(found, a)
-		}
-	}
-	s.mu.Unlock()
+	found := s.leases.find(c.InstanceID, c.Attempt)
 	if len(found) == 0 {
 		s.log.Info("cancel of an attempt that does not run here; ignoring it", "instance_id", c.InstanceID, "attempt", c.Attempt, "reason", c.Reason)
 		return

@@ -15,6 +15,18 @@ import (
 	"github.com/ax-scheduler/ax/streams"
 )
 
+// fenceAsker asks the dispatchers whether a redelivered attempt may start
+// (see [Service.fence]), and dates the connection's reconnections, after
+// which every delivery asks. Its inputs are the connection, the topology,
+// the worker's id and the lease TTL as last read.
+type fenceAsker struct {
+	conn     *nats.Conn
+	topo     streams.Topology
+	workerID string
+	ttl      func() time.Duration // the leases bucket's, as last read
+	back     reconnects
+}
+
 // reconnects dates the connection's reconnections: the count last seen,
 // and when a new one was first seen.
 type reconnects struct {
@@ -24,7 +36,7 @@ type reconnects struct {
 }
 
 // reconnectWindow is the least time after a reconnection during which
-// every dispatch message asks the fence (see [Service.justReconnected]).
+// every dispatch message asks the fence (see [fenceAsker.justReconnected]).
 const reconnectWindow = 10 * time.Second
 
 // justReconnected reports whether the connection came back from losing its
@@ -35,15 +47,15 @@ const reconnectWindow = 10 * time.Second
 // 1), of an attempt that ran, while the lease that would fence it aged out
 // in the outage. So for a while after a reconnection a first delivery is
 // asked about as a redelivery is.
-func (s *Service) justReconnected() bool {
-	n := s.opts.Conn.Stats().Reconnects
+func (f *fenceAsker) justReconnected() bool {
+	n := f.conn.Stats().Reconnects
 	now := time.Now()
-	s.back.mu.Lock()
-	defer s.back.mu.Unlock()
-	if s.back.count.Swap(n) != n {
-		s.back.seen = now
+	f.back.mu.Lock()
+	defer f.back.mu.Unlock()
+	if f.back.count.Swap(n) != n {
+		f.back.seen = now
 	}
-	return !s.back.seen.IsZero() && now.Sub(s.back.seen) < max(s.currentLeaseTTL(), reconnectWindow)
+	return !f.back.seen.IsZero() && now.Sub(f.back.seen) < max(f.ttl(), reconnectWindow)
 }
 
 // fenceTimeout bounds the wait for a dispatcher's answer to a fence
@@ -70,7 +82,7 @@ const fenceTimeout = 5 * time.Second
 // yet: the lease is taken after the answer.
 func (s *Service) fence(ps []*pending) []*pending {
 	var asks []int
-	recent := s.justReconnected()
+	recent := s.fences.justReconnected()
 	for i, p := range ps {
 		if md, err := p.msg.Metadata(); (err == nil && md.NumDelivered > 1) || p.d.Republished || recent {
 			asks = append(asks, i)
@@ -83,7 +95,7 @@ func (s *Service) fence(ps []*pending) []*pending {
 	errs := make([]error, len(ps))
 	var wg sync.WaitGroup
 	for _, i := range asks {
-		wg.Go(func() { answers[i], errs[i] = s.askFence(ps[i].d) })
+		wg.Go(func() { answers[i], errs[i] = s.fences.ask(ps[i].d) })
 	}
 	wg.Wait()
 	out := ps[:0:0]
@@ -97,35 +109,25 @@ func (s *Service) fence(ps []*pending) []*pending {
 			}
 			out = append(out, p)
 		case errs[i] == nil:
-			log := s.taskLogger(&p.d)
-			log.Info("redelivered attempt must not start; terminating this delivery", "reason", answers[i].Reason)
-			s.unadmit(p)
-			s.term(p.msg)
+			s.taskLogger(&p.d).Info("redelivered attempt must not start; terminating this delivery", "reason", answers[i].Reason)
+			s.drop(p, termMsg)
 		default:
-			log := s.taskLogger(&p.d)
-			log.Warn("redelivered attempt not started: no dispatcher answered whether it ran; giving it back to ask again", "error", errs[i], "delay", s.opts.IdleWait)
-			s.unadmit(p)
-			if err := p.msg.NakWithDelay(s.opts.IdleWait); err != nil {
-				log.Warn("nak dispatch message", "error", err)
-			}
+			s.taskLogger(&p.d).Warn("redelivered attempt not started: no dispatcher answered whether it ran; giving it back to ask again", "error", errs[i], "delay", s.opts.IdleWait)
+			s.drop(p, nakLater)
 		}
 	}
 	return out
 }
 
-// askFence asks the dispatchers whether attempt d may start, on this
-// worker's fence subject of d's pool.
-func (s *Service) askFence(d schemas.Dispatch) (schemas.FenceAnswer, error) {
-	pool := d.Pool
-	if pool == "" {
-		pool = schemas.DefaultPool
-	}
-	subject := s.opts.Topology.Fence(pool, s.opts.WorkerID, d.InstanceID)
-	data, err := json.Marshal(schemas.FenceQuestion{InstanceID: d.InstanceID, Attempt: d.Attempt, WorkerID: s.opts.WorkerID})
+// ask asks the dispatchers whether attempt d may start, on this worker's
+// fence subject of d's pool.
+func (f *fenceAsker) ask(d schemas.Dispatch) (schemas.FenceAnswer, error) {
+	subject := f.topo.Fence(poolOf(&d), f.workerID, d.InstanceID)
+	data, err := json.Marshal(schemas.FenceQuestion{InstanceID: d.InstanceID, Attempt: d.Attempt, WorkerID: f.workerID})
 	if err != nil {
 		return schemas.FenceAnswer{}, err
 	}
-	reply, err := s.opts.Conn.Request(subject, data, fenceTimeout)
+	reply, err := f.conn.Request(subject, data, fenceTimeout)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return schemas.FenceAnswer{}, fmt.Errorf("ask %s: no dispatcher is listening", subject)
 	}

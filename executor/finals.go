@@ -34,31 +34,31 @@ type queuedFinal struct {
 
 // sendFinal publishes the final report of d, encoded as data, through the
 // sender, and returns once it is stored (or failed to be).
-func (s *Service) sendFinal(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) error {
+func (r *reporter) sendFinal(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) error {
 	q := &queuedFinal{d: d, kind: kind, data: data, done: make(chan error, 1)}
-	s.mu.Lock()
-	s.finalQueue = append(s.finalQueue, q)
-	s.mu.Unlock()
-	signal(s.finalWake)
+	r.mu.Lock()
+	r.finalQueue = append(r.finalQueue, q)
+	r.mu.Unlock()
+	signal(r.finalWake)
 	return <-q.done
 }
 
 // sendFinals publishes the queued final reports until ctx ends; Run ends
 // it only once every attempt is reported, so nothing is queued then.
-func (s *Service) sendFinals(ctx context.Context) {
+func (r *reporter) sendFinals(ctx context.Context) {
 	for {
-		s.mu.Lock()
-		queued := s.finalQueue
-		s.finalQueue = nil
-		s.mu.Unlock()
+		r.mu.Lock()
+		queued := r.finalQueue
+		r.finalQueue = nil
+		r.mu.Unlock()
 		if len(queued) > 0 {
-			s.publishFinals(queued)
+			r.publishFinals(queued)
 			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.finalWake:
+		case <-r.finalWake:
 		}
 	}
 }
@@ -66,7 +66,7 @@ func (s *Service) sendFinals(ctx context.Context) {
 // publishFinals publishes queued as batches, by pool, each within the
 // server's max payload and maxBatchReports, and tells each report its
 // outcome. A batch of one is a single report on its attempt's subject.
-func (s *Service) publishFinals(queued []*queuedFinal) {
+func (r *reporter) publishFinals(queued []*queuedFinal) {
 	byPool := make(map[string][]*queuedFinal)
 	var pools []string
 	for _, q := range queued {
@@ -76,7 +76,7 @@ func (s *Service) publishFinals(queued []*queuedFinal) {
 		}
 		byPool[pool] = append(byPool[pool], q)
 	}
-	limit := int(s.opts.Conn.MaxPayload() - reportHeadroom)
+	limit := int(r.conn.MaxPayload() - reportHeadroom)
 	for _, pool := range pools {
 		qs := byPool[pool]
 		for len(qs) > 0 {
@@ -87,14 +87,14 @@ func (s *Service) publishFinals(queued []*queuedFinal) {
 			}
 			batch := qs[:n]
 			spooled := make([]string, 0, n)
-			err := s.publishRetry(s.reportsContext(), s.finalsMsg(pool, batch), func() {
+			err := r.publishRetry(r.ctx, r.finalsMsg(pool, batch), func() {
 				for _, q := range batch {
-					spooled = append(spooled, s.spool(q.d, q.kind, q.data))
+					spooled = append(spooled, r.spool(q.d, q.kind, q.data))
 				}
 			})
 			if err == nil {
 				for _, path := range spooled {
-					s.unspool(path)
+					r.unspool(path)
 				}
 			}
 			for _, q := range batch {
@@ -107,11 +107,11 @@ func (s *Service) publishFinals(queued []*queuedFinal) {
 
 // finalsMsg returns the message of the final reports qs, of pool: a
 // report batch, or the report alone when it is the only one.
-func (s *Service) finalsMsg(pool string, qs []*queuedFinal) *nats.Msg {
+func (r *reporter) finalsMsg(pool string, qs []*queuedFinal) *nats.Msg {
 	if len(qs) == 1 {
-		return s.reportMsg(qs[0].d, qs[0].kind, qs[0].data)
+		return r.reportMsg(qs[0].d, qs[0].kind, qs[0].data)
 	}
-	m := nats.NewMsg(s.opts.Topology.ReportBatch(pool, s.opts.WorkerID))
+	m := nats.NewMsg(r.topo.ReportBatch(pool, r.workerID))
 	m.Data = append(m.Data, `{"reports":[`...)
 	for i, q := range qs {
 		if i > 0 {
@@ -122,24 +122,6 @@ func (s *Service) finalsMsg(pool string, qs []*queuedFinal) *nats.Msg {
 	m.Data = append(m.Data, "]}"...)
 	// The batch's id, unique to this run of the worker and ending in its
 	// random nonce, makes a retried publish a duplicate the stream drops.
-	m.Header.Set(streams.HeaderMsgID, "batch-"+strconv.FormatUint(s.batchSeq.Add(1), 10)+"-"+s.nonce)
+	m.Header.Set(streams.HeaderMsgID, "batch-"+strconv.FormatUint(r.batchSeq.Add(1), 10)+"-"+r.nonce)
 	return m
-}
-
-// reportMsg returns the message of a report of kind on d, encoded as data,
-// on its attempt's own subject.
-func (s *Service) reportMsg(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) *nats.Msg {
-	m := nats.NewMsg(s.reportSubject(*d))
-	m.Data = data
-	m.Header.Set(streams.HeaderMsgID, s.reportID(*d, kind))
-	return m
-}
-
-// poolOf is the pool of d: a dispatch message without one (routed by a
-// dispatcher older than the field) is of the default pool.
-func poolOf(d *schemas.Dispatch) string {
-	if d.Pool == "" {
-		return schemas.DefaultPool
-	}
-	return d.Pool
 }

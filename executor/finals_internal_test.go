@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -24,7 +25,8 @@ func TestPublishFinals(t *testing.T) {
 	srv := streamstest.NewServer(t, streams.Config{})
 	nc, js := srv.Connect()
 	top := srv.Topology
-	s := &Service{opts: Options{Conn: nc, Topology: top, WorkerID: "w1"}, js: js, nonce: "n0nce"}
+	r := newReporter(Options{Conn: nc, Topology: top, WorkerID: "w1"}, slog.New(slog.DiscardHandler))
+	r.js, r.nonce = js, "n0nce"
 	queue := func(id int64, pool string, output string) *queuedFinal {
 		d := &schemas.Dispatch{InstanceID: id, Attempt: 1, Pool: pool}
 		rep := schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w1", Kind: schemas.ReportSucceeded,
@@ -40,7 +42,7 @@ func TestPublishFinals(t *testing.T) {
 	big := strings.Repeat("x", int(nc.MaxPayload())*2/5)
 	queued := []*queuedFinal{queue(1, "", "a"), queue(2, "gpu", "b"), queue(3, schemas.DefaultPool, "c"),
 		queue(4, "eu", big), queue(5, "eu", big), queue(6, "eu", big)}
-	s.publishFinals(queued)
+	r.publishFinals(queued)
 	for _, q := range queued {
 		if err := <-q.done; err != nil {
 			t.Errorf("instance %d: %v", q.d.InstanceID, err)

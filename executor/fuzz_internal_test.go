@@ -66,20 +66,20 @@ func FuzzRenderMutexKey(f *testing.F) {
 	} {
 		f.Add(s.tmpl, []byte(s.payload))
 	}
-	s := &Service{}
+	m := &mutexLocks{}
 	f.Fuzz(func(t *testing.T, tmpl string, payload []byte) {
 		if len(tmpl) > 256 || len(payload) > 4096 {
 			return // a task's templates are short; keep each run quick
 		}
-		key, err := s.renderMutexKey(tmpl, payload)
+		key, err := m.render(tmpl, payload)
 		if err != nil {
 			if key != "" {
-				t.Fatalf("renderMutexKey(%q, %q) returned %q with its error %v", tmpl, payload, key, err)
+				t.Fatalf("render(%q, %q) returned %q with its error %v", tmpl, payload, key, err)
 			}
 			return
 		}
 		if err := checkKey(key); err != nil {
-			t.Fatalf("renderMutexKey(%q, %q) = %q, which %v", tmpl, payload, key, err)
+			t.Fatalf("render(%q, %q) = %q, which %v", tmpl, payload, key, err)
 		}
 	})
 }

@@ -4,42 +4,59 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
 
+// registration is the worker's entry in ax-workers: its record, put every
+// HeartbeatInterval, and its grant keys, put before each record. Its
+// inputs are the options and how many slots are busy; it knows nothing of
+// attempts.
+type registration struct {
+	o        Options
+	hostname string
+	busy     func() int // the worker's busy slots (Service.Busy)
+	log      *slog.Logger
+
+	// Set by the worker's start, before the first put.
+	kv        jetstream.KeyValue
+	startedAt time.Time
+}
+
 // heartbeat puts the worker in ax-workers every HeartbeatInterval until ctx ends.
-func (s *Service) heartbeat(ctx context.Context) {
-	ticker := time.NewTicker(s.opts.HeartbeatInterval)
+func (r *registration) heartbeat(ctx context.Context) {
+	ticker := time.NewTicker(r.o.HeartbeatInterval)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			if err := s.putWorker(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("heartbeat", "error", err)
+			if err := r.put(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("heartbeat", "error", err)
 			}
 		}
 	}
 }
 
-// putWorker puts the worker's current record in ax-workers.
-func (s *Service) putWorker(ctx context.Context) error {
+// put puts the worker's current record in ax-workers.
+func (r *registration) put(ctx context.Context) error {
 	w := schemas.Worker{
-		ID:          s.opts.WorkerID,
-		Hostname:    s.hostname,
-		Version:     s.opts.Version,
-		Pools:       s.opts.Pools,
-		Handlers:    s.opts.Mux.Names(),
-		Slots:       s.opts.Slots,
-		Busy:        s.Busy(),
-		StartedAt:   s.startedAt,
-		HeartbeatAt: s.opts.NowFunc(),
+		ID:          r.o.WorkerID,
+		Hostname:    r.hostname,
+		Version:     r.o.Version,
+		Pools:       r.o.Pools,
+		Handlers:    r.o.Mux.Names(),
+		Slots:       r.o.Slots,
+		Busy:        r.busy(),
+		StartedAt:   r.startedAt,
+		HeartbeatAt: r.o.NowFunc(),
 		Protocol:    schemas.ExecutorProtocol,
 	}
 	data, err := json.Marshal(w)
@@ -49,13 +66,13 @@ func (s *Service) putWorker(ctx context.Context) error {
 	// The grant keys first, on the same connection: the server stores
 	// them before the heartbeat, so the dispatcher never reads a
 	// heartbeat of this round without its grants.
-	if err := s.putGrants(nil); err != nil {
+	if err := r.putGrants(nil); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	if _, err := s.workers.Put(ctx, w.ID, data); err != nil {
-		return fmt.Errorf("put worker %s in %s: %w", w.ID, s.opts.Topology.WorkersBucket(), err)
+	if _, err := r.kv.Put(ctx, w.ID, data); err != nil {
+		return fmt.Errorf("put worker %s in %s: %w", w.ID, r.o.Topology.WorkersBucket(), err)
 	}
 	return nil
 }
@@ -68,26 +85,26 @@ func (s *Service) putWorker(ctx context.Context) error {
 // the bucket's TTL keeps them only while the worker lives; a key the
 // credential does not grant is refused by the server (and that handler's
 // consumers could not be made either).
-func (s *Service) putGrants(hdr nats.Header) error {
-	for _, pool := range s.opts.Pools {
-		for _, h := range s.opts.Mux.Names() {
-			subject := s.opts.Topology.GrantSubject(s.opts.WorkerID, pool, h)
-			if err := s.opts.Conn.PublishMsg(&nats.Msg{Subject: subject, Header: hdr}); err != nil {
-				return fmt.Errorf("put grant %s in %s: %w", streams.GrantKey(s.opts.WorkerID, pool, h), s.opts.Topology.WorkersBucket(), err)
+func (r *registration) putGrants(hdr nats.Header) error {
+	for _, pool := range r.o.Pools {
+		for _, h := range r.o.Mux.Names() {
+			subject := r.o.Topology.GrantSubject(r.o.WorkerID, pool, h)
+			if err := r.o.Conn.PublishMsg(&nats.Msg{Subject: subject, Header: hdr}); err != nil {
+				return fmt.Errorf("put grant %s in %s: %w", streams.GrantKey(r.o.WorkerID, pool, h), r.o.Topology.WorkersBucket(), err)
 			}
 		}
 	}
 	return nil
 }
 
-// deleteWorker takes the worker and its grant keys off ax-workers.
-func (s *Service) deleteWorker() {
+// delete takes the worker and its grant keys off ax-workers.
+func (r *registration) delete() {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := s.putGrants(nats.Header{"KV-Operation": []string{"DEL"}}); err != nil {
-		s.log.Warn("delete grant keys from the list; they drop off when their TTL passes", "error", err)
+	if err := r.putGrants(nats.Header{"KV-Operation": []string{"DEL"}}); err != nil {
+		r.log.Warn("delete grant keys from the list; they drop off when their TTL passes", "error", err)
 	}
-	if err := s.workers.Delete(ctx, s.opts.WorkerID); err != nil {
-		s.log.Warn("delete worker from the list; it drops off when its TTL passes", "error", err)
+	if err := r.kv.Delete(ctx, r.o.WorkerID); err != nil {
+		r.log.Warn("delete worker from the list; it drops off when its TTL passes", "error", err)
 	}
 }

@@ -3,14 +3,99 @@ package executor
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
+
+// leaseKeeper keeps the leases of the worker's attempts in ax-leases: it
+// creates them (takeLeases), renews them every third of the bucket's TTL
+// (renewLeases), writes again a lease that vanished without expiring
+// (restore), and deletes the lease of an attempt handed back (release).
+// It owns the set of running attempts: a lease is renewed exactly while its
+// attempt is on it, which is until the attempt's final report is stored.
+// Its inputs are the topology, the worker's id and, from Run, the bucket
+// and a publisher; it knows nothing of slots, handlers or reports.
+type leaseKeeper struct {
+	workerID string
+	prefix   string // the subject of a lease without its key
+	log      *slog.Logger
+
+	// Set by Run before any goroutine starts.
+	kv  jetstream.KeyValue
+	pub *streams.Publisher // the batches of lease writes: cheaper than js's PublishMsgAsync
+	// ttlNanos is the bucket's TTL as last read: at start, then at every
+	// renewal tick, so that a TTL its owner changes is followed (see
+	// renewLeases).
+	ttlNanos atomic.Int64
+	// rolledUp is set once the worker restored a lease that vanished
+	// without expiring (see restore), so that it warns once.
+	rolledUp atomic.Bool
+
+	mu      sync.Mutex
+	running map[string]*attempt // by lease key
+}
+
+// newLeaseKeeper returns the lease keeper of a worker with options o.
+func newLeaseKeeper(o Options, log *slog.Logger) *leaseKeeper {
+	return &leaseKeeper{workerID: o.WorkerID, prefix: "$KV." + o.Topology.LeasesBucket() + ".", log: log,
+		running: make(map[string]*attempt)}
+}
+
+// add puts a leased attempt on the running set: from now on its lease is
+// renewed and a cancel reaches it.
+func (k *leaseKeeper) add(a *attempt) {
+	k.mu.Lock()
+	k.running[a.key] = a
+	k.mu.Unlock()
+}
+
+// remove takes the attempt off the running set: its lease is no longer
+// renewed, and ages out one TTL after its last renewal.
+func (k *leaseKeeper) remove(a *attempt) {
+	k.mu.Lock()
+	if k.running[a.key] == a {
+		delete(k.running, a.key)
+	}
+	k.mu.Unlock()
+}
+
+// find returns the running attempts of instance id: all of them when n
+// is 0, else the one numbered n.
+func (k *leaseKeeper) find(id int64, n int) []*attempt {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var found []*attempt
+	for _, a := range k.running {
+		if a.dispatch.InstanceID == id && (n == 0 || a.dispatch.Attempt == n) {
+			found = append(found, a)
+		}
+	}
+	return found
+}
+
+// release deletes the lease of an attempt the worker handed back, once
+// remove has stopped its renewals. The reaper takes a delete for a lease
+// its holder retired, not for a death (only an expiry marker is), and the
+// released report in AX_REPORTS decides the attempt; a delete that fails
+// leaves the lease to expire with its TTL, which changes nothing but the
+// time.
+func (k *leaseKeeper) release(a *attempt) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := k.kv.Delete(ctx, a.key); err != nil {
+		a.log.Warn("delete the lease of a handed-back attempt; it expires with its TTL instead", "error", err)
+	}
+}
 
 // leaseMsg returns the message that writes the lease value under key in
 // the leases bucket if the key's last revision is revision. Revision 0
@@ -20,25 +105,53 @@ import (
 // one ran this attempt lately", and the confirmed ack of the dispatch
 // message (see confirmAcks) keeps a message whose attempt ran from coming
 // back later.
-func (s *Service) leaseMsg(key string, value []byte, revision uint64) *nats.Msg {
-	m := &nats.Msg{Subject: "$KV." + s.opts.Topology.LeasesBucket() + "." + key, Data: value, Header: createOnly}
+func (k *leaseKeeper) leaseMsg(key string, value []byte, revision uint64) *nats.Msg {
+	m := &nats.Msg{Subject: k.prefix + key, Data: value, Header: createOnly}
 	if revision != 0 {
 		m.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(revision, 10)}}
 	}
 	return m
 }
 
+// leaseBatch is the outcome of the lease creates of a batch of attempts:
+// keys[i], values[i], acks[i] and errs[i] are those of the batch's i-th.
+type leaseBatch struct {
+	keys   []string
+	values [][]byte
+	acks   []jetstream.PubAck
+	errs   []error
+	sent   time.Time // when the creates were sent, on the real clock
+}
+
+// takeLeases creates the leases of ps, acquired at now, in one publish of
+// the batch and one wait for its acknowledgements.
+func (k *leaseKeeper) takeLeases(ctx context.Context, ps []*pending, now time.Time) leaseBatch {
+	lb := leaseBatch{keys: make([]string, len(ps)), values: make([][]byte, len(ps))}
+	msgs := make([]nats.Msg, len(ps)) // one allocation for the batch's messages
+	leaseMsgs := make([]*nats.Msg, len(ps))
+	for i, p := range ps {
+		var subject string
+		subject, lb.keys[i] = k.leaseSubject(p.d.InstanceID, p.d.Attempt)
+		lb.values[i], _ = schemas.MarshalLease(schemas.Lease{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt, WorkerID: k.workerID, AcquiredAt: now})
+		msgs[i] = nats.Msg{Subject: subject, Data: lb.values[i], Header: createOnly}
+		leaseMsgs[i] = &msgs[i]
+	}
+	lb.sent = time.Now()
+	lb.acks, lb.errs = publishAll(ctx, k.pub, leaseMsgs)
+	return lb
+}
+
 // leaseSubject returns the subject of the lease of the attempt of
 // instance id, and its key ([streams.LeaseKey]), the subject's end: one
 // allocation for both.
-func (s *Service) leaseSubject(id int64, attempt int) (subject, key string) {
+func (k *leaseKeeper) leaseSubject(id int64, attempt int) (subject, key string) {
 	var buf [128]byte
-	b := append(buf[:0], s.leasePrefix...)
+	b := append(buf[:0], k.prefix...)
 	b = strconv.AppendInt(b, id, 10)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, int64(attempt), 10)
 	subject = string(b)
-	return subject, subject[len(s.leasePrefix):]
+	return subject, subject[len(k.prefix):]
 }
 
 // createOnly is the header of every lease create: one map for all of
@@ -57,9 +170,9 @@ func isWrongLastSequence(err error) bool {
 
 // publishAll publishes msgs asynchronously and awaits every acknowledgement:
 // one round trip for the batch. acks[i] and errs[i] are the outcome of msgs[i].
-func (s *Service) publishAll(ctx context.Context, msgs []*nats.Msg) (acks []jetstream.PubAck, errs []error) {
+func publishAll(ctx context.Context, pub *streams.Publisher, msgs []*nats.Msg) (acks []jetstream.PubAck, errs []error) {
 	acks, errs = make([]jetstream.PubAck, len(msgs)), make([]error, len(msgs))
-	b := s.pub.Batch()
+	b := pub.Batch()
 	for _, m := range msgs {
 		b.Add(m)
 	}
@@ -70,77 +183,6 @@ func (s *Service) publishAll(ctx context.Context, msgs []*nats.Msg) (acks []jets
 	return acks, errs
 }
 
-// A final report is tried until it is stored, however long JetStream
-// refuses it (a full store, a stream without quorum, a server down): the
-// attempt stays on the worker's running set meanwhile, so its lease is
-// renewed whenever renewals go through, and the dispatcher's reaper fails
-// no attempt as lost while its own writes to the leases bucket are refused
-// (dispatcher/outage.go). Each try awaits its acknowledgement for at most
-// reportTry, so that a try sent as the server went down, whose answer
-// never comes, is followed by another once the server is back instead of
-// being awaited for opTimeout. Only the worker's shutdown ends the tries
-// (once ShutdownTimeout has passed twice): a report the first try did not
-// store is in the spool then, when the worker has one (spool.go).
-const reportTry = 2 * time.Second
-
-// unsentWarnAfter is how long a final report goes unstored before the
-// worker says so, and then again every unsentWarnAfter.
-const unsentWarnAfter = 10 * time.Second
-
-// publishBackoff are the delays between the tries of a report; the last
-// one repeats, for as long as the report is refused.
-var publishBackoff = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second, 2 * time.Second}
-
-// errReportsStopped is the error of a report whose tries the worker's
-// shutdown ended.
-var errReportsStopped = errors.New("the worker is shutting down")
-
-// publishRetry publishes m and awaits its acknowledgement, trying again
-// with capped backoff until it is stored, the connection is closed or the
-// worker's shutdown stops the reports (ctx ends: s.reportsCtx or one
-// derived from it). m carries a Nats-Msg-Id, so a try
-// that reached the stream unacknowledged makes a later one a duplicate the
-// stream drops. refused, when not nil, is called once, after the first
-// try that failed (the report then goes to the spool).
-func (s *Service) publishRetry(ctx context.Context, m *nats.Msg, refused func()) error {
-	start := time.Now()
-	warned := start
-	for i := 0; ; i++ {
-		tryCtx, cancel := context.WithTimeout(ctx, reportTry)
-		_, err := s.js.PublishMsg(tryCtx, m)
-		cancel()
-		if err == nil {
-			if i > 0 {
-				s.log.Info("final report stored", "subject", m.Subject, "tries", i+1, "after", time.Since(start).Round(time.Millisecond))
-			}
-			return nil
-		}
-		if s.opts.Conn.IsClosed() {
-			// A closed connection does not come back: nothing to wait for.
-			return fmt.Errorf("publish to %s: %w (the connection is closed)", m.Subject, err)
-		}
-		if i == 0 && refused != nil {
-			// Before the stop below: a report whose tries the shutdown
-			// ended, tried once or not at all, is spooled all the same.
-			refused()
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("publish to %s: %w after %d tries over %s: %w", m.Subject, errReportsStopped, i+1,
-				time.Since(start).Round(time.Millisecond), err)
-		}
-		if time.Since(warned) >= unsentWarnAfter {
-			warned = time.Now()
-			s.log.Warn("final report not stored yet; keeping it and trying again until it is", "error", err, "subject", m.Subject, "tries", i+1, "unsent_for", time.Since(start).Round(time.Second))
-		}
-		timer := time.NewTimer(publishBackoff[min(i, len(publishBackoff)-1)])
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-		}
-	}
-}
-
 // renewLeases renews the lease of every running attempt every third of the
 // lease TTL, until ctx ends. The TTL is the leases bucket's, which its
 // owner (the dispatcher's --lease-ttl) may change while the worker runs:
@@ -148,8 +190,8 @@ func (s *Service) publishRetry(ctx context.Context, m *nats.Msg, refused func())
 // from then on, so the worker never renews at the rate of a TTL that is
 // gone. A TTL shortened to less than the time since a lease's last renewal
 // ends that lease all the same: shorten it in steps.
-func (s *Service) renewLeases(ctx context.Context) {
-	ttl := s.currentLeaseTTL()
+func (k *leaseKeeper) renewLeases(ctx context.Context) {
+	ttl := k.ttl()
 	ticker := time.NewTicker(ttl / 3)
 	defer ticker.Stop()
 	for {
@@ -157,9 +199,9 @@ func (s *Service) renewLeases(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			s.renew()
-			if now := s.readLeaseTTL(ctx); now != ttl {
-				s.log.Info("lease TTL changed; renewing every third of it", "lease_ttl", now, "was", ttl)
+			k.renew()
+			if now := k.readTTL(ctx); now != ttl {
+				k.log.Info("lease TTL changed; renewing every third of it", "lease_ttl", now, "was", ttl)
 				ttl = now
 				ticker.Reset(ttl / 3)
 			}
@@ -167,56 +209,56 @@ func (s *Service) renewLeases(ctx context.Context) {
 	}
 }
 
-// currentLeaseTTL is the leases bucket's TTL as last read.
-func (s *Service) currentLeaseTTL() time.Duration { return time.Duration(s.leaseTTL.Load()) }
+// ttl is the leases bucket's TTL as last read.
+func (k *leaseKeeper) ttl() time.Duration { return time.Duration(k.ttlNanos.Load()) }
 
-// readLeaseTTL reads the leases bucket's TTL again and returns it; when it
+// readTTL reads the leases bucket's TTL again and returns it; when it
 // cannot be read, or the bucket has no TTL any more, it keeps (and returns)
 // the one it had.
-func (s *Service) readLeaseTTL(ctx context.Context) time.Duration {
+func (k *leaseKeeper) readTTL(ctx context.Context) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	status, err := s.leases.Status(ctx)
+	status, err := k.kv.Status(ctx)
 	switch {
 	case err != nil:
-		s.log.Debug("read the leases bucket's TTL; keeping the one read before", "error", err)
+		k.log.Debug("read the leases bucket's TTL; keeping the one read before", "error", err)
 	case status.TTL() <= 0:
-		s.log.Warn("the leases bucket has no TTL any more; renewing at the TTL read before", "bucket", s.leases.Bucket())
+		k.log.Warn("the leases bucket has no TTL any more; renewing at the TTL read before", "bucket", k.kv.Bucket())
 	default:
-		s.leaseTTL.Store(int64(status.TTL()))
+		k.ttlNanos.Store(int64(status.TTL()))
 	}
-	return s.currentLeaseTTL()
+	return k.ttl()
 }
 
 // renew renews every running attempt's lease in one batch. Each write
 // expects the revision the worker last wrote: if the lease expired
 // meanwhile, the expiry moved it and the write fails, which cancels the
 // attempt with ErrLeaseLost — unless the lease merely vanished (see
-// [Service.restoreLeases]).
-func (s *Service) renew() {
-	s.mu.Lock()
-	as := make([]*attempt, 0, len(s.running))
-	msgs := make([]*nats.Msg, 0, len(s.running))
-	for _, a := range s.running {
+// [leaseKeeper.restore]).
+func (k *leaseKeeper) renew() {
+	k.mu.Lock()
+	as := make([]*attempt, 0, len(k.running))
+	msgs := make([]*nats.Msg, 0, len(k.running))
+	for _, a := range k.running {
 		as = append(as, a)
-		msgs = append(msgs, s.leaseMsg(a.key, a.lease, a.revision))
+		msgs = append(msgs, k.leaseMsg(a.key, a.lease, a.revision))
 	}
-	s.mu.Unlock()
+	k.mu.Unlock()
 	if len(msgs) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	sent := time.Now()
-	acks, errs := s.publishAll(ctx, msgs)
+	acks, errs := publishAll(ctx, k.pub, msgs)
 	var vanished []*attempt
 	for i, a := range as {
-		s.mu.Lock()
-		current := s.running[a.key] == a
+		k.mu.Lock()
+		current := k.running[a.key] == a
 		if current && errs[i] == nil {
 			a.revision, a.renewedAt = acks[i].Sequence, sent
 		}
-		s.mu.Unlock()
+		k.mu.Unlock()
 		switch {
 		case !current || errs[i] == nil:
 			// Renewed, or finished meanwhile (its delete moved the revision).
@@ -227,11 +269,11 @@ func (s *Service) renew() {
 		}
 	}
 	if len(vanished) > 0 {
-		s.restoreLeases(ctx, vanished)
+		k.restore(ctx, vanished)
 	}
 }
 
-// restoreLeases writes again the leases of as, whose renewal found the
+// restore writes again the leases of as, whose renewal found the
 // key at another revision than the worker's last one, if the key holds no
 // message at all; it cancels with ErrLeaseLost the attempts whose lease
 // expired, or may have.
@@ -247,37 +289,37 @@ func (s *Service) renew() {
 // cannot have aged out, nor its marker (which lives a TTL more) have gone:
 // the lease was removed, not expired, and its holder is alive. An expired
 // lease is never revived.
-func (s *Service) restoreLeases(ctx context.Context, as []*attempt) {
-	ttl := s.currentLeaseTTL()
+func (k *leaseKeeper) restore(ctx context.Context, as []*attempt) {
+	ttl := k.ttl()
 	now := time.Now()
 	restore := make([]*attempt, 0, len(as))
 	msgs := make([]*nats.Msg, 0, len(as))
-	s.mu.Lock()
+	k.mu.Lock()
 	for _, a := range as {
-		if s.running[a.key] == a && now.Sub(a.renewedAt) < ttl {
+		if k.running[a.key] == a && now.Sub(a.renewedAt) < ttl {
 			restore = append(restore, a)
-			msgs = append(msgs, s.leaseMsg(a.key, a.lease, 0))
+			msgs = append(msgs, k.leaseMsg(a.key, a.lease, 0))
 		}
 	}
-	s.mu.Unlock()
+	k.mu.Unlock()
 	var acks []jetstream.PubAck
 	var errs []error
 	if len(msgs) > 0 {
-		acks, errs = s.publishAll(ctx, msgs)
+		acks, errs = publishAll(ctx, k.pub, msgs)
 	}
 	for _, a := range as {
 		i := slices.Index(restore, a)
-		s.mu.Lock()
-		current := s.running[a.key] == a
+		k.mu.Lock()
+		current := k.running[a.key] == a
 		if current && i >= 0 && errs[i] == nil {
 			a.revision, a.renewedAt = acks[i].Sequence, now
 		}
-		s.mu.Unlock()
+		k.mu.Unlock()
 		switch {
 		case !current:
 		case i >= 0 && errs[i] == nil:
-			if !s.rolledUp.Swap(true) {
-				s.log.Warn("a lease vanished without expiring: a roll-up on the leases bucket? restored it; warning once", "bucket", s.leases.Bucket())
+			if !k.rolledUp.Swap(true) {
+				k.log.Warn("a lease vanished without expiring: a roll-up on the leases bucket? restored it; warning once", "bucket", k.kv.Bucket())
 			}
 			a.log.Info("lease vanished without expiring; restored it")
 		case i >= 0 && !isWrongLastSequence(errs[i]):

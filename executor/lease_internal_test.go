@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"log/slog"
 	"math"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 // being streams.LeaseKey's, in one allocation.
 func TestLeaseSubject(t *testing.T) {
 	top := streams.Default()
-	s := &Service{opts: Options{Topology: top}, leasePrefix: "$KV." + top.LeasesBucket() + "."}
+	s := newLeaseKeeper(Options{Topology: top}, slog.New(slog.DiscardHandler))
 	for _, c := range []struct {
 		id      int64
 		attempt int

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"text/template"
 	"time"
 
@@ -37,19 +38,38 @@ func checkKey(key string) error {
 	return nil
 }
 
-// renderMutexKey renders a task's mutex_key template over a payload. The
+// mutexLocks takes and releases the tasks' mutex keys (concurrency.
+// mutex_key) in the ax-mutex bucket. Its inputs are the bucket, the
+// worker's id and clock; it knows nothing of slots or leases.
+type mutexLocks struct {
+	workerID  string
+	bucket    string // the bucket's name
+	now       func() time.Time
+	templates sync.Map // parsed mutex key templates by their text
+
+	// Set by Run before any goroutine starts.
+	js jetstream.JetStream
+	kv jetstream.KeyValue
+}
+
+// newMutexLocks returns the mutex keys of a worker with options o.
+func newMutexLocks(o Options) *mutexLocks {
+	return &mutexLocks{workerID: o.WorkerID, bucket: o.Topology.MutexBucket(), now: o.NowFunc}
+}
+
+// render renders a task's mutex_key template over a payload. The
 // error says which template failed and why, naming the missing field when
 // the payload lacks one.
-func (s *Service) renderMutexKey(text string, payload json.RawMessage) (string, error) {
+func (m *mutexLocks) render(text string, payload json.RawMessage) (string, error) {
 	var t *template.Template
-	if v, ok := s.templates.Load(text); ok {
+	if v, ok := m.templates.Load(text); ok {
 		t = v.(*template.Template)
 	} else {
 		var err error
 		if t, err = schemas.ParseMutexKey(text); err != nil {
 			return "", fmt.Errorf("mutex key template %q does not parse: %w", text, err)
 		}
-		s.templates.Store(text, t)
+		m.templates.Store(text, t)
 	}
 	var data any
 	if len(bytes.TrimSpace(payload)) > 0 {
@@ -82,39 +102,38 @@ func mutexTTL(timeout time.Duration) time.Duration {
 	return max(2*timeout, timeout+abandonAfter+opTimeout)
 }
 
-// lockMutex takes the attempt's mutex key if no one holds it: a create
-// that expects the key absent (or a marker of its release or expiry), with
-// a per-key TTL of [mutexTTL]. It returns false, with no error, when another
-// attempt holds the key.
-func (s *Service) lockMutex(p *pending) (bool, error) {
-	value, err := json.Marshal(schemas.Lease{InstanceID: p.d.InstanceID, Attempt: p.d.Attempt,
-		WorkerID: s.opts.WorkerID, AcquiredAt: s.opts.NowFunc()})
+// lock takes mutex key for attempt d if no one holds it: a create that
+// expects the key absent (or a marker of its release or expiry), with a
+// per-key TTL of [mutexTTL]. It returns the key's revision, the holder's,
+// or 0, with no error, when another attempt holds the key.
+func (m *mutexLocks) lock(key string, d *schemas.Dispatch) (uint64, error) {
+	value, err := json.Marshal(schemas.Lease{InstanceID: d.InstanceID, Attempt: d.Attempt,
+		WorkerID: m.workerID, AcquiredAt: m.now()})
 	if err != nil {
-		return false, fmt.Errorf("encode mutex value: %w", err)
+		return 0, fmt.Errorf("encode mutex value: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	rev, err := s.mutexes.Create(ctx, p.mutexKey, value, jetstream.KeyTTL(mutexTTL(p.d.Timeout())))
+	rev, err := m.kv.Create(ctx, key, value, jetstream.KeyTTL(mutexTTL(d.Timeout())))
 	switch {
 	case err == nil:
-		p.mutexRev = rev
-		return true, nil
+		return rev, nil
 	case errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err):
 		// Held; or released and taken again between the create's two tries.
-		return false, nil
+		return 0, nil
 	default:
-		return false, fmt.Errorf("create %s in %s: %w", p.mutexKey, s.opts.Topology.MutexBucket(), err)
+		return 0, fmt.Errorf("create %s in %s: %w", key, m.bucket, err)
 	}
 }
 
-// unlockMutex releases a mutex key if it is still at revision rev, the
+// unlock releases a mutex key if it is still at revision rev, the
 // holder's: a key that expired and was taken by another attempt stays
 // theirs. The release leaves a delete marker that expires after
 // [streams.MarkerTTL].
-func (s *Service) unlockMutex(key string, rev uint64, log *slog.Logger) {
+func (m *mutexLocks) unlock(key string, rev uint64, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	err := s.deleteKey(ctx, s.opts.Topology.MutexBucket(), key, rev)
+	err := deleteKey(ctx, m.js, m.bucket, key, rev)
 	switch {
 	case err == nil:
 	case isWrongLastSequence(err):
@@ -131,9 +150,9 @@ func (s *Service) unlockMutex(key string, rev uint64, log *slog.Logger) {
 // once buckets refuse so that no executor can wipe them (see
 // streams.Topology.BucketStreamConfigs). A create finds the marker and
 // takes the key at once (KeyValue.Create reads the marker's revision).
-func (s *Service) deleteKey(ctx context.Context, bucket, key string, rev uint64) error {
+func deleteKey(ctx context.Context, js jetstream.JetStream, bucket, key string, rev uint64) error {
 	m := nats.NewMsg("$KV." + bucket + "." + key)
 	m.Header.Set("KV-Operation", "DEL")
-	_, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(streams.MarkerTTL))
+	_, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(streams.MarkerTTL))
 	return err
 }

@@ -108,7 +108,7 @@ func (sc *onceScope) record(state string) []byte {
 
 // runningTTL is how long a running record lives without renewal: a lease's
 // TTL, and at least the server's minimum of 1 s.
-func (sc *onceScope) runningTTL() time.Duration { return max(sc.s.currentLeaseTTL(), time.Second) }
+func (sc *onceScope) runningTTL() time.Duration { return max(sc.s.leases.ttl(), time.Second) }
 
 func (sc *onceScope) run(ctx context.Context, key string, fn func(context.Context) error) error {
 	rev, done, err := sc.claim(ctx, key)
@@ -235,7 +235,7 @@ func (sc *onceScope) waitChange(ctx context.Context, key string, rev uint64) err
 func (sc *onceScope) release(key string, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := sc.s.deleteKey(ctx, sc.s.opts.Topology.OnceBucket(), key, rev); err != nil {
+	if err := deleteKey(ctx, sc.s.js, sc.s.opts.Topology.OnceBucket(), key, rev); err != nil {
 		sc.log.Warn("release once record; it expires with its TTL", "error", err, "once_key", key)
 	}
 }

@@ -158,39 +158,12 @@ func (o Options) withDefaults() (Options, error) {
 	if len(o.Pools) == 0 {
 		o.Pools = []string{schemas.DefaultPool}
 	}
-	seen := make(map[string]bool, len(o.Pools))
-	for _, p := range o.Pools {
-		if p == "" || strings.ContainsAny(p, ".*>/\\ \t\r\n") {
-			return o, fmt.Errorf("executor options: pool %q: a pool is the task tags sorted and joined with '+', without '.', '*', '>', slashes or spaces", p)
-		}
-		if p == streams.WorkerPool {
-			return o, fmt.Errorf("executor options: pool %q is reserved for the subjects that address one worker; choose another pool", p)
-		}
-		if seen[p] {
-			return o, fmt.Errorf("executor options: pool %q is listed twice", p)
-		}
-		seen[p] = true
+	if err := checkPools(o.Pools); err != nil {
+		return o, err
 	}
 	o.Pools = append([]string(nil), o.Pools...)
-	durations := []struct {
-		name string
-		d    *time.Duration
-		def  time.Duration
-	}{
-		{"HeartbeatInterval", &o.HeartbeatInterval, DefaultHeartbeatInterval},
-		{"IdleWait", &o.IdleWait, DefaultIdleWait},
-		{"DoorbellWait", &o.DoorbellWait, DefaultDoorbellWait},
-		{"ShutdownTimeout", &o.ShutdownTimeout, DefaultShutdownTimeout},
-		{"RequeueDelay", &o.RequeueDelay, DefaultRequeueDelay},
-		{"LogFlushInterval", &o.LogFlushInterval, DefaultLogFlushInterval},
-	}
-	for _, f := range durations {
-		if *f.d < 0 {
-			return o, fmt.Errorf("executor options: %s is %s; use a positive duration or 0 for the default", f.name, *f.d)
-		}
-		if *f.d == 0 {
-			*f.d = f.def
-		}
+	if err := o.fillDurations(); err != nil {
+		return o, err
 	}
 	if o.StartedDelay == 0 {
 		o.StartedDelay = DefaultStartedDelay
@@ -217,6 +190,50 @@ func (o Options) withDefaults() (Options, error) {
 		o.NowFunc = time.Now
 	}
 	return o, nil
+}
+
+// checkPools says what is wrong with the first pool of pools that is not
+// a valid pool name, or is listed twice.
+func checkPools(pools []string) error {
+	seen := make(map[string]bool, len(pools))
+	for _, p := range pools {
+		if p == "" || strings.ContainsAny(p, ".*>/\\ \t\r\n") {
+			return fmt.Errorf("executor options: pool %q: a pool is the task tags sorted and joined with '+', without '.', '*', '>', slashes or spaces", p)
+		}
+		if p == streams.WorkerPool {
+			return fmt.Errorf("executor options: pool %q is reserved for the subjects that address one worker; choose another pool", p)
+		}
+		if seen[p] {
+			return fmt.Errorf("executor options: pool %q is listed twice", p)
+		}
+		seen[p] = true
+	}
+	return nil
+}
+
+// fillDurations checks o's durations and fills in their defaults.
+func (o *Options) fillDurations() error {
+	durations := []struct {
+		name string
+		d    *time.Duration
+		def  time.Duration
+	}{
+		{"HeartbeatInterval", &o.HeartbeatInterval, DefaultHeartbeatInterval},
+		{"IdleWait", &o.IdleWait, DefaultIdleWait},
+		{"DoorbellWait", &o.DoorbellWait, DefaultDoorbellWait},
+		{"ShutdownTimeout", &o.ShutdownTimeout, DefaultShutdownTimeout},
+		{"RequeueDelay", &o.RequeueDelay, DefaultRequeueDelay},
+		{"LogFlushInterval", &o.LogFlushInterval, DefaultLogFlushInterval},
+	}
+	for _, f := range durations {
+		if *f.d < 0 {
+			return fmt.Errorf("executor options: %s is %s; use a positive duration or 0 for the default", f.name, *f.d)
+		}
+		if *f.d == 0 {
+			*f.d = f.def
+		}
+	}
+	return nil
 }
 
 // defaultWorkerID returns "<hostname>-<6 random characters>", the host name

@@ -135,7 +135,7 @@ func (s *Service) sendProgress(a *attempt, ps *progressState) {
 			}
 		}
 		if first {
-			s.startNow(a)
+			s.reports.startNow(a)
 			first = false
 		}
 		ps.mu.Lock()
@@ -149,7 +149,7 @@ func (s *Service) sendProgress(a *attempt, ps *progressState) {
 			Kind: schemas.ReportProgress, At: at, StartedAt: a.startedAt, Progress: &p}
 		// No Nats-Msg-Id: a progress report published twice is harmless,
 		// the dispatcher keeps only a newer one than it has.
-		m, err := streams.NewMsg(s.reportSubject(a.dispatch), "", rep)
+		m, err := streams.NewMsg(s.reports.subject(&a.dispatch), "", rep)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			_, err = s.js.PublishMsg(ctx, m)
@@ -159,24 +159,5 @@ func (s *Service) sendProgress(a *attempt, ps *progressState) {
 			a.log.Warn("report progress; the next value will be sent anyway", "error", err, "done", p.Done, "total", p.Total)
 		}
 		last = time.Now()
-	}
-}
-
-// startNow publishes the attempt's started report if it is still to be
-// sent, or waits for the one being sent, so that a progress report follows
-// it.
-func (s *Service) startNow(a *attempt) {
-	s.mu.Lock()
-	state := a.started
-	if state == startedPending {
-		a.started, a.startedSent = startedSending, make(chan struct{})
-	}
-	sent := a.startedSent
-	s.mu.Unlock()
-	switch state {
-	case startedPending:
-		s.publishStarted([]*attempt{a})
-	case startedSending:
-		<-sent
 	}
 }

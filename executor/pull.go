@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // queue is one pool's work at one priority for one handler (or, with no
@@ -19,7 +21,7 @@ import (
 // costs a fetch per queue with work, not one per queue: a queue is hot
 // when its doorbell rang since its last fetch (rung moved past seen), or
 // when that fetch took all it asked for (more), or when the last sweep
-// (see [Service.sweep]) found messages on its subject.
+// (see [intake.sweep]) found messages on its subject.
 type queue struct {
 	pool     string
 	priority schemas.Priority
@@ -55,6 +57,33 @@ func queueKey(pool string, p schemas.Priority, handler string) string {
 	return pool + "\x00" + string(p) + "\x00" + handler
 }
 
+// intake is the worker's dispatch queues: its own, then its pools' per
+// priority and handler in pull order; the doorbells that mark them hot;
+// and the sweeps that find what a missed doorbell left. It fetches what
+// the pull loop asks for and knows nothing of slots beyond the counts it
+// is given.
+type intake struct {
+	topo         streams.Topology
+	pools        []string
+	idleWait     time.Duration
+	doorbellWait time.Duration
+	log          *slog.Logger
+	doorbell     chan struct{} // rung by the dispatcher's ready messages
+
+	// Set by the worker's start, before any doorbell can ring.
+	own       *queue            // the worker's own subject, drained first
+	queues    []*queue          // its pools' queues of its handlers, in pull order
+	byRing    map[string]*queue // the pool queues by queueKey, for the doorbells
+	dispatch  jetstream.Stream  // AX_DISPATCH, for the sweeps' queue depths
+	lastSweep time.Time         // the pull loop's
+}
+
+// newIntake returns the intake of a worker with options o.
+func newIntake(o Options, log *slog.Logger) *intake {
+	return &intake{topo: o.Topology, pools: o.Pools, idleWait: o.IdleWait, doorbellWait: o.DoorbellWait,
+		log: log, doorbell: make(chan struct{}, 1)}
+}
+
 // lowFirstEvery is the anti-starvation rule: every lowFirstEvery-th round
 // that takes work drains the queues lowest priority first. Under sustained
 // urgent load, low-priority work thus still gets the first pick of one round
@@ -82,11 +111,11 @@ func (s *Service) pull(ctx context.Context) error {
 			}
 			continue
 		}
-		msgs := s.fetch(free, rounds%lowFirstEvery == lowFirstEvery-1)
+		msgs := s.in.fetch(free, rounds%lowFirstEvery == lowFirstEvery-1, s.handlersFree)
 		if len(msgs) == 0 {
 			idle.Reset(s.opts.IdleWait)
 			select {
-			case <-s.doorbell:
+			case <-s.in.doorbell:
 			case <-s.freed:
 			case <-idle.C:
 			case <-ctx.Done():
@@ -123,26 +152,27 @@ func (s *Service) pull(ctx context.Context) error {
 // (lowest priority first) when lowFirst. It asks only the hot queues (see
 // [queue]), every queue whose subject holds messages once a sweep is due,
 // and no queue of a handler whose slots are full: the worker takes no
-// more of a handler's work than it can start.
-func (s *Service) fetch(n int, lowFirst bool) []jetstream.Msg {
-	if now := time.Now(); now.Sub(s.lastSweep) >= s.opts.IdleWait {
-		s.lastSweep = now
-		s.sweep()
+// more of a handler's work than it can start: handlersFree returns the
+// free slots of each handler that has a concurrency limit, by name.
+func (in *intake) fetch(n int, lowFirst bool, handlersFree func() map[string]int) []jetstream.Msg {
+	if now := time.Now(); now.Sub(in.lastSweep) >= in.idleWait {
+		in.lastSweep = now
+		in.sweep()
 	}
-	free := s.handlersFree()
+	free := handlersFree()
 	var msgs []jetstream.Msg
-	for i := -1; i < len(s.queues); i++ {
+	for i := -1; i < len(in.queues); i++ {
 		if len(msgs) >= n {
 			break
 		}
 		var q *queue
 		switch {
 		case i < 0:
-			q = s.own
+			q = in.own
 		case lowFirst:
-			q = s.queues[len(s.queues)-1-i]
+			q = in.queues[len(in.queues)-1-i]
 		default:
-			q = s.queues[i]
+			q = in.queues[i]
 		}
 		if !q.hot() {
 			continue
@@ -155,12 +185,12 @@ func (s *Service) fetch(n int, lowFirst bool) []jetstream.Msg {
 			ask = min(ask, f)
 		}
 		rung := q.rung.Load()
-		got, err := s.fetchFrom(q, ask, &msgs)
+		got, err := in.fetchFrom(q, ask, &msgs)
 		more := err != nil || got == ask
 		if got == 0 && err == nil && rung != q.seen {
 			// Rung, yet empty: the server may not count the attempt
 			// yet (see Options.DoorbellWait). Wait on the server for it.
-			got, err = s.awaitRung(q, &msgs)
+			got, err = in.awaitRung(q, &msgs)
 			more = err != nil || got > 0
 		}
 		q.seen = rung
@@ -174,10 +204,10 @@ func (s *Service) fetch(n int, lowFirst bool) []jetstream.Msg {
 
 // fetchFrom appends up to n messages of q to msgs, without waiting, and
 // returns how many it took.
-func (s *Service) fetchFrom(q *queue, n int, msgs *[]jetstream.Msg) (int, error) {
+func (in *intake) fetchFrom(q *queue, n int, msgs *[]jetstream.Msg) (int, error) {
 	batch, err := q.consumer.FetchNoWait(n)
 	if err != nil {
-		s.log.Warn("fetch dispatch messages", "error", err, "pool", q.pool, "priority", string(q.priority), "handler", q.handler)
+		in.log.Warn("fetch dispatch messages", "error", err, "pool", q.pool, "priority", string(q.priority), "handler", q.handler)
 		return 0, err
 	}
 	got := 0
@@ -186,7 +216,7 @@ func (s *Service) fetchFrom(q *queue, n int, msgs *[]jetstream.Msg) (int, error)
 		got++
 	}
 	if err := batch.Error(); err != nil {
-		s.log.Warn("fetch dispatch messages", "error", err, "pool", q.pool, "priority", string(q.priority), "handler", q.handler)
+		in.log.Warn("fetch dispatch messages", "error", err, "pool", q.pool, "priority", string(q.priority), "handler", q.handler)
 		return got, err
 	}
 	return got, nil
@@ -197,8 +227,8 @@ func (s *Service) fetchFrom(q *queue, n int, msgs *[]jetstream.Msg) (int, error)
 // It asks for one message: a pull request the server still holds when the
 // worker stops waiting would send what it finds after to no one, and that
 // message would wait out its ack wait.
-func (s *Service) awaitRung(q *queue, msgs *[]jetstream.Msg) (int, error) {
-	m, err := q.consumer.Next(jetstream.FetchMaxWait(s.opts.DoorbellWait))
+func (in *intake) awaitRung(q *queue, msgs *[]jetstream.Msg) (int, error) {
+	m, err := q.consumer.Next(jetstream.FetchMaxWait(in.doorbellWait))
 	switch {
 	case err == nil:
 		*msgs = append(*msgs, m)
@@ -206,7 +236,7 @@ func (s *Service) awaitRung(q *queue, msgs *[]jetstream.Msg) (int, error) {
 	case errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoMessages):
 		return 0, nil
 	default:
-		s.log.Warn("fetch dispatch messages", "error", err, "pool", q.pool, "priority", string(q.priority), "handler", q.handler)
+		in.log.Warn("fetch dispatch messages", "error", err, "pool", q.pool, "priority", string(q.priority), "handler", q.handler)
 		return 0, err
 	}
 }
@@ -231,31 +261,37 @@ func (s *Service) handlersFree() map[string]int {
 // missed, and messages given back with a delay or redelivered after their
 // ack wait, are found within IdleWait without fetching every queue. If a
 // pool's counts cannot be read, all its queues are fetched.
-func (s *Service) sweep() {
-	s.own.more = true
+func (in *intake) sweep() {
+	in.own.more = true
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	for _, pool := range s.opts.Pools {
-		info, err := s.dispatch.Info(ctx, jetstream.WithSubjectFilter(s.opts.Topology.Dispatch(pool, "*", ">")))
-		for _, q := range s.queues {
+	for _, pool := range in.pools {
+		info, err := in.dispatch.Info(ctx, jetstream.WithSubjectFilter(in.topo.Dispatch(pool, "*", ">")))
+		for _, q := range in.queues {
 			if q.pool == pool && (err != nil || info.State.Subjects[q.subject] > 0) {
 				q.more = true
 			}
 		}
 		if err != nil {
-			s.log.Warn("read the pool's queue depths; fetching every queue", "error", err, "pool", pool)
+			in.log.Warn("read the pool's queue depths; fetching every queue", "error", err, "pool", pool)
 		}
 	}
 }
 
 // onReady is the doorbell of a pool's queue: it marks the queue hot and
 // wakes the pull loop.
-func (s *Service) onReady(pool, subject string) {
-	p, handler, ok := s.opts.Topology.ReadyQueue(pool, subject)
-	if q := s.byRing[queueKey(pool, p, handler)]; ok && q != nil {
+func (in *intake) onReady(pool, subject string) {
+	p, handler, ok := in.topo.ReadyQueue(pool, subject)
+	if q := in.byRing[queueKey(pool, p, handler)]; ok && q != nil {
 		q.rung.Add(1)
 	}
-	signal(s.doorbell)
+	signal(in.doorbell)
+}
+
+// onOwnReady is the doorbell of the worker's own queue.
+func (in *intake) onOwnReady() {
+	in.own.rung.Add(1)
+	signal(in.doorbell)
 }
 
 func (s *Service) nak(m jetstream.Msg) {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -31,31 +30,35 @@ const (
 // Service is one executor worker. Make it with [New] and start it with
 // [Service.Run]. Its methods are safe for concurrent use.
 type Service struct {
-	opts     Options
-	log      *slog.Logger
-	hostname string
-	nonce    string // ends the Nats-Msg-Id of its reports (see reportID)
+	// A worker is made of parts, each with its own type, state and file: the
+	// intake that fetches from the dispatch queues (pull.go), admission
+	// (admit.go), the mutex keys (mutex.go), the fence question (fence.go),
+	// the lease keeper (lease.go), the attempt runner (attempt.go), the
+	// reporter of started and final reports (report.go, started.go,
+	// finals.go, spool.go), the log shipper (logship.go) and the worker's
+	// entry in ax-workers (heartbeat.go). Service holds
+	// what they share — the options and the slots — and runs the pull loop
+	// that hands each fetched attempt from one part to the next.
 
-	started  atomic.Bool
-	ready    chan struct{}
-	doorbell chan struct{} // rung by the dispatcher's ready messages
-	freed    chan struct{} // signalled when an attempt gives its slot back
-	acks     *ackConfirms  // the server's confirmations of the acks; set by Run
-	back     reconnects    // dates the connection's reconnections (see fence.go)
+	opts Options
+	log  *slog.Logger
+
+	started atomic.Bool
+	ready   chan struct{}
+	freed   chan struct{} // signalled when an attempt gives its slot back
+	acks    *ackConfirms  // the server's confirmations of the acks; set by Run
 
 	mu            sync.Mutex
-	running       map[string]*attempt      // by lease key
 	held          int                      // slots taken: attempts running or about to
 	handlerStates map[string]*handlerState // by handler name, made on first use
-	startedQueue  []*attempt               // attempts whose started report waits, by due time
-	startedWake   chan struct{}            // signalled when startedQueue grows
-	finalQueue    []*queuedFinal           // final reports waiting for the sender (see sendFinals)
-	finalWake     chan struct{}            // signalled when finalQueue grows
-	batchSeq      atomic.Uint64            // numbers the report batches (see finalsMsg)
 
-	templates sync.Map // parsed mutex key templates by their text
-
-	logs *logShipper // ships the handlers' log lines to AX_LOGS
+	in      *intake       // fetches from the worker's dispatch queues
+	leases  *leaseKeeper  // keeps the running attempts' leases
+	mutex   *mutexLocks   // takes and releases the tasks' mutex keys
+	fences  *fenceAsker   // asks whether a redelivered attempt may start
+	entry   *registration // the worker's record and grant keys in ax-workers
+	reports *reporter     // ships the started and final reports to AX_REPORTS
+	logs    *logShipper   // ships the handlers' log lines to AX_LOGS
 
 	runners   sync.WaitGroup // one per attempt, until it is reported
 	handlers  sync.WaitGroup // one per handler call
@@ -65,39 +68,16 @@ type Service struct {
 	js jetstream.JetStream
 	// pub publishes the batches of lease writes and started reports:
 	// cheaper than js's PublishMsgAsync.
-	pub *streams.Publisher
-	// leasePrefix is the subject of a lease without its key.
-	leasePrefix string
-	leases      jetstream.KeyValue
-	workers     jetstream.KeyValue
-	mutexes     jetstream.KeyValue
-	onces       jetstream.KeyValue
-	// leaseTTL is the leases bucket's TTL as last read (nanoseconds): at
-	// start, then at every renewal tick, so that a TTL its owner changes
-	// is followed (see renewLeases).
-	leaseTTL atomic.Int64
+	pub   *streams.Publisher
+	onces jetstream.KeyValue
 	// ackWait is the shortest ack wait of the worker's dispatch consumers
 	// (nanoseconds), as they are: a message it holds unacked is said to be
 	// in progress every third of it (see [Service.inProgressEvery]).
 	ackWait atomic.Int64
-	// rolledUp is set once the worker restored a lease that vanished
-	// without expiring (see restoreLeases), so that it warns once.
-	rolledUp  atomic.Bool
-	own       *queue            // the worker's own subject, drained first
-	queues    []*queue          // its pools' queues of its handlers, in pull order
-	byRing    map[string]*queue // the pool queues by queueKey, for the doorbells
-	dispatch  jetstream.Stream  // AX_DISPATCH, for the sweeps' queue depths
-	lastSweep time.Time         // the pull loop's
-	startedAt time.Time
 	// handlersCtx is the parent of every attempt's context: detached from
 	// Run's context, so that handlers outlive it by up to ShutdownTimeout.
 	handlersCtx  context.Context
 	stopHandlers context.CancelCauseFunc
-	// reportsCtx ends the tries of the final reports not stored yet: only
-	// at shutdown, ShutdownTimeout after the handlers were cancelled
-	// (see drain).
-	reportsCtx  context.Context
-	stopReports context.CancelFunc
 }
 
 // errShuttingDown is the cause of the handlers' contexts when the worker
@@ -112,23 +92,22 @@ func New(opts Options) (*Service, error) {
 		return nil, err
 	}
 	log := o.Logger.With("service", "executor", "worker_id", o.WorkerID)
-	reportsCtx, stopReports := context.WithCancel(context.Background())
-	return &Service{
-		reportsCtx:    reportsCtx,
-		stopReports:   stopReports,
+	leases := newLeaseKeeper(o, log)
+	s := &Service{
 		opts:          o,
 		log:           log,
+		in:            newIntake(o, log),
+		leases:        leases,
+		fences:        &fenceAsker{conn: o.Conn, topo: o.Topology, workerID: o.WorkerID, ttl: leases.ttl},
+		mutex:         newMutexLocks(o),
+		reports:       newReporter(o, log),
 		logs:          newLogShipper(o.WorkerID, o.Topology, o.LogBuffer, o.LogFlushInterval, log),
 		ready:         make(chan struct{}),
-		doorbell:      make(chan struct{}, 1),
 		freed:         make(chan struct{}, 1),
-		startedWake:   make(chan struct{}, 1),
-		finalWake:     make(chan struct{}, 1),
-		running:       make(map[string]*attempt),
 		handlerStates: make(map[string]*handlerState),
-		hostname:      hostname(),
-		nonce:         nuid.Next(),
-	}, nil
+	}
+	s.entry = &registration{o: o, hostname: hostname(), busy: s.Busy, log: log}
+	return s, nil
 }
 
 // WorkerID returns the worker's id.
@@ -177,14 +156,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run executor: %w", err)
 	}
-	s.js = js
-	s.leasePrefix = "$KV." + s.opts.Topology.LeasesBucket() + "."
-	s.back.count.Store(s.opts.Conn.Stats().Reconnects)
+	s.js, s.reports.js, s.mutex.js = js, js, js
+	s.fences.back.count.Store(s.opts.Conn.Stats().Reconnects)
 	defer js.CleanupPublisher()
 	if s.pub, err = streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: opTimeout}); err != nil {
 		return fmt.Errorf("run executor: %w", err)
 	}
 	defer s.pub.Close()
+	s.leases.pub, s.reports.pub = s.pub, s.pub
 	if err := s.setUp(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -193,83 +172,112 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.handlersCtx, s.stopHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer s.stopHandlers(errShuttingDown)
-	defer s.stopReports()
-
-	nc := s.opts.Conn
-	control, err := nc.Subscribe(s.opts.Topology.Control(s.opts.WorkerID), s.onControl)
+	defer s.reports.stop()
+	subs, err := s.subscribe()
+	defer subs.close()
 	if err != nil {
-		return fmt.Errorf("run executor: subscribe to %s: %w", s.opts.Topology.Control(s.opts.WorkerID), err)
-	}
-	defer unsubscribe(control)
-	if s.acks, err = subscribeAcks(nc); err != nil {
 		return fmt.Errorf("run executor: %w", err)
-	}
-	defer unsubscribe(s.acks.sub)
-	var doorbells []*nats.Subscription
-	defer func() {
-		for _, sub := range doorbells {
-			unsubscribe(sub)
-		}
-	}()
-	rings := map[string]nats.MsgHandler{s.opts.Topology.ReadyWorker(s.opts.WorkerID): func(*nats.Msg) {
-		s.own.rung.Add(1)
-		signal(s.doorbell)
-	}}
-	for _, pool := range s.opts.Pools {
-		rings[s.opts.Topology.ReadyPool(pool)] = func(m *nats.Msg) { s.onReady(pool, m.Subject) }
-	}
-	for subject, ring := range rings {
-		sub, err := nc.Subscribe(subject, ring)
-		if err != nil {
-			return fmt.Errorf("run executor: subscribe to %s: %w", subject, err)
-		}
-		doorbells = append(doorbells, sub)
 	}
 	// A JetStream that refuses writes (a full store, the bucket without a
 	// quorum) refuses the worker's entry too: the worker waits for it, as
 	// its running peers wait to store their reports, rather than exit.
 	err = streams.UntilStarted(ctx, func(err error, wait time.Duration) {
 		s.log.Warn("JetStream refuses the worker's entry in the workers bucket; trying again", "error", err, "retry_in", wait)
-	}, s.putWorker)
+	}, s.entry.put)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return fmt.Errorf("run executor: %w", err)
 	}
+	return s.serve(ctx, subs)
+}
 
+// serve runs the worker's background work and its pull loop until ctx
+// ends, then drains and takes the worker off the list.
+func (s *Service) serve(ctx context.Context, subs *subscriptions) error {
 	var background sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	background.Go(func() { s.heartbeat(bgCtx) })
-	background.Go(func() { s.renewLeases(bgCtx) })
-	background.Go(func() { s.reportStarted(bgCtx) })
-	background.Go(func() { s.sendFinals(bgCtx) })
+	background.Go(func() { s.entry.heartbeat(bgCtx) })
+	background.Go(func() { s.leases.renewLeases(bgCtx) })
+	background.Go(func() { s.reports.reportStarted(bgCtx) })
+	background.Go(func() { s.reports.sendFinals(bgCtx) })
 	// The final reports a run before this one left in the spool.
-	background.Go(func() { s.sendSpooled(bgCtx) })
+	background.Go(func() { s.reports.sendSpooled(bgCtx) })
 	// Stopped with the others once every attempt is reported: it then
 	// ships what is left.
 	background.Go(func() { s.logs.run(bgCtx, s.pub) })
 
-	s.log.Info("worker started", "pools", s.opts.Pools, "slots", s.opts.Slots, "handlers", s.opts.Mux.Names(), "lease_ttl", s.currentLeaseTTL())
+	s.log.Info("worker started", "pools", s.opts.Pools, "slots", s.opts.Slots, "handlers", s.opts.Mux.Names(), "lease_ttl", s.leases.ttl())
 	close(s.ready)
 
 	runErr := s.pull(ctx)
 
 	// Stop intake, drain, then take the worker off the list.
-	for _, sub := range doorbells {
-		unsubscribe(sub)
-	}
-	doorbells = nil
+	subs.closeDoorbells()
 	s.drain()
-	unsubscribe(control)
+	unsubscribe(subs.control)
 	stopBackground()
 	background.Wait()
-	s.deleteWorker()
+	s.entry.delete()
 	if s.abandoned.Load() == 0 {
 		s.handlers.Wait()
 	}
 	s.log.Info("worker stopped")
 	return runErr
+}
+
+// subscriptions are the worker's core NATS subscriptions.
+type subscriptions struct {
+	control   *nats.Subscription   // cancel orders
+	acks      *nats.Subscription   // the server's confirmations of acks
+	doorbells []*nats.Subscription // its queues' ready messages
+}
+
+// subscribe subscribes to the worker's control subject, the replies to
+// its acks and its queues' doorbells. The subscriptions it returns, even
+// with an error, are to be closed.
+func (s *Service) subscribe() (*subscriptions, error) {
+	nc, subs := s.opts.Conn, &subscriptions{}
+	var err error
+	if subs.control, err = nc.Subscribe(s.opts.Topology.Control(s.opts.WorkerID), s.onControl); err != nil {
+		return subs, fmt.Errorf("subscribe to %s: %w", s.opts.Topology.Control(s.opts.WorkerID), err)
+	}
+	if s.acks, err = subscribeAcks(nc); err != nil {
+		return subs, err
+	}
+	subs.acks = s.acks.sub
+	rings := map[string]nats.MsgHandler{s.opts.Topology.ReadyWorker(s.opts.WorkerID): func(*nats.Msg) { s.in.onOwnReady() }}
+	for _, pool := range s.opts.Pools {
+		rings[s.opts.Topology.ReadyPool(pool)] = func(m *nats.Msg) { s.in.onReady(pool, m.Subject) }
+	}
+	for subject, ring := range rings {
+		sub, err := nc.Subscribe(subject, ring)
+		if err != nil {
+			return subs, fmt.Errorf("subscribe to %s: %w", subject, err)
+		}
+		subs.doorbells = append(subs.doorbells, sub)
+	}
+	return subs, nil
+}
+
+// closeDoorbells ends the doorbell subscriptions: the worker takes no
+// more work.
+func (subs *subscriptions) closeDoorbells() {
+	for _, sub := range subs.doorbells {
+		unsubscribe(sub)
+	}
+	subs.doorbells = nil
+}
+
+// close ends every subscription; some may have ended already.
+func (subs *subscriptions) close() {
+	subs.closeDoorbells()
+	for _, sub := range []*nats.Subscription{subs.control, subs.acks} {
+		if sub != nil {
+			unsubscribe(sub)
+		}
+	}
 }
 
 // setUp looks up the topology — trying again, logged, while NATS leaves
@@ -311,21 +319,35 @@ func (s *Service) lookUp(ctx context.Context) error {
 		return kv, nil
 	}
 	var err error
-	if s.leases, err = bucket(topo.LeasesBucket()); err != nil {
+	if s.leases.kv, err = bucket(topo.LeasesBucket()); err != nil {
 		return err
 	}
-	if s.workers, err = bucket(topo.WorkersBucket()); err != nil {
+	if s.entry.kv, err = bucket(topo.WorkersBucket()); err != nil {
 		return err
 	}
-	if s.mutexes, err = bucket(topo.MutexBucket()); err != nil {
+	if s.mutex.kv, err = bucket(topo.MutexBucket()); err != nil {
 		return err
 	}
 	if s.onces, err = bucket(topo.OnceBucket()); err != nil {
 		return err
 	}
+	if err := s.checkBuckets(ctx, hint); err != nil {
+		return err
+	}
+	if s.in.dispatch, err = s.js.Stream(ctx, topo.DispatchStream()); err != nil {
+		return fmt.Errorf("look up stream %s: %w", topo.DispatchStream(), err)
+	}
+	return nil
+}
+
+// checkBuckets checks the settings the worker relies on of the buckets
+// it looked up: message TTLs where keys carry their own, a lease TTL, and
+// a workers' TTL longer than the heartbeat interval. hint says how to
+// make the topology.
+func (s *Service) checkBuckets(ctx context.Context, hint string) error {
 	// Mutex keys, running records and release markers carry a per-key
 	// TTL, which a bucket allows only with message TTLs on.
-	for _, kv := range []jetstream.KeyValue{s.mutexes, s.onces} {
+	for _, kv := range []jetstream.KeyValue{s.mutex.kv, s.onces} {
 		status, err := kv.Status(ctx)
 		if err != nil {
 			return fmt.Errorf("read status of bucket %s: %w", kv.Bucket(), err)
@@ -334,23 +356,21 @@ func (s *Service) lookUp(ctx context.Context) error {
 			return fmt.Errorf("bucket %s does not allow message TTLs, so its keys cannot carry one; %s", kv.Bucket(), hint)
 		}
 	}
-	status, err := s.leases.Status(ctx)
+	topo := s.opts.Topology
+	status, err := s.leases.kv.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("read status of bucket %s: %w", topo.LeasesBucket(), err)
 	}
-	if s.leaseTTL.Store(int64(status.TTL())); status.TTL() <= 0 {
+	if s.leases.ttlNanos.Store(int64(status.TTL())); status.TTL() <= 0 {
 		return fmt.Errorf("bucket %s has no TTL, so a lease would never expire; %s", topo.LeasesBucket(), hint)
 	}
-	status, err = s.workers.Status(ctx)
+	status, err = s.entry.kv.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("read status of bucket %s: %w", topo.WorkersBucket(), err)
 	}
 	if ttl := status.TTL(); ttl > 0 && s.opts.HeartbeatInterval >= ttl {
 		return fmt.Errorf("heartbeat interval %s is not shorter than the TTL %s of bucket %s: the worker would drop off the list between heartbeats; use a shorter HeartbeatInterval",
 			s.opts.HeartbeatInterval, ttl, topo.WorkersBucket())
-	}
-	if s.dispatch, err = s.js.Stream(ctx, topo.DispatchStream()); err != nil {
-		return fmt.Errorf("look up stream %s: %w", topo.DispatchStream(), err)
 	}
 	return nil
 }
@@ -361,11 +381,12 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 	var err error
 	// The worker's own subject comes first: the dispatcher routed that
 	// work to this worker alone, so no other can take it.
-	s.own = &queue{pool: streams.WorkerPool, subject: topo.DispatchWorker(s.opts.WorkerID)}
-	ackWait := streams.DispatchAckWait(s.currentLeaseTTL())
+	in := s.in
+	in.own = &queue{pool: streams.WorkerPool, subject: topo.DispatchWorker(s.opts.WorkerID)}
+	ackWait := streams.DispatchAckWait(s.leases.ttl())
 	own := topo.WorkerConsumer(s.opts.WorkerID)
 	own.AckWait = ackWait
-	if s.own.consumer, err = s.consumer(ctx, own, "its worker id "+s.opts.WorkerID); err != nil {
+	if in.own.consumer, err = s.consumer(ctx, own, "its worker id "+s.opts.WorkerID); err != nil {
 		return err
 	}
 	// A queue per pool, priority and handler: the worker pulls only the
@@ -378,7 +399,7 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
-	s.byRing = make(map[string]*queue)
+	in.byRing = make(map[string]*queue)
 	for _, q := range pullOrder(s.opts.Pools, schemas.Priorities, s.opts.Mux.Names()) {
 		cfg := topo.PoolConsumer(q.pool, q.priority, q.handler)
 		cfg.AckWait = ackWait
@@ -386,10 +407,10 @@ func (s *Service) makeConsumers(ctx context.Context) error {
 			return err
 		}
 		q.subject = cfg.FilterSubject
-		s.queues = append(s.queues, q)
-		s.byRing[queueKey(q.pool, q.priority, q.handler)] = q
+		in.queues = append(in.queues, q)
+		in.byRing[queueKey(q.pool, q.priority, q.handler)] = q
 	}
-	s.startedAt = s.opts.NowFunc()
+	s.entry.startedAt = s.opts.NowFunc()
 	return nil
 }
 
@@ -458,7 +479,7 @@ func (s *Service) drain() {
 	case <-done:
 	case <-timer.C:
 		s.log.Warn("final reports still refused after the shutdown timeout; stopping their tries (the spool keeps them)", "busy", s.Busy(), "spool", s.opts.SpoolDir != "")
-		s.stopReports()
+		s.reports.stop()
 		<-done
 	}
 }

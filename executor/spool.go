@@ -39,37 +39,37 @@ type spooledReport struct {
 }
 
 // spoolPath is the file of the final report of d in the spool.
-func (s *Service) spoolPath(d *schemas.Dispatch) string {
-	return filepath.Join(s.opts.SpoolDir, strconv.FormatInt(d.InstanceID, 10)+"-"+strconv.Itoa(d.Attempt)+spoolExt)
+func (r *reporter) spoolPath(d *schemas.Dispatch) string {
+	return filepath.Join(r.spoolDir, strconv.FormatInt(d.InstanceID, 10)+"-"+strconv.Itoa(d.Attempt)+spoolExt)
 }
 
 // spool writes the final report of d (of kind, encoded as data) to the
 // spool, if the worker has one, and returns its file ("" when not
 // spooled). A spool that cannot be written is logged: the report is still
 // tried until stored, it only does not outlive a restart.
-func (s *Service) spool(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) string {
-	if s.opts.SpoolDir == "" {
+func (r *reporter) spool(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) string {
+	if r.spoolDir == "" {
 		return ""
 	}
-	m := s.reportMsg(d, kind, data)
+	m := r.reportMsg(d, kind, data)
 	b, err := json.Marshal(spooledReport{Subject: m.Subject, MsgID: m.Header.Get(streams.HeaderMsgID), Report: data})
 	if err == nil {
-		err = writeSynced(s.spoolPath(d), b)
+		err = writeSynced(r.spoolPath(d), b)
 	}
 	if err != nil {
-		s.log.Error("spool a final report JetStream refused; it is kept in memory only", "error", err, "instance_id", d.InstanceID, "attempt", d.Attempt, "spool", s.opts.SpoolDir)
+		r.log.Error("spool a final report JetStream refused; it is kept in memory only", "error", err, "instance_id", d.InstanceID, "attempt", d.Attempt, "spool", r.spoolDir)
 		return ""
 	}
-	return s.spoolPath(d)
+	return r.spoolPath(d)
 }
 
 // unspool removes the spooled file of a report now stored.
-func (s *Service) unspool(path string) {
+func (r *reporter) unspool(path string) {
 	if path == "" {
 		return
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Warn("remove a stored final report from the spool; a restart sends it again, as a duplicate the dispatcher ignores", "error", err, "file", path)
+		r.log.Warn("remove a stored final report from the spool; a restart sends it again, as a duplicate the dispatcher ignores", "error", err, "file", path)
 	}
 }
 
@@ -103,54 +103,45 @@ func writeSynced(path string, data []byte) error {
 // sendSpooled sends the final reports a run before this one left in the
 // spool, each until it is stored or ctx (the worker's background work)
 // or the reports' tries end; what is not stored stays in the spool.
-func (s *Service) sendSpooled(ctx context.Context) {
-	if s.opts.SpoolDir == "" {
+func (r *reporter) sendSpooled(ctx context.Context) {
+	if r.spoolDir == "" {
 		return
 	}
-	entries, err := os.ReadDir(s.opts.SpoolDir)
+	entries, err := os.ReadDir(r.spoolDir)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
-			s.log.Error("read the spool of final reports", "error", err, "spool", s.opts.SpoolDir)
+			r.log.Error("read the spool of final reports", "error", err, "spool", r.spoolDir)
 		}
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(s.reportsContext(), cancel)()
+	defer context.AfterFunc(r.ctx, cancel)()
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), spoolExt) {
 			continue
 		}
-		path := filepath.Join(s.opts.SpoolDir, e.Name())
+		path := filepath.Join(r.spoolDir, e.Name())
 		b, err := os.ReadFile(path)
-		var r spooledReport
+		var rep spooledReport
 		if err == nil {
-			err = json.Unmarshal(b, &r)
+			err = json.Unmarshal(b, &rep)
 		}
-		if err != nil || r.Subject == "" {
-			s.log.Error("a spooled final report cannot be read; leaving it", "error", err, "file", path)
+		if err != nil || rep.Subject == "" {
+			r.log.Error("a spooled final report cannot be read; leaving it", "error", err, "file", path)
 			continue
 		}
-		m := nats.NewMsg(r.Subject)
-		m.Data = r.Report
-		m.Header.Set(streams.HeaderMsgID, r.MsgID)
-		if err := s.publishRetry(ctx, m, nil); err != nil {
-			s.log.Warn("send a spooled final report; it stays in the spool", "error", err, "file", path)
+		m := nats.NewMsg(rep.Subject)
+		m.Data = rep.Report
+		m.Header.Set(streams.HeaderMsgID, rep.MsgID)
+		if err := r.publishRetry(ctx, m, nil); err != nil {
+			r.log.Warn("send a spooled final report; it stays in the spool", "error", err, "file", path)
 			if ctx.Err() != nil {
 				return
 			}
 			continue
 		}
-		s.log.Info("sent a final report from the spool", "subject", r.Subject)
-		s.unspool(path)
+		r.log.Info("sent a final report from the spool", "subject", rep.Subject)
+		r.unspool(path)
 	}
-}
-
-// reportsContext is the context that ends the final reports' tries (see
-// Service.reportsCtx); a Service not made by New has none that ends.
-func (s *Service) reportsContext() context.Context {
-	if s.reportsCtx == nil {
-		return context.Background()
-	}
-	return s.reportsCtx
 }

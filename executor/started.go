@@ -20,31 +20,41 @@ const (
 )
 
 // queueStarted adds the attempts, just started, to the ones whose started
-// report is due StartedDelay from now.
-func (s *Service) queueStarted(as []*attempt) {
+// report is due delay from now; a negative delay publishes their reports
+// at once, before their handlers run.
+func (r *reporter) queueStarted(as []*attempt, delay time.Duration) {
 	if len(as) == 0 {
 		return
 	}
-	due := time.Now().Add(s.opts.StartedDelay)
-	s.mu.Lock()
+	if delay < 0 {
+		r.mu.Lock()
+		for _, a := range as {
+			a.started, a.startedSent = startedSending, make(chan struct{})
+		}
+		r.mu.Unlock()
+		r.publishStarted(as)
+		return
+	}
+	due := time.Now().Add(delay)
+	r.mu.Lock()
 	for _, a := range as {
 		a.startedDue = due
 	}
-	s.startedQueue = append(s.startedQueue, as...)
-	s.mu.Unlock()
-	signal(s.startedWake)
+	r.startedQueue = append(r.startedQueue, as...)
+	r.mu.Unlock()
+	signal(r.startedWake)
 }
 
 // reportStarted publishes the started reports as they fall due, a batch at
 // a time with one wait for the batch, until ctx ends. A report that fails
 // to publish is not tried again: the final report records the start too.
-func (s *Service) reportStarted(ctx context.Context) {
+func (r *reporter) reportStarted(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		wait, due := s.dueStarted(time.Now())
+		wait, due := r.dueStarted(time.Now())
 		if len(due) > 0 {
-			s.publishStarted(due)
+			r.publishStarted(due)
 			continue
 		}
 		if wait > 0 {
@@ -53,7 +63,7 @@ func (s *Service) reportStarted(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.startedWake:
+		case <-r.startedWake:
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -63,11 +73,11 @@ func (s *Service) reportStarted(ctx context.Context) {
 // dueStarted takes off the queue the attempts whose started report is due
 // at now and still wanted, marking them sending, and says how long until
 // the next one falls due (0: none waits).
-func (s *Service) dueStarted(now time.Time) (wait time.Duration, due []*attempt) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (r *reporter) dueStarted(now time.Time) (wait time.Duration, due []*attempt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	n := 0
-	for _, a := range s.startedQueue {
+	for _, a := range r.startedQueue {
 		if a.startedDue.After(now) {
 			wait = a.startedDue.Sub(now)
 			break
@@ -79,26 +89,26 @@ func (s *Service) dueStarted(now time.Time) (wait time.Duration, due []*attempt)
 			due = append(due, a)
 		}
 	}
-	s.startedQueue = append(s.startedQueue[:0], s.startedQueue[n:]...)
+	r.startedQueue = append(r.startedQueue[:0], r.startedQueue[n:]...)
 	return wait, due
 }
 
 // publishStarted publishes the started reports of as, which are marked
 // sending, and marks them done.
-func (s *Service) publishStarted(as []*attempt) {
+func (r *reporter) publishStarted(as []*attempt) {
 	if len(as) == 0 {
 		return
 	}
 	msgs := make([]*nats.Msg, len(as))
 	for i, a := range as {
-		rep := schemas.Report{InstanceID: a.dispatch.InstanceID, Attempt: a.dispatch.Attempt, WorkerID: s.opts.WorkerID,
+		rep := schemas.Report{InstanceID: a.dispatch.InstanceID, Attempt: a.dispatch.Attempt, WorkerID: r.workerID,
 			Kind: schemas.ReportStarted, At: a.startedAt, StartedAt: a.startedAt}
-		msgs[i], _ = streams.NewMsg(s.reportSubject(a.dispatch), s.reportID(a.dispatch, rep.Kind), rep)
+		msgs[i], _ = streams.NewMsg(r.subject(&a.dispatch), r.msgID(&a.dispatch, rep.Kind), rep)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	_, errs := s.publishAll(ctx, msgs)
+	_, errs := publishAll(ctx, r.pub, msgs)
 	cancel()
-	s.mu.Lock()
+	r.mu.Lock()
 	for i, a := range as {
 		if errs[i] != nil {
 			a.log.Warn("report started; the final report will record the start", "error", errs[i])
@@ -106,17 +116,36 @@ func (s *Service) publishStarted(as []*attempt) {
 		a.started = startedDone
 		close(a.startedSent)
 	}
-	s.mu.Unlock()
+	r.mu.Unlock()
+}
+
+// startNow publishes the attempt's started report if it is still to be
+// sent, or waits for the one being sent, so that a progress report follows
+// it.
+func (r *reporter) startNow(a *attempt) {
+	r.mu.Lock()
+	state := a.started
+	if state == startedPending {
+		a.started, a.startedSent = startedSending, make(chan struct{})
+	}
+	sent := a.startedSent
+	r.mu.Unlock()
+	switch state {
+	case startedPending:
+		r.publishStarted([]*attempt{a})
+	case startedSending:
+		<-sent
+	}
 }
 
 // settleStarted is called once the attempt's handler is done, before its
 // final report: a started report not sent yet never will be, and one being
 // sent is waited for, so that it reaches the stream before the final one.
-func (s *Service) settleStarted(a *attempt) {
-	s.mu.Lock()
+func (r *reporter) settleStarted(a *attempt) {
+	r.mu.Lock()
 	state, sent := a.started, a.startedSent
 	a.started = startedDone
-	s.mu.Unlock()
+	r.mu.Unlock()
 	if state == startedSending {
 		<-sent
 	}

@@ -29,4 +29,14 @@
 //
 // The leader polls the outbox every Options.PollInterval while it is idle:
 // no service rings it after a commit.
+//
+// # Reading a batch in pages
+//
+// A batch (the rows between two snapshots) is read in pages in id order: when
+// it begins, one statement finds its first row of each table through the xid
+// indexes, and each page then reads the primary key on from the cursor and
+// stops at its last row, so a batch costs its rows once, however many pages it
+// takes (the relay's session plans without sorts, sequential scans and JIT, so
+// that no planner estimate turns a page back into a read and sort of the whole
+// batch).
 package relay
