@@ -376,9 +376,9 @@ func isReportOf(data []byte, instanceID int64, attempt int, final bool) bool {
 // overdue one waits by the task's backoff. workers, when set, names the
 // worker of each attempt to tell to stop; holders, for lapsed leases, the
 // worker each lease named, for the attempts the store knows no worker of,
-// and deaths how many workers died running each; cause is why, in a word.
+// and deaths the verdict on each (see deaths.go); cause is why, in a word.
 func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, workers map[[2]int64]string, holders *leaseBook,
-	deaths map[[2]int64]int, cause string) error {
+	deaths map[[2]int64]verdict, cause string) error {
 	outcomes, err := s.opts.Store.FailAttempts(ctx, failures)
 	if err != nil {
 		return err
@@ -421,8 +421,8 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 			if workers != nil {
 				wait = backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)
 			} else {
-				n := deaths[[2]int64{o.InstanceID, int64(o.Attempt)}]
-				wait, hold = s.deathWait(n, backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)), n < suspectAfter
+				v := deaths[[2]int64{o.InstanceID, int64(o.Attempt)}]
+				wait, hold = s.deathWait(v, backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)), v.deaths < suspectAfter
 			}
 			if err := s.retryAfter(batch, o, wait, hold); err != nil {
 				return err
