@@ -54,15 +54,11 @@ type Options struct {
 	// Metrics is where the dispatcher registers its counters (default: a
 	// registry of its own that nobody serves).
 	Metrics prometheus.Registerer
-	// DrillFaults turns on the faults ax drill rehearses in the recorder
-	// (default off): the reports of instances of tasks of type
-	// schemas.DrillJitterTaskType are refused on their first
-	// schemas.DrillReportFaults deliveries and redelivered after a jittered
-	// delay, as if PostgreSQL had failed the transaction (a report batch
-	// that carries one is refused whole, as that transaction would refuse
-	// it). No other report is touched: drill tasks are applied through the
-	// API only. It costs one query per batch of reports.
-	DrillFaults bool
+	// Faults injects the faults a rehearsal asks for (default nil, as in
+	// production: none). ax drill's database jitter is one
+	// (drill/drillfaults, which ax dev and ax dispatcher --drill-faults
+	// hand over).
+	Faults Faults
 	// History configures the instance history's maintenance (defaults:
 	// see [HistoryOptions]).
 	History HistoryOptions
@@ -130,6 +126,16 @@ type Service struct {
 	// cronKey is the key of the trigger service's message ids, read from
 	// the store on first use (see Service.signedCron).
 	cronKey cronKey
+}
+
+// Faults is the one seam for the faults a rehearsal (ax drill) injects
+// into the dispatcher; production leaves it nil. Its methods are called
+// concurrently.
+type Faults interface {
+	// RecordReports is given each batch of report messages before the
+	// recorder reads them, and returns those to record now; it settles
+	// (naks or terminates) the others itself.
+	RecordReports(ctx context.Context, msgs []jetstream.Msg) []jetstream.Msg
 }
 
 // testHooks let a test hold a batch of firings at a point of its way

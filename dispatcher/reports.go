@@ -25,8 +25,8 @@ const retryDelay = time.Second
 // applied or refused on its own; the batch is acknowledged, like a single
 // report, only once all of them are.
 func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
-	if s.opts.DrillFaults {
-		msgs = s.drillReportFaults(ctx, msgs)
+	if s.opts.Faults != nil {
+		msgs = s.opts.Faults.RecordReports(ctx, msgs)
 	}
 	reports, stale, handled := s.readReports(msgs)
 	// The reports of one attempt in a round come from one worker, and
