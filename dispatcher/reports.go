@@ -73,77 +73,100 @@ func (s *Service) readReports(msgs []jetstream.Msg) (reports []schemas.Report, s
 		return h
 	}
 	for _, m := range msgs {
-		if pool, worker, ok := s.top.ReportBatchFrom(m.Subject()); ok {
-			b, err := schemas.DecodeReportBatch(m.Data())
-			if err != nil || len(b.Reports) == 0 {
-				s.log.Warn().Str("subject", m.Subject()).Msg("malformed report batch dropped")
-				_ = m.Term()
-				continue
-			}
+		var rs []schemas.Report
+		var refused []store.StaleReport
+		ok := false
+		if pool, worker, isBatch := s.top.ReportBatchFrom(m.Subject()); isBatch {
+			rs, refused, ok = s.readBatch(m, pool, worker, granted(pool, worker))
+		} else {
+			rs, refused, ok = s.readReport(m, granted)
+		}
+		if ok {
 			handled = append(handled, m)
-			seen := make(map[[2]int64]bool, len(b.Reports))
-			for _, r := range b.Reports {
-				if r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt || !r.Kind.IsFinal() {
-					s.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
-						Str("kind", string(r.Kind)).Msg("malformed report in a batch dropped (a batch carries final reports only)")
-					continue
-				}
-				key := [2]int64{r.InstanceID, int64(r.Attempt)}
-				if seen[key] {
-					s.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
-						Msg("second final report of an attempt in one batch dropped")
-					continue
-				}
-				seen[key] = true
-				if kind := r.Kind; storableReport(&r) {
-					s.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
-				}
-				r.Pool, r.Handlers = pool, granted(pool, worker)
-				if r.WorkerID != worker {
-					stale = append(stale, s.noteRefused(r, fmt.Sprintf(
-						"%s report of attempt %d refused: it came in a batch on %s, which does not name its worker %q (its batches come on %s)",
-						r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.ReportBatch("<pool>", r.WorkerID))))
-					continue
-				}
-				reports = append(reports, r)
-			}
+		}
+		reports, stale = append(reports, rs...), append(stale, refused...)
+	}
+	return reports, stale, handled
+}
+
+// readBatch decodes m, a report batch of a worker on its subject in pool,
+// whose credential grants it handlers: its reports to apply and the
+// refusals of those its subject does not name the worker of; false when
+// the batch does not decode (terminated).
+func (s *Service) readBatch(m jetstream.Msg, pool, worker string, handlers []string) ([]schemas.Report, []store.StaleReport, bool) {
+	b, err := schemas.DecodeReportBatch(m.Data())
+	if err != nil || len(b.Reports) == 0 {
+		s.log.Warn().Str("subject", m.Subject()).Msg("malformed report batch dropped")
+		_ = m.Term()
+		return nil, nil, false
+	}
+	var reports []schemas.Report
+	var stale []store.StaleReport
+	seen := make(map[[2]int64]bool, len(b.Reports))
+	for _, r := range b.Reports {
+		if r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt || !r.Kind.IsFinal() {
+			s.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
+				Str("kind", string(r.Kind)).Msg("malformed report in a batch dropped (a batch carries final reports only)")
 			continue
 		}
-		r, err := schemas.DecodeReport(m.Data())
-		if err != nil || r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt {
-			s.log.Warn().Str("subject", m.Subject()).Msg("malformed report dropped")
-			_ = m.Term()
+		key := [2]int64{r.InstanceID, int64(r.Attempt)}
+		if seen[key] {
+			s.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
+				Msg("second final report of an attempt in one batch dropped")
 			continue
 		}
+		seen[key] = true
 		if kind := r.Kind; storableReport(&r) {
 			s.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
 		}
-		switch {
-		case r.Kind == schemas.ReportProgress:
-			if r.Progress == nil || r.Progress.Check() != nil {
-				s.log.Warn().Str("subject", m.Subject()).Msg("malformed progress report dropped")
-				_ = m.Term()
-				continue
-			}
-		case r.Kind != schemas.ReportStarted && !r.Kind.IsFinal():
-			s.log.Warn().Str("subject", m.Subject()).Str("kind", string(r.Kind)).Msg("report of unknown kind dropped")
-			_ = m.Term()
-			continue
-		}
-		handled = append(handled, m)
-		pool, worker, ok := s.top.ReportFrom(m.Subject())
-		if !ok || worker != r.WorkerID {
-			// The subject is what NATS permissions bind to the publisher:
-			// a report whose worker it does not name proves nothing.
+		r.Pool, r.Handlers = pool, handlers
+		if r.WorkerID != worker {
 			stale = append(stale, s.noteRefused(r, fmt.Sprintf(
-				"%s report of attempt %d refused: it came on %s, which does not name its worker %q (reports come on %s)",
-				r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.Report("<pool>", "<worker_id>", r.InstanceID))))
+				"%s report of attempt %d refused: it came in a batch on %s, which does not name its worker %q (its batches come on %s)",
+				r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.ReportBatch("<pool>", r.WorkerID))))
 			continue
 		}
-		r.Pool, r.Handlers = pool, granted(pool, worker)
 		reports = append(reports, r)
 	}
-	return reports, stale, handled
+	return reports, stale, true
+}
+
+// readReport decodes m, the message of one report: the report to apply,
+// or the refusal of one its subject does not name the worker of (granted
+// tells what a worker's credential grants in a pool); false when it does
+// not decode or has a kind it cannot carry (terminated).
+func (s *Service) readReport(m jetstream.Msg, granted func(pool, worker string) []string) ([]schemas.Report, []store.StaleReport, bool) {
+	r, err := schemas.DecodeReport(m.Data())
+	if err != nil || r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt {
+		s.log.Warn().Str("subject", m.Subject()).Msg("malformed report dropped")
+		_ = m.Term()
+		return nil, nil, false
+	}
+	if kind := r.Kind; storableReport(&r) {
+		s.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
+	}
+	switch {
+	case r.Kind == schemas.ReportProgress:
+		if r.Progress == nil || r.Progress.Check() != nil {
+			s.log.Warn().Str("subject", m.Subject()).Msg("malformed progress report dropped")
+			_ = m.Term()
+			return nil, nil, false
+		}
+	case r.Kind != schemas.ReportStarted && !r.Kind.IsFinal():
+		s.log.Warn().Str("subject", m.Subject()).Str("kind", string(r.Kind)).Msg("report of unknown kind dropped")
+		_ = m.Term()
+		return nil, nil, false
+	}
+	pool, worker, ok := s.top.ReportFrom(m.Subject())
+	if !ok || worker != r.WorkerID {
+		// The subject is what NATS permissions bind to the publisher:
+		// a report whose worker it does not name proves nothing.
+		return nil, []store.StaleReport{s.noteRefused(r, fmt.Sprintf(
+			"%s report of attempt %d refused: it came on %s, which does not name its worker %q (reports come on %s)",
+			r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.Report("<pool>", "<worker_id>", r.InstanceID)))}, true
+	}
+	r.Pool, r.Handlers = pool, granted(pool, worker)
+	return []schemas.Report{r}, nil, true
 }
 
 // nextRound splits reports into a round, in which every attempt's reports
@@ -180,17 +203,7 @@ func nextRound(reports []schemas.Report) (round, later []schemas.Report) {
 // what the outcomes set going. It returns the timeline events of the
 // reports refused or stale.
 func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]store.StaleReport, error) {
-	var started, final, progress []schemas.Report
-	for _, r := range reports {
-		switch r.Kind {
-		case schemas.ReportProgress:
-			progress = append(progress, r)
-		case schemas.ReportStarted:
-			started = append(started, r)
-		default:
-			final = append(final, r)
-		}
-	}
+	started, final, progress := sortRound(reports)
 	// An attempt's progress reports come before its final report in the
 	// stream, and once the final report is applied the attempt takes no
 	// more progress: the progress of an attempt that ends in this round is
@@ -201,15 +214,49 @@ func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]s
 	if err != nil {
 		return nil, err
 	}
-	if len(started) == 0 && len(final) == 0 {
-		refused, err := s.applyProgress(ctx, progress)
-		return append(stale, refused...), err
+	if len(started) > 0 || len(final) > 0 {
+		refused, err := s.applyReports(ctx, started, final)
+		if err != nil {
+			return nil, err
+		}
+		stale = append(stale, refused...)
 	}
+	// The other attempts' progress last, after what the final reports set
+	// going.
+	refused, err := s.applyProgress(ctx, progress)
+	if err != nil {
+		return nil, err
+	}
+	return append(stale, refused...), nil
+}
+
+// sortRound sorts a round's reports by kind.
+func sortRound(reports []schemas.Report) (started, final, progress []schemas.Report) {
+	for _, r := range reports {
+		switch r.Kind {
+		case schemas.ReportProgress:
+			progress = append(progress, r)
+		case schemas.ReportStarted:
+			started = append(started, r)
+		default:
+			final = append(final, r)
+		}
+	}
+	return started, final, progress
+}
+
+// applyReports applies the started and final reports of a round in one
+// statement (see [Service.applyIsolating]) and sets going what their
+// outcomes ask for (see [Service.settle]): the retries, the tasks chained
+// after the instances that ended and the waiting instances their slots
+// start. It returns the timeline events of the reports refused or stale.
+func (s *Service) applyReports(ctx context.Context, started, final []schemas.Report) ([]store.StaleReport, error) {
 	started, final, outcomes, err := s.applyIsolating(ctx, started, final)
 	if err != nil {
 		return nil, err
 	}
 	batch := s.pub.Batch()
+	var stale []store.StaleReport
 	var ended []store.RunEnd
 	for i, o := range outcomes {
 		isStarted := i < len(started)
@@ -219,62 +266,60 @@ func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]s
 		} else {
 			r = final[i-len(started)]
 		}
-		kind := r.Kind
 		switch {
 		case isRefused(o, r):
 			stale = append(stale, s.noteRefused(r, fmt.Sprintf(
 				"%s report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, another worker (%q) holds it, or no grant key of the worker's credential names its handler",
-				kind, o.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
+				r.Kind, o.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
 			continue
-		case isStale(o, kind):
-			stale = append(stale, s.noteStale(o, kind, r.WorkerID))
+		case isStale(o, r.Kind):
+			stale = append(stale, s.noteStale(o, r.Kind, r.WorkerID))
 		}
 		if e, ok := outcomeEnd(o); ok && !isStarted {
 			ended = append(ended, e)
 		}
-		switch {
-		case isStarted && !o.Applied && o.Found && o.CurrentAttempt == o.Attempt && o.State == schemas.StateSucceeded:
-			// Overtaken by its own success: the worker finished it, and
-			// nothing runs to stop.
-		case isStarted && !o.Applied && o.Found && !(o.State == schemas.StateRunning && o.CurrentAttempt == o.Attempt):
-			// The attempt is no longer the instance's: stop it where it runs.
-			s.cancelAttempt(r.WorkerID, o,
-				fmt.Sprintf("attempt %d is stale: the instance is %s at attempt %d", o.Attempt, o.State, o.CurrentAttempt))
-		case !isStarted && o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt:
-			// Applied now, or applied before a crash that may have lost the
-			// schedule: (re)schedule it; its message id makes that idempotent.
-			wait, refused := retryWait(o.RetryPolicy, o.Attempt, r.RetryAfterMS, s.opts.RandFunc)
-			switch {
-			case kind == schemas.ReportReleased:
-				// Handed back by a leaving worker: nothing failed, so
-				// nothing backs off.
-				wait = 0
-				if o.Applied {
-					s.metrics.handedBack.Inc()
-				}
-			case refused:
-				s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Int64("retry_after_ms", r.RetryAfterMS).
-					Msg("report asks for a negative retry_after_ms; the task's backoff applies")
-			}
-			if err := s.scheduleRetry(batch, o, wait); err != nil {
-				return nil, err
-			}
+		if err := s.settle(batch, r, o, isStarted); err != nil {
+			return nil, err
 		}
 	}
 	promoted, err := s.afterEnds(ctx, batch, ended)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.publishAttempts(ctx, batch, promoted); err != nil {
-		return nil, err
+	return stale, s.publishAttempts(ctx, batch, promoted)
+}
+
+// settle acts on the outcome o of report r (a started report when
+// isStarted): it stops an attempt its own started report finds stale,
+// and adds to batch the next attempt of a failure with attempts left.
+func (s *Service) settle(batch *streams.AsyncBatch, r schemas.Report, o store.Outcome, isStarted bool) error {
+	switch {
+	case isStarted && !o.Applied && o.Found && o.CurrentAttempt == o.Attempt && o.State == schemas.StateSucceeded:
+		// Overtaken by its own success: the worker finished it, and
+		// nothing runs to stop.
+	case isStarted && !o.Applied && o.Found && !(o.State == schemas.StateRunning && o.CurrentAttempt == o.Attempt):
+		// The attempt is no longer the instance's: stop it where it runs.
+		s.cancelAttempt(r.WorkerID, o,
+			fmt.Sprintf("attempt %d is stale: the instance is %s at attempt %d", o.Attempt, o.State, o.CurrentAttempt))
+	case !isStarted && o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt:
+		// Applied now, or applied before a crash that may have lost the
+		// schedule: (re)schedule it; its message id makes that idempotent.
+		wait, refused := retryWait(o.RetryPolicy, o.Attempt, r.RetryAfterMS, s.opts.RandFunc)
+		switch {
+		case r.Kind == schemas.ReportReleased:
+			// Handed back by a leaving worker: nothing failed, so
+			// nothing backs off.
+			wait = 0
+			if o.Applied {
+				s.metrics.handedBack.Inc()
+			}
+		case refused:
+			s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Int64("retry_after_ms", r.RetryAfterMS).
+				Msg("report asks for a negative retry_after_ms; the task's backoff applies")
+		}
+		return s.scheduleRetry(batch, o, wait)
 	}
-	// The other attempts' progress last, after what the final reports set
-	// going.
-	refused, err := s.applyProgress(ctx, progress)
-	if err != nil {
-		return nil, err
-	}
-	return append(stale, refused...), nil
+	return nil
 }
 
 // splitProgress splits progress into the reports of attempts that have a
