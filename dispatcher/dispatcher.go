@@ -174,6 +174,49 @@ const DefaultBatchSize = 500
 // have before its publishes stall.
 const triggerBatchesInFlight = 3
 
+// fill fills the defaults of o, and says what is wrong with a value
+// that has none.
+func (o *Options) fill() error {
+	if o.Topology.IsZero() {
+		o.Topology = streams.Default()
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 30 * time.Second
+	}
+	if o.TimeoutCheck <= 0 {
+		o.TimeoutCheck = time.Second
+	}
+	if o.TimeoutGrace <= 0 {
+		o.TimeoutGrace = 5 * time.Second
+	}
+	if o.QuarantineAfter <= 0 {
+		o.QuarantineAfter = DefaultQuarantineAfter
+	}
+	if o.NowFunc == nil {
+		o.NowFunc = time.Now
+	}
+	if o.RandFunc == nil {
+		o.RandFunc = randFloat
+	}
+	if o.Protocol < 0 {
+		return fmt.Errorf("Options.Protocol %d: give a version of the executor protocol, 1 or more, or 0 for 1", o.Protocol)
+	}
+	if o.Protocol == 0 {
+		o.Protocol = 1
+	}
+	if o.Metrics == nil {
+		o.Metrics = prometheus.NewRegistry()
+	}
+	triggersMaxAge := o.Streams.TriggersMaxAge
+	if triggersMaxAge <= 0 {
+		triggersMaxAge = streams.DefaultTriggersMaxAge
+	}
+	return o.History.fill(triggersMaxAge)
+}
+
 // New validates opts and fills the defaults. It does no I/O.
 func New(opts Options) (*Service, error) {
 	if opts.Conn == nil {
@@ -182,44 +225,7 @@ func New(opts Options) (*Service, error) {
 	if opts.Store == nil {
 		return nil, errors.New("new dispatcher: Options.Store is required")
 	}
-	if opts.Topology.IsZero() {
-		opts.Topology = streams.Default()
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = DefaultBatchSize
-	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = 30 * time.Second
-	}
-	if opts.TimeoutCheck <= 0 {
-		opts.TimeoutCheck = time.Second
-	}
-	if opts.TimeoutGrace <= 0 {
-		opts.TimeoutGrace = 5 * time.Second
-	}
-	if opts.QuarantineAfter <= 0 {
-		opts.QuarantineAfter = DefaultQuarantineAfter
-	}
-	if opts.NowFunc == nil {
-		opts.NowFunc = time.Now
-	}
-	if opts.RandFunc == nil {
-		opts.RandFunc = randFloat
-	}
-	if opts.Protocol < 0 {
-		return nil, fmt.Errorf("new dispatcher: Options.Protocol %d: give a version of the executor protocol, 1 or more, or 0 for 1", opts.Protocol)
-	}
-	if opts.Protocol == 0 {
-		opts.Protocol = 1
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = prometheus.NewRegistry()
-	}
-	triggersMaxAge := opts.Streams.TriggersMaxAge
-	if triggersMaxAge <= 0 {
-		triggersMaxAge = streams.DefaultTriggersMaxAge
-	}
-	if err := opts.History.fill(triggersMaxAge); err != nil {
+	if err := opts.fill(); err != nil {
 		return nil, fmt.Errorf("new dispatcher: %w", err)
 	}
 	m, err := newMetrics(opts.Metrics)
@@ -305,46 +311,12 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	defer pub.Close()
 	s.pub = pub
-	var (
-		triggers, firings jetstream.Consumer
-		reports           jetstream.Consumer
-		reportStream      jetstream.Stream
-		leases, workersKV jetstream.KeyValue
-	)
+	var h handles
 	// A cold cluster may take longer to elect its leaders than one request
 	// waits: the start-up work is tried again until it succeeds or ctx ends.
-	setUp := func(ctx context.Context) error {
-		ensured, err := s.top.Reconcile(ctx, js, s.opts.Streams)
-		s.reportSettings(ensured.Differences, err)
-		if err != nil {
-			return err
-		}
-		// Follow the installed settings, not the flags' defaults.
-		s.opts.Streams = ensured.Config
-		if triggers, err = js.CreateOrUpdateConsumer(ctx, s.top.TriggersStream(), s.top.DispatcherConsumer()); err != nil {
-			return fmt.Errorf("consumer on %s: %w", s.top.TriggersStream(), err)
-		}
-		if firings, err = js.CreateOrUpdateConsumer(ctx, s.top.FiringsStream(), s.top.FiringsConsumer()); err != nil {
-			return fmt.Errorf("consumer on %s: %w", s.top.FiringsStream(), err)
-		}
-		if reports, err = js.CreateOrUpdateConsumer(ctx, s.top.ReportsStream(), s.top.RecorderConsumer()); err != nil {
-			return fmt.Errorf("consumer on %s: %w", s.top.ReportsStream(), err)
-		}
-		if reportStream, err = js.Stream(ctx, s.top.ReportsStream()); err != nil {
-			return fmt.Errorf("stream %s: %w", s.top.ReportsStream(), err)
-		}
-		if leases, err = js.KeyValue(ctx, s.top.LeasesBucket()); err != nil {
-			return fmt.Errorf("bucket %s: %w", s.top.LeasesBucket(), err)
-		}
-		if workersKV, err = js.KeyValue(ctx, s.top.WorkersBucket()); err != nil {
-			return fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
-		}
-		status, err := workersKV.Status(ctx)
-		if err != nil {
-			return fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
-		}
-		s.workers.setTTL(status.TTL())
-		return nil
+	setUp := func(ctx context.Context) (err error) {
+		h, err = s.setUp(ctx, js)
+		return err
 	}
 	if err := streams.UntilStarted(ctx, s.startFailed, setUp); err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
@@ -362,8 +334,7 @@ func (s *Service) run(ctx context.Context) error {
 	})
 	defer stop()
 
-	watch, err := s.watchWorkers(runCtx, workersKV)
-	if err != nil {
+	if h.watchWorkers, err = s.watchWorkers(runCtx, h.workersKV); err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
 	// The watch of the leases begins before the first firing is consumed:
@@ -372,38 +343,102 @@ func (s *Service) run(ctx context.Context) error {
 	// after a dispatch, and the fence took a redelivery of that attempt for
 	// one that may have run and failed it as lost.
 	s.book.began(s.watchBegins(runCtx))
-	leaseWatch, err := leases.WatchAll(runCtx)
-	if err != nil {
+	if h.leaseWatch, err = h.leases.WatchAll(runCtx); err != nil {
 		return fmt.Errorf("run dispatcher: watch %s: %w", s.top.LeasesBucket(), err)
 	}
 
 	s.log.Info().Msg("dispatcher started")
 	close(s.ready)
+	err = runLoops(s.loops(runCtx, work, h), cancelRun)
+	s.log.Info().Msg("dispatcher stopped")
+	return err
+}
+
+// handles are what the dispatcher's loops consume and watch, found or
+// made at start.
+type handles struct {
+	triggers, firings, reports jetstream.Consumer
+	reportStream               jetstream.Stream
+	leases, workersKV          jetstream.KeyValue
+	leaseWatch                 jetstream.KeyWatcher
+	watchWorkers               func() error
+}
+
+// setUp reconciles the topology with Options.Streams, follows the
+// installed settings, and finds or makes the consumers, the reports
+// stream and the buckets the loops use.
+func (s *Service) setUp(ctx context.Context, js jetstream.JetStream) (handles, error) {
+	var h handles
+	ensured, err := s.top.Reconcile(ctx, js, s.opts.Streams)
+	s.reportSettings(ensured.Differences, err)
+	if err != nil {
+		return h, err
+	}
+	// Follow the installed settings, not the flags' defaults.
+	s.opts.Streams = ensured.Config
+	if h.triggers, err = js.CreateOrUpdateConsumer(ctx, s.top.TriggersStream(), s.top.DispatcherConsumer()); err != nil {
+		return h, fmt.Errorf("consumer on %s: %w", s.top.TriggersStream(), err)
+	}
+	if h.firings, err = js.CreateOrUpdateConsumer(ctx, s.top.FiringsStream(), s.top.FiringsConsumer()); err != nil {
+		return h, fmt.Errorf("consumer on %s: %w", s.top.FiringsStream(), err)
+	}
+	if h.reports, err = js.CreateOrUpdateConsumer(ctx, s.top.ReportsStream(), s.top.RecorderConsumer()); err != nil {
+		return h, fmt.Errorf("consumer on %s: %w", s.top.ReportsStream(), err)
+	}
+	if h.reportStream, err = js.Stream(ctx, s.top.ReportsStream()); err != nil {
+		return h, fmt.Errorf("stream %s: %w", s.top.ReportsStream(), err)
+	}
+	if h.leases, err = js.KeyValue(ctx, s.top.LeasesBucket()); err != nil {
+		return h, fmt.Errorf("bucket %s: %w", s.top.LeasesBucket(), err)
+	}
+	if h.workersKV, err = js.KeyValue(ctx, s.top.WorkersBucket()); err != nil {
+		return h, fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
+	}
+	status, err := h.workersKV.Status(ctx)
+	if err != nil {
+		return h, fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
+	}
+	s.workers.setTTL(status.TTL())
+	return h, nil
+}
+
+// loops are the dispatcher's parts, each a loop that runs until runCtx
+// ends (its batches on work): the intake of the triggers and the
+// firings, the recorder of the reports, the reaper, the probe of the
+// leases bucket, the fence, the holder of delayed firings, the router of
+// departed workers' queues, the history's maintenance and the watch of
+// the workers.
+func (s *Service) loops(runCtx, work context.Context, h handles) []func() error {
 	// Both consumers take any message a client may publish, a bulk
 	// trigger or a report batch up to max_payload: both are bounded by
 	// bytes the same way.
 	pullBytes := pullByteLimit(s.opts.Conn.MaxPayload())
-	loops := []func() error{
+	return []func() error{
 		func() error {
-			return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
+			return consumeBatches(runCtx, work, h.triggers, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
 				s.metrics.counted("triggers", s.handleTriggers))
 		},
 		func() error {
-			return consumeBatches(runCtx, work, firings, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
+			return consumeBatches(runCtx, work, h.firings, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
 				s.metrics.counted("triggers", s.handleTriggers))
 		},
 		func() error {
-			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, 1, pullBytes, s.metrics.counted("reports",
+			return consumeBatches(runCtx, work, h.reports, s.opts.BatchSize, 1, pullBytes, s.metrics.counted("reports",
 				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.handleReports(ctx, msgs) }))
 		},
-		func() error { return s.reap(runCtx, work, leases, leaseWatch, reportStream) },
-		func() error { return s.probeWrites(runCtx, leases) },
-		func() error { return s.answerFences(runCtx, work, leases, reportStream) },
+		func() error { return s.reap(runCtx, work, h.leases, h.leaseWatch, h.reportStream) },
+		func() error { return s.probeWrites(runCtx, h.leases) },
+		func() error { return s.answerFences(runCtx, work, h.leases, h.reportStream) },
 		func() error { return s.holdLoop(runCtx, work) },
 		func() error { return s.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
-		watch,
+		h.watchWorkers,
 	}
+}
+
+// runLoops runs loops side by side until all have returned; the first
+// that fails cancels the others (cancel) and its error is returned.
+func runLoops(loops []func() error, cancel context.CancelCauseFunc) error {
 	var wg sync.WaitGroup
 	var once sync.Once
 	var runErr error
@@ -411,11 +446,10 @@ func (s *Service) run(ctx context.Context) error {
 		wg.Go(func() {
 			if err := loop(); err != nil {
 				once.Do(func() { runErr = err })
-				cancelRun(err)
+				cancel(err)
 			}
 		})
 	}
 	wg.Wait()
-	s.log.Info().Msg("dispatcher stopped")
 	return runErr
 }

@@ -52,91 +52,130 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 	s.book.retains(status.TTL())
 	s.leaseTTL.Store(int64(status.TTL()))
 
-	var lost []store.Failure
 	// holders are the workers the live leases name, by attempt, read from
 	// the watch's puts: an attempt that has not reported started has no
 	// worker in the store, and the worker of a lapsed lease is suspended
 	// and its own queue routed again (see failAttempts). The fence reads
 	// them too (see fence.go).
-	holders := s.book
-	swept, promoted := false, false
+	r := &reaping{s: s, leases: leases, reports: reports, holders: s.book, missing: make(vanishedLeases), retry: time.NewTimer(0)}
+	defer r.retry.Stop()
 	timeouts := time.NewTicker(s.opts.TimeoutCheck)
 	defer timeouts.Stop()
-	vanished, missing := time.NewTicker(max(status.TTL(), time.Second)), make(vanishedLeases)
+	vanished := time.NewTicker(max(status.TTL(), time.Second))
 	defer vanished.Stop()
-	retry := time.NewTimer(0)
-	defer retry.Stop()
 	for {
-		if !swept {
-			if gone, err := s.sweepLeases(work, leases); err != nil {
-				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
-				s.log.Error().Err(err).Msg("sweeping leases failed; trying again")
-				retry.Reset(retryDelay)
-			} else {
-				lost = append(lost, gone...)
-				swept = true
-			}
-		}
-		if !promoted {
-			if err := s.promoteLeftovers(work); err != nil {
-				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
-				s.log.Error().Err(err).Msg("promoting waiting instances failed; trying again")
-				retry.Reset(retryDelay)
-			} else {
-				promoted = true
-			}
-		}
-		if left := s.graceLeft(); len(lost) > 0 && left > 0 {
-			// In or just back from an outage: the holders' final reports
-			// may still come (see outage.go).
-			retry.Reset(left)
-		} else if len(lost) > 0 {
-			if err := s.expireLeases(work, reports, lost, holders); err != nil {
-				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
-				s.log.Error().Err(err).Int("leases", len(lost)).Msg("expiring leases failed; trying again")
-				retry.Reset(retryDelay)
-			} else {
-				holders.forget(lost)
-				lost = lost[:0]
-			}
-		}
+		r.step(work)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-retry.C:
-			continue
+		case <-r.retry.C:
 		case <-timeouts.C:
-			if s.graceLeft() > 0 {
-				// An overdue attempt's final report may be held by its
-				// worker until JetStream takes it (see outage.go).
-				continue
-			}
-			if err := s.failOverdue(work, reports); err != nil {
-				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
-				s.log.Error().Err(err).Msg("failing overdue attempts failed; trying again")
-			}
-			continue
+			s.checkOverdue(work, reports)
 		case <-vanished.C:
-			lost = s.appendVanished(work, leases, missing, lost)
-			continue
+			r.lost = s.appendVanished(work, leases, r.missing, r.lost)
 		case e, ok := <-w.Updates():
 			if !ok {
 				return fmt.Errorf("watch %s: watcher closed", s.top.LeasesBucket())
 			}
-			lost = s.appendExpiry(lost, holders, e)
+			r.lost = s.appendExpiry(r.lost, r.holders, e)
+			r.drain(w)
 		}
-	drain:
-		for len(lost) < s.opts.BatchSize {
-			select {
-			case e, ok := <-w.Updates():
-				if !ok {
-					break drain
-				}
-				lost = s.appendExpiry(lost, holders, e)
-			default:
-				break drain
+	}
+}
+
+// reaping is the reaper's state between two steps: the attempts whose
+// leases lapsed, not yet failed, and what it has done once.
+type reaping struct {
+	s       *Service
+	leases  jetstream.KeyValue
+	reports jetstream.Stream
+	holders *leaseBook
+	// lost are the attempts whose leases lapsed, to fail; missing the
+	// leases found gone without their marker (see appendVanished).
+	lost    []store.Failure
+	missing vanishedLeases
+	// swept and promoted say that the sweep of the leases and the
+	// promotion of leftover waiting instances, done once at start, are.
+	swept, promoted bool
+	// retry fires the next step after a failure, or after a grace.
+	retry *time.Timer
+}
+
+// step does what is due: the sweep and the promotion until they succeed
+// once, and the failure of the lost attempts, unless in or just back from
+// an outage (their holders' final reports may still come, see outage.go).
+func (r *reaping) step(work context.Context) {
+	s := r.s
+	if !r.swept {
+		if gone, err := s.sweepLeases(work, r.leases); err != nil {
+			r.failed(err, "sweeping leases failed; trying again", 0)
+		} else {
+			r.lost = append(r.lost, gone...)
+			r.swept = true
+		}
+	}
+	if !r.promoted {
+		if err := s.promoteLeftovers(work); err != nil {
+			r.failed(err, "promoting waiting instances failed; trying again", 0)
+		} else {
+			r.promoted = true
+		}
+	}
+	// graceLeft is asked on every step: it dates a reconnection it sees.
+	left := s.graceLeft()
+	if len(r.lost) == 0 {
+		return
+	}
+	if left > 0 {
+		r.retry.Reset(left)
+		return
+	}
+	if err := s.expireLeases(work, r.reports, r.lost, r.holders); err != nil {
+		r.failed(err, "expiring leases failed; trying again", len(r.lost))
+		return
+	}
+	r.holders.forget(r.lost)
+	r.lost = r.lost[:0]
+}
+
+// failed counts and logs a step that failed (msg; leases, when not 0,
+// the lapsed leases it was failing), and tries again after retryDelay.
+func (r *reaping) failed(err error, msg string, leases int) {
+	r.s.metrics.batchFailures.WithLabelValues("reaper").Inc()
+	ev := r.s.log.Error().Err(err)
+	if leases > 0 {
+		ev = ev.Int("leases", leases)
+	}
+	ev.Msg(msg)
+	r.retry.Reset(retryDelay)
+}
+
+// drain adds to the lost attempts the lease expiries the watch w holds
+// already, up to a batch.
+func (r *reaping) drain(w jetstream.KeyWatcher) {
+	for len(r.lost) < r.s.opts.BatchSize {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
 			}
+			r.lost = r.s.appendExpiry(r.lost, r.holders, e)
+		default:
+			return
 		}
+	}
+}
+
+// checkOverdue fails the attempts that outlived their timeout, unless in
+// or just back from an outage: an overdue attempt's final report may be
+// held by its worker until JetStream takes it (see outage.go).
+func (s *Service) checkOverdue(work context.Context, reports jetstream.Stream) {
+	if s.graceLeft() > 0 {
+		return
+	}
+	if err := s.failOverdue(work, reports); err != nil {
+		s.metrics.batchFailures.WithLabelValues("reaper").Inc()
+		s.log.Error().Err(err).Msg("failing overdue attempts failed; trying again")
 	}
 }
 
