@@ -118,8 +118,9 @@ type Service struct {
 	// leaseTTL is the leases bucket's TTL, in nanoseconds, as the reaper
 	// read it at start: how long a suspect's retry waits at least.
 	leaseTTL atomic.Int64
-	// hooks are set by tests only, before Run.
-	hooks testHooks
+	// at, nil in production, is called at each firingPoint of a batch of
+	// firings with its firings: tests set it (export_test.go), before Run.
+	at func(firingPoint, []firing)
 	// rollupWarnings note the buckets whose roll-up was logged (see
 	// rollups.go).
 	rollupWarnings
@@ -136,27 +137,6 @@ type Faults interface {
 	// recorder reads them, and returns those to record now; it settles
 	// (naks or terminates) the others itself.
 	RecordReports(ctx context.Context, msgs []jetstream.Msg) []jetstream.Msg
-}
-
-// testHooks let a test hold a batch of firings at a point of its way
-// (see [Service.fire]); each is given the batch's firings. Unset, each
-// does nothing.
-type testHooks struct {
-	// beforeWrites runs before the batch's first statement that writes.
-	beforeWrites func([]firing)
-	// waitsTurn runs when the batch, holding firings whose order matters,
-	// waits for the batch before it to pass its turn before it writes.
-	waitsTurn func([]firing)
-	// beforeAcks runs before the batch awaits its publishes'
-	// acknowledgements.
-	beforeAcks func([]firing)
-}
-
-// call runs hook, when set, with firings.
-func call(hook func([]firing), firings []firing) {
-	if hook != nil {
-		hook(firings)
-	}
 }
 
 // DefaultBatchSize is the default of [Options.BatchSize].

@@ -43,7 +43,7 @@ func (s *Service) fire(ctx context.Context, firings []firing, t *turn) func() {
 		return nil
 	}
 	return func() {
-		call(s.hooks.beforeAcks, firings)
+		s.reached(pointAcks, firings)
 		if err := sent.await(ctx); err != nil {
 			s.retryLater(msgsOf(firings), err)
 			return
@@ -196,12 +196,12 @@ func (b *intake) instances(ctx context.Context) error {
 func (b *intake) write(ctx context.Context) error {
 	s := b.s
 	if len(b.limited) > 0 || len(b.retries) > 0 || len(b.cancels) > 0 {
-		call(s.hooks.waitsTurn, b.firings)
+		s.reached(pointTurn, b.firings)
 		if err := b.t.wait(ctx); err != nil {
 			return err
 		}
 	}
-	call(s.hooks.beforeWrites, b.firings)
+	s.reached(pointWrites, b.firings)
 	if err := b.createInstances(ctx); err != nil {
 		return err
 	}
@@ -267,4 +267,26 @@ func (b *intake) publish(ctx context.Context) (sentAttempts, error) {
 		return sentAttempts{}, err
 	}
 	return s.sendAttempts(ctx, batch, append(append(b.attempts, b.retried...), promoted...))
+}
+
+// firingPoint names a point of a batch of firings' way (see
+// [Service.fire]) where a test may hold it.
+type firingPoint int
+
+const (
+	// pointWrites is before the batch's first statement that writes.
+	pointWrites firingPoint = iota
+	// pointTurn is where the batch, holding firings whose order matters,
+	// waits for the batch before it to pass its turn before it writes.
+	pointTurn
+	// pointAcks is before the batch awaits its publishes'
+	// acknowledgements.
+	pointAcks
+)
+
+// reached calls s.at, when set, at point p of the batch of firings.
+func (s *Service) reached(p firingPoint, firings []firing) {
+	if s.at != nil {
+		s.at(p, firings)
+	}
 }
