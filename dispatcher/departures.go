@@ -297,7 +297,7 @@ func (rr *rerouting) add(m jetstream.Msg) error {
 			Reason: fmt.Sprintf("worker %s, which the attempt is pinned to, left; the attempt waits for it to come back", rr.from)})
 		return nil
 	}
-	r, err := s.route(a, rr.rs)
+	r, err := s.router.route(a, rr.rs)
 	if err != nil {
 		log.Warn().Err(err).Dur("retry_in", rerouteDelay).Msg("no live worker may take the attempt of a worker that left; routing it again later")
 		return rr.fromStore(m, a)

@@ -103,8 +103,8 @@ type Service struct {
 	workers *liveWorkers
 	// gone holds the workers that left, whose queues wait to be routed again.
 	gone *departures
-	// hashKeys holds the parsed hash_key templates by their text.
-	hashKeys sync.Map
+	// router decides where each attempt goes.
+	router *router
 	// book is what the reaper's watch learned of the leases, which the
 	// fence reads (see fence.go).
 	book *leaseBook
@@ -212,15 +212,18 @@ func New(opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new dispatcher: register metrics: %w", err)
 	}
+	log := opts.Logger.With().Str("service", "dispatcher").Logger()
+	workers := newLiveWorkers(opts.NowFunc)
 	return &Service{
 		opts:    opts,
 		top:     opts.Topology,
-		log:     opts.Logger.With().Str("service", "dispatcher").Logger(),
+		log:     log,
 		now:     opts.NowFunc,
 		ready:   make(chan struct{}),
 		held:    newHolder(),
 		metrics: m,
-		workers: newLiveWorkers(opts.NowFunc),
+		workers: workers,
+		router:  &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log},
 		gone:    newDepartures(),
 		book:    newLeaseBook(),
 	}, nil

@@ -75,7 +75,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		if a.State != schemas.StateDispatched {
 			continue
 		}
-		r, err := s.route(a, rs)
+		r, err := s.router.route(a, rs)
 		if err != nil {
 			s.log.Warn().Err(err).Int64("instance_id", a.ID).Int("attempt", a.Attempt).Str("task", a.Task).
 				Str("pool", a.Pool).Str("min_worker_version", a.MinWorkerVersion).Dur("retry_in", rerouteDelay).
