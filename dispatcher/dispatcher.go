@@ -105,6 +105,8 @@ type Service struct {
 	gone *departures
 	// router decides where each attempt goes.
 	router *router
+	// recorder turns reports into transitions.
+	recorder *recorder
 	// book is what the reaper's watch learned of the leases, which the
 	// fence reads (see fence.go).
 	book *leaseBook
@@ -214,7 +216,7 @@ func New(opts Options) (*Service, error) {
 	}
 	log := opts.Logger.With().Str("service", "dispatcher").Logger()
 	workers := newLiveWorkers(opts.NowFunc)
-	return &Service{
+	s := &Service{
 		opts:    opts,
 		top:     opts.Topology,
 		log:     log,
@@ -226,7 +228,10 @@ func New(opts Options) (*Service, error) {
 		router:  &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log},
 		gone:    newDepartures(),
 		book:    newLeaseBook(),
-	}, nil
+	}
+	s.recorder = &recorder{store: opts.Store, top: opts.Topology, workers: workers, faults: opts.Faults,
+		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s}
+	return s, nil
 }
 
 // Ready returns a channel that is closed once Run has ensured the topology
@@ -407,7 +412,7 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		},
 		func() error {
 			return consumeBatches(runCtx, work, h.reports, s.opts.BatchSize, 1, pullBytes, s.metrics.counted("reports",
-				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.handleReports(ctx, msgs) }))
+				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.recorder.handleReports(ctx, msgs) }))
 		},
 		func() error { return s.reap(runCtx, work, h.leases, h.leaseWatch, h.reportStream) },
 		func() error { return s.probeWrites(runCtx, h.leases) },
