@@ -93,8 +93,6 @@ type Service struct {
 	pub *streams.Publisher
 	// ready is closed once Run has its consumers and watcher in place.
 	ready chan struct{}
-	// held keeps the firings due within holdWindow until their time.
-	held *holder
 	// metrics counts what the consumers handle.
 	metrics *metrics
 	// settingsSeen holds the topology settings already logged as differing.
@@ -107,6 +105,8 @@ type Service struct {
 	router *router
 	// recorder turns reports into transitions.
 	recorder *recorder
+	// intake turns firings into instances and attempts.
+	intake *intake
 	// book is what the reaper's watch learned of the leases, which the
 	// fence reads (see fence.go).
 	book *leaseBook
@@ -120,15 +120,9 @@ type Service struct {
 	// leaseTTL is the leases bucket's TTL, in nanoseconds, as the reaper
 	// read it at start: how long a suspect's retry waits at least.
 	leaseTTL atomic.Int64
-	// at, nil in production, is called at each firingPoint of a batch of
-	// firings with its firings: tests set it (export_test.go), before Run.
-	at func(firingPoint, []firing)
 	// rollupWarnings note the buckets whose roll-up was logged (see
 	// rollups.go).
 	rollupWarnings
-	// cronKey is the key of the trigger service's message ids, read from
-	// the store on first use (see Service.signedCron).
-	cronKey cronKey
 }
 
 // Faults is the one seam for the faults a rehearsal (ax drill) injects
@@ -145,7 +139,7 @@ type Faults interface {
 const DefaultBatchSize = 500
 
 // triggerBatchesInFlight is how many batches of firings the dispatcher
-// handles at once (see [Service.fire]): their statements run side by side
+// handles at once (see [intake.fire]): their statements run side by side
 // (one commit's fsync no longer holds up the next batch), their publishes
 // go in batch order, and a batch awaits its acknowledgements while the
 // next ones run. It stays below the PostgreSQL connections a store's pool
@@ -222,7 +216,6 @@ func New(opts Options) (*Service, error) {
 		log:     log,
 		now:     opts.NowFunc,
 		ready:   make(chan struct{}),
-		held:    newHolder(),
 		metrics: m,
 		workers: workers,
 		router:  &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log},
@@ -231,6 +224,10 @@ func New(opts Options) (*Service, error) {
 	}
 	s.recorder = &recorder{store: opts.Store, top: opts.Topology, workers: workers, faults: opts.Faults,
 		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s}
+	s.intake = &intake{store: opts.Store, top: opts.Topology, conn: opts.Conn, now: opts.NowFunc, log: log, metrics: m,
+		held: newHolder(), next: s,
+		// Run follows the installed settings (see setUp).
+		triggersMaxAge: func() time.Duration { return s.opts.Streams.TriggersMaxAge }}
 	return s, nil
 }
 
@@ -404,11 +401,11 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 	return []func() error{
 		func() error {
 			return consumeBatches(runCtx, work, h.triggers, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
-				s.metrics.counted("triggers", s.handleTriggers))
+				s.metrics.counted("triggers", s.intake.handleTriggers))
 		},
 		func() error {
 			return consumeBatches(runCtx, work, h.firings, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
-				s.metrics.counted("triggers", s.handleTriggers))
+				s.metrics.counted("triggers", s.intake.handleTriggers))
 		},
 		func() error {
 			return consumeBatches(runCtx, work, h.reports, s.opts.BatchSize, 1, pullBytes, s.metrics.counted("reports",
@@ -417,7 +414,7 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		func() error { return s.reap(runCtx, work, h.leases, h.leaseWatch, h.reportStream) },
 		func() error { return s.probeWrites(runCtx, h.leases) },
 		func() error { return s.answerFences(runCtx, work, h.leases, h.reportStream) },
-		func() error { return s.holdLoop(runCtx, work) },
+		func() error { return s.intake.holdLoop(runCtx, work) },
 		func() error { return s.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
 		h.watchWorkers,

@@ -1,7 +1,7 @@
 package dispatcher
 
 // testHooks let a test hold a batch of firings at a point of its way
-// (see [Service.fire]); each is given the batch's firings. Unset, each
+// (see [intake.fire]); each is given the batch's firings. Unset, each
 // does nothing.
 type testHooks struct {
 	// beforeWrites runs before the batch's first statement that writes.
@@ -17,7 +17,7 @@ type testHooks struct {
 // setHooks makes s run h's hooks at their points; call it before Run.
 func (s *Service) setHooks(h testHooks) {
 	hooks := map[firingPoint]func([]firing){pointWrites: h.beforeWrites, pointTurn: h.waitsTurn, pointAcks: h.beforeAcks}
-	s.at = func(p firingPoint, firings []firing) {
+	s.intake.at = func(p firingPoint, firings []firing) {
 		if hook := hooks[p]; hook != nil {
 			hook(firings)
 		}

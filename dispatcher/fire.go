@@ -32,20 +32,20 @@ import (
 // committed are returned by CreateInstances (or StartRetries) and
 // published again, which their message ids make a no-op for those the
 // server took.
-func (s *Service) fire(ctx context.Context, firings []firing, t *turn) func() {
+func (it *intake) fire(ctx context.Context, firings []firing, t *turn) func() {
 	if len(firings) == 0 {
 		return nil
 	}
-	b := s.newIntake(firings, t)
+	b := it.newFiringBatch(firings, t)
 	sent, err := b.run(ctx)
 	if err != nil {
-		s.retryLater(msgsOf(firings), err)
+		it.next.retryLater(msgsOf(firings), err)
 		return nil
 	}
 	return func() {
-		s.reached(pointAcks, firings)
+		it.reached(pointAcks, firings)
 		if err := sent.await(ctx); err != nil {
-			s.retryLater(msgsOf(firings), err)
+			it.next.retryLater(msgsOf(firings), err)
 			return
 		}
 		for _, f := range firings {
@@ -56,12 +56,12 @@ func (s *Service) fire(ctx context.Context, firings []firing, t *turn) func() {
 	}
 }
 
-// intake is one batch of firings on its way to instances and attempts
-// (see [Service.fire]): the firings sorted by what they ask, the tasks
+// firingBatch is one batch of firings on its way to instances and attempts
+// (see [intake.fire]): the firings sorted by what they ask, the tasks
 // they name, the instances to create, and what the writes return. Each
-// step of [intake.run] fills a part of it; the first error ends the run.
-type intake struct {
-	s       *Service
+// step of [firingBatch.run] fills a part of it; the first error ends the run.
+type firingBatch struct {
+	it      *intake
 	firings []firing
 	t       *turn
 
@@ -93,9 +93,9 @@ type intake struct {
 	termed   map[jetstream.Msg]bool
 }
 
-// newIntake sorts firings by what they ask for.
-func (s *Service) newIntake(firings []firing, t *turn) *intake {
-	b := &intake{s: s, firings: firings, t: t}
+// newFiringBatch sorts firings by what they ask for.
+func (it *intake) newFiringBatch(firings []firing, t *turn) *firingBatch {
+	b := &firingBatch{it: it, firings: firings, t: t}
 	seen := make(map[string]bool)
 	for _, f := range firings {
 		if f.event.Retry != nil {
@@ -117,7 +117,7 @@ func (s *Service) newIntake(firings []firing, t *turn) *intake {
 
 // run reads the batch's tasks, fills its instances, writes them and
 // publishes the attempts, returning what awaits their acknowledgements.
-func (b *intake) run(ctx context.Context) (sentAttempts, error) {
+func (b *firingBatch) run(ctx context.Context) (sentAttempts, error) {
 	if err := b.readTasks(ctx); err != nil {
 		return sentAttempts{}, err
 	}
@@ -131,8 +131,8 @@ func (b *intake) run(ctx context.Context) (sentAttempts, error) {
 }
 
 // readTasks reads the tasks the fresh firings name, once a batch.
-func (b *intake) readTasks(ctx context.Context) error {
-	tasks, err := b.s.opts.Store.GetTasks(ctx, b.names)
+func (b *firingBatch) readTasks(ctx context.Context) error {
+	tasks, err := b.it.store.GetTasks(ctx, b.names)
 	if err != nil {
 		return err
 	}
@@ -147,8 +147,8 @@ func (b *intake) readTasks(ctx context.Context) error {
 // instances fills the instances of the fresh firings, one a (task, event
 // id), and notes the messages of each key. A firing of an unknown task is
 // dropped with a warning: there is no instance to record it on.
-func (b *intake) instances(ctx context.Context) error {
-	s := b.s
+func (b *firingBatch) instances(ctx context.Context) error {
+	it := b.it
 	b.create = make([]store.NewInstance, 0, len(b.fresh))
 	b.limited = make(map[string][]store.NewInstance)
 	b.byKey = make(map[[2]string][]jetstream.Msg, len(b.fresh))
@@ -158,13 +158,13 @@ func (b *intake) instances(ctx context.Context) error {
 	for i, f := range b.fresh {
 		rec, ok := b.tasks[f.task]
 		if !ok {
-			s.log.Warn().Str("task", f.task).Str("event_id", f.event.EventID).
+			it.log.Warn().Str("task", f.task).Str("event_id", f.event.EventID).
 				Msg("firing of an unknown task dropped; apply the task first")
 			continue
 		}
-		if f.from == streams.FromOutside && f.problem == "" && f.event.Source == schemas.SourceCron && !s.signedCron(ctx, f) {
-			if problem := s.checkCron(f, b.defs[f.task]); problem != "" {
-				s.refuse(&f, problem)
+		if f.from == streams.FromOutside && f.problem == "" && f.event.Source == schemas.SourceCron && !it.signedCron(ctx, f) {
+			if problem := it.checkCron(f, b.defs[f.task]); problem != "" {
+				it.refuse(&f, problem)
 			}
 		}
 		key := [2]string{f.task, f.event.EventID}
@@ -175,9 +175,9 @@ func (b *intake) instances(ctx context.Context) error {
 		firstMsgs[i] = f.msg
 		b.byKey[key] = firstMsgs[i : i+1 : i+1]
 		if f.problem != "" {
-			s.metrics.refused.WithLabelValues("validate", "skipped").Inc()
+			it.metrics.refused.WithLabelValues("validate", "skipped").Inc()
 		}
-		in, err := s.newInstance(f, rec, b.defs[f.task])
+		in, err := it.newInstance(f, rec, b.defs[f.task])
 		if err != nil {
 			return err
 		}
@@ -192,30 +192,30 @@ func (b *intake) instances(ctx context.Context) error {
 
 // write creates the instances, records the firings PostgreSQL refused
 // (refused.go), cancels and starts the retries: a batch whose order
-// matters in its turn (see [Service.fire]).
-func (b *intake) write(ctx context.Context) error {
-	s := b.s
+// matters in its turn (see [intake.fire]).
+func (b *firingBatch) write(ctx context.Context) error {
+	it := b.it
 	if len(b.limited) > 0 || len(b.retries) > 0 || len(b.cancels) > 0 {
-		s.reached(pointTurn, b.firings)
+		it.reached(pointTurn, b.firings)
 		if err := b.t.wait(ctx); err != nil {
 			return err
 		}
 	}
-	s.reached(pointWrites, b.firings)
+	it.reached(pointWrites, b.firings)
 	if err := b.createInstances(ctx); err != nil {
 		return err
 	}
-	skipped, termed, err := s.recordRefused(ctx, b.refused, b.byKey)
+	skipped, termed, err := it.recordRefused(ctx, b.refused, b.byKey)
 	if err != nil {
 		return err
 	}
 	b.attempts, b.termed = append(b.attempts, skipped...), termed
-	cancelled, err := s.opts.Store.CancelInstances(ctx, b.cancels)
+	cancelled, err := it.store.CancelInstances(ctx, b.cancels)
 	if err != nil {
 		return err
 	}
 	b.victims = append(b.victims, cancelled...)
-	retried, err := s.opts.Store.StartRetries(ctx, b.retries)
+	retried, err := it.store.StartRetries(ctx, b.retries)
 	if err != nil {
 		return err
 	}
@@ -227,8 +227,8 @@ func (b *intake) write(ctx context.Context) error {
 // PostgreSQL refuses split off (see [createIsolating]): those of tasks
 // without max_running_instances in one statement, then those of each
 // limited task, by name.
-func (b *intake) createInstances(ctx context.Context) error {
-	st := b.s.opts.Store
+func (b *firingBatch) createInstances(ctx context.Context) error {
+	st := b.it.store
 	attempts, victims, refused, err := createIsolating(ctx, b.create,
 		func(ctx context.Context, in []store.NewInstance) ([]store.Attempt, []store.Victim, error) {
 			a, err := st.CreateInstances(ctx, in)
@@ -256,21 +256,21 @@ func (b *intake) createInstances(ctx context.Context) error {
 // start (a SKIPPED or cancelled instance ends its run's branch: the tasks
 // chained after it fire, or are SKIPPED in turn, and its task's waiting
 // instances may start) and sends every attempt.
-func (b *intake) publish(ctx context.Context) (sentAttempts, error) {
-	s := b.s
+func (b *firingBatch) publish(ctx context.Context) (sentAttempts, error) {
+	it := b.it
 	if err := b.t.wait(ctx); err != nil {
 		return sentAttempts{}, err
 	}
-	batch := s.pub.Batch()
-	promoted, err := s.afterEnds(ctx, batch, append(attemptEnds(b.attempts), s.stopVictims(b.victims)...))
+	batch := it.next.newBatch()
+	promoted, err := it.next.afterEnds(ctx, batch, append(attemptEnds(b.attempts), it.next.stopVictims(b.victims)...))
 	if err != nil {
 		return sentAttempts{}, err
 	}
-	return s.sendAttempts(ctx, batch, append(append(b.attempts, b.retried...), promoted...))
+	return it.next.sendAttempts(ctx, batch, append(append(b.attempts, b.retried...), promoted...))
 }
 
 // firingPoint names a point of a batch of firings' way (see
-// [Service.fire]) where a test may hold it.
+// [intake.fire]) where a test may hold it.
 type firingPoint int
 
 const (
@@ -284,9 +284,9 @@ const (
 	pointAcks
 )
 
-// reached calls s.at, when set, at point p of the batch of firings.
-func (s *Service) reached(p firingPoint, firings []firing) {
-	if s.at != nil {
-		s.at(p, firings)
+// reached calls it.at, when set, at point p of the batch of firings.
+func (it *intake) reached(p firingPoint, firings []firing) {
+	if it.at != nil {
+		it.at(p, firings)
 	}
 }

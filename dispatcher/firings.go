@@ -25,25 +25,25 @@ import (
 // what was wrong, so the sender can see it: a bad firing of a batch makes
 // its own, and a batch that cannot be split (not valid JSON, more than
 // schemas.MaxTriggerBatch firings) one for the whole message.
-func (s *Service) readFirings(m jetstream.Msg) []firing {
-	task, from, ok := s.top.TriggerFrom(m.Subject())
+func (it *intake) readFirings(m jetstream.Msg) []firing {
+	task, from, ok := it.top.TriggerFrom(m.Subject())
 	if !ok || task == "" || !schemas.ValidText(task) {
 		// No task of that name can exist: there is nothing to record it on.
-		s.log.Warn().Str("subject", storableText(m.Subject())).Msg("trigger on an unexpected subject dropped")
-		s.metrics.refused.WithLabelValues("validate", "terminated").Inc()
+		it.log.Warn().Str("subject", storableText(m.Subject())).Msg("trigger on an unexpected subject dropped")
+		it.metrics.refused.WithLabelValues("validate", "terminated").Inc()
 		_ = m.Term()
 		return nil
 	}
 	data := m.Data()
 	if !schemas.IsTriggerBatch(data) {
-		if f, ok := s.readFiring(m, task, from, data, -1); ok {
+		if f, ok := it.readFiring(m, task, from, data, -1); ok {
 			return []firing{f}
 		}
 		return nil
 	}
 	items, err := taskdef.SplitTriggerBatch(data)
 	if err != nil {
-		f, ok := s.readFiring(m, task, from, nil, -1)
+		f, ok := it.readFiring(m, task, from, nil, -1)
 		if !ok {
 			return nil
 		}
@@ -58,7 +58,7 @@ func (s *Service) readFirings(m jetstream.Msg) []firing {
 	shared := &sharedMsg{Msg: m, left: len(items)}
 	out := make([]firing, 0, len(items))
 	for i, item := range items {
-		f, ok := s.readFiring(shared, task, from, item, i)
+		f, ok := it.readFiring(shared, task, from, item, i)
 		if !ok {
 			return nil // terminated: the message has no metadata
 		}
@@ -77,11 +77,11 @@ func (s *Service) readFirings(m jetstream.Msg) []firing {
 // followed by /<index>, or seq-<stream sequence>-<index>); a delay is
 // resolved to run_at (after fired_at, or after the message reached the
 // stream); source and fired_at have their defaults.
-func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, data []byte, index int) (firing, bool) {
+func (it *intake) readFiring(m jetstream.Msg, task string, from streams.Origin, data []byte, index int) (firing, bool) {
 	f := firing{msg: m, task: task, from: from}
 	ev, err := taskdef.ParseTriggerEvent(data)
 	if err == nil && from == streams.FromOutside {
-		ev = s.unproven(m, task, ev)
+		ev = it.unproven(m, task, ev)
 	}
 	// bySeq records the firing under its stream sequence: its own id
 	// cannot be trusted, or is AX's to use.
@@ -89,7 +89,7 @@ func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, 
 	if err != nil {
 		f.problem = fmt.Sprintf("malformed trigger event: %v", err)
 	} else {
-		ev, f.problem, bySeq = s.checkFiring(m, task, from, ev)
+		ev, f.problem, bySeq = it.checkFiring(m, task, from, ev)
 	}
 	if f.problem == "" {
 		f.event = ev
@@ -100,21 +100,21 @@ func (s *Service) readFiring(m jetstream.Msg, task string, from streams.Origin, 
 	if f.event.EventID == "" && !bySeq {
 		headerEventID(&f, index)
 	}
-	return s.completeFiring(f, index)
+	return it.completeFiring(f, index)
 }
 
 // checkFiring returns ev, a firing that parsed, on m on task's subject,
 // as it may fire (a cron firing from outside keeps only its tick's id,
 // fired_at and reason), or the problem that keeps it from firing as it
 // is, and whether it is then recorded under its stream sequence (bySeq).
-func (s *Service) checkFiring(m jetstream.Msg, task string, from streams.Origin, ev schemas.TriggerEvent) (_ schemas.TriggerEvent, problem string, bySeq bool) {
+func (it *intake) checkFiring(m jetstream.Msg, task string, from streams.Origin, ev schemas.TriggerEvent) (_ schemas.TriggerEvent, problem string, bySeq bool) {
 	switch {
 	case ev.Cancel != nil && from == streams.FromOutside:
 		problem = fmt.Sprintf("a cancel order is taken only from the API (POST /v1/instances/%d/cancel, ax instance cancel), not on %s",
 			ev.Cancel.InstanceID, m.Subject())
 	case ev.Task != "" && ev.Task != task:
 		problem = fmt.Sprintf("trigger event names task %q but was published to %s", ev.Task, m.Subject())
-	case from == streams.FromAX && axOwn(streams.FromAPI, ev) != "" && s.top.IsSchedFiring(m.Headers().Get(streams.HeaderScheduler)):
+	case from == streams.FromAX && axOwn(streams.FromAPI, ev) != "" && it.top.IsSchedFiring(m.Headers().Get(streams.HeaderScheduler)):
 		// The schedule of a delayed firing, which the api may write too:
 		// the dispatcher schedules none of its own kinds there.
 		problem, bySeq = fmt.Sprintf("%s is a firing AX makes itself, never from the schedule of a delayed firing (%s)",
@@ -123,8 +123,8 @@ func (s *Service) checkFiring(m jetstream.Msg, task string, from streams.Origin,
 		// Under its own id, or under one it may not hold: either way the
 		// true firing of that id must still find it free.
 		problem, bySeq = fmt.Sprintf("%s is a firing AX makes itself, taken only from AX's own services (on %s), not on %s",
-			axOwn(from, ev), s.top.AXTrigger(task), m.Subject()), true
-	case !s.ownsEventID(m, task, ev) || strings.Contains(ev.IdempotencyKey, schemas.ShardEventIDMark):
+			axOwn(from, ev), it.top.AXTrigger(task), m.Subject()), true
+	case !it.ownsEventID(m, task, ev) || strings.Contains(ev.IdempotencyKey, schemas.ShardEventIDMark):
 		problem, bySeq = "reserved id: "+problemsText(ev.UserIDProblems()), true
 	case ev.Source == schemas.SourceCron && from == streams.FromOutside:
 		// The trigger service's, or anyone's who may fire: only its id
@@ -141,7 +141,7 @@ func (s *Service) checkFiring(m jetstream.Msg, task string, from streams.Origin,
 				task, schemas.CronEventIDPrefix+task+":", storableText(ev.EventID)), true
 		}
 	default:
-		problem = s.oversize(ev)
+		problem = it.oversize(ev)
 	}
 	return ev, problem, bySeq
 }
@@ -183,12 +183,12 @@ func headerEventID(f *firing, index int) {
 // message's stream sequence (with -<index> for a firing of a batch), a
 // delay resolved to run_at, the default source and fired_at. A message
 // whose metadata it needs and cannot read is terminated (false).
-func (s *Service) completeFiring(f firing, index int) (firing, bool) {
+func (it *intake) completeFiring(f firing, index int) (firing, bool) {
 	var meta *jetstream.MsgMetadata
 	if f.event.EventID == "" || (f.event.Delay != "" && f.event.FiredAt.IsZero()) {
 		var err error
 		if meta, err = f.msg.Metadata(); err != nil {
-			s.log.Warn().Err(err).Str("subject", f.msg.Subject()).Msg("trigger without metadata dropped")
+			it.log.Warn().Err(err).Str("subject", f.msg.Subject()).Msg("trigger without metadata dropped")
 			_ = f.msg.Term()
 			return firing{}, false
 		}
@@ -212,7 +212,7 @@ func (s *Service) completeFiring(f firing, index int) (firing, bool) {
 		f.event.Source = schemas.SourceEvent
 	}
 	if f.event.FiredAt.IsZero() {
-		f.event.FiredAt = s.now()
+		f.event.FiredAt = it.now()
 	}
 	return f, true
 }
@@ -246,7 +246,7 @@ func cronTick(task, id string) (int, time.Time, bool) {
 // trigger service makes (readFiring kept only its id, fired_at and
 // reason), so whoever sends it first, the tick makes one instance, the
 // same.
-func (s *Service) checkCron(f firing, def *schemas.Task) string {
+func (it *intake) checkCron(f firing, def *schemas.Task) string {
 	i, tick, _ := cronTick(f.task, f.event.EventID)
 	if i >= len(def.Triggers) || def.Triggers[i].Type != schemas.TriggerTypeCron {
 		return fmt.Sprintf("a cron firing of trigger %d, which is no cron trigger of %s", i, f.task)
@@ -256,7 +256,7 @@ func (s *Service) checkCron(f firing, def *schemas.Task) string {
 	if err != nil || !sched.Next(tick.Add(-time.Nanosecond)).Equal(tick) {
 		return fmt.Sprintf("a cron firing of %s, which is no tick of trigger %d (%s)", tick.Format(time.RFC3339), i, t.Schedule)
 	}
-	if tick.After(s.now().Add(cronLead)) {
+	if tick.After(it.now().Add(cronLead)) {
 		return fmt.Sprintf("a cron firing of the tick %s, which is not due yet", tick.Format(time.RFC3339))
 	}
 	return ""
@@ -276,18 +276,18 @@ type cronKey struct {
 // or went away then still makes its instance, and so does one fired by a
 // trigger whose clock runs ahead. While the key cannot be read (logged),
 // every cron firing is checked.
-func (s *Service) signedCron(ctx context.Context, f firing) bool {
+func (it *intake) signedCron(ctx context.Context, f firing) bool {
 	id := f.msg.Headers().Get(streams.HeaderMsgID)
 	if len(id) != len(f.task)+1+streams.CronMsgIDLen {
 		return false
 	}
-	k := &s.cronKey
+	k := &it.cronKey
 	k.mu.Lock()
 	if k.key == nil {
-		key, err := s.opts.Store.CronMsgIDKey(ctx)
+		key, err := it.store.CronMsgIDKey(ctx)
 		if err != nil {
 			k.mu.Unlock()
-			s.log.Warn().Err(err).Msg("cron firings checked against their schedules: the key of their message ids is not readable")
+			it.log.Warn().Err(err).Msg("cron firings checked against their schedules: the key of their message ids is not readable")
 			return false
 		}
 		k.key = key
@@ -300,7 +300,7 @@ func (s *Service) signedCron(ctx context.Context, f firing) bool {
 // refuse makes f a firing of the problem, under the event id of its
 // message's stream sequence: the id it claimed stays free for the true
 // firing.
-func (s *Service) refuse(f *firing, problem string) {
+func (it *intake) refuse(f *firing, problem string) {
 	firedAt := f.event.FiredAt
 	id := schemas.SeqEventIDPrefix + "unknown"
 	if meta, err := f.msg.Metadata(); err == nil {
@@ -315,7 +315,7 @@ func (s *Service) refuse(f *firing, problem string) {
 // a cancel order (refused apart). A cron firing is the trigger service's,
 // whose NATS user may be an outside publisher's too (`ax dev` hands out
 // the trigger user): from outside it is checked against its task's
-// schedule instead (see [Service.checkCron]); from the API it is refused.
+// schedule instead (see [intake.checkCron]); from the API it is refused.
 func axOwn(from streams.Origin, ev schemas.TriggerEvent) string {
 	switch {
 	case ev.Retry != nil || ev.Source == schemas.SourceRetry:
@@ -335,11 +335,11 @@ func axOwn(from streams.Origin, ev schemas.TriggerEvent) string {
 // claims either is recorded as an event of operator "nats"
 // (store.OperatorNATS), and logged: only the api's NATS user may publish a
 // firing that names who fired it.
-func (s *Service) unproven(m jetstream.Msg, task string, ev schemas.TriggerEvent) schemas.TriggerEvent {
+func (it *intake) unproven(m jetstream.Msg, task string, ev schemas.TriggerEvent) schemas.TriggerEvent {
 	if ev.Operator == "" && ev.Source != schemas.SourceManual {
 		return ev
 	}
-	s.log.Warn().Str("task", task).Str("subject", m.Subject()).Str("source", string(ev.Source)).
+	it.log.Warn().Str("task", task).Str("subject", m.Subject()).Str("source", string(ev.Source)).
 		Str("operator", storableText(ev.Operator)).
 		Msg("a firing not published by the API claims an operator or a manual source; recorded as an event of operator nats")
 	if ev.Source == schemas.SourceManual {
@@ -354,8 +354,8 @@ func (s *Service) unproven(m jetstream.Msg, task string, ev schemas.TriggerEvent
 // [schemas.TriggerEvent.OwnsEventID]), or one that the dispatcher spelt
 // out in the schedule of a delayed firing (seq-…, idem-…), which the
 // message says by its Nats-Scheduler header (no client can set it).
-func (s *Service) ownsEventID(m jetstream.Msg, task string, ev schemas.TriggerEvent) bool {
-	return ev.OwnsEventID(task) || m.Headers().Get(streams.HeaderScheduler) == s.top.SchedFiring(task, ev.EventID)
+func (it *intake) ownsEventID(m jetstream.Msg, task string, ev schemas.TriggerEvent) bool {
+	return ev.OwnsEventID(task) || m.Headers().Get(streams.HeaderScheduler) == it.top.SchedFiring(task, ev.EventID)
 }
 
 // problemsText joins problems as a reason: "event_id: …; idempotency_key: …".

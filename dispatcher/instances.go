@@ -15,7 +15,7 @@ import (
 // parent did not end as the task's after asks) makes a SKIPPED instance
 // that says why; the error is for a payload_schema that does not compile,
 // which the API never stores.
-func (s *Service) newInstance(f firing, rec store.TaskRecord, def *schemas.Task) (store.NewInstance, error) {
+func (it *intake) newInstance(f firing, rec store.TaskRecord, def *schemas.Task) (store.NewInstance, error) {
 	ev := f.event
 	in := store.NewInstance{
 		Task:          f.task,

@@ -31,8 +31,8 @@ type recorder struct {
 	next    completer
 }
 
-// completer is what the outcomes of the recorder set going, which the
-// Service does for the reaper and the intake too.
+// completer is what the outcomes of the recorder and the instances of the
+// intake set going, which the Service does (for the reaper too).
 type completer interface {
 	// newBatch starts a batch of asynchronous publishes.
 	newBatch() *streams.AsyncBatch
@@ -47,6 +47,10 @@ type completer interface {
 	cancelAttempt(workerID string, o store.Outcome, reason string)
 	// retryLater returns a batch's messages for redelivery.
 	retryLater(msgs []jetstream.Msg, err error)
+	// stopVictims stops the victims that ran and returns their ends.
+	stopVictims(victims []store.Victim) []store.RunEnd
+	// sendAttempts routes and adds attempts to batch, unawaited.
+	sendAttempts(ctx context.Context, batch *streams.AsyncBatch, attempts []store.Attempt) (sentAttempts, error)
 }
 
 // retryDelay is how long a batch that failed waits before its redelivery.
@@ -281,7 +285,7 @@ func sortRound(reports []schemas.Report) (started, final, progress []schemas.Rep
 }
 
 // applyReports applies the started and final reports of a round in one
-// statement (see [Service.applyIsolating]) and sets going what their
+// statement (see [recorder.applyIsolating]) and sets going what their
 // outcomes ask for (see [Service.settle]): the retries, the tasks chained
 // after the instances that ended and the waiting instances their slots
 // start. It returns the timeline events of the reports refused or stale.

@@ -45,7 +45,7 @@ func (sa sentAttempts) await(ctx context.Context) error {
 
 // sendAttempts fans out the firings of sharded and broadcast tasks into
 // their children (see [Service.fanOut]), routes every DISPATCHED attempt
-// (see [Service.route]) and publishes it into batch without awaiting the
+// (see [router.route]) and publishes it into batch without awaiting the
 // acknowledgement, which the sentAttempts it returns awaits.
 // Re-publishing an attempt is harmless: its message id dedupes it. An attempt that no
 // live worker may take now is routed again after rerouteDelay, with a
@@ -142,15 +142,15 @@ const dispatchHeadroom = 4 << 10
 // come within a few bytes of the limit, and its attempt then could never
 // be published (issue 24: an instance stayed DISPATCHED for ever, the
 // batch failing each 2 s).
-func (s *Service) oversize(ev schemas.TriggerEvent) string {
+func (it *intake) oversize(ev schemas.TriggerEvent) string {
 	size := len(ev.Payload)
 	for _, p := range ev.Parents {
 		size += len(p.Output)
 	}
-	if limit := s.opts.Conn.MaxPayload() - dispatchHeadroom; int64(size) > limit {
+	if limit := it.conn.MaxPayload() - dispatchHeadroom; int64(size) > limit {
 		return fmt.Sprintf("the payload (and parents' outputs) has %d bytes, over the %d a dispatch message may carry "+
 			"(the NATS max_payload of %d bytes less %d for the envelope); send a smaller payload, such as a reference to the data",
-			size, limit, s.opts.Conn.MaxPayload(), dispatchHeadroom)
+			size, limit, it.conn.MaxPayload(), dispatchHeadroom)
 	}
 	return ""
 }

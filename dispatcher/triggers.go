@@ -4,11 +4,41 @@ import (
 	"context"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
+
+// intake is the part of the dispatcher that turns firings into instances
+// and attempts (see [intake.handleTriggers]): it reads the trigger
+// messages, holds or schedules the firings due later, creates the
+// instances of those due through the store, and hands their attempts to
+// next to publish.
+type intake struct {
+	store *store.Store
+	top   streams.Topology
+	// conn tells the NATS max_payload a dispatch message must fit.
+	conn *nats.Conn
+	// triggersMaxAge is the triggers stream's MaxAge as the dispatcher
+	// follows it (0: the default).
+	triggersMaxAge func() time.Duration
+	now            func() time.Time
+	log            zerolog.Logger
+	metrics        *metrics
+	// held keeps the firings due within holdWindow until their time.
+	held *holder
+	// cronKey is the key of the trigger service's message ids, read from
+	// the store on first use (see intake.signedCron).
+	cronKey cronKey
+	next    completer
+	// at, nil in production, is called at each firingPoint of a batch of
+	// firings with its firings: tests set it (export_test.go), before Run.
+	at func(firingPoint, []firing)
+}
 
 // firing is one trigger message and what it asks for.
 type firing struct {
@@ -43,23 +73,23 @@ func (f firing) due() time.Time {
 // message schedules (and acknowledged), so that no client has to schedule
 // its own delayed firings. It passes its turn (see [turn]) once the
 // batch's publishes are sent, and then awaits their acknowledgements.
-func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg, t *turn) {
+func (it *intake) handleTriggers(ctx context.Context, msgs []jetstream.Msg, t *turn) {
 	var now, later []firing
-	at := s.now()
+	at := it.now()
 	for _, m := range msgs {
-		for _, f := range s.readFirings(m) {
+		for _, f := range it.readFirings(m) {
 			switch due := f.due(); {
 			case !due.After(at):
 				now = append(now, f)
 			case due.Sub(at) <= holdWindow:
-				s.held.add(f)
+				it.held.add(f)
 			default:
 				later = append(later, f)
 			}
 		}
 	}
-	fired := s.fire(ctx, now, t)
-	scheduled := s.schedule(ctx, later, t)
+	fired := it.fire(ctx, now, t)
+	scheduled := it.schedule(ctx, later, t)
 	t.pass()
 	for _, rest := range []func(){fired, scheduled} {
 		if rest != nil {
@@ -76,15 +106,15 @@ func (s *Service) handleTriggers(ctx context.Context, msgs []jetstream.Msg, t *t
 // event with its event id spelt out and its delay resolved to run_at, so the
 // firing it publishes is the same one. It has no message id: a schedule
 // published twice replaces itself on its subject.
-func (s *Service) schedule(ctx context.Context, firings []firing, t *turn) func() {
+func (it *intake) schedule(ctx context.Context, firings []firing, t *turn) func() {
 	if len(firings) == 0 {
 		return nil
 	}
 	if err := t.wait(ctx); err != nil {
-		s.retryLater(msgsOf(firings), err)
+		it.next.retryLater(msgsOf(firings), err)
 		return nil
 	}
-	batch := s.pub.Batch()
+	batch := it.next.newBatch()
 	for _, f := range firings {
 		ev := f.event
 		ev.IdempotencyKey, ev.Delay = "", ""
@@ -92,25 +122,25 @@ func (s *Service) schedule(ctx context.Context, firings []firing, t *turn) func(
 		// (the schedule's target must be one of its subjects): as read
 		// now, so an outside firing was already held to what the bus
 		// proves; an API's comes back as the API's, operator and all.
-		target := s.top.AXTrigger(f.task)
+		target := it.top.AXTrigger(f.task)
 		if f.from == streams.FromAPI {
-			target = s.top.APITrigger(f.task)
+			target = it.top.APITrigger(f.task)
 		}
-		m, err := streams.NewScheduleMsg(s.top.SchedFiring(f.task, ev.EventID), target, "",
-			s.scheduleAt(ev.RunAt), ev)
+		m, err := streams.NewScheduleMsg(it.top.SchedFiring(f.task, ev.EventID), target, "",
+			it.scheduleAt(ev.RunAt), ev)
 		if err != nil {
-			s.retryLater(msgsOf(firings), err)
+			it.next.retryLater(msgsOf(firings), err)
 			return nil
 		}
 		batch.Add(m)
 	}
 	return func() {
 		if err := batch.Wait(ctx); err != nil {
-			s.retryLater(msgsOf(firings), err)
+			it.next.retryLater(msgsOf(firings), err)
 			return
 		}
 		for _, f := range firings {
-			s.log.Debug().Str("task", f.task).Str("event_id", f.event.EventID).Time("run_at", f.event.RunAt).
+			it.log.Debug().Str("task", f.task).Str("event_id", f.event.EventID).Time("run_at", f.event.RunAt).
 				Msg("delayed firing scheduled")
 			_ = f.msg.Ack()
 		}
@@ -123,13 +153,13 @@ func (s *Service) schedule(ctx context.Context, firings []firing, t *turn) func(
 // half the triggers stream's MaxAge from now, since the stream would drop a
 // schedule older than that. A firing due later comes back early and is
 // scheduled again.
-func (s *Service) scheduleAt(due time.Time) time.Time {
+func (it *intake) scheduleAt(due time.Time) time.Time {
 	at := due.Add(-scheduleLead)
-	maxAge := s.opts.Streams.TriggersMaxAge
+	maxAge := it.triggersMaxAge()
 	if maxAge <= 0 {
 		maxAge = streams.DefaultTriggersMaxAge
 	}
-	if limit := s.now().Add(maxAge / 2); at.After(limit) {
+	if limit := it.now().Add(maxAge / 2); at.After(limit) {
 		at = limit
 	}
 	return at
