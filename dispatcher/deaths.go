@@ -5,7 +5,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/store"
 )
@@ -60,10 +64,25 @@ const SuspectEvent = "suspect"
 // its handler kills within a lease TTL.
 const apartGap = 2
 
+// deathJudge is the part of the reaper that decides what a worker's death
+// costs each attempt it held (see [deathJudge.judgeDeaths]) and how long
+// their retries wait ([deathJudge.deathWait]).
+type deathJudge struct {
+	store           *store.Store
+	quarantineAfter int
+	// leaseTTL is the leases bucket's TTL, in nanoseconds, as the reaper
+	// read it at start: how long a suspect's retry waits at least.
+	leaseTTL atomic.Int64
+	rand     func() float64
+	now      func() time.Time
+	log      zerolog.Logger
+	suspects prometheus.Counter
+}
+
 // verdict is what a death costs one of its attempts: its instance's
 // deaths so far, and, for a suspect tied with others of its death on the
 // most deaths, its place among them (1, 2, …; 0 for none), which sets how
-// long its retry waits (see [Service.deathWait]).
+// long its retry waits (see [deathJudge.deathWait]).
 type verdict struct {
 	deaths int
 	apart  int
@@ -75,8 +94,8 @@ type verdict struct {
 // (holders); an attempt of unknown holder is a death of its own. It
 // records the suspects' events and returns the failures to apply and each
 // attempt's verdict.
-func (s *Service) judgeDeaths(ctx context.Context, dead []store.Failure, holders *leaseBook) ([]store.Failure, map[[2]int64]verdict, error) {
-	deaths, err := s.opts.Store.CountDeaths(ctx, dead)
+func (j *deathJudge) judgeDeaths(ctx context.Context, dead []store.Failure, holders *leaseBook) ([]store.Failure, map[[2]int64]verdict, error) {
+	deaths, err := j.store.CountDeaths(ctx, dead)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -101,15 +120,15 @@ func (s *Service) judgeDeaths(ctx context.Context, dead []store.Failure, holders
 		if w[0] == '?' {
 			id, named = "", "a worker the lease did not name"
 		}
-		f = s.charge(f, v, id, named)
+		f = j.charge(f, v, id, named)
 		if v.deaths >= suspectAfter {
 			events = append(events, store.Event{InstanceID: f.InstanceID, Attempt: f.Attempt, Kind: SuspectEvent, Operator: store.OperatorReaper,
-				Reason: fmt.Sprintf("%d workers died while running instance %d (the last, %s)", v.deaths, f.InstanceID, named), At: s.now()})
-			s.metrics.suspects.Inc()
+				Reason: fmt.Sprintf("%d workers died while running instance %d (the last, %s)", v.deaths, f.InstanceID, named), At: j.now()})
+			j.suspects.Inc()
 		}
 		out = append(out, f)
 	}
-	if err := s.opts.Store.RecordEvents(ctx, events); err != nil {
+	if err := j.store.RecordEvents(ctx, events); err != nil {
 		return nil, nil, err
 	}
 	return out, verdicts, nil
@@ -155,13 +174,13 @@ func judge(dead []store.Failure, deaths map[[2]int64]int, worker func(store.Fail
 // (quarantined) when it alone has its death's most deaths and they reach
 // QuarantineAfter, else no attempt. id and named name the worker that
 // died.
-func (s *Service) charge(f store.Failure, v verdict, id, named string) store.Failure {
+func (j *deathJudge) charge(f store.Failure, v verdict, id, named string) store.Failure {
 	n := v.deaths
-	if n >= s.opts.QuarantineAfter && v.apart == 0 {
+	if n >= j.quarantineAfter && v.apart == 0 {
 		f.Quarantine = true
 		f.Reason = fmt.Sprintf("%s: %d workers died while running this instance (the last, %s: %s); it is failed so that it kills no more",
 			store.QuarantinedReasonPrefix, n, named, f.Reason)
-		s.log.Error().Int64("instance_id", f.InstanceID).Int("attempt", f.Attempt).Int("deaths", n).Str("worker_id", id).
+		j.log.Error().Int64("instance_id", f.InstanceID).Int("attempt", f.Attempt).Int("deaths", n).Str("worker_id", id).
 			Msg("instance quarantined: workers keep dying while running it")
 		return f
 	}
@@ -169,12 +188,12 @@ func (s *Service) charge(f store.Failure, v verdict, id, named string) store.Fai
 	f.Reason = fmt.Sprintf("%s: its worker died, %s (%s); %d worker death(s) while running this instance: a death spends no attempt",
 		store.NotCountedReasonPrefix, named, f.Reason, n)
 	switch {
-	case n >= s.opts.QuarantineAfter:
+	case n >= j.quarantineAfter:
 		// Another of its death has as many: which one kills is not known.
 		f.Reason += fmt.Sprintf("; suspect: %s, another attempt of this death has %d deaths too; retried apart from it", store.TiedReason, n)
 	case n >= suspectAfter:
 		// Its retry waits apart from the attempts it died beside.
-		f.Reason += fmt.Sprintf("; suspect: retried apart, quarantined at %d deaths", s.opts.QuarantineAfter)
+		f.Reason += fmt.Sprintf("; suspect: retried apart, quarantined at %d deaths", j.quarantineAfter)
 	}
 	return f
 }
@@ -185,13 +204,13 @@ func (s *Service) charge(f store.Failure, v verdict, id, named string) store.Fai
 // that it runs apart from the attempts it died beside, and one of a tie
 // apartGap TTLs after the one before it (without the random part, which
 // could bring two together); another up to deathSpread at random.
-func (s *Service) deathWait(v verdict, backoffWait time.Duration) time.Duration {
+func (j *deathJudge) deathWait(v verdict, backoffWait time.Duration) time.Duration {
 	if v.deaths < suspectAfter {
-		return time.Duration(s.opts.RandFunc() * float64(deathSpread))
+		return time.Duration(j.rand() * float64(deathSpread))
 	}
-	ttl := time.Duration(s.leaseTTL.Load())
+	ttl := time.Duration(j.leaseTTL.Load())
 	if v.apart > 0 {
 		return max(backoffWait, ttl) + time.Duration(v.apart-1)*apartGap*ttl
 	}
-	return max(backoffWait, ttl) + time.Duration(s.opts.RandFunc()*float64(ttl/2))
+	return max(backoffWait, ttl) + time.Duration(j.rand()*float64(ttl/2))
 }

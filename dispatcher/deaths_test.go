@@ -108,7 +108,7 @@ func (b *deathBed) judge(worker string, names ...string) (map[string]store.Outco
 		book.put([2]int64{b.id[n], int64(b.attempt[n])}, worker)
 		lost = append(lost, store.Failure{InstanceID: b.id[n], Attempt: b.attempt[n], Reason: leaseLost, At: time.Now()})
 	}
-	judged, verdicts, err := b.d.judgeDeaths(ctx, lost, book)
+	judged, verdicts, err := b.d.deaths.judgeDeaths(ctx, lost, book)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func checkOutcome(t *testing.T, o store.Outcome, name string, state schemas.Stat
 func TestJudgeDeathsRetriesATieApart(t *testing.T) {
 	t.Parallel()
 	b := newDeathBed(t, "P", "N", "M")
-	b.d.leaseTTL.Store(int64(10 * time.Second))
+	b.d.deaths.leaseTTL.Store(int64(10 * time.Second))
 	b.death("w1", "P", "N")
 	// The tied are numbered by instance id.
 	first, second := "P", "N"
@@ -180,7 +180,7 @@ func TestJudgeDeathsRetriesATieApart(t *testing.T) {
 		}
 	}
 	// The tied retries start apartGap lease TTLs apart, in id order.
-	w1, w2 := b.d.deathWait(vs[first], time.Second), b.d.deathWait(vs[second], time.Second)
+	w1, w2 := b.d.deaths.deathWait(vs[first], time.Second), b.d.deaths.deathWait(vs[second], time.Second)
 	if w1 != 10*time.Second || w2 != w1+apartGap*10*time.Second {
 		t.Errorf("tied retries wait %v (%s) and %v (%s); want 10s and %v", w1, first, w2, second, 10*time.Second+apartGap*10*time.Second)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -117,9 +116,8 @@ type Service struct {
 	// writes dates the refusals of the dispatcher's writes to the leases
 	// bucket (see outage.go).
 	writes writeHealth
-	// leaseTTL is the leases bucket's TTL, in nanoseconds, as the reaper
-	// read it at start: how long a suspect's retry waits at least.
-	leaseTTL atomic.Int64
+	// deaths judges what a worker's death costs.
+	deaths *deathJudge
 	// rollupWarnings note the buckets whose roll-up was logged (see
 	// rollups.go).
 	rollupWarnings
@@ -222,6 +220,8 @@ func New(opts Options) (*Service, error) {
 		gone:    newDepartures(),
 		book:    newLeaseBook(),
 	}
+	s.deaths = &deathJudge{store: opts.Store, quarantineAfter: opts.QuarantineAfter, rand: opts.RandFunc, now: opts.NowFunc,
+		log: log, suspects: m.suspects}
 	s.recorder = &recorder{store: opts.Store, top: opts.Topology, workers: workers, faults: opts.Faults,
 		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s}
 	s.intake = &intake{store: opts.Store, top: opts.Topology, conn: opts.Conn, now: opts.NowFunc, log: log, metrics: m,

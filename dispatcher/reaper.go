@@ -50,7 +50,7 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 	}
 	s.reconnects.start(s.opts.Conn.Stats().Reconnects, status.TTL())
 	s.book.retains(status.TTL())
-	s.leaseTTL.Store(int64(status.TTL()))
+	s.deaths.leaseTTL.Store(int64(status.TTL()))
 
 	// holders are the workers the live leases name, by attempt, read from
 	// the watch's puts: an attempt that has not reported started has no
@@ -196,7 +196,7 @@ func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lo
 		return err
 	}
 	// Their workers died: see deaths.go for what a death costs.
-	dead, deaths, err := s.judgeDeaths(ctx, dead, holders)
+	dead, deaths, err := s.deaths.judgeDeaths(ctx, dead, holders)
 	if err != nil {
 		return err
 	}
@@ -410,7 +410,7 @@ func isReportOf(data []byte, instanceID int64, attempt int, final bool) bool {
 
 // failAttempts fails attempts as the reaper, fires the next attempt of
 // those with attempts left and the tasks chained after those that ended. A
-// lost worker's next attempt waits by [Service.deathWait] (a moment for an
+// lost worker's next attempt waits by [deathJudge.deathWait] (a moment for an
 // attempt that is not a suspect: the handler did not fail), while an
 // overdue one waits by the task's backoff. workers, when set, names the
 // worker of each attempt to tell to stop; holders, for lapsed leases, the
@@ -461,7 +461,7 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 				wait = backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)
 			} else {
 				v := deaths[[2]int64{o.InstanceID, int64(o.Attempt)}]
-				wait, hold = s.deathWait(v, backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)), v.deaths < suspectAfter
+				wait, hold = s.deaths.deathWait(v, backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)), v.deaths < suspectAfter
 			}
 			if err := s.retryAfter(batch, o, wait, hold); err != nil {
 				return err
