@@ -20,6 +20,31 @@
 //     worker is gone, and the attempt moves to RETRYING or FAILED. The next
 //     attempt's higher number fences the old one out in PostgreSQL.
 //
+// # Parts
+//
+// The Service runs its parts side by side (see Service.loops), each a type
+// with the few inputs it reads, as River has a producer, a job executor, a
+// completer and maintenance:
+//
+//   - intake (triggers.go, firings.go, fire.go, instances.go, refused.go,
+//     delay.go): trigger messages to firings, firings to instances, one
+//     firingBatch at a time;
+//   - recorder (reports.go, unstorable.go): reports to transitions, in
+//     rounds;
+//   - router (routing.go; workers.go and departures.go keep its view of
+//     the live workers and drain the queues of those that left): where an
+//     attempt goes;
+//   - the reaper (reaper.go, rollups.go, outage.go) with its deathJudge
+//     (deaths.go), and the fence (fence.go): lapsed leases, timeouts and
+//     redelivered dispatch messages;
+//   - what the outcomes set going, which the Service does for all of them
+//     as their completer (ends.go, chains.go, shards.go, send.go): retries,
+//     chained tasks, promotions, cancels, fan-out and publishing attempts;
+//   - the history's maintenance (history.go).
+//
+// The faults a rehearsal injects come through one seam, [Options.Faults],
+// nil in production (drill/drillfaults implements ax drill's).
+//
 // Any number of dispatchers may run at once: they share the durable
 // consumers, and every write is guarded, so replicas never double an effect.
 package dispatcher
