@@ -109,18 +109,10 @@ type Service struct {
 	// book is what the reaper's watch learned of the leases, which the
 	// fence reads (see fence.go).
 	book *leaseBook
-	// reconnects dates the connection's reconnections, after which the
-	// reaper and the fence give the holders of lapsed leases a grace (see
-	// outage.go).
-	reconnects reconnects
-	// writes dates the refusals of the dispatcher's writes to the leases
-	// bucket (see outage.go).
-	writes writeHealth
 	// deaths judges what a worker's death costs.
 	deaths *deathJudge
-	// rollupWarnings note the buckets whose roll-up was logged (see
-	// rollups.go).
-	rollupWarnings
+	// reaper watches the leases and answers the fence.
+	reaper *reaper
 }
 
 // Faults is the one seam for the faults a rehearsal (ax drill) injects
@@ -222,6 +214,10 @@ func New(opts Options) (*Service, error) {
 	}
 	s.deaths = &deathJudge{store: opts.Store, quarantineAfter: opts.QuarantineAfter, rand: opts.RandFunc, now: opts.NowFunc,
 		log: log, suspects: m.suspects}
+	s.reaper = &reaper{store: opts.Store, top: opts.Topology, conn: opts.Conn,
+		streams: func() streams.Config { return s.opts.Streams }, timeoutCheck: opts.TimeoutCheck, timeoutGrace: opts.TimeoutGrace,
+		batchSize: opts.BatchSize, book: s.book, workers: workers, deaths: s.deaths,
+		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, departed: s.departed}
 	s.recorder = &recorder{store: opts.Store, top: opts.Topology, workers: workers, faults: opts.Faults,
 		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s}
 	s.intake = &intake{store: opts.Store, top: opts.Topology, conn: opts.Conn, now: opts.NowFunc, log: log, metrics: m,
@@ -289,7 +285,7 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
-	s.js = js
+	s.js, s.reaper.js = js, js
 	pub, err := streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: publishAckTimeout})
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
@@ -327,7 +323,7 @@ func (s *Service) run(ctx context.Context) error {
 	// dispatched. Begun by the reaper beside the consumers, it could begin
 	// after a dispatch, and the fence took a redelivery of that attempt for
 	// one that may have run and failed it as lost.
-	s.book.began(s.watchBegins(runCtx))
+	s.book.began(s.reaper.watchBegins(runCtx))
 	if h.leaseWatch, err = h.leases.WatchAll(runCtx); err != nil {
 		return fmt.Errorf("run dispatcher: watch %s: %w", s.top.LeasesBucket(), err)
 	}
@@ -411,9 +407,9 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 			return consumeBatches(runCtx, work, h.reports, s.opts.BatchSize, 1, pullBytes, s.metrics.counted("reports",
 				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.recorder.handleReports(ctx, msgs) }))
 		},
-		func() error { return s.reap(runCtx, work, h.leases, h.leaseWatch, h.reportStream) },
-		func() error { return s.probeWrites(runCtx, h.leases) },
-		func() error { return s.answerFences(runCtx, work, h.leases, h.reportStream) },
+		func() error { return s.reaper.reap(runCtx, work, h.leases, h.leaseWatch, h.reportStream) },
+		func() error { return s.reaper.probeWrites(runCtx, h.leases) },
+		func() error { return s.reaper.answerFences(runCtx, work, h.leases, h.reportStream) },
 		func() error { return s.intake.holdLoop(runCtx, work) },
 		func() error { return s.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },

@@ -34,9 +34,10 @@
 //   - router (routing.go; workers.go and departures.go keep its view of
 //     the live workers and drain the queues of those that left): where an
 //     attempt goes;
-//   - the reaper (reaper.go, rollups.go, outage.go) with its deathJudge
-//     (deaths.go), and the fence (fence.go): lapsed leases, timeouts and
-//     redelivered dispatch messages;
+//   - reaper (reaper.go, rollups.go, outage.go, fence.go) with its
+//     deathJudge (deaths.go): lapsed leases, timeouts, what vanished, the
+//     grace of an outage, and the fence's answers about redelivered
+//     dispatch messages;
 //   - what the outcomes set going, which the Service does for all of them
 //     as their completer (ends.go, chains.go, shards.go, send.go): retries,
 //     chained tasks, promotions, cancels, fan-out and publishing attempts;

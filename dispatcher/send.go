@@ -97,7 +97,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		rings[r.ring] = true
 	}
 	if len(tooLarge) > 0 {
-		if err := s.failAttempts(ctx, tooLarge, nil, nil, nil, "dispatch message too large"); err != nil {
+		if err := s.reaper.failAttempts(ctx, tooLarge, nil, nil, nil, "dispatch message too large"); err != nil {
 			return sentAttempts{}, fmt.Errorf("fail %d attempts too large to dispatch: %w", len(tooLarge), err)
 		}
 	}

@@ -318,7 +318,7 @@ initial:
 		for {
 			select {
 			case <-check.C:
-				s.departStale(ctx, kv.Bucket())
+				s.reaper.departStale(ctx, kv.Bucket())
 			case e, ok := <-w.Updates():
 				if !ok {
 					if ctx.Err() != nil {
