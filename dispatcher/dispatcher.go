@@ -86,9 +86,8 @@ type Service struct {
 	top  streams.Topology
 	log  zerolog.Logger
 	now  func() time.Time
-	js   jetstream.JetStream
 	// pub publishes the dispatcher's batches (dispatches, schedules,
-	// firings of chains): cheaper than js's PublishMsgAsync.
+	// firings of chains): cheaper than JetStream's PublishMsgAsync.
 	pub *streams.Publisher
 	// ready is closed once Run has its consumers and watcher in place.
 	ready chan struct{}
@@ -98,8 +97,6 @@ type Service struct {
 	settingsSeen sync.Map
 	// workers is the live view of ax-workers that routing reads.
 	workers *liveWorkers
-	// gone holds the workers that left, whose queues wait to be routed again.
-	gone *departures
 	// router decides where each attempt goes.
 	router *router
 	// recorder turns reports into transitions.
@@ -208,16 +205,16 @@ func New(opts Options) (*Service, error) {
 		ready:   make(chan struct{}),
 		metrics: m,
 		workers: workers,
-		router:  &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log},
-		gone:    newDepartures(),
 		book:    newLeaseBook(),
 	}
+	s.router = &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log,
+		gone: newDepartures(), conn: opts.Conn, store: opts.Store, batchSize: opts.BatchSize, now: opts.NowFunc, metrics: m, next: s}
 	s.deaths = &deathJudge{store: opts.Store, quarantineAfter: opts.QuarantineAfter, rand: opts.RandFunc, now: opts.NowFunc,
 		log: log, suspects: m.suspects}
 	s.reaper = &reaper{store: opts.Store, top: opts.Topology, conn: opts.Conn,
 		streams: func() streams.Config { return s.opts.Streams }, timeoutCheck: opts.TimeoutCheck, timeoutGrace: opts.TimeoutGrace,
 		batchSize: opts.BatchSize, book: s.book, workers: workers, deaths: s.deaths,
-		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, departed: s.departed}
+		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, departed: s.router.departed}
 	s.recorder = &recorder{store: opts.Store, top: opts.Topology, workers: workers, faults: opts.Faults,
 		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s}
 	s.intake = &intake{store: opts.Store, top: opts.Topology, conn: opts.Conn, now: opts.NowFunc, log: log, metrics: m,
@@ -285,7 +282,7 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
-	s.js, s.reaper.js = js, js
+	s.reaper.js, s.router.js = js, js
 	pub, err := streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: publishAckTimeout})
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
@@ -411,7 +408,7 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		func() error { return s.reaper.probeWrites(runCtx, h.leases) },
 		func() error { return s.reaper.answerFences(runCtx, work, h.leases, h.reportStream) },
 		func() error { return s.intake.holdLoop(runCtx, work) },
-		func() error { return s.reroute(runCtx, work) },
+		func() error { return s.router.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
 		h.watchWorkers,
 	}

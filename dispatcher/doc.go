@@ -31,9 +31,9 @@
 //     firingBatch at a time;
 //   - recorder (reports.go, unstorable.go): reports to transitions, in
 //     rounds;
-//   - router (routing.go; workers.go and departures.go keep its view of
-//     the live workers and drain the queues of those that left): where an
-//     attempt goes;
+//   - router (routing.go, departures.go; workers.go keeps its view of
+//     the live workers): where an attempt goes, and routing again what
+//     waits on the queues of workers that left;
 //   - reaper (reaper.go, rollups.go, outage.go, fence.go) with its
 //     deathJudge (deaths.go): lapsed leases, timeouts, what vanished, the
 //     grace of an outage, and the fence's answers about redelivered

@@ -71,7 +71,7 @@ const leaseLost = "lease expired: the worker stopped renewing it (it died, hung 
 // A lease the executor retired (stopped renewing) after its final report was
 // stored ages into the same marker, and that report may still wait, unrecorded,
 // in AX_REPORTS (a dispatcher died holding it, PostgreSQL is down, a
-// backlog). So a marker is only a candidate: [Service.expireLeases] reads
+// backlog). So a marker is only a candidate: [reaper.expireLeases] reads
 // PostgreSQL, then looks in AX_REPORTS, and fails only an attempt that is
 // still unfinished and whose final report is not there.
 //
@@ -356,7 +356,7 @@ func (rp *reaper) withoutFinalReport(ctx context.Context, reports jetstream.Stre
 }
 
 // finalReportWaits reports whether AX_REPORTS holds a final report of the
-// attempt on its own subject (see [Service.batchedFinals] for those in
+// attempt on its own subject (see [reaper.batchedFinals] for those in
 // batches).
 func (rp *reaper) finalReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int) (bool, error) {
 	return rp.singleReportWaits(ctx, reports, instanceID, attempt, true)
@@ -533,7 +533,7 @@ func (rp *reaper) promoteLeftovers(ctx context.Context) error {
 
 // sweepLeases finds running attempts whose lease is gone — expired while no
 // dispatcher watched, past the bucket's marker retention, or retired by an
-// executor that finished: they are candidates, which [Service.expireLeases]
+// executor that finished: they are candidates, which [reaper.expireLeases]
 // checks like any expiry.
 func (rp *reaper) sweepLeases(ctx context.Context, leases jetstream.KeyValue) ([]store.Failure, error) {
 	status, err := leases.Status(ctx)

@@ -286,7 +286,7 @@ func sortRound(reports []schemas.Report) (started, final, progress []schemas.Rep
 
 // applyReports applies the started and final reports of a round in one
 // statement (see [recorder.applyIsolating]) and sets going what their
-// outcomes ask for (see [Service.settle]): the retries, the tasks chained
+// outcomes ask for (see [recorder.settle]): the retries, the tasks chained
 // after the instances that ended and the waiting instances their slots
 // start. It returns the timeline events of the reports refused or stale.
 func (rc *recorder) applyReports(ctx context.Context, started, final []schemas.Report) ([]store.StaleReport, error) {

@@ -36,7 +36,7 @@ import (
 // vanishedLeases is what the last sweep of the leases bucket found missing.
 type vanishedLeases map[[2]int64]bool
 
-// appendVanished appends to lost what [Service.sweepVanished] finds; a
+// appendVanished appends to lost what [reaper.sweepVanished] finds; a
 // sweep that fails is logged and made again at the next tick.
 func (rp *reaper) appendVanished(ctx context.Context, leases jetstream.KeyValue, missing vanishedLeases, lost []store.Failure) []store.Failure {
 	gone, err := rp.sweepVanished(ctx, leases, missing)
@@ -60,7 +60,7 @@ func (rp *reaper) appendVanished(ctx context.Context, leases jetstream.KeyValue,
 
 // sweepVanished lists the keys of the leases bucket once and returns the
 // running attempts whose lease was missing at the previous sweep too, as
-// candidates for [Service.expireLeases]. It keeps in missing what is
+// candidates for [reaper.expireLeases]. It keeps in missing what is
 // missing now.
 func (rp *reaper) sweepVanished(ctx context.Context, leases jetstream.KeyValue, missing vanishedLeases) ([]store.Failure, error) {
 	// Every running attempt: its lease was made before it was reported

@@ -12,6 +12,8 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -117,7 +119,9 @@ func (e errNoWorker) Error() string {
 // router is the part of the dispatcher that decides where an attempt
 // goes (see [router.route]): by its route, over the live workers the
 // watch of ax-workers keeps (workers), in the executor protocol's version
-// protocol. Safe for concurrent use; each batch brings its own [routing].
+// protocol; and routes again what waits on the queues of workers that
+// left (see [router.reroute]). Safe for concurrent use; each batch brings
+// its own [routing].
 type router struct {
 	top      streams.Topology
 	protocol int
@@ -125,6 +129,19 @@ type router struct {
 	log      zerolog.Logger
 	// hashKeys holds the parsed hash_key templates by their text.
 	hashKeys sync.Map
+
+	// For the departures (departures.go): the workers that left, whose
+	// queues wait to be routed again (gone), read through js (set by Run)
+	// and conn in batches of batchSize, their pinned attempts noted in the
+	// store.
+	gone      *departures
+	js        jetstream.JetStream
+	conn      *nats.Conn
+	store     *store.Store
+	batchSize int
+	now       func() time.Time
+	metrics   *metrics
+	next      completer
 }
 
 // routing is what one batch's routes share: the attempts it routed to
@@ -296,16 +313,16 @@ func (rt *router) renderHashKey(text string, payload json.RawMessage) (string, e
 // finds DISPATCHED and hands back to be published (see
 // [store.Store.StartRetries]). Its schedule replaces any earlier one for
 // the same attempt.
-func (s *Service) addReroute(batch *streams.AsyncBatch, a store.Attempt) error {
+func (rt *router) addReroute(batch *streams.AsyncBatch, a store.Attempt) error {
 	eventID := "route-" + strconv.FormatInt(a.ID, 10) + "-" + strconv.Itoa(a.Attempt)
 	ev := schemas.TriggerEvent{
 		EventID: eventID,
 		Task:    a.Task,
 		Source:  schemas.SourceRetry,
-		FiredAt: s.now().Add(rerouteDelay),
+		FiredAt: rt.now().Add(rerouteDelay),
 		Retry:   &schemas.RetryOf{InstanceID: a.ID, Attempt: a.Attempt},
 	}
-	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.AXTrigger(a.Task), "", ev.FiredAt, ev)
+	msg, err := streams.NewScheduleMsg(rt.top.Sched(eventID), rt.top.AXTrigger(a.Task), "", ev.FiredAt, ev)
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			s.log.Warn().Err(err).Int64("instance_id", a.ID).Int("attempt", a.Attempt).Str("task", a.Task).
 				Str("pool", a.Pool).Str("min_worker_version", a.MinWorkerVersion).Dur("retry_in", rerouteDelay).
 				Msg("no live worker may take the attempt; routing it again later")
-			if err := s.addReroute(batch, a); err != nil {
+			if err := s.router.addReroute(batch, a); err != nil {
 				return sentAttempts{}, err
 			}
 			continue

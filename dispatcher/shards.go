@@ -91,7 +91,7 @@ func (s *Service) childrenOf(batch *streams.AsyncBatch, p store.Attempt) ([]stor
 			s.log.Warn().Int64("instance_id", p.ID).Str("task", p.Task).Str("pool", p.Pool).
 				Str("min_worker_version", p.MinWorkerVersion).Dur("retry_in", rerouteDelay).
 				Msg("no live worker to broadcast to; routing it again later")
-			return nil, false, s.addReroute(batch, p)
+			return nil, false, s.router.addReroute(batch, p)
 		}
 		n = len(workers)
 		route.Strategy = schemas.DispatchWorker

@@ -291,7 +291,7 @@ func (s *Service) watchWorkers(ctx context.Context, kv jetstream.KeyValue) (func
 		if left {
 			s.log.Info().Str("worker_id", e.Key()).Str("operation", e.Operation().String()).
 				Msg("worker left; routing the work queued for it again")
-			s.departed(e.Key())
+			s.router.departed(e.Key())
 		}
 	}
 	// The initial values end with a nil entry.
