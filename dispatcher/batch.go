@@ -81,50 +81,19 @@ func (t *turn) pass() {
 // handled after the one before has ended. consumeBatches returns once every
 // batch it handed over has ended.
 func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, inFlight, maxBytes int, handle batchHandler) error {
-	ch := make(chan jetstream.Msg, 2*size)
-	done := make(chan struct{})
-	// queued is the data of the messages in ch; taken tells the callback,
-	// waiting for room, that the loop took one. The callback runs on one
-	// goroutine at a time (the subscription's), so while it waits the
-	// client takes no more from the server than its pull asked for.
-	var queued atomic.Int64
-	taken := make(chan struct{}, 1)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		n := int64(len(m.Data()))
-		for q := queued.Load(); q > 0 && q+n > int64(maxBytes); q = queued.Load() {
-			select {
-			case <-taken:
-			case <-done:
-				_ = m.Nak()
-				return
-			}
-		}
-		queued.Add(n)
-		select {
-		case ch <- m:
-		case <-done:
-			queued.Add(-n)
-			_ = m.Nak()
-		}
-	}, jetstream.PullMaxMessagesWithBytesLimit(2*size, maxBytes))
+	in := newInbox(size, maxBytes)
+	cc, err := cons.Consume(in.receive, jetstream.PullMaxMessagesWithBytesLimit(2*size, maxBytes))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", cons.CachedInfo().Name, err)
 	}
 	var batches sync.WaitGroup
 	slots := make(chan struct{}, max(inFlight, 1))
 	defer func() {
-		close(done)
+		close(in.done)
 		cc.Stop()
 		<-cc.Closed()
-		for {
-			select {
-			case m := <-ch:
-				_ = m.Nak()
-			default:
-				batches.Wait()
-				return
-			}
-		}
+		in.nakAll()
+		batches.Wait()
 	}()
 	prev := make(chan struct{})
 	close(prev)
@@ -134,31 +103,10 @@ func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, in
 			return nil
 		case slots <- struct{}{}:
 		}
-		var batch []jetstream.Msg
-		select {
-		case <-ctx.Done():
+		batch, ok := in.take(ctx, size)
+		if !ok {
 			<-slots
 			return nil
-		case m := <-ch:
-			batch = append(make([]jetstream.Msg, 0, size), m)
-		}
-	fill:
-		for len(batch) < size && !schemas.IsTriggerBatch(batch[len(batch)-1].Data()) {
-			select {
-			case m := <-ch:
-				batch = append(batch, m)
-			default:
-				break fill
-			}
-		}
-		var n int64
-		for _, m := range batch {
-			n += int64(len(m.Data()))
-		}
-		queued.Add(-n)
-		select {
-		case taken <- struct{}{}:
-		default:
 		}
 		t := &turn{prev: prev, done: make(chan struct{})}
 		prev = t.done
@@ -167,6 +115,90 @@ func consumeBatches(ctx, work context.Context, cons jetstream.Consumer, size, in
 			defer t.pass()
 			handle(work, batch, t)
 		})
+	}
+}
+
+// inbox holds the messages a consumer of [consumeBatches] received and
+// has not yet taken into a batch, at most maxBytes of data (one message
+// larger than that passes alone).
+type inbox struct {
+	ch   chan jetstream.Msg
+	done chan struct{} // closed when the consumer stops
+	// queued is the data of the messages in ch; taken tells receive,
+	// waiting for room, that the loop took one. receive runs on one
+	// goroutine at a time (the subscription's), so while it waits the
+	// client takes no more from the server than its pull asked for.
+	queued   atomic.Int64
+	taken    chan struct{}
+	maxBytes int64
+}
+
+func newInbox(size, maxBytes int) *inbox {
+	return &inbox{ch: make(chan jetstream.Msg, 2*size), done: make(chan struct{}), taken: make(chan struct{}, 1), maxBytes: int64(maxBytes)}
+}
+
+// receive queues m once there is room for its data; a message received
+// after the consumer stopped is Nak'ed.
+func (b *inbox) receive(m jetstream.Msg) {
+	n := int64(len(m.Data()))
+	for q := b.queued.Load(); q > 0 && q+n > b.maxBytes; q = b.queued.Load() {
+		select {
+		case <-b.taken:
+		case <-b.done:
+			_ = m.Nak()
+			return
+		}
+	}
+	b.queued.Add(n)
+	select {
+	case b.ch <- m:
+	case <-b.done:
+		b.queued.Add(-n)
+		_ = m.Nak()
+	}
+}
+
+// take waits for a first message, then takes whatever else is queued, up
+// to size messages, ending the batch at a message that is a batch of
+// firings; false when ctx ended first.
+func (b *inbox) take(ctx context.Context, size int) ([]jetstream.Msg, bool) {
+	var batch []jetstream.Msg
+	select {
+	case <-ctx.Done():
+		return nil, false
+	case m := <-b.ch:
+		batch = append(make([]jetstream.Msg, 0, size), m)
+	}
+fill:
+	for len(batch) < size && !schemas.IsTriggerBatch(batch[len(batch)-1].Data()) {
+		select {
+		case m := <-b.ch:
+			batch = append(batch, m)
+		default:
+			break fill
+		}
+	}
+	var n int64
+	for _, m := range batch {
+		n += int64(len(m.Data()))
+	}
+	b.queued.Add(-n)
+	select {
+	case b.taken <- struct{}{}:
+	default:
+	}
+	return batch, true
+}
+
+// nakAll returns the messages still queued, once the consumer stopped.
+func (b *inbox) nakAll() {
+	for {
+		select {
+		case m := <-b.ch:
+			_ = m.Nak()
+		default:
+			return
+		}
 	}
 }
 

@@ -93,41 +93,41 @@ func (h *holder) close() {
 // firings due after it. A timer wakes it for the earliest firing: it never
 // fires one before its run_at by the dispatcher's clock (NowFunc). It
 // returns once its batches have finished.
-func (s *Service) holdLoop(ctx, work context.Context) error {
-	defer s.held.close()
+func (it *intake) holdLoop(ctx, work context.Context) error {
+	defer it.held.close()
 	var batches sync.WaitGroup
 	defer batches.Wait()
 	slots := make(chan struct{}, holdBatches)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		now := s.now()
-		if next, ok := s.held.next(); ok && !next.After(now) {
+		now := it.now()
+		if next, ok := it.held.next(); ok && !next.After(now) {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
 				return nil
 			}
 			// Everything due by now, also what fell due while all slots were busy.
-			due := s.held.popDue(s.now())
-			s.log.Debug().Int("firings", len(due)).Msg("held firings due")
+			due := it.held.popDue(it.now())
+			it.log.Debug().Int("firings", len(due)).Msg("held firings due")
 			batches.Go(func() {
 				defer func() { <-slots }()
-				if rest := s.fire(work, due, nil); rest != nil {
+				if rest := it.fire(work, due, nil); rest != nil {
 					rest()
 				}
 			})
 			continue
 		}
 		var ring <-chan time.Time
-		if next, ok := s.held.next(); ok {
+		if next, ok := it.held.next(); ok {
 			timer.Reset(next.Sub(now))
 			ring = timer.C
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.held.wake:
+		case <-it.held.wake:
 		case <-ring:
 		}
 		timer.Stop()

@@ -36,65 +36,65 @@ func newDepartures() *departures {
 // departed schedules the queue of worker id to be routed again at once:
 // its key left ax-workers (a clean stop or an expiry), or a lease it held
 // lapsed.
-func (s *Service) departed(id string) {
-	s.gone.mu.Lock()
-	s.gone.due[id] = time.Time{}
-	s.gone.mu.Unlock()
+func (rt *router) departed(id string) {
+	rt.gone.mu.Lock()
+	rt.gone.due[id] = time.Time{}
+	rt.gone.mu.Unlock()
 	select {
-	case s.gone.wake <- struct{}{}:
+	case rt.gone.wake <- struct{}{}:
 	default:
 	}
 }
 
 // reroute routes again, until ctx ends, the attempts queued on the own
-// subjects of workers that left (see [Service.drainWorker]). At start it
+// subjects of workers that left (see [router.drainWorker]). At start it
 // looks at every worker consumer of AX_DISPATCH whose worker is not live,
 // for workers that left while no dispatcher watched. A worker whose queue
 // may still get messages back (delivered to it before it left, and
 // redelivered after their ack wait) is looked at again one ack wait later.
-func (s *Service) reroute(ctx, work context.Context) error {
-	if err := s.scanDeparted(ctx); err != nil {
-		s.log.Warn().Err(err).Msg("look for the queues of workers that left; only departures seen from now on are routed again")
+func (rt *router) reroute(ctx, work context.Context) error {
+	if err := rt.scanDeparted(ctx); err != nil {
+		rt.log.Warn().Err(err).Msg("look for the queues of workers that left; only departures seen from now on are routed again")
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := s.now()
+		now := rt.now()
 		next := time.Time{}
-		s.gone.mu.Lock()
+		rt.gone.mu.Lock()
 		var ready []string
-		for id, at := range s.gone.due {
+		for id, at := range rt.gone.due {
 			if !at.After(now) {
 				ready = append(ready, id)
 			} else if next.IsZero() || at.Before(next) {
 				next = at
 			}
 		}
-		s.gone.mu.Unlock()
+		rt.gone.mu.Unlock()
 		for _, id := range ready {
-			again, err := s.drainWorker(work, id)
-			s.gone.mu.Lock()
+			again, err := rt.drainWorker(work, id)
+			rt.gone.mu.Lock()
 			switch {
 			case err != nil && ctx.Err() == nil:
-				s.log.Error().Err(err).Str("worker_id", id).Msg("routing again the work queued for a worker that left failed; trying again")
-				s.gone.due[id] = s.now().Add(retryDelay)
+				rt.log.Error().Err(err).Str("worker_id", id).Msg("routing again the work queued for a worker that left failed; trying again")
+				rt.gone.due[id] = rt.now().Add(retryDelay)
 			case again:
-				s.gone.due[id] = s.now().Add(streams.DefaultAckWait)
+				rt.gone.due[id] = rt.now().Add(streams.DefaultAckWait)
 			default:
-				delete(s.gone.due, id)
+				delete(rt.gone.due, id)
 			}
-			if at := s.gone.due[id]; !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			if at := rt.gone.due[id]; !at.IsZero() && (next.IsZero() || at.Before(next)) {
 				next = at
 			}
-			s.gone.mu.Unlock()
+			rt.gone.mu.Unlock()
 		}
 		if !next.IsZero() {
-			timer.Reset(max(next.Sub(s.now()), time.Millisecond))
+			timer.Reset(max(next.Sub(rt.now()), time.Millisecond))
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.gone.wake:
+		case <-rt.gone.wake:
 		case <-timer.C:
 		}
 	}
@@ -102,8 +102,8 @@ func (s *Service) reroute(ctx, work context.Context) error {
 
 // scanDeparted schedules the queues of the worker consumers on AX_DISPATCH
 // whose workers are not live: one listing of the stream's consumers.
-func (s *Service) scanDeparted(ctx context.Context) error {
-	stream, err := s.js.Stream(ctx, s.top.DispatchStream())
+func (rt *router) scanDeparted(ctx context.Context) error {
+	stream, err := rt.js.Stream(ctx, rt.top.DispatchStream())
 	if err != nil {
 		return err
 	}
@@ -113,8 +113,8 @@ func (s *Service) scanDeparted(ctx context.Context) error {
 		if id == "" {
 			continue
 		}
-		if _, live := s.workers.live(id); !live && ci.NumPending+uint64(ci.NumAckPending) > 0 {
-			s.departed(id)
+		if _, live := rt.workers.live(id); !live && ci.NumPending+uint64(ci.NumAckPending) > 0 {
+			rt.departed(id)
 		}
 	}
 	return infos.Err()
@@ -136,73 +136,32 @@ func (s *Service) scanDeparted(ctx context.Context) error {
 // dedupes the second publish); should the worker come back and take it
 // first, the lease of the attempt (created only if absent) lets one copy
 // run, never two.
-func (s *Service) drainWorker(ctx context.Context, id string) (bool, error) {
-	if _, live := s.workers.live(id); live {
+func (rt *router) drainWorker(ctx context.Context, id string) (bool, error) {
+	if _, live := rt.workers.live(id); live {
 		return false, nil
 	}
-	cfg := s.top.WorkerConsumer(id)
-	stream := s.top.DispatchStream()
-	c, err := s.js.Consumer(ctx, stream, cfg.Durable)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		// Gone with its inactivity; its messages may still wait.
-		st, serr := s.js.Stream(ctx, stream)
-		if serr != nil {
-			return false, fmt.Errorf("look up stream %s: %w", stream, serr)
-		}
-		info, serr := st.Info(ctx, jetstream.WithSubjectFilter(cfg.FilterSubject))
-		if serr != nil {
-			return false, fmt.Errorf("read stream %s: %w", stream, serr)
-		}
-		if info.State.Subjects[cfg.FilterSubject] == 0 {
-			return false, nil
-		}
-		c, err = s.js.CreateConsumer(ctx, stream, cfg)
-		if errors.Is(err, jetstream.ErrConsumerExists) {
-			c, err = s.js.Consumer(ctx, stream, cfg.Durable)
-		}
+	c, ok, err := rt.departedQueue(ctx, id)
+	if err != nil || !ok {
+		return false, err
 	}
-	if err != nil {
-		return false, fmt.Errorf("consumer %s on %s: %w", cfg.Durable, stream, err)
-	}
+	durable := rt.top.WorkerConsumer(id).Durable
 	seen := make(map[uint64]bool)
 	for {
-		batch, err := c.FetchNoWait(s.opts.BatchSize)
+		fresh, err := fetchFresh(c, durable, rt.batchSize, seen)
 		if err != nil {
-			return false, fmt.Errorf("fetch from consumer %s: %w", cfg.Durable, err)
-		}
-		var fresh, again []jetstream.Msg
-		for m := range batch.Messages() {
-			md, err := m.Metadata()
-			if err == nil && seen[md.Sequence.Stream] {
-				again = append(again, m)
-				continue
-			}
-			if err == nil {
-				seen[md.Sequence.Stream] = true
-			}
-			fresh = append(fresh, m)
-		}
-		if err := batch.Error(); err != nil {
-			for _, m := range append(fresh, again...) {
-				_ = m.Nak()
-			}
-			return false, fmt.Errorf("fetch from consumer %s: %w", cfg.Durable, err)
-		}
-		// Pinned attempts, handed back, come again: they wait for the worker.
-		for _, m := range again {
-			_ = m.Nak()
+			return false, err
 		}
 		if len(fresh) == 0 {
 			break
 		}
-		if err := s.rerouteMsgs(ctx, id, fresh); err != nil {
+		if err := rt.rerouteMsgs(ctx, id, fresh); err != nil {
 			for _, m := range fresh {
 				_ = m.Nak()
 			}
 			return false, err
 		}
 	}
-	if err := s.opts.Conn.Flush(); err != nil {
+	if err := rt.conn.Flush(); err != nil {
 		return true, nil
 	}
 	info, err := c.Info(ctx)
@@ -212,6 +171,69 @@ func (s *Service) drainWorker(ctx context.Context, id string) (bool, error) {
 	return info.NumAckPending > 0, nil
 }
 
+// departedQueue returns the consumer of the own queue of worker id, which
+// left: the one it had, or, gone with its inactivity, a new one when
+// messages still wait on its subject; false when none wait.
+func (rt *router) departedQueue(ctx context.Context, id string) (jetstream.Consumer, bool, error) {
+	cfg := rt.top.WorkerConsumer(id)
+	stream := rt.top.DispatchStream()
+	c, err := rt.js.Consumer(ctx, stream, cfg.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// Gone with its inactivity; its messages may still wait.
+		st, serr := rt.js.Stream(ctx, stream)
+		if serr != nil {
+			return nil, false, fmt.Errorf("look up stream %s: %w", stream, serr)
+		}
+		info, serr := st.Info(ctx, jetstream.WithSubjectFilter(cfg.FilterSubject))
+		if serr != nil {
+			return nil, false, fmt.Errorf("read stream %s: %w", stream, serr)
+		}
+		if info.State.Subjects[cfg.FilterSubject] == 0 {
+			return nil, false, nil
+		}
+		c, err = rt.js.CreateConsumer(ctx, stream, cfg)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			c, err = rt.js.Consumer(ctx, stream, cfg.Durable)
+		}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("consumer %s on %s: %w", cfg.Durable, stream, err)
+	}
+	return c, true, nil
+}
+
+// fetchFresh fetches up to size messages waiting on c (named durable) and
+// returns those not seen before (noting them in seen); those seen before,
+// pinned attempts handed back, are Nak'ed: they wait for their worker.
+func fetchFresh(c jetstream.Consumer, durable string, size int, seen map[uint64]bool) ([]jetstream.Msg, error) {
+	batch, err := c.FetchNoWait(size)
+	if err != nil {
+		return nil, fmt.Errorf("fetch from consumer %s: %w", durable, err)
+	}
+	var fresh, again []jetstream.Msg
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		if err == nil && seen[md.Sequence.Stream] {
+			again = append(again, m)
+			continue
+		}
+		if err == nil {
+			seen[md.Sequence.Stream] = true
+		}
+		fresh = append(fresh, m)
+	}
+	if err := batch.Error(); err != nil {
+		for _, m := range append(fresh, again...) {
+			_ = m.Nak()
+		}
+		return nil, fmt.Errorf("fetch from consumer %s: %w", durable, err)
+	}
+	for _, m := range again {
+		_ = m.Nak()
+	}
+	return fresh, nil
+}
+
 // rerouteMsgs routes again the messages taken from the own queue of
 // worker from, which left, by the route their Ax-Route header names: a
 // hash or min_worker_version attempt to the eligible live worker that
@@ -219,91 +241,117 @@ func (s *Service) drainWorker(ctx context.Context, id string) (bool, error) {
 // without the header) through a firing that routes it again after
 // rerouteDelay. An attempt pinned to the worker by name is handed back to
 // wait for it, with an event in its instance's timeline that says so.
-func (s *Service) rerouteMsgs(ctx context.Context, from string, msgs []jetstream.Msg) error {
-	batch := s.pub.Batch()
-	rs := newRouting()
-	rings := make(map[string]bool)
-	var moved, pinned []jetstream.Msg
-	var events []store.Event
+func (rt *router) rerouteMsgs(ctx context.Context, from string, msgs []jetstream.Msg) error {
+	rr := &rerouting{rt: rt, from: from, batch: rt.next.newBatch(), rs: newRouting(), rings: make(map[string]bool)}
 	for _, m := range msgs {
-		d, err := streams.Decode[schemas.Dispatch](m.Subject(), m.Data())
-		if err != nil || d.InstanceID <= 0 {
-			s.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable dispatch message on a departed worker's queue; terminating it")
-			_ = m.Term()
-			continue
+		if err := rr.add(m); err != nil {
+			return err
 		}
-		a := store.Attempt{ID: d.InstanceID, Task: d.Task, Attempt: d.Attempt, Priority: d.Priority,
-			Handler: d.Handler, Payload: d.Payload}
-		log := s.log.With().Int64("instance_id", a.ID).Int("attempt", a.Attempt).Str("task", a.Task).
-			Str("departed_worker", from).Logger()
-		header := m.Headers().Get(routeHeader)
-		if header == "" {
-			// Published by an older dispatcher: the store knows the route.
-			if err := s.addReroute(batch, a); err != nil {
-				return err
-			}
-			moved = append(moved, m)
-			continue
-		}
-		if err := decodeRoute(&a, header); err != nil {
-			log.Warn().Err(err).Msg("routing the attempt again from the store")
-			if err := s.addReroute(batch, a); err != nil {
-				return err
-			}
-			moved = append(moved, m)
-			continue
-		}
-		if a.Strategy == schemas.DispatchWorker {
-			log.Warn().Msg("the attempt is pinned to a worker that left; it waits for that worker")
-			pinned = append(pinned, m)
-			events = append(events, store.Event{InstanceID: a.ID, Attempt: a.Attempt, Kind: EventWorkerGone,
-				Operator: "dispatcher", At: s.now(),
-				Reason: fmt.Sprintf("worker %s, which the attempt is pinned to, left; the attempt waits for it to come back", from)})
-			continue
-		}
-		r, err := s.route(a, rs)
-		if err != nil {
-			log.Warn().Err(err).Dur("retry_in", rerouteDelay).Msg("no live worker may take the attempt of a worker that left; routing it again later")
-			if err := s.addReroute(batch, a); err != nil {
-				return err
-			}
-			moved = append(moved, m)
-			continue
-		}
-		out := nats.NewMsg(r.subject)
-		out.Data = m.Data()
-		msgID := r.msgID
-		if md, err := m.Metadata(); err == nil {
-			msgID += "~" + strconv.FormatUint(md.Sequence.Stream, 10)
-		}
-		out.Header.Set(streams.HeaderMsgID, msgID)
-		if r.header != "" {
-			out.Header.Set(routeHeader, r.header)
-		}
-		log.Info().Str("worker_id", r.worker).Msg("attempt of a worker that left routed again")
-		batch.Add(out)
-		rings[r.ring] = true
-		moved = append(moved, m)
 	}
-	n := batch.Len()
-	if err := batch.Wait(ctx); err != nil {
-		return fmt.Errorf("publish %d attempts of worker %s, which left: %w", n, from, err)
+	return rr.finish(ctx)
+}
+
+// rerouting is a batch of the messages of a departed worker's queue (from)
+// on their way to other queues: those moved (published again, or left to
+// the store's route), those pinned to the worker, which wait for it, and
+// the events that say so.
+type rerouting struct {
+	rt            *router
+	from          string
+	batch         *streams.AsyncBatch
+	rs            *routing
+	rings         map[string]bool
+	moved, pinned []jetstream.Msg
+	events        []store.Event
+}
+
+// add routes m again: by its routeHeader, or by the store's route when it
+// has none (an older dispatcher's) or one that does not decode; an
+// attempt pinned to the worker waits for it.
+func (rr *rerouting) add(m jetstream.Msg) error {
+	rt := rr.rt
+	d, err := streams.Decode[schemas.Dispatch](m.Subject(), m.Data())
+	if err != nil || d.InstanceID <= 0 {
+		rt.log.Error().Err(err).Str("subject", m.Subject()).Msg("undecodable dispatch message on a departed worker's queue; terminating it")
+		_ = m.Term()
+		return nil
 	}
-	for _, m := range moved {
+	a := store.Attempt{ID: d.InstanceID, Task: d.Task, Attempt: d.Attempt, Priority: d.Priority,
+		Handler: d.Handler, Payload: d.Payload}
+	log := rt.log.With().Int64("instance_id", a.ID).Int("attempt", a.Attempt).Str("task", a.Task).
+		Str("departed_worker", rr.from).Logger()
+	header := m.Headers().Get(routeHeader)
+	if header == "" {
+		// Published by an older dispatcher: the store knows the route.
+		return rr.fromStore(m, a)
+	}
+	if err := decodeRoute(&a, header); err != nil {
+		log.Warn().Err(err).Msg("routing the attempt again from the store")
+		return rr.fromStore(m, a)
+	}
+	if a.Strategy == schemas.DispatchWorker {
+		log.Warn().Msg("the attempt is pinned to a worker that left; it waits for that worker")
+		rr.pinned = append(rr.pinned, m)
+		rr.events = append(rr.events, store.Event{InstanceID: a.ID, Attempt: a.Attempt, Kind: EventWorkerGone,
+			Operator: "dispatcher", At: rt.now(),
+			Reason: fmt.Sprintf("worker %s, which the attempt is pinned to, left; the attempt waits for it to come back", rr.from)})
+		return nil
+	}
+	r, err := rt.route(a, rr.rs)
+	if err != nil {
+		log.Warn().Err(err).Dur("retry_in", rerouteDelay).Msg("no live worker may take the attempt of a worker that left; routing it again later")
+		return rr.fromStore(m, a)
+	}
+	out := nats.NewMsg(r.subject)
+	out.Data = m.Data()
+	msgID := r.msgID
+	if md, err := m.Metadata(); err == nil {
+		msgID += "~" + strconv.FormatUint(md.Sequence.Stream, 10)
+	}
+	out.Header.Set(streams.HeaderMsgID, msgID)
+	if r.header != "" {
+		out.Header.Set(routeHeader, r.header)
+	}
+	log.Info().Str("worker_id", r.worker).Msg("attempt of a worker that left routed again")
+	rr.batch.Add(out)
+	rr.rings[r.ring] = true
+	rr.moved = append(rr.moved, m)
+	return nil
+}
+
+// fromStore moves m, whose attempt a is routed again by the store's route
+// after rerouteDelay.
+func (rr *rerouting) fromStore(m jetstream.Msg, a store.Attempt) error {
+	if err := rr.rt.addReroute(rr.batch, a); err != nil {
+		return err
+	}
+	rr.moved = append(rr.moved, m)
+	return nil
+}
+
+// finish publishes the batch, then acknowledges the messages moved, Naks
+// those pinned, records the events and rings the doorbells.
+func (rr *rerouting) finish(ctx context.Context) error {
+	rt := rr.rt
+	n := rr.batch.Len()
+	if err := rr.batch.Wait(ctx); err != nil {
+		return fmt.Errorf("publish %d attempts of worker %s, which left: %w", n, rr.from, err)
+	}
+	for _, m := range rr.moved {
 		if err := m.Ack(); err != nil {
-			s.log.Warn().Err(err).Str("subject", m.Subject()).Msg("ack a routed-again message; it comes back after its ack wait and is routed again, deduplicated")
+			rt.log.Warn().Err(err).Str("subject", m.Subject()).Msg("ack a routed-again message; it comes back after its ack wait and is routed again, deduplicated")
 		}
 	}
-	for _, m := range pinned {
+	for _, m := range rr.pinned {
 		_ = m.Nak()
 	}
-	if err := s.opts.Store.RecordEvents(ctx, events); err != nil {
-		s.log.Warn().Err(err).Msg("record that pinned attempts wait for a worker that left")
+	if err := rt.store.RecordEvents(ctx, rr.events); err != nil {
+		rt.log.Warn().Err(err).Msg("record that pinned attempts wait for a worker that left")
 	}
-	for ring := range rings {
-		_ = s.opts.Conn.Publish(ring, nil)
+	for ring := range rr.rings {
+		_ = rt.conn.Publish(ring, nil)
 	}
-	s.metrics.rerouted.WithLabelValues("moved").Add(float64(len(moved)))
-	s.metrics.rerouted.WithLabelValues("pinned").Add(float64(len(pinned)))
+	rt.metrics.rerouted.WithLabelValues("moved").Add(float64(len(rr.moved)))
+	rt.metrics.rerouted.WithLabelValues("pinned").Add(float64(len(rr.pinned)))
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,15 +53,11 @@ type Options struct {
 	// Metrics is where the dispatcher registers its counters (default: a
 	// registry of its own that nobody serves).
 	Metrics prometheus.Registerer
-	// DrillFaults turns on the faults ax drill rehearses in the recorder
-	// (default off): the reports of instances of tasks of type
-	// schemas.DrillJitterTaskType are refused on their first
-	// schemas.DrillReportFaults deliveries and redelivered after a jittered
-	// delay, as if PostgreSQL had failed the transaction (a report batch
-	// that carries one is refused whole, as that transaction would refuse
-	// it). No other report is touched: drill tasks are applied through the
-	// API only. It costs one query per batch of reports.
-	DrillFaults bool
+	// Faults injects the faults a rehearsal asks for (default nil, as in
+	// production: none). ax drill's database jitter is one
+	// (drill/drillfaults, which ax dev and ax dispatcher --drill-faults
+	// hand over).
+	Faults Faults
 	// History configures the instance history's maintenance (defaults:
 	// see [HistoryOptions]).
 	History HistoryOptions
@@ -91,73 +86,47 @@ type Service struct {
 	top  streams.Topology
 	log  zerolog.Logger
 	now  func() time.Time
-	js   jetstream.JetStream
 	// pub publishes the dispatcher's batches (dispatches, schedules,
-	// firings of chains): cheaper than js's PublishMsgAsync.
+	// firings of chains): cheaper than JetStream's PublishMsgAsync.
 	pub *streams.Publisher
 	// ready is closed once Run has its consumers and watcher in place.
 	ready chan struct{}
-	// held keeps the firings due within holdWindow until their time.
-	held *holder
 	// metrics counts what the consumers handle.
 	metrics *metrics
 	// settingsSeen holds the topology settings already logged as differing.
 	settingsSeen sync.Map
 	// workers is the live view of ax-workers that routing reads.
 	workers *liveWorkers
-	// gone holds the workers that left, whose queues wait to be routed again.
-	gone *departures
-	// hashKeys holds the parsed hash_key templates by their text.
-	hashKeys sync.Map
+	// router decides where each attempt goes.
+	router *router
+	// recorder turns reports into transitions.
+	recorder *recorder
+	// intake turns firings into instances and attempts.
+	intake *intake
 	// book is what the reaper's watch learned of the leases, which the
 	// fence reads (see fence.go).
 	book *leaseBook
-	// reconnects dates the connection's reconnections, after which the
-	// reaper and the fence give the holders of lapsed leases a grace (see
-	// outage.go).
-	reconnects reconnects
-	// writes dates the refusals of the dispatcher's writes to the leases
-	// bucket (see outage.go).
-	writes writeHealth
-	// leaseTTL is the leases bucket's TTL, in nanoseconds, as the reaper
-	// read it at start: how long a suspect's retry waits at least.
-	leaseTTL atomic.Int64
-	// hooks are set by tests only, before Run.
-	hooks testHooks
-	// rollupWarnings note the buckets whose roll-up was logged (see
-	// rollups.go).
-	rollupWarnings
-	// cronKey is the key of the trigger service's message ids, read from
-	// the store on first use (see Service.signedCron).
-	cronKey cronKey
+	// deaths judges what a worker's death costs.
+	deaths *deathJudge
+	// reaper watches the leases and answers the fence.
+	reaper *reaper
 }
 
-// testHooks let a test hold a batch of firings at a point of its way
-// (see [Service.fire]); each is given the batch's firings. Unset, each
-// does nothing.
-type testHooks struct {
-	// beforeWrites runs before the batch's first statement that writes.
-	beforeWrites func([]firing)
-	// waitsTurn runs when the batch, holding firings whose order matters,
-	// waits for the batch before it to pass its turn before it writes.
-	waitsTurn func([]firing)
-	// beforeAcks runs before the batch awaits its publishes'
-	// acknowledgements.
-	beforeAcks func([]firing)
-}
-
-// call runs hook, when set, with firings.
-func call(hook func([]firing), firings []firing) {
-	if hook != nil {
-		hook(firings)
-	}
+// Faults is the one seam for the faults a rehearsal (ax drill) injects
+// into the dispatcher; production leaves it nil. Its methods are called
+// concurrently.
+type Faults interface {
+	// RecordReports is given each batch of report messages before the
+	// recorder reads them, and returns those to record now; it settles
+	// (naks or terminates) the others itself.
+	RecordReports(ctx context.Context, msgs []jetstream.Msg) []jetstream.Msg
 }
 
 // DefaultBatchSize is the default of [Options.BatchSize].
 const DefaultBatchSize = 500
 
 // triggerBatchesInFlight is how many batches of firings the dispatcher
-// handles at once (see [Service.fire]): their statements run side by side
+// handles at once (see [intake.fire]): their statements run side by side
 // (one commit's fsync no longer holds up the next batch), their publishes
 // go in batch order, and a batch awaits its acknowledgements while the
 // next ones run. It stays below the PostgreSQL connections a store's pool
@@ -168,6 +137,49 @@ const DefaultBatchSize = 500
 // have before its publishes stall.
 const triggerBatchesInFlight = 3
 
+// fill fills the defaults of o, and says what is wrong with a value
+// that has none.
+func (o *Options) fill() error {
+	if o.Topology.IsZero() {
+		o.Topology = streams.Default()
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 30 * time.Second
+	}
+	if o.TimeoutCheck <= 0 {
+		o.TimeoutCheck = time.Second
+	}
+	if o.TimeoutGrace <= 0 {
+		o.TimeoutGrace = 5 * time.Second
+	}
+	if o.QuarantineAfter <= 0 {
+		o.QuarantineAfter = DefaultQuarantineAfter
+	}
+	if o.NowFunc == nil {
+		o.NowFunc = time.Now
+	}
+	if o.RandFunc == nil {
+		o.RandFunc = randFloat
+	}
+	if o.Protocol < 0 {
+		return fmt.Errorf("Options.Protocol %d: give a version of the executor protocol, 1 or more, or 0 for 1", o.Protocol)
+	}
+	if o.Protocol == 0 {
+		o.Protocol = 1
+	}
+	if o.Metrics == nil {
+		o.Metrics = prometheus.NewRegistry()
+	}
+	triggersMaxAge := o.Streams.TriggersMaxAge
+	if triggersMaxAge <= 0 {
+		triggersMaxAge = streams.DefaultTriggersMaxAge
+	}
+	return o.History.fill(triggersMaxAge)
+}
+
 // New validates opts and fills the defaults. It does no I/O.
 func New(opts Options) (*Service, error) {
 	if opts.Conn == nil {
@@ -176,62 +188,40 @@ func New(opts Options) (*Service, error) {
 	if opts.Store == nil {
 		return nil, errors.New("new dispatcher: Options.Store is required")
 	}
-	if opts.Topology.IsZero() {
-		opts.Topology = streams.Default()
-	}
-	if opts.BatchSize <= 0 {
-		opts.BatchSize = DefaultBatchSize
-	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = 30 * time.Second
-	}
-	if opts.TimeoutCheck <= 0 {
-		opts.TimeoutCheck = time.Second
-	}
-	if opts.TimeoutGrace <= 0 {
-		opts.TimeoutGrace = 5 * time.Second
-	}
-	if opts.QuarantineAfter <= 0 {
-		opts.QuarantineAfter = DefaultQuarantineAfter
-	}
-	if opts.NowFunc == nil {
-		opts.NowFunc = time.Now
-	}
-	if opts.RandFunc == nil {
-		opts.RandFunc = randFloat
-	}
-	if opts.Protocol < 0 {
-		return nil, fmt.Errorf("new dispatcher: Options.Protocol %d: give a version of the executor protocol, 1 or more, or 0 for 1", opts.Protocol)
-	}
-	if opts.Protocol == 0 {
-		opts.Protocol = 1
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = prometheus.NewRegistry()
-	}
-	triggersMaxAge := opts.Streams.TriggersMaxAge
-	if triggersMaxAge <= 0 {
-		triggersMaxAge = streams.DefaultTriggersMaxAge
-	}
-	if err := opts.History.fill(triggersMaxAge); err != nil {
+	if err := opts.fill(); err != nil {
 		return nil, fmt.Errorf("new dispatcher: %w", err)
 	}
 	m, err := newMetrics(opts.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("new dispatcher: register metrics: %w", err)
 	}
-	return &Service{
+	log := opts.Logger.With().Str("service", "dispatcher").Logger()
+	workers := newLiveWorkers(opts.NowFunc)
+	s := &Service{
 		opts:    opts,
 		top:     opts.Topology,
-		log:     opts.Logger.With().Str("service", "dispatcher").Logger(),
+		log:     log,
 		now:     opts.NowFunc,
 		ready:   make(chan struct{}),
-		held:    newHolder(),
 		metrics: m,
-		workers: newLiveWorkers(opts.NowFunc),
-		gone:    newDepartures(),
+		workers: workers,
 		book:    newLeaseBook(),
-	}, nil
+	}
+	s.router = &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log,
+		gone: newDepartures(), conn: opts.Conn, store: opts.Store, batchSize: opts.BatchSize, now: opts.NowFunc, metrics: m, next: s}
+	s.deaths = &deathJudge{store: opts.Store, quarantineAfter: opts.QuarantineAfter, rand: opts.RandFunc, now: opts.NowFunc,
+		log: log, suspects: m.suspects}
+	s.reaper = &reaper{store: opts.Store, top: opts.Topology, conn: opts.Conn,
+		streams: func() streams.Config { return s.opts.Streams }, timeoutCheck: opts.TimeoutCheck, timeoutGrace: opts.TimeoutGrace,
+		batchSize: opts.BatchSize, book: s.book, workers: workers, deaths: s.deaths,
+		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, departed: s.router.departed}
+	s.recorder = &recorder{store: opts.Store, top: opts.Topology, workers: workers, faults: opts.Faults,
+		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s}
+	s.intake = &intake{store: opts.Store, top: opts.Topology, conn: opts.Conn, now: opts.NowFunc, log: log, metrics: m,
+		held: newHolder(), next: s,
+		// Run follows the installed settings (see setUp).
+		triggersMaxAge: func() time.Duration { return s.opts.Streams.TriggersMaxAge }}
+	return s, nil
 }
 
 // Ready returns a channel that is closed once Run has ensured the topology
@@ -292,53 +282,19 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
-	s.js = js
+	s.reaper.js, s.router.js = js, js
 	pub, err := streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: publishAckTimeout})
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
 	defer pub.Close()
 	s.pub = pub
-	var (
-		triggers, firings jetstream.Consumer
-		reports           jetstream.Consumer
-		reportStream      jetstream.Stream
-		leases, workersKV jetstream.KeyValue
-	)
+	var h handles
 	// A cold cluster may take longer to elect its leaders than one request
 	// waits: the start-up work is tried again until it succeeds or ctx ends.
-	setUp := func(ctx context.Context) error {
-		ensured, err := s.top.Reconcile(ctx, js, s.opts.Streams)
-		s.reportSettings(ensured.Differences, err)
-		if err != nil {
-			return err
-		}
-		// Follow the installed settings, not the flags' defaults.
-		s.opts.Streams = ensured.Config
-		if triggers, err = js.CreateOrUpdateConsumer(ctx, s.top.TriggersStream(), s.top.DispatcherConsumer()); err != nil {
-			return fmt.Errorf("consumer on %s: %w", s.top.TriggersStream(), err)
-		}
-		if firings, err = js.CreateOrUpdateConsumer(ctx, s.top.FiringsStream(), s.top.FiringsConsumer()); err != nil {
-			return fmt.Errorf("consumer on %s: %w", s.top.FiringsStream(), err)
-		}
-		if reports, err = js.CreateOrUpdateConsumer(ctx, s.top.ReportsStream(), s.top.RecorderConsumer()); err != nil {
-			return fmt.Errorf("consumer on %s: %w", s.top.ReportsStream(), err)
-		}
-		if reportStream, err = js.Stream(ctx, s.top.ReportsStream()); err != nil {
-			return fmt.Errorf("stream %s: %w", s.top.ReportsStream(), err)
-		}
-		if leases, err = js.KeyValue(ctx, s.top.LeasesBucket()); err != nil {
-			return fmt.Errorf("bucket %s: %w", s.top.LeasesBucket(), err)
-		}
-		if workersKV, err = js.KeyValue(ctx, s.top.WorkersBucket()); err != nil {
-			return fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
-		}
-		status, err := workersKV.Status(ctx)
-		if err != nil {
-			return fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
-		}
-		s.workers.setTTL(status.TTL())
-		return nil
+	setUp := func(ctx context.Context) (err error) {
+		h, err = s.setUp(ctx, js)
+		return err
 	}
 	if err := streams.UntilStarted(ctx, s.startFailed, setUp); err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
@@ -356,8 +312,7 @@ func (s *Service) run(ctx context.Context) error {
 	})
 	defer stop()
 
-	watch, err := s.watchWorkers(runCtx, workersKV)
-	if err != nil {
+	if h.watchWorkers, err = s.watchWorkers(runCtx, h.workersKV); err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
 	// The watch of the leases begins before the first firing is consumed:
@@ -365,39 +320,103 @@ func (s *Service) run(ctx context.Context) error {
 	// dispatched. Begun by the reaper beside the consumers, it could begin
 	// after a dispatch, and the fence took a redelivery of that attempt for
 	// one that may have run and failed it as lost.
-	s.book.began(s.watchBegins(runCtx))
-	leaseWatch, err := leases.WatchAll(runCtx)
-	if err != nil {
+	s.book.began(s.reaper.watchBegins(runCtx))
+	if h.leaseWatch, err = h.leases.WatchAll(runCtx); err != nil {
 		return fmt.Errorf("run dispatcher: watch %s: %w", s.top.LeasesBucket(), err)
 	}
 
 	s.log.Info().Msg("dispatcher started")
 	close(s.ready)
+	err = runLoops(s.loops(runCtx, work, h), cancelRun)
+	s.log.Info().Msg("dispatcher stopped")
+	return err
+}
+
+// handles are what the dispatcher's loops consume and watch, found or
+// made at start.
+type handles struct {
+	triggers, firings, reports jetstream.Consumer
+	reportStream               jetstream.Stream
+	leases, workersKV          jetstream.KeyValue
+	leaseWatch                 jetstream.KeyWatcher
+	watchWorkers               func() error
+}
+
+// setUp reconciles the topology with Options.Streams, follows the
+// installed settings, and finds or makes the consumers, the reports
+// stream and the buckets the loops use.
+func (s *Service) setUp(ctx context.Context, js jetstream.JetStream) (handles, error) {
+	var h handles
+	ensured, err := s.top.Reconcile(ctx, js, s.opts.Streams)
+	s.reportSettings(ensured.Differences, err)
+	if err != nil {
+		return h, err
+	}
+	// Follow the installed settings, not the flags' defaults.
+	s.opts.Streams = ensured.Config
+	if h.triggers, err = js.CreateOrUpdateConsumer(ctx, s.top.TriggersStream(), s.top.DispatcherConsumer()); err != nil {
+		return h, fmt.Errorf("consumer on %s: %w", s.top.TriggersStream(), err)
+	}
+	if h.firings, err = js.CreateOrUpdateConsumer(ctx, s.top.FiringsStream(), s.top.FiringsConsumer()); err != nil {
+		return h, fmt.Errorf("consumer on %s: %w", s.top.FiringsStream(), err)
+	}
+	if h.reports, err = js.CreateOrUpdateConsumer(ctx, s.top.ReportsStream(), s.top.RecorderConsumer()); err != nil {
+		return h, fmt.Errorf("consumer on %s: %w", s.top.ReportsStream(), err)
+	}
+	if h.reportStream, err = js.Stream(ctx, s.top.ReportsStream()); err != nil {
+		return h, fmt.Errorf("stream %s: %w", s.top.ReportsStream(), err)
+	}
+	if h.leases, err = js.KeyValue(ctx, s.top.LeasesBucket()); err != nil {
+		return h, fmt.Errorf("bucket %s: %w", s.top.LeasesBucket(), err)
+	}
+	if h.workersKV, err = js.KeyValue(ctx, s.top.WorkersBucket()); err != nil {
+		return h, fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
+	}
+	status, err := h.workersKV.Status(ctx)
+	if err != nil {
+		return h, fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
+	}
+	s.workers.setTTL(status.TTL())
+	return h, nil
+}
+
+// loops are the dispatcher's parts, each a loop that runs until runCtx
+// ends (its batches on work): the intake of the triggers and the
+// firings, the recorder of the reports, the reaper, the probe of the
+// leases bucket, the fence, the holder of delayed firings, the router of
+// departed workers' queues, the history's maintenance and the watch of
+// the workers.
+func (s *Service) loops(runCtx, work context.Context, h handles) []func() error {
 	// Both consumers take any message a client may publish, a bulk
 	// trigger or a report batch up to max_payload: both are bounded by
 	// bytes the same way.
 	pullBytes := pullByteLimit(s.opts.Conn.MaxPayload())
-	loops := []func() error{
+	return []func() error{
 		func() error {
-			return consumeBatches(runCtx, work, triggers, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
-				s.metrics.counted("triggers", s.handleTriggers))
+			return consumeBatches(runCtx, work, h.triggers, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
+				s.metrics.counted("triggers", s.intake.handleTriggers))
 		},
 		func() error {
-			return consumeBatches(runCtx, work, firings, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
-				s.metrics.counted("triggers", s.handleTriggers))
+			return consumeBatches(runCtx, work, h.firings, s.opts.BatchSize, triggerBatchesInFlight, pullBytes,
+				s.metrics.counted("triggers", s.intake.handleTriggers))
 		},
 		func() error {
-			return consumeBatches(runCtx, work, reports, s.opts.BatchSize, 1, pullBytes, s.metrics.counted("reports",
-				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.handleReports(ctx, msgs) }))
+			return consumeBatches(runCtx, work, h.reports, s.opts.BatchSize, 1, pullBytes, s.metrics.counted("reports",
+				func(ctx context.Context, msgs []jetstream.Msg, _ *turn) { s.recorder.handleReports(ctx, msgs) }))
 		},
-		func() error { return s.reap(runCtx, work, leases, leaseWatch, reportStream) },
-		func() error { return s.probeWrites(runCtx, leases) },
-		func() error { return s.answerFences(runCtx, work, leases, reportStream) },
-		func() error { return s.holdLoop(runCtx, work) },
-		func() error { return s.reroute(runCtx, work) },
+		func() error { return s.reaper.reap(runCtx, work, h.leases, h.leaseWatch, h.reportStream) },
+		func() error { return s.reaper.probeWrites(runCtx, h.leases) },
+		func() error { return s.reaper.answerFences(runCtx, work, h.leases, h.reportStream) },
+		func() error { return s.intake.holdLoop(runCtx, work) },
+		func() error { return s.router.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
-		watch,
+		h.watchWorkers,
 	}
+}
+
+// runLoops runs loops side by side until all have returned; the first
+// that fails cancels the others (cancel) and its error is returned.
+func runLoops(loops []func() error, cancel context.CancelCauseFunc) error {
 	var wg sync.WaitGroup
 	var once sync.Once
 	var runErr error
@@ -405,11 +424,10 @@ func (s *Service) run(ctx context.Context) error {
 		wg.Go(func() {
 			if err := loop(); err != nil {
 				once.Do(func() { runErr = err })
-				cancelRun(err)
+				cancel(err)
 			}
 		})
 	}
 	wg.Wait()
-	s.log.Info().Msg("dispatcher stopped")
 	return runErr
 }

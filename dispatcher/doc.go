@@ -20,6 +20,32 @@
 //     worker is gone, and the attempt moves to RETRYING or FAILED. The next
 //     attempt's higher number fences the old one out in PostgreSQL.
 //
+// # Parts
+//
+// The Service runs its parts side by side (see Service.loops), each a type
+// with the few inputs it reads, as River has a producer, a job executor, a
+// completer and maintenance:
+//
+//   - intake (triggers.go, firings.go, fire.go, instances.go, refused.go,
+//     delay.go): trigger messages to firings, firings to instances, one
+//     firingBatch at a time;
+//   - recorder (reports.go, unstorable.go): reports to transitions, in
+//     rounds;
+//   - router (routing.go, departures.go; workers.go keeps its view of
+//     the live workers): where an attempt goes, and routing again what
+//     waits on the queues of workers that left;
+//   - reaper (reaper.go, rollups.go, outage.go, fence.go) with its
+//     deathJudge (deaths.go): lapsed leases, timeouts, what vanished, the
+//     grace of an outage, and the fence's answers about redelivered
+//     dispatch messages;
+//   - what the outcomes set going, which the Service does for all of them
+//     as their completer (ends.go, chains.go, shards.go, send.go): retries,
+//     chained tasks, promotions, cancels, fan-out and publishing attempts;
+//   - the history's maintenance (history.go).
+//
+// The faults a rehearsal injects come through one seam, [Options.Faults],
+// nil in production (drill/drillfaults implements ax drill's).
+//
 // Any number of dispatchers may run at once: they share the durable
 // consumers, and every write is guarded, so replicas never double an effect.
 //
@@ -169,15 +195,20 @@
 // the attempts it died beside (it spends no attempt either: two instances
 // retried together after one death may share the next one, and cannot be told
 // apart yet — charging both, as tried first, spent an innocent's attempt in
-// one make drill run). One in --quarantine-after deaths (default 3) that has
-// the most deaths of its death's attempts is *quarantined*: FAILED with the
+// one make drill run). Suspects of one death tied on its most deaths are
+// retried one after the other, two lease TTLs apart, so the next death tells
+// them apart. One in --quarantine-after deaths (default 3) that alone has the
+// most deaths of its death's attempts is *quarantined*: FAILED with the
 // reason quarantined: N workers died while running this instance (the audit
 // trail, ax_instances_quarantined_total), whatever its attempts left. The
 // others of a death are retried after a random 0–250 ms, each at its own
 // moment (the dispatcher that takes its firing holds it in memory until then),
 // not in one batch that one worker pulls. So a poison costs at most 3 workers,
-// and its neighbours nothing; an instance unlucky enough to share every death
-// with it is quarantined with it (they cannot be told apart). Counting
+// and its neighbours nothing. An instance unlucky enough to share every death
+// with it is tied with it: neither is quarantined (quarantining both, the
+// earlier rule, failed an innocent in an occasional drill run); both are
+// retried apart, and the next death — one worker more — quarantines the
+// poison alone. Counting
 // attempts instead (the earlier rule) let one poison exhaust its neighbours'
 // max_attempts; a per-pool quarantine would need a pool no executor serves. ax
 // drill system's poison-kills-executor and TestPoisonKillsItsExecutor pin it

@@ -2,6 +2,9 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
+	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -69,3 +72,57 @@ func limited(def *schemas.Task) (int, schemas.BlockingStrategy) {
 	}
 	return n, strategy
 }
+
+// retryAfter fires the next attempt of o after wait: at once (wait ≤ 0),
+// by a message schedule, or, when hold, published now with its run_at
+// wait ahead, which the dispatcher that takes it holds in memory until
+// then (precise to the millisecond, where a schedule fires 0–250 ms late;
+// for waits within holdWindow only).
+func (s *Service) retryAfter(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration, hold bool) error {
+	next := o.Attempt + 1
+	eventID := schemas.RetryEventIDPrefix + strconv.FormatInt(o.InstanceID, 10) + "-" + strconv.Itoa(next)
+	ev := schemas.TriggerEvent{
+		EventID: eventID,
+		Task:    o.Task,
+		Source:  schemas.SourceRetry,
+		FiredAt: s.now().Add(wait),
+		Retry:   &schemas.RetryOf{InstanceID: o.InstanceID, Attempt: next},
+	}
+	if hold && wait > 0 && wait < holdWindow {
+		ev.RunAt = ev.FiredAt
+	}
+	if wait <= 0 || !ev.RunAt.IsZero() {
+		msg, err := streams.NewMsg(s.top.AXTrigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev)
+		if err != nil {
+			return err
+		}
+		batch.Add(msg)
+		return nil
+	}
+	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.AXTrigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev.FiredAt, ev)
+	if err != nil {
+		return err
+	}
+	batch.Add(msg)
+	return nil
+}
+
+// cancelAttempt tells a worker to stop an attempt (core NATS: if the worker
+// is gone there is nothing to stop).
+func (s *Service) cancelAttempt(workerID string, o store.Outcome, reason string) {
+	if workerID == "" {
+		return
+	}
+	data, err := json.Marshal(schemas.Control{
+		Action: schemas.ControlCancel, InstanceID: o.InstanceID, Attempt: o.Attempt, Reason: reason,
+	})
+	if err != nil {
+		return
+	}
+	if err := s.opts.Conn.Publish(s.top.Control(workerID), data); err != nil {
+		s.log.Warn().Err(err).Str("worker_id", workerID).Int64("instance_id", o.InstanceID).Msg("cancel not sent")
+	}
+}
+
+// newBatch starts a batch of asynchronous publishes.
+func (s *Service) newBatch() *streams.AsyncBatch { return s.pub.Batch() }

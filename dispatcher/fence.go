@@ -184,14 +184,14 @@ func (b *leaseBook) knows(dispatchedAt time.Time) bool {
 // watchBegins returns the time, by PostgreSQL's clock, at which the watch
 // of the leases about to begin may be said to have begun; when the clock
 // cannot be read, the dispatcher's own plus fenceClockSlack.
-func (s *Service) watchBegins(ctx context.Context) time.Time {
+func (rp *reaper) watchBegins(ctx context.Context) time.Time {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	now, err := s.opts.Store.Now(ctx)
+	now, err := rp.store.Now(ctx)
 	if err != nil {
-		s.log.Warn().Err(err).Dur("slack", fenceClockSlack).
+		rp.log.Warn().Err(err).Dur("slack", fenceClockSlack).
 			Msg("watching the leases from the dispatcher's clock plus a slack: attempts dispatched before are not known to the fence")
-		return s.now().Add(fenceClockSlack)
+		return rp.now().Add(fenceClockSlack)
 	}
 	return now
 }
@@ -206,9 +206,9 @@ func (s *Service) LeaseSeen(instanceID int64, attempt int) bool {
 // answerFences answers the fence questions, as one of the dispatchers'
 // queue group, once the reaper's watch has read the leases bucket, until
 // ctx ends; it then waits for the answers in flight, which run on work.
-func (s *Service) answerFences(ctx, work context.Context, leases jetstream.KeyValue, reports jetstream.Stream) error {
+func (rp *reaper) answerFences(ctx, work context.Context, leases jetstream.KeyValue, reports jetstream.Stream) error {
 	select {
-	case <-s.book.ready:
+	case <-rp.book.ready:
 	case <-ctx.Done():
 		return nil
 	}
@@ -223,7 +223,7 @@ func (s *Service) answerFences(ctx, work context.Context, leases jetstream.KeyVa
 		stopped bool
 		wg      sync.WaitGroup
 	)
-	sub, err := s.opts.Conn.QueueSubscribe(s.top.AllFences(), "dispatcher", func(m *nats.Msg) {
+	sub, err := rp.conn.QueueSubscribe(rp.top.AllFences(), "dispatcher", func(m *nats.Msg) {
 		mu.Lock()
 		if stopped {
 			mu.Unlock()
@@ -240,11 +240,11 @@ func (s *Service) answerFences(ctx, work context.Context, leases jetstream.KeyVa
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s.answerFence(work, leases, reports, m)
+			rp.answerFence(work, leases, reports, m)
 		}()
 	})
 	if err != nil {
-		return fmt.Errorf("answer fence questions: subscribe to %s: %w", s.top.AllFences(), err)
+		return fmt.Errorf("answer fence questions: subscribe to %s: %w", rp.top.AllFences(), err)
 	}
 	<-ctx.Done()
 	_ = sub.Unsubscribe()
@@ -259,9 +259,9 @@ func (s *Service) answerFences(ctx, work context.Context, leases jetstream.KeyVa
 
 // answerFence answers one fence question, or nothing when it cannot tell
 // (the executor asks again later).
-func (s *Service) answerFence(ctx context.Context, leases jetstream.KeyValue, reports jetstream.Stream, m *nats.Msg) {
+func (rp *reaper) answerFence(ctx context.Context, leases jetstream.KeyValue, reports jetstream.Stream, m *nats.Msg) {
 	var q schemas.FenceQuestion
-	pool, worker, id, ok := s.top.FenceFrom(m.Subject)
+	pool, worker, id, ok := rp.top.FenceFrom(m.Subject)
 	if ok {
 		err := json.Unmarshal(m.Data, &q)
 		ok = err == nil && q.InstanceID == id && q.WorkerID == worker && q.Attempt > 0
@@ -270,21 +270,21 @@ func (s *Service) answerFence(ctx context.Context, leases jetstream.KeyValue, re
 	var answer string
 	if !ok {
 		answer, a.Reason = fenceRefused, fmt.Sprintf("malformed fence question on %s: ask on %s.fence.<pool>.<worker_id>.<instance_id> "+
-			"with a body that names that instance and worker and a positive attempt", m.Subject, s.top.Prefix())
+			"with a body that names that instance and worker and a positive attempt", m.Subject, rp.top.Prefix())
 	} else {
 		var err error
-		answer, a, err = s.decideFence(ctx, leases, reports, pool, q)
+		answer, a, err = rp.decideFence(ctx, leases, reports, pool, q)
 		if err != nil {
-			s.metrics.fence.WithLabelValues(fenceUnanswered).Inc()
-			s.log.Error().Err(err).Int64("instance_id", q.InstanceID).Int("attempt", q.Attempt).Str("worker_id", worker).
+			rp.metrics.fence.WithLabelValues(fenceUnanswered).Inc()
+			rp.log.Error().Err(err).Int64("instance_id", q.InstanceID).Int("attempt", q.Attempt).Str("worker_id", worker).
 				Msg("fence question not answered; the executor asks again")
 			return
 		}
 	}
-	s.metrics.fence.WithLabelValues(answer).Inc()
-	ev := s.log.Info()
+	rp.metrics.fence.WithLabelValues(answer).Inc()
+	ev := rp.log.Info()
 	if answer == fenceRefused {
-		ev = s.log.Warn()
+		ev = rp.log.Warn()
 	}
 	ev.Int64("instance_id", q.InstanceID).Int("attempt", q.Attempt).Str("worker_id", worker).Str("pool", pool).
 		Str("answer", answer).Str("reason", a.Reason).Msg("fence question answered")
@@ -293,7 +293,7 @@ func (s *Service) answerFence(ctx context.Context, leases jetstream.KeyValue, re
 		err = m.Respond(data)
 	}
 	if err != nil {
-		s.log.Warn().Err(err).Str("subject", m.Subject).Msg("fence answer not sent")
+		rp.log.Warn().Err(err).Str("subject", m.Subject).Msg("fence answer not sent")
 	}
 }
 
@@ -302,14 +302,14 @@ func (s *Service) answerFence(ctx context.Context, leases jetstream.KeyValue, re
 // then AX_REPORTS, then PostgreSQL. A lease put is forgotten only after the
 // attempt's failure (or end) is committed, and a report leaves AX_REPORTS
 // only after it is applied, so what the first reads miss, PostgreSQL shows.
-func (s *Service) decideFence(ctx context.Context, leases jetstream.KeyValue, reports jetstream.Stream, pool string, q schemas.FenceQuestion) (string, schemas.FenceAnswer, error) {
+func (rp *reaper) decideFence(ctx context.Context, leases jetstream.KeyValue, reports jetstream.Stream, pool string, q schemas.FenceQuestion) (string, schemas.FenceAnswer, error) {
 	key := [2]int64{q.InstanceID, int64(q.Attempt)}
-	seen := s.book.known(key)
-	reported, err := s.reportWaits(ctx, reports, q.InstanceID, q.Attempt, false)
+	seen := rp.book.known(key)
+	reported, err := rp.reportWaits(ctx, reports, q.InstanceID, q.Attempt, false)
 	if err != nil {
-		return "", schemas.FenceAnswer{}, fmt.Errorf("look for reports in %s: %w", s.top.ReportsStream(), err)
+		return "", schemas.FenceAnswer{}, fmt.Errorf("look for reports in %s: %w", rp.top.ReportsStream(), err)
 	}
-	st, err := s.opts.Store.GetAttemptState(ctx, q.InstanceID)
+	st, err := rp.store.GetAttemptState(ctx, q.InstanceID)
 	if errors.Is(err, store.ErrNotFound) {
 		return fenceNo, schemas.FenceAnswer{Reason: fmt.Sprintf("instance %d is not live: it never existed, or it ended long ago", q.InstanceID)}, nil
 	}
@@ -328,10 +328,10 @@ func (s *Service) decideFence(ctx context.Context, leases jetstream.KeyValue, re
 	case st.State == schemas.StateRunning:
 		why = "it reported started"
 	case reported:
-		why = "a report of it waits in " + s.top.ReportsStream()
+		why = "a report of it waits in " + rp.top.ReportsStream()
 	case seen:
 		why = "its lease was put"
-	case !s.book.knows(st.DispatchedAt):
+	case !rp.book.knows(st.DispatchedAt):
 		why = "it was dispatched before the history of the leases this dispatcher read, so a lease of it may have been put and lost"
 	default:
 		return fenceStart, schemas.FenceAnswer{Start: true, Reason: fmt.Sprintf(
@@ -344,17 +344,17 @@ func (s *Service) decideFence(ctx context.Context, leases jetstream.KeyValue, re
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return "", schemas.FenceAnswer{}, fmt.Errorf("read the lease of attempt %d of instance %d: %w", q.Attempt, q.InstanceID, err)
 	}
-	if left := s.graceLeft(); left > 0 {
+	if left := rp.graceLeft(); left > 0 {
 		// Just back from an outage: its final report may still come (see
 		// outage.go). No answer: the executor asks again.
 		return "", schemas.FenceAnswer{}, fmt.Errorf("attempt %d of instance %d may have run (%s) and its lease is gone, but this dispatcher's connection came back %s ago: "+
-			"its final report may still come, so it is decided after the grace", q.Attempt, q.InstanceID, why, (max(s.reconnects.ttl, minOutageGrace) - left).Round(time.Millisecond))
+			"its final report may still come, so it is decided after the grace", q.Attempt, q.InstanceID, why, (max(rp.reconnects.ttl, minOutageGrace) - left).Round(time.Millisecond))
 	}
-	lost := []store.Failure{{InstanceID: q.InstanceID, Attempt: q.Attempt, Reason: fenceLost + " (" + why + ")", At: s.now()}}
-	if err := s.expireLeases(ctx, reports, lost, s.book); err != nil {
+	lost := []store.Failure{{InstanceID: q.InstanceID, Attempt: q.Attempt, Reason: fenceLost + " (" + why + ")", At: rp.now()}}
+	if err := rp.expireLeases(ctx, reports, lost, rp.book); err != nil {
 		return "", schemas.FenceAnswer{}, fmt.Errorf("fail attempt %d of instance %d as lost: %w", q.Attempt, q.InstanceID, err)
 	}
-	s.book.forget(lost)
+	rp.book.forget(lost)
 	return fenceLostAnswer, schemas.FenceAnswer{Reason: fmt.Sprintf(
 		"attempt %d may have run (%s) and its lease is gone: it is failed as lost, and the instance goes on with the next attempt", q.Attempt, why)}, nil
 }

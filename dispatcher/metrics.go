@@ -64,68 +64,11 @@ type metrics struct {
 
 // newMetrics makes the dispatcher's metrics and registers them with reg.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
-		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_batches_total",
-			Help: "Batches the dispatcher handled, by consumer (triggers, reports)."}, []string{"consumer"}),
-		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_messages_total",
-			Help: "Messages the dispatcher handled, by consumer (triggers, reports)."}, []string{"consumer"}),
-		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ax_dispatcher_batch_seconds",
-			Help:    "Time the dispatcher took to handle a batch, by consumer (triggers, reports).",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"consumer"}),
-		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_stale_reports_total",
-			Help: "Executor reports refused as stale (their attempt was fenced out), by kind (started, succeeded, failed)."}, []string{"kind"}),
-		refusedReports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_refused_reports_total",
-			Help: "Executor reports refused because they did not come from the attempt's holder (another pool, another worker, a subject that does not name the report's worker, or a worker whose credential does not grant the handler of an attempt no worker holds yet), by kind (started, succeeded, failed, progress); never applied."}, []string{"kind"}),
-		progress: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_progress_reports_total",
-			Help: "Progress reports, by result (applied: now the instance's progress; dropped: the attempt was not RUNNING, " +
-				"or a newer progress was stored; refused: not from the attempt's holder)."}, []string{"result"}),
-		reaperLeft: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_reaper_left_to_report_total",
-			Help: "Expired leases and overdue attempts the reaper did not fail because their final report waited in AX_REPORTS, by cause (lease expired, timeout); counted at each look."}, []string{"cause"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_refused_firings_total",
-			Help: "Firings refused for what they hold, by stage (validate: the dispatcher's checks; postgres: a value " +
-				"PostgreSQL refused, found by splitting the batch) and action (skipped: recorded as a SKIPPED instance " +
-				"with the reason; terminated: not recordable, logged and dropped)."}, []string{"stage", "action"}),
-		unstorable: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_unstorable_reports_total",
-			Help: "Executor reports holding what PostgreSQL cannot store, by kind as sent and action (mended: its text " +
-				"made storable before the write, an unstorable output dropped and a success with one recorded as a permanent " +
-				"failure; bare: refused by PostgreSQL, found by splitting the batch, and recorded as a failure without output; " +
-				"terminated: not recordable even so, logged and dropped)."}, []string{"kind", "action"}),
-		rerouted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_rerouted_total",
-			Help: "Attempts taken from the own queue of a worker that left, by outcome (moved: routed again; " +
-				"pinned: pinned to that worker by name, left to wait for it)."}, []string{"outcome"}),
-		handedBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_dispatcher_handed_back_total",
-			Help: "Attempts handed back by a worker that stopped (SIGTERM) before they ended: each started again at once as a new attempt that spends none of the task's max_attempts."}),
-		fence: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_fence_answers_total",
-			Help: "Fence questions of executors about redelivered dispatch messages, by answer (start: the attempt never ran; " +
-				"no: it ran, runs or is over; lost: no, and it was failed as lost because it may have run and its lease is gone; " +
-				"refused: about another pool's attempt, or malformed; unanswered: PostgreSQL or NATS failed, the executor asks again)."}, []string{"answer"}),
-		batchFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_batch_failures_total",
-			Help: "Batches the dispatcher could not complete and tries again (PostgreSQL or JetStream failed), by stage " +
-				"(triggers, reports: redelivered after a short delay; reaper: a pass of the reaper)."}, []string{"stage"}),
-		publishRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_publish_refusals_total",
-			Help: "Writes of the dispatcher that JetStream refused, by stream and reason (store_full: insufficient storage; " +
-				"unavailable: no quorum, no leader or no answer; other). The dispatcher probes the leases bucket every quarter " +
-				"of the lease TTL (at most 5 s)."}, []string{"stream", "reason"}),
-		writable: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_writable",
-			Help: "1 while JetStream takes the dispatcher's probe writes to the leases bucket, 0 while it refuses them " +
-				"(then, and for a grace after, the reaper fails no attempt as lost)."}),
-		storeUsed: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_store_used_bytes",
-			Help: "Bytes of JetStream file store the NATS account uses, read with every probe."}),
-		storeLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_store_limit_bytes",
-			Help: "The NATS account's JetStream file store limit in bytes; 0 when the account has none (the server's " +
-				"max_file_store still bounds it: watch ax_publish_refusals_total{reason=\"store_full\"})."}),
-		settingMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_topology_setting_mismatch",
-			Help: "1 for a topology setting (replicas, lease_ttl, logs_max_bytes, ...) that this dispatcher's flags state differently from the installed streams and buckets, which it refused to change (it needs --reconfigure)."}, []string{"setting"}),
-		rollups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_kv_rollups_detected_total",
-			Help: "Keys of ax-leases or ax-workers found vanished without a marker (a roll-up by a writer of the bucket: Nats-Rollup purged it), by bucket; " +
-				"counted at most once per sweep. AX restores or reaps what the roll-up removed; find the writer (an executor's credential)."}, []string{"bucket"}),
-		workerDeaths: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_worker_deaths_total",
-			Help: "Workers that died (their leases expired with attempts unfinished) and whose attempts the reaper retried; a death spends no attempt."}),
-		suspects: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_death_suspects_total",
-			Help: "Attempts whose worker died while the instance had already been running on another worker that died: suspects of killing their workers (an event 'suspect' on the instance's timeline)."}),
-		quarantined: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_instances_quarantined_total",
-			Help: "Instances failed as quarantined: --quarantine-after workers (default 3) died while running each."}),
-	}
+	m := &metrics{}
+	m.batchMetrics()
+	m.reportMetrics()
+	m.healthMetrics()
+	m.deathMetrics()
 	m.writable.Set(1)
 	for _, stage := range []string{"triggers", "reports", "reaper"} {
 		m.batchFailures.WithLabelValues(stage) // shown at 0 before the first failure
@@ -144,6 +87,82 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// batchMetrics makes the metrics of the batches of the intake and the recorder, and what they refused or moved.
+func (m *metrics) batchMetrics() {
+	m.batches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_batches_total",
+		Help: "Batches the dispatcher handled, by consumer (triggers, reports)."}, []string{"consumer"})
+	m.messages = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_messages_total",
+		Help: "Messages the dispatcher handled, by consumer (triggers, reports)."}, []string{"consumer"})
+	m.seconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "ax_dispatcher_batch_seconds",
+		Help:    "Time the dispatcher took to handle a batch, by consumer (triggers, reports).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"consumer"})
+	m.batchFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_batch_failures_total",
+		Help: "Batches the dispatcher could not complete and tries again (PostgreSQL or JetStream failed), by stage " +
+			"(triggers, reports: redelivered after a short delay; reaper: a pass of the reaper)."}, []string{"stage"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_refused_firings_total",
+		Help: "Firings refused for what they hold, by stage (validate: the dispatcher's checks; postgres: a value " +
+			"PostgreSQL refused, found by splitting the batch) and action (skipped: recorded as a SKIPPED instance " +
+			"with the reason; terminated: not recordable, logged and dropped)."}, []string{"stage", "action"})
+	m.unstorable = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_unstorable_reports_total",
+		Help: "Executor reports holding what PostgreSQL cannot store, by kind as sent and action (mended: its text " +
+			"made storable before the write, an unstorable output dropped and a success with one recorded as a permanent " +
+			"failure; bare: refused by PostgreSQL, found by splitting the batch, and recorded as a failure without output; " +
+			"terminated: not recordable even so, logged and dropped)."}, []string{"kind", "action"})
+	m.rerouted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_rerouted_total",
+		Help: "Attempts taken from the own queue of a worker that left, by outcome (moved: routed again; " +
+			"pinned: pinned to that worker by name, left to wait for it)."}, []string{"outcome"})
+}
+
+// reportMetrics makes the metrics of the reports, the reaper's and the fence's answers.
+func (m *metrics) reportMetrics() {
+	m.stale = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_stale_reports_total",
+		Help: "Executor reports refused as stale (their attempt was fenced out), by kind (started, succeeded, failed)."}, []string{"kind"})
+	m.refusedReports = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_refused_reports_total",
+		Help: "Executor reports refused because they did not come from the attempt's holder (another pool, another worker, a subject that does not name the report's worker, or a worker whose credential does not grant the handler of an attempt no worker holds yet), by kind (started, succeeded, failed, progress); never applied."}, []string{"kind"})
+	m.progress = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_progress_reports_total",
+		Help: "Progress reports, by result (applied: now the instance's progress; dropped: the attempt was not RUNNING, " +
+			"or a newer progress was stored; refused: not from the attempt's holder)."}, []string{"result"})
+	m.reaperLeft = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_reaper_left_to_report_total",
+		Help: "Expired leases and overdue attempts the reaper did not fail because their final report waited in AX_REPORTS, by cause (lease expired, timeout); counted at each look."}, []string{"cause"})
+	m.handedBack = prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_dispatcher_handed_back_total",
+		Help: "Attempts handed back by a worker that stopped (SIGTERM) before they ended: each started again at once as a new attempt that spends none of the task's max_attempts."})
+	m.fence = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_fence_answers_total",
+		Help: "Fence questions of executors about redelivered dispatch messages, by answer (start: the attempt never ran; " +
+			"no: it ran, runs or is over; lost: no, and it was failed as lost because it may have run and its lease is gone; " +
+			"refused: about another pool's attempt, or malformed; unanswered: PostgreSQL or NATS failed, the executor asks again)."}, []string{"answer"})
+}
+
+// healthMetrics makes the metrics of JetStream's health as the dispatcher sees it.
+func (m *metrics) healthMetrics() {
+	m.publishRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_publish_refusals_total",
+		Help: "Writes of the dispatcher that JetStream refused, by stream and reason (store_full: insufficient storage; " +
+			"unavailable: no quorum, no leader or no answer; other). The dispatcher probes the leases bucket every quarter " +
+			"of the lease TTL (at most 5 s)."}, []string{"stream", "reason"})
+	m.writable = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_writable",
+		Help: "1 while JetStream takes the dispatcher's probe writes to the leases bucket, 0 while it refuses them " +
+			"(then, and for a grace after, the reaper fails no attempt as lost)."})
+	m.storeUsed = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_store_used_bytes",
+		Help: "Bytes of JetStream file store the NATS account uses, read with every probe."})
+	m.storeLimit = prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_jetstream_store_limit_bytes",
+		Help: "The NATS account's JetStream file store limit in bytes; 0 when the account has none (the server's " +
+			"max_file_store still bounds it: watch ax_publish_refusals_total{reason=\"store_full\"})."})
+	m.settingMismatch = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_topology_setting_mismatch",
+		Help: "1 for a topology setting (replicas, lease_ttl, logs_max_bytes, ...) that this dispatcher's flags state differently from the installed streams and buckets, which it refused to change (it needs --reconfigure)."}, []string{"setting"})
+	m.rollups = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_kv_rollups_detected_total",
+		Help: "Keys of ax-leases or ax-workers found vanished without a marker (a roll-up by a writer of the bucket: Nats-Rollup purged it), by bucket; " +
+			"counted at most once per sweep. AX restores or reaps what the roll-up removed; find the writer (an executor's credential)."}, []string{"bucket"})
+}
+
+// deathMetrics makes the metrics of the worker deaths (see deaths.go).
+func (m *metrics) deathMetrics() {
+	m.workerDeaths = prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_worker_deaths_total",
+		Help: "Workers that died (their leases expired with attempts unfinished) and whose attempts the reaper retried; a death spends no attempt."})
+	m.suspects = prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_death_suspects_total",
+		Help: "Attempts whose worker died while the instance had already been running on another worker that died: suspects of killing their workers (an event 'suspect' on the instance's timeline)."})
+	m.quarantined = prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_instances_quarantined_total",
+		Help: "Instances failed as quarantined: --quarantine-after workers (default 3) died while running each."})
 }
 
 // counted wraps handle so that its batches are counted under consumer.

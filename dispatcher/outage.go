@@ -52,11 +52,11 @@ func (r *reconnects) start(count uint64, ttl time.Duration) {
 // refusing and for a grace after. A reconnection is dated when first seen,
 // which is no earlier than it happened, and a refusal when its answer
 // came, so the grace never ends early.
-func (s *Service) graceLeft() time.Duration {
-	r := &s.reconnects
-	n := s.opts.Conn.Stats().Reconnects
+func (rp *reaper) graceLeft() time.Duration {
+	r := &rp.reconnects
+	n := rp.conn.Stats().Reconnects
 	now := time.Now()
-	refused, grace := s.writes.last()
+	refused, grace := rp.writes.last()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if n != r.count {
@@ -140,8 +140,8 @@ func probeInterval(ttl time.Duration) time.Duration {
 // ax_publish_refusals_total and sets ax_jetstream_writable; with each
 // probe it reads the account's JetStream store usage for
 // ax_jetstream_store_used_bytes and ax_jetstream_store_limit_bytes.
-func (s *Service) probeWrites(ctx context.Context, leases jetstream.KeyValue) error {
-	ttl := s.opts.Streams.LeaseTTL
+func (rp *reaper) probeWrites(ctx context.Context, leases jetstream.KeyValue) error {
+	ttl := rp.streams().LeaseTTL
 	if status, err := leases.Status(ctx); err == nil {
 		ttl = status.TTL()
 	}
@@ -158,17 +158,17 @@ func (s *Service) probeWrites(ctx context.Context, leases jetstream.KeyValue) er
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			s.writes.done(true, time.Now(), grace)
+			rp.writes.done(true, time.Now(), grace)
 			reason := refusalReason(err)
-			s.metrics.publishRefusals.WithLabelValues(stream, reason).Inc()
-			s.metrics.writable.Set(0)
-			s.log.Warn().Err(err).Str("stream", stream).Str("reason", reason).Dur("grace", grace).
+			rp.metrics.publishRefusals.WithLabelValues(stream, reason).Inc()
+			rp.metrics.writable.Set(0)
+			rp.log.Warn().Err(err).Str("stream", stream).Str("reason", reason).Dur("grace", grace).
 				Msg("JetStream refuses the dispatcher's writes; the reaper fails no attempt as lost until the grace after they are taken again")
 		default:
-			s.writes.done(false, time.Time{}, 0)
-			s.metrics.writable.Set(1)
+			rp.writes.done(false, time.Time{}, 0)
+			rp.metrics.writable.Set(1)
 		}
-		s.readStoreUsage(ctx)
+		rp.readStoreUsage(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -179,15 +179,15 @@ func (s *Service) probeWrites(ctx context.Context, leases jetstream.KeyValue) er
 
 // readStoreUsage sets the store gauges from the account's JetStream
 // usage; a failed read leaves them as they were.
-func (s *Service) readStoreUsage(ctx context.Context) {
+func (rp *reaper) readStoreUsage(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	info, err := s.js.AccountInfo(ctx)
+	info, err := rp.js.AccountInfo(ctx)
 	if err != nil {
 		return
 	}
-	s.metrics.storeUsed.Set(float64(info.Store))
-	s.metrics.storeLimit.Set(float64(max(info.Limits.MaxStore, 0)))
+	rp.metrics.storeUsed.Set(float64(info.Store))
+	rp.metrics.storeLimit.Set(float64(max(info.Limits.MaxStore, 0)))
 }
 
 // refusalReason names why JetStream refused a write, for the metric's

@@ -8,12 +8,54 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
+
+// reaper is the part of the dispatcher that watches the leases (see
+// [reaper.reap]): it fails the attempts whose worker died, judged by its
+// deathJudge, and those that outlived their timeout, sweeps what vanished
+// (rollups.go), holds its hand in an outage (outage.go) and answers the
+// fence's questions (fence.go). It hands what a failure sets going to
+// next, and a worker that died to departed.
+type reaper struct {
+	store *store.Store
+	top   streams.Topology
+	conn  *nats.Conn
+	// js is the dispatcher's JetStream context, set by Run.
+	js jetstream.JetStream
+	// streams returns the topology settings as Run follows them.
+	streams                    func() streams.Config
+	timeoutCheck, timeoutGrace time.Duration
+	batchSize                  int
+	// book is what the watch learned of the leases, which the fence
+	// reads (see fence.go).
+	book *leaseBook
+	// workers is the live view of ax-workers: a worker whose lease
+	// lapsed is suspended, a stale one departs.
+	workers *liveWorkers
+	deaths  *deathJudge
+	// reconnects dates the connection's reconnections, after which the
+	// reaper and the fence give the holders of lapsed leases a grace (see
+	// outage.go); writes dates the refusals of the dispatcher's writes to
+	// the leases bucket.
+	reconnects reconnects
+	writes     writeHealth
+	// rollupWarnings note the buckets whose roll-up was logged (see
+	// rollups.go).
+	rollupWarnings
+	now      func() time.Time
+	rand     func() float64
+	log      zerolog.Logger
+	metrics  *metrics
+	next     completer
+	departed func(workerID string)
+}
 
 // leaseLost is the reason recorded on an attempt whose lease expired.
 const leaseLost = "lease expired: the worker stopped renewing it (it died, hung or lost its connection)"
@@ -29,7 +71,7 @@ const leaseLost = "lease expired: the worker stopped renewing it (it died, hung 
 // A lease the executor retired (stopped renewing) after its final report was
 // stored ages into the same marker, and that report may still wait, unrecorded,
 // in AX_REPORTS (a dispatcher died holding it, PostgreSQL is down, a
-// backlog). So a marker is only a candidate: [Service.expireLeases] reads
+// backlog). So a marker is only a candidate: [reaper.expireLeases] reads
 // PostgreSQL, then looks in AX_REPORTS, and fails only an attempt that is
 // still unfinished and whose final report is not there.
 //
@@ -42,101 +84,140 @@ const leaseLost = "lease expired: the worker stopped renewing it (it died, hung 
 //
 // Whatever the reaper could not apply (PostgreSQL or the stream failing) it
 // keeps and tries again every retryDelay; it never drops an expiry.
-func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w jetstream.KeyWatcher, reports jetstream.Stream) error {
+func (rp *reaper) reap(ctx, work context.Context, leases jetstream.KeyValue, w jetstream.KeyWatcher, reports jetstream.Stream) error {
 	defer func() { _ = w.Stop() }()
 	status, err := leases.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", s.top.LeasesBucket(), err)
+		return fmt.Errorf("read %s: %w", rp.top.LeasesBucket(), err)
 	}
-	s.reconnects.start(s.opts.Conn.Stats().Reconnects, status.TTL())
-	s.book.retains(status.TTL())
-	s.leaseTTL.Store(int64(status.TTL()))
+	rp.reconnects.start(rp.conn.Stats().Reconnects, status.TTL())
+	rp.book.retains(status.TTL())
+	rp.deaths.leaseTTL.Store(int64(status.TTL()))
 
-	var lost []store.Failure
 	// holders are the workers the live leases name, by attempt, read from
 	// the watch's puts: an attempt that has not reported started has no
 	// worker in the store, and the worker of a lapsed lease is suspended
 	// and its own queue routed again (see failAttempts). The fence reads
 	// them too (see fence.go).
-	holders := s.book
-	swept, promoted := false, false
-	timeouts := time.NewTicker(s.opts.TimeoutCheck)
+	r := &reaping{rp: rp, leases: leases, reports: reports, holders: rp.book, missing: make(vanishedLeases), retry: time.NewTimer(0)}
+	defer r.retry.Stop()
+	timeouts := time.NewTicker(rp.timeoutCheck)
 	defer timeouts.Stop()
-	vanished, missing := time.NewTicker(max(status.TTL(), time.Second)), make(vanishedLeases)
+	vanished := time.NewTicker(max(status.TTL(), time.Second))
 	defer vanished.Stop()
-	retry := time.NewTimer(0)
-	defer retry.Stop()
 	for {
-		if !swept {
-			if gone, err := s.sweepLeases(work, leases); err != nil {
-				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
-				s.log.Error().Err(err).Msg("sweeping leases failed; trying again")
-				retry.Reset(retryDelay)
-			} else {
-				lost = append(lost, gone...)
-				swept = true
-			}
-		}
-		if !promoted {
-			if err := s.promoteLeftovers(work); err != nil {
-				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
-				s.log.Error().Err(err).Msg("promoting waiting instances failed; trying again")
-				retry.Reset(retryDelay)
-			} else {
-				promoted = true
-			}
-		}
-		if left := s.graceLeft(); len(lost) > 0 && left > 0 {
-			// In or just back from an outage: the holders' final reports
-			// may still come (see outage.go).
-			retry.Reset(left)
-		} else if len(lost) > 0 {
-			if err := s.expireLeases(work, reports, lost, holders); err != nil {
-				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
-				s.log.Error().Err(err).Int("leases", len(lost)).Msg("expiring leases failed; trying again")
-				retry.Reset(retryDelay)
-			} else {
-				holders.forget(lost)
-				lost = lost[:0]
-			}
-		}
+		r.step(work)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-retry.C:
-			continue
+		case <-r.retry.C:
 		case <-timeouts.C:
-			if s.graceLeft() > 0 {
-				// An overdue attempt's final report may be held by its
-				// worker until JetStream takes it (see outage.go).
-				continue
-			}
-			if err := s.failOverdue(work, reports); err != nil {
-				s.metrics.batchFailures.WithLabelValues("reaper").Inc()
-				s.log.Error().Err(err).Msg("failing overdue attempts failed; trying again")
-			}
-			continue
+			rp.checkOverdue(work, reports)
 		case <-vanished.C:
-			lost = s.appendVanished(work, leases, missing, lost)
-			continue
+			r.lost = rp.appendVanished(work, leases, r.missing, r.lost)
 		case e, ok := <-w.Updates():
 			if !ok {
-				return fmt.Errorf("watch %s: watcher closed", s.top.LeasesBucket())
+				return fmt.Errorf("watch %s: watcher closed", rp.top.LeasesBucket())
 			}
-			lost = s.appendExpiry(lost, holders, e)
+			r.lost = rp.appendExpiry(r.lost, r.holders, e)
+			r.drain(w)
 		}
-	drain:
-		for len(lost) < s.opts.BatchSize {
-			select {
-			case e, ok := <-w.Updates():
-				if !ok {
-					break drain
-				}
-				lost = s.appendExpiry(lost, holders, e)
-			default:
-				break drain
+	}
+}
+
+// reaping is the reaper's state between two steps: the attempts whose
+// leases lapsed, not yet failed, and what it has done once.
+type reaping struct {
+	rp      *reaper
+	leases  jetstream.KeyValue
+	reports jetstream.Stream
+	holders *leaseBook
+	// lost are the attempts whose leases lapsed, to fail; missing the
+	// leases found gone without their marker (see appendVanished).
+	lost    []store.Failure
+	missing vanishedLeases
+	// swept and promoted say that the sweep of the leases and the
+	// promotion of leftover waiting instances, done once at start, are.
+	swept, promoted bool
+	// retry fires the next step after a failure, or after a grace.
+	retry *time.Timer
+}
+
+// step does what is due: the sweep and the promotion until they succeed
+// once, and the failure of the lost attempts, unless in or just back from
+// an outage (their holders' final reports may still come, see outage.go).
+func (r *reaping) step(work context.Context) {
+	rp := r.rp
+	if !r.swept {
+		if gone, err := rp.sweepLeases(work, r.leases); err != nil {
+			r.failed(err, "sweeping leases failed; trying again", 0)
+		} else {
+			r.lost = append(r.lost, gone...)
+			r.swept = true
+		}
+	}
+	if !r.promoted {
+		if err := rp.promoteLeftovers(work); err != nil {
+			r.failed(err, "promoting waiting instances failed; trying again", 0)
+		} else {
+			r.promoted = true
+		}
+	}
+	// graceLeft is asked on every step: it dates a reconnection it sees.
+	left := rp.graceLeft()
+	if len(r.lost) == 0 {
+		return
+	}
+	if left > 0 {
+		r.retry.Reset(left)
+		return
+	}
+	if err := rp.expireLeases(work, r.reports, r.lost, r.holders); err != nil {
+		r.failed(err, "expiring leases failed; trying again", len(r.lost))
+		return
+	}
+	r.holders.forget(r.lost)
+	r.lost = r.lost[:0]
+}
+
+// failed counts and logs a step that failed (msg; leases, when not 0,
+// the lapsed leases it was failing), and tries again after retryDelay.
+func (r *reaping) failed(err error, msg string, leases int) {
+	r.rp.metrics.batchFailures.WithLabelValues("reaper").Inc()
+	ev := r.rp.log.Error().Err(err)
+	if leases > 0 {
+		ev = ev.Int("leases", leases)
+	}
+	ev.Msg(msg)
+	r.retry.Reset(retryDelay)
+}
+
+// drain adds to the lost attempts the lease expiries the watch w holds
+// already, up to a batch.
+func (r *reaping) drain(w jetstream.KeyWatcher) {
+	for len(r.lost) < r.rp.batchSize {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
 			}
+			r.lost = r.rp.appendExpiry(r.lost, r.holders, e)
+		default:
+			return
 		}
+	}
+}
+
+// checkOverdue fails the attempts that outlived their timeout, unless in
+// or just back from an outage: an overdue attempt's final report may be
+// held by its worker until JetStream takes it (see outage.go).
+func (rp *reaper) checkOverdue(work context.Context, reports jetstream.Stream) {
+	if rp.graceLeft() > 0 {
+		return
+	}
+	if err := rp.failOverdue(work, reports); err != nil {
+		rp.metrics.batchFailures.WithLabelValues("reaper").Inc()
+		rp.log.Error().Err(err).Msg("failing overdue attempts failed; trying again")
 	}
 }
 
@@ -147,27 +228,27 @@ func (s *Service) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 // guarded write. The recorder acknowledges a report only after its
 // transaction committed, so a report gone from the stream between the read
 // and the lookup was recorded, and the guard turns the write into a no-op.
-func (s *Service) expireLeases(ctx context.Context, reports jetstream.Stream, lost []store.Failure, holders *leaseBook) error {
-	live, err := s.opts.Store.UnfinishedAttempts(ctx, lost)
+func (rp *reaper) expireLeases(ctx context.Context, reports jetstream.Stream, lost []store.Failure, holders *leaseBook) error {
+	live, err := rp.store.UnfinishedAttempts(ctx, lost)
 	if err != nil || len(live) == 0 {
 		return err
 	}
-	dead, err := s.withoutFinalReport(ctx, reports, live, "lease expired")
+	dead, err := rp.withoutFinalReport(ctx, reports, live, "lease expired")
 	if err != nil || len(dead) == 0 {
 		return err
 	}
 	// Their workers died: see deaths.go for what a death costs.
-	dead, deaths, err := s.judgeDeaths(ctx, dead, holders)
+	dead, deaths, err := rp.deaths.judgeDeaths(ctx, dead, holders)
 	if err != nil {
 		return err
 	}
-	return s.failAttempts(ctx, dead, nil, holders, deaths, "lease expired")
+	return rp.failAttempts(ctx, dead, nil, holders, deaths, "lease expired")
 }
 
 // appendExpiry adds to lost the attempt whose lease e is the expiry marker
 // of, and notes in holders the worker a lease's first put names (or that
 // it was put, when it names none).
-func (s *Service) appendExpiry(lost []store.Failure, holders *leaseBook, e jetstream.KeyValueEntry) []store.Failure {
+func (rp *reaper) appendExpiry(lost []store.Failure, holders *leaseBook, e jetstream.KeyValueEntry) []store.Failure {
 	if e == nil {
 		// The end of the bucket's current state: from now on the holders
 		// hold every lease put since the watch began.
@@ -189,7 +270,7 @@ func (s *Service) appendExpiry(lost []store.Failure, holders *leaseBook, e jetst
 		return lost
 	case jetstream.KeyValuePurge:
 		holders.expired(key)
-		return append(lost, store.Failure{InstanceID: id, Attempt: attempt, Reason: leaseLost, At: s.now()})
+		return append(lost, store.Failure{InstanceID: id, Attempt: attempt, Reason: leaseLost, At: rp.now()})
 	default: // deleted by an executor that retires its leases so
 		holders.forget([]store.Failure{{InstanceID: id, Attempt: attempt}})
 		return lost
@@ -200,23 +281,23 @@ func (s *Service) appendExpiry(lost []store.Failure, holders *leaseBook, e jetst
 // workers to stop them.
 // An overdue attempt whose final report waits in AX_REPORTS is left to
 // that report: its executor did stop it.
-func (s *Service) failOverdue(ctx context.Context, reports jetstream.Stream) error {
-	overdue, err := s.opts.Store.OverdueAttempts(ctx, s.opts.TimeoutGrace)
+func (rp *reaper) failOverdue(ctx context.Context, reports jetstream.Stream) error {
+	overdue, err := rp.store.OverdueAttempts(ctx, rp.timeoutGrace)
 	if err != nil || len(overdue) == 0 {
 		return err
 	}
 	failures := make([]store.Failure, len(overdue))
 	workers := make(map[[2]int64]string, len(overdue))
 	for i, o := range overdue {
-		failures[i] = store.Failure{InstanceID: o.InstanceID, Attempt: o.Attempt, At: s.now(),
+		failures[i] = store.Failure{InstanceID: o.InstanceID, Attempt: o.Attempt, At: rp.now(),
 			Reason: fmt.Sprintf("timeout: the attempt outlived its timeout of %v and its executor did not stop it", o.Timeout)}
 		workers[[2]int64{o.InstanceID, int64(o.Attempt)}] = o.WorkerID
 	}
-	failures, err = s.withoutFinalReport(ctx, reports, failures, "timeout")
+	failures, err = rp.withoutFinalReport(ctx, reports, failures, "timeout")
 	if err != nil || len(failures) == 0 {
 		return err
 	}
-	return s.failAttempts(ctx, failures, workers, nil, nil, "timeout")
+	return rp.failAttempts(ctx, failures, workers, nil, nil, "timeout")
 }
 
 // reportLookups bounds the concurrent AX_REPORTS lookups of one reaper pass.
@@ -226,7 +307,7 @@ const reportLookups = 16
 // AX_REPORTS. The others are counted and logged as left to their report;
 // cause names the reaper's reason to look at them. Any failed lookup fails
 // the whole pass: an attempt is never failed on a guess.
-func (s *Service) withoutFinalReport(ctx context.Context, reports jetstream.Stream, in []store.Failure, cause string) ([]store.Failure, error) {
+func (rp *reaper) withoutFinalReport(ctx context.Context, reports jetstream.Stream, in []store.Failure, cause string) ([]store.Failure, error) {
 	waiting := make([]bool, len(in))
 	errs := make([]error, len(in))
 	sem := make(chan struct{}, reportLookups)
@@ -235,21 +316,21 @@ func (s *Service) withoutFinalReport(ctx context.Context, reports jetstream.Stre
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			waiting[i], errs[i] = s.finalReportWaits(ctx, reports, f.InstanceID, f.Attempt)
+			waiting[i], errs[i] = rp.finalReportWaits(ctx, reports, f.InstanceID, f.Attempt)
 		})
 	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("look for final reports in %s: %w", s.top.ReportsStream(), err)
+			return nil, fmt.Errorf("look for final reports in %s: %w", rp.top.ReportsStream(), err)
 		}
 	}
 	if slices.Contains(waiting, false) {
 		// The others' final reports may wait in a batch: one read of the
 		// batches waiting serves them all.
-		batched, err := s.batchedFinals(ctx, reports)
+		batched, err := rp.batchedFinals(ctx, reports)
 		if err != nil {
-			return nil, fmt.Errorf("look for final reports in %s: %w", s.top.ReportsStream(), err)
+			return nil, fmt.Errorf("look for final reports in %s: %w", rp.top.ReportsStream(), err)
 		}
 		for i, f := range in {
 			waiting[i] = waiting[i] || batched[[2]int64{f.InstanceID, int64(f.Attempt)}]
@@ -263,33 +344,33 @@ func (s *Service) withoutFinalReport(ctx context.Context, reports jetstream.Stre
 			continue
 		}
 		left++
-		s.log.Debug().Int64("instance_id", f.InstanceID).Int("attempt", f.Attempt).Str("cause", cause).
+		rp.log.Debug().Int64("instance_id", f.InstanceID).Int("attempt", f.Attempt).Str("cause", cause).
 			Msg("final report waits in AX_REPORTS; the attempt is left to it")
 	}
 	if left > 0 {
-		s.metrics.reaperLeft.WithLabelValues(cause).Add(float64(left))
-		s.log.Info().Int("attempts", left).Str("cause", cause).
+		rp.metrics.reaperLeft.WithLabelValues(cause).Add(float64(left))
+		rp.log.Info().Int("attempts", left).Str("cause", cause).
 			Msg("attempts not failed: their final reports wait in AX_REPORTS to be recorded")
 	}
 	return out, nil
 }
 
 // finalReportWaits reports whether AX_REPORTS holds a final report of the
-// attempt on its own subject (see [Service.batchedFinals] for those in
+// attempt on its own subject (see [reaper.batchedFinals] for those in
 // batches).
-func (s *Service) finalReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int) (bool, error) {
-	return s.singleReportWaits(ctx, reports, instanceID, attempt, true)
+func (rp *reaper) finalReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int) (bool, error) {
+	return rp.singleReportWaits(ctx, reports, instanceID, attempt, true)
 }
 
 // reportWaits reports whether AX_REPORTS holds a report of the attempt: a
 // final one when final, else one of any kind; on the attempt's own
 // subject, or in a batch.
-func (s *Service) reportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int, final bool) (bool, error) {
-	waits, err := s.singleReportWaits(ctx, reports, instanceID, attempt, final)
+func (rp *reaper) reportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int, final bool) (bool, error) {
+	waits, err := rp.singleReportWaits(ctx, reports, instanceID, attempt, final)
 	if waits || err != nil {
 		return waits, err
 	}
-	batched, err := s.batchedFinals(ctx, reports)
+	batched, err := rp.batchedFinals(ctx, reports)
 	return batched[[2]int64{instanceID, int64(attempt)}], err
 }
 
@@ -300,8 +381,8 @@ func (s *Service) reportWaits(ctx context.Context, reports jetstream.Stream, ins
 // refused): a few, each read once, in order. An item that its subject's
 // worker could not have sent is refused when recorded, and counts here all
 // the same, as a single report on another worker's subject does.
-func (s *Service) batchedFinals(ctx context.Context, reports jetstream.Stream) (map[[2]int64]bool, error) {
-	subject := s.top.AllReportBatches()
+func (rp *reaper) batchedFinals(ctx context.Context, reports jetstream.Stream) (map[[2]int64]bool, error) {
+	subject := rp.top.AllReportBatches()
 	finals := make(map[[2]int64]bool)
 	for seq := uint64(1); ; {
 		m, err := reports.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
@@ -328,8 +409,8 @@ func (s *Service) batchedFinals(ctx context.Context, reports jetstream.Stream) (
 // any worker: a report of another is refused when recorded), and the stream, a
 // work queue, holds only those not yet recorded: the last one is looked at
 // first (usually the answer), then, if it is another, each one in turn.
-func (s *Service) singleReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int, final bool) (bool, error) {
-	subject := s.top.InstanceReports(instanceID)
+func (rp *reaper) singleReportWaits(ctx context.Context, reports jetstream.Stream, instanceID int64, attempt int, final bool) (bool, error) {
+	subject := rp.top.InstanceReports(instanceID)
 	last, err := reports.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
@@ -371,15 +452,15 @@ func isReportOf(data []byte, instanceID int64, attempt int, final bool) bool {
 
 // failAttempts fails attempts as the reaper, fires the next attempt of
 // those with attempts left and the tasks chained after those that ended. A
-// lost worker's next attempt waits by [Service.deathWait] (a moment for an
+// lost worker's next attempt waits by [deathJudge.deathWait] (a moment for an
 // attempt that is not a suspect: the handler did not fail), while an
 // overdue one waits by the task's backoff. workers, when set, names the
 // worker of each attempt to tell to stop; holders, for lapsed leases, the
 // worker each lease named, for the attempts the store knows no worker of,
-// and deaths how many workers died running each; cause is why, in a word.
-func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, workers map[[2]int64]string, holders *leaseBook,
-	deaths map[[2]int64]int, cause string) error {
-	outcomes, err := s.opts.Store.FailAttempts(ctx, failures)
+// and deaths the verdict on each (see deaths.go); cause is why, in a word.
+func (rp *reaper) failAttempts(ctx context.Context, failures []store.Failure, workers map[[2]int64]string, holders *leaseBook,
+	deaths map[[2]int64]verdict, cause string) error {
+	outcomes, err := rp.store.FailAttempts(ctx, failures)
 	if err != nil {
 		return err
 	}
@@ -389,7 +470,7 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 			quarantine[[2]int64{f.InstanceID, int64(f.Attempt)}] = true
 		}
 	}
-	batch := s.pub.Batch()
+	batch := rp.next.newBatch()
 	var ended []store.RunEnd
 	for _, o := range outcomes {
 		if e, ok := outcomeEnd(o); ok {
@@ -399,67 +480,67 @@ func (s *Service) failAttempts(ctx context.Context, failures []store.Failure, wo
 		if holder == "" {
 			holder = holders.holder([2]int64{o.InstanceID, int64(o.Attempt)})
 		}
-		if o.Applied && workers == nil && holder != "" && s.workers.suspend(holder) {
+		if o.Applied && workers == nil && holder != "" && rp.workers.suspend(holder) {
 			// Its lease lapsed: no retry goes back to it, and what waits
 			// on its own queue is routed again.
-			s.metrics.workerDeaths.Inc()
-			s.departed(holder)
+			rp.metrics.workerDeaths.Inc()
+			rp.departed(holder)
 		}
 		if o.Applied && o.State == schemas.StateFailed && quarantine[[2]int64{o.InstanceID, int64(o.Attempt)}] {
-			s.metrics.quarantined.Inc()
+			rp.metrics.quarantined.Inc()
 		}
 		if o.Applied {
-			s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Str("task", o.Task).
+			rp.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Str("task", o.Task).
 				Str("state", string(o.State)).Str("cause", cause).Msg("attempt failed by the reaper")
 			if w := workers[[2]int64{o.InstanceID, int64(o.Attempt)}]; w != "" {
-				s.cancelAttempt(w, o, cause)
+				rp.next.cancelAttempt(w, o, cause)
 			}
 		}
 		if o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt {
 			var wait time.Duration
 			hold := false
 			if workers != nil {
-				wait = backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)
+				wait = backoff(o.RetryPolicy, o.Attempt, rp.rand)
 			} else {
-				n := deaths[[2]int64{o.InstanceID, int64(o.Attempt)}]
-				wait, hold = s.deathWait(n, backoff(o.RetryPolicy, o.Attempt, s.opts.RandFunc)), n < suspectAfter
+				v := deaths[[2]int64{o.InstanceID, int64(o.Attempt)}]
+				wait, hold = rp.deaths.deathWait(v, backoff(o.RetryPolicy, o.Attempt, rp.rand)), v.deaths < suspectAfter
 			}
-			if err := s.retryAfter(batch, o, wait, hold); err != nil {
+			if err := rp.next.retryAfter(batch, o, wait, hold); err != nil {
 				return err
 			}
 		}
 	}
-	promoted, err := s.afterEnds(ctx, batch, ended)
+	promoted, err := rp.next.afterEnds(ctx, batch, ended)
 	if err != nil {
 		return err
 	}
-	return s.publishAttempts(ctx, batch, promoted)
+	return rp.next.publishAttempts(ctx, batch, promoted)
 }
 
 // promoteLeftovers starts the waiting instances that a slot freed for while
 // no dispatcher ran (or whose promotion a crash lost).
-func (s *Service) promoteLeftovers(ctx context.Context) error {
-	tasks, err := s.opts.Store.WaitingTasks(ctx)
+func (rp *reaper) promoteLeftovers(ctx context.Context) error {
+	tasks, err := rp.store.WaitingTasks(ctx)
 	if err != nil || len(tasks) == 0 {
 		return err
 	}
-	promoted, err := s.opts.Store.PromoteWaiting(ctx, tasks)
+	promoted, err := rp.store.PromoteWaiting(ctx, tasks)
 	if err != nil {
 		return err
 	}
-	return s.publishAttempts(ctx, s.pub.Batch(), promoted)
+	return rp.next.publishAttempts(ctx, rp.next.newBatch(), promoted)
 }
 
 // sweepLeases finds running attempts whose lease is gone — expired while no
 // dispatcher watched, past the bucket's marker retention, or retired by an
-// executor that finished: they are candidates, which [Service.expireLeases]
+// executor that finished: they are candidates, which [reaper.expireLeases]
 // checks like any expiry.
-func (s *Service) sweepLeases(ctx context.Context, leases jetstream.KeyValue) ([]store.Failure, error) {
+func (rp *reaper) sweepLeases(ctx context.Context, leases jetstream.KeyValue) ([]store.Failure, error) {
 	status, err := leases.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sweep leases: %w", err)
 	}
-	running, err := s.opts.Store.RunningAttempts(ctx, s.now().Add(-status.TTL()))
+	running, err := rp.store.RunningAttempts(ctx, rp.now().Add(-status.TTL()))
 	if err != nil {
 		return nil, fmt.Errorf("sweep leases: %w", err)
 	}
@@ -468,7 +549,7 @@ func (s *Service) sweepLeases(ctx context.Context, leases jetstream.KeyValue) ([
 		_, err := leases.Get(ctx, streams.LeaseKey(r.InstanceID, r.Attempt))
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			gone = append(gone, store.Failure{InstanceID: r.InstanceID, Attempt: r.Attempt, Reason: leaseLost, At: s.now()})
+			gone = append(gone, store.Failure{InstanceID: r.InstanceID, Attempt: r.Attempt, Reason: leaseLost, At: rp.now()})
 		case err != nil:
 			return nil, fmt.Errorf("sweep leases: %w", err)
 		}

@@ -67,7 +67,7 @@ func createIsolating(ctx context.Context, in []store.NewInstance, create createF
 // firing that cannot be recorded even so is terminated (never redelivered)
 // with an error in the log. It returns the SKIPPED instances made and the
 // messages it terminated.
-func (s *Service) recordRefused(ctx context.Context, refused []refusal, msgs map[[2]string][]jetstream.Msg) ([]store.Attempt, map[jetstream.Msg]bool, error) {
+func (it *intake) recordRefused(ctx context.Context, refused []refusal, msgs map[[2]string][]jetstream.Msg) ([]store.Attempt, map[jetstream.Msg]bool, error) {
 	if len(refused) == 0 {
 		return nil, nil, nil
 	}
@@ -79,23 +79,23 @@ func (s *Service) recordRefused(ctx context.Context, refused []refusal, msgs map
 			x.RunID = ""
 		}
 		x.EventID, x.Operator, x.CreatedReason = storableText(x.EventID), storableText(x.Operator), storableText(x.CreatedReason)
-		x.FiredAt = s.now()
+		x.FiredAt = it.now()
 		x.State = schemas.StateSkipped
 		x.Reason = storableText("PostgreSQL refused the firing: " + pgReason(r.err) +
 			"; it was recorded without its payload, parents and run")
 		skipped[i] = x
-		s.log.Warn().Str("task", x.Task).Str("event_id", x.EventID).Str("reason", x.Reason).
+		it.log.Warn().Str("task", x.Task).Str("event_id", x.EventID).Str("reason", x.Reason).
 			Msg("firing refused by PostgreSQL recorded as SKIPPED")
 	}
 	plain := func(ctx context.Context, in []store.NewInstance) ([]store.Attempt, []store.Victim, error) {
-		a, err := s.opts.Store.CreateInstances(ctx, in)
+		a, err := it.store.CreateInstances(ctx, in)
 		return a, nil, err
 	}
 	attempts, _, again, err := createIsolating(ctx, skipped, plain)
 	if err != nil {
 		return nil, nil, err
 	}
-	s.metrics.refused.WithLabelValues("postgres", "skipped").Add(float64(len(refused) - len(again)))
+	it.metrics.refused.WithLabelValues("postgres", "skipped").Add(float64(len(refused) - len(again)))
 	var termed map[jetstream.Msg]bool
 	for i, r := range again {
 		if termed == nil {
@@ -107,10 +107,10 @@ func (s *Service) recordRefused(ctx context.Context, refused []refusal, msgs map
 			termed[m] = true
 			_ = m.Term()
 		}
-		s.log.Error().Err(again[i].err).Str("task", orig.Task).Str("event_id", storableText(orig.EventID)).
+		it.log.Error().Err(again[i].err).Str("task", orig.Task).Str("event_id", storableText(orig.EventID)).
 			Msg("firing refused by PostgreSQL even without its payload; terminated")
 	}
-	s.metrics.refused.WithLabelValues("postgres", "terminated").Add(float64(len(again)))
+	it.metrics.refused.WithLabelValues("postgres", "terminated").Add(float64(len(again)))
 	return attempts, termed, nil
 }
 

@@ -2,17 +2,56 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
+
+// recorder is the part of the dispatcher that turns executors' reports
+// into transitions (see [recorder.handleReports]): it reads the reports,
+// applies them in rounds through the store, and hands what their outcomes
+// set going (retries, chains, promotions, cancels) to next.
+type recorder struct {
+	store *store.Store
+	top   streams.Topology
+	// workers tells the handlers each worker's credential grants.
+	workers *liveWorkers
+	// faults, nil in production, may refuse reports for a rehearsal.
+	faults  Faults
+	now     func() time.Time
+	rand    func() float64
+	log     zerolog.Logger
+	metrics *metrics
+	next    completer
+}
+
+// completer is what the outcomes of the recorder and the instances of the
+// intake set going, which the Service does (for the reaper too).
+type completer interface {
+	// newBatch starts a batch of asynchronous publishes.
+	newBatch() *streams.AsyncBatch
+	// afterEnds adds to batch what the runs that ended start (chained
+	// tasks) and returns the waiting instances their slots promote.
+	afterEnds(ctx context.Context, batch *streams.AsyncBatch, ended []store.RunEnd) ([]store.Attempt, error)
+	// publishAttempts sends attempts with batch and awaits them.
+	publishAttempts(ctx context.Context, batch *streams.AsyncBatch, attempts []store.Attempt) error
+	// retryAfter adds to batch the next attempt of o after wait.
+	retryAfter(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration, hold bool) error
+	// cancelAttempt tells a worker to stop an attempt.
+	cancelAttempt(workerID string, o store.Outcome, reason string)
+	// retryLater returns a batch's messages for redelivery.
+	retryLater(msgs []jetstream.Msg, err error)
+	// stopVictims stops the victims that ran and returns their ends.
+	stopVictims(victims []store.Victim) []store.RunEnd
+	// sendAttempts routes and adds attempts to batch, unawaited.
+	sendAttempts(ctx context.Context, batch *streams.AsyncBatch, attempts []store.Attempt) (sentAttempts, error)
+}
 
 // retryDelay is how long a batch that failed waits before its redelivery.
 const retryDelay = time.Second
@@ -24,11 +63,11 @@ const retryDelay = time.Second
 // batch ([schemas.ReportBatch]) counts as the reports it carries, each
 // applied or refused on its own; the batch is acknowledged, like a single
 // report, only once all of them are.
-func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
-	if s.opts.DrillFaults {
-		msgs = s.drillReportFaults(ctx, msgs)
+func (rc *recorder) handleReports(ctx context.Context, msgs []jetstream.Msg) {
+	if rc.faults != nil {
+		msgs = rc.faults.RecordReports(ctx, msgs)
 	}
-	reports, stale, handled := s.readReports(msgs)
+	reports, stale, handled := rc.readReports(msgs)
 	// The reports of one attempt in a round come from one worker, and
 	// one of each kind: one from another, or one more, waits for the next
 	// round (its own statement), so that the store, which merges an
@@ -37,15 +76,15 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	for len(reports) > 0 {
 		var round []schemas.Report
 		round, reports = nextRound(reports)
-		refused, err := s.applyRound(ctx, round)
+		refused, err := rc.applyRound(ctx, round)
 		if err != nil {
-			s.retryLater(msgs, err)
+			rc.next.retryLater(msgs, err)
 			return
 		}
 		stale = append(stale, refused...)
 	}
-	if err := s.opts.Store.RecordStaleReports(ctx, stale); err != nil {
-		s.retryLater(msgs, err)
+	if err := rc.store.RecordStaleReports(ctx, stale); err != nil {
+		rc.next.retryLater(msgs, err)
 		return
 	}
 	for _, m := range handled {
@@ -59,7 +98,7 @@ func (s *Service) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 // does not decode, or a report of a kind it cannot carry, is dropped with
 // a warning (a single report's message is terminated); a report batch
 // counts as its reports.
-func (s *Service) readReports(msgs []jetstream.Msg) (reports []schemas.Report, stale []store.StaleReport, handled []jetstream.Msg) {
+func (rc *recorder) readReports(msgs []jetstream.Msg) (reports []schemas.Report, stale []store.StaleReport, handled []jetstream.Msg) {
 	// The handlers each worker's credential grants in a pool, read once a
 	// batch: a report carries them to the store's holder check.
 	grants := map[[2]string][]string{}
@@ -67,83 +106,106 @@ func (s *Service) readReports(msgs []jetstream.Msg) (reports []schemas.Report, s
 		k := [2]string{pool, worker}
 		h, ok := grants[k]
 		if !ok {
-			h = s.workers.grantedHandlers(worker, pool)
+			h = rc.workers.grantedHandlers(worker, pool)
 			grants[k] = h
 		}
 		return h
 	}
 	for _, m := range msgs {
-		if pool, worker, ok := s.top.ReportBatchFrom(m.Subject()); ok {
-			b, err := schemas.DecodeReportBatch(m.Data())
-			if err != nil || len(b.Reports) == 0 {
-				s.log.Warn().Str("subject", m.Subject()).Msg("malformed report batch dropped")
-				_ = m.Term()
-				continue
-			}
+		var rs []schemas.Report
+		var refused []store.StaleReport
+		ok := false
+		if pool, worker, isBatch := rc.top.ReportBatchFrom(m.Subject()); isBatch {
+			rs, refused, ok = rc.readBatch(m, pool, worker, granted(pool, worker))
+		} else {
+			rs, refused, ok = rc.readReport(m, granted)
+		}
+		if ok {
 			handled = append(handled, m)
-			seen := make(map[[2]int64]bool, len(b.Reports))
-			for _, r := range b.Reports {
-				if r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt || !r.Kind.IsFinal() {
-					s.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
-						Str("kind", string(r.Kind)).Msg("malformed report in a batch dropped (a batch carries final reports only)")
-					continue
-				}
-				key := [2]int64{r.InstanceID, int64(r.Attempt)}
-				if seen[key] {
-					s.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
-						Msg("second final report of an attempt in one batch dropped")
-					continue
-				}
-				seen[key] = true
-				if kind := r.Kind; storableReport(&r) {
-					s.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
-				}
-				r.Pool, r.Handlers = pool, granted(pool, worker)
-				if r.WorkerID != worker {
-					stale = append(stale, s.noteRefused(r, fmt.Sprintf(
-						"%s report of attempt %d refused: it came in a batch on %s, which does not name its worker %q (its batches come on %s)",
-						r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.ReportBatch("<pool>", r.WorkerID))))
-					continue
-				}
-				reports = append(reports, r)
-			}
-			continue
 		}
-		r, err := schemas.DecodeReport(m.Data())
-		if err != nil || r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt {
-			s.log.Warn().Str("subject", m.Subject()).Msg("malformed report dropped")
-			_ = m.Term()
-			continue
-		}
-		if kind := r.Kind; storableReport(&r) {
-			s.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
-		}
-		switch {
-		case r.Kind == schemas.ReportProgress:
-			if r.Progress == nil || r.Progress.Check() != nil {
-				s.log.Warn().Str("subject", m.Subject()).Msg("malformed progress report dropped")
-				_ = m.Term()
-				continue
-			}
-		case r.Kind != schemas.ReportStarted && !r.Kind.IsFinal():
-			s.log.Warn().Str("subject", m.Subject()).Str("kind", string(r.Kind)).Msg("report of unknown kind dropped")
-			_ = m.Term()
-			continue
-		}
-		handled = append(handled, m)
-		pool, worker, ok := s.top.ReportFrom(m.Subject())
-		if !ok || worker != r.WorkerID {
-			// The subject is what NATS permissions bind to the publisher:
-			// a report whose worker it does not name proves nothing.
-			stale = append(stale, s.noteRefused(r, fmt.Sprintf(
-				"%s report of attempt %d refused: it came on %s, which does not name its worker %q (reports come on %s)",
-				r.Kind, r.Attempt, m.Subject(), r.WorkerID, s.top.Report("<pool>", "<worker_id>", r.InstanceID))))
-			continue
-		}
-		r.Pool, r.Handlers = pool, granted(pool, worker)
-		reports = append(reports, r)
+		reports, stale = append(reports, rs...), append(stale, refused...)
 	}
 	return reports, stale, handled
+}
+
+// readBatch decodes m, a report batch of a worker on its subject in pool,
+// whose credential grants it handlers: its reports to apply and the
+// refusals of those its subject does not name the worker of; false when
+// the batch does not decode (terminated).
+func (rc *recorder) readBatch(m jetstream.Msg, pool, worker string, handlers []string) ([]schemas.Report, []store.StaleReport, bool) {
+	b, err := schemas.DecodeReportBatch(m.Data())
+	if err != nil || len(b.Reports) == 0 {
+		rc.log.Warn().Str("subject", m.Subject()).Msg("malformed report batch dropped")
+		_ = m.Term()
+		return nil, nil, false
+	}
+	var reports []schemas.Report
+	var stale []store.StaleReport
+	seen := make(map[[2]int64]bool, len(b.Reports))
+	for _, r := range b.Reports {
+		if r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt || !r.Kind.IsFinal() {
+			rc.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
+				Str("kind", string(r.Kind)).Msg("malformed report in a batch dropped (a batch carries final reports only)")
+			continue
+		}
+		key := [2]int64{r.InstanceID, int64(r.Attempt)}
+		if seen[key] {
+			rc.log.Warn().Str("subject", m.Subject()).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).
+				Msg("second final report of an attempt in one batch dropped")
+			continue
+		}
+		seen[key] = true
+		if kind := r.Kind; storableReport(&r) {
+			rc.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
+		}
+		r.Pool, r.Handlers = pool, handlers
+		if r.WorkerID != worker {
+			stale = append(stale, rc.noteRefused(r, fmt.Sprintf(
+				"%s report of attempt %d refused: it came in a batch on %s, which does not name its worker %q (its batches come on %s)",
+				r.Kind, r.Attempt, m.Subject(), r.WorkerID, rc.top.ReportBatch("<pool>", r.WorkerID))))
+			continue
+		}
+		reports = append(reports, r)
+	}
+	return reports, stale, true
+}
+
+// readReport decodes m, the message of one report: the report to apply,
+// or the refusal of one its subject does not name the worker of (granted
+// tells what a worker's credential grants in a pool); false when it does
+// not decode or has a kind it cannot carry (terminated).
+func (rc *recorder) readReport(m jetstream.Msg, granted func(pool, worker string) []string) ([]schemas.Report, []store.StaleReport, bool) {
+	r, err := schemas.DecodeReport(m.Data())
+	if err != nil || r.InstanceID <= 0 || r.Attempt <= 0 || r.Attempt > maxAttempt {
+		rc.log.Warn().Str("subject", m.Subject()).Msg("malformed report dropped")
+		_ = m.Term()
+		return nil, nil, false
+	}
+	if kind := r.Kind; storableReport(&r) {
+		rc.metrics.unstorable.WithLabelValues(string(kind), "mended").Inc()
+	}
+	switch {
+	case r.Kind == schemas.ReportProgress:
+		if r.Progress == nil || r.Progress.Check() != nil {
+			rc.log.Warn().Str("subject", m.Subject()).Msg("malformed progress report dropped")
+			_ = m.Term()
+			return nil, nil, false
+		}
+	case r.Kind != schemas.ReportStarted && !r.Kind.IsFinal():
+		rc.log.Warn().Str("subject", m.Subject()).Str("kind", string(r.Kind)).Msg("report of unknown kind dropped")
+		_ = m.Term()
+		return nil, nil, false
+	}
+	pool, worker, ok := rc.top.ReportFrom(m.Subject())
+	if !ok || worker != r.WorkerID {
+		// The subject is what NATS permissions bind to the publisher:
+		// a report whose worker it does not name proves nothing.
+		return nil, []store.StaleReport{rc.noteRefused(r, fmt.Sprintf(
+			"%s report of attempt %d refused: it came on %s, which does not name its worker %q (reports come on %s)",
+			r.Kind, r.Attempt, m.Subject(), r.WorkerID, rc.top.Report("<pool>", "<worker_id>", r.InstanceID)))}, true
+	}
+	r.Pool, r.Handlers = pool, granted(pool, worker)
+	return []schemas.Report{r}, nil, true
 }
 
 // nextRound splits reports into a round, in which every attempt's reports
@@ -179,8 +241,36 @@ func nextRound(reports []schemas.Report) (round, later []schemas.Report) {
 // and final reports in one statement, the progress around it, and then
 // what the outcomes set going. It returns the timeline events of the
 // reports refused or stale.
-func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]store.StaleReport, error) {
-	var started, final, progress []schemas.Report
+func (rc *recorder) applyRound(ctx context.Context, reports []schemas.Report) ([]store.StaleReport, error) {
+	started, final, progress := sortRound(reports)
+	// An attempt's progress reports come before its final report in the
+	// stream, and once the final report is applied the attempt takes no
+	// more progress: the progress of an attempt that ends in this round is
+	// applied before the final reports, the rest after them, which it must
+	// not hold up.
+	ending, progress := splitProgress(progress, final)
+	stale, err := rc.applyProgress(ctx, ending)
+	if err != nil {
+		return nil, err
+	}
+	if len(started) > 0 || len(final) > 0 {
+		refused, err := rc.applyReports(ctx, started, final)
+		if err != nil {
+			return nil, err
+		}
+		stale = append(stale, refused...)
+	}
+	// The other attempts' progress last, after what the final reports set
+	// going.
+	refused, err := rc.applyProgress(ctx, progress)
+	if err != nil {
+		return nil, err
+	}
+	return append(stale, refused...), nil
+}
+
+// sortRound sorts a round's reports by kind.
+func sortRound(reports []schemas.Report) (started, final, progress []schemas.Report) {
 	for _, r := range reports {
 		switch r.Kind {
 		case schemas.ReportProgress:
@@ -191,25 +281,21 @@ func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]s
 			final = append(final, r)
 		}
 	}
-	// An attempt's progress reports come before its final report in the
-	// stream, and once the final report is applied the attempt takes no
-	// more progress: the progress of an attempt that ends in this round is
-	// applied before the final reports, the rest after them, which it must
-	// not hold up.
-	ending, progress := splitProgress(progress, final)
-	stale, err := s.applyProgress(ctx, ending)
+	return started, final, progress
+}
+
+// applyReports applies the started and final reports of a round in one
+// statement (see [recorder.applyIsolating]) and sets going what their
+// outcomes ask for (see [recorder.settle]): the retries, the tasks chained
+// after the instances that ended and the waiting instances their slots
+// start. It returns the timeline events of the reports refused or stale.
+func (rc *recorder) applyReports(ctx context.Context, started, final []schemas.Report) ([]store.StaleReport, error) {
+	started, final, outcomes, err := rc.applyIsolating(ctx, started, final)
 	if err != nil {
 		return nil, err
 	}
-	if len(started) == 0 && len(final) == 0 {
-		refused, err := s.applyProgress(ctx, progress)
-		return append(stale, refused...), err
-	}
-	started, final, outcomes, err := s.applyIsolating(ctx, started, final)
-	if err != nil {
-		return nil, err
-	}
-	batch := s.pub.Batch()
+	batch := rc.next.newBatch()
+	var stale []store.StaleReport
 	var ended []store.RunEnd
 	for i, o := range outcomes {
 		isStarted := i < len(started)
@@ -219,62 +305,60 @@ func (s *Service) applyRound(ctx context.Context, reports []schemas.Report) ([]s
 		} else {
 			r = final[i-len(started)]
 		}
-		kind := r.Kind
 		switch {
 		case isRefused(o, r):
-			stale = append(stale, s.noteRefused(r, fmt.Sprintf(
+			stale = append(stale, rc.noteRefused(r, fmt.Sprintf(
 				"%s report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, another worker (%q) holds it, or no grant key of the worker's credential names its handler",
-				kind, o.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
+				r.Kind, o.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
 			continue
-		case isStale(o, kind):
-			stale = append(stale, s.noteStale(o, kind, r.WorkerID))
+		case isStale(o, r.Kind):
+			stale = append(stale, rc.noteStale(o, r.Kind, r.WorkerID))
 		}
 		if e, ok := outcomeEnd(o); ok && !isStarted {
 			ended = append(ended, e)
 		}
-		switch {
-		case isStarted && !o.Applied && o.Found && o.CurrentAttempt == o.Attempt && o.State == schemas.StateSucceeded:
-			// Overtaken by its own success: the worker finished it, and
-			// nothing runs to stop.
-		case isStarted && !o.Applied && o.Found && !(o.State == schemas.StateRunning && o.CurrentAttempt == o.Attempt):
-			// The attempt is no longer the instance's: stop it where it runs.
-			s.cancelAttempt(r.WorkerID, o,
-				fmt.Sprintf("attempt %d is stale: the instance is %s at attempt %d", o.Attempt, o.State, o.CurrentAttempt))
-		case !isStarted && o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt:
-			// Applied now, or applied before a crash that may have lost the
-			// schedule: (re)schedule it; its message id makes that idempotent.
-			wait, refused := retryWait(o.RetryPolicy, o.Attempt, r.RetryAfterMS, s.opts.RandFunc)
-			switch {
-			case kind == schemas.ReportReleased:
-				// Handed back by a leaving worker: nothing failed, so
-				// nothing backs off.
-				wait = 0
-				if o.Applied {
-					s.metrics.handedBack.Inc()
-				}
-			case refused:
-				s.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Int64("retry_after_ms", r.RetryAfterMS).
-					Msg("report asks for a negative retry_after_ms; the task's backoff applies")
-			}
-			if err := s.scheduleRetry(batch, o, wait); err != nil {
-				return nil, err
-			}
+		if err := rc.settle(batch, r, o, isStarted); err != nil {
+			return nil, err
 		}
 	}
-	promoted, err := s.afterEnds(ctx, batch, ended)
+	promoted, err := rc.next.afterEnds(ctx, batch, ended)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.publishAttempts(ctx, batch, promoted); err != nil {
-		return nil, err
+	return stale, rc.next.publishAttempts(ctx, batch, promoted)
+}
+
+// settle acts on the outcome o of report r (a started report when
+// isStarted): it stops an attempt its own started report finds stale,
+// and adds to batch the next attempt of a failure with attempts left.
+func (rc *recorder) settle(batch *streams.AsyncBatch, r schemas.Report, o store.Outcome, isStarted bool) error {
+	switch {
+	case isStarted && !o.Applied && o.Found && o.CurrentAttempt == o.Attempt && o.State == schemas.StateSucceeded:
+		// Overtaken by its own success: the worker finished it, and
+		// nothing runs to stop.
+	case isStarted && !o.Applied && o.Found && !(o.State == schemas.StateRunning && o.CurrentAttempt == o.Attempt):
+		// The attempt is no longer the instance's: stop it where it runs.
+		rc.next.cancelAttempt(r.WorkerID, o,
+			fmt.Sprintf("attempt %d is stale: the instance is %s at attempt %d", o.Attempt, o.State, o.CurrentAttempt))
+	case !isStarted && o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt:
+		// Applied now, or applied before a crash that may have lost the
+		// schedule: (re)schedule it; its message id makes that idempotent.
+		wait, refused := retryWait(o.RetryPolicy, o.Attempt, r.RetryAfterMS, rc.rand)
+		switch {
+		case r.Kind == schemas.ReportReleased:
+			// Handed back by a leaving worker: nothing failed, so
+			// nothing backs off.
+			wait = 0
+			if o.Applied {
+				rc.metrics.handedBack.Inc()
+			}
+		case refused:
+			rc.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Int64("retry_after_ms", r.RetryAfterMS).
+				Msg("report asks for a negative retry_after_ms; the task's backoff applies")
+		}
+		return rc.scheduleRetry(batch, o, wait)
 	}
-	// The other attempts' progress last, after what the final reports set
-	// going.
-	refused, err := s.applyProgress(ctx, progress)
-	if err != nil {
-		return nil, err
-	}
-	return append(stale, refused...), nil
+	return nil
 }
 
 // splitProgress splits progress into the reports of attempts that have a
@@ -300,11 +384,11 @@ func splitProgress(progress, final []schemas.Report) (ending, others []schemas.R
 // applyProgress records a batch's progress reports, one statement for all
 // (none when there are none), and returns the timeline events of the ones
 // refused because they did not come from the attempt's holder.
-func (s *Service) applyProgress(ctx context.Context, reports []schemas.Report) ([]store.StaleReport, error) {
+func (rc *recorder) applyProgress(ctx context.Context, reports []schemas.Report) ([]store.StaleReport, error) {
 	if len(reports) == 0 {
 		return nil, nil
 	}
-	outcomes, err := s.opts.Store.ApplyProgress(ctx, reports)
+	outcomes, err := rc.store.ApplyProgress(ctx, reports)
 	if err != nil {
 		return nil, err
 	}
@@ -313,14 +397,14 @@ func (s *Service) applyProgress(ctx context.Context, reports []schemas.Report) (
 		r := reports[i]
 		switch {
 		case o.Applied:
-			s.metrics.progress.WithLabelValues("applied").Inc()
+			rc.metrics.progress.WithLabelValues("applied").Inc()
 		case o.Refused:
-			s.metrics.progress.WithLabelValues("refused").Inc()
-			refused = append(refused, s.noteRefused(r, fmt.Sprintf(
+			rc.metrics.progress.WithLabelValues("refused").Inc()
+			refused = append(refused, rc.noteRefused(r, fmt.Sprintf(
 				"progress report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, another worker (%q) holds it, or no grant key of the worker's credential names its handler",
 				r.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
 		default:
-			s.metrics.progress.WithLabelValues("dropped").Inc()
+			rc.metrics.progress.WithLabelValues("dropped").Inc()
 		}
 	}
 	return refused, nil
@@ -328,59 +412,8 @@ func (s *Service) applyProgress(ctx context.Context, reports []schemas.Report) (
 
 // scheduleRetry adds to batch the firing of the attempt after o's, delayed by
 // wait: a one-shot message schedule when wait is positive, else the firing itself.
-func (s *Service) scheduleRetry(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration) error {
-	return s.retryAfter(batch, o, wait, false)
-}
-
-// retryAfter fires the next attempt of o after wait: at once (wait ≤ 0),
-// by a message schedule, or, when hold, published now with its run_at
-// wait ahead, which the dispatcher that takes it holds in memory until
-// then (precise to the millisecond, where a schedule fires 0–250 ms late;
-// for waits within holdWindow only).
-func (s *Service) retryAfter(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration, hold bool) error {
-	next := o.Attempt + 1
-	eventID := schemas.RetryEventIDPrefix + strconv.FormatInt(o.InstanceID, 10) + "-" + strconv.Itoa(next)
-	ev := schemas.TriggerEvent{
-		EventID: eventID,
-		Task:    o.Task,
-		Source:  schemas.SourceRetry,
-		FiredAt: s.now().Add(wait),
-		Retry:   &schemas.RetryOf{InstanceID: o.InstanceID, Attempt: next},
-	}
-	if hold && wait > 0 && wait < holdWindow {
-		ev.RunAt = ev.FiredAt
-	}
-	if wait <= 0 || !ev.RunAt.IsZero() {
-		msg, err := streams.NewMsg(s.top.AXTrigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev)
-		if err != nil {
-			return err
-		}
-		batch.Add(msg)
-		return nil
-	}
-	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.AXTrigger(o.Task), streams.TriggerMsgID(o.Task, eventID), ev.FiredAt, ev)
-	if err != nil {
-		return err
-	}
-	batch.Add(msg)
-	return nil
-}
-
-// cancelAttempt tells a worker to stop an attempt (core NATS: if the worker
-// is gone there is nothing to stop).
-func (s *Service) cancelAttempt(workerID string, o store.Outcome, reason string) {
-	if workerID == "" {
-		return
-	}
-	data, err := json.Marshal(schemas.Control{
-		Action: schemas.ControlCancel, InstanceID: o.InstanceID, Attempt: o.Attempt, Reason: reason,
-	})
-	if err != nil {
-		return
-	}
-	if err := s.opts.Conn.Publish(s.top.Control(workerID), data); err != nil {
-		s.log.Warn().Err(err).Str("worker_id", workerID).Int64("instance_id", o.InstanceID).Msg("cancel not sent")
-	}
+func (rc *recorder) scheduleRetry(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration) error {
+	return rc.next.retryAfter(batch, o, wait, false)
 }
 
 // isStale reports whether a report of kind was refused because its attempt
@@ -427,23 +460,23 @@ func isRefused(o store.Outcome, r schemas.Report) bool {
 // noteRefused counts and logs a report refused because it did not come
 // from the attempt's holder, and returns the event for the instance's
 // timeline.
-func (s *Service) noteRefused(r schemas.Report, reason string) store.StaleReport {
-	s.metrics.refusedReports.WithLabelValues(string(r.Kind)).Inc()
-	s.log.Warn().Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).Str("kind", string(r.Kind)).
+func (rc *recorder) noteRefused(r schemas.Report, reason string) store.StaleReport {
+	rc.metrics.refusedReports.WithLabelValues(string(r.Kind)).Inc()
+	rc.log.Warn().Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).Str("kind", string(r.Kind)).
 		Str("worker_id", r.WorkerID).Str("pool", r.Pool).Msg(reason)
 	return store.StaleReport{InstanceID: r.InstanceID, Attempt: r.Attempt, Kind: r.Kind, WorkerID: r.WorkerID,
-		At: s.now(), Reason: reason, Refused: true}
+		At: rc.now(), Reason: reason, Refused: true}
 }
 
 // noteStale counts and logs a report refused as stale, and returns the
 // event for the instance's timeline, so that an operator sees the fencing
 // at work.
-func (s *Service) noteStale(o store.Outcome, kind schemas.ReportKind, workerID string) store.StaleReport {
-	s.metrics.stale.WithLabelValues(string(kind)).Inc()
-	s.log.Info().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Str("task", o.Task).
+func (rc *recorder) noteStale(o store.Outcome, kind schemas.ReportKind, workerID string) store.StaleReport {
+	rc.metrics.stale.WithLabelValues(string(kind)).Inc()
+	rc.log.Info().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Str("task", o.Task).
 		Str("kind", string(kind)).Str("worker_id", workerID).Str("state", string(o.State)).
 		Int("current_attempt", o.CurrentAttempt).Msg("stale report refused")
-	return store.StaleReport{InstanceID: o.InstanceID, Attempt: o.Attempt, Kind: kind, WorkerID: workerID, At: s.now(),
+	return store.StaleReport{InstanceID: o.InstanceID, Attempt: o.Attempt, Kind: kind, WorkerID: workerID, At: rc.now(),
 		Reason: fmt.Sprintf("%s report of attempt %d refused: the instance is %s at attempt %d",
 			kind, o.Attempt, o.State, o.CurrentAttempt)}
 }

@@ -36,13 +36,13 @@ import (
 // vanishedLeases is what the last sweep of the leases bucket found missing.
 type vanishedLeases map[[2]int64]bool
 
-// appendVanished appends to lost what [Service.sweepVanished] finds; a
+// appendVanished appends to lost what [reaper.sweepVanished] finds; a
 // sweep that fails is logged and made again at the next tick.
-func (s *Service) appendVanished(ctx context.Context, leases jetstream.KeyValue, missing vanishedLeases, lost []store.Failure) []store.Failure {
-	gone, err := s.sweepVanished(ctx, leases, missing)
+func (rp *reaper) appendVanished(ctx context.Context, leases jetstream.KeyValue, missing vanishedLeases, lost []store.Failure) []store.Failure {
+	gone, err := rp.sweepVanished(ctx, leases, missing)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn().Err(err).Msg("sweeping the leases bucket for vanished leases failed; trying again in a TTL")
+			rp.log.Warn().Err(err).Msg("sweeping the leases bucket for vanished leases failed; trying again in a TTL")
 		}
 		return lost
 	}
@@ -53,20 +53,20 @@ func (s *Service) appendVanished(ctx context.Context, leases jetstream.KeyValue,
 		}
 	}
 	if len(lost) > n {
-		s.log.Warn().Int("leases", len(lost)-n).Msg("running attempts whose lease vanished without a marker and was not restored; failing them as lost")
+		rp.log.Warn().Int("leases", len(lost)-n).Msg("running attempts whose lease vanished without a marker and was not restored; failing them as lost")
 	}
 	return lost
 }
 
 // sweepVanished lists the keys of the leases bucket once and returns the
 // running attempts whose lease was missing at the previous sweep too, as
-// candidates for [Service.expireLeases]. It keeps in missing what is
+// candidates for [reaper.expireLeases]. It keeps in missing what is
 // missing now.
-func (s *Service) sweepVanished(ctx context.Context, leases jetstream.KeyValue, missing vanishedLeases) ([]store.Failure, error) {
+func (rp *reaper) sweepVanished(ctx context.Context, leases jetstream.KeyValue, missing vanishedLeases) ([]store.Failure, error) {
 	// Every running attempt: its lease was made before it was reported
 	// started, and two sweeps a TTL apart leave a live holder time to
 	// restore it.
-	running, err := s.opts.Store.RunningAttempts(ctx, s.now())
+	running, err := rp.store.RunningAttempts(ctx, rp.now())
 	if err != nil || len(running) == 0 {
 		clear(missing)
 		return nil, err
@@ -93,7 +93,7 @@ func (s *Service) sweepVanished(ctx context.Context, leases jetstream.KeyValue, 
 		key := [2]int64{r.InstanceID, int64(r.Attempt)}
 		now[key] = true
 		if missing[key] {
-			gone = append(gone, store.Failure{InstanceID: r.InstanceID, Attempt: r.Attempt, Reason: leaseLost, At: s.now()})
+			gone = append(gone, store.Failure{InstanceID: r.InstanceID, Attempt: r.Attempt, Reason: leaseLost, At: rp.now()})
 		} else {
 			fresh = append(fresh, k)
 		}
@@ -103,15 +103,15 @@ func (s *Service) sweepVanished(ctx context.Context, leases jetstream.KeyValue, 
 		missing[k] = true
 	}
 	if len(fresh) > 0 {
-		s.detectRollup(ctx, leases.Bucket(), fresh[0])
+		rp.detectRollup(ctx, leases.Bucket(), fresh[0])
 	}
 	return gone, nil
 }
 
 // detectRollup counts a roll-up of bucket when key, which vanished from
 // it, has no message left at all: neither a value nor a marker.
-func (s *Service) detectRollup(ctx context.Context, bucket, key string) {
-	st, err := s.js.Stream(ctx, "KV_"+bucket)
+func (rp *reaper) detectRollup(ctx context.Context, bucket, key string) {
+	st, err := rp.js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return
 	}
@@ -119,13 +119,13 @@ func (s *Service) detectRollup(ctx context.Context, bucket, key string) {
 	if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return
 	}
-	s.metrics.rollups.WithLabelValues(bucket).Inc()
-	warned := &s.rollupLeasesWarned
-	if bucket != s.top.LeasesBucket() {
-		warned = &s.rollupWorkersWarned
+	rp.metrics.rollups.WithLabelValues(bucket).Inc()
+	warned := &rp.rollupLeasesWarned
+	if bucket != rp.top.LeasesBucket() {
+		warned = &rp.rollupWorkersWarned
 	}
 	if !warned.Swap(true) {
-		s.log.Warn().Str("bucket", bucket).Str("key", key).
+		rp.log.Warn().Str("bucket", bucket).Str("key", key).
 			Msg("a key vanished without a marker: a roll-up (Nats-Rollup) by a writer of the bucket? AX restores or reaps what it removed; warning once")
 	}
 }
@@ -173,10 +173,10 @@ func (v *liveWorkers) stale() []string {
 }
 
 // departStale takes the workers of [liveWorkers.stale] for departed.
-func (s *Service) departStale(ctx context.Context, bucket string) {
-	for _, id := range s.workers.stale() {
-		s.log.Info().Str("worker_id", id).Msg("worker left: no heartbeat within the TTL, and no marker; routing the work queued for it again")
-		s.departed(id)
-		s.detectRollup(ctx, bucket, id)
+func (rp *reaper) departStale(ctx context.Context, bucket string) {
+	for _, id := range rp.workers.stale() {
+		rp.log.Info().Str("worker_id", id).Msg("worker left: no heartbeat within the TTL, and no marker; routing the work queued for it again")
+		rp.departed(id)
+		rp.detectRollup(ctx, bucket, id)
 	}
 }

@@ -8,8 +8,13 @@ import (
 	"hash/fnv"
 	"net/url"
 	"strconv"
+	"sync"
 	"text/template"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -111,6 +116,34 @@ func (e errNoWorker) Error() string {
 	return msg + " (with a grant key of its credential for both)"
 }
 
+// router is the part of the dispatcher that decides where an attempt
+// goes (see [router.route]): by its route, over the live workers the
+// watch of ax-workers keeps (workers), in the executor protocol's version
+// protocol; and routes again what waits on the queues of workers that
+// left (see [router.reroute]). Safe for concurrent use; each batch brings
+// its own [routing].
+type router struct {
+	top      streams.Topology
+	protocol int
+	workers  *liveWorkers
+	log      zerolog.Logger
+	// hashKeys holds the parsed hash_key templates by their text.
+	hashKeys sync.Map
+
+	// For the departures (departures.go): the workers that left, whose
+	// queues wait to be routed again (gone), read through js (set by Run)
+	// and conn in batches of batchSize, their pinned attempts noted in the
+	// store.
+	gone      *departures
+	js        jetstream.JetStream
+	conn      *nats.Conn
+	store     *store.Store
+	batchSize int
+	now       func() time.Time
+	metrics   *metrics
+	next      completer
+}
+
 // routing is what one batch's routes share: the attempts it routed to
 // each worker, and the subjects of the pools' queues it publishes to,
 // built once a batch.
@@ -168,42 +201,42 @@ func (rs *routing) queue(top streams.Topology, pool string, p schemas.Priority, 
 // backed by a grant key of their credential, see [liveWorkers]), run
 // min_worker_version or newer and speak the dispatcher's version of the
 // executor protocol (Options.Protocol). errNoWorker says none is live.
-func (s *Service) route(a store.Attempt, rs *routing) (route, error) {
+func (rt *router) route(a store.Attempt, rs *routing) (route, error) {
 	// The message id names the worker: an attempt routed again to
 	// another worker (its first one left) is a new message, which the
 	// duplicate window must not drop.
 	to := func(id string) route {
 		rs.load[id]++
-		return route{subject: s.top.DispatchWorker(id), ring: s.top.ReadyWorker(id),
+		return route{subject: rt.top.DispatchWorker(id), ring: rt.top.ReadyWorker(id),
 			msgID: dispatchMsgID(a.ID, a.Attempt) + "@" + id, worker: id, header: encodeRoute(a)}
 	}
-	protocol := s.opts.Protocol
+	protocol := rt.protocol
 	noWorker := errNoWorker{pool: a.Pool, handler: a.Handler, minVersion: a.MinWorkerVersion, protocol: protocol}
 	switch a.Strategy {
 	case schemas.DispatchWorker:
-		if w, ok := s.workers.live(a.Key); ok && (!eligible(w, a.Pool, a.Handler, a.MinWorkerVersion) ||
-			!w.Speaks(protocol) || !s.workers.hasGrant(a.Key, a.Pool, a.Handler)) {
+		if w, ok := rt.workers.live(a.Key); ok && (!eligible(w, a.Pool, a.Handler, a.MinWorkerVersion) ||
+			!w.Speaks(protocol) || !rt.workers.hasGrant(a.Key, a.Pool, a.Handler)) {
 			return route{}, noWorker
 		}
 		return to(a.Key), nil
 	case schemas.DispatchHash:
-		key, err := s.renderHashKey(a.Key, a.Payload)
+		key, err := rt.renderHashKey(a.Key, a.Payload)
 		if err != nil {
-			s.log.Warn().Err(err).Int64("instance_id", a.ID).Str("task", a.Task).
+			rt.log.Warn().Err(err).Int64("instance_id", a.ID).Str("task", a.Task).
 				Msg("hash_key does not render over the payload; the attempt is routed as pull")
 			break
 		}
-		workers := s.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion, protocol)
+		workers := rt.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion, protocol)
 		if len(workers) == 0 {
 			return route{}, noWorker
 		}
 		return to(rendezvous(key, workers)), nil
 	}
 	if a.MinWorkerVersion == "" && protocol <= 1 {
-		q := rs.queue(s.top, a.Pool, a.Priority, a.Handler)
+		q := rs.queue(rt.top, a.Pool, a.Priority, a.Handler)
 		return route{subject: q.subject, ring: q.ring, msgID: dispatchMsgID(a.ID, a.Attempt)}, nil
 	}
-	workers := s.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion, protocol)
+	workers := rt.workers.eligible(a.Pool, a.Handler, a.MinWorkerVersion, protocol)
 	if len(workers) == 0 {
 		return route{}, noWorker
 	}
@@ -248,16 +281,16 @@ func score(key, workerID string) uint64 {
 
 // renderHashKey renders a hash_key template over a payload, as the
 // executor renders a mutex key: the payload decoded with numbers as written.
-func (s *Service) renderHashKey(text string, payload json.RawMessage) (string, error) {
+func (rt *router) renderHashKey(text string, payload json.RawMessage) (string, error) {
 	var tmpl *template.Template
-	if t, ok := s.hashKeys.Load(text); ok {
+	if t, ok := rt.hashKeys.Load(text); ok {
 		tmpl = t.(*template.Template)
 	} else {
 		t, err := schemas.ParseHashKey(text)
 		if err != nil {
 			return "", fmt.Errorf("parse hash_key %q: %w", text, err)
 		}
-		s.hashKeys.Store(text, t)
+		rt.hashKeys.Store(text, t)
 		tmpl = t
 	}
 	var data any
@@ -280,16 +313,16 @@ func (s *Service) renderHashKey(text string, payload json.RawMessage) (string, e
 // finds DISPATCHED and hands back to be published (see
 // [store.Store.StartRetries]). Its schedule replaces any earlier one for
 // the same attempt.
-func (s *Service) addReroute(batch *streams.AsyncBatch, a store.Attempt) error {
+func (rt *router) addReroute(batch *streams.AsyncBatch, a store.Attempt) error {
 	eventID := "route-" + strconv.FormatInt(a.ID, 10) + "-" + strconv.Itoa(a.Attempt)
 	ev := schemas.TriggerEvent{
 		EventID: eventID,
 		Task:    a.Task,
 		Source:  schemas.SourceRetry,
-		FiredAt: s.now().Add(rerouteDelay),
+		FiredAt: rt.now().Add(rerouteDelay),
 		Retry:   &schemas.RetryOf{InstanceID: a.ID, Attempt: a.Attempt},
 	}
-	msg, err := streams.NewScheduleMsg(s.top.Sched(eventID), s.top.AXTrigger(a.Task), "", ev.FiredAt, ev)
+	msg, err := streams.NewScheduleMsg(rt.top.Sched(eventID), rt.top.AXTrigger(a.Task), "", ev.FiredAt, ev)
 	if err != nil {
 		return err
 	}

@@ -57,50 +57,15 @@ func (s *Service) fanOut(ctx context.Context, batch *streams.AsyncBatch, parents
 		if p.State != schemas.StateDispatched {
 			continue
 		}
-		route := p.Route
-		var workers []schemas.Worker
-		n := p.ShardCount
-		if p.Strategy == schemas.DispatchBroadcast {
-			workers = s.workers.eligible(p.Pool, p.Handler, p.MinWorkerVersion, s.opts.Protocol)
-			if len(workers) == 0 {
-				s.log.Warn().Int64("instance_id", p.ID).Str("task", p.Task).Str("pool", p.Pool).
-					Str("min_worker_version", p.MinWorkerVersion).Dur("retry_in", rerouteDelay).
-					Msg("no live worker to broadcast to; routing it again later")
-				if err := s.addReroute(batch, p); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			n = len(workers)
-			route.Strategy = schemas.DispatchWorker
+		kids, ok, err := s.childrenOf(batch, p)
+		if err != nil {
+			return nil, err
 		}
-		for i := range n {
-			if workers != nil {
-				route.Key = workers[i].ID
-			}
-			children = append(children, store.NewInstance{
-				Task:          p.Task,
-				TaskVersion:   p.TaskVersion,
-				EventID:       shardEventID(p.EventID, i),
-				Source:        p.Source,
-				Priority:      p.Priority,
-				Pool:          p.Pool,
-				Handler:       p.Handler,
-				TimeoutMS:     p.TimeoutMS,
-				MaxAttempts:   p.MaxAttempts,
-				RetryPolicy:   p.RetryPolicy,
-				Payload:       p.Payload,
-				FiredAt:       p.FiredAt,
-				MutexTemplate: p.MutexTemplate,
-				Route:         route,
-				State:         schemas.StateDispatched,
-				CreatedReason: fmt.Sprintf("shard %d of %d of instance %d", i, n, p.ID),
-				RunID:         p.RunID,
-				Parents:       p.Parents,
-				Shard:         store.Shard{ParentID: p.ID, ShardIndex: i, ShardCount: n},
-			})
+		if !ok {
+			continue
 		}
-		starts = append(starts, store.ParentStart{InstanceID: p.ID, ShardCount: n})
+		children = append(children, kids...)
+		starts = append(starts, store.ParentStart{InstanceID: p.ID, ShardCount: len(kids)})
 	}
 	created, err := s.opts.Store.CreateInstances(ctx, children)
 	if err != nil {
@@ -110,4 +75,53 @@ func (s *Service) fanOut(ctx context.Context, batch *streams.AsyncBatch, parents
 		return nil, err
 	}
 	return append(made, created...), nil
+}
+
+// childrenOf returns the children to make of p, a parent without any: its
+// shards, or one child for each eligible live worker of a broadcast,
+// pinned to it. A broadcast that finds none is added to batch to be
+// routed again after rerouteDelay (false).
+func (s *Service) childrenOf(batch *streams.AsyncBatch, p store.Attempt) ([]store.NewInstance, bool, error) {
+	route := p.Route
+	var workers []schemas.Worker
+	n := p.ShardCount
+	if p.Strategy == schemas.DispatchBroadcast {
+		workers = s.workers.eligible(p.Pool, p.Handler, p.MinWorkerVersion, s.opts.Protocol)
+		if len(workers) == 0 {
+			s.log.Warn().Int64("instance_id", p.ID).Str("task", p.Task).Str("pool", p.Pool).
+				Str("min_worker_version", p.MinWorkerVersion).Dur("retry_in", rerouteDelay).
+				Msg("no live worker to broadcast to; routing it again later")
+			return nil, false, s.router.addReroute(batch, p)
+		}
+		n = len(workers)
+		route.Strategy = schemas.DispatchWorker
+	}
+	children := make([]store.NewInstance, 0, n)
+	for i := range n {
+		if workers != nil {
+			route.Key = workers[i].ID
+		}
+		children = append(children, store.NewInstance{
+			Task:          p.Task,
+			TaskVersion:   p.TaskVersion,
+			EventID:       shardEventID(p.EventID, i),
+			Source:        p.Source,
+			Priority:      p.Priority,
+			Pool:          p.Pool,
+			Handler:       p.Handler,
+			TimeoutMS:     p.TimeoutMS,
+			MaxAttempts:   p.MaxAttempts,
+			RetryPolicy:   p.RetryPolicy,
+			Payload:       p.Payload,
+			FiredAt:       p.FiredAt,
+			MutexTemplate: p.MutexTemplate,
+			Route:         route,
+			State:         schemas.StateDispatched,
+			CreatedReason: fmt.Sprintf("shard %d of %d of instance %d", i, n, p.ID),
+			RunID:         p.RunID,
+			Parents:       p.Parents,
+			Shard:         store.Shard{ParentID: p.ID, ShardIndex: i, ShardCount: n},
+		})
+	}
+	return children, true, nil
 }

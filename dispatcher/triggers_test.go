@@ -185,7 +185,7 @@ func TestFiringInsertedWhileABatchAwaitsItsAcks(t *testing.T) {
 	b := newBatchRig(t, plainTask)
 	h := newHold("first")
 	defer h.free()
-	b.d.hooks.beforeAcks = h.hook
+	b.d.setHooks(testHooks{beforeAcks: h.hook})
 	b.start()
 
 	firstSeq := b.fire("overlap", "first")
@@ -222,7 +222,7 @@ func TestBatchesInsertTogetherAndPublishInTurn(t *testing.T) {
 	b := newBatchRig(t, plainTask)
 	h := newHold("first")
 	defer h.free()
-	b.d.hooks.beforeWrites = h.hook
+	b.d.setHooks(testHooks{beforeWrites: h.hook})
 	b.start()
 
 	b.fire("overlap", "first")
@@ -253,14 +253,13 @@ func TestLimitedFiringsWaitTheirTurn(t *testing.T) {
 	h := newHold("first")
 	defer h.free()
 	waiting := make(chan struct{})
-	b.d.hooks.beforeWrites = h.hook
-	b.d.hooks.waitsTurn = func(firings []firing) {
+	b.d.setHooks(testHooks{beforeWrites: h.hook, waitsTurn: func(firings []firing) {
 		for _, f := range firings {
 			if f.event.EventID == "second" {
 				close(waiting)
 			}
 		}
-	}
+	}})
 	b.start()
 
 	b.fire("limited", "first")

@@ -69,32 +69,32 @@ func bareFailure(r schemas.Report, err error) schemas.Report {
 // with an error in the log. It returns the reports applied, in the order of
 // their outcomes (started, then final). Any other error fails the batch,
 // for redelivery.
-func (s *Service) applyIsolating(ctx context.Context, started, final []schemas.Report) ([]schemas.Report, []schemas.Report, []store.Outcome, error) {
-	out, err := s.opts.Store.ApplyReports(ctx, started, final)
+func (rc *recorder) applyIsolating(ctx context.Context, started, final []schemas.Report) ([]schemas.Report, []schemas.Report, []store.Outcome, error) {
+	out, err := rc.store.ApplyReports(ctx, started, final)
 	if err == nil || !store.IsDataError(err) {
 		return started, final, out, err
 	}
 	switch {
 	case len(started) == 1 && len(final) == 0:
-		s.metrics.unstorable.WithLabelValues(string(started[0].Kind), "terminated").Inc()
-		s.log.Error().Err(err).Int64("instance_id", started[0].InstanceID).Int("attempt", started[0].Attempt).
+		rc.metrics.unstorable.WithLabelValues(string(started[0].Kind), "terminated").Inc()
+		rc.log.Error().Err(err).Int64("instance_id", started[0].InstanceID).Int("attempt", started[0].Attempt).
 			Msg("started report refused by PostgreSQL; dropped (the final report records the start)")
 		return nil, nil, nil, nil
 	case len(started) == 0 && len(final) == 1:
 		r := final[0]
 		bare := bareFailure(r, err)
-		out, err2 := s.opts.Store.ApplyReports(ctx, nil, []schemas.Report{bare})
+		out, err2 := rc.store.ApplyReports(ctx, nil, []schemas.Report{bare})
 		switch {
 		case err2 == nil:
-			s.metrics.unstorable.WithLabelValues(string(r.Kind), "bare").Inc()
-			s.log.Warn().Err(err).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).Str("kind", string(r.Kind)).
+			rc.metrics.unstorable.WithLabelValues(string(r.Kind), "bare").Inc()
+			rc.log.Warn().Err(err).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).Str("kind", string(r.Kind)).
 				Msg("final report refused by PostgreSQL; recorded as a failure without its output")
 			return nil, []schemas.Report{bare}, out, nil
 		case !store.IsDataError(err2):
 			return nil, nil, nil, err2
 		}
-		s.metrics.unstorable.WithLabelValues(string(r.Kind), "terminated").Inc()
-		s.log.Error().Err(err2).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).Str("kind", string(r.Kind)).
+		rc.metrics.unstorable.WithLabelValues(string(r.Kind), "terminated").Inc()
+		rc.log.Error().Err(err2).Int64("instance_id", r.InstanceID).Int("attempt", r.Attempt).Str("kind", string(r.Kind)).
 			Msg("final report refused by PostgreSQL even as a bare failure; dropped")
 		return nil, nil, nil, nil
 	}
@@ -107,11 +107,11 @@ func (s *Service) applyIsolating(ctx context.Context, started, final []schemas.R
 	default:
 		f1, f2 = final[:len(final)/2], final[len(final)/2:]
 	}
-	s1, f1, o1, err := s.applyIsolating(ctx, s1, f1)
+	s1, f1, o1, err := rc.applyIsolating(ctx, s1, f1)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s2, f2, o2, err := s.applyIsolating(ctx, s2, f2)
+	s2, f2, o2, err := rc.applyIsolating(ctx, s2, f2)
 	if err != nil {
 		return nil, nil, nil, err
 	}

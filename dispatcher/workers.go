@@ -291,7 +291,7 @@ func (s *Service) watchWorkers(ctx context.Context, kv jetstream.KeyValue) (func
 		if left {
 			s.log.Info().Str("worker_id", e.Key()).Str("operation", e.Operation().String()).
 				Msg("worker left; routing the work queued for it again")
-			s.departed(e.Key())
+			s.router.departed(e.Key())
 		}
 	}
 	// The initial values end with a nil entry.
@@ -318,7 +318,7 @@ initial:
 		for {
 			select {
 			case <-check.C:
-				s.departStale(ctx, kv.Bucket())
+				s.reaper.departStale(ctx, kv.Bucket())
 			case e, ok := <-w.Updates():
 				if !ok {
 					if ctx.Err() != nil {

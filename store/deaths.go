@@ -16,6 +16,13 @@ const NotCountedReasonPrefix = LeaseExpiredReasonPrefix + ", not counted"
 // too many workers died while running it.
 const QuarantinedReasonPrefix = "quarantined"
 
+// TiedReason is in the reason of the retry of an attempt whose worker
+// died, at or over the deaths that quarantine an instance, beside another
+// attempt with as many: neither is quarantined, each is retried apart,
+// and the next death tells them apart (so such a poison takes one worker
+// more for each tie).
+const TiedReason = "tied: neither quarantined"
+
 // SpendsNoAttempt reports whether a transition to RETRYING with reason
 // spent none of the instance's max_attempts: the attempt was handed back by
 // its worker, or its worker died.

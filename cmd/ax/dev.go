@@ -18,6 +18,7 @@ import (
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/drill/drillfaults"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
@@ -207,12 +208,14 @@ cleanly; it starts again on the same data.`,
 				defer metricsLn.Close()
 			}
 			settings.Replicas = replicas
+			// ax dev rehearses: its dispatcher takes ax drill's faults.
+			faults := drillfaults.New(drillfaults.Options{Store: st, Topology: top, Logger: log})
 			stack, err := devstack.Start(ctx, devstack.Options{
 				NATSURL: c.natsURL, Passwords: passwords, Store: st, Topology: top,
 				// The executor needs the topology the dispatcher ensures;
 				// the stack ensures it first.
 				Streams: settings, Ensure: true,
-				Dispatcher: dispatcher.Options{DrillFaults: true, History: hist},
+				Dispatcher: dispatcher.Options{Faults: faults, History: hist},
 				API:        api.Options{Addr: httpAddr},
 				Auditor:    auditor.Options{ConsoleURL: "http://" + httpAddr, Destinations: alertDestinations(alertAllow)},
 				Executors:  []devstack.Executor{{User: devOwnUser, Options: executor.Options{WorkerID: devWorkerID, Mux: mux}}},

@@ -18,6 +18,7 @@ import (
 	"github.com/ax-scheduler/ax/auditor/monitor"
 	"github.com/ax-scheduler/ax/auditor/relay"
 	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/drill/drillfaults"
 	"github.com/ax-scheduler/ax/drill/system"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/trigger"
@@ -65,10 +66,14 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 			if err := checkLeaseTTL(settings.LeaseTTL); settings.LeaseTTL != 0 && err != nil {
 				return err
 			}
+			var faults dispatcher.Faults
+			if drill {
+				faults = drillfaults.New(drillfaults.Options{Store: o.store, Topology: o.top, Logger: o.log})
+			}
 			svc, err := dispatcher.New(dispatcher.Options{
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
 				Streams: settings, Metrics: m.registry(),
-				QuarantineAfter: quarantine, DrillFaults: drill,
+				QuarantineAfter: quarantine, Faults: faults,
 				SingleReports: single,
 				History:       hist,
 			})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/drill"
+	"github.com/ax-scheduler/ax/drill/drillfaults"
 	"github.com/ax-scheduler/ax/examples/executor/handlers"
 	"github.com/ax-scheduler/ax/executor"
 )
@@ -23,7 +24,7 @@ import (
 // ledger under the test's folder), and returns the verdict.
 func runTaskDrill(t *testing.T, file, task string, payload string) *drill.Report {
 	t.Helper()
-	s := newSystem(t, func(o *dispatcher.Options) { o.DrillFaults = true })
+	s := newSystem(t, func(o *dispatcher.Options) { o.Faults = drillfaults.New(drillfaults.Options{Store: o.Store}) })
 	data, err := os.ReadFile(filepath.Join("../../examples", file))
 	if err != nil {
 		t.Fatal(err)

@@ -98,6 +98,7 @@ func newSystemWith(t testing.TB, ttl time.Duration, ex devstack.Executor, tune .
 	s := &system{t: t, srv: srv, js: js, store: st, pool: pool, log: log}
 	opts := devstack.Options{NATSURL: srv.URL, Streams: streams.Config{LeaseTTL: ttl},
 		Services: []natsauth.Role{natsauth.Dispatcher, natsauth.API}, ProfileLabels: true}
+	opts.Dispatcher.Store = st // for a tune that needs it; the stack sets it anyway
 	for _, f := range tune {
 		f(&opts.Dispatcher)
 	}
