@@ -11,7 +11,6 @@ import (
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
-	"github.com/ax-scheduler/ax/streams"
 )
 
 // MonitorConsumer is the durable consumer on AX_AUDIT from which the
@@ -223,20 +222,22 @@ func (m *monitor) consume(ctx context.Context, cons jetstream.Consumer, batches 
 	}
 }
 
-// handleRecords counts a batch of audit records and evaluates the rules
-// they feed, then acknowledges them. When PostgreSQL fails the batch is
-// left for redelivery, after a delay.
+// handleRecords counts the records of a batch of audit messages (either
+// version of the audit protocol: a record, or a task's records) and
+// evaluates the rules they feed, all together, then acknowledges the
+// messages. When PostgreSQL fails the batch is left for redelivery, after
+// a delay.
 func (m *monitor) handleRecords(ctx context.Context, msgs []jetstream.Msg) {
 	recs := make([]schemas.AuditRecord, 0, len(msgs))
 	keep := msgs[:0:0]
 	for _, msg := range msgs {
-		r, err := streams.Decode[schemas.AuditRecord](msg.Subject(), msg.Data())
+		rs, err := schemas.DecodeAuditMessage(msg.Data())
 		if err != nil {
-			m.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("undecodable audit record skipped")
+			m.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("undecodable audit message skipped")
 			_ = msg.Term()
 			continue
 		}
-		recs = append(recs, r)
+		recs = append(recs, rs...)
 		keep = append(keep, msg)
 	}
 	err := m.applyRecords(ctx, recs)
