@@ -104,6 +104,8 @@ func BenchmarkAPIPath(b *testing.B) {
 	states = s.waitEnded(b, fired+n)
 	burst := float64(n) / time.Since(burstStart).Seconds()
 	b.ReportMetric(burst, "api_burst_instances/s")
+	b.ReportMetric(float64(states[schemas.StateSucceeded]), "succeeded")
+	b.ReportMetric(float64(states[schemas.StateFailed]), "failed")
 	b.ReportMetric(0, "ns/op")
 	benchf(b, "API burst of %d firings in requests of %d (ax bench --batch %d), 8 at once: %.0f instances/s, first request → every instance ended; %d SUCCEEDED, %d FAILED in all",
 		n, batch, batch, burst, states[schemas.StateSucceeded], states[schemas.StateFailed])
