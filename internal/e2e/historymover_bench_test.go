@@ -96,7 +96,6 @@ func BenchmarkHistoryMoverAndList(b *testing.B) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-
 // writeMovable writes n ended instances of "noop" fired 8 days ago into the
 // hot tables, ids from+1…from+n, four transitions each as the dispatcher
 // writes them (two rows), and marks every transition relayed to AX_AUDIT
