@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -400,6 +401,30 @@ func startCPUProfile(b *testing.B) {
 	})
 }
 
+// startTrace writes an execution trace of the rest of the benchmark to
+// AX_BENCH_TRACE, when it is set (go tool trace FILE): where a slow start's
+// time went — GC, a batch's timer, a goroutine waiting on the file store or
+// on PostgreSQL — beside the hops BenchmarkPipelineLatency prints.
+func startTrace(b *testing.B) {
+	path := os.Getenv("AX_BENCH_TRACE")
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := trace.Start(f); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		trace.Stop()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+}
+
 // writeAllocs writes the allocation profile of the process so far to path:
 // a profile taken before the burst is the base (go tool pprof -base) that
 // leaves the set-up out of one taken after it.
@@ -431,6 +456,7 @@ func BenchmarkPipelineLatency(b *testing.B) {
 	perTick := max(rate/int(time.Second/tick), 1)
 	meter := s.newCostMeter(b)
 	startCPUProfile(b)
+	startTrace(b)
 	s.hops.start(b, s)
 	meter.start()
 	fired := 0
