@@ -97,8 +97,11 @@ func newBenchCmd(g *cli) *cobra.Command {
 		Use:   "bench",
 		Short: "Measure throughput and firing-to-start latency against a running AX",
 		Long: `Fire a task many times as fast as the API takes it (from a few connections at
-once), wait until every instance has ended, and print instances per second and
-the p50 and p99 latency from each instance's fired_at to its started_at.
+once), at --rate firings a second, or in requests of --batch firings; wait until
+every instance has ended, and print instances per second and the p50, p99 and
+p99.9 latency from each instance's fired_at to its started_at. Each firing asks
+the API to answer from the publish's acknowledgement (Prefer: respond-async)
+rather than wait for its instance.
 
 Without --task, ax bench applies (creates or updates) the task ax-bench, a no-op
 bound to builtin.echo, which the executor of "ax dev" serves. Point it at a
@@ -118,6 +121,8 @@ they did not all end within --timeout.`,
 		Example: `  ax dev &                                  # in another terminal
   ax bench
   ax bench --count 5000 -o json
+  ax bench --rate 500 --count 2500
+  ax bench --batch 1000 --count 20000
   ax bench --task resize-image --count 200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
