@@ -166,6 +166,10 @@ func (m *monitor) run(ctx context.Context, js jetstream.JetStream) error {
 	}
 }
 
+// auditRecordBytes is about the size of a plain audit record of a
+// transition.
+const auditRecordBytes = 250
+
 // consume hands batches of up to BatchSize audit messages to batches until
 // ctx ends: it waits for a first message, then takes whatever else is
 // already there. Messages not handed over are left un-acked for redelivery.
@@ -194,19 +198,24 @@ func (m *monitor) consume(ctx context.Context, cons jetstream.Consumer, batches 
 			}
 		}
 	}()
+	// A message of version 2 carries up to a relay page of records: a
+	// batch also ends at about BatchSize records' worth of bytes, so that
+	// a backlog of them is not handled 500 pages at a time.
+	maxBytes := m.opts.BatchSize * auditRecordBytes
 	for {
 		var batch []jetstream.Msg
+		size := 0
 		select {
 		case <-ctx.Done():
 			return nil
 		case msg := <-in:
-			batch = append(batch, msg)
+			batch, size = append(batch, msg), len(msg.Data())
 		}
 	fill:
-		for len(batch) < m.opts.BatchSize {
+		for len(batch) < m.opts.BatchSize && size < maxBytes {
 			select {
 			case msg := <-in:
-				batch = append(batch, msg)
+				batch, size = append(batch, msg), size+len(msg.Data())
 			default:
 				break fill
 			}
