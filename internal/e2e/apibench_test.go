@@ -31,6 +31,7 @@ func BenchmarkAPIPath(b *testing.B) {
 	s := benchSystem(b)
 	ctx := context.Background()
 	meter := s.newCostMeter(b)
+	startCPUProfile(b)
 	meter.start()
 	fire := s.client.FireAsync
 	if wait {
