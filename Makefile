@@ -99,8 +99,8 @@ bench-burst: ## the burst alone, with the production lease TTL and with 2 s: out
 	$(BENCHPG) $(GO) test -run '^$$' -bench PipelineThroughput -benchtime 1x ./internal/e2e
 	AX_BENCH_LEASE_TTL=2s $(BENCHPG) $(GO) test -run '^$$' -bench PipelineThroughput -benchtime 1x ./internal/e2e
 
-bench-history: ## burst and steady load on an empty database, then with 10,000,000 instances in the history (AX_BENCH_HISTORY)
-	AX_BENCH_HISTORY=$${AX_BENCH_HISTORY:-10000000} $(BENCHPG) $(GO) test -run '^$$' -bench PipelineHistory -benchtime 1x -timeout 2h ./internal/e2e
+bench-history: ## with 10,000,000 instances in the history (AX_BENCH_HISTORY): the mover's rate, list latency by filter, burst and steady load
+	AX_BENCH_HISTORY=$${AX_BENCH_HISTORY:-10000000} $(BENCHPG) $(GO) test -run '^$$' -bench 'HistoryMoverAndList|PipelineHistory' -benchtime 1x -timeout 3h ./internal/e2e
 
 bench-profile: ## CPU profile of the burst by service, its costliest functions, and its allocations (AX_BENCH_N=20000)
 	@mkdir -p bin

@@ -884,3 +884,43 @@ func TestDeleteTask(t *testing.T) {
 		t.Errorf("%d delete actions audited (%v), want 1", actions, err)
 	}
 }
+
+// TestFireRespondAsyncAnswersFromTheAck: with "Prefer: respond-async" the
+// API answers a firing once it is published (202, its event id, the
+// preference applied) instead of waiting up to RunWait for an instance no
+// dispatcher makes here; the firing is on the stream all the same.
+func TestFireRespondAsyncAnswersFromTheAck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(o *api.Options) { o.RunWait = time.Minute })
+	e.apply(echoTask)
+	start := time.Now()
+	res, err := e.client.FireAsync(t.Context(), "nightly-report", wire.FireRequest{EventID: "ev-async"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("FireAsync took %s: it waited for the instance", took)
+	}
+	if res.EventID != "ev-async" || res.InstanceID != 0 || res.Task != "nightly-report" {
+		t.Errorf("FireAsync = %+v, want event ev-async without an instance", res)
+	}
+	if ev, _ := e.lastTrigger("nightly-report"); ev.EventID != "ev-async" {
+		t.Errorf("published firing %+v, want ev-async", ev)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), "POST", e.srv.URL+"/v1/tasks/nightly-report/runs", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Prefer", "wait=10, respond-async")
+	resp, err := e.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || resp.Header.Get("Preference-Applied") != "respond-async" {
+		t.Errorf("status %d, Preference-Applied %q; want 202 and respond-async", resp.StatusCode, resp.Header.Get("Preference-Applied"))
+	}
+	if n := e.triggers(); n != 2 {
+		t.Errorf("AX_FIRINGS holds %d messages, want 2", n)
+	}
+}

@@ -146,6 +146,10 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 			Message: fmt.Sprintf("cannot publish the firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same event_id", subject, err, s.opts.Topology.FiringsStream())}
 	}
 	log.Info().Msg("task fired")
+	if respondAsync(w, r) {
+		writeJSON(w, http.StatusAccepted, wire.FireResult{Task: name, EventID: eventID})
+		return nil
+	}
 
 	in, ok, err := s.awaitInstance(r.Context(), name, eventID)
 	if err != nil {

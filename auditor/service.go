@@ -43,6 +43,10 @@ type Options struct {
 	RetryInterval time.Duration
 	// AckTimeout bounds the relay's wait for a batch's acknowledgements.
 	AckTimeout time.Duration
+	// AuditVersion is the audit protocol version the relay publishes:
+	// 2 (the default) a page's records of one task a message, 1 a record a
+	// message (see [relay.Options].Version and docs/protocol.md).
+	AuditVersion int
 	// ShutdownTimeout bounds how long Run lets a batch in flight finish and
 	// the queued notifications be sent after its context ends.
 	ShutdownTimeout time.Duration
@@ -92,7 +96,8 @@ func New(opts Options) (*Service, error) {
 		Conn: opts.Conn, Store: opts.Store, Topology: opts.Topology, BatchSize: opts.BatchSize, RetryInterval: opts.RetryInterval,
 		ShutdownTimeout: opts.ShutdownTimeout, Logger: opts.Logger, Metrics: opts.Metrics,
 	}
-	r, err := relay.New(relay.Options{Base: base, PollInterval: opts.PollInterval, AckTimeout: opts.AckTimeout})
+	r, err := relay.New(relay.Options{Base: base, PollInterval: opts.PollInterval, AckTimeout: opts.AckTimeout,
+		Version: opts.AuditVersion})
 	if err != nil {
 		return nil, fmt.Errorf("new auditor: %w", err)
 	}

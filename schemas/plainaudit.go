@@ -68,20 +68,29 @@ func DecodeAuditRecord(data []byte) (AuditRecord, error) {
 // data is plain (see plainReader); ok is false for anything else.
 func decodePlainAuditRecord(data []byte) (rec AuditRecord, ok bool) {
 	r := plainReader{data: data}
+	rec = r.auditRecord()
+	if !r.end() {
+		return AuditRecord{}, false
+	}
+	return rec, true
+}
+
+// auditRecord reads an audit record object from the reader's position.
+func (r *plainReader) auditRecord() (rec AuditRecord) {
 	r.members(func(key []byte) {
 		switch string(key) {
 		case "id":
 			rec.ID = r.str()
 		case "kind":
-			rec.Kind = knownString(&r, AuditTransition, AuditAction)
+			rec.Kind = knownString(r, AuditTransition, AuditAction)
 		case "task":
 			rec.Task = r.str()
 		case "instance_id":
 			rec.InstanceID = r.int(64)
 		case "from":
-			rec.From = knownString(&r, states...)
+			rec.From = knownString(r, states...)
 		case "to":
-			rec.To = knownString(&r, states...)
+			rec.To = knownString(r, states...)
 		case "attempt":
 			rec.Attempt = int(r.int(strconv.IntSize))
 		case "action":
@@ -98,10 +107,7 @@ func decodePlainAuditRecord(data []byte) (rec AuditRecord, ok bool) {
 			r.bad = true
 		}
 	})
-	if !r.end() {
-		return AuditRecord{}, false
-	}
-	return rec, true
+	return rec
 }
 
 // knownString reads a string value: one of known is that constant, any

@@ -39,3 +39,10 @@ var RelayTransitions = relayTransitions
 
 // Conn is the relay's session, for the tests of its plans.
 func (r *Relay) Conn() *pgx.Conn { return r.conn }
+
+// ListInstancesSQL is the statement ListInstances runs for f and its
+// arguments, for the tests of its plans.
+func ListInstancesSQL(f InstanceFilter) (string, []any) {
+	sql, args, _ := listInstancesSQL(f)
+	return sql, args
+}

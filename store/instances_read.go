@@ -180,6 +180,27 @@ func (s *Store) InstanceByEvent(ctx context.Context, task, eventID string) (sche
 // first, without their transitions. Page back with [InstanceFilter.BeforeID]
 // and forward with [InstanceFilter.AfterID].
 func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.Instance, error) {
+	sql, args, order := listInstancesSQL(f)
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list instances: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanInstance)
+	if err != nil {
+		return nil, fmt.Errorf("list instances: %w", err)
+	}
+	for i := range out {
+		out[i].Archived = f.Archived
+	}
+	if order == "ASC" {
+		slices.Reverse(out)
+	}
+	return out, nil
+}
+
+// listInstancesSQL is the statement ListInstances runs for f, its
+// arguments, and the order it reads ids in.
+func listInstancesSQL(f InstanceFilter) (sql string, args []any, order string) {
 	limit := f.Limit
 	switch {
 	case limit <= 0:
@@ -189,10 +210,7 @@ func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.
 	}
 	// The WHERE holds only the conditions in use, so that each shape of
 	// query gets a plan that uses the indexes.
-	var (
-		where []string
-		args  []any
-	)
+	var where []string
 	cond := func(expr string, arg any) {
 		args = append(args, arg)
 		where = append(where, fmt.Sprintf(expr, len(args)))
@@ -212,7 +230,7 @@ func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.
 	if f.BeforeID > 0 {
 		cond("id < $%d", f.BeforeID)
 	}
-	order := "DESC"
+	order = "DESC"
 	if f.AfterID > 0 {
 		cond("id > $%d", f.AfterID)
 		order = "ASC"
@@ -221,27 +239,13 @@ func (s *Store) ListInstances(ctx context.Context, f InstanceFilter) ([]schemas.
 	if f.Archived {
 		table = "archived_instances"
 	}
-	sql := `SELECT ` + instanceColumns + ` FROM ` + table
+	sql = `SELECT ` + instanceColumns + ` FROM ` + table
 	if len(where) > 0 {
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	args = append(args, limit)
 	sql += fmt.Sprintf(` ORDER BY id %s LIMIT $%d`, order, len(args))
-	rows, err := s.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list instances: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanInstance)
-	if err != nil {
-		return nil, fmt.Errorf("list instances: %w", err)
-	}
-	for i := range out {
-		out[i].Archived = f.Archived
-	}
-	if order == "ASC" {
-		slices.Reverse(out)
-	}
-	return out, nil
+	return sql, args, order
 }
 
 // Firing is what fired an instance, as a rerun repeats it.

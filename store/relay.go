@@ -292,9 +292,22 @@ func advance(c RelayCursor, recs []schemas.AuditRecord) RelayCursor {
 // after publishing and before saving its cursor left those records there.
 // The batch fixes the order, so every record of it up to id is published.
 func (r *Relay) Skip(ctx context.Context, c RelayCursor, id string) (next RelayCursor, skipped bool, err error) {
+	_, next, found, err := r.Through(ctx, c, id)
+	if err != nil || !found {
+		return c, false, err
+	}
+	return next, true, nil
+}
+
+// Through returns the records of c's batch after c up to and including the
+// record id, in the order they are published, and the cursor past them,
+// when that record comes after c in c's batch; else found is false. The
+// batch fixes the order, so they are the records a relay read in pages
+// from c up to id.
+func (r *Relay) Through(ctx context.Context, c RelayCursor, id string) (recs []schemas.AuditRecord, next RelayCursor, found bool, err error) {
 	kind, rowID, ok := schemas.ParseAuditID(id)
 	if !ok || c.Current == "" {
-		return c, false, nil
+		return nil, c, false, nil
 	}
 	c.Done = c.done()
 	table, after, holds := "instance_transitions", c.LastTransitionID, holdsTransition(3)
@@ -302,32 +315,33 @@ func (r *Relay) Skip(ctx context.Context, c RelayCursor, id string) (next RelayC
 		table, after, holds = "operator_actions", c.LastActionID, "id = $3"
 	}
 	if rowID <= after {
-		return c, false, nil
+		return nil, c, false, nil
 	}
 	var in bool
 	if err := r.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+table+` WHERE `+inBatch+` AND `+holds+`)`,
 		c.Done, c.Current, rowID).Scan(&in); err != nil {
-		return c, false, fmt.Errorf("skip audit record %s: %w", id, err)
+		return nil, c, false, fmt.Errorf("audit records through %s: %w", id, err)
 	}
 	if !in {
-		return c, false, nil
+		return nil, c, false, nil
 	}
 	// The record is ahead in the batch: follow the batch's order up to it.
 	// A leader saves its cursor after every page, so it lies within the
 	// page the dead leader published last.
 	for cur := c; ; {
-		recs, nextCur, err := r.page(ctx, cur, 500)
+		page, nextCur, err := r.page(ctx, cur, 500)
 		if err != nil {
-			return c, false, fmt.Errorf("skip audit record %s: %w", id, err)
+			return nil, c, false, fmt.Errorf("audit records through %s: %w", id, err)
 		}
-		if len(recs) == 0 {
-			return c, false, fmt.Errorf("skip audit record %s: it is in the batch but not after the cursor", id)
+		if len(page) == 0 {
+			return nil, c, false, fmt.Errorf("audit records through %s: it is in the batch but not after the cursor", id)
 		}
-		for k, rec := range recs {
+		for k, rec := range page {
 			if rec.ID == id {
-				return advance(cur, recs[:k+1]), true, nil
+				return append(recs, page[:k+1]...), advance(cur, page[:k+1]), true, nil
 			}
 		}
+		recs = append(recs, page...)
 		cur = nextCur
 	}
 }

@@ -32,9 +32,11 @@ var summaryStates = []schemas.State{
 	schemas.StateSucceeded, schemas.StateFailed, schemas.StateSkipped, schemas.StateCancelled,
 }
 
-// InstanceSummary sums up the instances f selects. It reads the window by
-// the index on fired_at, in two aggregate queries over one snapshot, so that
-// the counts and the run times agree.
+// InstanceSummary sums up the instances f selects, those the history
+// mover moved out of the hot table included. It reads the window by the
+// indexes on fired_at (the history's partitions by their range), in two
+// aggregate queries over one snapshot, so that the counts and the run
+// times agree.
 func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (schemas.Summary, error) {
 	if f.Since.IsZero() || f.Until.IsZero() || !f.Since.Before(f.Until) {
 		return schemas.Summary{}, fmt.Errorf("sum up instances: the window [%v, %v) is empty or unbounded", f.Since, f.Until)
@@ -65,10 +67,17 @@ func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (schemas.S
 
 	// $1 since, $2 until, $3 step in microseconds, $4 task or ''.
 	const window = `fired_at >= $1 AND fired_at < $2 AND ($4 = '' OR task = $4)`
+	// every is the instances in the hot table and those moved out of it
+	// (the history and the archive), each once: a moved instance stays in
+	// the hot table until the mover's second step deletes it there.
+	const every = `(SELECT task, state, fired_at, started_at, finished_at FROM instances WHERE ` + window + `
+		UNION ALL
+		SELECT task, state, fired_at, started_at, finished_at FROM archived_instances h WHERE ` + window + `
+			AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = h.id)) i`
 	const bucket = `date_bin($3::bigint * interval '1 microsecond', fired_at, $1)`
 	args := []any{f.Since, f.Until, step.Microseconds(), f.Task}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+bucket+`, state, count(*) FROM instances WHERE `+window+` GROUP BY 1, 2`, args...)
+		rows, err := tx.Query(ctx, `SELECT `+bucket+`, state, count(*) FROM `+every+` GROUP BY 1, 2`, args...)
 		if err != nil {
 			return err
 		}
@@ -104,7 +113,7 @@ func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (schemas.S
 				percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), max(ms)
 			FROM (
 				SELECT `+bucket+` AS b, extract(epoch FROM finished_at - started_at)::float8 * 1000 AS ms
-				FROM instances WHERE `+window+` AND started_at IS NOT NULL AND finished_at IS NOT NULL
+				FROM `+every+` WHERE started_at IS NOT NULL AND finished_at IS NOT NULL
 			) t
 			GROUP BY ROLLUP (b)`, args...)
 		if err != nil {

@@ -134,3 +134,31 @@ func ptr(p *float64) any {
 	}
 	return *p
 }
+
+// TestInstanceSummaryCountsMovedInstances: instances the history mover
+// moved out of the hot table still count in the summary of their window,
+// once each, beside those still hot.
+func TestInstanceSummaryCountsMovedInstances(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	applyTasks(t, st, "a")
+	old := time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
+	create(t, st, firedAt("a", "e1", old), firedAt("a", "e2", old.Add(time.Minute)), firedAt("a", "e3", old.Add(2*time.Minute)))
+	relayAll(t, pool)
+	if res := moveAll(t, st); res.Moved != 3 {
+		t.Fatalf("MoveHistory = %+v, want 3 moved", res)
+	}
+	create(t, st, firedAt("a", "e4", old.Add(3*time.Minute)))
+	if n := count(t, pool, `SELECT count(*) FROM instances`); n != 1 {
+		t.Fatalf("%d instances in the hot table, want 1", n)
+	}
+	sum, err := st.InstanceSummary(ctx, store.SummaryFilter{Task: "a", Since: old, Until: old.Add(time.Hour), Step: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Total != 4 || sum.States[schemas.StateSkipped] != 4 || sum.Series[0].Total != 1 || sum.Series[3].Total != 1 {
+		t.Errorf("summary = total %d, states %v, series %+v; want the 3 moved instances and the hot one", sum.Total, sum.States, sum.Series[:4])
+	}
+}

@@ -343,6 +343,11 @@ func (c *Client) ListInstances(ctx context.Context, q InstanceQuery) ([]schemas.
 // do sends one request and decodes a 2xx answer into out, or returns an
 // *Error for any other status.
 func (c *Client) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
+	return c.doWith(ctx, method, path, contentType, nil, body, out)
+}
+
+// doWith is do with the extra request headers hdr.
+func (c *Client) doWith(ctx context.Context, method, path, contentType string, hdr http.Header, body []byte, out any) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -355,6 +360,9 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 		req.Header.Set("Content-Type", contentType)
 	}
 	req.Header.Set("Accept", "application/json")
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
 	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -25,6 +25,9 @@ type env struct {
 	js  jetstream.JetStream
 	st  *store.Store
 	log zerolog.Logger
+	// auditVersion is the audit protocol version the relay publishes (0:
+	// its default).
+	auditVersion int
 }
 
 // auditor is a running monitor beside an outbox relay, as an auditor runs
@@ -43,6 +46,7 @@ func (e *env) start(ctx context.Context, batchSize int, tune func(*Service)) *au
 	rel, err := relay.New(relay.Options{
 		Base:         job.Base{Conn: conn, Store: e.st, BatchSize: batchSize, RetryInterval: 50 * time.Millisecond, Logger: e.log},
 		PollInterval: 5 * time.Millisecond,
+		Version:      e.auditVersion,
 	})
 	if err != nil {
 		e.t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
-	"github.com/ax-scheduler/ax/streams"
 )
 
 // MonitorConsumer is the durable consumer on AX_AUDIT from which the
@@ -167,6 +166,10 @@ func (m *monitor) run(ctx context.Context, js jetstream.JetStream) error {
 	}
 }
 
+// auditRecordBytes is about the size of a plain audit record of a
+// transition.
+const auditRecordBytes = 250
+
 // consume hands batches of up to BatchSize audit messages to batches until
 // ctx ends: it waits for a first message, then takes whatever else is
 // already there. Messages not handed over are left un-acked for redelivery.
@@ -195,19 +198,24 @@ func (m *monitor) consume(ctx context.Context, cons jetstream.Consumer, batches 
 			}
 		}
 	}()
+	// A message of version 2 carries up to a relay page of records: a
+	// batch also ends at about BatchSize records' worth of bytes, so that
+	// a backlog of them is not handled 500 pages at a time.
+	maxBytes := m.opts.BatchSize * auditRecordBytes
 	for {
 		var batch []jetstream.Msg
+		size := 0
 		select {
 		case <-ctx.Done():
 			return nil
 		case msg := <-in:
-			batch = append(batch, msg)
+			batch, size = append(batch, msg), len(msg.Data())
 		}
 	fill:
-		for len(batch) < m.opts.BatchSize {
+		for len(batch) < m.opts.BatchSize && size < maxBytes {
 			select {
 			case msg := <-in:
-				batch = append(batch, msg)
+				batch, size = append(batch, msg), size+len(msg.Data())
 			default:
 				break fill
 			}
@@ -223,20 +231,22 @@ func (m *monitor) consume(ctx context.Context, cons jetstream.Consumer, batches 
 	}
 }
 
-// handleRecords counts a batch of audit records and evaluates the rules
-// they feed, then acknowledges them. When PostgreSQL fails the batch is
-// left for redelivery, after a delay.
+// handleRecords counts the records of a batch of audit messages (either
+// version of the audit protocol: a record, or a task's records) and
+// evaluates the rules they feed, all together, then acknowledges the
+// messages. When PostgreSQL fails the batch is left for redelivery, after
+// a delay.
 func (m *monitor) handleRecords(ctx context.Context, msgs []jetstream.Msg) {
 	recs := make([]schemas.AuditRecord, 0, len(msgs))
 	keep := msgs[:0:0]
 	for _, msg := range msgs {
-		r, err := streams.Decode[schemas.AuditRecord](msg.Subject(), msg.Data())
+		rs, err := schemas.DecodeAuditMessage(msg.Data())
 		if err != nil {
-			m.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("undecodable audit record skipped")
+			m.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("undecodable audit message skipped")
 			_ = msg.Term()
 			continue
 		}
-		recs = append(recs, r)
+		recs = append(recs, rs...)
 		keep = append(keep, msg)
 	}
 	err := m.applyRecords(ctx, recs)

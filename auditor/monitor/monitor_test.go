@@ -577,3 +577,31 @@ func TestStateRules(t *testing.T) {
 		t.Errorf("open alerts = %+v, %v", open, err)
 	}
 }
+
+// TestMonitorReadsBothAuditVersions: the monitor counts the records of a
+// relay that publishes a record a message (version 1) and of one that
+// publishes a task's records of a page in one message (version 2), alike.
+func TestMonitorReadsBothAuditVersions(t *testing.T) {
+	t.Parallel()
+	for _, version := range []int{1, 2} {
+		t.Run(fmt.Sprintf("version %d", version), func(t *testing.T) {
+			t.Parallel()
+			e := newMonitorEnv(t, streams.Config{})
+			e.auditVersion = version
+			e.apply("task_name: etl\nexecution: {handler: h}\n")
+			m := e.monitored(nil).metrics
+			for range 3 {
+				e.run("etl", schemas.StateSucceeded, time.Second, "")
+			}
+			e.run("etl", schemas.StateFailed, time.Second, "boom")
+			waitUntil(t, "every instance counted", func() bool {
+				return testutil.ToFloat64(m.instancesEnded.WithLabelValues("etl", "SUCCEEDED")) == 3 &&
+					testutil.ToFloat64(m.instancesEnded.WithLabelValues("etl", "FAILED")) == 1
+			})
+			// The task's apply may be relayed before or after the consumer began.
+			if got := testutil.ToFloat64(m.recordsSeen); got != 16 && got != 17 {
+				t.Errorf("records monitored = %v, want the 16 transitions (and the apply)", got)
+			}
+		})
+	}
+}

@@ -3,7 +3,10 @@
 // dispatcher in the transaction of each state change, and operator_actions,
 // written by the api in the transaction of each operator action — to the
 // AX_AUDIT stream, one [schemas.AuditRecord] per row on ax.audit.<task>,
-// exactly once, even across crashes.
+// exactly once, even across crashes. A page's records of one task travel in
+// one message (version 2 of the audit protocol, docs/protocol.md, read by
+// [schemas.DecodeAuditMessage]); Options.Version 1 (ax auditor
+// --audit-version 1) keeps one record a message for older consumers.
 //
 // Any number of relays may run; one relays at a time. The leader holds a
 // PostgreSQL session advisory lock on a connection of its own (see
@@ -15,14 +18,17 @@
 // longer move it.
 //
 // Exactly once rests on three things. Every message carries Nats-Msg-Id =
-// the record's id ("t-<transition id>", "o-<action id>"), so JetStream drops
-// a repeat inside its duplicate window. A new leader reads the last message
-// of AX_AUDIT and skips every record up to it: a leader that died between
+// the id of its (last) record ("t-<transition id>", "o-<action id>"), so
+// JetStream drops a repeat inside its duplicate window. A new leader reads the
+// last message of AX_AUDIT and skips every record up to it (and, when that
+// message is not its page's last part — headers Ax-Audit-Page and
+// Ax-Audit-Part k/n — re-reads the page and publishes only the missing
+// parts): a leader that died between
 // its publish and its cursor save left those records there, and the
 // batch's order is fixed before its first record is published (see
 // [store.Relay.Next]), so what precedes the last message is published too —
 // also beyond the duplicate window. And every message expects the stream
-// to end with the record before it (Nats-Expected-Last-Msg-Id; the first
+// to end with the message before it (Nats-Expected-Last-Msg-Id; the first
 // after a leader starts expects the stream's last sequence), so a deposed
 // leader's late publish fails instead of adding a second copy: the stream
 // only ever grows by the next record in the outbox's fixed order.

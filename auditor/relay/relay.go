@@ -30,11 +30,11 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 	if err != nil {
 		return err
 	}
-	end, cur, err := s.resume(ctx, stream, relay, cur, log)
+	batch := pub.Batch()
+	end, cur, err := s.resume(work, batch, stream, relay, cur, log)
 	if err != nil {
 		return err
 	}
-	batch := pub.Batch()
 	for {
 		recs, next, err := relay.Next(ctx, cur, s.opts.BatchSize)
 		if err != nil {
@@ -72,8 +72,12 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 // has published nothing) and the cursor past the stream's last record: a
 // leader that stopped between publishing a batch and saving its cursor left
 // records there that must not be published again.
-func (s *Service) resume(ctx context.Context, stream jetstream.Stream, relay *store.Relay, cur store.RelayCursor,
-	log zerolog.Logger) (tail, store.RelayCursor, error) {
+//
+// When that message is a part of a page other than its last (see
+// [Service.messages]), the leader before stopped within the page: resume
+// publishes the page's other parts and saves the cursor past it.
+func (s *Service) resume(ctx context.Context, batch *streams.AsyncBatch, stream jetstream.Stream, relay *store.Relay,
+	cur store.RelayCursor, log zerolog.Logger) (tail, store.RelayCursor, error) {
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return tail{}, cur, fmt.Errorf("resume audit relay: stream %s: %w", s.top.AuditStream(), err)
@@ -92,6 +96,12 @@ func (s *Service) resume(ctx context.Context, stream jetstream.Stream, relay *st
 		return tail{}, cur, fmt.Errorf("resume audit relay: read message %d of %s: %w", end.seq, s.top.AuditStream(), err)
 	}
 	id := msg.Header.Get(streams.HeaderMsgID)
+	if page := msg.Header.Get(HeaderAuditPage); page != "" {
+		if k, n, ok := parsePart(msg.Header.Get(HeaderAuditPart)); ok && k < n {
+			return s.finishPage(ctx, batch, relay, cur, page, k, n, tail{seq: end.seq, id: id}, log)
+		}
+		id = page
+	}
 	next, skipped, err := relay.Skip(ctx, cur, id)
 	if err != nil {
 		return tail{}, cur, fmt.Errorf("resume audit relay: %w", err)
@@ -113,46 +123,66 @@ type tail struct {
 	id  string
 }
 
-// publish publishes recs asynchronously through batch (of the relay's
-// streams.Publisher), awaits the acknowledgements together, and returns the
-// stream's new tail. Each message expects the stream to end with the record
-// before it (Nats-Expected-Last-Msg-Id); the first after resume, when the
-// leader has published nothing yet, expects the stream's last sequence
-// instead (Nats-Expected-Last-Sequence). A publisher whose idea of the tail
-// is stale — a deposed leader — stores nothing, or only the records that do
-// come next in the outbox's fixed order: no record twice, none out of
-// order. Any failure fails the batch; the records stored before it are a
-// prefix of recs, which the next leader finds (see resume).
+// publish publishes a page of records, recs, as the messages
+// [Service.messages] makes of it, and returns the stream's new tail.
 func (s *Service) publish(ctx context.Context, batch *streams.AsyncBatch, recs []schemas.AuditRecord, t tail) (tail, error) {
-	defer batch.Reset()
-	for i, r := range recs {
-		data, err := schemas.MarshalAuditRecord(r)
-		if err != nil {
-			return t, fmt.Errorf("publish audit record %s: %w", r.ID, err)
+	msgs, err := s.messages(recs)
+	if err != nil {
+		return t, err
+	}
+	if s.cutPage != nil {
+		cut, crash := s.cutPage(msgs)
+		if crash != nil {
+			if _, err := s.send(ctx, batch, cut, t); err != nil {
+				return t, err
+			}
+			return t, crash
 		}
+	}
+	return s.send(ctx, batch, msgs, t)
+}
+
+// send publishes msgs asynchronously through batch (of the relay's
+// streams.Publisher), awaits the acknowledgements together, and returns the
+// stream's new tail. Each message expects the stream to end with the
+// message before it (Nats-Expected-Last-Msg-Id); the first after resume,
+// when the leader has published nothing yet, expects the stream's last
+// sequence instead (Nats-Expected-Last-Sequence). A publisher whose idea of
+// the tail is stale — a deposed leader — stores nothing, or only the
+// messages that do come next in the outbox's fixed order: no record twice,
+// none out of order. Any failure fails the batch; the messages stored
+// before it are a prefix of msgs, which the next leader finds (see resume).
+func (s *Service) send(ctx context.Context, batch *streams.AsyncBatch, msgs []auditMsg, t tail) (tail, error) {
+	defer batch.Reset()
+	for i, m := range msgs {
 		expect := streams.Header{Key: jetstream.ExpectedLastMsgIDHeader, Value: t.id}
 		switch {
 		case i > 0:
-			expect.Value = recs[i-1].ID
+			expect.Value = msgs[i-1].id
 		case t.id == "":
 			expect = streams.Header{Key: jetstream.ExpectedLastSeqHeader, Value: strconv.FormatUint(t.seq, 10)}
 		}
-		batch.AddData(s.top.Audit(r.Task), data, streams.Header{Key: streams.HeaderMsgID, Value: r.ID}, expect)
+		if m.part == "" {
+			batch.AddData(m.subject, m.data, streams.Header{Key: streams.HeaderMsgID, Value: m.id}, expect)
+			continue
+		}
+		batch.AddData(m.subject, m.data, streams.Header{Key: streams.HeaderMsgID, Value: m.id}, expect,
+			streams.Header{Key: HeaderAuditPage, Value: m.page}, streams.Header{Key: HeaderAuditPart, Value: m.part})
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.AckTimeout)
 	defer cancel()
 	if err := batch.Await(ctx); err != nil {
-		return t, fmt.Errorf("publish audit records %s to %s: await acknowledgements: %w", recs[0].ID, recs[len(recs)-1].ID, err)
+		return t, fmt.Errorf("publish audit records up to %s: await acknowledgements: %w", msgs[len(msgs)-1].id, err)
 	}
-	for i := range recs {
+	for i := range msgs {
 		ack, err := batch.Result(i)
 		if err != nil {
-			return t, fmt.Errorf("publish audit record %s: %w", recs[i].ID, err)
+			return t, fmt.Errorf("publish audit records up to %s: %w", msgs[i].id, err)
 		}
 		if want := t.seq + uint64(i) + 1; ack.Duplicate || ack.Sequence != want {
-			return t, fmt.Errorf("publish audit record %s: stored at sequence %d (duplicate %t), want %d: another relay publishes too",
-				recs[i].ID, ack.Sequence, ack.Duplicate, want)
+			return t, fmt.Errorf("publish audit records up to %s: stored at sequence %d (duplicate %t), want %d: another relay publishes too",
+				msgs[i].id, ack.Sequence, ack.Duplicate, want)
 		}
 	}
-	return tail{seq: t.seq + uint64(len(recs)), id: recs[len(recs)-1].ID}, nil
+	return tail{seq: t.seq + uint64(len(msgs)), id: msgs[len(msgs)-1].id}, nil
 }

@@ -40,6 +40,12 @@ type Options struct {
 	// AckTimeout bounds the wait for a batch's acknowledgements (default
 	// DefaultAckTimeout).
 	AckTimeout time.Duration
+	// Version is the version of the audit protocol the relay publishes
+	// (see docs/protocol.md): 2 (the default, schemas.AuditBatchVersion)
+	// publishes a page's records of one task in one message, a
+	// schemas.AuditBatch; 1 publishes one schemas.AuditRecord a message,
+	// for consumers that do not read version 2 yet.
+	Version int
 }
 
 // Service is an outbox relay. Make one with [New] and start it with
@@ -56,6 +62,10 @@ type Service struct {
 	// and before its cursor is saved; an error stops the leader right
 	// there, as a crash would.
 	afterPublish func(recs []schemas.AuditRecord) error
+	// cutPage, set by tests only, gets a page's messages before they are
+	// published: the relay publishes those it returns and, with an error,
+	// stops right there, as a crash within the page would.
+	cutPage func(msgs []auditMsg) ([]auditMsg, error)
 }
 
 // New validates opts and fills in the defaults. It does no I/O.
@@ -65,6 +75,13 @@ func New(opts Options) (*Service, error) {
 	}
 	job.Default(&opts.PollInterval, DefaultPollInterval)
 	job.Default(&opts.AckTimeout, DefaultAckTimeout)
+	if opts.Version == 0 {
+		opts.Version = schemas.AuditBatchVersion
+	}
+	if opts.Version != 1 && opts.Version != schemas.AuditBatchVersion {
+		return nil, fmt.Errorf("new audit relay: Options.Version %d: use 1 (a record a message) or %d (a task's records a message)",
+			opts.Version, schemas.AuditBatchVersion)
+	}
 	s := &Service{
 		opts: opts,
 		top:  opts.Topology,

@@ -21,7 +21,15 @@
 //   - AX steady: BenchmarkPipelineLatency at -rate firings a second for
 //     -seconds, firing → handler start;
 //   - River steady: -rate jobs a second (an InsertMany every 10 ms),
-//     FetchCooldown 10 ms, insert → handler start.
+//     FetchCooldown 10 ms, insert → handler start;
+//   - AX audited 1: the audited burst with a trigger message a firing;
+//   - AX API: BenchmarkAPIPath with the auditor, as ax bench runs it: -rate
+//     HTTP firings a second for -seconds, firing → handler start, then -n
+//     firings in requests of 1,000 (ax bench --batch 1000).
+//
+// AX steady runs with the auditor too. At the end it prints the medians,
+// every round's steady p50/p99/p99.9, and each goal of issue #28 met or
+// missed (docs/benchmarks.md lists them).
 //
 // Both wait for the end the same way (a count query polled every 1–50 ms).
 // CPU per job is the machine's busy time over the run (from /proc/stat)
@@ -78,12 +86,14 @@ func main() {
 // result is one subject's figures in one round.
 type result struct {
 	// Rate is jobs/s for a burst, the submit rate for a steady run.
-	Rate       float64
-	P50, P99   float64 // ms, submit → handler start (steady runs)
-	MachineCPU float64 // µs per job, the whole machine
-	OwnCPU     float64 // µs per job, the benchmark process and PostgreSQL
-	Succeeded  int
-	Failed     int
+	Rate           float64
+	P50, P99, P999 float64 // ms, submit → handler start (steady runs)
+	ReqP50, ReqP99 float64 // ms, an API request (AX API)
+	APIBurst       float64 // instances/s of the API's burst (AX API)
+	MachineCPU     float64 // µs per job, the whole machine
+	OwnCPU         float64 // µs per job, the benchmark process and PostgreSQL
+	Succeeded      int
+	Failed         int
 	// Settings is the settings line AX's benchmark printed.
 	Settings string
 }
@@ -129,16 +139,16 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	fmt.Printf("settings: %s; River %s; %d CPUs, load average %s at the start\n",
 		settings, riverVersion(), cpustat.Cores(), cpustat.LoadAverage())
 	fmt.Printf("AX's settings are those its benchmarks print, below (by default the production lease TTL of 30 s, JetStream on file storage)\n")
-	fmt.Printf("subjects: burst of %d no-op jobs (first submit → last completion; AX fires in bulk, 1,000 firings a trigger message, River inserts with InsertMany, 1,000 jobs a statement); AX audited: the AX burst with the auditor beside it (first submit → every transition on AX_AUDIT); steady %d/s for %d s (submit → handler start)\n\n", n, rate, seconds)
+	fmt.Printf("subjects: burst of %d no-op jobs (first submit → last completion; AX fires in bulk, 1,000 firings a trigger message, River inserts with InsertMany, 1,000 jobs a statement); AX audited: the AX burst with the auditor beside it (first submit → every transition on AX_AUDIT), AX audited 1 the same with a trigger message a firing; steady %d/s for %d s (submit → handler start), AX's with the auditor; AX API: the same rate through the HTTP API (ax bench --rate), then %d firings in requests of 1,000 (ax bench --batch 1000)\n\n", n, rate, seconds, n)
 
-	subjects := []string{"AX burst", "AX audited", "River burst", "AX steady", "River steady"}
+	subjects := []string{"AX burst", "AX audited", "AX audited 1", "River burst", "AX steady", "River steady", "AX API"}
 	results := map[string][]result{}
 	began := time.Now()
 	printedAX := false
 	for r := 1; r <= rounds; r++ {
-		order := []string{"AX burst", "River burst", "AX audited", "AX steady", "River steady"}
+		order := []string{"AX burst", "River burst", "AX audited", "AX audited 1", "AX steady", "River steady", "AX API"}
 		if r%2 == 0 {
-			order = []string{"River burst", "AX audited", "AX burst", "River steady", "AX steady"}
+			order = []string{"River burst", "AX audited 1", "AX audited", "AX burst", "River steady", "AX steady", "AX API"}
 		}
 		for _, subject := range order {
 			if err := ctx.Err(); err != nil {
@@ -152,8 +162,15 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 			case "AX audited":
 				res, err = axBench(ctx, c, axTest, "PipelineThroughput", []string{"AX_BENCH_N=" + strconv.Itoa(n), "AX_BENCH_FIRE_BATCH=1000",
 					"AX_BENCH_AUDITOR=1"})
+			case "AX audited 1":
+				res, err = axBench(ctx, c, axTest, "PipelineThroughput", []string{"AX_BENCH_N=" + strconv.Itoa(n), "AX_BENCH_FIRE_BATCH=1",
+					"AX_BENCH_AUDITOR=1"})
 			case "AX steady":
-				res, err = axBench(ctx, c, axTest, "PipelineLatency", []string{"AX_BENCH_RATE=" + strconv.Itoa(rate), "AX_BENCH_SECONDS=" + strconv.Itoa(seconds)})
+				res, err = axBench(ctx, c, axTest, "PipelineLatency", []string{"AX_BENCH_RATE=" + strconv.Itoa(rate), "AX_BENCH_SECONDS=" + strconv.Itoa(seconds),
+					"AX_BENCH_AUDITOR=1"})
+			case "AX API":
+				res, err = axBench(ctx, c, axTest, "APIPath", []string{"AX_BENCH_RATE=" + strconv.Itoa(rate), "AX_BENCH_SECONDS=" + strconv.Itoa(seconds),
+					"AX_BENCH_N=" + strconv.Itoa(n), "AX_BENCH_AUDITOR=1"})
 			case "River burst":
 				res, err = riverBurst(ctx, c, db, n)
 			case "River steady":
@@ -172,7 +189,7 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 				printedAX = true
 			}
 			results[subject] = append(results[subject], res)
-			fmt.Printf("round %d  %-12s  %s\n", r, subject, res.format(strings.HasSuffix(subject, "steady")))
+			fmt.Printf("round %d  %-13s %s\n", r, subject, res.format(subject))
 		}
 	}
 	fmt.Printf("\n%d rounds in %s; load average %s at the end\n\n", rounds, time.Since(began).Round(time.Second), cpustat.LoadAverage())
@@ -189,19 +206,26 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	p99 := func(r result) float64 { return r.P99 }
 	machine := func(r result) float64 { return r.MachineCPU }
 	own := func(r result) float64 { return r.OwnCPU }
-	fmt.Printf("medians of %d rounds   %12s %12s %10s\n", rounds, "AX", "River", "AX/River")
+	p999 := func(r result) float64 { return r.P999 }
+	fmt.Printf("medians of %d rounds          %12s %12s %10s\n", rounds, "AX", "River", "AX/River")
 	row := func(name, ax, river string, f func(result) float64, unit string) {
 		a, b := med(ax, f), med(river, f)
-		fmt.Printf("%-22s %12s %12s %10s\n", name, fmt.Sprintf("%.1f%s", a, unit), fmt.Sprintf("%.1f%s", b, unit), ratio(a, b))
+		fmt.Printf("%-29s %12s %12s %10s\n", name, fmt.Sprintf("%.1f%s", a, unit), fmt.Sprintf("%.1f%s", b, unit), ratio(a, b))
 	}
-	row("burst jobs/s", "AX burst", "River burst", rateOf, "")
-	row("burst machine CPU/job", "AX burst", "River burst", machine, "µs")
-	row("burst own CPU/job", "AX burst", "River burst", own, "µs")
-	row("audited jobs/s", "AX audited", "River burst", rateOf, "")
-	row("audited machine CPU/job", "AX audited", "River burst", machine, "µs")
+	row("burst jobs/s (no auditor)", "AX burst", "River burst", rateOf, "")
+	row("burst own CPU/job (no aud.)", "AX burst", "River burst", own, "µs")
+	row("audited bulk jobs/s", "AX audited", "River burst", rateOf, "")
+	row("audited 1/msg jobs/s", "AX audited 1", "River burst", rateOf, "")
+	row("audited bulk machine CPU/job", "AX audited", "River burst", machine, "µs")
+	row("audited bulk own CPU/job", "AX audited", "River burst", own, "µs")
+	row("audited 1/msg machine CPU/job", "AX audited 1", "River burst", machine, "µs")
 	row("steady start p50", "AX steady", "River steady", p50, "ms")
 	row("steady start p99", "AX steady", "River steady", p99, "ms")
+	row("steady start p99.9", "AX steady", "River steady", p999, "ms")
 	row("steady own CPU/job", "AX steady", "River steady", own, "µs")
+	fmt.Printf("%-29s %12s\n", "API start p50 / p99", fmt.Sprintf("%.1f / %.1fms", med("AX API", p50), med("AX API", p99)))
+	fmt.Printf("%-29s %12s\n", "API burst (--batch 1000)", fmt.Sprintf("%.0f/s", med("AX API", func(r result) float64 { return r.APIBurst })))
+	printGoals(results, med)
 	for _, s := range subjects {
 		for i, r := range results[s] {
 			if r.Failed > 0 {
@@ -212,12 +236,55 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	return nil
 }
 
-func (r result) format(steady bool) string {
+func (r result) format(subject string) string {
 	head := fmt.Sprintf("%8.1f jobs/s", r.Rate)
-	if steady {
-		head = fmt.Sprintf("p50 %6.1f ms  p99 %6.1f ms", r.P50, r.P99)
+	switch {
+	case strings.HasSuffix(subject, "steady"):
+		head = fmt.Sprintf("p50 %6.1f ms  p99 %6.1f ms  p99.9 %6.1f ms", r.P50, r.P99, r.P999)
+	case subject == "AX API":
+		head = fmt.Sprintf("p50 %6.1f ms  p99 %6.1f ms  p99.9 %6.1f ms  request p50 %.1f ms p99 %.1f ms  burst %.0f/s",
+			r.P50, r.P99, r.P999, r.ReqP50, r.ReqP99, r.APIBurst)
 	}
 	return fmt.Sprintf("%s  CPU/job machine %6.0f µs, own %5.0f µs  (%d succeeded, %d failed)", head, r.MachineCPU, r.OwnCPU, r.Succeeded, r.Failed)
+}
+
+// printGoals says, for each goal of issue #28 (docs/benchmarks.md), what
+// was measured and whether it was met.
+func printGoals(results map[string][]result, med func(string, func(result) float64) float64) {
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	rate := func(r result) float64 { return r.Rate }
+	river := med("River burst", rate)
+	fmt.Printf("\ngoals (AX as deployed: the auditor on, fsync on, lease TTL 30 s, JetStream file storage)\n")
+	goal := func(name string, ok bool, got string) { fmt.Printf("  %-6s %-58s %s\n", verdict(ok), name, got) }
+	bulk, single := med("AX audited", rate), med("AX audited 1", rate)
+	goal("audited burst, bulk firings ≥ 1.5 × River InsertMany", bulk >= 1.5*river, fmt.Sprintf("%.2f ×", bulk/max(river, 1)))
+	goal("audited burst, a message a firing ≥ 1.25 × River InsertMany", single >= 1.25*river, fmt.Sprintf("%.2f ×", single/max(river, 1)))
+	machine := func(r result) float64 { return r.MachineCPU }
+	own := func(r result) float64 { return r.OwnCPU }
+	axCPU, riverCPU := med("AX audited", machine), med("River burst", machine)
+	goal("audited machine CPU per job ≤ River's", axCPU <= riverCPU, fmt.Sprintf("%.0f µs vs %.0f µs (own: %.0f vs %.0f)",
+		axCPU, riverCPU, med("AX audited", own), med("River burst", own)))
+	p50 := med("AX steady", func(r result) float64 { return r.P50 })
+	goal("steady 500/s p50 ≤ 3 ms (median of rounds)", p50 <= 3, fmt.Sprintf("%.1f ms", p50))
+	var p99s []string
+	every := true
+	for _, r := range results["AX steady"] {
+		p99s = append(p99s, fmt.Sprintf("%.1f", r.P99))
+		every = every && r.P99 <= 10
+	}
+	goal("steady 500/s p99 ≤ 10 ms in every round", every, strings.Join(p99s, " / ")+" ms")
+	apiP50 := med("AX API", func(r result) float64 { return r.P50 })
+	apiP99 := med("AX API", func(r result) float64 { return r.P99 })
+	goal("API (ax bench) p50 ≤ 5 ms at 500/s", apiP50 <= 5, fmt.Sprintf("%.1f ms", apiP50))
+	goal("API (ax bench) p99 ≤ 20 ms at 500/s", apiP99 <= 20, fmt.Sprintf("%.1f ms", apiP99))
+	burst := med("AX API", func(r result) float64 { return r.APIBurst })
+	goal("API burst with --batch ≥ 5,000/s", burst >= 5000, fmt.Sprintf("%.0f/s", burst))
+	fmt.Printf("  (the history goals — mover rate, list latency with 10 M in history — are make bench-history's)\n")
 }
 
 func ratio(a, b float64) string {
@@ -287,7 +354,8 @@ func axBench(ctx context.Context, c *cluster, path, name string, env []string) (
 		}
 		m := metrics(line)
 		res := result{
-			Rate: m["instances/s"], P50: m["p50_start_ms"], P99: m["p99_start_ms"],
+			Rate: m["instances/s"], P50: m["p50_start_ms"], P99: m["p99_start_ms"], P999: m["p999_start_ms"],
+			ReqP50: m["p50_request_ms"], ReqP99: m["p99_request_ms"], APIBurst: m["api_burst_instances/s"],
 			MachineCPU: m["machine_cpu_us/inst"], OwnCPU: m["own_cpu_us/inst"],
 			Succeeded: int(m["succeeded"]), Failed: int(m["failed"]), Settings: settings,
 		}

@@ -188,20 +188,20 @@ func riverSteady(ctx context.Context, c *cluster, db string, rate, seconds int) 
 	r.worker.mu.Unlock()
 	slices.Sort(started)
 	res := result{Rate: float64(perTick) * float64(time.Second/tick), Succeeded: inserted,
-		P50: ms(percentile(started, 50)), P99: ms(percentile(started, 99))}
+		P50: ms(percentile(started, 500)), P99: ms(percentile(started, 990)), P999: ms(percentile(started, 999))}
 	if err := meter.stop(&res, inserted); err != nil {
 		return result{}, err
 	}
 	return res, nil
 }
 
-// percentile returns the p-th percentile of sorted by the nearest-rank
+// percentile returns the p-th per mille of sorted by the nearest-rank
 // method, or 0 for none.
 func percentile(sorted []time.Duration, p int) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
-	rank := (p*len(sorted) + 99) / 100
+	rank := (p*len(sorted) + 999) / 1000
 	return sorted[max(rank, 1)-1]
 }
 

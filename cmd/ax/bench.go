@@ -46,6 +46,8 @@ type benchResult struct {
 	// LatencyP50MS and LatencyP99MS are percentiles of fired_at → started_at.
 	LatencyP50MS float64 `json:"latency_p50_ms"`
 	LatencyP99MS float64 `json:"latency_p99_ms"`
+	// LatencyP999MS is the 99.9th percentile of fired_at → started_at.
+	LatencyP999MS float64 `json:"latency_p999_ms"`
 	// MachineCPUPerInstanceUS is the machine's busy CPU time from the
 	// first firing until every instance ended, summed over its Cores and
 	// read from /proc/stat, over Instances: every process of the machine
@@ -89,13 +91,17 @@ func newBenchCmd(g *cli) *cobra.Command {
 		task        string
 		timeout     time.Duration
 		databaseURL string
+		firing      benchFiring
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure throughput and firing-to-start latency against a running AX",
 		Long: `Fire a task many times as fast as the API takes it (from a few connections at
-once), wait until every instance has ended, and print instances per second and
-the p50 and p99 latency from each instance's fired_at to its started_at.
+once), at --rate firings a second, or in requests of --batch firings; wait until
+every instance has ended, and print instances per second and the p50, p99 and
+p99.9 latency from each instance's fired_at to its started_at. Each firing asks
+the API to answer from the publish's acknowledgement (Prefer: respond-async)
+rather than wait for its instance.
 
 Without --task, ax bench applies (creates or updates) the task ax-bench, a no-op
 bound to builtin.echo, which the executor of "ax dev" serves. Point it at a
@@ -115,6 +121,8 @@ they did not all end within --timeout.`,
 		Example: `  ax dev &                                  # in another terminal
   ax bench
   ax bench --count 5000 -o json
+  ax bench --rate 500 --count 2500
+  ax bench --batch 1000 --count 20000
   ax bench --task resize-image --count 200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -145,7 +153,11 @@ they did not all end within --timeout.`,
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			cpuBefore, cpuErr := cpustat.ReadMachine()
 			start := time.Now()
-			res, err := fireMany(ctx, client, task, wire.FireRequest{Operator: operatorName()}, count)
+			if firing.rate < 0 || firing.batch < 0 || firing.batch > schemas.MaxTriggerBatch || (firing.rate > 0 && firing.batch > 0) {
+				return fmt.Errorf("--rate %d, --batch %d: give a positive rate, or a batch of 1-%d firings a request, not both",
+					firing.rate, firing.batch, schemas.MaxTriggerBatch)
+			}
+			res, err := firing.fire(ctx, client, task, wire.FireRequest{Operator: operatorName()}, count)
 			if err != nil {
 				return g.apiError(err)
 			}
@@ -194,6 +206,8 @@ they did not all end within --timeout.`,
 	f := cmd.Flags()
 	f.IntVarP(&count, "count", "n", 1000, "how many firings")
 	f.StringVar(&task, "task", "", "fire this task instead of applying and firing ax-bench")
+	f.IntVar(&firing.rate, "rate", 0, "fire at this many firings a second (each a request) instead of as fast as the API answers: the steady latency")
+	f.IntVar(&firing.batch, "batch", 0, "fire in requests of this many firings (1-1000, one trigger message each): the API's burst")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for the instances to end")
 	f.StringVar(&databaseURL, "database-url", os.Getenv("DATABASE_URL"),
 		"the system's PostgreSQL, only to read and print its durability settings (env DATABASE_URL)")
@@ -230,16 +244,21 @@ func measure(task string, ins []schemas.Instance, fired time.Duration) benchResu
 	slices.Sort(latencies)
 	r.LatencyP50MS = milliseconds(percentile(latencies, 50))
 	r.LatencyP99MS = milliseconds(percentile(latencies, 99))
+	r.LatencyP999MS = milliseconds(percentileOf(latencies, 999, 1000))
 	return r
 }
 
 // percentile returns the p-th percentile of sorted by the nearest-rank
 // method, or 0 for none.
-func percentile(sorted []time.Duration, p int) time.Duration {
+func percentile(sorted []time.Duration, p int) time.Duration { return percentileOf(sorted, p, 100) }
+
+// percentileOf returns the p/of-th quantile of sorted by the nearest-rank
+// method, or 0 for none.
+func percentileOf(sorted []time.Duration, p, of int) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
-	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 × n)
+	rank := (p*len(sorted) + of - 1) / of // ceil(p/of × n)
 	return sorted[max(rank, 1)-1]
 }
 
@@ -255,6 +274,7 @@ func printBench(cmd *cobra.Command, r benchResult) error {
 	fmt.Fprintf(tw, "throughput\t%.1f instances/s\n", r.InstancesPerSecond)
 	fmt.Fprintf(tw, "latency p50\t%.1f ms, fired_at to started_at\n", r.LatencyP50MS)
 	fmt.Fprintf(tw, "latency p99\t%.1f ms\n", r.LatencyP99MS)
+	fmt.Fprintf(tw, "latency p99.9\t%.1f ms\n", r.LatencyP999MS)
 	switch cpu := r.MachineCPUPerInstanceUS; {
 	case cpu == nil:
 		fmt.Fprintf(tw, "machine CPU\tnot read (no /proc/stat)\n")

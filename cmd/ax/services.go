@@ -139,6 +139,7 @@ func newAuditorCmd(*cli) *cobra.Command {
 		m            metricsServer
 		pollInterval time.Duration
 		lagInterval  time.Duration
+		auditVersion int
 		consoleURL   string
 		alertAllow   string
 	)
@@ -166,7 +167,8 @@ to the alert channels (ax alert).`,
 			}
 			defer closeAll()
 			svc, err := auditor.New(auditor.Options{Conn: o.nc, Store: o.store, Topology: o.top, PollInterval: pollInterval, Logger: o.log,
-				Metrics: m.registry(), ConsoleURL: consoleURL, Destinations: alertDestinations(alertAllow), LagInterval: lagInterval})
+				Metrics: m.registry(), ConsoleURL: consoleURL, Destinations: alertDestinations(alertAllow), LagInterval: lagInterval,
+				AuditVersion: auditVersion})
 			if err != nil {
 				return err
 			}
@@ -178,6 +180,7 @@ to the alert channels (ax alert).`,
 	c.databaseFlags(cmd)
 	cmd.Flags().DurationVar(&pollInterval, "poll-interval", relay.DefaultPollInterval, "how often the leader looks for new records when it is idle")
 	cmd.Flags().DurationVar(&lagInterval, "lag-interval", monitor.DefaultLagInterval, "how often the monitoring auditor reads the consumers' lag from JetStream")
+	auditVersionFlag(cmd, &auditVersion)
 	cmd.Flags().StringVar(&consoleURL, "console-url", envOr("AX_CONSOLE_URL", monitor.DefaultConsoleURL),
 		"base URL of the web console, for the links to an instance's logs in alert notifications (env AX_CONSOLE_URL)")
 	alertAllowFlag(cmd, &alertAllow)

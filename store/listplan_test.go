@@ -1,0 +1,114 @@
+package store_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/store/storetest"
+)
+
+// TestArchivedListUsesAnIndexForEveryFilter plans GET
+// /v1/instances?archived=true for each filter it takes, on a history of
+// 60,000 instances over 12 monthly partitions (and an archive), analysed:
+// each filter reads about the rows it returns, never every partition to
+// its end. A filter that matches nothing — a state no instance is in, a
+// task without instances — reads (almost) none, whatever the history's
+// size: before the history's indexes ending in id, it read all 60,000.
+func TestArchivedListUsesAnIndexForEveryFilter(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	now := time.Now().UTC().Truncate(time.Second)
+	from := now.AddDate(-1, 0, 0)
+	if _, err := st.EnsureHistoryPartitions(ctx, store.HistoryMonth, from, now); err != nil {
+		t.Fatal(err)
+	}
+	// etl: 60,000 SUCCEEDED over the year, every 1,000th FAILED; rare: 5.
+	const n = 60000
+	for _, sql := range []string{`
+		INSERT INTO instance_history (id, task, task_version, event_id, source, state, attempt, max_attempts,
+			priority, pool, handler, timeout_ms, fired_at, created_at, finished_at, updated_at)
+		SELECT g, CASE WHEN g % 12000 = 7 THEN 'rare' ELSE 'etl' END, 1, 'h-' || g, 'event',
+			CASE WHEN g % 1000 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END, 1, 1, 'normal', 'default', 'h', 1000,
+			f, f, f, f
+		FROM generate_series(1, $1::bigint) g,
+			LATERAL (SELECT $2::timestamptz + ($3::timestamptz - $2::timestamptz) * (g::float8 / $1)) t(f)`,
+		`INSERT INTO instance_archive (id, task, task_version, event_id, source, state, attempt, max_attempts,
+			priority, pool, handler, timeout_ms, fired_at, created_at, finished_at, updated_at)
+		SELECT $1 + g, 'etl', 1, 'a-' || g, 'event', 'SUCCEEDED', 1, 1, 'normal', 'default', 'h', 1000,
+			$2::timestamptz, $2::timestamptz, $2::timestamptz, $3::timestamptz
+		FROM generate_series(1, 2000) g`,
+		`ANALYZE instance_history`, `ANALYZE instance_archive`,
+	} {
+		var err error
+		if strings.HasPrefix(sql, "ANALYZE") {
+			_, err = pool.Exec(ctx, sql)
+		} else {
+			_, err = pool.Exec(ctx, sql, n, from, now)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const limit = 50
+	for _, tt := range []struct {
+		name string
+		f    store.InstanceFilter
+		// most is the most rows the plan may read.
+		most int
+	}{
+		{"newest", store.InstanceFilter{}, 2 * limit},
+		{"a state none is in", store.InstanceFilter{State: schemas.StateRunning}, limit},
+		{"a task without instances", store.InstanceFilter{Task: "none"}, limit},
+		{"a task and a state none of it is in", store.InstanceFilter{Task: "rare", State: schemas.StateFailed}, limit},
+		{"a rare state", store.InstanceFilter{State: schemas.StateFailed}, 2 * limit},
+		{"a rare task", store.InstanceFilter{Task: "rare"}, limit},
+		{"a task and a rare state", store.InstanceFilter{Task: "etl", State: schemas.StateFailed}, 2 * limit},
+		// A window prunes the history's partitions to its months; the
+		// archive, cold and small, is read by its primary key.
+		{"a window", store.InstanceFilter{Since: now.AddDate(0, -2, 0), Until: now.AddDate(0, -1, 0)}, 2*limit + 2000},
+		{"a window without instances", store.InstanceFilter{Since: now.AddDate(-3, 0, 0), Until: now.AddDate(-2, 0, 0)}, limit + 2000},
+	} {
+		tt.f.Archived, tt.f.Limit = true, limit
+		sql, args := store.ListInstancesSQL(tt.f)
+		var out []byte
+		if err := pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+sql, args...).Scan(&out); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		var plan []map[string]any
+		if err := json.Unmarshal(out, &plan); err != nil {
+			t.Fatal(err)
+		}
+		if read := rowsReadOf(plan[0]["Plan"].(map[string]any), "instance_history", "instance_archive"); read > tt.most {
+			t.Errorf("%s: the plan read %d rows of the history and the archive, want at most %d:\n%s", tt.name, read, tt.most, out)
+		}
+		if _, err := st.ListInstances(ctx, tt.f); err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+}
+
+// rowsReadOf is rowsRead over every table whose name starts with one of
+// prefixes (a partitioned table's partitions).
+func rowsReadOf(node map[string]any, prefixes ...string) int {
+	n := 0
+	if name, ok := node["Relation Name"].(string); ok {
+		for _, p := range prefixes {
+			if strings.HasPrefix(name, p) {
+				n += rowsRead(node, name)
+				break
+			}
+		}
+	}
+	if kids, ok := node["Plans"].([]any); ok {
+		for _, k := range kids {
+			n += rowsReadOf(k.(map[string]any), prefixes...)
+		}
+	}
+	return n
+}
