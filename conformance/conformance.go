@@ -181,7 +181,7 @@ func poolTags(pool string) ([]string, error) {
 		return nil, nil
 	}
 	tags := strings.Split(pool, "+")
-	if (schemas.DispatchPolicy{Tags: tags}).Pool() != pool {
+	if (schemas.DispatchPolicy{TagsAll: tags}).Pool() != pool {
 		return nil, fmt.Errorf("conformance: pool %q is no pool of tags: tags sorted and joined with '+' (\"eu+gpu\"), or %q", pool, schemas.DefaultPool)
 	}
 	return tags, nil
@@ -218,7 +218,9 @@ func (k *kit) apply(ctx context.Context, kind string, tags []string) error {
 		"execution":   map[string]any{"handler": k.opts.HandlerPrefix + handler, "timeout": timeout, "retry": retry},
 	}
 	if len(tags) > 0 {
-		def["dispatch"] = map[string]any{"tags": tags}
+		// tags_all names the one pool of the tags joined with '+': the
+		// pool under test, and none other.
+		def["dispatch"] = map[string]any{"tags_all": tags}
 	}
 	body, err := json.Marshal(def)
 	if err != nil {

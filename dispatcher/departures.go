@@ -271,7 +271,9 @@ func (s *Service) rerouteMsgs(ctx context.Context, from string, msgs []jetstream
 			continue
 		}
 		out := nats.NewMsg(r.subject)
-		out.Data = m.Data()
+		if out.Data, err = repool(m.Data(), d, r); err != nil {
+			return err
+		}
 		msgID := r.msgID
 		if md, err := m.Metadata(); err == nil {
 			msgID += "~" + strconv.FormatUint(md.Sequence.Stream, 10)

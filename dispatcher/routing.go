@@ -27,6 +27,9 @@ const rerouteDelay = 2 * time.Second
 type route struct {
 	subject, ring, msgID string
 	worker, header       string
+	// pool is the pool of an instance's set of pools that the worker
+	// takes the attempt in ("" for an instance of one pool; see anyPool).
+	pool string
 }
 
 // routeHeader is the header of a message on a worker's own subject that
@@ -175,14 +178,15 @@ func (s *Service) route(a store.Attempt, rs *routing) (route, error) {
 	to := func(id string) route {
 		rs.load[id]++
 		return route{subject: s.top.DispatchWorker(id), ring: s.top.ReadyWorker(id),
-			msgID: dispatchMsgID(a.ID, a.Attempt) + "@" + id, worker: id, header: encodeRoute(a)}
+			msgID: dispatchMsgID(a.ID, a.Attempt) + "@" + id, worker: id, header: encodeRoute(a),
+			pool: s.poolTo(id, poolAttempt{a.Pool, a.Handler, a.MinWorkerVersion})}
 	}
 	protocol := s.opts.Protocol
 	noWorker := errNoWorker{pool: a.Pool, handler: a.Handler, minVersion: a.MinWorkerVersion, protocol: protocol}
 	switch a.Strategy {
 	case schemas.DispatchWorker:
-		if w, ok := s.workers.live(a.Key); ok && (!eligible(w, a.Pool, a.Handler, a.MinWorkerVersion) ||
-			!w.Speaks(protocol) || !s.workers.hasGrant(a.Key, a.Pool, a.Handler)) {
+		if w, ok := s.workers.live(a.Key); ok && (!w.Speaks(protocol) ||
+			s.workers.takes(a.Key, a.Pool, a.Handler, a.MinWorkerVersion) == "") {
 			return route{}, noWorker
 		}
 		return to(a.Key), nil
@@ -199,7 +203,7 @@ func (s *Service) route(a store.Attempt, rs *routing) (route, error) {
 		}
 		return to(rendezvous(key, workers)), nil
 	}
-	if a.MinWorkerVersion == "" && protocol <= 1 {
+	if a.MinWorkerVersion == "" && protocol <= 1 && !anyPool(a.Pool) {
 		q := rs.queue(s.top, a.Pool, a.Priority, a.Handler)
 		return route{subject: q.subject, ring: q.ring, msgID: dispatchMsgID(a.ID, a.Attempt)}, nil
 	}

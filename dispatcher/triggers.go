@@ -685,7 +685,7 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord, def *schemas.Task)
 	}
 	switch def.Dispatch.Strategy {
 	case schemas.DispatchHash:
-		in.Route.Key = def.Dispatch.HashKey
+		in.Route.Key = def.Dispatch.RouteKey(f.task)
 	case schemas.DispatchWorker:
 		in.Route.Key = def.Dispatch.Worker
 	}
@@ -815,7 +815,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			MaxAttempts:   a.MaxAttempts,
 			EventID:       a.EventID,
 			Priority:      a.Priority,
-			Pool:          a.Pool,
+			Pool:          r.poolOr(a.Pool),
 			Payload:       a.Payload,
 			TimeoutMS:     a.TimeoutMS,
 			MutexTemplate: a.MutexTemplate,

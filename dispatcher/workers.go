@@ -256,7 +256,7 @@ func (v *liveWorkers) eligible(pool, handler, minVersion string, protocol int) [
 		if !v.isLive(w, now) {
 			continue
 		}
-		if eligible(w.Worker, pool, handler, minVersion) && w.Speaks(protocol) && v.granted(w.ID, pool, handler, now) {
+		if w.Speaks(protocol) && v.servedPool(w.Worker, pool, handler, minVersion, now) != "" {
 			out = append(out, w.Worker)
 		}
 	}
