@@ -92,14 +92,6 @@ func (v *liveWorkers) verified(w schemas.Worker, now time.Time) schemas.Worker {
 	return w
 }
 
-// hasGrant reports whether worker id's credential grants it handler in
-// pool, as its grant keys show now.
-func (v *liveWorkers) hasGrant(id, pool, handler string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.granted(id, pool, handler, v.now())
-}
-
 // grantedHandlers returns the handlers that worker id's credential grants
 // it in pool, as its grant keys show them, or showed them up to
 // grantMemory before they went; nil for none. A report is judged by them: its worker may have stopped (and

@@ -424,3 +424,16 @@ const DrillReportFaults = 2
 // IsDrillTaskType reports whether a task of type t is a drill's.
 func IsDrillTaskType(t string) bool { return t == DrillTaskType || t == DrillJitterTaskType }
 
+// ConformanceTaskType marks the tasks of ax conformance executor, which
+// fail, time out and are cancelled on purpose.
+const ConformanceTaskType = "conformance"
+
+// RehearsalTaskTypes are the task types of rehearsals: a drill's copies
+// and the conformance kit's tasks. Their failures are meant: the alert
+// rules, the health report and the dashboard's summary leave them out,
+// and a rehearsal deletes its tasks when it ends.
+var RehearsalTaskTypes = []string{DrillTaskType, DrillJitterTaskType, ConformanceTaskType}
+
+// IsRehearsalTaskType reports whether a task of type t is a rehearsal's
+// (see [RehearsalTaskTypes]).
+func IsRehearsalTaskType(t string) bool { return slices.Contains(RehearsalTaskTypes, t) }

@@ -63,8 +63,9 @@ func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (schemas.S
 		return &buckets[i], nil
 	}
 
-	// $1 since, $2 until, $3 step in microseconds, $4 task or ''.
-	const window = `fired_at >= $1 AND fired_at < $2 AND ($4 = '' OR task = $4)`
+	// $1 since, $2 until, $3 step in microseconds, $4 task or ''. Every
+	// task's is the fleet's: the rehearsals' tasks are left out.
+	const window = `fired_at >= $1 AND fired_at < $2 AND (($4 = '' AND task NOT IN ` + rehearsalTasks + `) OR task = $4)`
 	const bucket = `date_bin($3::bigint * interval '1 microsecond', fired_at, $1)`
 	args := []any{f.Since, f.Until, step.Microseconds(), f.Task}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
