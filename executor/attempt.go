@@ -331,7 +331,8 @@ func (s *Service) runAttempt(a *attempt) {
 		a.log.Error("report attempt; leaving its lease to expire", "error", encErr, "outcome", string(rep.Kind), "spooled", s.opts.SpoolDir != "")
 		return
 	}
-	level, attrs := slog.LevelInfo, []any{}
+	// A success is a line per run: debug. Failures and hand-backs warn.
+	level, attrs := slog.LevelDebug, []any{}
 	switch rep.Kind {
 	case schemas.ReportFailed:
 		level, attrs = slog.LevelWarn, []any{"error", rep.Error, "permanent", rep.Permanent}
