@@ -41,8 +41,11 @@ SHELL := bash
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-dev: ## run every service in one process (ax dev; flags in ARGS="--http 127.0.0.1:8081 ...")
-	$(GO) run ./cmd/ax dev $(ARGS)
+# dev runs the binary it builds, not go run: go run exits 1 after an
+# interrupt however its program ended, so a clean Ctrl-C read as
+# "make: *** Error 1".
+dev: build ## run every service in one process (ax dev, built into bin/ax; flags in ARGS="--http 127.0.0.1:8081 ...")
+	bin/ax dev $(ARGS)
 
 build: ## build the ax binary into bin/ax
 	$(GO) build -o bin/ax ./cmd/ax

@@ -216,8 +216,10 @@ func (s *Service) accessLog(next http.Handler) http.Handler {
 			sw.status = http.StatusOK
 		}
 		ev := s.opts.Logger.Info()
-		if r.URL.Path == "/healthz" && sw.status == http.StatusOK {
-			// Probes call it every few seconds: keep them out of the info log.
+		if sw.status < http.StatusBadRequest {
+			// An answered request is a line per call (probes every few
+			// seconds, clients each run): debug. A refusal says
+			// something went wrong: info.
 			ev = s.opts.Logger.Debug()
 		}
 		ev.Str("method", r.Method).

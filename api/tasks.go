@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"slices"
 	"time"
 
 	"github.com/ax-scheduler/ax/api/wire"
@@ -20,26 +19,6 @@ import (
 // handlerCheckTimeout bounds the look at the live workers that apply makes
 // to warn of a handler none of them serves.
 const handlerCheckTimeout = 2 * time.Second
-
-// handlerWarnings warns when no live worker serves the task's handler. It
-// is a hint, not a rule: a worker may start later, and when
-// the workers cannot be read it says nothing rather than fail the apply.
-func (s *Service) handlerWarnings(ctx context.Context, def *schemas.Task) []string {
-	ctx, cancel := context.WithTimeout(ctx, handlerCheckTimeout)
-	defer cancel()
-	workers, err := s.readWorkers(ctx)
-	if err != nil {
-		s.opts.Logger.Debug().Err(err).Str("task", def.TaskName).Msg("cannot read workers to check the handler")
-		return nil
-	}
-	handler := def.Execution.Handler
-	for _, wk := range workers {
-		if slices.Contains(wk.Handlers, handler) {
-			return nil
-		}
-	}
-	return []string{fmt.Sprintf("no live worker serves handler %q: the task's instances will wait until an executor that registered it starts (see GET /v1/workers, ax worker list)", handler)}
-}
 
 func taskInfo(rec store.TaskRecord) wire.TaskInfo {
 	return wire.TaskInfo{Task: rec.Definition, Version: rec.Version, Enabled: rec.Enabled, Paused: rec.Paused,
@@ -107,7 +86,8 @@ func (s *Service) applyTask(w http.ResponseWriter, r *http.Request) error {
 	if changed && rec.Version == 1 {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, wire.ApplyResult{TaskInfo: taskInfo(rec), Changed: changed, Warnings: s.handlerWarnings(r.Context(), def)})
+	fit, warnings := s.taskFit(r.Context(), def)
+	writeJSON(w, status, wire.ApplyResult{TaskInfo: taskInfo(rec), Changed: changed, Warnings: warnings, Workers: fit})
 	return nil
 }
 

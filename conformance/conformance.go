@@ -27,6 +27,7 @@ import (
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/drill"
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -49,7 +50,7 @@ const (
 var Handlers = []string{Echo, Fail, Permanent, Sleep, Log}
 
 // TaskType is the task type of the tasks the kit applies.
-const TaskType = "conformance"
+const TaskType = schemas.ConformanceTaskType
 
 // Options configures [Executor]. Zero fields take the stated defaults.
 type Options struct {
@@ -80,6 +81,10 @@ type Options struct {
 	Wait time.Duration
 	// Logger receives the kit's progress (default: none).
 	Logger zerolog.Logger
+	// Keep leaves the kit's tasks in place when it ends, to inspect them;
+	// by default it cancels what of theirs still runs or waits and
+	// deletes them (see [drill.RemoveTasks]).
+	Keep bool
 }
 
 // The timings of the tasks the kit applies.
@@ -96,6 +101,9 @@ const (
 	maxAttempts = 3
 	// logLines is how many lines the log task writes.
 	logLines = 3
+	// registrationWait is how long the kit waits for a worker of the
+	// pool to register before it gives up.
+	registrationWait = 30 * time.Second
 	// signalSlack is how long the kit lets a worker take to notice its
 	// SIGTERM before it fires work the worker must no longer take.
 	signalSlack = 500 * time.Millisecond
@@ -143,7 +151,16 @@ func Executor(ctx context.Context, opts Options) (*drill.Report, error) {
 	}
 	k := &kit{opts: opts, names: map[string]string{}, start: time.Now()}
 	k.report.Title = "ax conformance executor --pool " + opts.Pool
+	// A worker started a moment before the kit (worker & ax conformance
+	// executor …) may not have registered yet: the kit waits for it, up
+	// to registrationWait.
 	workers, err := k.workers(ctx)
+	for deadline := time.Now().Add(min(registrationWait, opts.Wait)); err == nil && len(workers) == 0 && time.Now().Before(deadline); {
+		if !wait.Sleep(ctx, 250*time.Millisecond) {
+			return nil, ctx.Err()
+		}
+		workers, err = k.workers(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +172,7 @@ func Executor(ctx context.Context, opts Options) (*drill.Report, error) {
 		return nil, fmt.Errorf("conformance: %w", err)
 	}
 	defer k.obs.stop()
+	defer k.end(ctx)
 	for _, kind := range []string{Echo, Fail, Permanent, Sleep, "deadline", Log, Missing} {
 		if err := k.apply(ctx, kind, tags); err != nil {
 			return nil, err
@@ -165,6 +183,41 @@ func Executor(ctx context.Context, opts Options) (*drill.Report, error) {
 		return nil, err
 	}
 	return &k.report, nil
+}
+
+// end removes the kit's tasks unless Keep: it cancels what of theirs has
+// not ended (the unknown handler's attempt waits for ever), deletes them,
+// and purges that attempt from AX_DISPATCH, where no consumer takes it.
+// The worker under test keeps its queues: they are its own. What it did
+// goes into the report as the fact "clean-up".
+func (k *kit) end(ctx context.Context) {
+	if k.opts.Keep {
+		k.report.Fact("clean-up", "kept (--keep): the conformance tasks")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	var tasks []string
+	for _, kind := range []string{Echo, Fail, Permanent, Sleep, "deadline", Log, Missing} {
+		if name, ok := k.names[kind]; ok {
+			tasks = append(tasks, name)
+		}
+	}
+	err := drill.RemoveTasks(ctx, k.opts.Client, tasks)
+	if js, jerr := jetstream.New(k.opts.Conn); jerr == nil {
+		subject := k.opts.Topology.Dispatch(k.opts.Pool, "*", k.opts.HandlerPrefix+Missing)
+		if s, serr := js.Stream(ctx, k.opts.Topology.DispatchStream()); serr == nil {
+			serr = s.Purge(ctx, jetstream.WithPurgeSubject(subject))
+			err = errors.Join(err, serr)
+		} else {
+			err = errors.Join(err, serr)
+		}
+	}
+	if err != nil {
+		k.report.Fact("clean-up", "incomplete: "+err.Error())
+		return
+	}
+	k.report.Fact("clean-up", fmt.Sprintf("deleted the %d conformance tasks (--keep leaves them)", len(tasks)))
 }
 
 func (k *kit) handlerNames() []string {
@@ -181,7 +234,7 @@ func poolTags(pool string) ([]string, error) {
 		return nil, nil
 	}
 	tags := strings.Split(pool, "+")
-	if (schemas.DispatchPolicy{Tags: tags}).Pool() != pool {
+	if (schemas.DispatchPolicy{TagsAll: tags}).Pool() != pool {
 		return nil, fmt.Errorf("conformance: pool %q is no pool of tags: tags sorted and joined with '+' (\"eu+gpu\"), or %q", pool, schemas.DefaultPool)
 	}
 	return tags, nil
@@ -218,7 +271,9 @@ func (k *kit) apply(ctx context.Context, kind string, tags []string) error {
 		"execution":   map[string]any{"handler": k.opts.HandlerPrefix + handler, "timeout": timeout, "retry": retry},
 	}
 	if len(tags) > 0 {
-		def["dispatch"] = map[string]any{"tags": tags}
+		// tags_all names the one pool of the tags joined with '+': the
+		// pool under test, and none other.
+		def["dispatch"] = map[string]any{"tags_all": tags}
 	}
 	body, err := json.Marshal(def)
 	if err != nil {

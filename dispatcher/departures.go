@@ -303,7 +303,9 @@ func (rr *rerouting) add(m jetstream.Msg) error {
 		return rr.fromStore(m, a)
 	}
 	out := nats.NewMsg(r.subject)
-	out.Data = m.Data()
+	if out.Data, err = repool(m.Data(), d, r); err != nil {
+		return err
+	}
 	msgID := r.msgID
 	if md, err := m.Metadata(); err == nil {
 		msgID += "~" + strconv.FormatUint(md.Sequence.Stream, 10)

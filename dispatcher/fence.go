@@ -316,7 +316,7 @@ func (rp *reaper) decideFence(ctx context.Context, leases jetstream.KeyValue, re
 	if err != nil {
 		return "", schemas.FenceAnswer{}, err
 	}
-	if st.Pool != pool {
+	if !schemas.PoolIncludes(st.Pool, pool) {
 		return fenceRefused, schemas.FenceAnswer{Reason: fmt.Sprintf("attempt %d of instance %d is not pool %s's: only its own pool's workers may ask about it",
 			q.Attempt, q.InstanceID, pool)}, nil
 	}

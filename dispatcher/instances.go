@@ -44,7 +44,7 @@ func (it *intake) newInstance(f firing, rec store.TaskRecord, def *schemas.Task)
 	}
 	switch def.Dispatch.Strategy {
 	case schemas.DispatchHash:
-		in.Route.Key = def.Dispatch.HashKey
+		in.Route.Key = def.Dispatch.RouteKey(f.task)
 	case schemas.DispatchWorker:
 		in.Route.Key = def.Dispatch.Worker
 	}

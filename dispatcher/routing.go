@@ -32,6 +32,9 @@ const rerouteDelay = 2 * time.Second
 type route struct {
 	subject, ring, msgID string
 	worker, header       string
+	// pool is the pool of an instance's set of pools that the worker
+	// takes the attempt in ("" for an instance of one pool; see anyPool).
+	pool string
 }
 
 // routeHeader is the header of a message on a worker's own subject that
@@ -208,14 +211,15 @@ func (rt *router) route(a store.Attempt, rs *routing) (route, error) {
 	to := func(id string) route {
 		rs.load[id]++
 		return route{subject: rt.top.DispatchWorker(id), ring: rt.top.ReadyWorker(id),
-			msgID: dispatchMsgID(a.ID, a.Attempt) + "@" + id, worker: id, header: encodeRoute(a)}
+			msgID: dispatchMsgID(a.ID, a.Attempt) + "@" + id, worker: id, header: encodeRoute(a),
+			pool: rt.poolTo(id, poolAttempt{a.Pool, a.Handler, a.MinWorkerVersion})}
 	}
 	protocol := rt.protocol
 	noWorker := errNoWorker{pool: a.Pool, handler: a.Handler, minVersion: a.MinWorkerVersion, protocol: protocol}
 	switch a.Strategy {
 	case schemas.DispatchWorker:
-		if w, ok := rt.workers.live(a.Key); ok && (!eligible(w, a.Pool, a.Handler, a.MinWorkerVersion) ||
-			!w.Speaks(protocol) || !rt.workers.hasGrant(a.Key, a.Pool, a.Handler)) {
+		if w, ok := rt.workers.live(a.Key); ok && (!w.Speaks(protocol) ||
+			rt.workers.takes(a.Key, a.Pool, a.Handler, a.MinWorkerVersion) == "") {
 			return route{}, noWorker
 		}
 		return to(a.Key), nil
@@ -232,7 +236,7 @@ func (rt *router) route(a store.Attempt, rs *routing) (route, error) {
 		}
 		return to(rendezvous(key, workers)), nil
 	}
-	if a.MinWorkerVersion == "" && protocol <= 1 {
+	if a.MinWorkerVersion == "" && protocol <= 1 && !anyPool(a.Pool) {
 		q := rs.queue(rt.top, a.Pool, a.Priority, a.Handler)
 		return route{subject: q.subject, ring: q.ring, msgID: dispatchMsgID(a.ID, a.Attempt)}, nil
 	}

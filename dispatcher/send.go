@@ -86,6 +86,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			continue
 		}
 		d := s.dispatchOf(a)
+		d.Pool = r.poolOr(a.Pool)
 		if err := addDispatch(batch, r, d, limit); err != nil {
 			if tl, ok := errors.AsType[errTooLarge](err); ok {
 				// It would fail the batch on every try: it fails alone.

@@ -92,14 +92,6 @@ func (v *liveWorkers) verified(w schemas.Worker, now time.Time) schemas.Worker {
 	return w
 }
 
-// hasGrant reports whether worker id's credential grants it handler in
-// pool, as its grant keys show now.
-func (v *liveWorkers) hasGrant(id, pool, handler string) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.granted(id, pool, handler, v.now())
-}
-
 // grantedHandlers returns the handlers that worker id's credential grants
 // it in pool, as its grant keys show them, or showed them up to
 // grantMemory before they went; nil for none. A report is judged by them: its worker may have stopped (and
@@ -256,7 +248,7 @@ func (v *liveWorkers) eligible(pool, handler, minVersion string, protocol int) [
 		if !v.isLive(w, now) {
 			continue
 		}
-		if eligible(w.Worker, pool, handler, minVersion) && w.Speaks(protocol) && v.granted(w.ID, pool, handler, now) {
+		if w.Speaks(protocol) && v.servedPool(w.Worker, pool, handler, minVersion, now) != "" {
 			out = append(out, w.Worker)
 		}
 	}

@@ -70,11 +70,10 @@ func (d *taskDrill) startExecutor(ctx context.Context, mux *executor.Mux) (*dril
 		return nil, fmt.Errorf("drill task %s: connect the drill executor to NATS: %w", d.def.TaskName, err)
 	}
 	x.nc = nc
+	// The drilled handler only: a queue is a consumer per pool, priority
+	// and handler, and the drill removes its own when it ends.
 	wrapped := executor.NewMux()
-	for _, name := range mux.Names() {
-		h, _ := mux.Handler(name)
-		wrapped.Handle(name, d.wrap(x, h))
-	}
+	wrapped.Handle(d.def.Execution.Handler, d.wrap(x, d.handler))
 	svc, err := executor.New(executor.Options{Conn: nc, Topology: d.opts.Topology, WorkerID: x.id, Pools: []string{Pool},
 		Mux: wrapped, Logger: slog.New(zerolog.NewSlogHandler(d.opts.Logger)), ShutdownTimeout: time.Second, IdleWait: 200 * time.Millisecond})
 	if err != nil {

@@ -75,6 +75,10 @@ type TaskOptions struct {
 	Wait time.Duration
 	// Logger receives the drill executors' log lines (default: none).
 	Logger zerolog.Logger
+	// Keep leaves the drill's task copies, its executors' consumers and
+	// their keys in place when it ends, to inspect them; by default the
+	// drill removes them (see [RemoveTasks]).
+	Keep bool
 }
 
 // The kinds of task copy a drill applies; each is its own task, so that a
@@ -155,15 +159,17 @@ func Task(ctx context.Context, opts TaskOptions, mux *executor.Mux) (*Report, er
 	for _, kind := range []string{kindBase, kindCrash, kindJitter, kindStorm} {
 		name, err := d.apply(ctx, kind)
 		if err != nil {
+			d.end(ctx)
 			return nil, err
 		}
 		d.names[kind] = name
 	}
 	if err := d.startExecutors(ctx, mux); err != nil {
+		d.end(ctx)
 		return nil, err
 	}
-	defer d.stopExecutors()
 	d.run(ctx)
+	d.end(ctx)
 	return &d.report, nil
 }
 

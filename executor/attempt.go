@@ -265,7 +265,8 @@ func (s *Service) finish(a *attempt, returned bool) {
 
 // logFinished logs the outcome of an attempt whose final report is stored.
 func logFinished(log *slog.Logger, rep *schemas.Report) {
-	level, attrs := slog.LevelInfo, []any{}
+	// A success is a line per run: debug. Failures and hand-backs warn.
+	level, attrs := slog.LevelDebug, []any{}
 	switch rep.Kind {
 	case schemas.ReportFailed:
 		level, attrs = slog.LevelWarn, []any{"error", rep.Error, "permanent", rep.Permanent}

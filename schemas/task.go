@@ -299,14 +299,37 @@ type DispatchPolicy struct {
 	Strategy DispatchStrategy `json:"strategy,omitempty"`
 	// HashKey is the key that strategy "hash" pins to an executor: a Go
 	// text/template rendered over the payload ("{{.customer_id}}"; see
-	// [ParseHashKey]). Required with "hash", refused otherwise.
+	// [ParseHashKey]). With "hash" and no hash_key the key is the task's
+	// name, so every firing of the task runs on one node; refused with
+	// another strategy.
 	HashKey string `json:"hash_key,omitempty"`
 	// Worker is the worker id that strategy "worker" sends the attempts
 	// to. Required with "worker", refused otherwise.
 	Worker string `json:"worker,omitempty"`
-	// Tags select the executor pool: the pool's name is the tags sorted and
-	// joined with "+" ("eu+gpu"); no tags is the pool "default".
+	// Tags name the executor pools that may run the task, as a set: a
+	// worker that serves any one of them may take the work ([eu, us]: a
+	// worker of pool eu or of pool us). No tags (and no TagsAll) is the
+	// pool "default".
 	Tags []string `json:"tags,omitempty"`
+	// TagsAll is the explicit AND form: the one pool named by the tags
+	// sorted and joined with "+" ([gpu, eu]: the pool "eu+gpu", which
+	// workers started with --pool eu+gpu serve). Refused with Tags.
+	TagsAll []string `json:"tags_all,omitempty"`
+}
+
+// PoolSep separates the pools of an instance that any of several pools
+// may run ("data-node-a|data-node-b"; see [DispatchPolicy.Pool]). No pool
+// name contains it: a tag is lower-case letters, digits, '_' and '-'.
+const PoolSep = "|"
+
+// PoolMembers returns the pools of an instance's pool: the pools of a set
+// ("a|b" is [a b]), or the pool itself.
+func PoolMembers(pool string) []string { return strings.Split(pool, PoolSep) }
+
+// PoolIncludes reports whether member is one of the pools of an
+// instance's pool (see [PoolMembers]).
+func PoolIncludes(pool, member string) bool {
+	return pool == member || slices.Contains(PoolMembers(pool), member)
 }
 
 // Priority orders the work inside a pool.
@@ -346,15 +369,36 @@ const (
 	MaxAfter = 32
 )
 
-// Pool returns the name of the executor pool that serves these tags: the tags
-// sorted, without repeats, joined with "+" ("eu+gpu"); no tags is [DefaultPool].
+// Pool returns the pool of the instances of a task of this policy: for
+// TagsAll, the one pool named by the tags sorted, without repeats, joined
+// with "+" ("eu+gpu"); for Tags, the tags sorted, without repeats, joined
+// with [PoolSep] ("eu|us": a worker of any of them may take the work);
+// neither is [DefaultPool].
 func (d DispatchPolicy) Pool() string {
-	if len(d.Tags) == 0 {
+	tags, sep := d.Tags, PoolSep
+	if len(d.TagsAll) > 0 {
+		tags, sep = d.TagsAll, "+"
+	}
+	if len(tags) == 0 {
 		return DefaultPool
 	}
-	s := slices.Clone(d.Tags)
+	s := slices.Clone(tags)
 	slices.Sort(s)
-	return strings.Join(slices.Compact(s), "+")
+	return strings.Join(slices.Compact(s), sep)
+}
+
+// Pools returns the pools any of whose workers may run a task of this
+// policy (see [DispatchPolicy.Pool]).
+func (d DispatchPolicy) Pools() []string { return PoolMembers(d.Pool()) }
+
+// RouteKey returns the hash_key an instance of task routes by: the
+// policy's, or with strategy "hash" and none, the task's name, so that
+// the same task keeps to the same node. A task name has no "{{".
+func (d DispatchPolicy) RouteKey(task string) string {
+	if d.Strategy == DispatchHash && d.HashKey == "" {
+		return task
+	}
+	return d.HashKey
 }
 
 // The task types that mark a drill's tasks (see package drill): ax drill
@@ -379,3 +423,17 @@ const DrillReportFaults = 2
 
 // IsDrillTaskType reports whether a task of type t is a drill's.
 func IsDrillTaskType(t string) bool { return t == DrillTaskType || t == DrillJitterTaskType }
+
+// ConformanceTaskType marks the tasks of ax conformance executor, which
+// fail, time out and are cancelled on purpose.
+const ConformanceTaskType = "conformance"
+
+// RehearsalTaskTypes are the task types of rehearsals: a drill's copies
+// and the conformance kit's tasks. Their failures are meant: the alert
+// rules, the health report and the dashboard's summary leave them out,
+// and a rehearsal deletes its tasks when it ends.
+var RehearsalTaskTypes = []string{DrillTaskType, DrillJitterTaskType, ConformanceTaskType}
+
+// IsRehearsalTaskType reports whether a task of type t is a rehearsal's
+// (see [RehearsalTaskTypes]).
+func IsRehearsalTaskType(t string) bool { return slices.Contains(RehearsalTaskTypes, t) }

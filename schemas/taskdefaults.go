@@ -16,6 +16,7 @@ func (t *Task) WithDefaults() *Task {
 	c := *t
 	c.Triggers = slices.Clone(t.Triggers)
 	c.Dispatch.Tags = slices.Clone(t.Dispatch.Tags)
+	c.Dispatch.TagsAll = slices.Clone(t.Dispatch.TagsAll)
 	c.PayloadSchema = slices.Clone(t.PayloadSchema)
 	c.After = slices.Clone(t.After)
 

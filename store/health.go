@@ -93,11 +93,12 @@ func (s *Store) readLatest(ctx context.Context, q string, args []any, each func(
 // failure, not eight.
 func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (map[string]schemas.FailureStreak, error) {
 	out := make(map[string]schemas.FailureStreak)
-	if len(tasks) == 0 || limit <= 0 {
-		return out, nil
+	tasks, err := s.withoutRehearsals(ctx, tasks)
+	if err != nil || len(tasks) == 0 || limit <= 0 {
+		return out, err
 	}
 	broken := make(map[string]bool)
-	err := s.readLatest(ctx, failureStreaks, []any{tasks, limit}, func(rows pgx.Rows) error {
+	err = s.readLatest(ctx, failureStreaks, []any{tasks, limit}, func(rows pgx.Rows) error {
 		var (
 			task, errText string
 			id            int64
@@ -143,10 +144,11 @@ type Run struct {
 // run, its parent's, not one per child.
 func (s *Store) RecentRuns(ctx context.Context, tasks []string, n int) (map[string][]Run, error) {
 	out := make(map[string][]Run)
-	if len(tasks) == 0 || n <= 0 {
-		return out, nil
+	tasks, err := s.withoutRehearsals(ctx, tasks)
+	if err != nil || len(tasks) == 0 || n <= 0 {
+		return out, err
 	}
-	err := s.readLatest(ctx, recentRuns, []any{tasks, n}, func(rows pgx.Rows) error {
+	err = s.readLatest(ctx, recentRuns, []any{tasks, n}, func(rows pgx.Rows) error {
 		var (
 			task   string
 			r      Run
@@ -260,8 +262,8 @@ func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (schemas.Heal
 	if err != nil {
 		return schemas.HealthReport{}, fmt.Errorf("health report: %w", err)
 	}
-	// A drill's copies fail and crash on purpose: they are not the fleet.
-	tasks := slices.DeleteFunc(all, func(t TaskRecord) bool { return schemas.IsDrillTaskType(t.Definition.TaskType) })
+	// A rehearsal's tasks fail and crash on purpose: they are not the fleet.
+	tasks := slices.DeleteFunc(all, func(t TaskRecord) bool { return schemas.IsRehearsalTaskType(t.Definition.TaskType) })
 	names := make([]string, len(tasks))
 	for i, t := range tasks {
 		names[i] = t.Name

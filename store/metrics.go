@@ -215,7 +215,7 @@ func (s *Store) RecentEnds(ctx context.Context, since time.Time) ([]TaskEnds, er
 			SELECT task, instance_id, to_state,
 				to_state IN ('SUCCEEDED', 'FAILED', 'RETRYING') AND from_state IN ('DISPATCHED', 'RUNNING') AS attempt_end,
 				starts_with(reason, $2) AS timed_out, starts_with(reason, $3) AS quarantined
-			FROM instance_transition_log WHERE at >= $1
+			FROM instance_transition_log WHERE at >= $1 AND task NOT IN `+rehearsalTasks+`
 		) t
 		GROUP BY task ORDER BY task`, since, TimeoutReasonPrefix, QuarantinedReasonPrefix)
 	if err != nil {

@@ -442,8 +442,10 @@ WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.atte
 // schemas.Report.Handlers), so that a worker of the pool cannot take an
 // attempt of a handler it could never have pulled. A report that fails it
 // is refused: the dispatcher counts and records it, and the instance stays
-// as it was.
-const holderCheck = `i.pool = r.pool AND (i.worker_id = r.worker_id OR
+// as it was. An instance that any of several pools may run has them all as
+// its pool, joined with schemas.PoolSep ("a|b"): a report from any of
+// them is from the instance's pool.
+const holderCheck = `(i.pool = r.pool OR r.pool = ANY(string_to_array(i.pool, '|'))) AND (i.worker_id = r.worker_id OR
 	(i.worker_id = '' AND i.handler = ANY(string_to_array(r.handlers, ' '))))`
 
 // grantList is handlers as holderCheck reads them: space-separated (a

@@ -65,8 +65,9 @@ func (s *Store) InstanceSummary(ctx context.Context, f SummaryFilter) (schemas.S
 		return &buckets[i], nil
 	}
 
-	// $1 since, $2 until, $3 step in microseconds, $4 task or ''.
-	const window = `fired_at >= $1 AND fired_at < $2 AND ($4 = '' OR task = $4)`
+	// $1 since, $2 until, $3 step in microseconds, $4 task or ''. Every
+	// task's is the fleet's: the rehearsals' tasks are left out.
+	const window = `fired_at >= $1 AND fired_at < $2 AND (($4 = '' AND task NOT IN ` + rehearsalTasks + `) OR task = $4)`
 	// every is the instances in the hot table and those moved out of it
 	// (the history and the archive), each once: a moved instance stays in
 	// the hot table until the mover's second step deletes it there.

@@ -46,6 +46,17 @@ type ApplyResult struct {
 	// definition is valid, e.g. a handler no live worker serves. Workers
 	// come and go, so these never refuse a definition.
 	Warnings []string `json:"warnings,omitempty"`
+	// Workers lists the live workers that may take the task's instances
+	// now, as their heartbeats claim: each serves one of the task's pools
+	// with its handler, at min_worker_version or newer.
+	Workers []WorkerFit `json:"workers,omitempty"`
+}
+
+// WorkerFit is a live worker that may take a task's instances, and the
+// pool it takes them in.
+type WorkerFit struct {
+	ID   string `json:"id"`
+	Pool string `json:"pool"`
 }
 
 // TaskList is the answer to GET /v1/tasks.

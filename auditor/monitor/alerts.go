@@ -303,9 +303,16 @@ func (m *monitor) noLiveExecutor(now time.Time) []store.AlertSignal {
 		}
 		var tasks []string
 		for _, t := range m.tasks {
-			if t.Enabled && t.Definition.Dispatch.Pool() == pool {
+			// A task that any of several pools may run waits only when
+			// none of them has a live worker.
+			pools := t.Definition.Dispatch.Pools()
+			if t.Enabled && slices.Contains(pools, pool) &&
+				!slices.ContainsFunc(pools, func(p string) bool { _, empty := m.fleet.empty[p]; return !empty }) {
 				tasks = append(tasks, t.Name)
 			}
+		}
+		if len(tasks) == 0 {
+			continue
 		}
 		out = append(out, store.AlertSignal{Key: pool,
 			Reason: fmt.Sprintf("no live executor serves pool %s (none since %s); the instances of its tasks wait: %s",

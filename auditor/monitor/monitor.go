@@ -319,9 +319,11 @@ func (m *monitor) refreshGauges(ctx context.Context, now time.Time) error {
 	var pools []string
 	seen := map[string]bool{}
 	for _, t := range tasks {
-		if p := t.Definition.Dispatch.Pool(); t.Enabled && !seen[p] {
-			seen[p] = true
-			pools = append(pools, p)
+		for _, p := range t.Definition.Dispatch.Pools() {
+			if t.Enabled && !seen[p] {
+				seen[p] = true
+				pools = append(pools, p)
+			}
 		}
 	}
 	m.fleet.setTaskPools(pools, now, m.metrics)

@@ -42,8 +42,8 @@ running AX (ax dev, or a real installation). The worker serves pool --pool and
 registers the conformance handlers of docs/executor-protocol.md ("Conformance
 handlers"): conformance.echo, .fail, .permanent, .sleep and .log (another
 prefix with --handler-prefix), and not conformance.missing. The kit applies one
-task per handler (conformance-<handler>-<pool>, task type conformance, safe to
-delete), fires them, watches the pool's reports, the leases and workers
+task per handler (conformance-<handler>-<pool>, task type conformance, deleted
+when it ends unless --keep), fires them, watches the pool's reports, the leases and workers
 buckets and the workers' control subjects on NATS, and checks:
 
   registration     the worker record: pools, handlers, slots, protocol version
@@ -67,7 +67,7 @@ dispatcher user, otherwise the NATS flags' (or --observer-creds), e.g. the
 dispatcher's.`,
 		Example: `  ax conformance executor --pool js --ax-dev .ax
   ax conformance executor --pool js --ax-dev .ax --worker-pid 4242 -o json
-  NATS_URL=nats://ax-nats:4222 ax conformance executor --pool py --observer-creds dispatcher.creds --api-url http://ax-api:8080`,
+  NATS_URL=nats://ax-nats:4222 ax conformance executor --pool py --observer-creds dispatcher.creds --api http://ax-api:8080`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := g.json()
@@ -115,5 +115,6 @@ dispatcher's.`,
 	f.IntVar(&workerPID, "worker-pid", 0, "process id of the worker, for the drain check (SIGTERM); 0 skips it")
 	f.DurationVar(&opts.Grace, "grace", 5*time.Second, "how soon after a cancel's delivery on ax.control.<worker>, or its deadline, an attempt must be reported")
 	f.DurationVar(&opts.Wait, "wait", 2*time.Minute, "how long to wait for each instance and report")
+	f.BoolVar(&opts.Keep, "keep", false, "leave the conformance tasks in place when the kit ends, to inspect them (by default it deletes them)")
 	return cmd
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
@@ -103,7 +102,7 @@ func (c *conn) logger() (zerolog.Logger, error) {
 	case "json":
 		log = zerolog.New(os.Stderr)
 	case "console":
-		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+		log = zerolog.New(consoleWriter(os.Stderr))
 	default:
 		return zerolog.Logger{}, fmt.Errorf("--log-format %q: use console or json", c.logFormat)
 	}

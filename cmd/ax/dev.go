@@ -262,8 +262,8 @@ cleanly; it starts again on the same data.`,
 Use the API as admin (bin/ax reads both):
   export AX_API_URL=http://%s
   export AX_TOKEN=%s
-Try it:
-  ax task apply -f examples/hello.yaml && ax fire hello --payload '{"name":"world"}' --wait
+Try it (make build makes bin/ax):
+  bin/ax task apply -f examples/hello.yaml && bin/ax fire hello --payload '{"name":"world"}' --wait
 Ctrl-C stops it.
 `, dir, c.natsURL, filepath.Join(dir, "nats-users.json"), natsNote, poolNote, httpAddr, devAdminName, tokenNote, httpAddr, metricsNote, httpAddr, token)
 			select {

@@ -54,6 +54,11 @@ those of examples/executor), and fires the copies with --payload:
                      start latency p99 stay within 3× (or 1s more than) the
                      plain runs'
 
+When it ends it deletes the copies (cancelling what of theirs has not ended)
+and removes its executors' consumers and keys; --keep leaves them to inspect.
+Their failures are meant: the alert rules, the health report and the
+dashboard leave drill and conformance tasks out.
+
 It exits 0 only when every check passed, 2 when one failed (-o json for CI).
 To drill handlers of your own, call drill.Task with your mux from a program
 that links them, as ax executor's users do (see docs/drill.md).`,
@@ -132,6 +137,7 @@ that links them, as ax executor's users do (see docs/drill.md).`,
 	f.DurationVar(&opts.Grace, "grace", 5*time.Second, "how soon after a cancel the handler must return")
 	f.IntVar(&opts.StormFailures, "storm-failures", 3, "attempts in a row the retry storm fails")
 	f.DurationVar(&opts.Wait, "wait", 0, "how long to wait for each instance to end (default 2m plus the task's retry backoff)")
+	f.BoolVar(&opts.Keep, "keep", false, "leave the task copies, the drill executors' consumers and keys in place when the drill ends, to inspect them (by default it removes them)")
 	return cmd
 }
 

@@ -75,6 +75,7 @@ standard input) a definition starting with '{' is JSON and anything else YAML.`,
 			default:
 				fmt.Fprintf(cmd.OutOrStdout(), "task %s updated to version %d\n", name, res.Version)
 			}
+			printFit(cmd.OutOrStdout(), res)
 			return nil
 		},
 	}

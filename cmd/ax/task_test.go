@@ -42,7 +42,7 @@ func TestTaskCommands(t *testing.T) {
 		t.Errorf("version 1 recorded operator %q, %v; want %q", versionOp, err, operatorName())
 	}
 	jsonFile := filepath.Join(dir, "other.json")
-	if err := os.WriteFile(jsonFile, []byte(`{"task_name": "a-other", "execution": {"handler": "h"}, "dispatch": {"tags": ["gpu", "eu"]}}`), 0o600); err != nil {
+	if err := os.WriteFile(jsonFile, []byte(`{"task_name": "a-other", "execution": {"handler": "h"}, "dispatch": {"tags_all": ["gpu", "eu"]}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.mustAx("task", "apply", "-f", jsonFile)

@@ -62,7 +62,7 @@ func TestQuickStart(t *testing.T) {
 	}
 
 	// The banner's "Try it" line, as printed.
-	try := regexp.MustCompile(`(?m)^\s*ax task apply -f (\S+) && ax fire (\S+) --payload '(.*)' --wait$`).FindStringSubmatch(out.String())
+	try := regexp.MustCompile(`(?m)^\s*bin/ax task apply -f (\S+) && bin/ax fire (\S+) --payload '(.*)' --wait$`).FindStringSubmatch(out.String())
 	if try == nil {
 		t.Fatalf("no \"Try it\" line in the banner:\n%s", out.String())
 	}
@@ -103,6 +103,15 @@ func TestQuickStart(t *testing.T) {
 // five times); any other exit fails the test.
 func startQuickStartDev(t *testing.T, bin string) (string, *logtest.Buffer, []string) {
 	t.Helper()
+	httpAddr, _, out, m := startDevIn(t, bin, t.TempDir())
+	return httpAddr, out, m
+}
+
+// startDevIn is startQuickStartDev with ax dev's data folder dir (which
+// --ax-dev names) and more flags of ax dev; it returns the NATS address
+// too.
+func startDevIn(t *testing.T, bin, dir string, flags ...string) (string, string, *logtest.Buffer, []string) {
+	t.Helper()
 	exports := regexp.MustCompile(`(?m)^\s*export AX_API_URL=(\S+)\n\s*export AX_TOKEN=(\S+)$`)
 	for try := 1; ; try++ {
 		ports := make([]string, 4)
@@ -112,8 +121,8 @@ func startQuickStartDev(t *testing.T, bin string) (string, *logtest.Buffer, []st
 		httpAddr, natsAddr, monAddr, metricsAddr := ports[0], ports[1], ports[2], ports[3]
 		out := &logtest.Buffer{Echo: os.Stderr}
 		banner := &bannerWatch{w: out, re: exports, seen: make(chan struct{})}
-		dev := exec.Command(bin, "dev", "--data", t.TempDir(), "--http", httpAddr, "--nats", natsAddr,
-			"--nats-monitor", monAddr, "--metrics-addr", metricsAddr, "--log-level", "warn")
+		dev := exec.Command(bin, append([]string{"dev", "--data", dir, "--http", httpAddr, "--nats", natsAddr,
+			"--nats-monitor", monAddr, "--metrics-addr", metricsAddr, "--log-level", "warn"}, flags...)...)
 		dev.Env = append(os.Environ(), "DATABASE_URL="+storetest.URL(t))
 		dev.Stdout, dev.Stderr = banner, banner
 		if err := dev.Start(); err != nil {
@@ -145,7 +154,7 @@ func startQuickStartDev(t *testing.T, bin string) (string, *logtest.Buffer, []st
 				c.Close()
 			}
 			t.Cleanup(stop)
-			return httpAddr, out, exports.FindStringSubmatch(out.String())
+			return httpAddr, natsAddr, out, exports.FindStringSubmatch(out.String())
 		case exitErr = <-exited:
 		case <-time.After(3 * time.Minute):
 			stop()

@@ -170,8 +170,6 @@ func semanticProblems(t *schemas.Task) []schemas.Problem {
 func dispatchProblems(d schemas.DispatchPolicy) []schemas.Problem {
 	var problems []schemas.Problem
 	switch {
-	case d.Strategy == schemas.DispatchHash && d.HashKey == "":
-		problems = append(problems, schemas.Problem{Field: "dispatch.hash_key", Message: `is required with strategy "hash": name the payload field to pin on, e.g. "{{.customer_id}}"`})
 	case d.Strategy != schemas.DispatchHash && d.HashKey != "":
 		problems = append(problems, schemas.Problem{Field: "dispatch.hash_key", Message: `is only allowed with strategy "hash"; set strategy: hash or remove hash_key`})
 	case d.HashKey != "":
@@ -179,6 +177,9 @@ func dispatchProblems(d schemas.DispatchPolicy) []schemas.Problem {
 			problems = append(problems, schemas.Problem{Field: "dispatch.hash_key", Message: `must be a Go text/template over the payload, such as "{{.customer_id}}": ` +
 				strings.TrimPrefix(err.Error(), "template: ")})
 		}
+	}
+	if len(d.Tags) > 0 && len(d.TagsAll) > 0 {
+		problems = append(problems, schemas.Problem{Field: "dispatch.tags_all", Message: "cannot be combined with tags: tags lets a worker of any listed pool run the task, tags_all names the one pool of all of them joined with '+'; keep one"})
 	}
 	switch {
 	case d.Strategy == schemas.DispatchWorker && d.Worker == "":
@@ -294,6 +295,9 @@ func normalize(t *schemas.Task) {
 	}
 	if len(t.Dispatch.Tags) == 0 {
 		t.Dispatch.Tags = nil
+	}
+	if len(t.Dispatch.TagsAll) == 0 {
+		t.Dispatch.TagsAll = nil
 	}
 	if len(t.After) == 0 {
 		t.After = nil

@@ -123,6 +123,10 @@ var taskAccepts = []struct {
 	{"dispatch tag 32 chars", root(`"dispatch":{"tags":["` + strings.Repeat("t", 32) + `"]}`), with(func(t *schemas.Task) { t.Dispatch.Tags = []string{strings.Repeat("t", 32)} })},
 	{"dispatch tag containing worker", root(`"dispatch":{"tags":["workers"]}`), with(func(t *schemas.Task) { t.Dispatch.Tags = []string{"workers"} })},
 	{"dispatch empty tags", root(`"dispatch":{"tags":[]}`), minimal()},
+	{"dispatch hash without key", root(`"dispatch":{"strategy":"hash","tags":["data-node-a","data-node-b"]}`), with(func(t *schemas.Task) {
+		t.Dispatch = schemas.DispatchPolicy{Strategy: schemas.DispatchHash, Tags: []string{"data-node-a", "data-node-b"}}
+	})},
+	{"dispatch tags_all", root(`"dispatch":{"tags_all":["gpu","eu"]}`), with(func(t *schemas.Task) { t.Dispatch.TagsAll = []string{"gpu", "eu"} })},
 	{"dispatch hash", root(`"dispatch":{"strategy":"hash","hash_key":"{{.customer}}"}`), with(func(t *schemas.Task) {
 		t.Dispatch.Strategy, t.Dispatch.HashKey = schemas.DispatchHash, "{{.customer}}"
 	})},
@@ -308,7 +312,8 @@ var taskRejects = []struct {
 	{"dispatch strategy unknown", root(`"dispatch":{"strategy":"random"}`), "dispatch.strategy", "must be one of pull, hash, worker, broadcast"},
 	{"shards zero", exec(`"shards":0`), "execution.shards", "must be at least 1"},
 	{"shards with broadcast", `{"task_name":"t","execution":{"handler":"h","shards":2},"dispatch":{"strategy":"broadcast"}}`, "execution.shards", `cannot be combined with dispatch strategy "broadcast"`},
-	{"dispatch hash without key", root(`"dispatch":{"strategy":"hash"}`), "dispatch.hash_key", `is required with strategy "hash"`},
+	{"dispatch tags and tags_all", root(`"dispatch":{"tags":["eu"],"tags_all":["eu","gpu"]}`), "dispatch.tags_all", "cannot be combined with tags"},
+	{"dispatch tags_all plus", root(`"dispatch":{"tags_all":["eu+gpu"]}`), "dispatch.tags_all[0]", "must match"},
 	{"dispatch hash key without hash", root(`"dispatch":{"hash_key":"{{.a}}"}`), "dispatch.hash_key", `is only allowed with strategy "hash"`},
 	{"dispatch hash key malformed", root(`"dispatch":{"strategy":"hash","hash_key":"{{.a"}`), "dispatch.hash_key", "must be a Go text/template over the payload"},
 	{"dispatch worker without worker", root(`"dispatch":{"strategy":"worker"}`), "dispatch.worker", `is required with strategy "worker"`},
@@ -323,7 +328,7 @@ var taskRejects = []struct {
 	{"dispatch tag 33 chars", root(`"dispatch":{"tags":["` + strings.Repeat("t", 33) + `"]}`), "dispatch.tags[0]", "must match"},
 	{"dispatch tag number", root(`"dispatch":{"tags":[1]}`), "dispatch.tags[0]", "must be a string, not a number"},
 	{"dispatch nine tags", root(`"dispatch":{"tags":["a","b","c","d","e","f","g","h","i"]}`), "dispatch.tags", "must have at most 8 items (it has 9)"},
-	{"dispatch unknown field", root(`"dispatch":{"pool":"gpu"}`), "dispatch", `unknown field "pool"; remove it (allowed: hash_key, strategy, tags, worker)`},
+	{"dispatch unknown field", root(`"dispatch":{"pool":"gpu"}`), "dispatch", `unknown field "pool"; remove it (allowed: hash_key, strategy, tags, tags_all, worker)`},
 
 	// priority, min_worker_version, schema_version.
 	{"priority unknown", root(`"priority":"high"`), "priority", "must be one of urgent, normal, low"},
