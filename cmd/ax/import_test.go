@@ -1,0 +1,45 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ax-scheduler/ax/schemas/taskdef"
+)
+
+// TestImportCrontab imports crontab -l output from standard input: the
+// report names each line's fate, --out writes definitions AX parses, and
+// --apply registers them through the API under stable names.
+func TestImportCrontab(t *testing.T) {
+	t.Parallel()
+	e := newCLIEnv(t)
+	crontab := "MAILTO=ops@example.com\n# nightly backup\n0 2 * * * /usr/bin/backup --full\n@reboot /usr/bin/boot\n"
+	dir := t.TempDir()
+	code, out, errOut := e.ax(crontab, "import", "crontab", "-", "--timezone", "Europe/Berlin", "--out", dir)
+	if code != 0 || !strings.Contains(out, "stdin:3\timported\tcron-backup-full-") || !strings.Contains(out, "stdin:4\trefused") ||
+		!strings.Contains(out, "1 imported, 0 changed, 1 refused") {
+		t.Fatalf("exit %d, printed\n%s%s", code, out, errOut)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if len(files) != 1 {
+		t.Fatalf("wrote %v, want one definition", files)
+	}
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := taskdef.ParseTask(data)
+	if err != nil || task.Owner != "ops@example.com" || task.Description != "nightly backup" || task.Triggers[0].Timezone != "Europe/Berlin" {
+		t.Fatalf("definition %s: %+v, %v", data, task, err)
+	}
+	code, out, errOut = e.ax(crontab, "import", "crontab", "-", "--apply")
+	name := strings.TrimSuffix(filepath.Base(files[0]), ".yaml")
+	if code != 0 || !strings.Contains(errOut, "task "+name+" created") {
+		t.Fatalf("--apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := e.mustAx("task", "get", name, "-o", "json"); !strings.Contains(got, "/usr/bin/backup --full") {
+		t.Errorf("applied task %s", got)
+	}
+}
