@@ -13,7 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/importer"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 func newImportCmd(g *cli) *cobra.Command {
@@ -36,13 +38,15 @@ See docs/migrate.md.`,
 
 // importOut is where an import's definitions go.
 type importOut struct {
-	dir   string
-	apply bool
+	dir      string
+	apply    bool
+	disabled bool
 }
 
 func (o *importOut) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.dir, "out", "", `write one YAML definition per task into this folder (default "ax-import" unless --apply)`)
 	cmd.Flags().BoolVar(&o.apply, "apply", false, "apply the definitions through the API (and disable those stopped in the source)")
+	cmd.Flags().BoolVar(&o.disabled, "disabled", false, "with --apply: apply every task disabled, so that none fires until you enable it (cut-over); a new task never fires in between")
 }
 
 func newImportCrontabCmd(g *cli) *cobra.Command {
@@ -127,8 +131,11 @@ func (g *cli) finishImport(cmd *cobra.Command, kind string, rep *importer.Report
 			fmt.Fprintf(w, "definitions written to %s/ (review them, then ax task apply -f FILE, or run again with --apply)\n", out.dir)
 		}
 	}
+	if out.disabled && !out.apply {
+		return fmt.Errorf("--disabled applies the tasks disabled: give --apply too")
+	}
 	if out.apply {
-		return g.applyImported(cmd.Context(), cmd.ErrOrStderr(), rep)
+		return g.applyImported(cmd.Context(), cmd.ErrOrStderr(), rep, out.disabled)
 	}
 	return nil
 }
@@ -168,7 +175,7 @@ func writeImported(dir, kind string, rep *importer.Report) error {
 
 // applyImported applies each imported definition through the API and
 // disables those stopped in their source.
-func (g *cli) applyImported(ctx context.Context, w io.Writer, rep *importer.Report) error {
+func (g *cli) applyImported(ctx context.Context, w io.Writer, rep *importer.Report, disabled bool) error {
 	client := g.client()
 	var failed int
 	for _, e := range rep.Entries {
@@ -178,6 +185,14 @@ func (g *cli) applyImported(ctx context.Context, w io.Writer, rep *importer.Repo
 		body, err := json.Marshal(e.Task)
 		if err != nil {
 			return fmt.Errorf("import: encode %s: %w", e.Task.TaskName, err)
+		}
+		off := disabled || e.Disabled
+		if off {
+			if err := disableFirst(ctx, client, e.Task); err != nil {
+				failed++
+				fmt.Fprintf(w, "disable %s: %v\n", e.Task.TaskName, g.apiError(err))
+				continue
+			}
 		}
 		res, err := client.ApplyTask(ctx, body, "application/json")
 		if err != nil {
@@ -192,13 +207,11 @@ func (g *cli) applyImported(ctx context.Context, w io.Writer, rep *importer.Repo
 		case res.Changed:
 			state = fmt.Sprintf("updated to version %d", res.Version)
 		}
-		if e.Disabled {
-			if _, err := client.SetTaskEnabled(ctx, e.Task.TaskName, false); err != nil {
-				failed++
-				fmt.Fprintf(w, "disable %s: %v\n", e.Task.TaskName, g.apiError(err))
-				continue
-			}
+		switch {
+		case e.Disabled:
 			state += ", disabled as in the source"
+		case off:
+			state += ", disabled (ax task enable " + e.Task.TaskName + " to cut over)"
 		}
 		fmt.Fprintf(w, "task %s %s\n", e.Task.TaskName, state)
 	}
@@ -245,4 +258,25 @@ func hostZone() string {
 		}
 	}
 	return "UTC"
+}
+
+// disableFirst disables task before its definition is applied, so that
+// none of its triggers fires in between: a new task is created without
+// triggers, disabled, and then gets its definition.
+func disableFirst(ctx context.Context, client *apiclient.Client, task *schemas.Task) error {
+	if _, err := client.GetTask(ctx, task.TaskName); apiclient.IsNotFound(err) {
+		bare := *task
+		bare.Triggers, bare.After = nil, nil
+		body, err := json.Marshal(bare)
+		if err != nil {
+			return err
+		}
+		if _, err := client.ApplyTask(ctx, body, "application/json"); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	_, err := client.SetTaskEnabled(ctx, task.TaskName, false)
+	return err
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
@@ -41,5 +43,17 @@ func TestImportCrontab(t *testing.T) {
 	}
 	if got := e.mustAx("task", "get", name, "-o", "json"); !strings.Contains(got, "/usr/bin/backup --full") {
 		t.Errorf("applied task %s", got)
+	}
+
+	// --disabled: a new task is applied disabled, with its triggers.
+	other := "0 3 * * * /usr/bin/other\n"
+	code, out, errOut = e.ax(other, "import", "crontab", "-", "--apply", "--disabled")
+	if code != 0 || !strings.Contains(errOut, "disabled (ax task enable") {
+		t.Fatalf("--apply --disabled: exit %d\n%s%s", code, out, errOut)
+	}
+	var info wire.TaskInfo
+	got := e.mustAx("task", "get", "-o", "json", strings.Fields(strings.SplitN(errOut, "task ", 2)[1])[0])
+	if err := json.Unmarshal([]byte(got), &info); err != nil || info.Enabled || len(info.Task.Triggers) != 1 {
+		t.Errorf("--disabled applied %s (%v)", got, err)
 	}
 }
