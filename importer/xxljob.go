@@ -64,6 +64,11 @@ type XXLJobOptions struct {
 	Timeout time.Duration
 }
 
+// StoppedXXLJobType is the task type of a job imported from XXL-JOB
+// where it was stopped (trigger_status 0): it is applied disabled, and ax
+// shadow's --imported leaves it so at the cut-over.
+const StoppedXXLJobType = "xxl-job-stopped"
+
 // xxlJob is one row of xxl_job_info with its group's app_name.
 type xxlJob struct {
 	id, group                           int64
@@ -244,6 +249,10 @@ func xxlEntry(j xxlJob, names map[int64]string, parents []int64, opts XXLJobOpti
 	}
 	if len(parents) > 1 {
 		e.Notes = append(e.Notes, "several parents name it as a child: XXL-JOB runs it after each; AX runs it once all of them ended in a run")
+	}
+	if !j.running {
+		// Out of ax shadow's --imported: cut-over leaves it disabled.
+		t.TaskType = StoppedXXLJobType
 	}
 	e.Task = t
 	return e

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/ax-scheduler/ax/importer"
+	"github.com/ax-scheduler/ax/importer/importertest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
 // loadXXLJob starts a MariaDB with XXL-JOB's published schema and sample
 // rows, and the jobs of testdata/xxl-job/jobs.sql.
-func loadXXLJob(t *testing.T) *mariaDB {
+func loadXXLJob(t *testing.T) *importertest.MariaDB {
 	t.Helper()
-	m := startMariaDB(t)
-	m.exec(t, "testdata/xxl-job/tables_xxl_job.sql")
-	m.exec(t, "testdata/xxl-job/jobs.sql")
+	m := importertest.StartMariaDB(t)
+	m.Exec(t, "testdata/xxl-job/tables_xxl_job.sql")
+	m.Exec(t, "testdata/xxl-job/jobs.sql")
 	return m
 }
 
@@ -27,7 +28,7 @@ func loadXXLJob(t *testing.T) *mariaDB {
 func TestXXLJobImport(t *testing.T) {
 	t.Parallel()
 	m := loadXXLJob(t)
-	db, err := importer.OpenMySQL("mysql://root@" + m.addr + "/xxl_job")
+	db, err := importer.OpenMySQL("mysql://root@" + m.Addr + "/xxl_job")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestXXLJobImport(t *testing.T) {
 	if ledger.Dispatch.Strategy != schemas.DispatchBroadcast || len(ledger.After) != 1 {
 		t.Errorf("ledger: %+v", ledger)
 	}
-	if !byID[13].Disabled || byID[10].Disabled {
+	if !byID[13].Disabled || byID[10].Disabled || byID[13].Task.TaskType != importer.StoppedXXLJobType {
 		t.Errorf("trigger_status 0 not kept as disabled")
 	}
 	if rate := byID[22].Task; rate.Triggers[0].Schedule != "@every 90s" {

@@ -1,4 +1,6 @@
-package importer_test
+// Package importertest starts what the importer's tests read from: a
+// private MariaDB server, as XXL-JOB's admin database.
+package importertest
 
 import (
 	"context"
@@ -19,19 +21,21 @@ import (
 	"github.com/ax-scheduler/ax/internal/wait"
 )
 
-// mariaDB is a private MariaDB server a test started: its address and
+// MariaDB is a private MariaDB server a test started: its address and
 // a connection to its root account (grant tables off: the server listens
 // on loopback only and lives as long as the test).
-type mariaDB struct {
-	addr string
-	root *sql.DB
+type MariaDB struct {
+	// Addr is the server's host:port on 127.0.0.1.
+	Addr string
+	// Root is a connection as root that runs several statements at once.
+	Root *sql.DB
 }
 
-// startMariaDB starts a MariaDB server from Debian's mariadb-server (make
+// StartMariaDB starts a MariaDB server from Debian's mariadb-server (make
 // test installs it) on a loopback port, with its data in a temporary
 // folder, as the user mysql when the test runs as root; the test's
 // cleanup stops it by its PID and removes the folder.
-func startMariaDB(t *testing.T) *mariaDB {
+func StartMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: the MariaDB tests need Debian's mariadb-server (make test installs it)")
@@ -117,17 +121,17 @@ func startMariaDB(t *testing.T) *mariaDB {
 	}); err != nil {
 		t.Fatalf("MariaDB did not come up: %v", err)
 	}
-	return &mariaDB{addr: addr, root: db}
+	return &MariaDB{Addr: addr, Root: db}
 }
 
-// exec runs the SQL script in file.
-func (m *mariaDB) exec(t *testing.T, file string) {
+// Exec runs the SQL script in file.
+func (m *MariaDB) Exec(t testing.TB, file string) {
 	t.Helper()
 	script, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.root.ExecContext(t.Context(), string(script)); err != nil {
+	if _, err := m.Root.ExecContext(t.Context(), string(script)); err != nil {
 		t.Fatalf("%s: %v", file, err)
 	}
 }
