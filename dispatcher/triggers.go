@@ -658,6 +658,9 @@ func problemsText(problems []schemas.Problem) string {
 // which the API never stores.
 func (s *Service) newInstance(f firing, rec store.TaskRecord, def *schemas.Task) (store.NewInstance, error) {
 	ev := f.event
+	if ev.Source == schemas.SourceCron {
+		ev.Payload = cronPayload(def, f.task, ev.EventID)
+	}
 	in := store.NewInstance{
 		Task:          f.task,
 		TaskVersion:   rec.Version,

@@ -181,8 +181,9 @@ type Trigger struct {
 	MaxCatchUp int `json:"max_catch_up,omitempty"`
 	// Payload is the payload of a cron trigger's firings (none when
 	// empty), checked against the task's payload_schema as any firing's
-	// is. It lets a scheduled task carry its arguments: an imported
-	// crontab line's command for [HandlerShell], say.
+	// is. The dispatcher takes it from the definition, never from the
+	// firing: a scheduled task's arguments, such as an imported crontab
+	// line's command for [HandlerShell].
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 

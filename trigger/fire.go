@@ -162,8 +162,7 @@ func (s *Service) prepare(now int64) {
 func (s *Service) newFiring(e *entry, tick int64, reason string) *firing {
 	at := time.Unix(0, tick).UTC()
 	id := schemas.CronEventID(e.task.name, int(e.trigger), at)
-	data, err := encodeEvent(schemas.TriggerEvent{EventID: id, Task: e.task.name, Source: schemas.SourceCron, FiredAt: at, Reason: reason,
-		Payload: e.task.payloads[e.trigger]})
+	data, err := encodeEvent(schemas.TriggerEvent{EventID: id, Task: e.task.name, Source: schemas.SourceCron, FiredAt: at, Reason: reason})
 	if err != nil {
 		// Strings and a time always encode; say so loudly if they did not.
 		s.log.Error().Err(err).Str("task", e.task.name).Str("event_id", id).Msg("cron firing not encoded")
@@ -199,7 +198,7 @@ func (s *Service) add(ctx context.Context, out *outbox, f *firing) {
 // common case itself, five times faster than json.Marshal: at a busy second
 // the time to encode a thousand firings is how late the last one leaves.
 func encodeEvent(ev schemas.TriggerEvent) ([]byte, error) {
-	if ev.Reason != "" || len(ev.Payload) > 0 || !plainJSON(ev.EventID) || !plainJSON(ev.Task) {
+	if ev.Reason != "" || !plainJSON(ev.EventID) || !plainJSON(ev.Task) {
 		return json.Marshal(ev)
 	}
 	b := make([]byte, 0, 64+len(ev.EventID)+len(ev.Task))

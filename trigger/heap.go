@@ -15,9 +15,6 @@ import (
 type task struct {
 	name    string
 	entries []*entry
-	// payloads holds the payloads of the task's cron triggers that carry
-	// one, by trigger index; nil when none does.
-	payloads map[uint8][]byte
 }
 
 // entry is one cron trigger of an enabled task. It is kept small (24

@@ -24,12 +24,10 @@ func (s *Service) applyTask(rec *store.TaskRecord, states map[store.TriggerKey]s
 		t = &task{name: rec.Name}
 	}
 	var keep []*entry
-	t.payloads = nil
 	for i, tr := range triggers {
 		if tr.Type != schemas.TriggerTypeCron || !rec.Enabled || rec.Paused || i > 255 {
 			continue
 		}
-		t.setPayload(uint8(i), tr.Payload)
 		tr = tr.WithDefaults()
 		if e := t.entry(i); e != nil && e.sched.key == scheduleKey(tr) {
 			e.misfire, e.maxCatchUp = toMisfire(tr.Misfire), uint16(min(tr.MaxCatchUp, schemas.MaxMaxCatchUp))

@@ -15,6 +15,11 @@
 // the attempt's timeout or cancel, the whole process group gets SIGTERM,
 // then SIGKILL after [KillGrace].
 //
+// It runs cron firings only (their event ids are AX's own, cron:…),
+// whose payload the dispatcher takes from the task's definition: a firing
+// by hand, by an event or from the bus names a payload of its own, which
+// could be any command, and is refused.
+//
 // A payload that names a user runs the command as that user, which needs
 // an executor running as root; otherwise the attempt fails permanently
 // with the reason, rather than run as someone else.
@@ -57,6 +62,10 @@ type Output struct {
 }
 
 func run(ctx context.Context, job *executor.Job) (any, error) {
+	if !strings.HasPrefix(job.EventID, schemas.CronEventIDPrefix) {
+		return nil, executor.Permanent(errors.New("builtin.shell runs a task's cron firings only, whose command the task's definition holds (the dispatcher takes it from there); " +
+			"a firing by hand or by an event could name any command: let the cron trigger fire it, or give the command to a handler of your own"))
+	}
 	var p schemas.ShellPayload
 	if err := json.Unmarshal(job.Payload, &p); err != nil || strings.TrimSpace(p.Command) == "" {
 		return nil, executor.Permanent(errors.New(`builtin.shell: the payload needs "command", a shell command line, e.g. {"command": "echo hello"}`))

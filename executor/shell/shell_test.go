@@ -20,6 +20,9 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
+// cron makes the attempt a cron firing's, the only kind the shell runs.
+var cron = executortest.WithTask(func(j *executor.Job) { j.EventID = "cron:t:0:2026-03-02T10:00:00Z" })
+
 func mux() *executor.Mux {
 	m := executor.NewMux()
 	shell.Register(m)
@@ -37,7 +40,7 @@ func TestShellRunsCommand(t *testing.T) {
 		Stdin:   "line one\nline two\n",
 		Env:     map[string]string{"GREETING": "hello world"},
 		Dir:     dir,
-	})
+	}, cron)
 	if !res.Succeeded() || string(res.Output) != `{"exit_code":0}` {
 		t.Fatalf("report %+v", res.Report)
 	}
@@ -61,13 +64,28 @@ func TestShellRunsCommand(t *testing.T) {
 // permanently: the task's retry policy decides.
 func TestShellExitCode(t *testing.T) {
 	t.Parallel()
-	res := executortest.Call(t, mux(), schemas.HandlerShell, schemas.ShellPayload{Command: "echo before; exit 3"})
+	res := executortest.Call(t, mux(), schemas.HandlerShell, schemas.ShellPayload{Command: "echo before; exit 3"}, cron)
 	if res.Succeeded() || !strings.Contains(res.Report.Error, "exited with code 3") || res.Report.Permanent {
 		t.Fatalf("report %+v", res.Report)
 	}
-	res = executortest.Call(t, mux(), schemas.HandlerShell, map[string]string{"cmd": "typo"})
+	res = executortest.Call(t, mux(), schemas.HandlerShell, map[string]string{"cmd": "typo"}, cron)
 	if res.Succeeded() || !res.Report.Permanent || !strings.Contains(res.Report.Error, `needs "command"`) {
 		t.Fatalf("payload without command: %+v", res.Report)
+	}
+}
+
+// TestShellRunsCronFiringsOnly refuses a firing that is not a cron
+// tick's: its payload is the firer's, not the definition's, and could
+// name any command. The command must not run.
+func TestShellRunsCronFiringsOnly(t *testing.T) {
+	t.Parallel()
+	mark := filepath.Join(t.TempDir(), "ran")
+	res := executortest.Call(t, mux(), schemas.HandlerShell, schemas.ShellPayload{Command: "touch " + mark})
+	if res.Succeeded() || !res.Report.Permanent || !strings.Contains(res.Report.Error, "cron firings only") {
+		t.Fatalf("manual firing: %+v", res.Report)
+	}
+	if _, err := os.Stat(mark); !os.IsNotExist(err) {
+		t.Errorf("the command of a manual firing ran (%v)", err)
 	}
 }
 
@@ -80,7 +98,7 @@ func TestShellTimeoutKillsGroup(t *testing.T) {
 	start := time.Now()
 	res := executortest.Call(t, mux(), schemas.HandlerShell, schemas.ShellPayload{
 		Command: `sleep 300 & echo $! > ` + pidFile + `; wait`,
-	}, executortest.WithTimeout(time.Second))
+	}, cron, executortest.WithTimeout(time.Second))
 	if res.Succeeded() || !strings.Contains(res.Report.Error, "timeout") || res.Err == nil || !strings.Contains(res.Err.Error(), "process group killed") {
 		t.Fatalf("report %+v", res.Report)
 	}
@@ -109,7 +127,7 @@ func TestShellUser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the test needs the user nobody: %v", err)
 	}
-	res := executortest.Call(t, mux(), schemas.HandlerShell, schemas.ShellPayload{Command: "id -u", User: "nobody"})
+	res := executortest.Call(t, mux(), schemas.HandlerShell, schemas.ShellPayload{Command: "id -u", User: "nobody"}, cron)
 	if os.Geteuid() != 0 {
 		if res.Succeeded() || !res.Report.Permanent || !strings.Contains(res.Report.Error, "only an executor running as root may switch users") {
 			t.Fatalf("as a non-root executor: %+v", res.Report)
@@ -119,7 +137,7 @@ func TestShellUser(t *testing.T) {
 	if !res.Succeeded() || len(res.Logs) != 1 || res.Logs[0].Message != nobody.Uid {
 		t.Fatalf("as root, run as nobody: %+v, logs %+v (want uid %s)", res.Report, res.Logs, nobody.Uid)
 	}
-	res = executortest.Call(t, mux(), schemas.HandlerShell, schemas.ShellPayload{Command: "true", User: "no-such-user-ax"})
+	res = executortest.Call(t, mux(), schemas.HandlerShell, schemas.ShellPayload{Command: "true", User: "no-such-user-ax"}, cron)
 	if res.Succeeded() || !res.Report.Permanent || !strings.Contains(res.Report.Error, "no-such-user-ax") {
 		t.Fatalf("unknown user: %+v", res.Report)
 	}
