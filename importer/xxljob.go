@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -311,4 +313,20 @@ func readXXLJobs(ctx context.Context, db *sql.DB) ([]xxlJob, error) {
 		return nil, fmt.Errorf("read xxl_job_info: %w", err)
 	}
 	return out, nil
+}
+
+// OpenDatabase opens a job store named by a URL: postgres://… (or
+// postgresql://…) with pgx, mysql://… as [OpenMySQL] does.
+func OpenDatabase(dsn string) (*sql.DB, error) {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("--dsn %s: %w", redactURL(dsn), err)
+		}
+		return stdlib.OpenDB(*cfg), nil
+	case strings.HasPrefix(dsn, "mysql://"):
+		return OpenMySQL(dsn)
+	}
+	return nil, fmt.Errorf("--dsn %q: want postgres://user:password@host:port/database or mysql://user:password@host:port/database", redactURL(dsn))
 }

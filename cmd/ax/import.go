@@ -21,7 +21,7 @@ import (
 func newImportCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "import",
-		Short: "Turn crontab lines and XXL-JOB jobs into AX task definitions",
+		Short: "Turn crontab lines, XXL-JOB jobs and Quartz jobs into AX task definitions",
 		Long: `Read another scheduler's jobs and make one AX task definition of each: YAML
 files to review (--out DIR), or applied through the API (--apply). A report
 says, row by row, what was imported as it was, what was changed (imported,
@@ -32,7 +32,7 @@ See docs/migrate.md.`,
   ax import xxl-job --dsn 'mysql://reader:secret@127.0.0.1:3306/xxl_job' --apply`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newImportCrontabCmd(g), newImportXXLJobCmd(g))
+	cmd.AddCommand(newImportCrontabCmd(g), newImportXXLJobCmd(g), newImportQuartzCmd(g))
 	return cmd
 }
 
