@@ -140,10 +140,8 @@ func (st *crontabState) line(text, source string) (Entry, bool) {
 	comments := st.comments
 	st.comments = nil
 	e := Entry{Source: source, Text: text}
-	if strings.HasPrefix(trimmed, "-") {
-		// cronie: a leading '-' only keeps the run out of syslog.
-		trimmed = trimmed[1:]
-	}
+	// cronie: a leading '-' only keeps the run out of syslog.
+	trimmed = strings.TrimPrefix(trimmed, "-")
 	sched, rest, msg := st.schedule(trimmed)
 	if msg != "" {
 		e.Notes = []string{msg}

@@ -2,7 +2,6 @@ package importer
 
 import (
 	"fmt"
-	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -139,6 +138,3 @@ func formatSet(set uint64, min, max int, starOK bool) string {
 	}
 	return strings.Join(parts, ",")
 }
-
-// count returns how many values set holds.
-func count(set uint64) int { return bits.OnesCount64(set) }
