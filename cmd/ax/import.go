@@ -71,6 +71,9 @@ from its command, so importing the same line again updates the same task.
   ax import crontab --system /etc/crontab --timezone Europe/Berlin --out imported/`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := g.json(); err != nil {
+				return err
+			}
 			rep := &importer.Report{}
 			for _, name := range args {
 				var r io.Reader = cmd.InOrStdin()

@@ -15,7 +15,7 @@ func newImportQuartzCmd(g *cli) *cobra.Command {
 		out  importOut
 	)
 	cmd := &cobra.Command{
-		Use:   "quartz --dsn postgres://…|mysql://…",
+		Use:   "quartz",
 		Short: "Import the jobs of a Quartz JDBC job store",
 		Long: `Read a Quartz JDBC job store (qrtz_job_details, qrtz_triggers,
 qrtz_cron_triggers, qrtz_simple_triggers; read-only) and make one task of each
@@ -29,6 +29,9 @@ the payload when the store keeps it as properties
   ax import quartz --dsn 'mysql://reader:secret@127.0.0.1:3306/app' --table-prefix QRTZ_ --apply --disabled`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := g.json(); err != nil {
+				return err
+			}
 			if dsn == "" {
 				return fmt.Errorf("name Quartz's database with --dsn postgres://… or mysql://…")
 			}

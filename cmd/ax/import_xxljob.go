@@ -15,7 +15,7 @@ func newImportXXLJobCmd(g *cli) *cobra.Command {
 		out  importOut
 	)
 	cmd := &cobra.Command{
-		Use:   "xxl-job --dsn mysql://…",
+		Use:   "xxl-job",
 		Short: "Import the jobs of an XXL-JOB admin database",
 		Long: `Read xxl_job_info and xxl_job_group of an XXL-JOB admin database (read-only)
 and make one task of each job, named xxl-<id>-<handler>: its Quartz cron read
@@ -29,6 +29,9 @@ XXL-JOB are disabled when applied. See docs/migrate.md.`,
   ax import xxl-job --dsn 'mysql://reader:secret@db:3306/xxl_job' --timezone Asia/Shanghai --apply`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := g.json(); err != nil {
+				return err
+			}
 			if dsn == "" {
 				return fmt.Errorf("name XXL-JOB's database with --dsn mysql://user:password@host:port/database")
 			}

@@ -77,7 +77,9 @@ func newShadowStartCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "start TASK…|--imported",
 		Short: "Put tasks in shadow: disabled in AX while the old scheduler runs them",
-		Args:  cobra.ArbitraryArgs,
+		Example: `  ax shadow start --imported
+  ax shadow start xxl-10-settlehandler xxl-12-ledgerhandler`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.setShadow(cmd, args, imported, false,
 				"task %s in shadow: disabled in AX while the old scheduler runs it; compare with ax shadow report\n")
@@ -92,8 +94,13 @@ func newShadowStopCmd(g *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stop TASK…|--imported --cut-over",
 		Short: "End shadow mode: --cut-over enables the tasks (stop them in the old scheduler now)",
-		Args:  cobra.ArbitraryArgs,
+		Example: `  ax shadow stop --imported --cut-over
+  ax shadow stop xxl-10-settlehandler --cut-over`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := g.json(); err != nil {
+				return err
+			}
 			if !cutOver {
 				return fmt.Errorf("give --cut-over to enable the tasks in AX (stop their jobs in the old scheduler at the same time); to give up, leave them disabled or ax task delete them")
 			}
@@ -107,6 +114,9 @@ func newShadowStopCmd(g *cli) *cobra.Command {
 }
 
 func (g *cli) setShadow(cmd *cobra.Command, names []string, imported, enabled bool, done string) error {
+	if _, err := g.json(); err != nil {
+		return err
+	}
 	client := g.client()
 	tasks, err := shadowTasks(cmd.Context(), client, names, imported)
 	if err != nil {
