@@ -69,8 +69,8 @@ chromium: ## make sure the browser test has Chromium: installs Debian's chromium
 		exit 1; \
 	fi
 
-mariadb: ## make sure the XXL-JOB import test has MariaDB: installs Debian's mariadb-server as root, else says how
-	@case "$(PKGS)" in *...*|*importer*) ;; *) exit 0 ;; esac; \
+mariadb: ## make sure the XXL-JOB import and shadow tests have MariaDB: installs Debian's mariadb-server as root, else says how
+	@case "$(PKGS)" in *...*|*importer*|*cmd/ax*) ;; *) exit 0 ;; esac; \
 	if command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian's mariadb-server for the XXL-JOB import test (importer/xxljob_test.go)"; \
