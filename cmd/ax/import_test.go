@@ -44,6 +44,11 @@ func TestImportCrontab(t *testing.T) {
 	if got := e.mustAx("task", "get", name, "-o", "json"); !strings.Contains(got, "/usr/bin/backup --full") {
 		t.Errorf("applied task %s", got)
 	}
+	// For a crontab, shadow report lists the ticks AX would fire.
+	out = e.mustAx("shadow", "report", name, "--timezone", "UTC", "--from", "2026-03-02T00:00:00Z", "--to", "2026-03-04T00:00:00Z")
+	if !strings.Contains(out, name+": 2 ticks\n    2026-03-02 02:00:00\n    2026-03-03 02:00:00\n") {
+		t.Errorf("shadow report printed\n%s", out)
+	}
 
 	// --disabled: a new task is applied disabled, with its triggers.
 	other := "0 3 * * * /usr/bin/other\n"

@@ -186,7 +186,9 @@ host's cron log. Exits 1 when a difference was found.`,
 			}
 			diffs := 0
 			for _, r := range reports {
-				diffs += len(r.Diffs)
+				if against != "" {
+					diffs += len(r.Diffs)
+				}
 			}
 			if asJSON {
 				if err := g.printData(cmd.OutOrStdout(), reports); err != nil {
