@@ -36,7 +36,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test test-short test-cluster chromium lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
+.PHONY: help dev build test test-short test-cluster chromium mariadb lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -50,7 +50,7 @@ dev: build ## run every service in one process (ax dev, built into bin/ax; flags
 build: ## build the ax binary into bin/ax
 	$(GO) build -o bin/ax ./cmd/ax
 
-test: chromium ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
+test: chromium mariadb ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
 	AX_CHROMIUM=$(CHROMIUM) $(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 test-short: ## the quick tests, go test -short: need only Go and PostgreSQL (no browser, Node, helm or NATS cluster tests)
@@ -69,6 +69,18 @@ chromium: ## make sure the browser test has Chromium: installs Debian's chromium
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else \
 		echo "make test needs Chromium at $(CHROMIUM) for the browser test: run 'sudo apt-get install -y chromium' (or set AX_CHROMIUM to a Chromium elsewhere)"; \
+		exit 1; \
+	fi
+
+mariadb: ## make sure the XXL-JOB import and shadow tests have MariaDB: installs Debian's mariadb-server as root, else says how
+	@case "$(PKGS)" in *...*|*importer*|*cmd/ax*) ;; *) exit 0 ;; esac; \
+	if command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's mariadb-server for the XXL-JOB import test (importer/xxljob_test.go)"; \
+		apt-get update -qq >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mariadb-server >/dev/null; \
+	else \
+		echo "make test needs MariaDB's server for the XXL-JOB import test: run 'sudo apt-get install -y mariadb-server'"; \
 		exit 1; \
 	fi
 

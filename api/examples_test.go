@@ -3,6 +3,7 @@ package api_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestDesignTaskApplies(t *testing.T) {
 		t.Errorf("applied %s with timeout %q (%v), want daily-settlement with 1800s (30m)", task.TaskName, task.Execution.Timeout, task.TimeoutDuration())
 	}
 	want := schemas.Trigger{Type: schemas.TriggerTypeCron, Schedule: "0 2 * * *", Timezone: "Asia/Shanghai", Misfire: schemas.MisfireFireOnce}
-	if len(task.Triggers) == 0 || task.Triggers[0] != want {
+	if len(task.Triggers) == 0 || !reflect.DeepEqual(task.Triggers[0], want) {
 		t.Errorf("triggers = %+v, want the first %+v", task.Triggers, want)
 	}
 	// 02:00 in Shanghai (UTC+8, no daylight saving time) is 18:00 UTC.

@@ -17,6 +17,9 @@ import (
 // which the API never stores.
 func (it *intake) newInstance(f firing, rec store.TaskRecord, def *schemas.Task) (store.NewInstance, error) {
 	ev := f.event
+	if ev.Source == schemas.SourceCron {
+		ev.Payload = cronPayload(def, f.task, ev.EventID)
+	}
 	in := store.NewInstance{
 		Task:          f.task,
 		TaskVersion:   rec.Version,

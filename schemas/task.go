@@ -179,6 +179,12 @@ type Trigger struct {
 	// MaxCatchUp bounds how many missed ticks "catch_up" fires (default 10,
 	// at most 1000); it is only allowed with misfire "catch_up".
 	MaxCatchUp int `json:"max_catch_up,omitempty"`
+	// Payload is the payload of a cron trigger's firings (none when
+	// empty), checked against the task's payload_schema as any firing's
+	// is. The dispatcher takes it from the definition, never from the
+	// firing: a scheduled task's arguments, such as an imported crontab
+	// line's command for [HandlerShell].
+	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 // Execution says which handler runs the task, for how long and how often.

@@ -20,6 +20,7 @@ import (
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/drill/drillfaults"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/shell"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
@@ -38,6 +39,7 @@ func newDevCmd(*cli) *cobra.Command {
 		history     historyFlags
 		topology    topologyFlags
 		poolArgs    []string
+		enableShell bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -141,6 +143,9 @@ cleanly; it starts again on the same data.`,
 			// those of the workers one attaches (see docs/security.md).
 			mux := executor.NewMux()
 			executor.RegisterBuiltins(mux)
+			if enableShell {
+				shell.Register(mux)
+			}
 			auth, extraPasswords, err := devAuth(top, dir, natsUsers, mux.Names(), extraPools)
 			if err != nil {
 				return err
@@ -277,6 +282,7 @@ Ctrl-C stops it.
 	c.logFlags(cmd)
 	c.databaseFlags(cmd)
 	f := cmd.Flags()
+	f.BoolVar(&enableShell, "enable-shell", false, "let ax dev's executor run builtin.shell: the command lines of tasks (imported crontab lines) with /bin/sh, as this process's user")
 	f.StringVar(&dataDir, "data", envOr("AX_DATA", ".ax"), "data folder for NATS and the private PostgreSQL (env AX_DATA)")
 	f.StringVar(&httpAddr, "http", envOr("AX_HTTP", api.DefaultAddr), "API address (env AX_HTTP)")
 	f.IntVar(&clusterSize, "cluster", 1, "run NATS as a JetStream cluster of this many nodes on loopback (3 or more; ports from --nats up, monitoring ports from --nats-monitor up), every stream and bucket in 3 replicas")

@@ -21,6 +21,7 @@ import (
 	"github.com/ax-scheduler/ax/drill/drillfaults"
 	"github.com/ax-scheduler/ax/drill/system"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/executor/shell"
 	"github.com/ax-scheduler/ax/trigger"
 )
 
@@ -220,6 +221,7 @@ func newExecutorCmd(*cli) *cobra.Command {
 		spool    string
 
 		codecKeyFile string
+		enableShell  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "executor",
@@ -256,6 +258,9 @@ volume that outlives the container).`,
 			defer closeAll()
 			mux := executor.NewMux()
 			executor.RegisterBuiltins(mux)
+			if enableShell {
+				shell.Register(mux)
+			}
 			if ledger != "" {
 				system.RegisterHandlers(mux, ledger)
 			}
@@ -278,6 +283,7 @@ volume that outlives the container).`,
 	c.requireAuthFlag(cmd)
 	codecFlag(cmd, &codecKeyFile, false, "encoded payloads are decoded with it for the handler, outputs encoded")
 	f := cmd.Flags()
+	f.BoolVar(&enableShell, "enable-shell", false, "serve builtin.shell too: run the command lines of the pool's tasks (imported crontab lines) with /bin/sh, as the task's user when running as root; only for pools that trusted operators' tasks reach")
 	f.StringVar(&workerID, "worker-id", os.Getenv("AX_WORKER_ID"), "worker id, a subject token (default <hostname>-<random>; env AX_WORKER_ID)")
 	f.StringSliceVar(&pools, "pool", splitEnv("AX_POOLS"), "pools to serve, repeatable; a task's pool is its dispatch tags joined with + (default \"default\"; env AX_POOLS)")
 	f.IntVar(&slots, "slots", 0, "attempts run at once (default 16)")

@@ -33,6 +33,9 @@ var allowed = map[string][]string{
 	// operator's tool: the API's client to fire, NATS to watch the wire,
 	// drill's verdict table to print.
 	"conformance": {"schemas", "streams", "api", "drill", "internal"},
+	// importer translates other schedulers' jobs into task definitions, as
+	// an operator's tool: the vocabulary and the cron reader only.
+	"importer": {"schemas", "internal"},
 	// devstack runs the services in one process, for ax dev and the
 	// end-to-end tests, so that the wiring exists once. It sits beside the
 	// services, not under internal/, which holds leaves only.
@@ -44,6 +47,8 @@ var allowed = map[string][]string{
 var testOnly = map[string][]string{
 	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples", "drill", "conformance", "devstack"},
 	"drill":    {"examples"},
+	// The Quartz import test loads Quartz's tables into a test database.
+	"importer": {"store"},
 }
 
 type pkg struct {

@@ -155,7 +155,7 @@ var cronTaskRejects = []struct {
 	{"timezone on manual", root(`"triggers":[{"type":"manual","timezone":"UTC"}]`), "triggers[0].timezone", "must be left out unless type is cron"},
 	{"misfire on event", root(`"triggers":[{"type":"event","misfire":"skip"}]`), "triggers[0].misfire", "must be left out unless type is cron"},
 	{"unknown cron field", root(`"triggers":[{"type":"cron","schedule":"@daily","jitter":"5s"}]`), "triggers[0]",
-		`unknown field "jitter"; remove it (allowed: cron, max_catch_up, misfire, schedule, timezone, type)`},
+		`unknown field "jitter"; remove it (allowed: cron, max_catch_up, misfire, payload, schedule, timezone, type)`},
 }
 
 func TestParseTaskCronRejects(t *testing.T) {

@@ -239,7 +239,7 @@ var taskRejects = []struct {
 	{"trigger not an object", root(`"triggers":["event"]`), "triggers[0]", "must be an object, not a string"},
 	{"trigger type missing", root(`"triggers":[{}]`), "triggers[0].type", "is required"},
 	{"trigger type unknown", root(`"triggers":[{"type":"event"},{"type":"interval"}]`), "triggers[1].type", "must be one of event, manual, cron"},
-	{"trigger unknown field", root(`"triggers":[{"type":"event","every":"1m"}]`), "triggers[0]", `unknown field "every"; remove it (allowed: cron, max_catch_up, misfire, schedule, timezone, type)`},
+	{"trigger unknown field", root(`"triggers":[{"type":"event","every":"1m"}]`), "triggers[0]", `unknown field "every"; remove it (allowed: cron, max_catch_up, misfire, payload, schedule, timezone, type)`},
 	{"cron on event", root(`"triggers":[{"type":"event","cron":"* * * * *"}]`), "triggers[0].cron", "must be left out unless type is cron; remove it or set type: cron"},
 	{"cron and schedule", root(`"triggers":[{"type":"cron","cron":"0 2 * * *","schedule":"0 2 * * *"}]`), "triggers[0].schedule",
 		"must be left out when cron is set: cron and schedule name the same field; keep one of them"},
