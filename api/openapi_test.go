@@ -573,6 +573,9 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	c.check("POST", "/v1/tasks/{name}/runs", "/v1/tasks/nightly/runs", `{"delay": "1h", "idempotency_key": "k"}`)
 	c.check("POST", "/v1/tasks/{name}/runs", "/v1/tasks/nightly/runs", `{"payload_version": 2}`)
 	c.check("GET", "/v1/tasks/{name}/runs/{event_id}", "/v1/tasks/nightly/runs/ev-1", "")
+	c.check("GET", "/v1/tasks/{name}/ledger", "/v1/tasks/nightly/ledger?from=72h", "")
+	c.check("GET", "/v1/tasks/{name}/ledger", "/v1/tasks/missing/ledger", "")
+	c.check("GET", "/v1/tasks/{name}/ledger", "/v1/tasks/nightly/ledger?from=1h&to=2h", "")
 	if fired["event_id"] != "ev-1" {
 		t.Errorf("fire answered %v", fired)
 	}

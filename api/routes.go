@@ -48,6 +48,7 @@ var routeTable = []route{
 		func(s *Service, w http.ResponseWriter, r *http.Request) error { return s.setPaused(false)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/runs", schemas.RoleOperator, "Fire a task"}, (*Service).fire},
 	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made"}, (*Service).instanceByEvent},
+	{Route{"GET", "/v1/tasks/{name}/ledger", schemas.RoleViewer, "Every tick the task's cron triggers scheduled in a range, and what became of it"}, (*Service).ledger},
 
 	{Route{"GET", "/v1/instances", schemas.RoleViewer, "List instances, newest first"}, (*Service).listInstances},
 	{Route{"GET", "/v1/instances/{id}", schemas.RoleViewer, "Get an instance with its transitions"}, (*Service).getInstance},

@@ -79,3 +79,23 @@ func (c *Client) Summary(ctx context.Context, q SummaryQuery) (schemas.Summary, 
 	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
 	return out, err
 }
+
+// Ledger returns the ledger of task over [from, to): every tick its cron
+// triggers scheduled, with what became of it (GET /v1/tasks/{name}/ledger).
+// A zero from or to takes the server's default (the last day up to now).
+func (c *Client) Ledger(ctx context.Context, task string, from, to time.Time) (schemas.Ledger, error) {
+	v := url.Values{}
+	if !from.IsZero() {
+		v.Set("from", from.UTC().Format(time.RFC3339Nano))
+	}
+	if !to.IsZero() {
+		v.Set("to", to.UTC().Format(time.RFC3339Nano))
+	}
+	path := "/v1/tasks/" + url.PathEscape(task) + "/ledger"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out schemas.Ledger
+	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out, err
+}
