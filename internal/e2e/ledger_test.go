@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
@@ -187,6 +189,20 @@ func TestLedgerThroughDSTAndATriggerOutage(t *testing.T) {
 	if autumn.Summary.DSTRepeat != 60 || autumn.Summary.Instances != 125 || autumn.Ticks[0].Moved {
 		t.Errorf("autumn summary %+v, first tick %+v", autumn.Summary, autumn.Ticks[0])
 	}
+	t.Run("console", func(t *testing.T) {
+		ctx := browser(t, chromium(t))
+		do(t, ctx, "open the console", 60*time.Second, chromedp.Navigate(s.apiURL+"/"))
+		login(t, ctx, s.admin)
+		q := url.Values{"from": {at(2025, 3, 30, 0, 58, 0).Format(time.RFC3339)}, "to": {at(2025, 3, 30, 3, 5, 0).Format(time.RFC3339)}}
+		do(t, ctx, "open the ledger", 60*time.Second,
+			chromedp.Navigate(s.apiURL+"/#/tasks/berlin-nightly/ledger?"+q.Encode()),
+			chromedp.WaitVisible(chromedp.ID("ledger-summary")))
+		line := read(t, ctx, "read the summary", 60*time.Second, chromedp.Text(chromedp.ID("ledger-summary")))
+		body := read(t, ctx, "read the page", 60*time.Second, chromedp.Text(chromedp.CSS("main")))
+		if line != spring.Line || !strings.Contains(body, "dst gap: local 02:00:00") || strings.Count(body, "missed") < 1 {
+			t.Errorf("the console's ledger shows %q, want %q with the gap and the missed tick:\n%.2000s", line, spring.Line, body)
+		}
+	})
 	csv := ledger(at(2025, 10, 26, 0, 58, 0), at(2025, 10, 26, 3, 5, 0), "csv")
 	if rows := strings.Count(strings.TrimSpace(csv), "\n"); rows != 125 || !strings.HasPrefix(csv, "tick,wall,trigger,event_id,status") {
 		t.Errorf("csv has %d rows after its header, want 125:\n%.300s", rows, csv)
