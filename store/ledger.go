@@ -177,6 +177,8 @@ func summarize(ticks []schemas.LedgerTick, doubled int) schemas.LedgerSummary {
 type pauseSpan struct {
 	what        string
 	from, until time.Time
+	// by and endedBy are the operators who paused and resumed.
+	by, endedBy string
 }
 
 // missedReason says why tick t of trigger tr has no instance.
@@ -242,7 +244,7 @@ func likeEscape(s string) string {
 // ledgerPauses returns the spans during which task was paused or
 // disabled, up to to, from the operator actions.
 func (s *Store) ledgerPauses(ctx context.Context, task string, to time.Time) ([]pauseSpan, error) {
-	rows, err := s.pool.Query(ctx, `SELECT action, at FROM operator_actions
+	rows, err := s.pool.Query(ctx, `SELECT action, at, operator FROM operator_actions
 		WHERE task = $1 AND instance_id = 0 AND action = ANY($2) AND at < $3 ORDER BY at, id`,
 		task, []string{string(schemas.ActionPause), string(schemas.ActionResume), string(schemas.ActionDisable), string(schemas.ActionEnable)}, to)
 	if err != nil {
@@ -252,9 +254,10 @@ func (s *Store) ledgerPauses(ctx context.Context, task string, to time.Time) ([]
 		out    []pauseSpan
 		action string
 		at     time.Time
+		by     string
 		open   = map[string]int{} // "paused"/"disabled" → index in out
 	)
-	_, err = pgx.ForEachRow(rows, []any{&action, &at}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&action, &at, &by}, func() error {
 		switch schemas.OperatorAction(action) {
 		case schemas.ActionPause, schemas.ActionDisable:
 			what := "paused"
@@ -263,7 +266,7 @@ func (s *Store) ledgerPauses(ctx context.Context, task string, to time.Time) ([]
 			}
 			if _, ok := open[what]; !ok {
 				open[what] = len(out)
-				out = append(out, pauseSpan{what: what, from: at})
+				out = append(out, pauseSpan{what: what, from: at, by: by})
 			}
 		case schemas.ActionResume, schemas.ActionEnable:
 			what := "paused"
@@ -271,7 +274,7 @@ func (s *Store) ledgerPauses(ctx context.Context, task string, to time.Time) ([]
 				what = "disabled"
 			}
 			if i, ok := open[what]; ok {
-				out[i].until = at
+				out[i].until, out[i].endedBy = at, by
 				delete(open, what)
 			}
 		}

@@ -2,6 +2,7 @@ package apiclient
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -97,5 +98,22 @@ func (c *Client) Ledger(ctx context.Context, task string, from, to time.Time) (s
 	}
 	var out schemas.Ledger
 	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out, err
+}
+
+// ExplainTick explains why the tick at of task did or did not run (GET
+// /v1/tasks/{name}/explain).
+func (c *Client) ExplainTick(ctx context.Context, task string, at time.Time) (schemas.Explanation, error) {
+	var out schemas.Explanation
+	path := "/v1/tasks/" + url.PathEscape(task) + "/explain?" + url.Values{"at": {at.Format(time.RFC3339Nano)}}.Encode()
+	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out, err
+}
+
+// ExplainInstance returns the instance's decision timeline (GET
+// /v1/instances/{id}/explain).
+func (c *Client) ExplainInstance(ctx context.Context, id int64) (schemas.Explanation, error) {
+	var out schemas.Explanation
+	err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/instances/%d/explain", id), "", nil, &out)
 	return out, err
 }
