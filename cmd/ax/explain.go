@@ -14,7 +14,7 @@ import (
 
 func newExplainCmd(g *cli) *cobra.Command {
 	return &cobra.Command{
-		Use:   "explain TASK@INSTANT | INSTANCE",
+		Use:   "explain TASK@INSTANT|INSTANCE",
 		Short: "Why a tick did or did not run, or an instance's decision timeline, in words",
 		Long: `Explain a task's tick (TASK@INSTANT, the instant in RFC 3339) or an instance
 (its id): a verdict in one sentence, then the decision timeline read from what AX

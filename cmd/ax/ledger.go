@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -33,7 +34,12 @@ A tick the misfire policy fired late is "late". The last line sums it up:
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format == "" {
+				if _, err := g.json(); err != nil {
+					return err
+				}
 				format = g.output
+			} else if !slices.Contains([]string{outputTable, "csv", outputJSON, outputYAML}, format) {
+				return fmt.Errorf("--format %q: use table, csv, json or yaml", format)
 			}
 			now := time.Now()
 			var fromT, toT time.Time

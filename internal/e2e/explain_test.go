@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/api/apitest"
+	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
@@ -108,6 +110,10 @@ func TestExplainATickSkippedWhilePaused(t *testing.T) {
 	wantStep(t, x, "paused", "the task was paused by "+apitest.AdminName)
 	wantStep(t, x, "misfire", "3 ticks missed from 2025-06-01T10:03:00Z to 2025-06-01T10:05:00Z", "misfire skip: none fired, skipped 3")
 	wantStep(t, x, "no_instance", "no instance was made")
+	out := runAX(t, s, "explain", "minutely@2025-06-01T12:04:00+02:00")
+	if !strings.HasPrefix(out, "minutely@2025-06-01T10:04:00Z: did not run: the task was paused") || !strings.Contains(out, "misfire skip: none fired") {
+		t.Errorf("ax explain printed:\n%s", out)
+	}
 	// A tick before the pause ran.
 	ran, err := s.client.ExplainTick(ctx, "minutely", base.Add(2*time.Minute))
 	if err != nil {
@@ -194,6 +200,9 @@ func TestExplainAStaleReportRefused(t *testing.T) {
 	t.Logf("ax explain %d:\n%s", id, stepsText(x))
 	wantStep(t, x, "stale_report", "a succeeded report of attempt 1 from worker:ghost was refused as stale", "SUCCEEDED at attempt 2")
 	wantStep(t, x, "retrying", "attempt 1 ended without success: first attempt fails")
+	if out := runAX(t, s, "explain", itoa(id)); !strings.Contains(out, "stale_report") || !strings.HasPrefix(out, "instance "+itoa(id)+": ran:") {
+		t.Errorf("ax explain %d printed:\n%s", id, out)
+	}
 	wantStep(t, x, "dispatched", "attempt 2 was routed to pool default and dispatched, after the retry backoff")
 	if !strings.HasPrefix(x.Verdict, "ran: instance "+itoa(id)+" succeeded at attempt 2") {
 		t.Errorf("verdict %q", x.Verdict)
@@ -228,3 +237,15 @@ func TestExplainAFiringSkippedForItsPayloadVersion(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// runAX runs the ax binary against s's API with its admin token and
+// returns what it printed.
+func runAX(t *testing.T, s *system, args ...string) string {
+	t.Helper()
+	bin := systemtest.BuildAX(t)
+	out, err := exec.Command(bin, append(args, "--api", s.apiURL, "--token", s.admin)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ax %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
