@@ -4,6 +4,7 @@
 
 import { APIError, call, follow, get, onUnauthorized, parseMetrics, text, token } from './api.js';
 import { ledgerView } from './ledger.js';
+import { explainView } from './explain.js';
 
 const main = document.getElementById('main');
 const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED']);
@@ -605,7 +606,7 @@ async function instanceView(id, toLogs) {
 
   if (mine !== view) return;
   showPage(
-    h('h1', {}, 'Instance #' + id + ' ', state, ' ', buttons),
+    h('h1', {}, 'Instance #' + id + ' ', state, ' ', buttons, ' ', h('a', { id: 'explain', class: 'button small', href: '#/instances/' + id + '/explain' }, 'why?')),
     h('div', { class: 'grid' }, card('Instance', facts), card('State timeline', timeline)),
     h('section', { class: 'card', id: 'logs-card' }, h('h2', {}, 'Log ', logState), logs),
   );
@@ -722,6 +723,8 @@ const routes = [
   [/^#\/tasks$/, () => tasksView()],
   [/^#\/tasks\/([^/]+)$/, (m, q) => taskView(decodeURIComponent(m[1]), q)],
   [/^#\/tasks\/([^/]+)\/ledger$/, (m, q) => ledgerView({ h, showPage, card, table, badge, fmtDur, taskLink }, decodeURIComponent(m[1]), q)],
+  [/^#\/tasks\/([^/]+)\/explain$/, (m, q) => explainView({ h, showPage, card, table, taskLink }, decodeURIComponent(m[1]), 0, q)],
+  [/^#\/instances\/(\d+)\/explain$/, (m) => explainView({ h, showPage, card, table, taskLink }, '', m[1], '')],
   [/^#\/instances$/, (m, q) => instancesView(q)],
   [/^#\/instances\/(\d+)$/, (m) => instanceView(m[1], false)],
   [/^#\/instances\/(\d+)\/logs$/, (m) => instanceView(m[1], true)],

@@ -1,6 +1,7 @@
 // ledger.js: the console's ledger of a task (GET /v1/tasks/{name}/ledger):
 // every tick its cron triggers scheduled in a range, beside what became of
-// it. The page's helpers come from app.js, which routes here.
+// it, each linked to its explanation (explain.js). The page's helpers come
+// from app.js, which routes here.
 
 import { get } from './api.js';
 
@@ -31,7 +32,8 @@ export async function ledgerView(ui, name, query) {
     h('span', { class: 'tick-' + t.status }, t.status),
     t.instance_id ? h('a', { href: '#/instances/' + t.instance_id }, '#' + t.instance_id) : '—',
     t.state ? badge(t.state) : '—', t.attempts || '—',
-    t.duration_ms === undefined ? '—' : fmtDur(t.duration_ms), note(t)]);
+    t.duration_ms === undefined ? '—' : fmtDur(t.duration_ms), note(t),
+    t.tick ? h('a', { class: 'why', href: '#/tasks/' + encodeURIComponent(name) + '/explain?at=' + encodeURIComponent(t.tick) }, 'why?') : '—']);
   const triggers = l.triggers.map((tr) => h('li', {}, `trigger ${tr.index}: `, h('code', {}, tr.schedule),
     ` in ${tr.timezone}, misfire ${tr.misfire}`));
   showPage(
@@ -40,7 +42,7 @@ export async function ledgerView(ui, name, query) {
     form,
     h('ul', { class: 'muted small' }, triggers),
     card(`Ticks from ${l.from} to ${l.to}`,
-      table(['tick', 'wall clock', 'status', 'instance', 'state', 'attempts', 'run time', 'note'], rows,
+      table(['tick', 'wall clock', 'status', 'instance', 'state', 'attempts', 'run time', 'note', 'explain'], rows,
         'No cron tick in this range.')),
   );
 }

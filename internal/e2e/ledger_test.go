@@ -202,6 +202,14 @@ func TestLedgerThroughDSTAndATriggerOutage(t *testing.T) {
 		if line != spring.Line || !strings.Contains(body, "dst gap: local 02:00:00") || strings.Count(body, "missed") < 1 {
 			t.Errorf("the console's ledger shows %q, want %q with the gap and the missed tick:\n%.2000s", line, spring.Line, body)
 		}
+		// The missed tick's "why?" explains it.
+		do(t, ctx, "explain the missed tick", 60*time.Second,
+			click(`a.why[href*="2025-03-30T00%3A11%3A00Z"]`),
+			chromedp.WaitVisible(chromedp.ID("explain-verdict")))
+		verdict := read(t, ctx, "read the verdict", 60*time.Second, chromedp.Text(chromedp.ID("explain-verdict")))
+		if !strings.HasPrefix(verdict, "did not run: the trigger did not fire it in time") || !strings.Contains(verdict, "misfire fire_once: fired 2025-03-30T00:12:00Z late, skipped 1") {
+			t.Errorf("the console explains the missed tick with %q", verdict)
+		}
 	})
 	csv := ledger(at(2025, 10, 26, 0, 58, 0), at(2025, 10, 26, 3, 5, 0), "csv")
 	if rows := strings.Count(strings.TrimSpace(csv), "\n"); rows != 125 || !strings.HasPrefix(csv, "tick,wall,trigger,event_id,status") {
