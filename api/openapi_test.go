@@ -573,6 +573,12 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	c.check("POST", "/v1/tasks/{name}/runs", "/v1/tasks/nightly/runs", `{"delay": "1h", "idempotency_key": "k"}`)
 	c.check("POST", "/v1/tasks/{name}/runs", "/v1/tasks/nightly/runs", `{"payload_version": 2}`)
 	c.check("GET", "/v1/tasks/{name}/runs/{event_id}", "/v1/tasks/nightly/runs/ev-1", "")
+	c.check("GET", "/v1/tasks/{name}/ledger", "/v1/tasks/nightly/ledger?from=72h", "")
+	c.check("GET", "/v1/tasks/{name}/ledger", "/v1/tasks/missing/ledger", "")
+	c.check("GET", "/v1/tasks/{name}/ledger", "/v1/tasks/nightly/ledger?from=1h&to=2h", "")
+	c.check("GET", "/v1/tasks/{name}/explain", "/v1/tasks/nightly/explain?at=2026-01-01T02:00:00%2B01:00", "")
+	c.check("GET", "/v1/tasks/{name}/explain", "/v1/tasks/nightly/explain?at=2026-01-01T02:30:00Z", "")
+	c.check("GET", "/v1/tasks/{name}/explain", "/v1/tasks/nightly/explain?at=yesterday", "")
 	if fired["event_id"] != "ev-1" {
 		t.Errorf("fire answered %v", fired)
 	}
@@ -584,6 +590,8 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 	c.check("GET", "/v1/instances", "/v1/instances?after=1&limit=5", "")
 	c.check("GET", "/v1/instances/{id}", fmt.Sprint("/v1/instances/", id), "")
 	c.check("GET", "/v1/instances/{id}/logs", fmt.Sprint("/v1/instances/", id, "/logs"), "")
+	c.check("GET", "/v1/instances/{id}/explain", fmt.Sprint("/v1/instances/", id, "/explain"), "")
+	c.check("GET", "/v1/instances/{id}/explain", "/v1/instances/999999/explain", "")
 	c.check("POST", "/v1/instances/{id}/rerun", fmt.Sprint("/v1/instances/", id, "/rerun"), "")
 	c.check("POST", "/v1/instances/{id}/cancel", fmt.Sprint("/v1/instances/", id, "/cancel"), "")
 	c.check("POST", "/v1/instances/{id}/cancel", "/v1/instances/999999/cancel", `{"reason": "no"}`)

@@ -48,10 +48,13 @@ var routeTable = []route{
 		func(s *Service, w http.ResponseWriter, r *http.Request) error { return s.setPaused(false)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/runs", schemas.RoleOperator, "Fire a task"}, (*Service).fire},
 	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made"}, (*Service).instanceByEvent},
+	{Route{"GET", "/v1/tasks/{name}/ledger", schemas.RoleViewer, "Every tick the task's cron triggers scheduled in a range, and what became of it"}, (*Service).ledger},
+	{Route{"GET", "/v1/tasks/{name}/explain", schemas.RoleViewer, "Why the task's tick at an instant did or did not run, in words"}, (*Service).explainTick},
 
 	{Route{"GET", "/v1/instances", schemas.RoleViewer, "List instances, newest first"}, (*Service).listInstances},
 	{Route{"GET", "/v1/instances/{id}", schemas.RoleViewer, "Get an instance with its transitions"}, (*Service).getInstance},
 	{Route{"GET", "/v1/instances/{id}/logs", schemas.RoleViewer, "Read or follow an instance's task log"}, (*Service).instanceLogs},
+	{Route{"GET", "/v1/instances/{id}/explain", schemas.RoleViewer, "An instance's decision timeline in words"}, (*Service).explainInstance},
 	{Route{"POST", "/v1/instances/{id}/cancel", schemas.RoleOperator, "Cancel an instance that has not ended; a running attempt is told to stop"}, (*Service).cancel},
 	{Route{"POST", "/v1/instances/{id}/rerun", schemas.RoleOperator, "Fire an instance's task again with its payload and priority"}, (*Service).rerun},
 

@@ -347,6 +347,7 @@ func (d *taskDrill) nodeCrash(ctx context.Context) {
 	d.report.Expect(ended, fmt.Sprintf("%s at attempt %d", wantState, wantAttempt), observed,
 		err == nil && inst.State == wantState && inst.Attempt == wantAttempt)
 	d.idempotency(ctx, inst)
+	d.fenceCheck(inst)
 }
 
 // idempotency judges the handler's declared idempotency check on the

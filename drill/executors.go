@@ -34,6 +34,7 @@ type call struct {
 	// cancel ends the handler's context, as a cancel's control message
 	// does; nil until the handler is called.
 	cancel context.CancelCauseFunc
+	fence  uint64 // the attempt's fencing token (fencecheck.go)
 }
 
 // drillExecutor is one executor the drill runs, on its own connection.
@@ -156,6 +157,7 @@ func (d *taskDrill) wrap(x *drillExecutor, h executor.Handler) executor.Handler 
 	return executor.HandlerFunc(func(ctx context.Context, t *executor.Job) (any, error) {
 		key := callKey{t.InstanceID, t.Attempt}
 		c := d.noteCall(key, x.id)
+		d.noteFence(c, t.Fence())
 		switch {
 		case t.Name == d.names[kindStorm] && t.Attempt <= d.opts.StormFailures:
 			// The handler's dependency times out: the attempt fails

@@ -200,6 +200,7 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 		ShardIndex:  d.ShardIndex,
 		ShardCount:  d.ShardCount,
 		run:         a,
+		fence:       revision, // the lease create's: see Job.Fence
 	}
 
 	s.leases.add(a)

@@ -56,6 +56,8 @@ type Job struct {
 	// run is the attempt the worker runs this as, for [Job.Progress]; nil
 	// for a Job no worker made.
 	run *attempt
+	// fence is the attempt's fencing token, see [Job.Fence].
+	fence uint64
 }
 
 // Parent returns how the parent task called name ended in the instance's

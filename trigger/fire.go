@@ -111,6 +111,7 @@ func (s *Service) advance(ctx context.Context, it item, now, cutoff int64, out *
 		m, next := collectMissed(e.sched, it.next, cutoff, e.keep())
 		d := decide(e, m)
 		s.logMisfire(e, m, d)
+		s.recordMisfire(e, m, d)
 		for _, tick := range d.fire {
 			s.addNew(ctx, out, e, tick, misfireReason(e, m, len(d.fire)))
 		}

@@ -31,6 +31,8 @@ type persister struct {
 	readers map[uint64]int
 	recent  []writtenBatch
 	wake    chan struct{}
+	// decisions wait to be written to the decisions table (decisions.go).
+	decisions []store.Decision
 }
 
 // writtenBatch is a batch of operations written to the store, the
@@ -162,6 +164,9 @@ func (p *persister) run(stop, work context.Context) {
 // flush writes every pending operation. On failure the operations go back
 // to the queue, behind any newer ones.
 func (p *persister) flush(ctx context.Context) error {
+	if err := p.flushDecisions(func(ds []store.Decision) error { return p.store.RecordDecisions(ctx, ds) }); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	batch := p.pending
 	if len(batch) == 0 {

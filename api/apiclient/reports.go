@@ -2,6 +2,7 @@ package apiclient
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -77,5 +78,42 @@ func (c *Client) Summary(ctx context.Context, q SummaryQuery) (schemas.Summary, 
 	}
 	var out schemas.Summary
 	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out, err
+}
+
+// Ledger returns the ledger of task over [from, to): every tick its cron
+// triggers scheduled, with what became of it (GET /v1/tasks/{name}/ledger).
+// A zero from or to takes the server's default (the last day up to now).
+func (c *Client) Ledger(ctx context.Context, task string, from, to time.Time) (schemas.Ledger, error) {
+	v := url.Values{}
+	if !from.IsZero() {
+		v.Set("from", from.UTC().Format(time.RFC3339Nano))
+	}
+	if !to.IsZero() {
+		v.Set("to", to.UTC().Format(time.RFC3339Nano))
+	}
+	path := "/v1/tasks/" + url.PathEscape(task) + "/ledger"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out schemas.Ledger
+	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out, err
+}
+
+// ExplainTick explains why the tick at of task did or did not run (GET
+// /v1/tasks/{name}/explain).
+func (c *Client) ExplainTick(ctx context.Context, task string, at time.Time) (schemas.Explanation, error) {
+	var out schemas.Explanation
+	path := "/v1/tasks/" + url.PathEscape(task) + "/explain?" + url.Values{"at": {at.Format(time.RFC3339Nano)}}.Encode()
+	err := c.do(ctx, http.MethodGet, path, "", nil, &out)
+	return out, err
+}
+
+// ExplainInstance returns the instance's decision timeline (GET
+// /v1/instances/{id}/explain).
+func (c *Client) ExplainInstance(ctx context.Context, id int64) (schemas.Explanation, error) {
+	var out schemas.Explanation
+	err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/instances/%d/explain", id), "", nil, &out)
 	return out, err
 }

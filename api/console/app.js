@@ -3,6 +3,8 @@
 // page itself holds no data.
 
 import { APIError, call, follow, get, onUnauthorized, parseMetrics, text, token } from './api.js';
+import { ledgerView } from './ledger.js';
+import { explainView } from './explain.js';
 
 const main = document.getElementById('main');
 const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED']);
@@ -513,7 +515,8 @@ async function taskView(name, query) {
     t.description ? h('p', {}, t.description) : null,
     h('div', { class: 'grid' },
       card('Fire now', fire),
-      card('Next fire times', nexts.length ? nexts : h('p', { class: 'muted' }, 'No cron trigger.'))),
+      card('Next fire times', nexts.length ? nexts : h('p', { class: 'muted' }, 'No cron trigger.'),
+        nexts.length ? h('p', { class: 'small' }, h('a', { id: 'ledger', href: '#/tasks/' + encodeURIComponent(t.task_name) + '/ledger' }, 'Ledger: every tick and what became of it')) : null)),
     card('Duration of recent runs', chartBox('durations')),
     card('Recent instances', h('p', { class: 'small' }, h('a', { id: 'all-instances', href: '#/instances?task=' + encodeURIComponent(t.task_name) },
       'All instances of this task, paged and filtered by time')), table(['instance', 'state', 'source', 'attempt', 'worker', 'created', 'run time'], list.map((i) => [
@@ -603,7 +606,7 @@ async function instanceView(id, toLogs) {
 
   if (mine !== view) return;
   showPage(
-    h('h1', {}, 'Instance #' + id + ' ', state, ' ', buttons),
+    h('h1', {}, 'Instance #' + id + ' ', state, ' ', buttons, ' ', h('a', { id: 'explain', class: 'button small', href: '#/instances/' + id + '/explain' }, 'why?')),
     h('div', { class: 'grid' }, card('Instance', facts), card('State timeline', timeline)),
     h('section', { class: 'card', id: 'logs-card' }, h('h2', {}, 'Log ', logState), logs),
   );
@@ -719,6 +722,9 @@ const routes = [
   [/^#\/?$/, () => dashboardView()],
   [/^#\/tasks$/, () => tasksView()],
   [/^#\/tasks\/([^/]+)$/, (m, q) => taskView(decodeURIComponent(m[1]), q)],
+  [/^#\/tasks\/([^/]+)\/ledger$/, (m, q) => ledgerView({ h, showPage, card, table, badge, fmtDur, taskLink }, decodeURIComponent(m[1]), q)],
+  [/^#\/tasks\/([^/]+)\/explain$/, (m, q) => explainView({ h, showPage, card, table, taskLink }, decodeURIComponent(m[1]), 0, q)],
+  [/^#\/instances\/(\d+)\/explain$/, (m) => explainView({ h, showPage, card, table, taskLink }, '', m[1], '')],
   [/^#\/instances$/, (m, q) => instancesView(q)],
   [/^#\/instances\/(\d+)$/, (m) => instanceView(m[1], false)],
   [/^#\/instances\/(\d+)\/logs$/, (m) => instanceView(m[1], true)],

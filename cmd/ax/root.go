@@ -67,7 +67,7 @@ see "ax completion bash --help" for where to put it.
 		newAlertCmd, newAuditCmd, newBenchCmd, newConformanceCmd, newDevCmd, newDrillCmd,
 		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd,
 		newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd, newUserCmd,
-		newImportCmd, newShadowCmd,
+		newImportCmd, newShadowCmd, newLedgerCmd, newExplainCmd,
 	} {
 		root.AddCommand(newCmd(g))
 	}

@@ -91,7 +91,8 @@ func TestDrillTaskPasses(t *testing.T) {
 		"database jitter: reports refused and redelivered", "database jitter: nothing failed, doubled or lost",
 		"retry storm: backoff follows the policy", "retry storm: attempts and interval capped",
 		"retry storm: other firings' start latency", "duplicate delivery: handler called once",
-		"cancellation: honoured within the grace", "idempotency: under a re-run"} {
+		"cancellation: honoured within the grace", "idempotency: under a re-run",
+		"fence: the crashed attempt's write is refused"} {
 		if !slices.ContainsFunc(r.Checks, func(c drill.Check) bool { return c.Name == want && c.Pass }) {
 			t.Errorf("the verdict lacks a passing check %q", want)
 		}

@@ -108,6 +108,15 @@ export interface Context {
   /** The dispatch message as it came. */
   readonly dispatch: Readonly<Dispatch>;
   /**
+   * The attempt's fencing token: the revision at which the worker created
+   * the attempt's lease in ax-leases, greater for every later attempt of
+   * the instance and for every later holder of its mutex key. Send it with
+   * each write (the AX-Fence header, or a fence column written with
+   * `WHERE fence <= $token`) so that the store refuses the writes of an
+   * attempt AX has moved on from. See docs/protocol.md, "Fencing token".
+   */
+  readonly fence: number;
+  /**
    * progress reports how far the attempt has got: done units of total (0
    * when the total is unknown), with a short message (at most 256 bytes
    * of UTF-8). The dispatcher keeps the latest on the instance, where the
@@ -204,6 +213,7 @@ interface Attempt {
   key: string;
   lease: string;
   revision: number;
+  fence: number; // the lease create's revision: the fencing token
   entry: Entry;
   startedAt: Date;
   deadline: Date;
@@ -919,7 +929,7 @@ export class Worker {
     const controller = new AbortController();
     const deadline = new Date(startedAt.getTime() + d.timeout_ms);
     const timer = setTimeout(() => controller.abort(new TimeoutError(d.timeout_ms)), d.timeout_ms);
-    const a: Attempt = { d, key, lease, revision, entry, startedAt, deadline, controller, timer, log: this.taskLog(d), started: "pending" };
+    const a: Attempt = { d, key, lease, revision, fence: revision, entry, startedAt, deadline, controller, timer, log: this.taskLog(d), started: "pending" };
     this.running.set(key, a);
     return a;
   }
@@ -1152,6 +1162,7 @@ export class Worker {
       shardIndex: d.shard_index,
       shardCount: d.shard_count,
       dispatch: d,
+      fence: a.fence,
       progress: (done: number, total = 0, message = "") => this.progress(a, done, total, message),
     });
   }

@@ -21,7 +21,7 @@ let running: Promise<void>;
 const children: ChildProcess[] = [];
 
 // What the handlers saw, by instance id.
-const seen = new Map<number, { reason?: unknown; attempts: number[] }>();
+const seen = new Map<number, { reason?: unknown; attempts: number[]; fences?: number[] }>();
 // Handlers that wait for the test to let them go, by instance id.
 const gates = new Map<number, () => void>();
 const note = (id: number, attempt: number) => {
@@ -61,7 +61,8 @@ before(async () => {
     },
   });
   worker.handle("node.flaky", async (ctx) => {
-    note(ctx.instanceId, ctx.attempt);
+    const s = note(ctx.instanceId, ctx.attempt);
+    (s.fences ??= []).push(ctx.fence);
     if (ctx.attempt < 3) throw new Error(`flaky failure on attempt ${ctx.attempt}`);
     return { attempt: ctx.attempt };
   });
@@ -207,6 +208,10 @@ describe("a Node worker", () => {
     assert.equal(inst.state, "SUCCEEDED", JSON.stringify(inst));
     assert.equal(inst.attempt, 3);
     assert.deepEqual(seen.get(id)?.attempts, [1, 2, 3]);
+    // Each attempt's fencing token is greater than the one before.
+    const fences = seen.get(id)?.fences ?? [];
+    assert.equal(fences.length, 3);
+    assert.ok(fences[0] > 0 && fences[0] < fences[1] && fences[1] < fences[2], `fences ${fences}: not increasing`);
     const retrying = inst.transitions.filter((t) => t.to === "RETRYING");
     assert.equal(retrying.length, 2, JSON.stringify(inst.transitions));
   });
