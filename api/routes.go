@@ -56,6 +56,10 @@ var routeTable = []route{
 	{Route{"POST", "/v1/instances/{id}/cancel", schemas.RoleOperator, "Cancel an instance that has not ended; a running attempt is told to stop"}, (*Service).cancel},
 	{Route{"POST", "/v1/instances/{id}/rerun", schemas.RoleOperator, "Fire an instance's task again with its payload and priority"}, (*Service).rerun},
 
+	{Route{"POST", "/v1/instances/bulk/rerun", schemas.RoleOperator, "Rerun the instances a query matches"}, (*Service).bulkRerun},
+	{Route{"POST", "/v1/instances/bulk/cancel", schemas.RoleOperator, "Cancel the instances a query matches"}, (*Service).bulkCancel},
+	{Route{"GET", "/v1/dead-letters", schemas.RoleViewer, "Instances that failed for good, grouped by task and error class"}, (*Service).listDeadLetters},
+	{Route{"POST", "/v1/dead-letters/replay", schemas.RoleOperator, "Rerun a dead-letter group, optionally with a payload patch"}, (*Service).replayDeadLetters},
 	{Route{"POST", "/v1/tasks/{name}/backfills", schemas.RoleOperator, "Backfill a task's schedule over a past range"}, (*Service).createBackfill},
 	{Route{"GET", "/v1/backfills", schemas.RoleViewer, "List backfills with their progress, newest first"}, (*Service).listBackfills},
 	{Route{"GET", "/v1/backfills/{id}", schemas.RoleViewer, "Get a backfill with its progress"}, (*Service).getBackfill},
