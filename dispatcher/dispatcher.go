@@ -49,6 +49,9 @@ type Options struct {
 	Logger zerolog.Logger
 	// NowFunc tells the time (default time.Now).
 	NowFunc func() time.Time
+	// CalendarPoll is how often waits for calendar-aligned parents are
+	// checked (default DefaultCalendarPoll; see calendar.go).
+	CalendarPoll time.Duration
 	// RandFunc returns a number in [0, 1) for retry jitter (default math/rand/v2).
 	RandFunc func() float64
 	// Metrics is where the dispatcher registers its counters (default: a
@@ -396,6 +399,7 @@ func (s *Service) run(ctx context.Context) error {
 		func() error { return s.holdLoop(runCtx, work) },
 		func() error { return s.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
+		func() error { return s.runCalendar(runCtx) },
 		watch,
 	}
 	var wg sync.WaitGroup

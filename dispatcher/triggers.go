@@ -731,6 +731,9 @@ func (s *Service) newInstance(f firing, rec store.TaskRecord, def *schemas.Task)
 			return in, fmt.Errorf("check the payload of task %s version %d: %w", f.task, rec.Version, err)
 		}
 	}
+	if hold := calendarHold(def); hold != "" && in.State == schemas.StateDispatched {
+		in.State, in.Reason = schemas.StateWaiting, hold // calendar.go releases it
+	}
 	return in, nil
 }
 
