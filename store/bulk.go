@@ -16,20 +16,21 @@ import (
 // InstanceQuery selects instances of the hot table for a bulk operation or
 // the dead-letter view; every field set must match.
 type InstanceQuery struct {
-	Task   string
-	States []schemas.State
+	Task   string          `json:"task,omitempty"`
+	States []schemas.State `json:"state,omitempty"`
 	// Since and Until bound fired_at (Since included, Until excluded).
-	Since, Until time.Time
+	Since time.Time `json:"since,omitzero"`
+	Until time.Time `json:"until,omitzero"`
 	// Error keeps the instances whose error contains it, case-insensitive.
-	Error string
+	Error string `json:"error,omitempty"`
 	// Worker keeps the instances last run by this worker.
-	Worker string
+	Worker string `json:"worker,omitempty"`
 	// ErrorClass keeps the instances whose error is of this class (see
 	// [ErrorClassSQL]).
-	ErrorClass string
+	ErrorClass string `json:"error_class,omitempty"`
 	// NotRerun leaves out the instances that were rerun already (by an
 	// instance rerun, a bulk rerun or a replay).
-	NotRerun bool
+	NotRerun bool `json:"not_rerun,omitempty"`
 }
 
 // ErrorClassSQL is the error class of an instance's error, as SQL over
