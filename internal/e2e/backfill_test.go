@@ -244,3 +244,112 @@ execution:
 		t.Errorf("after cancel: state %s, fired %d -> %d, April instances %d; want it stopped", end.State, cancelled.Fired, end.Fired, april)
 	}
 }
+
+// TestBackfillPauseResumeAndOverlapSkip backfills with overlap skip while
+// a live run of the task is in flight: it fires nothing until the run
+// ends; paused, it fires nothing either; resumed, it fires its ticks one
+// at a time, never beside another run of the task.
+func TestBackfillPauseResumeAndOverlapSkip(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.apply(`
+task_name: nightly
+execution:
+  handler: test.block
+triggers:
+  - type: cron
+    schedule: "0 0 3 * * *"
+`)
+	s.apply(`
+task_name: probe
+execution:
+  handler: test.block
+triggers:
+  - type: cron
+    schedule: "0 0 4 * * *"
+`)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, most := 0, 0
+	mux := builtinsMux()
+	mux.HandleFunc("test.block", func(ctx context.Context, j *executor.Job) (any, error) {
+		if j.Name == "probe" {
+			return nil, nil
+		}
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		defer func() { mu.Lock(); running--; mu.Unlock() }()
+		if j.EventID == "live" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil, nil
+	})
+	s.executor("w1", mux, 8)
+	s.startTrigger()
+	ctx := context.Background()
+	live, err := s.client.Fire(ctx, "nightly", wire.FireRequest{EventID: "live"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the live run to start", 30*time.Second, func() (bool, error) {
+		in, err := s.client.GetInstance(ctx, live.InstanceID)
+		return in.State == schemas.StateRunning, err
+	})
+	day := func(d int) time.Time { return time.Date(2026, 5, d, 0, 0, 0, 0, time.UTC) }
+	bf, err := s.client.Backfill(ctx, "nightly", wire.BackfillRequest{From: day(1), To: day(3).Add(23 * time.Hour), Overlap: "skip", MaxRunning: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A probe backfill done means the loop has passed over bf since.
+	probe := func(from int) {
+		t.Helper()
+		p, err := s.client.Backfill(ctx, "probe", wire.BackfillRequest{From: day(from), To: day(from)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "a probe backfill", 30*time.Second, func() (bool, error) {
+			b, err := s.client.GetBackfill(ctx, p.ID)
+			return b.State == "done", err
+		})
+	}
+	fired := func() int {
+		b, err := s.client.GetBackfill(ctx, bf.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Fired
+	}
+	probe(10)
+	if n := fired(); n != 0 {
+		t.Fatalf("overlap skip fired %d ticks beside a live run", n)
+	}
+	if _, err := s.client.SetBackfill(ctx, bf.ID, "pause"); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitFor(t, "the live run to end", 30*time.Second, func() (bool, error) {
+		in, err := s.client.GetInstance(ctx, live.InstanceID)
+		return in.State == schemas.StateSucceeded, err
+	})
+	probe(11)
+	if n := fired(); n != 0 {
+		t.Fatalf("a paused backfill fired %d ticks", n)
+	}
+	if _, err := s.client.SetBackfill(ctx, bf.ID, "resume"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the resumed backfill", 60*time.Second, func() (bool, error) {
+		b, err := s.client.GetBackfill(ctx, bf.ID)
+		return b.State == "done" && b.Instances["SUCCEEDED"] == 3, err
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 1 {
+		t.Errorf("%d runs of the task ran at once; overlap skip allows one", most)
+	}
+}
