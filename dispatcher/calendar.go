@@ -21,7 +21,8 @@ import (
 // identity (schemas.CronEventID). When every tick has SUCCEEDED the
 // instance is DISPATCHED; until then its wait reason (calendar_waits)
 // names the parents and ticks missing; at its timeout (default 24h after
-// the tick) on_timeout fails, skips or runs it.
+// the tick, or after the instance was made when that is later: a backfill)
+// on_timeout fails, skips or runs it.
 
 // DefaultCalendarPoll is how often the calendar loop looks by default.
 const DefaultCalendarPoll = time.Second
@@ -78,7 +79,9 @@ func (s *Service) calendarPass(ctx context.Context) error {
 		}
 		to, reason := schemas.StateDispatched, "its calendar-aligned parents all succeeded"
 		if n > 0 {
-			deadline, policy := windowTimeout(w.Definition, w.FiredAt)
+			// The wait counts from the tick, or from the instance's
+			// creation when that came later (a backfill of past ticks).
+			deadline, policy := windowTimeout(w.Definition, latest(w.FiredAt, w.CreatedAt))
 			if !s.now().After(deadline) {
 				if missing != w.Reason {
 					if err := s.opts.Store.SetCalendarReason(ctx, w.InstanceID, w.Task, missing, n); err != nil {
@@ -107,6 +110,13 @@ func (s *Service) calendarPass(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // windowTimeout returns when w's wait ends and what it then does: the

@@ -16,6 +16,9 @@ type CalendarWait struct {
 	InstanceID int64
 	Task       string
 	FiredAt    time.Time
+	// CreatedAt is when the instance was made: later than FiredAt for a
+	// backfilled or late firing.
+	CreatedAt  time.Time
 	Definition *schemas.Task
 	// Reason is the wait reason last recorded ("" before the first).
 	Reason string
@@ -26,7 +29,7 @@ type CalendarWait struct {
 // limit.
 func (s *Store) CalendarWaiting(ctx context.Context, limit int) ([]CalendarWait, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT i.id, i.task, i.fired_at, t.definition, COALESCE(c.reason, '')
+		SELECT i.id, i.task, i.fired_at, i.created_at, t.definition, COALESCE(c.reason, '')
 		FROM instances i JOIN tasks t ON t.name = i.task
 		LEFT JOIN calendar_waits c ON c.instance_id = i.id
 		WHERE i.state = 'WAITING' AND jsonb_path_exists(t.definition, '$.after[*].window')
@@ -36,7 +39,7 @@ func (s *Store) CalendarWaiting(ctx context.Context, limit int) ([]CalendarWait,
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (CalendarWait, error) {
 		var w CalendarWait
-		err := row.Scan(&w.InstanceID, &w.Task, &w.FiredAt, &w.Definition, &w.Reason)
+		err := row.Scan(&w.InstanceID, &w.Task, &w.FiredAt, &w.CreatedAt, &w.Definition, &w.Reason)
 		return w, err
 	})
 	if err != nil {
