@@ -48,6 +48,9 @@ type Options struct {
 	Logger zerolog.Logger
 	// NowFunc tells the time (default time.Now).
 	NowFunc func() time.Time
+	// CalendarPoll is how often waits for calendar-aligned parents are
+	// checked (default DefaultCalendarPoll; see calendar.go).
+	CalendarPoll time.Duration
 	// RandFunc returns a number in [0, 1) for retry jitter (default math/rand/v2).
 	RandFunc func() float64
 	// Metrics is where the dispatcher registers its counters (default: a
@@ -410,6 +413,7 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		func() error { return s.intake.holdLoop(runCtx, work) },
 		func() error { return s.router.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
+		func() error { return s.runCalendar(runCtx) },
 		h.watchWorkers,
 	}
 }

@@ -60,11 +60,16 @@ const (
 	// quarantined (failed because workers kept dying while running it)
 	// within params.window. Key: the task.
 	AlertQuarantined AlertKind = "quarantined"
+	// AlertDeadlineMissed holds for a run of a task with a deadline that
+	// is not done by it — waiting, running or failed — among the runs
+	// fired within params.window; its message names what the run waits
+	// for. Key: the task and the instance ("report/42").
+	AlertDeadlineMissed AlertKind = "deadline_missed"
 )
 
 // AlertKinds lists every alert rule kind.
 var AlertKinds = []AlertKind{AlertNoLiveExecutor, AlertFailingTasks, AlertConsecutiveFailures,
-	AlertTimeoutRate, AlertBacklog, AlertDurationJitter, AlertQuarantined}
+	AlertTimeoutRate, AlertBacklog, AlertDurationJitter, AlertQuarantined, AlertDeadlineMissed}
 
 // DefaultAlertThrottle is the least time between two notifications of one
 // alert when its rule sets no throttle.
@@ -131,6 +136,7 @@ var alertParamKeys = map[AlertKind][]string{
 	AlertBacklog:             {"instances", "age"},
 	AlertDurationJitter:      {"runs", "min_runs", "factor"},
 	AlertQuarantined:         {"window"},
+	AlertDeadlineMissed:      {"window"},
 }
 
 // AlertConfigError says what is wrong with an alert rule or an alert
@@ -171,6 +177,8 @@ func (r AlertRule) DecodeParams() (AlertParams, error) {
 		p.Window = 15 * time.Minute
 	case AlertQuarantined:
 		p.Window = time.Hour
+	case AlertDeadlineMissed:
+		p.Window = 48 * time.Hour
 	}
 	raw := bytes.TrimSpace(r.Params)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {

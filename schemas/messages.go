@@ -584,6 +584,13 @@ const (
 	ActionAlertRulePut       OperatorAction = "alert_rule_put"       // created or replaced an alert rule
 	ActionAlertChannelAdd    OperatorAction = "alert_channel_add"    // added an alert channel
 	ActionAlertChannelDelete OperatorAction = "alert_channel_delete" // deleted an alert channel
+
+	ActionBackfill       OperatorAction = "backfill"        // started a backfill of a task's schedule
+	ActionBackfillPause  OperatorAction = "backfill_pause"  // paused a backfill
+	ActionBackfillResume OperatorAction = "backfill_resume" // resumed a backfill
+	ActionBackfillCancel OperatorAction = "backfill_cancel" // cancelled a backfill
+	ActionBulkRerun      OperatorAction = "bulk_rerun"      // reran the instances a query matched
+	ActionBulkCancel     OperatorAction = "bulk_cancel"     // cancelled the instances a query matched
 )
 
 // The task names of the actions on no task, in their audit records (and

@@ -32,8 +32,8 @@ func TestDefaultAlertRules(t *testing.T) {
 		levels[r.Level]++
 		kinds[r.Kind] = true
 	}
-	if len(kinds) != len(schemas.AlertKinds) || levels[schemas.AlertP0] != 2 || levels[schemas.AlertP1] != 3 || levels[schemas.AlertP2] != 2 {
-		t.Errorf("default rules = %+v, want one per kind: two P0, three P1 (quarantined among them), two P2", rules)
+	if len(kinds) != len(schemas.AlertKinds) || levels[schemas.AlertP0] != 2 || levels[schemas.AlertP1] != 4 || levels[schemas.AlertP2] != 2 {
+		t.Errorf("default rules = %+v, want one per kind: two P0, four P1 (quarantined and deadline_missed among them), two P2", rules)
 	}
 }
 

@@ -5,6 +5,10 @@
 import { APIError, call, follow, get, onUnauthorized, parseMetrics, text, token } from './api.js';
 import { ledgerView } from './ledger.js';
 import { explainView } from './explain.js';
+import { rangeRoutes } from './ranges.js';
+
+// The helpers the pages in other files (ranges.js) build with.
+export { act, badge, card, errorBox, fill, fmtTime, h, instLink, showPage, table, taskLink };
 
 const main = document.getElementById('main');
 const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED']);
@@ -732,6 +736,7 @@ const routes = [
   [/^#\/streams$/, () => streamsView()],
   [/^#\/alerts$/, (m, q) => alertsView(q)],
   [/^#\/audit$/, (m, q) => auditView(q)],
+  ...rangeRoutes,
 ];
 
 async function route() {

@@ -246,6 +246,8 @@ func (m *monitor) evaluateStates(ctx context.Context, now time.Time) error {
 			holds, err = quarantined(r, recentEnds)
 		case schemas.AlertBacklog:
 			holds, err = m.backlog(ctx, r, now)
+		case schemas.AlertDeadlineMissed:
+			holds, err = m.deadlines(ctx, r, now)
 		default:
 			continue
 		}

@@ -65,7 +65,7 @@ see "ax completion bash --help" for where to put it.
 	for _, newCmd := range []func(g *cli) *cobra.Command{
 		newTaskCmd, newFireCmd, newInstanceCmd, newWorkerCmd, newStreamCmd, newTokenCmd,
 		newAlertCmd, newAuditCmd, newBenchCmd, newConformanceCmd, newDevCmd, newDrillCmd,
-		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd,
+		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd, newBackfillCmd, newDeadLettersCmd,
 		newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd, newUserCmd,
 		newImportCmd, newShadowCmd, newLedgerCmd, newExplainCmd,
 	} {
