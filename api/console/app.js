@@ -169,9 +169,11 @@ function leaveView() {
  * pager links the pages of a list of the route base, newest first: Newest,
  * Newer (after the first id shown, where the API pages that way) and Older
  * (before the last id shown). params is the route's query; the links keep
- * its filters. ids are those shown, limit the page size asked for.
+ * its filters. ids are those shown, limit the page size asked for. noun,
+ * when given, labels the page by its count ("6 alerts") rather than by its
+ * first and last ids, which read as a count where ids have gaps.
  */
-function pager(base, params, ids, limit, { after = true } = {}) {
+function pager(base, params, ids, limit, { after = true, noun = '' } = {}) {
   const at = (cursor) => {
     const q = new URLSearchParams(params);
     q.delete('before');
@@ -190,7 +192,8 @@ function pager(base, params, ids, limit, { after = true } = {}) {
     link('page-newest', 'Newest', newest ? null : at()),
     after ? link('page-newer', '← Newer', newer ? at(['after', ids[0]]) : null) : null,
     link('page-older', 'Older →', older ? at(['before', ids[ids.length - 1]]) : null),
-    h('span', { class: 'muted small', id: 'page-range' }, ids.length ? `#${ids[0]} – #${ids[ids.length - 1]}` : ''));
+    h('span', { class: 'muted small', id: 'page-range' }, !ids.length ? ''
+      : noun ? `${ids.length} ${noun}, newest first` : `#${ids[0]} – #${ids[ids.length - 1]}`));
 }
 
 /**
@@ -682,7 +685,7 @@ async function alertsView(query) {
         a.state === 'firing' ? h('button', { type: 'button', class: 'small', onclick: async () => {
           if (await act('acknowledge alert ' + a.id, () => call('POST', `/v1/alerts/${a.id}/ack`, {})) !== undefined) load();
         } }, 'Acknowledge') : '']), 'No alerts.'));
-    fill(nav, pager('#/alerts', params, alerts.map((a) => a.id), limit, { after: false }));
+    fill(nav, pager('#/alerts', params, alerts.map((a) => a.id), limit, { after: false, noun: alerts.length === 1 ? 'alert' : 'alerts' }));
   };
   await load();
   if (mine !== view) return;
