@@ -255,6 +255,7 @@ func (s *Service) rerouteMsgs(ctx context.Context, from string, msgs []jetstream
 		}
 		if a.Strategy == schemas.DispatchWorker {
 			log.Warn().Msg("the attempt is pinned to a worker that left; it waits for that worker")
+			s.noteWorkerGone(a, from)
 			pinned = append(pinned, m)
 			events = append(events, store.Event{InstanceID: a.ID, Attempt: a.Attempt, Kind: EventWorkerGone,
 				Operator: "dispatcher", At: s.now(),
@@ -263,7 +264,7 @@ func (s *Service) rerouteMsgs(ctx context.Context, from string, msgs []jetstream
 		}
 		r, err := s.route(a, rs)
 		if err != nil {
-			log.Warn().Err(err).Dur("retry_in", rerouteDelay).Msg("no live worker may take the attempt of a worker that left; routing it again later")
+			s.noteNoWorker(a, err)
 			if err := s.addReroute(batch, a); err != nil {
 				return err
 			}
@@ -280,11 +281,13 @@ func (s *Service) rerouteMsgs(ctx context.Context, from string, msgs []jetstream
 		if r.header != "" {
 			out.Header.Set(routeHeader, r.header)
 		}
+		s.noteRouted(a, r)
 		log.Info().Str("worker_id", r.worker).Msg("attempt of a worker that left routed again")
 		batch.Add(out)
 		rings[r.ring] = true
 		moved = append(moved, m)
 	}
+	s.flushWaits()
 	n := batch.Len()
 	if err := batch.Wait(ctx); err != nil {
 		return fmt.Errorf("publish %d attempts of worker %s, which left: %w", n, from, err)

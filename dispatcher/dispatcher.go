@@ -122,6 +122,8 @@ type Service struct {
 	// leaseTTL is the leases bucket's TTL, in nanoseconds, as the reaper
 	// read it at start: how long a suspect's retry waits at least.
 	leaseTTL atomic.Int64
+	// waits remembers the wait reasons recorded lately (see waits.go).
+	waits waitTracker
 	// hooks are set by tests only, before Run.
 	hooks testHooks
 	// rollupWarnings note the buckets whose roll-up was logged (see

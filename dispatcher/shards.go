@@ -63,9 +63,7 @@ func (s *Service) fanOut(ctx context.Context, batch *streams.AsyncBatch, parents
 		if p.Strategy == schemas.DispatchBroadcast {
 			workers = s.workers.eligible(p.Pool, p.Handler, p.MinWorkerVersion, s.opts.Protocol)
 			if len(workers) == 0 {
-				s.log.Warn().Int64("instance_id", p.ID).Str("task", p.Task).Str("pool", p.Pool).
-					Str("min_worker_version", p.MinWorkerVersion).Dur("retry_in", rerouteDelay).
-					Msg("no live worker to broadcast to; routing it again later")
+				s.noteNoBroadcastWorker(p) // logged once per change of reason
 				if err := s.addReroute(batch, p); err != nil {
 					return nil, err
 				}

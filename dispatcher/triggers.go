@@ -798,14 +798,13 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		}
 		r, err := s.route(a, rs)
 		if err != nil {
-			s.log.Warn().Err(err).Int64("instance_id", a.ID).Int("attempt", a.Attempt).Str("task", a.Task).
-				Str("pool", a.Pool).Str("min_worker_version", a.MinWorkerVersion).Dur("retry_in", rerouteDelay).
-				Msg("no live worker may take the attempt; routing it again later")
+			s.noteNoWorker(a, err) // logged once per change of reason
 			if err := s.addReroute(batch, a); err != nil {
 				return sentAttempts{}, err
 			}
 			continue
 		}
+		s.noteRouted(a, r)
 		d := schemas.Dispatch{
 			InstanceID:    a.ID,
 			Task:          a.Task,
@@ -839,6 +838,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		}
 		rings[r.ring] = true
 	}
+	s.flushWaits()
 	if len(tooLarge) > 0 {
 		if err := s.failAttempts(ctx, tooLarge, nil, nil, nil, "dispatch message too large"); err != nil {
 			return sentAttempts{}, fmt.Errorf("fail %d attempts too large to dispatch: %w", len(tooLarge), err)

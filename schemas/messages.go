@@ -538,6 +538,12 @@ type Instance struct {
 	// archive: it ended long enough ago to leave the hot tables (see
 	// docs/operations.md, "Instance history and retention").
 	Archived bool `json:"archived,omitempty"`
+	// Wait says why the instance waits, while it does (see [Wait]); nil
+	// when it runs, ended, or nothing is known to hold it.
+	Wait *Wait `json:"wait,omitempty"`
+	// Attempts are the instance's attempts as its transitions tell them
+	// (see [Attempts]); set by GET /v1/instances/{id}, not by the list.
+	Attempts []AttemptRun `json:"attempts,omitempty"`
 }
 
 // InstanceEvent is something that befell an instance without changing its

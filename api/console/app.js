@@ -98,14 +98,58 @@ function duration(inst) {
  * it: a bar of done over total (a moving one when the total is unknown),
  * the figures and the message, and which attempt said it when.
  */
-function progressBar(p) {
+function progressBar(p, state) {
   if (!p) return '—';
+  // A SUCCEEDED instance did all its work, whatever it last reported.
+  if (state === 'SUCCEEDED' && p.total > 0 && p.done < p.total) p = { ...p, done: p.total };
   const known = p.total > 0;
   const figures = known ? `${p.done} / ${p.total} (${Math.floor(100 * p.done / p.total)} %)` : `${p.done} done`;
   return h('div', { id: 'progress', class: 'progress', 'data-done': p.done, 'data-total': p.total },
     h('progress', { max: known ? p.total : undefined, value: known ? p.done : undefined }),
     h('span', { class: 'progress-text' }, figures, p.message ? ' — ' + p.message : ''),
     h('div', { class: 'muted small' }, `attempt ${p.attempt}, reported ${fmtTime(p.at)}`));
+}
+
+/** waitText shows why an instance waits, since when, and what ends it. */
+function waitText(w) {
+  return h('div', { id: 'wait', class: 'wait', 'data-kind': w.kind },
+    h('strong', {}, w.reason), ' since ', fmtTime(w.since),
+    w.ends ? h('div', { class: 'muted small' }, 'ends when: ' + w.ends) : null);
+}
+
+/**
+ * runTimes are the instance's own times: its first start (of any attempt),
+ * when it finished, and its total time from first start to end; the last
+ * attempt's run time only where there were several.
+ */
+function runTimes(i) {
+  const runs = (i.attempts || []).filter((a) => a.started_at);
+  const first = runs.length ? runs[0].started_at : i.started_at;
+  const total = first && i.finished_at ? new Date(i.finished_at) - new Date(first) : null;
+  const rows = [['first started', fmtTime(first)], ['finished', fmtTime(i.finished_at)], ['total time', fmtDur(total)]];
+  if (runs.length > 1) rows.push(['last attempt', `started ${fmtTime(i.started_at)}, run time ${fmtDur(duration(i))}`]);
+  return rows;
+}
+
+/** attemptsTable shows one row per attempt: start, end, worker, outcome, error, duration. */
+function attemptsTable(list) {
+  return table(['attempt', 'started', 'ended', 'worker', 'outcome', 'duration', 'error'], list.map((a) => [
+    String(a.attempt), fmtTime(a.started_at), fmtTime(a.ended_at), a.worker || '—', badge(a.state),
+    a.duration_ms === undefined ? '—' : fmtDur(a.duration_ms), a.error ? h('span', { class: 'err' }, a.error) : '—']),
+  'No attempt has run yet.');
+}
+
+/**
+ * impliedShort: the start of an attempt that ended before its started
+ * report was sent is recorded with its result, which its transition says;
+ * for a short attempt that is the normal case and the words read as an
+ * error, so they show only when the attempt took long enough to matter.
+ */
+function impliedShort(tr, k) {
+  const t = tr[k];
+  if (!t.reason || !t.reason.startsWith('recorded with the final report')) return false;
+  const next = tr[k + 1];
+  return !next || new Date(next.at) - new Date(t.at) < 2000;
 }
 
 function taskLink(name) { return h('a', { href: '#/tasks/' + encodeURIComponent(name) }, name); }
@@ -551,8 +595,10 @@ async function instancesView(query) {
     const { instances = [] } = await get('/v1/instances', { task: params.get('task'), state: params.get('state'),
       since: params.get('since'), until: params.get('until'), before: params.get('before'), after: params.get('after'), limit });
     if (mine !== view) return;
-    fill(body, table(['instance', 'task', 'state', 'source', 'attempt', 'worker', 'fired', 'run time'], instances.map((i) => [
-      instLink(i.id), taskLink(i.task), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.fired_at), fmtDur(duration(i))]),
+    fill(body, table(['instance', 'task', 'state', 'source', 'attempt', 'worker', 'fired', 'run time', 'waits', 'error'], instances.map((i) => [
+      instLink(i.id), taskLink(i.task), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.fired_at), fmtDur(duration(i)),
+      i.wait ? h('span', { class: 'wait-kind', title: i.wait.reason }, i.wait.kind.replaceAll('_', ' ')) : '—',
+      i.error ? h('span', { class: 'err small clip', title: i.error }, i.error) : '—']),
     'No instances match.'));
     fill(nav, pager('#/instances', params, instances.map((i) => i.id), limit));
   };
@@ -567,6 +613,7 @@ async function instanceView(id, toLogs) {
   const state = h('span', { id: 'state' });
   const facts = h('div');
   const timeline = h('div');
+  const attempts = h('div', { id: 'attempts' });
   const logs = h('pre', { id: 'logs', class: 'logs' });
   const logState = h('span', { id: 'log-state', class: 'muted' }, terminal.has(inst.state) ? 'reading…' : 'following…');
   const buttons = h('span', { class: 'actions' },
@@ -585,19 +632,21 @@ async function instanceView(id, toLogs) {
     fill(facts, table(['field', 'value'], [
       ['task', [taskLink(i.task), ` (version ${i.task_version})`]],
       ['source', i.source], ['event', h('code', {}, i.event_id)],
+      ...(i.wait ? [['waits', waitText(i.wait)]] : []),
       ['attempt', `${i.attempt} of ${i.max_attempts}`], ['priority', i.priority], ['pool', i.pool || '—'], ['worker', i.worker_id || '—'],
-      ['fired', fmtTime(i.fired_at)], ['created', fmtTime(i.created_at)], ['started', fmtTime(i.started_at)], ['finished', fmtTime(i.finished_at)],
-      ['run time', fmtDur(duration(i))],
-      ['progress', progressBar(i.progress)],
+      ['fired', fmtTime(i.fired_at)], ['created', fmtTime(i.created_at)],
+      ...runTimes(i),
+      ['progress', progressBar(i.progress, i.state)],
       ['payload', i.payload ? h('pre', { class: 'code' }, JSON.stringify(i.payload, null, 2)) : '—'],
       ['output', i.output ? h('pre', { class: 'code' }, JSON.stringify(i.output, null, 2)) : '—'],
       ['error', i.error ? h('span', { class: 'err' }, i.error) : '—'],
     ]));
+    fill(attempts, attemptsTable(i.attempts || []));
     const tr = i.transitions || [];
     fill(timeline, tr.length ? h('ol', { class: 'timeline' }, tr.map((t, k) => h('li', {},
       h('div', { class: 'when' }, fmtTime(t.at), k > 0 ? h('span', { class: 'muted' }, ' +' + fmtDur(new Date(t.at) - new Date(tr[k - 1].at))) : null),
       h('div', {}, t.from ? [badge(t.from), ' → '] : null, badge(t.to), t.attempt ? ` attempt ${t.attempt}` : '',
-        ' by ', h('code', {}, t.operator || 'system'), t.reason ? h('div', { class: 'muted' }, t.reason) : null)))) : h('p', { class: 'muted' }, 'No transitions yet.'));
+        ' by ', h('code', {}, t.operator || 'system'), t.reason && !impliedShort(tr, k) ? h('div', { class: 'muted' }, t.reason) : null)))) : h('p', { class: 'muted' }, 'No transitions yet.'));
   };
   const refresh = async () => {
     try { render(await get('/v1/instances/' + id)); } catch (err) { flash(err.message, 'error'); }
@@ -608,6 +657,7 @@ async function instanceView(id, toLogs) {
   showPage(
     h('h1', {}, 'Instance #' + id + ' ', state, ' ', buttons),
     h('div', { class: 'grid' }, card('Instance', facts), card('State timeline', timeline)),
+    card('Attempts', attempts),
     h('section', { class: 'card', id: 'logs-card' }, h('h2', {}, 'Log ', logState), logs),
   );
   every(1000, () => { if (!terminal.has(state.textContent)) refresh(); });

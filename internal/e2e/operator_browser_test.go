@@ -1,0 +1,102 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/ax-scheduler/ax/dispatcher"
+	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/metrics"
+	"github.com/ax-scheduler/ax/schemas"
+)
+
+// TestConsoleShowsWhyAndAttempts drives the console as an operator
+// reading the day's questions (issue 27): an instance dispatched to a
+// pool nobody serves and one held by another run's mutex_key each say why
+// they wait, with what would end it, on their page and in the instances
+// list (and in GET /v1/instances/{id}); a retried instance shows one row
+// per attempt with its worker, outcome, error and duration, and its first
+// start and total time.
+func TestConsoleShowsWhyAndAttempts(t *testing.T) {
+	path := chromium(t)
+	reg := metrics.NewRegistry()
+	s := newSystem(t, func(o *dispatcher.Options) { o.Metrics = reg })
+	consoleURL := s.consoleAPI(reg)
+	mux := builtinsMux()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	mux.HandleFunc("test.hold", func(ctx context.Context, _ *executor.Job) (any, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	var tries atomic.Int64
+	mux.HandleFunc("test.flaky", func(context.Context, *executor.Job) (any, error) {
+		if n := tries.Add(1); n < 3 {
+			return nil, fmt.Errorf("try %d: the upstream answered 503", n)
+		}
+		return map[string]bool{"ok": true}, nil
+	})
+	s.executor("worker-1", mux, 4)
+	ctx := browser(t, path)
+	do(t, ctx, "open the console", 60*time.Second, chromedp.Navigate(consoleURL+"/"))
+	login(t, ctx, s.admin)
+
+	// A pool nobody serves.
+	s.apply("task_name: orphan\nexecution: {handler: builtin.echo}\ndispatch: {tags: [data-node-a]}\n")
+	orphan := s.fire("orphan", nil)
+	var got schemas.Instance
+	waitFor(t, "the API to say why the orphan waits", time.Minute, func() (bool, error) {
+		var err error
+		got, err = s.client.GetInstance(context.Background(), orphan)
+		return err == nil && got.Wait != nil, err
+	})
+	if got.Wait.Kind != schemas.WaitUnservedPool || !strings.Contains(got.Wait.Reason, `pool "data-node-a"`) ||
+		!strings.Contains(got.Wait.Ends, "start an executor with --pool data-node-a") || got.Wait.Since.IsZero() {
+		t.Errorf("the orphan's wait is %+v", got.Wait)
+	}
+	do(t, ctx, "read why the orphan waits", 60*time.Second,
+		chromedp.Navigate(fmt.Sprintf("%s/#/instances/%d", consoleURL, orphan)),
+		chromedp.WaitVisible(chromedp.Search(`//div[@id="wait"][@data-kind="unserved_pool"][contains(., "data-node-a")][contains(., "ends when: start an executor")]`)),
+	)
+
+	// A mutex_key held by another run.
+	s.apply("task_name: ledger\nexecution: {handler: test.hold}\nconcurrency: {mutex_key: \"shop-{{.shop}}\"}\n")
+	holder := s.fire("ledger", map[string]int{"shop": 7})
+	s.waitState(holder, schemas.StateRunning, time.Minute)
+	queued := s.fire("ledger", map[string]int{"shop": 7})
+	do(t, ctx, "read why the second ledger run waits", 60*time.Second,
+		chromedp.Navigate(fmt.Sprintf("%s/#/instances/%d", consoleURL, queued)),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//div[@id="wait"][@data-kind="mutex"][contains(., "shop-7")][contains(., "held by instance %d")]`, holder))),
+	)
+	do(t, ctx, "see both waits in the instances list", 60*time.Second,
+		chromedp.Navigate(consoleURL+"/#/instances"),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//tr[td/a[@href="#/instances/%d"]]/td/span[@class="wait-kind"][text()="unserved pool"]`, orphan))),
+		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//tr[td/a[@href="#/instances/%d"]]/td/span[@class="wait-kind"][text()="mutex"]`, queued))),
+	)
+
+	// A retried instance reads as three attempts.
+	s.apply("task_name: flaky\nexecution: {handler: test.flaky, retry: {max_attempts: 3, initial_interval_sec: 0}}\n")
+	flaky := s.fire("flaky", nil)
+	s.waitState(flaky, schemas.StateSucceeded, time.Minute)
+	do(t, ctx, "read the attempts of the retried instance", 60*time.Second,
+		chromedp.Navigate(fmt.Sprintf("%s/#/instances/%d", consoleURL, flaky)),
+		chromedp.WaitVisible(chromedp.Search(`//div[@id="attempts"]//tr[td[1]="1"][td[4]="worker-1"][td[5]/span="RETRYING"][td[7][contains(., "try 1: the upstream answered 503")]]`)),
+		chromedp.WaitVisible(chromedp.Search(`//div[@id="attempts"]//tr[td[1]="2"][td[5]/span="RETRYING"][td[7][contains(., "try 2")]]`)),
+		chromedp.WaitVisible(chromedp.Search(`//div[@id="attempts"]//tr[td[1]="3"][td[5]/span="SUCCEEDED"][td[7]="—"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//tr[td[1][text()="first started"]]/td[2][normalize-space(.) != "—"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//tr[td[1][text()="total time"]]/td[2][normalize-space(.) != "—"]`)),
+	)
+	in, err := s.client.GetInstance(context.Background(), flaky)
+	if err != nil || len(in.Attempts) != 3 || in.Attempts[0].Worker != "worker-1" || in.Attempts[2].State != schemas.StateSucceeded {
+		t.Errorf("GET /v1/instances/%d attempts = %+v (%v), want three, the last SUCCEEDED", flaky, in.Attempts, err)
+	}
+}
