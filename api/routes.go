@@ -47,7 +47,10 @@ var routeTable = []route{
 	{Route{"POST", "/v1/tasks/{name}/resume", schemas.RoleOperator, "Resume a paused task"},
 		func(s *Service, w http.ResponseWriter, r *http.Request) error { return s.setPaused(false)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/runs", schemas.RoleOperator, "Fire a task"}, (*Service).fire},
-	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made"}, (*Service).instanceByEvent},
+	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made, or (202) the delayed firing that waits"}, (*Service).instanceByEvent},
+	{Route{"POST", "/v1/tasks/{name}/runs/{event_id}/cancel", schemas.RoleOperator, "Cancel a pending delayed firing: it never fires"}, (*Service).cancelFiring},
+	{Route{"POST", "/v1/tasks/{name}/runs/{event_id}/fire", schemas.RoleOperator, "Fire a pending delayed firing now"}, (*Service).fireFiringNow},
+	{Route{"GET", "/v1/firings", schemas.RoleViewer, "List the pending delayed firings, soonest due first"}, (*Service).listFirings},
 
 	{Route{"GET", "/v1/instances", schemas.RoleViewer, "List instances, newest first"}, (*Service).listInstances},
 	{Route{"GET", "/v1/instances/{id}", schemas.RoleViewer, "Get an instance with its transitions"}, (*Service).getInstance},

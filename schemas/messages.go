@@ -584,6 +584,10 @@ const (
 	ActionRerun   OperatorAction = "rerun"   // fired an instance's firing again
 	ActionCancel  OperatorAction = "cancel"  // cancelled an instance
 	ActionDelete  OperatorAction = "delete"  // deleted a task
+	// ActionCancelFiring cancelled a pending delayed firing; ActionFireNow
+	// fired one before its due time.
+	ActionCancelFiring OperatorAction = "cancel_firing"
+	ActionFireNow      OperatorAction = "fire_now"
 
 	ActionTokenCreate        OperatorAction = "token_create"         // made an API token
 	ActionTokenRevoke        OperatorAction = "token_revoke"         // revoked an API token

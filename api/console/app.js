@@ -532,8 +532,11 @@ async function taskView(name, query) {
   const list = insts.instances || [];
   const payload = h('textarea', { id: 'payload', rows: 4, spellcheck: 'false', placeholder: '{"key": "value"}' });
   const out = h('div');
+  const schema = info.task.payload_schema;
   const fire = h('form', { id: 'fire', class: 'stack' },
     h('label', { for: 'payload' }, 'Payload (JSON, optional)'), payload,
+    schema ? h('details', { id: 'payload-schema', open: true }, h('summary', { class: 'small' }, `Payload schema (version ${info.task.schema_version || 1})`),
+      h('pre', { class: 'code small' }, JSON.stringify(schema, null, 2))) : h('p', { class: 'muted small' }, 'The task declares no payload schema: any JSON is taken.'),
     h('div', {}, h('button', { type: 'submit' }, 'Fire now')), out);
   fire.addEventListener('submit', async (e) => {
     e.preventDefault();
@@ -545,7 +548,7 @@ async function taskView(name, query) {
     try {
       const res = await call('POST', path + '/runs', req);
       if (res.instance_id) location.hash = '#/instances/' + res.instance_id;
-      else fill(out, h('p', { class: 'ok' }, `Fired: event ${res.event_id}` + (res.run_at ? ', runs at ' + fmtTime(res.run_at) : ', the instance is not made yet')));
+      else fill(out, h('p', { class: 'ok' }, `Fired: event ${res.event_id}` + (res.run_at ? ', runs at ' + fmtTime(res.run_at) + ' (see Scheduled firings)' : ', the instance is not made yet')));
     } catch (err) {
       fill(out, errorBox(err));
     }
@@ -561,6 +564,7 @@ async function taskView(name, query) {
     h('div', { class: 'grid' },
       card('Fire now', fire),
       card('Next fire times', nexts.length ? nexts : h('p', { class: 'muted' }, 'No cron trigger.'))),
+    card('Scheduled firings', firingsTable(name)),
     card('Duration of recent runs', chartBox('durations')),
     card('Recent instances', h('p', { class: 'small' }, h('a', { id: 'all-instances', href: '#/instances?task=' + encodeURIComponent(t.task_name) },
       'All instances of this task, paged and filtered by time')), table(['instance', 'state', 'source', 'attempt', 'worker', 'created', 'run time'], list.map((i) => [
@@ -766,6 +770,40 @@ async function auditView(query) {
   showPage(h('h1', {}, 'Audit'), card('Audit records', filter, h('div', { class: 'list-bar' }, nav, autoRefresh(load)), body));
 }
 
+/**
+ * firingsTable lists the delayed firings that wait for their time (of one
+ * task, or all), each with its due time and buttons to cancel it or fire
+ * it now; it reloads itself after an action and every few seconds.
+ */
+function firingsTable(task) {
+  const body = h('div', { id: 'firings' }, h('p', { class: 'muted' }, 'Loading…'));
+  const load = async () => {
+    let res;
+    try { res = await get('/v1/firings', { task }); } catch (err) { fill(body, errorBox(err)); return; }
+    const firings = res.firings || [];
+    const act1 = (f, what, path) => async () => {
+      const out = await act(`${what} ${f.task} ${f.event_id}`, () => call('POST', `/v1/tasks/${encodeURIComponent(f.task)}/runs/${encodeURIComponent(f.event_id)}/${path}`, {}));
+      if (out && out.instance_id) { location.hash = '#/instances/' + out.instance_id; return; }
+      load();
+    };
+    fill(body, table(['task', 'event', 'due', 'in', 'fired', 'by', ''], firings.map((f) => [
+      taskLink(f.task), h('code', {}, f.event_id), fmtTime(f.run_at), fmtDur(new Date(f.run_at) - Date.now()), fmtTime(f.fired_at), f.operator || '—',
+      [h('button', { type: 'button', class: 'small', 'data-action': 'fire-now', 'data-event': f.event_id, onclick: act1(f, 'fire now', 'fire') }, 'Fire now'), ' ',
+        h('button', { type: 'button', class: 'small danger', 'data-action': 'cancel-firing', 'data-event': f.event_id, onclick: act1(f, 'cancel', 'cancel') }, 'Cancel')],
+    ]), 'No delayed firing waits.'), res.truncated ? h('p', { class: 'muted small' }, 'More wait than are shown.') : null);
+  };
+  load();
+  every(5000, load);
+  return body;
+}
+
+async function firingsView() {
+  showPage(h('h1', {}, 'Scheduled firings'),
+    card('Delayed firings that wait for their time', h('p', { class: 'muted small' },
+      'Fired with a delay or run_at (ax fire --delay): no instance exists until the due time, so the Instances page does not show them yet.'),
+    firingsTable('')));
+}
+
 // ---- routing ----
 
 const routes = [
@@ -775,6 +813,7 @@ const routes = [
   [/^#\/instances$/, (m, q) => instancesView(q)],
   [/^#\/instances\/(\d+)$/, (m) => instanceView(m[1], false)],
   [/^#\/instances\/(\d+)\/logs$/, (m) => instanceView(m[1], true)],
+  [/^#\/firings$/, () => firingsView()],
   [/^#\/workers$/, () => workersView()],
   [/^#\/streams$/, () => streamsView()],
   [/^#\/alerts$/, (m, q) => alertsView(q)],

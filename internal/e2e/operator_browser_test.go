@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/metrics"
@@ -22,7 +23,8 @@ import (
 // they wait, with what would end it, on their page and in the instances
 // list (and in GET /v1/instances/{id}); a retried instance shows one row
 // per attempt with its worker, outcome, error and duration, and its first
-// start and total time.
+// start and total time; a delayed firing is listed with its due time
+// and cancelled from the console; the fire box shows the payload schema.
 func TestConsoleShowsWhyAndAttempts(t *testing.T) {
 	path := chromium(t)
 	reg := metrics.NewRegistry()
@@ -95,6 +97,27 @@ func TestConsoleShowsWhyAndAttempts(t *testing.T) {
 		chromedp.WaitVisible(chromedp.Search(`//tr[td[1][text()="first started"]]/td[2][normalize-space(.) != "—"]`)),
 		chromedp.WaitVisible(chromedp.Search(`//tr[td[1][text()="total time"]]/td[2][normalize-space(.) != "—"]`)),
 	)
+	// A delayed firing is listed with its due time until an operator
+	// cancels it; the fire box shows the task's payload schema.
+	s.apply("task_name: nightly\nexecution: {handler: builtin.echo}\npayload_schema: {type: object, required: [day], properties: {day: {type: string}}}\n")
+	if _, err := s.client.Fire(context.Background(), "nightly", wire.FireRequest{EventID: "tonight", Delay: "2h", Payload: []byte(`{"day": "2026-12-06"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "see the payload schema and the scheduled firing on the task's page", 60*time.Second,
+		chromedp.Navigate(consoleURL+"/#/tasks/nightly"),
+		chromedp.WaitVisible(chromedp.Search(`//details[@id="payload-schema"]/pre[contains(., "required")][contains(., "day")]`)),
+		chromedp.WaitVisible(chromedp.Search(`//div[@id="firings"]//tr[td/code="tonight"]/td[4][contains(., "h")]`)),
+	)
+	do(t, ctx, "cancel the scheduled firing", 60*time.Second,
+		chromedp.Navigate(consoleURL+"/#/firings"),
+		chromedp.WaitVisible(chromedp.Search(`//div[@id="firings"]//tr[td/code="tonight"]`)),
+		click(`button[data-action="cancel-firing"][data-event="tonight"]`),
+		chromedp.WaitVisible(chromedp.Search(`//div[@id="firings"]/p[contains(., "No delayed firing waits")]`)),
+	)
+	if list, err := s.client.ListFirings(context.Background(), "nightly", 0); err != nil || len(list.Firings) != 0 {
+		t.Errorf("after the console's cancel the pending firings are %+v (%v), want none", list.Firings, err)
+	}
+
 	in, err := s.client.GetInstance(context.Background(), flaky)
 	if err != nil || len(in.Attempts) != 3 || in.Attempts[0].Worker != "worker-1" || in.Attempts[2].State != schemas.StateSucceeded {
 		t.Errorf("GET /v1/instances/%d attempts = %+v (%v), want three, the last SUCCEEDED", flaky, in.Attempts, err)
