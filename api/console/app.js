@@ -344,6 +344,7 @@ async function dashboardView() {
   const slots = (workers.workers || []).reduce((a, w) => a + w.slots, 0);
   const busy = (workers.workers || []).reduce((a, w) => a + w.busy, 0);
   const ofHour = (state) => '#/instances?' + new URLSearchParams(state ? { state, since: '1h' } : { since: '1h' });
+  const lagGroups = groupLag(streams.streams || []);
 
   if (mine !== view) return;
   showPage(
@@ -351,29 +352,46 @@ async function dashboardView() {
     h('div', { class: 'stats' },
       stat('runs in the last hour', h('a', { id: 'stat-runs', href: ofHour() }, sum.total), (sum.total / 60).toFixed(1) + ' per minute'),
       stat('success rate', h('span', { id: 'stat-success' }, fmtPct(sum.success_rate)), `${succeeded} of ${ended} runs of the hour that ended`),
-      stat('latency p50 / p95', h('span', { id: 'stat-latency' }, fmtDur(rt.p50_ms) + ' / ' + fmtDur(rt.p95_ms)),
-        `run time (start to end), p99 ${fmtDur(rt.p99_ms)}, over ${rt.count} runs of the hour`),
+      stat('run time p50 / p95', h('span', { id: 'stat-latency' }, fmtDur(rt.p50_ms) + ' / ' + fmtDur(rt.p95_ms)),
+        `start to end of a run, p99 ${fmtDur(rt.p99_ms)}, over ${rt.count} runs of the hour`),
       stat('workers', (workers.workers || []).length, `${busy} of ${slots} slots busy`),
       stat('firing alerts', (alerts.alerts || []).length, h('a', { href: '#/alerts' }, 'see alerts'))),
     h('p', { class: 'states', id: 'states' }, states.map((st) => h('a', { href: ofHour(st), 'data-state': st },
       badge(st), ' ', h('span', { class: 'count' }, sum.states[st])))),
     h('div', { class: 'grid' },
-      card('Throughput (runs per minute, last hour)', chartBox('throughput')),
+      card('Throughput (runs per minute, last hour)', chartBox('throughput'), h('p', { id: 'throughput-clipped', class: 'muted small' })),
       card('Run time per minute, last hour', chartBox('latency'))),
     h('div', { class: 'grid' },
-      card('Fleet measures', metricsTable(metrics)),
-      card('Consumer lag', chartBox('lag'), lagTable(streams.streams || []))),
-    health ? card('Health report', healthSummary(health)) : null,
+      health ? h('section', { class: 'card', id: 'health' }, h('h2', {}, 'Health report'), healthSummary(health)) : null,
+      h('section', { class: 'card', id: 'lag-card' }, h('h2', {}, 'Consumer lag'), lagSummary(lagGroups))),
+    card('Fleet measures', metricsTable(metrics)),
   );
 
   const series = sum.series || [];
   const labels = series.map((b, i) => (i === series.length - 1 ? 'now' : new Date(b.start).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })));
+  // One spike must not flatten the normal minutes: the scale stops at
+  // twice the 95th percentile of the busy minutes, and a minute above it
+  // is drawn to the top with a marker and its figure in the note below.
+  const totals = series.map((b) => b.total);
+  const cap = robustCap(totals);
+  const clipped = totals.map((v) => (cap !== null && v > cap ? v : null));
+  const over = clipped.filter((v) => v !== null);
+  fill(document.getElementById('throughput-clipped'), over.length
+    ? `${over.length} minute${over.length > 1 ? 's' : ''} above the scale (▲), the busiest with ${Math.max(...over)} runs; the scale stops at ${cap} so that the other minutes read.`
+    : '');
   chart(document.getElementById('throughput'), {
     type: 'bar',
     data: { labels, datasets: [
       { label: 'runs', data: series.map((b) => b.total - b.failed), backgroundColor: '#3b82f6', stack: 's' },
-      { label: 'failed', data: series.map((b) => b.failed), backgroundColor: '#ef4444', stack: 's' }] },
-    options: { scales: { x: { stacked: true, ticks: { maxTicksLimit: 12 } }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 } } } },
+      { label: 'failed', data: series.map((b) => b.failed), backgroundColor: '#ef4444', stack: 's' },
+      { type: 'line', label: 'above the scale', data: clipped.map((v) => (v === null ? null : cap)), showLine: false,
+        pointStyle: 'triangle', pointRadius: 6, borderColor: '#111827', backgroundColor: '#111827' }] },
+    options: { scales: { x: { stacked: true, ticks: { maxTicksLimit: 12 } },
+      y: { stacked: true, beginAtZero: true, max: cap === null ? undefined : cap, ticks: { precision: 0 } } },
+    plugins: { tooltip: { callbacks: { footer: (items) => {
+      const v = totals[items[0].dataIndex];
+      return cap !== null && v > cap ? `${v} runs in all (above the scale)` : '';
+    } } } } },
   });
   chart(document.getElementById('latency'), {
     type: 'line',
@@ -382,13 +400,14 @@ async function dashboardView() {
       { label: 'p95 (ms)', data: series.map((b) => b.run_time.p95_ms), borderColor: '#f59e0b', pointRadius: 1, spanGaps: true }] },
     options: { scales: { x: { ticks: { maxTicksLimit: 12 } }, y: { beginAtZero: true } } },
   });
-  const consumers = (streams.streams || []).flatMap((s) => (s.consumers || []).map((c) => ({ s, c })));
+  const top = lagGroups.slice(0, lagTop);
   chart(document.getElementById('lag'), {
     type: 'bar',
-    data: { labels: consumers.map(({ s, c }) => s.name + '/' + c.name), datasets: [
-      { label: 'pending', data: consumers.map(({ c }) => c.pending), backgroundColor: '#f59e0b' },
-      { label: 'ack pending', data: consumers.map(({ c }) => c.ack_pending), backgroundColor: '#10b981' }] },
-    options: { indexAxis: 'y', scales: { x: { beginAtZero: true, ticks: { precision: 0 } } } },
+    data: { labels: top.map((g) => g.label), datasets: [
+      { label: 'pending', data: top.map((g) => g.pending), backgroundColor: '#f59e0b' },
+      { label: 'ack pending', data: top.map((g) => g.ack_pending), backgroundColor: '#10b981' }] },
+    options: { indexAxis: 'y', maintainAspectRatio: false, scales: { x: { beginAtZero: true, ticks: { precision: 0 } },
+      y: { ticks: { autoSkip: false, callback(v) { const l = this.getLabelForValue(v); return l.length > 28 ? l.slice(0, 27) + '…' : l; } } } } },
   });
   every(10000, () => { if (location.hash === '' || location.hash === '#/') route(); });
 }
@@ -424,9 +443,59 @@ function metricsTable(samples) {
     h('p', { class: 'muted small' }, 'Since this process started, from its /metrics; "—" where this process does not export the series (run the dispatcher and auditor in it, as ax dev does).'));
 }
 
-function lagTable(streams) {
-  const rows = streams.flatMap((s) => (s.consumers || []).map((c) => [s.name, c.name, c.pending, c.ack_pending, c.redelivered, fmtAgo(c.last_active)]));
-  return table(['stream', 'consumer', 'pending', 'ack pending', 'redelivered', 'last active'], rows, 'No consumers.');
+/** lagTop is how many groups of consumers the dashboard's lag shows before the rest fold. */
+const lagTop = 8;
+
+/**
+ * robustCap returns the top of a scale that lets the normal values read
+ * when a few spike: twice the 95th percentile of the non-zero values, or
+ * null when nothing exceeds it (the scale then fits everything).
+ */
+function robustCap(values) {
+  const busy = values.filter((v) => v > 0).sort((a, b) => a - b);
+  if (busy.length < 5) return null;
+  const p95 = busy[Math.min(busy.length - 1, Math.ceil(0.95 * busy.length) - 1)];
+  const cap = Math.max(1, Math.ceil(2 * p95));
+  return busy[busy.length - 1] > cap ? cap : null;
+}
+
+/**
+ * groupLag sums the consumers' lag by stream and executor pool (a
+ * dispatch consumer's pool; the workers' own queues together), largest
+ * first: with a hundred consumers the dashboard shows a few groups.
+ */
+function groupLag(streams) {
+  const groups = new Map();
+  for (const s of streams) {
+    for (const c of s.consumers || []) {
+      const pool = c.pool ? (c.pool.startsWith('worker:') ? 'worker queues' : 'pool ' + c.pool) : '';
+      const key = s.name + (pool ? ' · ' + pool : '');
+      const g = groups.get(key) || { label: key, stream: s.name, consumers: 0, pending: 0, ack_pending: 0, redelivered: 0, last: null };
+      g.consumers++;
+      g.pending += c.pending;
+      g.ack_pending += c.ack_pending;
+      g.redelivered += c.redelivered;
+      if (c.last_active && (!g.last || c.last_active > g.last)) g.last = c.last_active;
+      groups.set(key, g);
+    }
+  }
+  return [...groups.values()].sort((a, b) => (b.pending + b.ack_pending) - (a.pending + a.ack_pending) || a.label.localeCompare(b.label));
+}
+
+/** lagSummary is the lag chart of the top groups and their table, the rest folded. */
+function lagSummary(groups) {
+  const total = groups.reduce((a, g) => a + g.consumers, 0);
+  const row = (g) => [g.label, g.consumers, g.pending, g.ack_pending, g.redelivered, fmtAgo(g.last)];
+  const head = ['stream · pool', 'consumers', 'pending', 'ack pending', 'redelivered', 'last active'];
+  const top = groups.slice(0, lagTop), rest = groups.slice(lagTop);
+  const box = chartBox('lag');
+  box.style.height = Math.max(120, 28 * top.length + 40) + 'px';
+  return h('div', { id: 'lag-summary' },
+    h('p', { class: 'muted small' }, `${total} consumers in ${groups.length} groups, largest lag first; each consumer on the `,
+      h('a', { href: '#/streams', id: 'lag-streams' }, 'Streams page'), '.'),
+    box,
+    table(head, top.map(row), 'No consumers.'),
+    rest.length ? h('details', { id: 'lag-rest' }, h('summary', { class: 'small' }, `${rest.length} more groups`), table(head, rest.map(row))) : null);
 }
 
 function healthSummary(r) {
@@ -443,6 +512,14 @@ function healthSummary(r) {
       [taskLink(o.task), o.instance_id ? instLink(o.instance_id) : '—', JSON.stringify(o)]), 'None.'),
     h('h3', {}, 'Tasks without an owner'),
     (r.tasks_without_owner || []).length ? h('p', {}, (r.tasks_without_owner || []).map((t) => [taskLink(t), ' '])) : h('p', { class: 'muted' }, 'None.'));
+}
+
+/** lastRun shows a task's newest instance: its state, linked, and when it was fired. */
+function lastRun(info) {
+  const i = info.last_run;
+  if (i === undefined) return '…';
+  if (!i) return '—';
+  return h('a', { href: '#/instances/' + i.id, class: 'last-run', 'data-state': i.state }, badge(i.state), ' ', h('span', { class: 'muted small' }, fmtAgo(i.fired_at)));
 }
 
 function nextFire(info) {
@@ -479,10 +556,10 @@ async function tasksView() {
     sessionStorage.setItem('ax.search', search.value);
     const shown = tasks.filter((t) => !q || [t.task.task_name, t.task.execution.handler, t.task.owner, t.task.description]
       .some((x) => x && x.toLowerCase().includes(q)));
-    fill(body, table(['task', 'status', 'handler', 'triggers', 'next fire', 'version', 'actions'], shown.map((t) => [
+    fill(body, table(['task', 'status', 'handler', 'triggers', 'next fire', 'last run', 'version', 'actions'], shown.map((t) => [
       taskLink(t.task.task_name), taskStatus(t), h('code', {}, t.task.execution.handler),
       (t.task.triggers || []).map((tr) => tr.schedule ? tr.type + ' ' + tr.schedule : tr.type).join(', ') || '—',
-      nextFire(t), t.version, [taskActions(t, route), ' ', h('a', { class: 'button small', href: '#/tasks/' + encodeURIComponent(t.task.task_name) + '?fire' }, 'fire')],
+      nextFire(t), lastRun(t), t.version, [taskActions(t, route), ' ', h('a', { class: 'button small', href: '#/tasks/' + encodeURIComponent(t.task.task_name) + '?fire' }, 'fire')],
     ]), tasks.length ? 'No task matches.' : 'No tasks yet: apply one below.'));
   };
   search.addEventListener('input', render);
@@ -495,6 +572,10 @@ async function tasksView() {
       .then(() => { if (crons.length && body.isConnected) render(); });
   };
   fillNextFires();
+  // Nor the last run: each task's newest instance, for the first hundred.
+  Promise.all(tasks.slice(0, 100).map((t) => get('/v1/instances', { task: t.task.task_name, limit: 1 })
+    .then((r) => { t.last_run = (r.instances || [])[0] || null; }).catch(() => {})))
+    .then(() => { if (body.isConnected) render(); });
 
   const def = h('textarea', { id: 'definition', rows: 12, spellcheck: 'false',
     placeholder: 'task_name: nightly-report\nexecution:\n  handler: builtin.echo\ntriggers:\n  - type: cron\n    schedule: "0 2 * * *"' });

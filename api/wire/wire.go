@@ -248,6 +248,11 @@ type ConsumerInfo struct {
 	Waiting int `json:"waiting"`
 	// LastActive is when a message was last delivered, if ever.
 	LastActive *time.Time `json:"last_active,omitempty"`
+	// Pool is the executor pool a dispatch consumer serves (a pool's queue,
+	// or a worker's own queue by its worker's pool-less name "worker:<id>"),
+	// from the consumer's metadata; "" for other consumers. The console
+	// groups the lag by it.
+	Pool string `json:"pool,omitempty"`
 }
 
 // StreamList is the answer to GET /v1/streams.

@@ -15,6 +15,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // TestConsoleShowsWhyAndAttempts drives the console as an operator
@@ -121,5 +122,84 @@ func TestConsoleShowsWhyAndAttempts(t *testing.T) {
 	in, err := s.client.GetInstance(context.Background(), flaky)
 	if err != nil || len(in.Attempts) != 3 || in.Attempts[0].Worker != "worker-1" || in.Attempts[2].State != schemas.StateSucceeded {
 		t.Errorf("GET /v1/instances/%d attempts = %+v (%v), want three, the last SUCCEEDED", flaky, in.Attempts, err)
+	}
+}
+
+// TestDashboardWith150Consumers opens the dashboard of an installation
+// with 150 dispatch consumers (issue 27: with 126 it was 6,000 px tall,
+// its consumer table clipped at the right): the lag reads by stream and
+// pool, the largest first with the rest folded and a link to the Streams
+// page; the page fits the window's width; and the health report starts
+// above the lag table's end, so no one scrolls past the table to find
+// it. The run time card is called so.
+func TestDashboardWith150Consumers(t *testing.T) {
+	path := chromium(t)
+	reg := metrics.NewRegistry()
+	s := newSystem(t, func(o *dispatcher.Options) { o.Metrics = reg })
+	consoleURL := s.consoleAPI(reg)
+	ctx := context.Background()
+	top := streams.Default()
+	for i := range 150 {
+		pool := fmt.Sprintf("pool-%02d", i%30)
+		handler := fmt.Sprintf("h%d", i)
+		c := top.PoolConsumer(pool, schemas.PriorityNormal, handler)
+		if _, err := s.js.CreateOrUpdateConsumer(ctx, top.DispatchStream(), c); err != nil {
+			t.Fatal(err)
+		}
+		if i%30 == 7 { // pool-07 lags
+			for range 5 {
+				if _, err := s.js.Publish(ctx, top.Dispatch(pool, schemas.PriorityNormal, handler), []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	// Runs, for the run time card.
+	s.executor("worker-1", builtinsMux(), 8)
+	s.apply("task_name: tick\nexecution: {handler: builtin.echo}\n")
+	for i := range 66 {
+		s.fire("tick", map[string]int{"i": i})
+	}
+	browserCtx := browser(t, path)
+	do(t, browserCtx, "open the console", 60*time.Second, chromedp.Navigate(consoleURL+"/"))
+	login(t, browserCtx, s.admin)
+	do(t, browserCtx, "read the dashboard", 60*time.Second,
+		chromedp.WaitVisible(chromedp.ID("lag-summary")),
+		chromedp.WaitVisible(chromedp.ID("health")),
+		chromedp.WaitVisible(chromedp.Search(`//div[@class="stat-label"][text()="run time p50 / p95"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//a[@id="lag-streams"][@href="#/streams"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//div[@id="lag-summary"]/p[contains(., "consumers in")]`)),
+	)
+	var layout struct {
+		ScrollWidth, InnerWidth    float64
+		HealthTop, LagBottom, Rows float64
+		First                      string
+		Folded                     bool
+	}
+	layout = read(t, browserCtx, "measure the dashboard", 30*time.Second, chromedp.Evaluate[struct {
+		ScrollWidth, InnerWidth    float64
+		HealthTop, LagBottom, Rows float64
+		First                      string
+		Folded                     bool
+	}](`(() => {
+		const lag = document.querySelector('#lag-summary table');
+		return {
+			ScrollWidth: document.documentElement.scrollWidth, InnerWidth: window.innerWidth,
+			HealthTop: document.getElementById('health').getBoundingClientRect().top + window.scrollY,
+			LagBottom: lag.getBoundingClientRect().bottom + window.scrollY,
+			Rows: lag.querySelectorAll('tbody tr').length,
+			First: lag.querySelector('tbody tr td').textContent,
+			Folded: !!document.querySelector('#lag-rest') && !document.querySelector('#lag-rest').open,
+		};
+	})()`))
+	if layout.ScrollWidth > layout.InnerWidth {
+		t.Errorf("the dashboard is %v px wide in a window of %v", layout.ScrollWidth, layout.InnerWidth)
+	}
+	if layout.HealthTop > layout.LagBottom {
+		t.Errorf("the health report starts at %v px, below the lag table's end at %v px", layout.HealthTop, layout.LagBottom)
+	}
+	if layout.Rows > 10 || !layout.Folded || !strings.Contains(layout.First, "pool pool-07") {
+		t.Errorf("the lag table shows %v rows, first %q, the rest folded: %v; want at most 10, pool-07 first, folded",
+			layout.Rows, layout.First, layout.Folded)
 	}
 }
