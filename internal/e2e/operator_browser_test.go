@@ -76,6 +76,12 @@ func TestConsoleShowsWhyAndAttempts(t *testing.T) {
 	holder := s.fire("ledger", map[string]int{"shop": 7})
 	s.waitState(holder, schemas.StateRunning, time.Minute)
 	queued := s.fire("ledger", map[string]int{"shop": 7})
+	// The stack's API reads the mutex bucket with its own NATS credential.
+	waitFor(t, "the API to say who holds the mutex", time.Minute, func() (bool, error) {
+		in, err := s.client.GetInstance(context.Background(), queued)
+		return err == nil && in.Wait != nil && in.Wait.Kind == schemas.WaitMutex &&
+			strings.Contains(in.Wait.Reason, fmt.Sprintf("held by instance %d", holder)), err
+	})
 	do(t, ctx, "read why the second ledger run waits", 60*time.Second,
 		chromedp.Navigate(fmt.Sprintf("%s/#/instances/%d", consoleURL, queued)),
 		chromedp.WaitVisible(chromedp.Search(fmt.Sprintf(`//div[@id="wait"][@data-kind="mutex"][contains(., "shop-7")][contains(., "held by instance %d")]`, holder))),
