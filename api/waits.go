@@ -49,6 +49,7 @@ func (s *Service) attachWaits(ctx context.Context, list []schemas.Instance) erro
 		tasks[name] = t
 		return t
 	}
+	mutexReads := 0
 	for i := range list {
 		in := &list[i]
 		if !in.State.Waits() || in.Archived {
@@ -69,12 +70,17 @@ func (s *Service) attachWaits(ctx context.Context, list []schemas.Instance) erro
 				Reason: fmt.Sprintf("task %s runs at most %d instances at once (concurrency.max_running_instances) and that many run now",
 					in.Task, c.MaxRunningInstances),
 				Ends: "one of the task's running instances ends; raise max_running_instances to run more at once"}
-		case in.State == schemas.StateDispatched && c.MutexKey != "":
+		case in.State == schemas.StateDispatched && c.MutexKey != "" && mutexReads < maxMutexReads:
+			mutexReads++
 			in.Wait = s.mutexWait(ctx, *in, c.MutexKey)
 		}
 	}
 	return nil
 }
+
+// maxMutexReads bounds the mutex bucket reads of one answer: a page of
+// 500 DISPATCHED instances of a mutex task reads the first 50 holders.
+const maxMutexReads = 50
 
 // waitingSince is when in entered its current state, by its transitions
 // when it has them (GET /v1/instances/{id}), else when it was created.

@@ -176,18 +176,13 @@ func TestDashboardWith150Consumers(t *testing.T) {
 		chromedp.WaitVisible(chromedp.Search(`//a[@id="lag-streams"][@href="#/streams"]`)),
 		chromedp.WaitVisible(chromedp.Search(`//div[@id="lag-summary"]/p[contains(., "consumers in")]`)),
 	)
-	var layout struct {
+	type dashLayout struct {
 		ScrollWidth, InnerWidth    float64
 		HealthTop, LagBottom, Rows float64
 		First                      string
 		Folded                     bool
 	}
-	layout = read(t, browserCtx, "measure the dashboard", 30*time.Second, chromedp.Evaluate[struct {
-		ScrollWidth, InnerWidth    float64
-		HealthTop, LagBottom, Rows float64
-		First                      string
-		Folded                     bool
-	}](`(() => {
+	layout := read(t, browserCtx, "measure the dashboard", 30*time.Second, chromedp.Evaluate[dashLayout](`(() => {
 		const lag = document.querySelector('#lag-summary table');
 		return {
 			ScrollWidth: document.documentElement.scrollWidth, InnerWidth: window.innerWidth,
