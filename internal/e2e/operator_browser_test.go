@@ -15,6 +15,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -137,7 +138,8 @@ func TestConsoleShowsWhyAndAttempts(t *testing.T) {
 // pool, the largest first with the rest folded and a link to the Streams
 // page; the page fits the window's width; and the health report starts
 // above the lag table's end, so no one scrolls past the table to find
-// it. The run time card is called so.
+// it. The run time card is called so, and the alerts pager counts the
+// alerts it shows.
 func TestDashboardWith150Consumers(t *testing.T) {
 	path := chromium(t)
 	reg := metrics.NewRegistry()
@@ -203,4 +205,16 @@ func TestDashboardWith150Consumers(t *testing.T) {
 		t.Errorf("the lag table shows %v rows, first %q, the rest folded: %v; want at most 10, pool-07 first, folded",
 			layout.Rows, layout.First, layout.Folded)
 	}
+
+	// Six alerts, ids with gaps: the pager counts them, not "#50 – #1".
+	for i := range 6 {
+		if _, err := s.store.RaiseAlert(ctx, store.AlertSignal{Rule: "backlog", Level: schemas.AlertP2,
+			Key: fmt.Sprintf("k%d", i*9), Reason: "test", At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	do(t, browserCtx, "read the alerts pager", 60*time.Second,
+		chromedp.Navigate(consoleURL+"/#/alerts"),
+		chromedp.WaitVisible(chromedp.Search(`//span[@id="page-range"][text()="6 alerts, newest first"]`)),
+	)
 }
