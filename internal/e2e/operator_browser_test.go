@@ -138,8 +138,9 @@ func TestConsoleShowsWhyAndAttempts(t *testing.T) {
 // pool, the largest first with the rest folded and a link to the Streams
 // page; the page fits the window's width; and the health report starts
 // above the lag table's end, so no one scrolls past the table to find
-// it. The run time card is called so, and the alerts pager counts the
-// alerts it shows.
+// it. The run time card is called so, a spike of one minute leaves the
+// throughput chart's scale to the normal minutes, and the alerts pager
+// counts the alerts it shows.
 func TestDashboardWith150Consumers(t *testing.T) {
 	path := chromium(t)
 	reg := metrics.NewRegistry()
@@ -162,11 +163,25 @@ func TestDashboardWith150Consumers(t *testing.T) {
 			}
 		}
 	}
-	// Runs, for the run time card.
-	s.executor("worker-1", builtinsMux(), 8)
+	// Runs, for the run time card and the throughput chart: two a minute
+	// for half an hour, and a spike of 100 in one minute.
 	s.apply("task_name: tick\nexecution: {handler: builtin.echo}\n")
-	for i := range 66 {
-		s.fire("tick", map[string]int{"i": i})
+	now := time.Now().Truncate(time.Minute)
+	for m := 1; m <= 31; m++ {
+		n := 2
+		if m == 10 {
+			n = 100
+		}
+		for i := range n {
+			at := now.Add(-time.Duration(m) * time.Minute).Add(time.Duration(i) * 100 * time.Millisecond)
+			if _, err := s.pool.Exec(ctx, `
+				INSERT INTO instances (task, task_version, event_id, source, state, attempt, max_attempts, priority, pool, handler,
+					timeout_ms, fired_at, started_at, finished_at)
+				VALUES ('tick', 1, $1, 'event', 'SUCCEEDED', 1, 1, 'normal', 'default', 'builtin.echo', 1000, $2, $2, $3)`,
+				fmt.Sprintf("m%d-%d", m, i), at, at.Add(5*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	browserCtx := browser(t, path)
 	do(t, browserCtx, "open the console", 60*time.Second, chromedp.Navigate(consoleURL+"/"))
@@ -195,6 +210,12 @@ func TestDashboardWith150Consumers(t *testing.T) {
 			Folded: !!document.querySelector('#lag-rest') && !document.querySelector('#lag-rest').open,
 		};
 	})()`))
+	clipped := read(t, browserCtx, "read the throughput chart's scale", 30*time.Second, chromedp.Poll[string](
+		`(() => { const c = Chart.getChart('throughput'); const note = document.getElementById('throughput-clipped').textContent;
+			return c && note ? c.options.scales.y.max + ': ' + note : false; })()`))
+	if !strings.HasPrefix(clipped, "4: 1 minute above the scale (▲), the busiest with 100 runs") {
+		t.Errorf("the throughput chart reads %q, want its scale at 4 (twice the normal minute's 2) and the spike marked", clipped)
+	}
 	if layout.ScrollWidth > layout.InnerWidth {
 		t.Errorf("the dashboard is %v px wide in a window of %v", layout.ScrollWidth, layout.InnerWidth)
 	}
