@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +50,19 @@ func (s *Service) attachWaits(ctx context.Context, list []schemas.Instance) erro
 		tasks[name] = t
 		return t
 	}
+	var workers []schemas.Worker
+	workersRead := false
+	served := func(pool, handler string) bool {
+		if !workersRead {
+			workersRead = true
+			rctx, cancel := context.WithTimeout(ctx, readNATSTimeout)
+			workers, _ = s.readWorkers(rctx) // unread, the reason stands
+			cancel()
+		}
+		return slices.ContainsFunc(workers, func(w schemas.Worker) bool {
+			return slices.Contains(w.Pools, pool) && slices.Contains(w.Handlers, handler)
+		})
+	}
 	mutexReads := 0
 	for i := range list {
 		in := &list[i]
@@ -57,6 +71,13 @@ func (s *Service) attachWaits(ctx context.Context, list []schemas.Instance) erro
 		}
 		w, ok := recorded[in.ID]
 		if in.Wait = store.WaitOf(*in, w, ok); in.Wait != nil {
+			// The dispatcher wrote it when it queued the attempt, and
+			// does not come back to it: a worker that came since ends it.
+			if in.Wait.Kind == schemas.WaitUnservedPool {
+				if t := task(in.Task); t != nil && t.Definition != nil && served(in.Pool, t.Definition.Execution.Handler) {
+					in.Wait = nil
+				}
+			}
 			continue
 		}
 		t := task(in.Task)
