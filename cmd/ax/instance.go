@@ -177,7 +177,12 @@ func printInstance(w io.Writer, in schemas.Instance) error {
 	fmt.Fprintf(tw, "STARTED\t%s\n", timeOrDash(in.StartedAt))
 	fmt.Fprintf(tw, "FINISHED\t%s\n", timeOrDash(in.FinishedAt))
 	if in.Progress != nil {
-		fmt.Fprintf(tw, "PROGRESS\t%s (attempt %d, at %s)\n", progressText(*in.Progress), in.Progress.Attempt, timeOrDash(&in.Progress.At))
+		p := *in.Progress
+		if in.State == schemas.StateSucceeded && p.Total > 0 && p.Done < p.Total {
+			// It did all its work, whatever it last reported.
+			p.Done = p.Total
+		}
+		fmt.Fprintf(tw, "PROGRESS\t%s (attempt %d, at %s)\n", progressText(p), in.Progress.Attempt, timeOrDash(&in.Progress.At))
 	}
 	if len(in.Payload) > 0 {
 		fmt.Fprintf(tw, "PAYLOAD\t%s\n", in.Payload)
