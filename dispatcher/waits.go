@@ -122,12 +122,11 @@ func (s *Service) flushWaits() {
 // noteNoWorker records the wait of an attempt that routing found no live
 // worker for (err, an errNoWorker), which is routed again later.
 func (s *Service) noteNoWorker(a store.Attempt, err error) {
-	kind, reason := schemas.WaitNoWorker, err.Error()
+	reason := err.Error()
 	if nw, ok := errors.AsType[errNoWorker](err); ok && a.Strategy == schemas.DispatchWorker {
-		kind = schemas.WaitWorkerGone
 		reason = fmt.Sprintf("worker %s, which the attempt is pinned to, is live but may not take it: %s", a.Key, nw.Error())
 	}
-	s.noteWait(a, kind, reason, startExecutor(a))
+	s.noteWait(a, schemas.WaitNoWorker, reason, startExecutor(a))
 }
 
 // noteRouted looks at an attempt that routing placed on route r: queued
