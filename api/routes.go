@@ -48,7 +48,10 @@ var routeTable = []route{
 	{Route{"POST", "/v1/tasks/{name}/resume", schemas.RoleOperator, "Resume a paused task"},
 		func(s *Service, w http.ResponseWriter, r *http.Request) error { return s.setPaused(false)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/runs", schemas.RoleOperator, "Fire a task"}, (*Service).fire},
-	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made"}, (*Service).instanceByEvent},
+	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made, or (202) the delayed firing that waits"}, (*Service).instanceByEvent},
+	{Route{"POST", "/v1/tasks/{name}/runs/{event_id}/cancel", schemas.RoleOperator, "Cancel a pending delayed firing: it never fires"}, (*Service).cancelFiring},
+	{Route{"POST", "/v1/tasks/{name}/runs/{event_id}/fire", schemas.RoleOperator, "Fire a pending delayed firing now"}, (*Service).fireFiringNow},
+	{Route{"GET", "/v1/firings", schemas.RoleViewer, "List the pending delayed firings, soonest due first"}, (*Service).listFirings},
 	{Route{"GET", "/v1/tasks/{name}/ledger", schemas.RoleViewer, "Every tick the task's cron triggers scheduled in a range, and what became of it"}, (*Service).ledger},
 	{Route{"GET", "/v1/tasks/{name}/explain", schemas.RoleViewer, "Why the task's tick at an instant did or did not run, in words"}, (*Service).explainTick},
 

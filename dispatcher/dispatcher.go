@@ -113,6 +113,8 @@ type Service struct {
 	deaths *deathJudge
 	// reaper watches the leases and answers the fence.
 	reaper *reaper
+	// waits records why attempts wait, once per change (see waits.go).
+	waits *waitTracker
 }
 
 // Faults is the one seam for the faults a rehearsal (ax drill) injects
@@ -210,8 +212,10 @@ func New(opts Options) (*Service, error) {
 		workers: workers,
 		book:    newLeaseBook(),
 	}
+	s.waits = &waitTracker{now: opts.NowFunc, log: log, store: opts.Store, workers: workers, protocol: opts.Protocol}
 	s.router = &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log,
-		gone: newDepartures(), conn: opts.Conn, store: opts.Store, batchSize: opts.BatchSize, now: opts.NowFunc, metrics: m, next: s}
+		gone: newDepartures(), conn: opts.Conn, store: opts.Store, batchSize: opts.BatchSize, now: opts.NowFunc, metrics: m, next: s,
+		waits: s.waits}
 	s.deaths = &deathJudge{store: opts.Store, quarantineAfter: opts.QuarantineAfter, rand: opts.RandFunc, now: opts.NowFunc,
 		log: log, suspects: m.suspects}
 	s.reaper = &reaper{store: opts.Store, top: opts.Topology, conn: opts.Conn,

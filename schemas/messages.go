@@ -538,6 +538,12 @@ type Instance struct {
 	// archive: it ended long enough ago to leave the hot tables (see
 	// docs/operations.md, "Instance history and retention").
 	Archived bool `json:"archived,omitempty"`
+	// Wait says why the instance waits, while it does (see [Wait]); nil
+	// when it runs, ended, or nothing is known to hold it.
+	Wait *Wait `json:"wait,omitempty"`
+	// Attempts are the instance's attempts as its transitions tell them
+	// (see [Attempts]); set by GET /v1/instances/{id}, not by the list.
+	Attempts []AttemptRun `json:"attempts,omitempty"`
 }
 
 // InstanceEvent is something that befell an instance without changing its
@@ -578,6 +584,10 @@ const (
 	ActionRerun   OperatorAction = "rerun"   // fired an instance's firing again
 	ActionCancel  OperatorAction = "cancel"  // cancelled an instance
 	ActionDelete  OperatorAction = "delete"  // deleted a task
+	// ActionCancelFiring cancelled a pending delayed firing; ActionFireNow
+	// fired one before its due time.
+	ActionCancelFiring OperatorAction = "cancel_firing"
+	ActionFireNow      OperatorAction = "fire_now"
 
 	ActionTokenCreate        OperatorAction = "token_create"         // made an API token
 	ActionTokenRevoke        OperatorAction = "token_revoke"         // revoked an API token

@@ -62,7 +62,10 @@ func TestDecodeParams(t *testing.T) {
 			return p.Age == 30*time.Second && p.Instances == 1
 		}, ""},
 		{schemas.AlertDurationJitter, "P2", `{"factor": 3, "runs": 10, "min_runs": 3}`, func(p schemas.AlertParams) bool {
-			return p.Factor == 3 && p.Runs == 10 && p.MinRuns == 3
+			return p.Factor == 3 && p.Runs == 10 && p.MinRuns == 3 && p.MinDuration == time.Second
+		}, ""},
+		{schemas.AlertDurationJitter, "P2", `{"min_duration": "250ms"}`, func(p schemas.AlertParams) bool {
+			return p.MinDuration == 250*time.Millisecond
 		}, ""},
 		{"nope", "P1", ``, nil, `kind: "nope" is not an alert rule kind`},
 		{schemas.AlertBacklog, "P9", ``, nil, `level: "P9" is not an alert level`},

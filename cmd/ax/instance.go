@@ -177,13 +177,24 @@ func printInstance(w io.Writer, in schemas.Instance) error {
 	fmt.Fprintf(tw, "STATE\t%s\n", in.State)
 	fmt.Fprintf(tw, "ATTEMPT\t%d of %d\n", in.Attempt, in.MaxAttempts)
 	fmt.Fprintf(tw, "WORKER\t%s\n", orDash(in.WorkerID))
+	if in.Wait != nil {
+		fmt.Fprintf(tw, "WAITS\t%s since %s (%s)\n", in.Wait.Reason, timeOrDash(&in.Wait.Since), in.Wait.Kind)
+		if in.Wait.Ends != "" {
+			fmt.Fprintf(tw, "UNTIL\t%s\n", in.Wait.Ends)
+		}
+	}
 	fmt.Fprintf(tw, "POOL\t%s (%s)\n", in.Pool, in.Priority)
 	fmt.Fprintf(tw, "EVENT\t%s (%s)\n", in.EventID, in.Source)
 	fmt.Fprintf(tw, "FIRED\t%s\n", timeOrDash(&in.FiredAt))
 	fmt.Fprintf(tw, "STARTED\t%s\n", timeOrDash(in.StartedAt))
 	fmt.Fprintf(tw, "FINISHED\t%s\n", timeOrDash(in.FinishedAt))
 	if in.Progress != nil {
-		fmt.Fprintf(tw, "PROGRESS\t%s (attempt %d, at %s)\n", progressText(*in.Progress), in.Progress.Attempt, timeOrDash(&in.Progress.At))
+		p := *in.Progress
+		if in.State == schemas.StateSucceeded && p.Total > 0 && p.Done < p.Total {
+			// It did all its work, whatever it last reported.
+			p.Done = p.Total
+		}
+		fmt.Fprintf(tw, "PROGRESS\t%s (attempt %d, at %s)\n", progressText(p), in.Progress.Attempt, timeOrDash(&in.Progress.At))
 	}
 	if len(in.Payload) > 0 {
 		fmt.Fprintf(tw, "PAYLOAD\t%s\n", in.Payload)
@@ -262,10 +273,14 @@ partitioned history and the archive (see docs/operations.md).`,
 				return g.printData(cmd.OutOrStdout(), list)
 			}
 			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ID\tTASK\tSTATE\tATTEMPT\tWORKER\tFIRED\tFINISHED")
+			fmt.Fprintln(tw, "ID\tTASK\tSTATE\tATTEMPT\tWORKER\tFIRED\tFINISHED\tWAITS")
 			for _, in := range list {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", in.ID, in.Task, in.State, in.Attempt, in.MaxAttempts,
-					orDash(in.WorkerID), timeOrDash(&in.FiredAt), timeOrDash(in.FinishedAt))
+				waits := "-"
+				if in.Wait != nil {
+					waits = string(in.Wait.Kind)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", in.ID, in.Task, in.State, in.Attempt, in.MaxAttempts,
+					orDash(in.WorkerID), timeOrDash(&in.FiredAt), timeOrDash(in.FinishedAt), waits)
 			}
 			return tw.Flush()
 		},
