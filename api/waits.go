@@ -64,6 +64,7 @@ func (s *Service) attachWaits(ctx context.Context, list []schemas.Instance) erro
 		})
 	}
 	mutexReads := 0
+	var calendar map[int64]string // read once, when an instance waits for parents' ticks
 	for i := range list {
 		in := &list[i]
 		if !in.State.Waits() || in.Archived {
@@ -86,6 +87,13 @@ func (s *Service) attachWaits(ctx context.Context, list []schemas.Instance) erro
 		}
 		c := t.Definition.Concurrency
 		switch {
+		case in.State == schemas.StateWaiting && calendarAligned(t.Definition):
+			if calendar == nil {
+				if calendar, err = s.opts.Store.WaitReasons(ctx, ids); err != nil {
+					return err
+				}
+			}
+			in.Wait = calendarWait(*in, t.Definition, calendar[in.ID])
 		case in.State == schemas.StateWaiting && c.MaxRunningInstances > 0:
 			in.Wait = &schemas.Wait{Kind: schemas.WaitMaxRunning, Since: waitingSince(*in),
 				Reason: fmt.Sprintf("task %s runs at most %d instances at once (concurrency.max_running_instances) and that many run now",
@@ -168,4 +176,27 @@ func renderKey(text string, payload json.RawMessage) (string, error) {
 		return "", err
 	}
 	return b.String(), nil
+}
+
+// calendarAligned reports whether def has an after entry with a window: its
+// firings wait (WAITING) for the parents' ticks in that window.
+func calendarAligned(def *schemas.Task) bool {
+	return slices.ContainsFunc(def.After, func(a schemas.After) bool { return a.Window != "" })
+}
+
+// calendarWait is the wait of in, WAITING for the ticks of def's
+// calendar-aligned parents; reason is what the dispatcher's calendar loop
+// last found missing ("" before its first look).
+func calendarWait(in schemas.Instance, def *schemas.Task, reason string) *schemas.Wait {
+	if reason == "" {
+		var names []string
+		for _, a := range def.After {
+			if a.Window != "" {
+				names = append(names, fmt.Sprintf("%s (%s)", a.Task, a.Window))
+			}
+		}
+		reason = "waits for the ticks of its calendar-aligned parents: " + strings.Join(names, ", ")
+	}
+	return &schemas.Wait{Kind: schemas.WaitCalendarParents, Since: waitingSince(in), Reason: reason,
+		Ends: "every parent tick of the window succeeds (rerun a failed one), or the after entry's timeout passes"}
 }

@@ -25,6 +25,9 @@ const (
 	// WaitMaxRunning: the instance is WAITING behind the task's
 	// max_running_instances.
 	WaitMaxRunning WaitKind = "max_running"
+	// WaitCalendarParents: the instance is WAITING for the ticks of its
+	// calendar-aligned parents (a task's after entries with a window).
+	WaitCalendarParents WaitKind = "calendar_parents"
 )
 
 // Wait is why an instance that has not started waits: kept on the

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-scheduler/ax/api/apitest"
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
@@ -131,6 +133,11 @@ after:
 		if _, reason := stateOf("daily-report", daily); !strings.Contains(reason, last+" not run") {
 			t.Errorf("%s: the wait reason %q does not name the missing hour %s", tc.name, reason, last)
 		}
+		// The operator reads the same reason on the instance.
+		if w := s.waitOf("daily-report", schemas.CronEventID("daily-report", 0, daily)); w == nil ||
+			w.Kind != schemas.WaitCalendarParents || !strings.Contains(w.Reason, last+" not run") {
+			t.Errorf("%s: GET /v1/instances/{id} says it waits %+v; want %s naming %s", tc.name, w, schemas.WaitCalendarParents, last)
+		}
 		fire("hourly-load", ticks[len(ticks)-1])
 		waitFor(t, tc.name+": the daily run to succeed", 30*time.Second, func() (bool, error) {
 			st, _ := stateOf("daily-report", daily)
@@ -174,3 +181,24 @@ after:
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// waitOf returns the wait the API shows on the instance of task's firing
+// eventID.
+func (s *system) waitOf(task, eventID string) *schemas.Wait {
+	s.t.Helper()
+	var id int64
+	if err := s.pool.QueryRow(context.Background(), `SELECT id FROM instances WHERE task = $1 AND event_id = $2`,
+		task, eventID).Scan(&id); err != nil {
+		s.t.Fatal(err)
+	}
+	resp, err := apitest.HTTPClient(nil, s.admin).Get(s.apiURL + "/v1/instances/" + strconv.FormatInt(id, 10))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var in schemas.Instance
+	if err := json.NewDecoder(resp.Body).Decode(&in); err != nil {
+		s.t.Fatalf("GET instance %d answered %d: %v", id, resp.StatusCode, err)
+	}
+	return in.Wait
+}
