@@ -61,6 +61,7 @@ type metrics struct {
 	consumerLastActive  *prometheus.GaugeVec
 	poolWaiting         *prometheus.GaugeVec
 	poolOldest          *prometheus.GaugeVec
+	poolAttempts        *prometheus.GaugeVec
 }
 
 // newMetrics makes the monitor's metrics and registers them with reg.
@@ -129,12 +130,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Attempts waiting on AX_DISPATCH for a worker of the pool at the priority: not yet delivered to any.", "pool", "priority"),
 		poolOldest: gauge("ax_pool_oldest_waiting_seconds",
 			"Age of the oldest attempt waiting for the pool at the priority, in seconds (0 when none waits).", "pool", "priority"),
+		poolAttempts: gauge("ax_pool_attempts",
+			"Attempts of the pool by state in PostgreSQL: DISPATCHED (waiting, delivered or taken, not yet started) and RUNNING. Their sum is the work the pool's executors have: autoscale on it.", "pool", "state"),
 	}
 	for _, c := range []prometheus.Collector{m.schedulingDelay, m.triggerToStart, m.startToEnd, m.instancesEnded, m.attempts,
 		m.timeouts, m.leaseExpiries, m.retries, m.instances, m.backlog, m.heartbeatsLost, m.workersStopped, m.workers,
 		m.slots, m.slotsBusy, m.slotUtilization, m.workerSlotUtil, m.alertsOpen, m.notifications,
 		m.recordsSeen, m.monitorLeader, m.consumerPending, m.consumerAckPending, m.consumerRedelivered,
-		m.consumerLastActive, m.poolWaiting, m.poolOldest} {
+		m.consumerLastActive, m.poolWaiting, m.poolOldest, m.poolAttempts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -146,7 +149,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // auditor that stopped leading exports no stale values.
 func (m *metrics) resetFleet() {
 	for _, g := range []*prometheus.GaugeVec{m.instances, m.backlog, m.workers, m.slots, m.slotsBusy, m.slotUtilization,
-		m.workerSlotUtil, m.alertsOpen, m.poolWaiting, m.poolOldest} {
+		m.workerSlotUtil, m.alertsOpen, m.poolWaiting, m.poolOldest, m.poolAttempts} {
 		g.Reset()
 	}
 	for _, g := range m.consumerGauges() {

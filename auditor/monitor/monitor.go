@@ -89,7 +89,7 @@ type monitor struct {
 	// tasks are the tasks as of the last refresh.
 	tasks []store.TaskRecord
 	// the series each gauge has, to delete those that go.
-	instanceSeries, backlogSeries, alertSeries map[string]bool
+	instanceSeries, backlogSeries, alertSeries, poolAttemptSeries map[string]bool
 }
 
 // run consumes the audit trail and watches ax-workers, and refreshes the
@@ -315,5 +315,5 @@ func (m *monitor) refreshGauges(ctx context.Context, now time.Time) error {
 		}
 	}
 	m.fleet.setTaskPools(pools, now, m.metrics)
-	return nil
+	return m.refreshPoolAttempts(ctx, pools)
 }
