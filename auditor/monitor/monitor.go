@@ -48,7 +48,7 @@ func (s *Service) monitorLoop(ctx context.Context, js jetstream.JetStream) {
 		if err != nil && !errors.Is(err, store.ErrMonitorHeld) {
 			s.log.Warn().Err(err).Dur("retry_in", s.opts.RetryInterval).Msg("monitor stopped")
 		}
-		if !wait.Sleep(ctx, s.opts.RetryInterval) {
+		if !wait.SleepJitter(ctx, s.opts.RetryInterval) {
 			return
 		}
 	}
