@@ -63,9 +63,22 @@ func (k *kit) checkCreateOnly(ids []int64) {
 func (k *kit) checkAcksConfirmed() {
 	var problems []string
 	n := 0
+	// The acks of the pool's consumers and of the workers' own: those of
+	// other pools' workers are not the kit's business.
+	consumers := map[string]bool{}
+	for _, p := range schemas.Priorities {
+		for _, h := range k.handlerNames() {
+			consumers[k.opts.Topology.PoolConsumer(k.opts.Pool, p, h).Durable] = true
+		}
+	}
+	for id := range k.keys {
+		consumers[k.opts.Topology.WorkerConsumer(id).Durable] = true
+	}
 	prefix := "$JS.ACK." + k.opts.Topology.DispatchStream() + "."
 	for _, s := range k.obs.snapshot() {
-		if !strings.HasPrefix(s.subject, prefix) || string(s.data) != "+ACK" {
+		rest, ok := strings.CutPrefix(s.subject, prefix)
+		consumer, _, _ := strings.Cut(rest, ".")
+		if !ok || !consumers[consumer] || string(s.data) != "+ACK" {
 			continue
 		}
 		n++
