@@ -415,6 +415,12 @@ func (k *kit) run(ctx context.Context) error {
 	all := []int64{ids[Echo], ids[Fail], ids[Permanent], ids[Log], ids["deadline"], ids[Sleep]}
 	k.checkReports(ctx, all)
 	k.checkLeases(all)
+	k.checkCreateOnly(all)
+	k.checkAcksConfirmed()
+	k.checkLogsBeforeFinal(ended[Log])
+	if err := k.checkFence(ctx); err != nil {
+		return err
+	}
 	k.checkHeartbeats(ctx, all)
 	return k.drain(ctx)
 }

@@ -23,6 +23,8 @@ type seen struct {
 	subject string
 	msgID   string
 	op      string // the KV-Operation header of a bucket write: "" (a put), DEL or PURGE
+	reply   string
+	header  nats.Header
 	data    []byte
 }
 
@@ -55,7 +57,7 @@ func observe(nc *nats.Conn, top streams.Topology, pool string) (*observer, error
 			case <-o.quit:
 				return
 			}
-			s := seen{at: time.Now(), subject: m.Subject, data: m.Data}
+			s := seen{at: time.Now(), subject: m.Subject, reply: m.Reply, header: m.Header, data: m.Data}
 			if m.Header != nil {
 				s.msgID, s.op = m.Header.Get(streams.HeaderMsgID), m.Header.Get(kvOperationHeader)
 			}
@@ -64,7 +66,8 @@ func observe(nc *nats.Conn, top streams.Topology, pool string) (*observer, error
 			o.mu.Unlock()
 		}
 	}()
-	for _, subject := range []string{top.Reports(pool, "*"), "$KV." + top.LeasesBucket() + ".>", "$KV." + top.WorkersBucket() + ".>", top.Control("*")} {
+	for _, subject := range append([]string{top.Reports(pool, "*"), "$KV." + top.LeasesBucket() + ".>", "$KV." + top.WorkersBucket() + ".>", top.Control("*")},
+		safetySubjects(top, pool)...) {
 		sub, err := nc.ChanSubscribe(subject, o.ch)
 		if err != nil {
 			o.stop()

@@ -458,6 +458,11 @@ type ControlAction string
 // The control actions.
 const (
 	ControlCancel ControlAction = "cancel"
+	// ControlRefuse tells a worker that the dispatchers cannot serve it
+	// (its record declares a version of the executor protocol older than
+	// the one they write): Reason names the versions; InstanceID and
+	// Attempt are 0. They route it nothing until its record changes.
+	ControlRefuse ControlAction = "refuse"
 )
 
 // Control is the core NATS message on ax.control.<worker_id>.
