@@ -43,6 +43,12 @@ func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return internal(fmt.Sprintf("get instance %d", id), err)
 	}
+	one := []schemas.Instance{in}
+	if err := s.attachWaits(r.Context(), one); err != nil {
+		return internal(fmt.Sprintf("read why instance %d waits", id), err)
+	}
+	in = one[0]
+	in.Attempts = schemas.Attempts(in.Transitions)
 	if err := s.redactOne(r.Context(), &in); err != nil {
 		return internal(fmt.Sprintf("redact instance %d", id), err)
 	}
@@ -95,6 +101,9 @@ func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) error {
 	}
 	if list == nil {
 		list = []schemas.Instance{}
+	}
+	if err := s.attachWaits(r.Context(), list); err != nil {
+		return internal("read why instances wait", err)
 	}
 	if err := s.redact(r.Context(), list); err != nil {
 		return internal("redact instances", err)

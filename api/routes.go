@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
 // Route is one route of the API, as [Routes] lists it.
@@ -47,7 +48,10 @@ var routeTable = []route{
 	{Route{"POST", "/v1/tasks/{name}/resume", schemas.RoleOperator, "Resume a paused task"},
 		func(s *Service, w http.ResponseWriter, r *http.Request) error { return s.setPaused(false)(w, r) }},
 	{Route{"POST", "/v1/tasks/{name}/runs", schemas.RoleOperator, "Fire a task"}, (*Service).fire},
-	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made"}, (*Service).instanceByEvent},
+	{Route{"GET", "/v1/tasks/{name}/runs/{event_id}", schemas.RoleViewer, "Get the instance a firing made, or (202) the delayed firing that waits"}, (*Service).instanceByEvent},
+	{Route{"POST", "/v1/tasks/{name}/runs/{event_id}/cancel", schemas.RoleOperator, "Cancel a pending delayed firing: it never fires"}, (*Service).cancelFiring},
+	{Route{"POST", "/v1/tasks/{name}/runs/{event_id}/fire", schemas.RoleOperator, "Fire a pending delayed firing now"}, (*Service).fireFiringNow},
+	{Route{"GET", "/v1/firings", schemas.RoleViewer, "List the pending delayed firings, soonest due first"}, (*Service).listFirings},
 	{Route{"GET", "/v1/tasks/{name}/ledger", schemas.RoleViewer, "Every tick the task's cron triggers scheduled in a range, and what became of it"}, (*Service).ledger},
 	{Route{"GET", "/v1/tasks/{name}/explain", schemas.RoleViewer, "Why the task's tick at an instant did or did not run, in words"}, (*Service).explainTick},
 
@@ -57,6 +61,17 @@ var routeTable = []route{
 	{Route{"GET", "/v1/instances/{id}/explain", schemas.RoleViewer, "An instance's decision timeline in words"}, (*Service).explainInstance},
 	{Route{"POST", "/v1/instances/{id}/cancel", schemas.RoleOperator, "Cancel an instance that has not ended; a running attempt is told to stop"}, (*Service).cancel},
 	{Route{"POST", "/v1/instances/{id}/rerun", schemas.RoleOperator, "Fire an instance's task again with its payload and priority"}, (*Service).rerun},
+
+	{Route{"POST", "/v1/instances/bulk/rerun", schemas.RoleOperator, "Rerun the instances a query matches"}, (*Service).bulkRerun},
+	{Route{"POST", "/v1/instances/bulk/cancel", schemas.RoleOperator, "Cancel the instances a query matches"}, (*Service).bulkCancel},
+	{Route{"GET", "/v1/dead-letters", schemas.RoleViewer, "Instances that failed for good, grouped by task and error class"}, (*Service).listDeadLetters},
+	{Route{"POST", "/v1/dead-letters/replay", schemas.RoleOperator, "Rerun a dead-letter group, optionally with a payload patch"}, (*Service).replayDeadLetters},
+	{Route{"POST", "/v1/tasks/{name}/backfills", schemas.RoleOperator, "Backfill a task's schedule over a past range"}, (*Service).createBackfill},
+	{Route{"GET", "/v1/backfills", schemas.RoleViewer, "List backfills with their progress, newest first"}, (*Service).listBackfills},
+	{Route{"GET", "/v1/backfills/{id}", schemas.RoleViewer, "Get a backfill with its progress"}, (*Service).getBackfill},
+	{Route{"POST", "/v1/backfills/{id}/pause", schemas.RoleOperator, "Pause a backfill"}, setBackfill(store.BackfillPaused)},
+	{Route{"POST", "/v1/backfills/{id}/resume", schemas.RoleOperator, "Resume a paused backfill"}, setBackfill(store.BackfillRunning)},
+	{Route{"POST", "/v1/backfills/{id}/cancel", schemas.RoleOperator, "Cancel a backfill: it fires no more ticks"}, setBackfill(store.BackfillCancelled)},
 
 	{Route{"GET", "/v1/audit", schemas.RoleViewer, "List audit records: transitions and operator actions, newest first"}, (*Service).listAudit},
 	{Route{"GET", "/v1/workers", schemas.RoleViewer, "List the live workers from their heartbeats"}, (*Service).listWorkers},

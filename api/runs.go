@@ -473,6 +473,14 @@ func (s *Service) instanceByEvent(w http.ResponseWriter, r *http.Request) error 
 	eventID := r.PathValue("event_id")
 	in, err := s.opts.Store.InstanceByEvent(r.Context(), name, eventID)
 	if errors.Is(err, store.ErrNotFound) {
+		if ev, ok, perr := s.pendingFiring(r.Context(), name, eventID); perr == nil && ok {
+			out := []wire.PendingFiring{pendingOf(ev)}
+			if err := s.redactPending(r.Context(), out); err != nil {
+				return internal("redact the firing", err)
+			}
+			writeJSON(w, http.StatusAccepted, out[0])
+			return nil
+		}
 		return &wire.Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "event_id",
 			Message: fmt.Sprintf("task %q has no instance for event %q (yet): the dispatcher creates it when it reads the firing, or at its run_at for a delayed one; check the task name and event id, and that the dispatcher runs", name, eventID)}
 	}

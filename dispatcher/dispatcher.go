@@ -48,6 +48,9 @@ type Options struct {
 	Logger zerolog.Logger
 	// NowFunc tells the time (default time.Now).
 	NowFunc func() time.Time
+	// CalendarPoll is how often waits for calendar-aligned parents are
+	// checked (default DefaultCalendarPoll; see calendar.go).
+	CalendarPoll time.Duration
 	// RandFunc returns a number in [0, 1) for retry jitter (default math/rand/v2).
 	RandFunc func() float64
 	// Metrics is where the dispatcher registers its counters (default: a
@@ -110,6 +113,8 @@ type Service struct {
 	deaths *deathJudge
 	// reaper watches the leases and answers the fence.
 	reaper *reaper
+	// waits records why attempts wait, once per change (see waits.go).
+	waits *waitTracker
 }
 
 // Faults is the one seam for the faults a rehearsal (ax drill) injects
@@ -207,8 +212,10 @@ func New(opts Options) (*Service, error) {
 		workers: workers,
 		book:    newLeaseBook(),
 	}
+	s.waits = &waitTracker{now: opts.NowFunc, log: log, store: opts.Store, workers: workers, protocol: opts.Protocol}
 	s.router = &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log,
-		gone: newDepartures(), conn: opts.Conn, store: opts.Store, batchSize: opts.BatchSize, now: opts.NowFunc, metrics: m, next: s}
+		gone: newDepartures(), conn: opts.Conn, store: opts.Store, batchSize: opts.BatchSize, now: opts.NowFunc, metrics: m, next: s,
+		waits: s.waits}
 	s.deaths = &deathJudge{store: opts.Store, quarantineAfter: opts.QuarantineAfter, rand: opts.RandFunc, now: opts.NowFunc,
 		log: log, suspects: m.suspects}
 	s.reaper = &reaper{store: opts.Store, top: opts.Topology, conn: opts.Conn,
@@ -410,6 +417,7 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		func() error { return s.intake.holdLoop(runCtx, work) },
 		func() error { return s.router.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
+		func() error { return s.runCalendar(runCtx) },
 		h.watchWorkers,
 	}
 }

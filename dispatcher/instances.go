@@ -62,6 +62,9 @@ func (it *intake) newInstance(f firing, rec store.TaskRecord, def *schemas.Task)
 	if reason != "" {
 		in.State, in.Reason = schemas.StateSkipped, reason
 	}
+	if hold := calendarHold(def); hold != "" && in.State == schemas.StateDispatched {
+		in.State, in.Reason = schemas.StateWaiting, hold // calendar.go releases it
+	}
 	return in, err
 }
 

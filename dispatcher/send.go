@@ -77,14 +77,13 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		}
 		r, err := s.router.route(a, rs)
 		if err != nil {
-			s.log.Warn().Err(err).Int64("instance_id", a.ID).Int("attempt", a.Attempt).Str("task", a.Task).
-				Str("pool", a.Pool).Str("min_worker_version", a.MinWorkerVersion).Dur("retry_in", rerouteDelay).
-				Msg("no live worker may take the attempt; routing it again later")
+			s.waits.noteNoWorker(a, err) // logged once per change of reason
 			if err := s.router.addReroute(batch, a); err != nil {
 				return sentAttempts{}, err
 			}
 			continue
 		}
+		s.waits.noteRouted(a, r)
 		d := s.dispatchOf(a)
 		d.Pool = r.poolOr(a.Pool)
 		if err := addDispatch(batch, r, d, limit); err != nil {
@@ -97,6 +96,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		}
 		rings[r.ring] = true
 	}
+	s.waits.flushWaits()
 	if len(tooLarge) > 0 {
 		if err := s.reaper.failAttempts(ctx, tooLarge, nil, nil, nil, "dispatch message too large"); err != nil {
 			return sentAttempts{}, fmt.Errorf("fail %d attempts too large to dispatch: %w", len(tooLarge), err)

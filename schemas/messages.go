@@ -538,6 +538,12 @@ type Instance struct {
 	// archive: it ended long enough ago to leave the hot tables (see
 	// docs/operations.md, "Instance history and retention").
 	Archived bool `json:"archived,omitempty"`
+	// Wait says why the instance waits, while it does (see [Wait]); nil
+	// when it runs, ended, or nothing is known to hold it.
+	Wait *Wait `json:"wait,omitempty"`
+	// Attempts are the instance's attempts as its transitions tell them
+	// (see [Attempts]); set by GET /v1/instances/{id}, not by the list.
+	Attempts []AttemptRun `json:"attempts,omitempty"`
 }
 
 // InstanceEvent is something that befell an instance without changing its
@@ -578,12 +584,23 @@ const (
 	ActionRerun   OperatorAction = "rerun"   // fired an instance's firing again
 	ActionCancel  OperatorAction = "cancel"  // cancelled an instance
 	ActionDelete  OperatorAction = "delete"  // deleted a task
+	// ActionCancelFiring cancelled a pending delayed firing; ActionFireNow
+	// fired one before its due time.
+	ActionCancelFiring OperatorAction = "cancel_firing"
+	ActionFireNow      OperatorAction = "fire_now"
 
 	ActionTokenCreate        OperatorAction = "token_create"         // made an API token
 	ActionTokenRevoke        OperatorAction = "token_revoke"         // revoked an API token
 	ActionAlertRulePut       OperatorAction = "alert_rule_put"       // created or replaced an alert rule
 	ActionAlertChannelAdd    OperatorAction = "alert_channel_add"    // added an alert channel
 	ActionAlertChannelDelete OperatorAction = "alert_channel_delete" // deleted an alert channel
+
+	ActionBackfill       OperatorAction = "backfill"        // started a backfill of a task's schedule
+	ActionBackfillPause  OperatorAction = "backfill_pause"  // paused a backfill
+	ActionBackfillResume OperatorAction = "backfill_resume" // resumed a backfill
+	ActionBackfillCancel OperatorAction = "backfill_cancel" // cancelled a backfill
+	ActionBulkRerun      OperatorAction = "bulk_rerun"      // reran the instances a query matched
+	ActionBulkCancel     OperatorAction = "bulk_cancel"     // cancelled the instances a query matched
 )
 
 // The task names of the actions on no task, in their audit records (and

@@ -47,6 +47,11 @@ type Task struct {
 	// parents, each named once, never the task itself; a definition that
 	// would close a cycle is refused when it is applied.
 	After []After `json:"after,omitempty"`
+	// Deadline is when a run must have finished: a local time "06:00" (the
+	// first such time after the run's tick, in the task's zone: its first
+	// cron trigger's) or a Go duration after the tick ("90m"). A run not
+	// done by then fires the deadline_missed alert.
+	Deadline string `json:"deadline,omitempty"`
 	// Retention is how long the task's ended instances are kept after they
 	// fired: a number of days ("90d") or a Go duration ("720h"), at least
 	// 1h. Empty keeps them as long as the installation's retention (the
@@ -132,7 +137,33 @@ type After struct {
 	// On is the parent's end that lets the child run: "success" (default),
 	// "failure" or "always".
 	On AfterCondition `json:"on,omitempty"`
+	// Window, when set, makes the entry a calendar-aligned dependency
+	// instead of a chain: a firing of the task waits until the parent's
+	// cron ticks in this window (previous_hour, previous_day or same_day,
+	// around the firing's tick in the task's zone) have succeeded, counted
+	// by each tick's identity. It never fires the task.
+	Window AfterWindow `json:"window,omitempty"`
+	// Require is how many of the window's ticks must succeed: "all" (the
+	// default, and the only one so far).
+	Require string `json:"require,omitempty"`
+	// Timeout bounds the wait after the firing's tick (a Go duration,
+	// default 24h); then OnTimeout decides.
+	Timeout string `json:"timeout,omitempty"`
+	// OnTimeout is what a firing whose parents never arrived does at its
+	// timeout: "fail" (the default), "skip" or "run".
+	OnTimeout string `json:"on_timeout,omitempty"`
 }
+
+// AfterWindow is the span of a calendar-aligned dependency's parent ticks,
+// relative to the dependent firing's tick in the task's zone.
+type AfterWindow string
+
+// The after windows.
+const (
+	WindowPreviousHour AfterWindow = "previous_hour" // the clock hour before the tick's
+	WindowPreviousDay  AfterWindow = "previous_day"  // the calendar day before the tick's
+	WindowSameDay      AfterWindow = "same_day"      // the tick's calendar day, up to the tick
+)
 
 // TriggerType is the kind of a trigger in a task definition.
 type TriggerType string

@@ -89,11 +89,15 @@ ON CONFLICT (child, parent) DO UPDATE SET position = EXCLUDED.position`, def.Tas
 	return nil
 }
 
-// afterNames returns the parents an after names, in its order.
+// afterNames returns the parents an after names, in its order: its chain
+// parents only, not its calendar-aligned ones (with a window), which
+// never fire the task (dispatcher/calendar.go).
 func afterNames(after []schemas.After) []string {
-	names := make([]string, len(after))
-	for i, a := range after {
-		names[i] = a.Task
+	names := make([]string, 0, len(after))
+	for _, a := range after {
+		if a.Window == "" {
+			names = append(names, a.Task)
+		}
 	}
 	return names
 }

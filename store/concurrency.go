@@ -169,7 +169,11 @@ SELECT id, task, run_id, attempt, worker_id, old_state IN ('DISPATCHED', 'RUNNIN
 // withWaiting names those of the tasks $1 that have WAITING instances, in
 // name order: a look at the index of the WAITING instances
 // (instances_waiting_idx), whatever the task's other instances.
+// A task with calendar-aligned dependencies holds its WAITING instances
+// for its parents; the dispatcher's calendar loop releases them
+// ([Store.ReleaseCalendar]).
 const withWaiting = `SELECT name FROM tasks WHERE name = ANY($1)
+	AND NOT jsonb_path_exists(definition, '$.after[*].window')
 	AND EXISTS (SELECT 1 FROM instances WHERE task = tasks.name AND state = 'WAITING')
 	ORDER BY name`
 

@@ -63,9 +63,9 @@ see "ax completion bash --help" for where to put it.
 	// root's persistent flags (--api, --output, --token) one way: the *cli
 	// it is made with, which cobra fills before the command runs.
 	for _, newCmd := range []func(g *cli) *cobra.Command{
-		newTaskCmd, newFireCmd, newInstanceCmd, newWorkerCmd, newStreamCmd, newTokenCmd,
+		newTaskCmd, newFireCmd, newFiringCmd, newInstanceCmd, newWorkerCmd, newStreamCmd, newTokenCmd,
 		newAlertCmd, newAuditCmd, newBenchCmd, newConformanceCmd, newDevCmd, newDrillCmd,
-		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd,
+		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd, newBackfillCmd, newDeadLettersCmd,
 		newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd, newUserCmd,
 		newImportCmd, newShadowCmd, newLedgerCmd, newExplainCmd,
 	} {
