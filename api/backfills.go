@@ -35,6 +35,24 @@ func (s *Service) createBackfill(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	b, err := s.backfillOf(r, name, req)
+	if err != nil {
+		return err
+	}
+	if b, err = countBackfill(b, rec.Definition.Triggers, req.Trigger); err != nil {
+		return err
+	}
+	out, err := s.opts.Store.CreateBackfill(r.Context(), b)
+	if err != nil {
+		return internal("create backfill of "+name, err)
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// backfillOf is the backfill req asks of task name, defaults filled in,
+// or why it cannot be.
+func (s *Service) backfillOf(r *http.Request, name string, req wire.BackfillRequest) (store.Backfill, error) {
 	b := store.Backfill{Task: name, From: req.From.UTC(), To: req.To.UTC(), Priority: req.Priority,
 		MaxRunning: req.MaxRunning, Overlap: req.Overlap, Rate: req.Rate, Operator: operator(r)}
 	if b.Priority == "" {
@@ -51,47 +69,49 @@ func (s *Service) createBackfill(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch {
 	case req.From.IsZero() || req.To.IsZero():
-		return badRequest("invalid_request", "from", "give from and to, RFC 3339 times like 2026-03-01T00:00:00Z")
+		return b, badRequest("invalid_request", "from", "give from and to, RFC 3339 times like 2026-03-01T00:00:00Z")
 	case b.To.Before(b.From):
-		return badRequest("invalid_request", "to", "to (%s) is before from (%s)", b.To.Format(time.RFC3339), b.From.Format(time.RFC3339))
+		return b, badRequest("invalid_request", "to", "to (%s) is before from (%s)", b.To.Format(time.RFC3339), b.From.Format(time.RFC3339))
 	case b.To.After(s.opts.NowFunc()):
-		return badRequest("invalid_request", "to", "to (%s) is in the future; a backfill fires past ticks only, the schedule fires the rest", b.To.Format(time.RFC3339))
+		return b, badRequest("invalid_request", "to", "to (%s) is in the future; a backfill fires past ticks only, the schedule fires the rest", b.To.Format(time.RFC3339))
 	case !schemas.Priority(b.Priority).Valid():
-		return badRequest("invalid_request", "priority", "priority %q is not urgent, normal or low", b.Priority)
+		return b, badRequest("invalid_request", "priority", "priority %q is not urgent, normal or low", b.Priority)
 	case b.Overlap != store.OverlapAllow && b.Overlap != store.OverlapSkip:
-		return badRequest("invalid_request", "overlap", "overlap %q is not allow or skip", b.Overlap)
+		return b, badRequest("invalid_request", "overlap", "overlap %q is not allow or skip", b.Overlap)
 	case b.MaxRunning < 1 || b.MaxRunning > 1000:
-		return badRequest("invalid_request", "max_running", "max_running %d is not from 1 to 1000", b.MaxRunning)
+		return b, badRequest("invalid_request", "max_running", "max_running %d is not from 1 to 1000", b.MaxRunning)
 	case b.Rate <= 0 || b.Rate > 1000:
-		return badRequest("invalid_request", "rate", "rate %g is not above 0 and at most 1000 ticks a second", b.Rate)
+		return b, badRequest("invalid_request", "rate", "rate %g is not above 0 and at most 1000 ticks a second", b.Rate)
 	}
+	return b, nil
+}
+
+// countBackfill sets the backfill's trigger, the cron trigger of triggers
+// at trigger or the first, and counts the ticks of its range.
+func countBackfill(b store.Backfill, triggers []schemas.Trigger, trigger *int) (store.Backfill, error) {
+	name := b.Task
 	index := -1
-	for i, tr := range rec.Definition.Triggers {
-		if tr.Type == schemas.TriggerTypeCron && (req.Trigger == nil || *req.Trigger == i) {
+	for i, tr := range triggers {
+		if tr.Type == schemas.TriggerTypeCron && (trigger == nil || *trigger == i) {
 			index = i
 			break
 		}
 	}
 	if index < 0 {
-		return badRequest("invalid_request", "trigger", "task %s has no cron trigger%s to backfill", name, triggerWord(req.Trigger))
+		return b, badRequest("invalid_request", "trigger", "task %s has no cron trigger%s to backfill", name, triggerWord(trigger))
 	}
 	b.TriggerIndex = index
-	tr := rec.Definition.Triggers[index].WithDefaults()
+	tr := triggers[index].WithDefaults()
 	sched, err := taskdef.ParseCronSchedule(tr.Schedule, tr.Timezone)
 	if err != nil {
-		return internal("parse the schedule of task "+name, err)
+		return b, internal("parse the schedule of task "+name, err)
 	}
 	for t := sched.Next(b.From.Add(-time.Nanosecond)); !t.IsZero() && !t.After(b.To); t = sched.Next(t) {
 		if b.Total++; b.Total > maxBackfillTicks {
-			return badRequest("invalid_request", "to", "the range holds more than %d ticks of %s; backfill a shorter range", maxBackfillTicks, tr.Schedule)
+			return b, badRequest("invalid_request", "to", "the range holds more than %d ticks of %s; backfill a shorter range", maxBackfillTicks, tr.Schedule)
 		}
 	}
-	out, err := s.opts.Store.CreateBackfill(r.Context(), b)
-	if err != nil {
-		return internal("create backfill of "+name, err)
-	}
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	return b, nil
 }
 
 func triggerWord(i *int) string {

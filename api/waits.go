@@ -38,33 +38,7 @@ func (s *Service) attachWaits(ctx context.Context, list []schemas.Instance) erro
 	if err != nil {
 		return err
 	}
-	tasks := map[string]*store.TaskRecord{}
-	task := func(name string) *store.TaskRecord {
-		if t, ok := tasks[name]; ok {
-			return t
-		}
-		var t *store.TaskRecord
-		if rec, err := s.opts.Store.GetTask(ctx, name); err == nil {
-			t = &rec
-		}
-		tasks[name] = t
-		return t
-	}
-	var workers []schemas.Worker
-	workersRead := false
-	served := func(pool, handler string) bool {
-		if !workersRead {
-			workersRead = true
-			rctx, cancel := context.WithTimeout(ctx, readNATSTimeout)
-			workers, _ = s.readWorkers(rctx) // unread, the reason stands
-			cancel()
-		}
-		return slices.ContainsFunc(workers, func(w schemas.Worker) bool {
-			return slices.Contains(w.Pools, pool) && slices.Contains(w.Handlers, handler)
-		})
-	}
-	mutexReads := 0
-	var calendar map[int64]string // read once, when an instance waits for parents' ticks
+	wr := &waitReader{s: s, ids: ids, tasks: map[string]*store.TaskRecord{}}
 	for i := range list {
 		in := &list[i]
 		if !in.State.Waits() || in.Archived {
@@ -75,34 +49,82 @@ func (s *Service) attachWaits(ctx context.Context, list []schemas.Instance) erro
 			// The dispatcher wrote it when it queued the attempt, and
 			// does not come back to it: a worker that came since ends it.
 			if in.Wait.Kind == schemas.WaitUnservedPool {
-				if t := task(in.Task); t != nil && t.Definition != nil && served(in.Pool, t.Definition.Execution.Handler) {
+				if t := wr.task(ctx, in.Task); t != nil && t.Definition != nil && wr.served(ctx, in.Pool, t.Definition.Execution.Handler) {
 					in.Wait = nil
 				}
 			}
 			continue
 		}
-		t := task(in.Task)
-		if t == nil || t.Definition == nil {
-			continue
+		if err := wr.taskWait(ctx, in); err != nil {
+			return err
 		}
-		c := t.Definition.Concurrency
-		switch {
-		case in.State == schemas.StateWaiting && calendarAligned(t.Definition):
-			if calendar == nil {
-				if calendar, err = s.opts.Store.WaitReasons(ctx, ids); err != nil {
-					return err
-				}
+	}
+	return nil
+}
+
+// waitReader reads for attachWaits, each once and only when asked, the
+// tasks, the workers and the calendar waits of the instances ids.
+type waitReader struct {
+	s           *Service
+	ids         []int64
+	tasks       map[string]*store.TaskRecord
+	workers     []schemas.Worker
+	workersRead bool
+	mutexReads  int
+	calendar    map[int64]string // read once, when an instance waits for parents' ticks
+}
+
+// task is the task name, nil when it cannot be read.
+func (wr *waitReader) task(ctx context.Context, name string) *store.TaskRecord {
+	if t, ok := wr.tasks[name]; ok {
+		return t
+	}
+	var t *store.TaskRecord
+	if rec, err := wr.s.opts.Store.GetTask(ctx, name); err == nil {
+		t = &rec
+	}
+	wr.tasks[name] = t
+	return t
+}
+
+// served reports whether a live worker serves handler in pool.
+func (wr *waitReader) served(ctx context.Context, pool, handler string) bool {
+	if !wr.workersRead {
+		wr.workersRead = true
+		rctx, cancel := context.WithTimeout(ctx, readNATSTimeout)
+		wr.workers, _ = wr.s.readWorkers(rctx) // unread, the reason stands
+		cancel()
+	}
+	return slices.ContainsFunc(wr.workers, func(w schemas.Worker) bool {
+		return slices.Contains(w.Pools, pool) && slices.Contains(w.Handlers, handler)
+	})
+}
+
+// taskWait sets the Wait of in, which has none recorded, from what its
+// task says: a calendar wait, max_running_instances, or a mutex_key.
+func (wr *waitReader) taskWait(ctx context.Context, in *schemas.Instance) error {
+	t := wr.task(ctx, in.Task)
+	if t == nil || t.Definition == nil {
+		return nil
+	}
+	c := t.Definition.Concurrency
+	switch {
+	case in.State == schemas.StateWaiting && calendarAligned(t.Definition):
+		if wr.calendar == nil {
+			var err error
+			if wr.calendar, err = wr.s.opts.Store.WaitReasons(ctx, wr.ids); err != nil {
+				return err
 			}
-			in.Wait = calendarWait(*in, t.Definition, calendar[in.ID])
-		case in.State == schemas.StateWaiting && c.MaxRunningInstances > 0:
-			in.Wait = &schemas.Wait{Kind: schemas.WaitMaxRunning, Since: waitingSince(*in),
-				Reason: fmt.Sprintf("task %s runs at most %d instances at once (concurrency.max_running_instances) and that many run now",
-					in.Task, c.MaxRunningInstances),
-				Ends: "one of the task's running instances ends; raise max_running_instances to run more at once"}
-		case in.State == schemas.StateDispatched && c.MutexKey != "" && mutexReads < maxMutexReads:
-			mutexReads++
-			in.Wait = s.mutexWait(ctx, *in, c.MutexKey)
 		}
+		in.Wait = calendarWait(*in, t.Definition, wr.calendar[in.ID])
+	case in.State == schemas.StateWaiting && c.MaxRunningInstances > 0:
+		in.Wait = &schemas.Wait{Kind: schemas.WaitMaxRunning, Since: waitingSince(*in),
+			Reason: fmt.Sprintf("task %s runs at most %d instances at once (concurrency.max_running_instances) and that many run now",
+				in.Task, c.MaxRunningInstances),
+			Ends: "one of the task's running instances ends; raise max_running_instances to run more at once"}
+	case in.State == schemas.StateDispatched && c.MutexKey != "" && wr.mutexReads < maxMutexReads:
+		wr.mutexReads++
+		in.Wait = wr.s.mutexWait(ctx, *in, c.MutexKey)
 	}
 	return nil
 }
