@@ -578,6 +578,11 @@ const (
 	ActionRerun   OperatorAction = "rerun"   // fired an instance's firing again
 	ActionCancel  OperatorAction = "cancel"  // cancelled an instance
 	ActionDelete  OperatorAction = "delete"  // deleted a task
+	// ActionShadowStart put a task in shadow mode: its firings are
+	// recorded SHADOW, never run. ActionShadowStop ended it (a cut-over
+	// leaves the task enabled, else disabled).
+	ActionShadowStart OperatorAction = "shadow_start"
+	ActionShadowStop  OperatorAction = "shadow_stop"
 
 	ActionTokenCreate        OperatorAction = "token_create"         // made an API token
 	ActionTokenRevoke        OperatorAction = "token_revoke"         // revoked an API token
