@@ -7,7 +7,7 @@ import { ledgerView } from './ledger.js';
 import { explainView } from './explain.js';
 
 const main = document.getElementById('main');
-const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED']);
+const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW']);
 
 // ---- DOM helpers ----
 
@@ -277,7 +277,7 @@ function loginView() {
 }
 
 /** states lists the instance states in the order of the state machine. */
-const states = ['CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'];
+const states = ['CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW'];
 
 /**
  * dashboardView shows the last hour from the API's summary, which
