@@ -127,7 +127,7 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *wire.E
 		f.State = schemas.State(strings.ToUpper(state))
 		if !f.State.Valid() {
 			return f, badRequest("invalid_parameter", "state",
-				"state=%q is not an instance state; use one of CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED", state)
+				"state=%q is not an instance state; use one of CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED, SHADOW", state)
 		}
 	}
 	if f.Limit, e = q.limit("limit", store.MaxInstanceLimit); e != nil {

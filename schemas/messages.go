@@ -593,6 +593,11 @@ const (
 	// fired one before its due time.
 	ActionCancelFiring OperatorAction = "cancel_firing"
 	ActionFireNow      OperatorAction = "fire_now"
+	// ActionShadowStart put a task in shadow mode: its firings are
+	// recorded SHADOW, never run. ActionShadowStop ended it (a cut-over
+	// leaves the task enabled, else disabled).
+	ActionShadowStart OperatorAction = "shadow_start"
+	ActionShadowStop  OperatorAction = "shadow_stop"
 
 	ActionTokenCreate        OperatorAction = "token_create"         // made an API token
 	ActionTokenRevoke        OperatorAction = "token_revoke"         // revoked an API token

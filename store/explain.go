@@ -244,6 +244,8 @@ func transitionStep(in schemas.Instance, t schemas.Transition, id int64) schemas
 		}
 	case t.To == schemas.StateSkipped:
 		st.Text = "skipped, never run: " + cmp.Or(t.Reason, "by the task's policy")
+	case t.To == schemas.StateShadow:
+		st.Text = "recorded in shadow mode, never run: " + cmp.Or(t.Reason, "the task is in shadow mode")
 	default:
 		st.Text = fmt.Sprintf("attempt %d %s", t.Attempt, strings.ToLower(string(t.To)))
 		if t.Reason != "" {
@@ -335,6 +337,8 @@ func instanceVerdict(in schemas.Instance) string {
 		return fmt.Sprintf("ran and failed: instance %d failed at attempt %d: %s", in.ID, in.Attempt, in.Error)
 	case schemas.StateSkipped:
 		return fmt.Sprintf("did not run: instance %d was skipped: %s", in.ID, cmp.Or(in.Error, lastReason(in)))
+	case schemas.StateShadow:
+		return fmt.Sprintf("recorded, not run: instance %d is a firing of the task in shadow mode (ax shadow, docs/migrate.md)", in.ID)
 	case schemas.StateCancelled:
 		return fmt.Sprintf("cancelled: instance %d was cancelled at attempt %d: %s", in.ID, in.Attempt, cmp.Or(in.Error, lastReason(in)))
 	}

@@ -334,11 +334,11 @@ const chooseFamiliesSQL = `
 WITH roots AS (
 	SELECT r.id, r.fired_at FROM instances r
 	WHERE r.fired_at < $1 AND r.updated_at < $1 AND r.parent_id IS NULL
-		AND r.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED')
+		AND r.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW')
 		AND NOT EXISTS (SELECT 1 FROM instances c WHERE c.parent_id = r.id
-			AND (c.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED') OR c.updated_at >= $1))
+			AND (c.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW') OR c.updated_at >= $1))
 		AND NOT EXISTS (SELECT 1 FROM instances j WHERE j.run_id = r.run_id
-			AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'))
+			AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW'))
 		AND NOT EXISTS (SELECT 1 FROM instance_transitions t WHERE t.instance_id = r.id
 			AND NOT pg_visible_in_snapshot(t.xid, $3::pg_snapshot))
 		AND NOT EXISTS (SELECT 1 FROM instances c JOIN instance_transitions t ON t.instance_id = c.id

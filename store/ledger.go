@@ -185,6 +185,8 @@ func summarize(ticks []schemas.LedgerTick, doubled int) schemas.LedgerSummary {
 			s.Failed++
 		case schemas.StateSkipped:
 			s.Skipped++
+		case schemas.StateShadow:
+			s.Shadow++
 		}
 	}
 	return s

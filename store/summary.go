@@ -29,7 +29,7 @@ type SummaryFilter struct {
 // summaryStates are the states a Summary counts, in the order of the state machine.
 var summaryStates = []schemas.State{
 	schemas.StateCreated, schemas.StateWaiting, schemas.StateDispatched, schemas.StateRunning, schemas.StateRetrying,
-	schemas.StateSucceeded, schemas.StateFailed, schemas.StateSkipped, schemas.StateCancelled,
+	schemas.StateSucceeded, schemas.StateFailed, schemas.StateSkipped, schemas.StateCancelled, schemas.StateShadow,
 }
 
 // InstanceSummary sums up the instances f selects, those the history

@@ -11,7 +11,7 @@ import { rangeRoutes } from './ranges.js';
 export { act, badge, card, errorBox, fill, fmtTime, h, instLink, showPage, table, taskLink };
 
 const main = document.getElementById('main');
-const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED']);
+const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW']);
 
 // ---- DOM helpers ----
 
@@ -328,7 +328,7 @@ function loginView() {
 }
 
 /** states lists the instance states in the order of the state machine. */
-const states = ['CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'];
+const states = ['CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW'];
 
 /**
  * dashboardView shows the last hour from the API's summary, which

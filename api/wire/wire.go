@@ -25,12 +25,17 @@ const HeaderOperator = "X-Ax-Operator"
 // TaskInfo is a task as the API shows it.
 type TaskInfo struct {
 	// Task is the definition of the current version, defaults filled in.
-	Task      *schemas.Task `json:"task"`
-	Version   int           `json:"version"`
-	Enabled   bool          `json:"enabled"`
-	Paused    bool          `json:"paused"`
-	CreatedAt time.Time     `json:"created_at"`
-	UpdatedAt time.Time     `json:"updated_at"`
+	Task    *schemas.Task `json:"task"`
+	Version int           `json:"version"`
+	Enabled bool          `json:"enabled"`
+	Paused  bool          `json:"paused"`
+	// Shadow says the task is in shadow mode (ax shadow start): it fires,
+	// and its instances are recorded SHADOW, never run; ShadowSince is
+	// when it entered it.
+	Shadow      bool       `json:"shadow,omitempty"`
+	ShadowSince *time.Time `json:"shadow_since,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
 	// NextFireTimes lists the next 5 firings of each cron trigger (GET
 	// /v1/tasks/{name} only).
 	NextFireTimes []TriggerTimes `json:"next_fire_times,omitempty"`

@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		startToEnd: hist("ax_start_to_end_seconds",
 			"Time from an attempt running to its end (succeeded, failed or retrying).", runBuckets),
 		instancesEnded: counter("ax_instances_ended_total",
-			"Instances that ended, by final state (SUCCEEDED, FAILED, SKIPPED, CANCELLED).", "task", "state"),
+			"Instances that ended, by final state (SUCCEEDED, FAILED, SKIPPED, CANCELLED, SHADOW: a task in shadow mode, recorded, not run).", "task", "state"),
 		attempts: counter("ax_attempts_total",
 			"Attempts that ended, by outcome (succeeded, failed, handed_back: its executor stopped and handed it back).", "task", "outcome"),
 		timeouts: counter("ax_attempt_timeouts_total",

@@ -287,7 +287,7 @@ partitioned history and the archive (see docs/operations.md).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&q.Task, "task", "", "only the instances of this task")
-	f.StringVar(&state, "state", "", "only the instances in this state (CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)")
+	f.StringVar(&state, "state", "", "only the instances in this state (CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED, SHADOW)")
 	f.IntVar(&q.Limit, "limit", 50, "most instances to show (1-500)")
 	f.Int64Var(&q.Before, "before", 0, "only the instances with a lower id (the next page)")
 	f.StringVar(&since, "since", "", "only the instances fired since this time: RFC 3339, or a duration back from now (2h)")
