@@ -548,6 +548,7 @@ func (k *kit) cancel(ctx context.Context, id int64) {
 			worker, inst.State, inst.Attempt, inst.WorkerID), false)
 		return
 	}
+	sent := time.Now()
 	if _, err := k.opts.Client.Cancel(ctx, id, "ax conformance: the cancel check"); err != nil {
 		k.report.Expect(name, expected, "cancel refused: "+err.Error(), false)
 		return
@@ -574,9 +575,8 @@ func (k *kit) cancel(ctx context.Context, id int64) {
 		k.report.Expect(name, expected, fmt.Sprintf("no final report from %s within %s of the cancel's delivery", worker, k.opts.Wait), false)
 		return
 	}
-	took := final.at.Sub(order.at)
-	k.report.Expect(name, expected, fmt.Sprintf("%s report %s after the cancel's delivery: %s", final.r.Kind, took.Round(time.Millisecond), final.r.Error),
-		final.r.Kind == schemas.ReportFailed && took >= 0 && took <= k.opts.Grace)
+	observed, pass := cancelVerdict(sent, order, final, k.opts.Grace)
+	k.report.Expect(name, expected, observed, pass)
 }
 
 func (k *kit) checkEcho(inst schemas.Instance, payload json.RawMessage) {

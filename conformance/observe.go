@@ -30,9 +30,11 @@ type seen struct {
 
 // observer records the executor side's traffic of one pool: the pool's
 // reports, every write of the leases and workers buckets, and the control
-// orders to workers. One channel takes the subscriptions' messages, so that their order is the
-// order the server handled them in: a lease created before a report is
-// seen before it.
+// orders to workers. One channel takes the subscriptions' messages, so that
+// one publisher's messages are seen in the order it sent them: a worker's
+// lease created before its report is seen before it. Messages of different
+// publishers keep no order: a worker's report may be seen before the
+// dispatcher's cancel order it answers (see [cancelVerdict]).
 type observer struct {
 	top  streams.Topology
 	pool string
