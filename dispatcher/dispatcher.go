@@ -110,6 +110,9 @@ type Service struct {
 	deaths *deathJudge
 	// reaper watches the leases and answers the fence.
 	reaper *reaper
+	// fair holds back and lets in the attempts of tasks with a fairness
+	// key, and knows each task version's slots (fairness.go).
+	fair *fairness
 }
 
 // Faults is the one seam for the faults a rehearsal (ax drill) injects
@@ -221,6 +224,7 @@ func New(opts Options) (*Service, error) {
 		held: newHolder(), next: s,
 		// Run follows the installed settings (see setUp).
 		triggersMaxAge: func() time.Duration { return s.opts.Streams.TriggersMaxAge }}
+	s.fair = newFairness(s)
 	return s, nil
 }
 
@@ -282,7 +286,7 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
-	s.reaper.js, s.router.js = js, js
+	s.reaper.js, s.router.js, s.fair.js = js, js, js
 	pub, err := streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: publishAckTimeout})
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
@@ -410,6 +414,7 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		func() error { return s.intake.holdLoop(runCtx, work) },
 		func() error { return s.router.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
+		func() error { return s.fair.releaseLoop(runCtx) },
 		h.watchWorkers,
 	}
 }

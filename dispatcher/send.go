@@ -66,6 +66,10 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 	if err != nil {
 		return sentAttempts{}, fmt.Errorf("fan out %d firings: %w", len(parents), err)
 	}
+	fair, err := s.fair.begin(ctx, append(routed, children...))
+	if err != nil {
+		return sentAttempts{}, err
+	}
 	rings := make(map[string]bool)
 	rs := newRouting()
 	// Headers (the message id, a route) ride in the same max payload.
@@ -87,7 +91,14 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		}
 		d := s.dispatchOf(a)
 		d.Pool = r.poolOr(a.Pool)
-		if err := addDispatch(batch, r, d, limit); err != nil {
+		held, err := fair.hold(a, r, &d, limit)
+		if held {
+			continue
+		}
+		if err == nil {
+			err = addDispatch(batch, r, d, limit)
+		}
+		if err != nil {
 			if tl, ok := errors.AsType[errTooLarge](err); ok {
 				// It would fail the batch on every try: it fails alone.
 				tooLarge = append(tooLarge, store.Failure{InstanceID: a.ID, Attempt: a.Attempt, Reason: tl.Error(), At: s.now(), Permanent: true})
@@ -96,6 +107,9 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			return sentAttempts{}, err
 		}
 		rings[r.ring] = true
+	}
+	if err := fair.flush(ctx); err != nil {
+		return sentAttempts{}, err
 	}
 	if len(tooLarge) > 0 {
 		if err := s.reaper.failAttempts(ctx, tooLarge, nil, nil, nil, "dispatch message too large"); err != nil {
