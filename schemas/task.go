@@ -344,7 +344,7 @@ type Fairness struct {
 	// Key is a Go text/template rendered over the payload ("{{.tenant}}";
 	// see [ParseMutexKey] for the rules); a payload that does not render
 	// it goes under the key "" with the others that do not.
-	Key string `json:"key,omitempty"`
+	Key string `json:"key"`
 	// Weights gives some keys more turns per round (default 1 each, at
 	// most [MaxFairnessWeight]): {"big": 3} lets three attempts of key big
 	// in for each one of every other key.
