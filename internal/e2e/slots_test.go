@@ -2,11 +2,14 @@ package e2e_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/metrics"
+	"github.com/ax-scheduler/ax/internal/metrics/metricstest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -16,7 +19,11 @@ import (
 // then sixteen light attempts run at once on the same worker.
 func TestHeavyAttemptsTakeTheirSlots(t *testing.T) {
 	t.Parallel()
+	reg := metrics.NewRegistry()
 	s := newSystem(t)
+	s.monitor(reg)
+	srv := httptest.NewServer(metrics.Handler(reg))
+	t.Cleanup(srv.Close)
 	s.apply("task_name: heavy\nexecution:\n  handler: slots.block\n  slots: 4\n")
 	s.apply("task_name: light\nexecution:\n  handler: slots.block\n")
 	var (
@@ -67,6 +74,11 @@ func TestHeavyAttemptsTakeTheirSlots(t *testing.T) {
 	if n, busy := runningNow(), worker.Busy(); n != 4 || busy != 16 {
 		t.Fatalf("%d heavy attempts run, %d of 16 slots busy; want 4 runs of 4 slots", n, busy)
 	}
+	// The pool's gauge counts the slots of the two that wait, not runs.
+	waitFor(t, "ax_pool_waiting_slots to count 2 × 4 slots", 60*time.Second, func() (bool, error) {
+		v, _ := value(metricstest.Scrape(t, srv), "ax_pool_waiting_slots", map[string]string{"pool": "default", "priority": "normal"})
+		return v == 8, nil
+	})
 	close(gates["heavy"])
 	for _, id := range heavy {
 		s.waitState(id, schemas.StateSucceeded, 30*time.Second)
