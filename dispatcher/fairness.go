@@ -27,12 +27,12 @@ import (
 const (
 	// fairWindowMin is the fewest messages a fair queue may hold: enough
 	// that its workers find work while the next release is on its way.
-	fairWindowMin = 32
+	fairWindowMin = 64
 	// fairWindowMax bounds the window however many slots serve the queue.
 	fairWindowMax = 1024
 	// fairInterval is how often the queues are topped up when no attempt
 	// was held meanwhile.
-	fairInterval = 50 * time.Millisecond
+	fairInterval = 25 * time.Millisecond
 )
 
 // fairness holds back and lets in the attempts of tasks with a fairness
@@ -194,8 +194,9 @@ func (f *fairness) releaseAll(ctx context.Context, stream jetstream.Stream) erro
 	return nil
 }
 
-// window is how many messages a fair queue may hold: the slots of the
-// live workers that serve it, within [fairWindowMin, fairWindowMax].
+// window is how many messages a fair queue may hold: twice the slots of
+// the live workers that serve it (what they take in one pull each, and as
+// much again for the next), within [fairWindowMin, fairWindowMax].
 func (f *fairness) window(subject string) int {
 	rest := strings.TrimPrefix(subject, strings.TrimSuffix(f.top.Dispatch("p", "q", "h"), "p.q.h"))
 	parts := strings.SplitN(rest, ".", 3)
@@ -205,7 +206,7 @@ func (f *fairness) window(subject string) int {
 			slots += w.Slots
 		}
 	}
-	return min(max(slots, fairWindowMin), fairWindowMax)
+	return min(max(2*slots, fairWindowMin), fairWindowMax)
 }
 
 // publish publishes held messages, awaits them and rings their doorbells.

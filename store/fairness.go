@@ -73,7 +73,9 @@ type FairMessage struct {
 }
 
 // HoldFair stores msgs in fair_queue; an attempt already there is left as
-// it is (a redelivered firing holds its attempt once).
+// it is (a redelivered firing holds its attempt once). It waits for a
+// release of the same queue in progress (see ReleaseFair), which may
+// forget the clocks of keys that it finds with nothing held.
 func (s *Store) HoldFair(ctx context.Context, msgs []FairMessage) error {
 	if len(msgs) == 0 {
 		return nil
@@ -86,11 +88,26 @@ func (s *Store) HoldFair(ctx context.Context, msgs []FairMessage) error {
 		ids[i], attempts[i], weights[i] = m.InstanceID, int32(m.Attempt), int32(max(m.Weight, 1))
 		subjects[i], rings[i], msgIDs[i], keys[i], bodies[i] = m.Subject, m.Ring, m.MsgID, m.Key, m.Message
 	}
-	_, err := s.pool.Exec(ctx, `
-		INSERT INTO fair_queue (instance_id, attempt, subject, ring, msg_id, fair_key, weight, message)
-		SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::bytea[])
-		ORDER BY 1, 2
-		ON CONFLICT (instance_id, attempt) DO NOTHING`, ids, attempts, subjects, rings, msgIDs, keys, weights, bodies)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Shared with other holds, exclusive of a release (in one order).
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared(hashtextextended('ax.fair_queue:' || subject, 0))
+			FROM (SELECT DISTINCT subject FROM unnest($1::text[]) AS u(subject) ORDER BY 1) AS s`, subjects); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			WITH held AS (
+				INSERT INTO fair_queue (instance_id, attempt, subject, ring, msg_id, fair_key, weight, message)
+				SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::bytea[])
+				ORDER BY 1, 2
+				ON CONFLICT (instance_id, attempt) DO NOTHING),
+			queues AS (
+				INSERT INTO fair_queues (subject, vtime) SELECT DISTINCT subject, 0 FROM unnest($3::text[]) AS u(subject) ORDER BY 1
+				ON CONFLICT (subject) DO NOTHING)
+			INSERT INTO fair_clock (subject, fair_key, vtime)
+			SELECT DISTINCT subject, fair_key, 0 FROM unnest($3::text[], $6::text[]) AS u(subject, fair_key) ORDER BY 1, 2
+			ON CONFLICT (subject, fair_key) DO NOTHING`, ids, attempts, subjects, rings, msgIDs, keys, weights, bodies)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("hold %d attempts for fair dispatch: %w", n, err)
 	}
@@ -99,7 +116,8 @@ func (s *Store) HoldFair(ctx context.Context, msgs []FairMessage) error {
 
 // FairSubjects returns the subjects that have attempts held in fair_queue.
 func (s *Store) FairSubjects(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT subject FROM fair_queue`)
+	rows, err := s.pool.Query(ctx, `SELECT q.subject FROM fair_queues q
+		WHERE EXISTS (SELECT FROM fair_queue f WHERE f.subject = q.subject)`)
 	if err != nil {
 		return nil, fmt.Errorf("list the queues with attempts held for fair dispatch: %w", err)
 	}
@@ -172,20 +190,20 @@ type pickedFair struct {
 // pickFair returns the n attempts held for subject that finish first, in
 // that order, and the latest finish tag of each key among them.
 func pickFair(ctx context.Context, tx pgx.Tx, subject string, n int) ([]pickedFair, map[string]float64, error) {
+	// Each key's first n attempts (by the index), then the first n of all.
 	rows, err := tx.Query(ctx, `
-		WITH q AS (SELECT COALESCE((SELECT vtime FROM fair_queues WHERE subject = $1), 0) AS v),
-		ranked AS (
-			SELECT f.instance_id, f.attempt, f.seq,
-			       GREATEST(q.v, COALESCE(c.vtime, 0))
-			         + (row_number() OVER (PARTITION BY f.fair_key ORDER BY f.seq))::float8 / f.weight AS finish
-			FROM fair_queue f CROSS JOIN q
-			LEFT JOIN fair_clock c ON c.subject = f.subject AND c.fair_key = f.fair_key
-			WHERE f.subject = $1)
-		SELECT f.instance_id, f.attempt, f.ring, f.msg_id, f.fair_key, f.weight, f.message, r.finish,
+		SELECT f.instance_id, f.attempt, f.ring, f.msg_id, f.fair_key, f.weight, f.message,
+		       GREATEST(q.vtime, c.vtime) + f.rn::float8 / f.weight AS finish,
 		       COALESCE(i.state = $3 AND i.attempt = f.attempt, false)
-		FROM ranked r JOIN fair_queue f ON f.instance_id = r.instance_id AND f.attempt = r.attempt
+		FROM fair_queues q
+		JOIN fair_clock c ON c.subject = q.subject
+		CROSS JOIN LATERAL (
+			SELECT x.*, row_number() OVER (ORDER BY x.seq) AS rn FROM (
+				SELECT * FROM fair_queue x WHERE x.subject = c.subject AND x.fair_key = c.fair_key ORDER BY x.seq LIMIT $2) x
+		) f
 		LEFT JOIN instances i ON i.id = f.instance_id
-		ORDER BY r.finish, r.seq
+		WHERE q.subject = $1
+		ORDER BY finish, f.seq
 		LIMIT $2`, subject, n, schemas.StateDispatched)
 	if err != nil {
 		return nil, nil, err
@@ -225,6 +243,12 @@ func forgetFair(ctx context.Context, tx pgx.Tx, subject string, picked []pickedF
 		ON CONFLICT (subject, fair_key) DO UPDATE SET vtime = GREATEST(fair_clock.vtime, EXCLUDED.vtime)`, subject, keys, tags)
 	batch.Queue(`INSERT INTO fair_queues (subject, vtime) VALUES ($1, $2)
 		ON CONFLICT (subject) DO UPDATE SET vtime = GREATEST(fair_queues.vtime, EXCLUDED.vtime)`, subject, latest)
+	// A key with nothing held and a clock not ahead of the queue's starts
+	// at the queue's time anyway: its row can go, so that the picks of a
+	// queue cost its keys with work, not every key it ever had. (Holds
+	// wait for this transaction: see HoldFair.)
+	batch.Queue(`DELETE FROM fair_clock c WHERE c.subject = $1 AND c.vtime <= $2
+		AND NOT EXISTS (SELECT FROM fair_queue f WHERE f.subject = c.subject AND f.fair_key = c.fair_key)`, subject, latest)
 	return tx.SendBatch(ctx, batch).Close()
 }
 
