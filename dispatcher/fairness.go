@@ -61,56 +61,60 @@ func newFairness(s *Service) *fairness {
 
 // fairHold is what one sendAttempts holds back.
 type fairHold struct {
-	f     *fairness
-	flows map[store.TaskVersion]store.TaskFlow
-	held  []store.FairMessage
+	f    *fairness
+	held []store.FairMessage
 }
 
-// begin reads the flow settings of the attempts' task versions that it
-// has not read before and returns the hold of one sendAttempts.
-func (f *fairness) begin(ctx context.Context, attempts []store.Attempt) (*fairHold, error) {
+// newHold returns the hold of one sendAttempts.
+func (f *fairness) newHold() *fairHold { return &fairHold{f: f} }
+
+// flow returns the flow settings of a's task version, read from the store
+// the first time (a version never changes).
+func (f *fairness) flow(ctx context.Context, a store.Attempt) (store.TaskFlow, error) {
+	k := store.TaskVersion{Task: a.Task, Version: a.TaskVersion}
 	f.mu.Lock()
-	var missing []store.TaskVersion
-	seen := map[store.TaskVersion]bool{}
-	for _, a := range attempts {
-		k := store.TaskVersion{Task: a.Task, Version: a.TaskVersion}
-		if _, ok := f.flows[k]; !ok && !seen[k] {
-			seen[k] = true
-			missing = append(missing, k)
-		}
-	}
+	flow, ok := f.flows[k]
 	f.mu.Unlock()
-	if len(missing) > 0 {
-		got, err := f.store.TaskFlows(ctx, missing)
-		if err != nil {
-			return nil, err
-		}
-		f.mu.Lock()
-		for _, k := range missing {
-			// A version not found (a test's hand-made instance) has the
-			// defaults; versions never change, so it is read once.
-			f.flows[k] = got[k]
-		}
-		f.mu.Unlock()
+	if ok {
+		return flow, nil
 	}
+	got, err := f.store.TaskFlows(ctx, []store.TaskVersion{k})
+	if err != nil {
+		return store.TaskFlow{}, err
+	}
+	// A version not found (a test's hand-made instance) has the defaults.
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	flows := make(map[store.TaskVersion]store.TaskFlow, len(seen))
-	for _, a := range attempts {
-		k := store.TaskVersion{Task: a.Task, Version: a.TaskVersion}
-		flows[k] = f.flows[k]
-	}
-	return &fairHold{f: f, flows: flows}, nil
+	f.flows[k] = got[k]
+	f.mu.Unlock()
+	return got[k], nil
 }
 
-// hold sets the slots of d, attempt a's dispatch message routed by r, and
-// holds it back, reporting true, when its task has a fairness key and r
-// is a pool's queue: the caller then does not publish it.
-func (h *fairHold) hold(a store.Attempt, r route, d *schemas.Dispatch, limit int64) (bool, error) {
-	flow := h.flows[store.TaskVersion{Task: a.Task, Version: a.TaskVersion}]
+// add sets the slots of d, attempt a's dispatch message routed by r, and
+// either holds it back (see hold) or adds it to batch and marks its
+// doorbell in rings.
+func (h *fairHold) add(ctx context.Context, batch *streams.AsyncBatch, rings map[string]bool, a store.Attempt, r route,
+	d schemas.Dispatch, limit int64) error {
+	flow, err := h.f.flow(ctx, a)
+	if err != nil {
+		return err
+	}
 	if flow.Slots > 1 {
 		d.Slots = flow.Slots
 	}
+	if held, err := h.hold(a, r, flow, d, limit); held || err != nil {
+		return err
+	}
+	if err := addDispatch(batch, r, d, limit); err != nil {
+		return err
+	}
+	rings[r.ring] = true
+	return nil
+}
+
+// hold holds d, attempt a's dispatch message routed by r, back, and
+// reports true, when its task has a fairness key and r is a pool's queue:
+// it is then published by the release loop, not by the caller.
+func (h *fairHold) hold(a store.Attempt, r route, flow store.TaskFlow, d schemas.Dispatch, limit int64) (bool, error) {
 	if flow.Fairness.Key == "" || r.worker != "" || r.header != "" {
 		return false, nil
 	}
@@ -119,7 +123,7 @@ func (h *fairHold) hold(a store.Attempt, r route, d *schemas.Dispatch, limit int
 		// Documented: such a payload shares the key "".
 		key = ""
 	}
-	data, err := schemas.MarshalDispatch(*d)
+	data, err := schemas.MarshalDispatch(d)
 	if err != nil {
 		return false, fmt.Errorf("encode message for %s: %w", r.subject, err)
 	}

@@ -66,10 +66,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 	if err != nil {
 		return sentAttempts{}, fmt.Errorf("fan out %d firings: %w", len(parents), err)
 	}
-	fair, err := s.fair.begin(ctx, append(routed, children...))
-	if err != nil {
-		return sentAttempts{}, err
-	}
+	fair := s.fair.newHold()
 	rings := make(map[string]bool)
 	rs := newRouting()
 	// Headers (the message id, a route) ride in the same max payload.
@@ -91,14 +88,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		}
 		d := s.dispatchOf(a)
 		d.Pool = r.poolOr(a.Pool)
-		held, err := fair.hold(a, r, &d, limit)
-		if held {
-			continue
-		}
-		if err == nil {
-			err = addDispatch(batch, r, d, limit)
-		}
-		if err != nil {
+		if err := fair.add(ctx, batch, rings, a, r, d, limit); err != nil {
 			if tl, ok := errors.AsType[errTooLarge](err); ok {
 				// It would fail the batch on every try: it fails alone.
 				tooLarge = append(tooLarge, store.Failure{InstanceID: a.ID, Attempt: a.Attempt, Reason: tl.Error(), At: s.now(), Permanent: true})
@@ -106,7 +96,6 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			}
 			return sentAttempts{}, err
 		}
-		rings[r.ring] = true
 	}
 	if err := fair.flush(ctx); err != nil {
 		return sentAttempts{}, err
