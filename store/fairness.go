@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -280,4 +282,29 @@ func (s *Store) WaitingSlots(ctx context.Context) ([]PoolSlots, error) {
 		return nil, fmt.Errorf("count the slots of the dispatched attempts: %w", err)
 	}
 	return out, nil
+}
+
+// fairWait explains an attempt held back for fairness: its key, since
+// when, and how many attempts of its queue wait with it. ok is false when
+// the attempt is not held.
+func (s *Store) fairWait(ctx context.Context, in schemas.Instance) (step schemas.ExplainStep, ok bool, err error) {
+	var (
+		key, subject string
+		at           time.Time
+		waiting, own int
+	)
+	err = s.pool.QueryRow(ctx, `
+		SELECT f.fair_key, f.subject, f.queued_at,
+		       (SELECT count(*) FROM fair_queue w WHERE w.subject = f.subject),
+		       (SELECT count(*) FROM fair_queue w WHERE w.subject = f.subject AND w.fair_key = f.fair_key AND w.seq < f.seq)
+		FROM fair_queue f WHERE f.instance_id = $1 AND f.attempt = $2`, in.ID, in.Attempt).Scan(&key, &subject, &at, &waiting, &own)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return step, false, nil
+	}
+	if err != nil {
+		return step, false, fmt.Errorf("explain instance %d: read its fair queue: %w", in.ID, err)
+	}
+	return schemas.ExplainStep{At: at, Kind: "fair_wait", Actor: "dispatcher", Text: fmt.Sprintf(
+		"attempt %d waits for its turn under the task's dispatch.fairness key %q: held by the dispatcher until %s has room, "+
+			"with %d of the key's attempts before it and %d attempts of all keys held for that queue", in.Attempt, key, subject, own, waiting)}, true, nil
 }

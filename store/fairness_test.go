@@ -3,6 +3,7 @@ package store_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -58,6 +59,14 @@ func TestReleaseFairTakesTurnsByWeight(t *testing.T) {
 		return keys
 	}
 	hold(0, 6, "a", 1)
+	x, err := st.ExplainInstance(ctx, made[3].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(x.Steps, func(s schemas.ExplainStep) bool { return s.Kind == "fair_wait" }); i < 0 ||
+		!strings.Contains(x.Steps[i].Text, `key "a"`) || !strings.Contains(x.Steps[i].Text, "3 of the key's attempts before it") {
+		t.Errorf("the explanation of a held attempt does not say why it waits: %+v", x.Steps)
+	}
 	if got := release(2); !slices.Equal(got, []string{"a", "a"}) {
 		t.Fatalf("first release %q, want a a", got)
 	}
