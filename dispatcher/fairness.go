@@ -50,13 +50,23 @@ type fairness struct {
 
 	mu    sync.Mutex
 	flows map[store.TaskVersion]store.TaskFlow
+
+	// rates is how fast each queue's attempts were let in lately (per
+	// second, smoothed), by subject; the release loop's own.
+	rates map[string]*fairRate
+}
+
+// fairRate is a queue's recent release rate.
+type fairRate struct {
+	at     time.Time
+	perSec float64
 }
 
 func newFairness(s *Service) *fairness {
 	return &fairness{store: s.opts.Store, top: s.top, conn: s.opts.Conn, workers: s.workers,
 		render: func(text string, payload []byte) (string, error) { return s.router.renderHashKey(text, payload) },
 		newPub: s.newBatch, log: s.log, kick: make(chan struct{}, 1),
-		flows: make(map[store.TaskVersion]store.TaskFlow)}
+		flows: make(map[store.TaskVersion]store.TaskFlow), rates: make(map[string]*fairRate)}
 }
 
 // fairHold is what one sendAttempts holds back.
@@ -191,16 +201,35 @@ func (f *fairness) releaseAll(ctx context.Context, stream jetstream.Stream) erro
 			}
 			return f.window(subject) - int(info.State.Subjects[subject]), nil
 		}
-		if _, err := f.store.ReleaseFair(ctx, subject, room, f.publish); err != nil {
+		n, err := f.store.ReleaseFair(ctx, subject, room, f.publish)
+		if err != nil {
 			return err
 		}
+		f.measure(subject, n, time.Now())
 	}
 	return nil
 }
 
+// measure smooths the release rate of subject with n let in now.
+func (f *fairness) measure(subject string, n int, now time.Time) {
+	r, ok := f.rates[subject]
+	if !ok {
+		f.rates[subject] = &fairRate{at: now}
+		return
+	}
+	if dt := now.Sub(r.at).Seconds(); dt > 0 {
+		r.perSec = 0.7*r.perSec + 0.3*float64(n)/dt
+		r.at = now
+	}
+}
+
 // window is how many messages a fair queue may hold: twice the slots of
 // the live workers that serve it (what they take in one pull each, and as
-// much again for the next), within [fairWindowMin, fairWindowMax].
+// much again for the next), or what they took in the last four release
+// intervals when that is more (short runs drain a queue of twice the
+// slots before the next top-up), within [fairWindowMin, fairWindowMax].
+// Either way a new key's attempt waits behind a window that its workers
+// drain in about one run time or four intervals.
 func (f *fairness) window(subject string) int {
 	rest := strings.TrimPrefix(subject, strings.TrimSuffix(f.top.Dispatch("p", "q", "h"), "p.q.h"))
 	parts := strings.SplitN(rest, ".", 3)
@@ -210,7 +239,11 @@ func (f *fairness) window(subject string) int {
 			slots += w.Slots
 		}
 	}
-	return min(max(2*slots, fairWindowMin), fairWindowMax)
+	drained := 0
+	if r, ok := f.rates[subject]; ok {
+		drained = int(r.perSec * 4 * fairInterval.Seconds())
+	}
+	return min(max(2*slots, drained, fairWindowMin), fairWindowMax)
 }
 
 // publish publishes held messages, awaits them and rings their doorbells.
