@@ -115,6 +115,9 @@ type Service struct {
 	reaper *reaper
 	// waits records why attempts wait, once per change (see waits.go).
 	waits *waitTracker
+	// fair holds back and lets in the attempts of tasks with a fairness
+	// key, and knows each task version's slots (fairness.go).
+	fair *fairness
 }
 
 // Faults is the one seam for the faults a rehearsal (ax drill) injects
@@ -228,6 +231,7 @@ func New(opts Options) (*Service, error) {
 		held: newHolder(), next: s,
 		// Run follows the installed settings (see setUp).
 		triggersMaxAge: func() time.Duration { return s.opts.Streams.TriggersMaxAge }}
+	s.fair = newFairness(s)
 	return s, nil
 }
 
@@ -289,7 +293,7 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
-	s.reaper.js, s.router.js = js, js
+	s.reaper.js, s.router.js, s.fair.js = js, js, js
 	pub, err := streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: publishAckTimeout})
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
@@ -418,6 +422,7 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		func() error { return s.router.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
 		func() error { return s.runCalendar(runCtx) },
+		func() error { return s.fair.releaseLoop(runCtx) },
 		h.watchWorkers,
 	}
 }

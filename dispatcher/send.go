@@ -66,6 +66,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 	if err != nil {
 		return sentAttempts{}, fmt.Errorf("fan out %d firings: %w", len(parents), err)
 	}
+	fair := s.fair.newHold()
 	rings := make(map[string]bool)
 	rs := newRouting()
 	// Headers (the message id, a route) ride in the same max payload.
@@ -86,7 +87,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		s.waits.noteRouted(a, r)
 		d := s.dispatchOf(a)
 		d.Pool = r.poolOr(a.Pool)
-		if err := addDispatch(batch, r, d, limit); err != nil {
+		if err := fair.add(ctx, batch, rings, a, r, d, limit); err != nil {
 			if tl, ok := errors.AsType[errTooLarge](err); ok {
 				// It would fail the batch on every try: it fails alone.
 				tooLarge = append(tooLarge, store.Failure{InstanceID: a.ID, Attempt: a.Attempt, Reason: tl.Error(), At: s.now(), Permanent: true})
@@ -94,7 +95,9 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			}
 			return sentAttempts{}, err
 		}
-		rings[r.ring] = true
+	}
+	if err := fair.flush(ctx); err != nil {
+		return sentAttempts{}, err
 	}
 	s.waits.flushWaits()
 	if len(tooLarge) > 0 {

@@ -66,6 +66,7 @@ var golden = []goldenMessage{
 		Protocol:      2,
 		ReportBatches: true,
 		Republished:   true,
+		Slots:         4,
 	}},
 	{"report", "json/report.schema.json#", &Report{
 		InstanceID:   4711,

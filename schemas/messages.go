@@ -262,6 +262,10 @@ type Dispatch struct {
 	// message, as it does a redelivered one (any version; false, left out,
 	// for a first dispatch).
 	Republished bool `json:"republished,omitempty"`
+	// Slots is how many of the worker's slots the attempt takes (the
+	// task's execution.slots; 0, left out, means 1). A worker with fewer
+	// slots in all runs it alone.
+	Slots int `json:"slots,omitempty"`
 }
 
 // ExecutorProtocol is the version of the executor protocol

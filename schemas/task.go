@@ -233,7 +233,15 @@ type Execution struct {
 	// the firing's instance ends SUCCEEDED when every child did, FAILED
 	// when one did not. Not with dispatch strategy "broadcast".
 	Shards int `json:"shards,omitempty"`
+	// Slots is how many of a worker's slots one attempt takes (default 1,
+	// at most [MaxTaskSlots]): a heavy report declares 4, so a worker with
+	// 16 slots runs four of them at once, or sixteen light attempts. A
+	// worker with fewer slots than this runs the attempt alone.
+	Slots int `json:"slots,omitempty"`
 }
+
+// MaxTaskSlots is the most slots one attempt may take.
+const MaxTaskSlots = 1024
 
 // Duration is a span of time in a task definition, held as a Go duration
 // string ("90s", "1h30m"). It decodes from that string or from a JSON
@@ -352,6 +360,37 @@ type DispatchPolicy struct {
 	// sorted and joined with "+" ([gpu, eu]: the pool "eu+gpu", which
 	// workers started with --pool eu+gpu serve). Refused with Tags.
 	TagsAll []string `json:"tags_all,omitempty"`
+	// Fairness, when its key is set, shares the pool's queue round-robin
+	// between the keys of the task's attempts (see [Fairness]).
+	Fairness Fairness `json:"fairness,omitzero"`
+}
+
+// Fairness shares a pool's queue between the keys of a task's attempts:
+// the dispatcher holds the attempts of a task with a fairness key back in
+// PostgreSQL and lets them into the pool's queue a few at a time,
+// round-robin over the keys, so that one key's backlog of 10,000 does not
+// delay another key's single firing behind it. Only attempts the pool's
+// workers pull (strategy "pull") are shared so.
+type Fairness struct {
+	// Key is a Go text/template rendered over the payload ("{{.tenant}}";
+	// see [ParseMutexKey] for the rules); a payload that does not render
+	// it goes under the key "" with the others that do not.
+	Key string `json:"key"`
+	// Weights gives some keys more turns per round (default 1 each, at
+	// most [MaxFairnessWeight]): {"big": 3} lets three attempts of key big
+	// in for each one of every other key.
+	Weights map[string]int `json:"weights,omitempty"`
+}
+
+// MaxFairnessWeight is the largest weight of a fairness key.
+const MaxFairnessWeight = 1000
+
+// Weight returns the weight of key: its entry in Weights, or 1.
+func (f Fairness) Weight(key string) int {
+	if w := f.Weights[key]; w > 0 {
+		return w
+	}
+	return 1
 }
 
 // PoolSep separates the pools of an instance that any of several pools

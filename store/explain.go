@@ -208,6 +208,12 @@ func (s *Store) ExplainInstance(ctx context.Context, id int64) (schemas.Explanat
 	for _, e := range in.Events {
 		x.Steps = append(x.Steps, eventStep(e))
 	}
+	if st, held, err := s.fairWait(ctx, in); err != nil || held {
+		x.Steps = append(x.Steps, st)
+		if err != nil {
+			return schemas.Explanation{}, err
+		}
+	}
 	sortSteps(x.Steps)
 	x.Verdict = instanceVerdict(in)
 	return x, nil

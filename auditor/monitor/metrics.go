@@ -63,6 +63,7 @@ type metrics struct {
 	poolWaiting         *prometheus.GaugeVec
 	poolOldest          *prometheus.GaugeVec
 	poolAttempts        *prometheus.GaugeVec
+	poolWaitingSlots    *prometheus.GaugeVec
 }
 
 // newMetrics makes the monitor's metrics and registers them with reg.
@@ -129,6 +130,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"Seconds since the durable consumer last delivered a message or had one acknowledged (since its creation when never).", "stream", "consumer"),
 		poolWaiting: gauge("ax_pool_waiting",
 			"Attempts waiting on AX_DISPATCH for a worker of the pool at the priority: not yet delivered to any.", "pool", "priority"),
+		poolWaitingSlots: gauge("ax_pool_waiting_slots",
+			"Worker slots that the pool's dispatched attempts not yet running take at the priority (a task's execution.slots each; "+
+				"attempts held back for fairness included): the figure to scale a pool on.", "pool", "priority"),
 		poolOldest: gauge("ax_pool_oldest_waiting_seconds",
 			"Age of the oldest attempt waiting for the pool at the priority, in seconds (0 when none waits).", "pool", "priority"),
 		poolAttempts: gauge("ax_pool_attempts",
@@ -138,7 +142,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.timeouts, m.leaseExpiries, m.retries, m.instances, m.backlog, m.heartbeatsLost, m.workersStopped, m.workers,
 		m.slots, m.slotsBusy, m.slotUtilization, m.workerSlotUtil, m.alertsOpen, m.notifications,
 		m.recordsSeen, m.monitorLeader, m.consumerPending, m.consumerAckPending, m.consumerRedelivered,
-		m.consumerLastActive, m.poolWaiting, m.poolOldest, m.poolAttempts} {
+		m.consumerLastActive, m.poolWaiting, m.poolOldest, m.poolAttempts, m.poolWaitingSlots} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -150,7 +154,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // auditor that stopped leading exports no stale values.
 func (m *metrics) resetFleet() {
 	for _, g := range []*prometheus.GaugeVec{m.instances, m.backlog, m.workers, m.slots, m.slotsBusy, m.slotUtilization,
-		m.workerSlotUtil, m.alertsOpen, m.poolWaiting, m.poolOldest, m.poolAttempts} {
+		m.workerSlotUtil, m.alertsOpen, m.poolWaiting, m.poolOldest, m.poolAttempts, m.poolWaitingSlots} {
 		g.Reset()
 	}
 	for _, g := range m.consumerGauges() {
