@@ -52,8 +52,8 @@ func (s *Service) createBackfill(w http.ResponseWriter, r *http.Request) error {
 
 // backfillOf is the backfill req asks of task name, defaults filled in,
 // or why it cannot be.
-func (s *Service) backfillOf(r *http.Request, name string, req wire.BackfillRequest) (store.Backfill, error) {
-	b := store.Backfill{Task: name, From: req.From.UTC(), To: req.To.UTC(), Priority: req.Priority,
+func (s *Service) backfillOf(r *http.Request, name string, req wire.BackfillRequest) (schemas.Backfill, error) {
+	b := schemas.Backfill{Task: name, From: req.From.UTC(), To: req.To.UTC(), Priority: req.Priority,
 		MaxRunning: req.MaxRunning, Overlap: req.Overlap, Rate: req.Rate, Operator: operator(r)}
 	if b.Priority == "" {
 		b.Priority = string(schemas.PriorityLow)
@@ -88,7 +88,7 @@ func (s *Service) backfillOf(r *http.Request, name string, req wire.BackfillRequ
 
 // countBackfill sets the backfill's trigger, the cron trigger of triggers
 // at trigger or the first, and counts the ticks of its range.
-func countBackfill(b store.Backfill, triggers []schemas.Trigger, trigger *int) (store.Backfill, error) {
+func countBackfill(b schemas.Backfill, triggers []schemas.Trigger, trigger *int) (schemas.Backfill, error) {
 	name := b.Task
 	index := -1
 	for i, tr := range triggers {
@@ -137,7 +137,7 @@ func backfillNotFound(id int64) *wire.Error {
 }
 
 // withProgress fills b's instance counts.
-func (s *Service) withProgress(r *http.Request, b *store.Backfill) error {
+func (s *Service) withProgress(r *http.Request, b *schemas.Backfill) error {
 	return s.opts.Store.BackfillProgress(r.Context(), b, schemas.CronEventID(b.Task, b.TriggerIndex, b.From),
 		schemas.CronEventID(b.Task, b.TriggerIndex, b.To))
 }
@@ -165,7 +165,7 @@ func (s *Service) listBackfills(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if list == nil {
-		list = []store.Backfill{}
+		list = []schemas.Backfill{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"backfills": list})
 	return nil
@@ -191,7 +191,7 @@ func (s *Service) getBackfill(w http.ResponseWriter, r *http.Request) error {
 }
 
 // setBackfill returns the handler that moves a backfill to state to.
-func setBackfill(to store.BackfillState) func(s *Service, w http.ResponseWriter, r *http.Request) error {
+func setBackfill(to schemas.BackfillState) func(s *Service, w http.ResponseWriter, r *http.Request) error {
 	return func(s *Service, w http.ResponseWriter, r *http.Request) error {
 		id, e := backfillID(r)
 		if e != nil {

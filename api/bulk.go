@@ -32,9 +32,9 @@ const (
 	maxBulkLimit = 10_000
 )
 
-// bulkQuery reads a request's query.
-func bulkQuery(w wire.InstanceQuery) (store.InstanceQuery, *wire.Error) {
-	q := store.InstanceQuery{Task: w.Task, Since: w.Since, Until: w.Until, Error: w.Error, Worker: w.Worker, ErrorClass: w.ErrorClass}
+// bulkQuery reads a request's query: its states written in capitals.
+func bulkQuery(w schemas.InstanceQuery) (schemas.InstanceQuery, *wire.Error) {
+	q := schemas.InstanceQuery{Task: w.Task, Since: w.Since, Until: w.Until, Error: w.Error, Worker: w.Worker, ErrorClass: w.ErrorClass}
 	if w.Task == "" {
 		return q, badRequest("invalid_request", "where.task", "a bulk operation acts on one task: set where.task (and state, since, until, error, worker as needed)")
 	}
@@ -42,11 +42,11 @@ func bulkQuery(w wire.InstanceQuery) (store.InstanceQuery, *wire.Error) {
 		return q, badRequest("invalid_request", "where.task", "%q is not a task name", w.Task)
 	}
 	for _, st := range w.State {
-		s := schemas.State(strings.ToUpper(st))
+		s := schemas.State(strings.ToUpper(string(st)))
 		if !s.Valid() {
 			return q, badRequest("invalid_request", "where.state", "state %q is not one of AX's states (CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)", st)
 		}
-		q.States = append(q.States, s)
+		q.State = append(q.State, s)
 	}
 	return q, nil
 }
@@ -73,7 +73,7 @@ func (s *Service) bulk(w http.ResponseWriter, r *http.Request, action schemas.Op
 	if e != nil {
 		return e
 	}
-	res, err := s.runBulk(r, action, q, req)
+	res, err := s.runBulk(r, action, q, false, req)
 	if err != nil {
 		return err
 	}
@@ -81,8 +81,9 @@ func (s *Service) bulk(w http.ResponseWriter, r *http.Request, action schemas.Op
 	return nil
 }
 
-// runBulk matches q and, unless req is a dry run, acts on the matches.
-func (s *Service) runBulk(r *http.Request, action schemas.OperatorAction, q store.InstanceQuery, req wire.BulkRequest) (wire.BulkResult, error) {
+// runBulk matches q (the instances not rerun yet only, when notRerun)
+// and, unless req is a dry run, acts on the matches.
+func (s *Service) runBulk(r *http.Request, action schemas.OperatorAction, q schemas.InstanceQuery, notRerun bool, req wire.BulkRequest) (wire.BulkResult, error) {
 	limit := req.Limit
 	if limit == 0 {
 		limit = defaultBulkLimit
@@ -93,7 +94,7 @@ func (s *Service) runBulk(r *http.Request, action schemas.OperatorAction, q stor
 	if len(req.PayloadPatch) > 0 && (action != schemas.ActionBulkRerun || !json.Valid(req.PayloadPatch)) {
 		return wire.BulkResult{}, badRequest("invalid_request", "payload_patch", "payload_patch is a JSON merge patch (RFC 7396) for a rerun, such as {\"day\": \"2026-03-02\"}")
 	}
-	total, matches, err := s.opts.Store.MatchInstances(r.Context(), q, limit)
+	total, matches, err := s.opts.Store.MatchInstances(r.Context(), q, notRerun, limit)
 	if err != nil {
 		return wire.BulkResult{}, internal("match instances", err)
 	}
@@ -113,7 +114,7 @@ func (s *Service) runBulk(r *http.Request, action schemas.OperatorAction, q stor
 	for i, m := range matches {
 		ids[i] = m.ID
 	}
-	details, _ := json.Marshal(map[string]any{"where": q, "matched": total, "acted": len(ids), "ids": ids, "payload_patch": req.PayloadPatch})
+	details, _ := json.Marshal(map[string]any{"where": auditWhere(q, notRerun), "matched": total, "acted": len(ids), "ids": ids, "payload_patch": req.PayloadPatch})
 	auditID, err := s.opts.Store.RecordAction(r.Context(), store.Action{Action: action, Task: q.Task, Operator: who,
 		Reason: fmt.Sprintf("%s of %d instances matching a query", action, len(ids)), Details: details})
 	if err != nil {
@@ -131,6 +132,19 @@ func (s *Service) runBulk(r *http.Request, action schemas.OperatorAction, q stor
 	res.Acted = len(matches)
 	s.opts.Logger.Info().Str("task", q.Task).Str("operator", who).Str("action", string(action)).Int("instances", len(ids)).Msg("bulk action")
 	return res, nil
+}
+
+// auditWhere is q as a bulk action's audit details record it: with
+// "not_rerun": true for a replay, which leaves out the instances rerun
+// already.
+func auditWhere(q schemas.InstanceQuery, notRerun bool) any {
+	if !notRerun {
+		return q
+	}
+	return struct {
+		schemas.InstanceQuery
+		NotRerun bool `json:"not_rerun"`
+	}{q, true}
 }
 
 // publishReruns fires each match again, schemas.MaxTriggerBatch firings to
@@ -242,12 +256,10 @@ func (s *Service) listDeadLetters(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return internal("dead letters", err)
 	}
-	out := wire.DeadLetterList{Groups: make([]wire.DeadLetterGroup, len(groups))}
-	for i, g := range groups {
-		out.Groups[i] = wire.DeadLetterGroup{Task: g.Task, ErrorClass: g.ErrorClass, Count: g.Count, FirstSeen: g.FirstSeen,
-			LastSeen: g.LastSeen, Example: g.Example, LatestID: g.LatestID}
+	if groups == nil {
+		groups = []schemas.DeadLetterGroup{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, wire.DeadLetterList{Groups: groups})
 	return nil
 }
 
@@ -265,12 +277,11 @@ func (s *Service) replayDeadLetters(w http.ResponseWriter, r *http.Request) erro
 	if req.ErrorClass == "" {
 		return badRequest("invalid_request", "error_class", "name the group's error_class, as GET /v1/dead-letters lists it")
 	}
-	q, e := bulkQuery(wire.InstanceQuery{Task: req.Task, State: []string{string(schemas.StateFailed)}, ErrorClass: req.ErrorClass})
+	q, e := bulkQuery(schemas.InstanceQuery{Task: req.Task, State: []schemas.State{schemas.StateFailed}, ErrorClass: req.ErrorClass})
 	if e != nil {
 		return e
 	}
-	q.NotRerun = true
-	res, err := s.runBulk(r, schemas.ActionBulkRerun, q, wire.BulkRequest{DryRun: req.DryRun, Limit: req.Limit,
+	res, err := s.runBulk(r, schemas.ActionBulkRerun, q, true, wire.BulkRequest{DryRun: req.DryRun, Limit: req.Limit,
 		Confirm: req.Confirm, PayloadPatch: req.PayloadPatch})
 	if err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
 )
 
 // Route is one route of the API, as [Routes] lists it.
@@ -75,9 +74,9 @@ var routeTable = []route{
 	{Route{"POST", "/v1/tasks/{name}/backfills", schemas.RoleOperator, "Backfill a task's schedule over a past range"}, (*Service).createBackfill},
 	{Route{"GET", "/v1/backfills", schemas.RoleViewer, "List backfills with their progress, newest first"}, (*Service).listBackfills},
 	{Route{"GET", "/v1/backfills/{id}", schemas.RoleViewer, "Get a backfill with its progress"}, (*Service).getBackfill},
-	{Route{"POST", "/v1/backfills/{id}/pause", schemas.RoleOperator, "Pause a backfill"}, setBackfill(store.BackfillPaused)},
-	{Route{"POST", "/v1/backfills/{id}/resume", schemas.RoleOperator, "Resume a paused backfill"}, setBackfill(store.BackfillRunning)},
-	{Route{"POST", "/v1/backfills/{id}/cancel", schemas.RoleOperator, "Cancel a backfill: it fires no more ticks"}, setBackfill(store.BackfillCancelled)},
+	{Route{"POST", "/v1/backfills/{id}/pause", schemas.RoleOperator, "Pause a backfill"}, setBackfill(schemas.BackfillPaused)},
+	{Route{"POST", "/v1/backfills/{id}/resume", schemas.RoleOperator, "Resume a paused backfill"}, setBackfill(schemas.BackfillRunning)},
+	{Route{"POST", "/v1/backfills/{id}/cancel", schemas.RoleOperator, "Cancel a backfill: it fires no more ticks"}, setBackfill(schemas.BackfillCancelled)},
 
 	{Route{"GET", "/v1/audit", schemas.RoleViewer, "List audit records: transitions and operator actions, newest first"}, (*Service).listAudit},
 	{Route{"GET", "/v1/workers", schemas.RoleViewer, "List the live workers from their heartbeats"}, (*Service).listWorkers},

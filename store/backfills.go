@@ -12,18 +12,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-// BackfillState is where a backfill stands.
-type BackfillState string
-
-// The states of a backfill. Running and paused ones may be cancelled; a
-// running one pauses, a paused one resumes; cancelled and done are final.
-const (
-	BackfillRunning   BackfillState = "running"
-	BackfillPaused    BackfillState = "paused"
-	BackfillCancelled BackfillState = "cancelled"
-	BackfillDone      BackfillState = "done"
-)
-
 // Backfill overlap policies: what a backfill tick does when its turn comes
 // while another instance of its task is in flight.
 const (
@@ -35,42 +23,11 @@ const (
 	OverlapSkip = "skip"
 )
 
-// Backfill is a schedule's ticks of a past range fired again, in the
-// backfills table: the api makes one and moves its state, the trigger
-// service fires its ticks and moves its cursor.
-type Backfill struct {
-	ID           int64         `json:"id"`
-	Task         string        `json:"task"`
-	TriggerIndex int           `json:"trigger_index"`
-	From         time.Time     `json:"from"`
-	To           time.Time     `json:"to"`
-	Priority     string        `json:"priority"`
-	MaxRunning   int           `json:"max_running"`
-	Overlap      string        `json:"overlap"`
-	Rate         float64       `json:"rate"`
-	State        BackfillState `json:"state"`
-	// Cursor is the latest tick handled; zero before the first.
-	Cursor time.Time `json:"cursor,omitzero"`
-	// Fired counts the ticks the backfill fired, Existing those it found
-	// run already (no firing), Skipped those it left out; Total is how many
-	// ticks the range holds.
-	Fired     int       `json:"fired"`
-	Existing  int       `json:"existing"`
-	Skipped   int       `json:"skipped"`
-	Total     int       `json:"total"`
-	Operator  string    `json:"operator"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	// Instances counts the instances of the range's ticks by state (filled
-	// by [Store.BackfillProgress]).
-	Instances map[schemas.State]int `json:"instances,omitempty"`
-}
-
 const backfillColumns = `id, task, trigger_index, from_at, to_at, priority, max_running, overlap, rate, state,
 	cursor_at, fired, existing, skipped, total, operator, created_at, updated_at`
 
-func scanBackfill(row pgx.CollectableRow) (Backfill, error) {
-	var b Backfill
+func scanBackfill(row pgx.CollectableRow) (schemas.Backfill, error) {
+	var b schemas.Backfill
 	var cursor *time.Time
 	err := row.Scan(&b.ID, &b.Task, &b.TriggerIndex, &b.From, &b.To, &b.Priority, &b.MaxRunning, &b.Overlap, &b.Rate,
 		&b.State, &cursor, &b.Fired, &b.Existing, &b.Skipped, &b.Total, &b.Operator, &b.CreatedAt, &b.UpdatedAt)
@@ -84,7 +41,7 @@ func scanBackfill(row pgx.CollectableRow) (Backfill, error) {
 // CreateBackfill stores b as a running backfill and audits it (action
 // backfill, the range in its details) in the same statement. It returns b
 // as stored.
-func (s *Store) CreateBackfill(ctx context.Context, b Backfill) (Backfill, error) {
+func (s *Store) CreateBackfill(ctx context.Context, b schemas.Backfill) (schemas.Backfill, error) {
 	details, _ := json.Marshal(map[string]any{"from": b.From, "to": b.To, "trigger": b.TriggerIndex,
 		"priority": b.Priority, "max_running": b.MaxRunning, "overlap": b.Overlap, "total": b.Total})
 	rows, err := s.pool.Query(ctx, `
@@ -99,34 +56,34 @@ func (s *Store) CreateBackfill(ctx context.Context, b Backfill) (Backfill, error
 		b.Task, b.TriggerIndex, b.From, b.To, b.Priority, b.MaxRunning, b.Overlap, b.Rate, b.Total, b.Operator,
 		string(schemas.ActionBackfill), details)
 	if err != nil {
-		return Backfill{}, fmt.Errorf("create backfill of %s: %w", b.Task, err)
+		return schemas.Backfill{}, fmt.Errorf("create backfill of %s: %w", b.Task, err)
 	}
 	out, err := pgx.CollectExactlyOneRow(rows, scanBackfill)
 	if err != nil {
-		return Backfill{}, fmt.Errorf("create backfill of %s: %w", b.Task, err)
+		return schemas.Backfill{}, fmt.Errorf("create backfill of %s: %w", b.Task, err)
 	}
 	return out, nil
 }
 
 // GetBackfill returns the backfill id, or ErrNotFound.
-func (s *Store) GetBackfill(ctx context.Context, id int64) (Backfill, error) {
+func (s *Store) GetBackfill(ctx context.Context, id int64) (schemas.Backfill, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+backfillColumns+` FROM backfills WHERE id = $1`, id)
 	if err != nil {
-		return Backfill{}, fmt.Errorf("get backfill %d: %w", id, err)
+		return schemas.Backfill{}, fmt.Errorf("get backfill %d: %w", id, err)
 	}
 	b, err := pgx.CollectExactlyOneRow(rows, scanBackfill)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Backfill{}, fmt.Errorf("backfill %d: %w", id, ErrNotFound)
+		return schemas.Backfill{}, fmt.Errorf("backfill %d: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Backfill{}, fmt.Errorf("get backfill %d: %w", id, err)
+		return schemas.Backfill{}, fmt.Errorf("get backfill %d: %w", id, err)
 	}
 	return b, nil
 }
 
 // ListBackfills returns the backfills of task (every task's when empty),
 // newest first, at most limit (100 when limit <= 0).
-func (s *Store) ListBackfills(ctx context.Context, task string, limit int) ([]Backfill, error) {
+func (s *Store) ListBackfills(ctx context.Context, task string, limit int) ([]schemas.Backfill, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -151,18 +108,18 @@ var ErrBackfillState = errors.New("backfill state does not allow it")
 // running, running from paused, cancelled from running or paused. The
 // change is audited in the same statement. It returns the backfill, or
 // ErrNotFound, or ErrBackfillState (wrapped, with the backfill's state).
-func (s *Store) SetBackfillState(ctx context.Context, id int64, to BackfillState, operator string) (Backfill, error) {
+func (s *Store) SetBackfillState(ctx context.Context, id int64, to schemas.BackfillState, operator string) (schemas.Backfill, error) {
 	var from []string
 	var action schemas.OperatorAction
 	switch to {
-	case BackfillPaused:
-		from, action = []string{string(BackfillRunning)}, schemas.ActionBackfillPause
-	case BackfillRunning:
-		from, action = []string{string(BackfillPaused)}, schemas.ActionBackfillResume
-	case BackfillCancelled:
-		from, action = []string{string(BackfillRunning), string(BackfillPaused)}, schemas.ActionBackfillCancel
+	case schemas.BackfillPaused:
+		from, action = []string{string(schemas.BackfillRunning)}, schemas.ActionBackfillPause
+	case schemas.BackfillRunning:
+		from, action = []string{string(schemas.BackfillPaused)}, schemas.ActionBackfillResume
+	case schemas.BackfillCancelled:
+		from, action = []string{string(schemas.BackfillRunning), string(schemas.BackfillPaused)}, schemas.ActionBackfillCancel
 	default:
-		return Backfill{}, fmt.Errorf("set backfill %d %s: %w", id, to, ErrBackfillState)
+		return schemas.Backfill{}, fmt.Errorf("set backfill %d %s: %w", id, to, ErrBackfillState)
 	}
 	rows, err := s.pool.Query(ctx, `
 		WITH upd AS (
@@ -174,18 +131,18 @@ func (s *Store) SetBackfillState(ctx context.Context, id int64, to BackfillState
 		)
 		SELECT `+backfillColumns+` FROM upd`, id, string(to), from, string(action), operator)
 	if err != nil {
-		return Backfill{}, fmt.Errorf("set backfill %d %s: %w", id, to, err)
+		return schemas.Backfill{}, fmt.Errorf("set backfill %d %s: %w", id, to, err)
 	}
 	b, err := pgx.CollectExactlyOneRow(rows, scanBackfill)
 	if errors.Is(err, pgx.ErrNoRows) {
 		cur, gerr := s.GetBackfill(ctx, id)
 		if gerr != nil {
-			return Backfill{}, gerr
+			return schemas.Backfill{}, gerr
 		}
 		return cur, fmt.Errorf("backfill %d is %s: %w", id, cur.State, ErrBackfillState)
 	}
 	if err != nil {
-		return Backfill{}, fmt.Errorf("set backfill %d %s: %w", id, to, err)
+		return schemas.Backfill{}, fmt.Errorf("set backfill %d %s: %w", id, to, err)
 	}
 	return b, nil
 }
@@ -194,7 +151,7 @@ func (s *Store) SetBackfillState(ctx context.Context, id int64, to BackfillState
 // range handled so far, by state. The ticks' event ids sort as their
 // times (schemas.CronEventID writes RFC 3339 in UTC), so the range is a
 // range of event ids in the (task, event_id) index.
-func (s *Store) BackfillProgress(ctx context.Context, b *Backfill, lo, hi string) error {
+func (s *Store) BackfillProgress(ctx context.Context, b *schemas.Backfill, lo, hi string) error {
 	rows, err := s.pool.Query(ctx, `SELECT state, count(*) FROM instances
 		WHERE task = $1 AND event_id >= $2 AND event_id <= $3 GROUP BY state`, b.Task, lo, hi)
 	if err != nil {
@@ -218,7 +175,7 @@ func (s *Store) BackfillProgress(ctx context.Context, b *Backfill, lo, hi string
 type BackfillTx struct {
 	tx pgx.Tx
 	// Backfill is the backfill as locked.
-	Backfill Backfill
+	Backfill schemas.Backfill
 }
 
 // RunningBackfills returns the ids of the running backfills, oldest first.
@@ -245,7 +202,7 @@ func (s *Store) HoldBackfill(ctx context.Context, id int64) (*BackfillTx, error)
 	rows, err := tx.Query(ctx, `SELECT `+backfillColumns+` FROM backfills
 		WHERE id = $1 AND state = 'running' FOR UPDATE SKIP LOCKED`, id)
 	if err == nil {
-		var b Backfill
+		var b schemas.Backfill
 		b, err = pgx.CollectExactlyOneRow(rows, scanBackfill)
 		if err == nil {
 			return &BackfillTx{tx: tx, Backfill: b}, nil

@@ -13,26 +13,6 @@ import (
 	"github.com/ax-scheduler/ax/schemas"
 )
 
-// InstanceQuery selects instances of the hot table for a bulk operation or
-// the dead-letter view; every field set must match.
-type InstanceQuery struct {
-	Task   string          `json:"task,omitempty"`
-	States []schemas.State `json:"state,omitempty"`
-	// Since and Until bound fired_at (Since included, Until excluded).
-	Since time.Time `json:"since,omitzero"`
-	Until time.Time `json:"until,omitzero"`
-	// Error keeps the instances whose error contains it, case-insensitive.
-	Error string `json:"error,omitempty"`
-	// Worker keeps the instances last run by this worker.
-	Worker string `json:"worker,omitempty"`
-	// ErrorClass keeps the instances whose error is of this class (see
-	// [ErrorClassSQL]).
-	ErrorClass string `json:"error_class,omitempty"`
-	// NotRerun leaves out the instances that were rerun already (by an
-	// instance rerun, a bulk rerun or a replay).
-	NotRerun bool `json:"not_rerun,omitempty"`
-}
-
 // ErrorClassSQL is the error class of an instance's error, as SQL over
 // its column error: the first line, with numbers written N and quoted
 // strings "…", at most 120 characters. Two failures of one cause with
@@ -46,9 +26,10 @@ func notRerunSQL(t string) string {
 		AND r.event_id LIKE '` + schemas.RerunEventIDPrefix + `' || ` + t + `.id || '-%')`
 }
 
-// where returns q as SQL conditions on instances and their arguments,
-// numbered from $1.
-func (q InstanceQuery) where() (string, []any) {
+// instanceWhere returns q as SQL conditions on instances and their
+// arguments, numbered from $1; notRerun adds that the instance was not
+// rerun (by an instance rerun, a bulk rerun or a replay).
+func instanceWhere(q schemas.InstanceQuery, notRerun bool) (string, []any) {
 	var conds []string
 	var args []any
 	add := func(cond string, arg any) {
@@ -58,9 +39,9 @@ func (q InstanceQuery) where() (string, []any) {
 	if q.Task != "" {
 		add("task = $?", q.Task)
 	}
-	if len(q.States) > 0 {
-		states := make([]string, len(q.States))
-		for i, s := range q.States {
+	if len(q.State) > 0 {
+		states := make([]string, len(q.State))
+		for i, s := range q.State {
 			states[i] = string(s)
 		}
 		add("state = ANY($?)", states)
@@ -80,7 +61,7 @@ func (q InstanceQuery) where() (string, []any) {
 	if q.ErrorClass != "" {
 		add(ErrorClassSQL+" = $?", q.ErrorClass)
 	}
-	if q.NotRerun {
+	if notRerun {
 		conds = append(conds, notRerunSQL("instances"))
 	}
 	if len(conds) == 0 {
@@ -104,10 +85,11 @@ type Match struct {
 	Priority       schemas.Priority
 }
 
-// MatchInstances returns how many instances q matches and the first limit
-// of them, oldest first (by id), with their firings.
-func (s *Store) MatchInstances(ctx context.Context, q InstanceQuery, limit int) (int, []Match, error) {
-	cond, args := q.where()
+// MatchInstances returns how many instances q matches (those not rerun
+// yet only, when notRerun) and the first limit of them, oldest first (by
+// id), with their firings.
+func (s *Store) MatchInstances(ctx context.Context, q schemas.InstanceQuery, notRerun bool, limit int) (int, []Match, error) {
+	cond, args := instanceWhere(q, notRerun)
 	var total int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE `+cond, args...).Scan(&total); err != nil {
 		return 0, nil, fmt.Errorf("match instances: %w", err)
@@ -138,23 +120,10 @@ func (s *Store) MatchInstances(ctx context.Context, q InstanceQuery, limit int) 
 	return total, list, nil
 }
 
-// DeadLetterGroup is the instances of one task that failed for good with
-// one class of error (see [ErrorClassSQL]).
-type DeadLetterGroup struct {
-	Task       string
-	ErrorClass string
-	Count      int
-	// FirstSeen and LastSeen are the earliest and latest finished_at.
-	FirstSeen, LastSeen time.Time
-	// Example is the error of the group's latest instance, LatestID its id.
-	Example  string
-	LatestID int64
-}
-
 // DeadLetters groups the FAILED instances — those whose last attempt
 // failed, with no retry left, and that were not rerun since — of task (every task's when empty) by task
 // and error class, the largest groups first, at most limit groups.
-func (s *Store) DeadLetters(ctx context.Context, task string, limit int) ([]DeadLetterGroup, error) {
+func (s *Store) DeadLetters(ctx context.Context, task string, limit int) ([]schemas.DeadLetterGroup, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT task, class, count(*), min(at), max(at),
 			(array_agg(error ORDER BY id DESC))[1], max(id)
@@ -164,8 +133,8 @@ func (s *Store) DeadLetters(ctx context.Context, task string, limit int) ([]Dead
 	if err != nil {
 		return nil, fmt.Errorf("dead letters: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DeadLetterGroup, error) {
-		var g DeadLetterGroup
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (schemas.DeadLetterGroup, error) {
+		var g schemas.DeadLetterGroup
 		err := row.Scan(&g.Task, &g.ErrorClass, &g.Count, &g.FirstSeen, &g.LastSeen, &g.Example, &g.LatestID)
 		g.FirstSeen, g.LastSeen = g.FirstSeen.UTC(), g.LastSeen.UTC()
 		return g, err

@@ -109,7 +109,7 @@ func (b *backfiller) pass(ctx context.Context, id int64) error {
 		// The task or its trigger is gone, or no longer a cron trigger:
 		// nothing is left to fire.
 		b.s.log.Warn().Err(err).Int64("backfill", id).Str("task", bf.Task).Msg("backfill cancelled")
-		bf.State = store.BackfillCancelled
+		bf.State = schemas.BackfillCancelled
 		return h.Save(ctx)
 	}
 	lo := schemas.CronEventID(bf.Task, bf.TriggerIndex, bf.From)
@@ -135,7 +135,7 @@ func (b *backfiller) pass(ctx context.Context, id int64) error {
 	for {
 		ticks := nextTicks(sched, bf, backfillChunk)
 		if len(ticks) == 0 {
-			bf.State = store.BackfillDone
+			bf.State = schemas.BackfillDone
 			break
 		}
 		if fired >= allowed {
@@ -175,7 +175,7 @@ func (b *backfiller) pass(ctx context.Context, id int64) error {
 }
 
 // nextTicks returns up to n ticks of bf's range after its cursor.
-func nextTicks(sched *taskdef.CronSchedule, bf *store.Backfill, n int) []time.Time {
+func nextTicks(sched *taskdef.CronSchedule, bf *schemas.Backfill, n int) []time.Time {
 	after := bf.Cursor
 	if after.IsZero() {
 		after = bf.From.Add(-time.Nanosecond)
@@ -193,7 +193,7 @@ func nextTicks(sched *taskdef.CronSchedule, bf *store.Backfill, n int) []time.Ti
 }
 
 // schedule returns the schedule of bf's trigger as its task has it now.
-func (b *backfiller) schedule(ctx context.Context, bf *store.Backfill) (*taskdef.CronSchedule, error) {
+func (b *backfiller) schedule(ctx context.Context, bf *schemas.Backfill) (*taskdef.CronSchedule, error) {
 	rec, err := b.s.opts.Store.GetTask(ctx, bf.Task)
 	if err != nil {
 		return nil, err
@@ -207,7 +207,7 @@ func (b *backfiller) schedule(ctx context.Context, bf *store.Backfill) (*taskdef
 }
 
 // take fills bf's token bucket and returns how many whole tokens it holds.
-func (b *backfiller) take(bf *store.Backfill) int {
+func (b *backfiller) take(bf *schemas.Backfill) int {
 	now := time.Now()
 	k := b.tokens[bf.ID]
 	capacity := max(bf.Rate, 1)
@@ -221,7 +221,7 @@ func (b *backfiller) take(bf *store.Backfill) int {
 }
 
 // spend takes n tokens from bf's bucket.
-func (b *backfiller) spend(bf *store.Backfill, n int) {
+func (b *backfiller) spend(bf *schemas.Backfill, n int) {
 	if k := b.tokens[bf.ID]; k != nil {
 		k.n -= float64(n)
 	}
@@ -229,7 +229,7 @@ func (b *backfiller) spend(bf *store.Backfill, n int) {
 
 // fire publishes the firing of tick t of bf, under the tick's own ids, and
 // awaits its acknowledgement.
-func (b *backfiller) fire(ctx context.Context, bf *store.Backfill, t time.Time, eventID string) error {
+func (b *backfiller) fire(ctx context.Context, bf *schemas.Backfill, t time.Time, eventID string) error {
 	ev := schemas.TriggerEvent{EventID: eventID, Task: bf.Task, Source: schemas.SourceCron, FiredAt: t,
 		Priority: schemas.Priority(bf.Priority), Reason: fmt.Sprintf("backfill %d (%s to %s)", bf.ID,
 			bf.From.Format(time.RFC3339), bf.To.Format(time.RFC3339))}

@@ -9,28 +9,29 @@ import (
 	"strconv"
 
 	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // Backfill starts a backfill of task's schedule over req's range.
-func (c *Client) Backfill(ctx context.Context, task string, req wire.BackfillRequest) (wire.Backfill, error) {
+func (c *Client) Backfill(ctx context.Context, task string, req wire.BackfillRequest) (schemas.Backfill, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return wire.Backfill{}, fmt.Errorf("backfill %s: encode request: %w", task, err)
+		return schemas.Backfill{}, fmt.Errorf("backfill %s: encode request: %w", task, err)
 	}
-	var out wire.Backfill
+	var out schemas.Backfill
 	err = c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/backfills", "application/json", body, &out)
 	return out, err
 }
 
 // GetBackfill returns backfill id with its progress.
-func (c *Client) GetBackfill(ctx context.Context, id int64) (wire.Backfill, error) {
-	var out wire.Backfill
+func (c *Client) GetBackfill(ctx context.Context, id int64) (schemas.Backfill, error) {
+	var out schemas.Backfill
 	err := c.do(ctx, http.MethodGet, "/v1/backfills/"+strconv.FormatInt(id, 10), "", nil, &out)
 	return out, err
 }
 
 // ListBackfills lists the backfills of task (all when empty), newest first.
-func (c *Client) ListBackfills(ctx context.Context, task string) ([]wire.Backfill, error) {
+func (c *Client) ListBackfills(ctx context.Context, task string) ([]schemas.Backfill, error) {
 	path := "/v1/backfills"
 	if task != "" {
 		path += "?task=" + url.QueryEscape(task)
@@ -42,8 +43,8 @@ func (c *Client) ListBackfills(ctx context.Context, task string) ([]wire.Backfil
 
 // SetBackfill pauses, resumes or cancels backfill id (action "pause",
 // "resume" or "cancel").
-func (c *Client) SetBackfill(ctx context.Context, id int64, action string) (wire.Backfill, error) {
-	var out wire.Backfill
+func (c *Client) SetBackfill(ctx context.Context, id int64, action string) (schemas.Backfill, error) {
+	var out schemas.Backfill
 	err := c.do(ctx, http.MethodPost, "/v1/backfills/"+strconv.FormatInt(id, 10)+"/"+url.PathEscape(action), "", nil, &out)
 	return out, err
 }
@@ -69,7 +70,7 @@ func (c *Client) bulk(ctx context.Context, action string, req wire.BulkRequest) 
 }
 
 // DeadLetters lists the dead-letter groups (of task, when set).
-func (c *Client) DeadLetters(ctx context.Context, task string) ([]wire.DeadLetterGroup, error) {
+func (c *Client) DeadLetters(ctx context.Context, task string) ([]schemas.DeadLetterGroup, error) {
 	path := "/v1/dead-letters"
 	if task != "" {
 		path += "?task=" + url.QueryEscape(task)

@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // BackfillRequest is the body of POST /v1/tasks/{name}/backfills: fire the
@@ -25,27 +27,10 @@ type BackfillRequest struct {
 	Rate float64 `json:"rate,omitempty"`
 }
 
-// InstanceQuery selects instances for a bulk operation: every field set
-// must match. Task or State is required.
-type InstanceQuery struct {
-	Task  string   `json:"task,omitempty"`
-	State []string `json:"state,omitempty"`
-	// Since and Until bound the instances' fired_at.
-	Since time.Time `json:"since,omitzero"`
-	Until time.Time `json:"until,omitzero"`
-	// Error keeps the instances whose error contains it (case-insensitive).
-	Error string `json:"error,omitempty"`
-	// Worker keeps the instances last run by this worker.
-	Worker string `json:"worker,omitempty"`
-	// ErrorClass keeps the instances whose error falls in this class (see
-	// GET /v1/dead-letters).
-	ErrorClass string `json:"error_class,omitempty"`
-}
-
 // BulkRequest is the body of POST /v1/instances/bulk/rerun and
 // POST /v1/instances/bulk/cancel.
 type BulkRequest struct {
-	Where InstanceQuery `json:"where"`
+	Where schemas.InstanceQuery `json:"where"`
 	// DryRun lists what matches and acts on nothing.
 	DryRun bool `json:"dry_run,omitempty"`
 	// Limit is the most instances acted on (default 100, at most 10000);
@@ -85,22 +70,9 @@ type BulkResult struct {
 	AuditID int64 `json:"audit_id,omitempty"`
 }
 
-// DeadLetterGroup is the instances of one task that failed for good with
-// one class of error.
-type DeadLetterGroup struct {
-	Task       string    `json:"task"`
-	ErrorClass string    `json:"error_class"`
-	Count      int       `json:"count"`
-	FirstSeen  time.Time `json:"first_seen"`
-	LastSeen   time.Time `json:"last_seen"`
-	// Example is the error of the latest instance of the group.
-	Example  string `json:"example"`
-	LatestID int64  `json:"latest_id"`
-}
-
 // DeadLetterList answers GET /v1/dead-letters.
 type DeadLetterList struct {
-	Groups []DeadLetterGroup `json:"groups"`
+	Groups []schemas.DeadLetterGroup `json:"groups"`
 }
 
 // ReplayRequest is the body of POST /v1/dead-letters/replay: rerun every
@@ -114,30 +86,7 @@ type ReplayRequest struct {
 	Confirm      bool            `json:"confirm,omitempty"`
 }
 
-// Backfill is a backfill as the API answers it (store.Backfill's JSON).
-type Backfill struct {
-	ID           int64          `json:"id"`
-	Task         string         `json:"task"`
-	TriggerIndex int            `json:"trigger_index"`
-	From         time.Time      `json:"from"`
-	To           time.Time      `json:"to"`
-	Priority     string         `json:"priority"`
-	MaxRunning   int            `json:"max_running"`
-	Overlap      string         `json:"overlap"`
-	Rate         float64        `json:"rate"`
-	State        string         `json:"state"`
-	Cursor       time.Time      `json:"cursor,omitzero"`
-	Fired        int            `json:"fired"`
-	Existing     int            `json:"existing"`
-	Skipped      int            `json:"skipped"`
-	Total        int            `json:"total"`
-	Operator     string         `json:"operator"`
-	CreatedAt    time.Time      `json:"created_at"`
-	UpdatedAt    time.Time      `json:"updated_at"`
-	Instances    map[string]int `json:"instances,omitempty"`
-}
-
 // BackfillList answers GET /v1/backfills.
 type BackfillList struct {
-	Backfills []Backfill `json:"backfills"`
+	Backfills []schemas.Backfill `json:"backfills"`
 }

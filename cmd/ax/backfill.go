@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 func newBackfillCmd(g *cli) *cobra.Command {
@@ -154,7 +155,7 @@ func backfillAction(g *cli, cmd *cobra.Command, raw, action string) error {
 	if err != nil || id <= 0 {
 		return fmt.Errorf("%q is not a backfill id: use the number ax backfill printed", raw)
 	}
-	var b wire.Backfill
+	var b schemas.Backfill
 	if action == "" {
 		b, err = g.client().GetBackfill(cmd.Context(), id)
 	} else {
@@ -166,19 +167,19 @@ func backfillAction(g *cli, cmd *cobra.Command, raw, action string) error {
 	if asJSON {
 		return g.printData(cmd.OutOrStdout(), b)
 	}
-	return printBackfills(cmd.OutOrStdout(), []wire.Backfill{b})
+	return printBackfills(cmd.OutOrStdout(), []schemas.Backfill{b})
 }
 
-func printBackfills(w io.Writer, list []wire.Backfill) error {
+func printBackfills(w io.Writer, list []schemas.Backfill) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "ID\tTASK\tFROM\tTO\tSTATE\tFIRED\tFOUND RUN\tTOTAL\tSUCCEEDED\tFAILED\tIN FLIGHT")
 	for _, b := range list {
 		inFlight := 0
-		for _, st := range []string{"CREATED", "WAITING", "DISPATCHED", "RUNNING", "RETRYING"} {
+		for _, st := range []schemas.State{schemas.StateCreated, schemas.StateWaiting, schemas.StateDispatched, schemas.StateRunning, schemas.StateRetrying} {
 			inFlight += b.Instances[st]
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", b.ID, b.Task, b.From.Format(time.RFC3339),
-			b.To.Format(time.RFC3339), b.State, b.Fired, b.Existing, b.Total, b.Instances["SUCCEEDED"], b.Instances["FAILED"], inFlight)
+			b.To.Format(time.RFC3339), b.State, b.Fired, b.Existing, b.Total, b.Instances[schemas.StateSucceeded], b.Instances[schemas.StateFailed], inFlight)
 	}
 	return tw.Flush()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/schemas"
 )
 
 // bulkFlags are the flags of ax instance rerun|cancel --where.
@@ -47,8 +48,8 @@ func bulkArgs(b *bulkFlags) cobra.PositionalArgs {
 }
 
 // parseWhere reads the --where flags.
-func parseWhere(items []string, now time.Time) (wire.InstanceQuery, error) {
-	var q wire.InstanceQuery
+func parseWhere(items []string, now time.Time) (schemas.InstanceQuery, error) {
+	var q schemas.InstanceQuery
 	for _, item := range items {
 		k, v, ok := strings.Cut(item, "=")
 		if !ok {
@@ -59,7 +60,9 @@ func parseWhere(items []string, now time.Time) (wire.InstanceQuery, error) {
 		case "task":
 			q.Task = v
 		case "state":
-			q.State = append(q.State, strings.Split(strings.ToUpper(v), ",")...)
+			for _, st := range strings.Split(strings.ToUpper(v), ",") {
+				q.State = append(q.State, schemas.State(st))
+			}
 		case "since":
 			q.Since, err = parseSince(v, now)
 		case "until":

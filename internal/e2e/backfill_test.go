@@ -148,9 +148,9 @@ execution:
 	if err != nil {
 		t.Fatal(err)
 	}
-	awaitBackfill := func(id int64, state string) wire.Backfill {
+	awaitBackfill := func(id int64, state schemas.BackfillState) schemas.Backfill {
 		t.Helper()
-		var b wire.Backfill
+		var b schemas.Backfill
 		waitFor(t, fmt.Sprintf("backfill %d %s", id, state), 60*time.Second, func() (bool, error) {
 			var err error
 			b, err = s.client.GetBackfill(ctx, id)

@@ -93,7 +93,7 @@ func TestBulkRerunReRunsExactlyTheMatches(t *testing.T) {
 		}
 	}
 	slices.Sort(failed)
-	where := wire.InstanceQuery{Task: "records", State: []string{"FAILED"}}
+	where := schemas.InstanceQuery{Task: "records", State: []schemas.State{schemas.StateFailed}}
 	dry, err := s.client.BulkRerun(ctx, wire.BulkRequest{Where: where, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestBulkRerunReRunsExactlyTheMatches(t *testing.T) {
 	if !slices.Equal(listed, failed) || dry.Matched != 5 || dry.Acted != 0 {
 		t.Fatalf("dry run lists %v (matched %d, acted %d), want the 5 FAILED %v", listed, dry.Matched, dry.Acted, failed)
 	}
-	one, err := s.client.BulkRerun(ctx, wire.BulkRequest{Where: wire.InstanceQuery{Task: "records", Error: "RECORD 3"}, DryRun: true})
+	one, err := s.client.BulkRerun(ctx, wire.BulkRequest{Where: schemas.InstanceQuery{Task: "records", Error: "RECORD 3"}, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ concurrency:
 	// batch time on this machine (shared, under the race detector).
 	create := time.Since(created)
 	start := time.Now()
-	res, err := s.client.BulkCancel(ctx, wire.BulkRequest{Where: wire.InstanceQuery{Task: "serial", State: []string{"WAITING"}}, Limit: 1000})
+	res, err := s.client.BulkCancel(ctx, wire.BulkRequest{Where: schemas.InstanceQuery{Task: "serial", State: []schemas.State{schemas.StateWaiting}}, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
