@@ -17,6 +17,8 @@ func newVersionCmd(g *cli) *cobra.Command {
 		Long: `Print the version of this ax binary, the commit it was built from and its Go
 version; -o json or yaml for a machine. Every service exports the same as the
 metric ax_build_info.`,
+		Example: `  ax version
+  ax version -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			i := buildinfo.Get()
