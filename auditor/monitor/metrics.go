@@ -63,6 +63,7 @@ type metrics struct {
 	poolWaiting         *prometheus.GaugeVec
 	poolOldest          *prometheus.GaugeVec
 	poolAttempts        *prometheus.GaugeVec
+	poolSlots           *prometheus.GaugeVec
 	poolWaitingSlots    *prometheus.GaugeVec
 }
 
@@ -136,13 +137,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		poolOldest: gauge("ax_pool_oldest_waiting_seconds",
 			"Age of the oldest attempt waiting for the pool at the priority, in seconds (0 when none waits).", "pool", "priority"),
 		poolAttempts: gauge("ax_pool_attempts",
-			"Attempts of the pool by state in PostgreSQL: DISPATCHED (waiting, delivered or taken, not yet started) and RUNNING. Their sum is the work the pool's executors have: autoscale on it.", "pool", "state"),
+			"Attempts of the pool by state in PostgreSQL: DISPATCHED (waiting, delivered or taken, not yet started) and RUNNING.", "pool", "state"),
+		poolSlots: gauge("ax_pool_slots",
+			"Worker slots that the pool's attempts take, by state in PostgreSQL (DISPATCHED and RUNNING; a task's execution.slots each, 1 by default). Their sum is the work the pool's executors have: autoscale on it.", "pool", "state"),
 	}
 	for _, c := range []prometheus.Collector{m.schedulingDelay, m.triggerToStart, m.startToEnd, m.instancesEnded, m.attempts,
 		m.timeouts, m.leaseExpiries, m.retries, m.instances, m.backlog, m.heartbeatsLost, m.workersStopped, m.workers,
 		m.slots, m.slotsBusy, m.slotUtilization, m.workerSlotUtil, m.alertsOpen, m.notifications,
 		m.recordsSeen, m.monitorLeader, m.consumerPending, m.consumerAckPending, m.consumerRedelivered,
-		m.consumerLastActive, m.poolWaiting, m.poolOldest, m.poolAttempts, m.poolWaitingSlots} {
+		m.consumerLastActive, m.poolWaiting, m.poolOldest, m.poolAttempts, m.poolSlots, m.poolWaitingSlots} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -154,7 +157,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // auditor that stopped leading exports no stale values.
 func (m *metrics) resetFleet() {
 	for _, g := range []*prometheus.GaugeVec{m.instances, m.backlog, m.workers, m.slots, m.slotsBusy, m.slotUtilization,
-		m.workerSlotUtil, m.alertsOpen, m.poolWaiting, m.poolOldest, m.poolAttempts, m.poolWaitingSlots} {
+		m.workerSlotUtil, m.alertsOpen, m.poolWaiting, m.poolOldest, m.poolAttempts, m.poolSlots, m.poolWaitingSlots} {
 		g.Reset()
 	}
 	for _, g := range m.consumerGauges() {

@@ -88,7 +88,7 @@ type monitor struct {
 	// tasks are the tasks as of the last refresh.
 	tasks []store.TaskRecord
 	// the series each gauge has, to delete those that go.
-	instanceSeries, backlogSeries, alertSeries, poolAttemptSeries map[string]bool
+	instanceSeries, backlogSeries, alertSeries, poolAttemptSeries, poolSlotSeries map[string]bool
 }
 
 // run consumes the audit trail and watches ax-workers, and refreshes the

@@ -79,7 +79,8 @@ func evalScalingQuery(t *testing.T, reg *prometheus.Registry, query string) (flo
 // nothing queued keeps its 2 replicas, even allowed to scale to zero; 104
 // attempts waiting across 3 priorities × 3 handlers (9 consumers) ask for
 // 11 replicas; a pool whose handler no worker registers is scaled on its
-// 2 attempts, not pinned at its maximum. The pools' dispatch-consumer lag
+// 2 attempts, not pinned at its maximum; a pool of heavy attempts
+// (slots: 4) is scaled on their slots. The pools' dispatch-consumer lag
 // (what the chart read before) gives 0, 4 and the stream's length.
 func TestKEDAScalesPoolsOnTheirAttempts(t *testing.T) {
 	t.Parallel()
@@ -88,6 +89,7 @@ func TestKEDAScalesPoolsOnTheirAttempts(t *testing.T) {
 	e.apply("task_name: wide\nexecution: {handler: h1}\ndispatch: {tags: [wide]}\n")
 	e.apply("task_name: ghost\nexecution: {handler: nobody.registers}\ndispatch: {tags: [ghost]}\n")
 	e.apply("task_name: idle\nexecution: {handler: h}\ndispatch: {tags: [idle]}\n")
+	e.apply("task_name: heavy\nexecution: {handler: report, slots: 4}\ndispatch: {tags: [heavy]}\n")
 	insert := func(task, pool, handler string, prio schemas.Priority, state schemas.State, n int) {
 		t.Helper()
 		_, err := e.st.Pool().Exec(context.Background(), `
@@ -116,13 +118,18 @@ func TestKEDAScalesPoolsOnTheirAttempts(t *testing.T) {
 	}
 	// ghost: two attempts for a handler no worker registers.
 	insert("ghost", "ghost", "nobody.registers", schemas.PriorityNormal, schemas.StateDispatched, 2)
+	// heavy: 10 attempts of 4 slots each, 4 running and 6 waiting: 40
+	// slots, the work of 4 replicas of 10 slots, not of 1.
+	insert("heavy", "heavy", "report", schemas.PriorityNormal, schemas.StateRunning, 4)
+	insert("heavy", "heavy", "report", schemas.PriorityNormal, schemas.StateDispatched, 6)
 
 	a := e.monitored(nil)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(a.metrics.poolAttempts)
+	reg.MustRegister(a.metrics.poolSlots)
 	waitUntil(t, "the pools' attempts", func() bool {
 		return testutil.ToFloat64(a.metrics.poolAttempts.WithLabelValues("wide", "DISPATCHED")) == 104 &&
-			testutil.ToFloat64(a.metrics.poolAttempts.WithLabelValues("busy", "RUNNING")) == 14
+			testutil.ToFloat64(a.metrics.poolAttempts.WithLabelValues("busy", "RUNNING")) == 14 &&
+			testutil.ToFloat64(a.metrics.poolSlots.WithLabelValues("heavy", "DISPATCHED")) == 24
 	})
 
 	const threshold, activation, maxReplicas = 10, 0, 10
@@ -137,6 +144,7 @@ func TestKEDAScalesPoolsOnTheirAttempts(t *testing.T) {
 		{"ghost", 1, 1, 1}, // not pinned at the maximum
 		{"idle", 1, 0, 0},  // nothing to do: scaled to zero when allowed
 		{"idle", 1, 1, 1},
+		{"heavy", 1, 1, 4}, // 10 attempts of 4 slots: 40 slots
 	} {
 		value, ok := evalScalingQuery(t, reg, ScalingQuery(c.pool))
 		if !ok {

@@ -334,7 +334,7 @@ func TestChartRefusesAPoolItsUsersCannotServe(t *testing.T) {
 	for values, want := range map[string]string{
 		"executorPools: [{pool: gpu}]":                                     "pool gpu is not the pool of its NATS worker user",
 		"executorPools: [{pool: default, handlers: [train.model]}]":        "pool default serves handler train.model, which its NATS worker user (natsUser) does not name",
-		"executorPools: [{pool: default, autoscaling: {lagThreshold: 5}}]": "lagThreshold: KEDA now scales on the pool's attempts",
+		"executorPools: [{pool: default, autoscaling: {lagThreshold: 5}}]": "lagThreshold: KEDA now scales on the slots of the pool's attempts",
 	} {
 		file := filepath.Join(t.TempDir(), "values.yaml")
 		if err := os.WriteFile(file, []byte("database: {url: postgres://x}\n"+values+"\n"), 0o600); err != nil {
