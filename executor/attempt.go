@@ -227,9 +227,21 @@ func (s *Service) runAttempt(a *attempt) {
 	s.endProgress(a)
 	s.reports.settleStarted(a)
 	if errors.Is(cause, ErrLeaseLost) {
-		s.finish(a, returned)
-		a.log.Warn("lease lost; the dispatcher has moved on, so the attempt is not reported")
-		return
+		if !returned || r.err != nil {
+			s.finish(a, returned)
+			a.log.Warn("lease lost; the dispatcher has moved on, so the attempt is not reported")
+			return
+		}
+		// A success is reported all the same: a lapsed lease is no proof
+		// that the dispatcher moved on. A nats-server that restarts ages
+		// every lease out while the dispatchers wait for the reports of
+		// the attempts it cut off (dispatcher/outage.go), and a handler
+		// that ends as its renewal finds the lease gone did its work.
+		// PostgreSQL's guarded write decides: the success counts if its
+		// attempt is still the instance's, and is refused as stale if not.
+		// Dropping it ran the work again (ax drill system nats-kill).
+		s.leases.remove(a) // nothing left to renew
+		a.log.Warn("lease lost after the handler succeeded; reporting the success, which counts only if the attempt is still current")
 	}
 	rep := s.outcome(a, r.out, r.err, cause, r.at)
 	s.flushLogs(a)

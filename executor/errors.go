@@ -8,8 +8,12 @@ import (
 
 // ErrLeaseLost is the cause ([context.Cause]) of an attempt's context when
 // the worker lost the attempt's lease: a renewal found that the lease had
-// expired and been fenced, so the dispatcher has moved on to another attempt.
-// The worker does not report such an attempt: its result would not count.
+// expired, so the dispatcher fails the attempt as lost (or did). The worker
+// does not report a failure of such an attempt. A success that its handler
+// returns all the same is reported: a lease also lapses when a restarted
+// nats-server ages it out while the dispatchers wait for reports, and
+// PostgreSQL's guarded write applies the success only if its attempt is
+// still the instance's.
 var ErrLeaseLost = errors.New("lease lost: the attempt's lease expired before the worker renewed it")
 
 // Permanent marks err as a failure that must not be retried: the attempt

@@ -331,6 +331,41 @@ func TestLeaseLost(t *testing.T) {
 	w.nextOf(schemas.ReportSucceeded, 6)
 }
 
+// TestLeaseLostSuccessIsReported: a handler that succeeds as the worker
+// finds its lease lapsed is reported. A lapsed lease is no proof that the
+// dispatcher moved on: a nats-server restart ages every lease out while
+// the dispatchers wait for the reports of the attempts it cut off, and
+// PostgreSQL's guarded write refuses the success if the attempt is no
+// longer current. Before, the worker dropped it and the reaper ran the
+// attempt again (ax drill system nats-kill: successes lost 1).
+func TestLeaseLostSuccessIsReported(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mux := executor.NewMux()
+	causes := make(chan error, 1)
+	mux.HandleFunc("finish", func(ctx context.Context, _ *executor.Job) (any, error) {
+		// The work ends as the renewal finds the lease gone.
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return "done", nil
+	})
+	s := executortest.Run(t, w.options(mux))
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 7, Handler: "finish"})
+	w.nextOf(schemas.ReportStarted, 7)
+
+	// The server's side of an expiry: the lease's revision moves.
+	if err := w.leases.Delete(t.Context(), "7.1"); err != nil {
+		t.Fatal(err)
+	}
+	if cause := <-causes; !errors.Is(cause, executor.ErrLeaseLost) {
+		t.Fatalf("context cause = %v, want ErrLeaseLost", cause)
+	}
+	if r := w.nextOf(schemas.ReportSucceeded, 7); r.Attempt != 1 || string(r.Output) != `"done"` {
+		t.Errorf("report of attempt %d with output %s, want attempt 1's, \"done\"", r.Attempt, r.Output)
+	}
+	eventually(t, "the slot is free", func() bool { return s.Busy() == 0 })
+}
+
 func TestSecondDeliveryIsNotRun(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)

@@ -369,6 +369,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	for _, in := range insts {
 		final[in.id] = in
 	}
+	var lostSuccesses []string
 	for _, run := range runs {
 		in, ok := final[run.Instance]
 		if !ok || in.task != r.task || run.End.IsZero() || run.Cancelled || touched[run.Worker] {
@@ -376,6 +377,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		}
 		if in.state != schemas.StateSucceeded || in.attempt != run.Attempt {
 			res.SuccessesLost++
+			lostSuccesses = append(lostSuccesses, describeLostSuccess(run, in, byInstance[run.Instance])+r.eventsOf(ctx, run.Instance))
 		}
 	}
 
@@ -456,7 +458,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		named(zero("duplicate executions of a succeeded attempt", res.Duplicates), dups),
 		zero("stale reports accepted", res.StaleAccepted),
 		zero("successes without their run (untrue outcomes)", res.Untrue),
-		zero("successes lost (ended runs of untouched workers not recorded)", res.SuccessesLost),
+		named(zero("successes lost (ended runs of untouched workers not recorded)", res.SuccessesLost), lostSuccesses),
 		zero("illegal transitions", res.Illegal),
 		named(zero("attempts spent without a run (never ran, or cut short by a fault)", res.SpentWithoutRun), spent),
 	}
@@ -554,4 +556,40 @@ func describeRuns(instance int64, attempt int, rs []LedgerRun) string {
 		parts[i] = fmt.Sprintf("%s from %s, %s", r.Worker, r.Start.Format("15:04:05.000"), end)
 	}
 	return fmt.Sprintf("instance %d attempt %d ran on %s", instance, attempt, strings.Join(parts, " and "))
+}
+
+// describeLostSuccess names a lost success for the check's observation:
+// the run, where its instance ended, and the instance's transitions, so a
+// failure says which attempt was lost and how.
+func describeLostSuccess(run LedgerRun, in instanceRow, ts []transitionRow) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "instance %d attempt %d on %s ended %s, recorded %s at attempt %d; transitions:",
+		run.Instance, run.Attempt, run.Worker, run.End.UTC().Format("15:04:05.000"), in.state, in.attempt)
+	for _, t := range ts {
+		fmt.Fprintf(&b, " [%s %s→%s a%d %s %q]", t.at.UTC().Format("15:04:05.000"), t.from, t.to, t.attempt, t.operator, t.reason)
+	}
+	return b.String()
+}
+
+// eventsOf names the timeline events of instance id (a refused or stale
+// report, a suspect), for a check's observation; "" when it has none.
+func (r *run) eventsOf(ctx context.Context, id int64) string {
+	rows, err := r.sb.Pool.Query(ctx, `SELECT attempt, kind, operator, reason FROM instance_events WHERE instance_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return "; events not read: " + err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var attempt int
+		var kind, operator, reason string
+		if err := rows.Scan(&attempt, &kind, &operator, &reason); err != nil {
+			return "; events not read: " + err.Error()
+		}
+		fmt.Fprintf(&b, " [a%d %s %s %q]", attempt, kind, operator, reason)
+	}
+	if b.Len() == 0 {
+		return "; no events"
+	}
+	return "; events:" + b.String()
 }
