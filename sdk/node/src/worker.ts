@@ -1058,8 +1058,15 @@ export class Worker {
     await this.settleStarted(a);
     if (cause instanceof LeaseLostError) {
       this.release(a);
-      a.log.warn("lease lost; the dispatcher has moved on, so the attempt is not reported");
-      return;
+      if (r.returnedAt === undefined || r.err !== undefined) {
+        a.log.warn("lease lost; the dispatcher has moved on, so the attempt is not reported");
+        return;
+      }
+      // A success is reported all the same (executor/attempt.go): a lapsed
+      // lease is no proof the dispatcher moved on (a restarted nats-server
+      // ages every lease out), and PostgreSQL's guarded write decides
+      // whether it counts.
+      a.log.warn("lease lost after the handler succeeded; reporting the success, which counts only if the attempt is still current");
     }
     const rep = this.outcome(a, r, cause);
     if (!(await this.logs.flush(OP_TIMEOUT_MS))) a.log.warn("reporting the attempt before all of its log lines are stored");
