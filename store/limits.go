@@ -172,38 +172,41 @@ FROM unnest($1::text[], $2::text[], $3::bigint[]) AS p(l, k, w)`, names, keys, w
 	return nil
 }
 
-// admit admits an attempt that counts against limits under keys (one each)
-// when every one has room, and counts it; otherwise it returns why not and,
-// when only a rate holds it, when it may be admitted (else zero).
-func (a *admission) admit(limits, keys []string) (ok bool, reason string, retryAt time.Time) {
+// check says why an attempt that counts against limits under keys (one
+// each) may not start now, and, when only a rate holds it, when it may
+// (else zero); "" when every limit has room.
+func (a *admission) check(limits, keys []string) (reason string, retryAt time.Time) {
 	for i, name := range limits {
 		r, u := a.rules[name], a.use[[2]string{name, keys[i]}]
 		if r == nil {
-			return false, fmt.Sprintf("waiting for limit %s, which is not applied: apply it with ax limit apply", name), time.Time{}
+			return fmt.Sprintf("waiting for limit %s, which is not applied: apply it with ax limit apply", name), time.Time{}
 		}
 		if r.paused {
-			return false, fmt.Sprintf("waiting for limit %s key %q: the limit is paused (ax limit resume %s)", name, keys[i], name), time.Time{}
+			return fmt.Sprintf("waiting for limit %s key %q: the limit is paused (ax limit resume %s)", name, keys[i], name), time.Time{}
 		}
 		conc, rate, interval := r.bounds(keys[i])
 		if conc > 0 && u.running >= conc {
-			return false, fmt.Sprintf("waiting for limit %s key %q: %d running of its concurrency %d", name, keys[i], u.running, conc), time.Time{}
+			return fmt.Sprintf("waiting for limit %s key %q: %d running of its concurrency %d", name, keys[i], u.running, conc), time.Time{}
 		}
 		if rate > 0 {
 			from := a.now.Add(-interval)
 			u.admitted = slices.DeleteFunc(u.admitted, func(t time.Time) bool { return !t.After(from) })
 			if len(u.admitted) >= rate {
-				at := u.admitted[len(u.admitted)-rate].Add(interval)
-				return false, fmt.Sprintf("waiting for limit %s key %q: %d admitted in the last %v, its rate %s",
-					name, keys[i], len(u.admitted), interval, r.rateText(keys[i])), at
+				return fmt.Sprintf("waiting for limit %s key %q: %d admitted in the last %v, its rate %s",
+					name, keys[i], len(u.admitted), interval, r.rateText(keys[i])), u.admitted[len(u.admitted)-rate].Add(interval)
 			}
 		}
 	}
+	return "", time.Time{}
+}
+
+// take counts an admitted attempt against limits under keys.
+func (a *admission) take(limits, keys []string) {
 	for i, name := range limits {
 		u := a.use[[2]string{name, keys[i]}]
 		u.running++
 		u.admitted = append(u.admitted, a.now)
 	}
-	return true, "", time.Time{}
 }
 
 func (r *limitRule) rateText(key string) string {
@@ -271,16 +274,16 @@ func (s *Store) CreateAdmittedInstances(ctx context.Context, task string, limits
 			if keys[i] == nil {
 				continue
 			}
-			ok, reason := false, ""
+			reason, _ := a.check(limits, keys[i])
 			for j, name := range limits {
-				if u := a.use[[2]string{name, keys[i][j]}]; u.waiting > 0 {
+				if u := a.use[[2]string{name, keys[i][j]}]; reason == "" && u.waiting > 0 {
 					reason = fmt.Sprintf("waiting for limit %s key %q: %d instances of the key wait before it", name, keys[i][j], u.waiting)
 				}
 			}
-			if reason == "" {
-				ok, reason, _ = a.admit(limits, keys[i])
-			}
-			if !ok {
+			ok := reason == ""
+			if ok {
+				a.take(limits, keys[i])
+			} else {
 				x.State, x.Reason = schemas.StateWaiting, reason
 				for j, name := range limits {
 					a.use[[2]string{name, keys[i][j]}].waiting++
@@ -359,13 +362,14 @@ GROUP BY il.instance_id ORDER BY il.instance_id`, promoteScan)
 		var soonest time.Time
 		perPair := make(map[[2]string]int)
 		for _, c := range cands {
-			ok, _, at := a.admit(c.limits, c.keys)
-			if !ok {
+			reason, at := a.check(c.limits, c.keys)
+			if reason != "" {
 				if !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
 					soonest = at
 				}
 				continue
 			}
+			a.take(c.limits, c.keys)
 			ids = append(ids, c.id)
 			for j := range c.limits {
 				p := [2]string{c.limits[j], c.keys[j]}

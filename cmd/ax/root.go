@@ -67,7 +67,7 @@ see "ax completion bash --help" for where to put it.
 		newAlertCmd, newAuditCmd, newBenchCmd, newConformanceCmd, newDevCmd, newDrillCmd,
 		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd,
 		newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd, newUserCmd,
-		newImportCmd, newShadowCmd, newLedgerCmd, newExplainCmd,
+		newImportCmd, newShadowCmd, newLedgerCmd, newExplainCmd, newLimitCmd,
 	} {
 		root.AddCommand(newCmd(g))
 	}
