@@ -101,8 +101,9 @@ func (l *limiter) round(ctx context.Context) time.Duration {
 	switch {
 	case more:
 		return 0
-	case next > 0 && next < limiterIdle:
-		return next
+	case next > 0 && next < limiterIdle+store.RateLead:
+		// Early by the lead the store waits out under the lock.
+		return max(next-store.RateLead, time.Millisecond)
 	}
 	return limiterIdle
 }

@@ -25,6 +25,11 @@ import (
 // instance's state, and a crashed worker's slot comes back with its lease.
 // The rate counts admissions over a sliding window of PostgreSQL's clock.
 
+// RateLead is how long before a rate's window frees a slot the
+// dispatcher's limiter calls [Store.PromoteLimited], which waits out the
+// rest holding the limits' locks (see there).
+const RateLead = 40 * time.Millisecond
+
 // promoteScan is how many WAITING instances of one (limit, key) one
 // promotion round looks at: enough for a round's admissions, few enough
 // that one key's backlog does not fill the round.
@@ -360,23 +365,38 @@ GROUP BY il.instance_id ORDER BY il.instance_id`, promoteScan)
 		}
 		var ids []int64
 		var soonest time.Time
-		perPair := make(map[[2]string]int)
-		for _, c := range cands {
-			reason, at := a.check(c.limits, c.keys)
-			if reason != "" {
-				if !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
-					soonest = at
+		decide := func() {
+			ids, soonest = nil, time.Time{}
+			perPair := make(map[[2]string]int)
+			for _, c := range cands {
+				reason, at := a.check(c.limits, c.keys)
+				if reason != "" {
+					if !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
+						soonest = at
+					}
+					continue
 				}
-				continue
-			}
-			a.take(c.limits, c.keys)
-			ids = append(ids, c.id)
-			for j := range c.limits {
-				p := [2]string{c.limits[j], c.keys[j]}
-				if perPair[p]++; perPair[p] >= promoteScan {
-					more = true
+				a.take(c.limits, c.keys)
+				ids = append(ids, c.id)
+				for j := range c.limits {
+					p := [2]string{c.limits[j], c.keys[j]}
+					if perPair[p]++; perPair[p] >= promoteScan {
+						more = true
+					}
 				}
 			}
+		}
+		decide()
+		// A rate's window that frees within RateLead is waited for here,
+		// under the lock, and the clock read again: the limiter wakes that
+		// much early, so the round's own statements do not make every
+		// window start late (which would lower the rate by their time).
+		if wait := soonest.Sub(a.now); len(ids) == 0 && !soonest.IsZero() && wait <= RateLead {
+			time.Sleep(wait)
+			if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&a.now); err != nil {
+				return err
+			}
+			decide()
 		}
 		if !soonest.IsZero() {
 			next = max(soonest.Sub(a.now), time.Millisecond)

@@ -4,6 +4,7 @@
 
 import { APIError, call, follow, get, onUnauthorized, parseMetrics, text, token } from './api.js';
 import { ledgerView } from './ledger.js';
+import { limitsView } from './limits.js';
 import { explainView } from './explain.js';
 
 const main = document.getElementById('main');
@@ -732,6 +733,7 @@ const routes = [
   [/^#\/streams$/, () => streamsView()],
   [/^#\/alerts$/, (m, q) => alertsView(q)],
   [/^#\/audit$/, (m, q) => auditView(q)],
+  [/^#\/limits$/, () => limitsView({ h, showPage, card, table })],
 ];
 
 async function route() {
