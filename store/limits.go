@@ -28,7 +28,7 @@ import (
 // RateLead is how long before a rate's window frees a slot the
 // dispatcher's limiter calls [Store.PromoteLimited], which waits out the
 // rest holding the limits' locks (see there).
-const RateLead = 40 * time.Millisecond
+const RateLead = 150 * time.Millisecond
 
 // promoteScan is how many WAITING instances of one (limit, key) one
 // promotion round looks at: enough for a round's admissions, few enough

@@ -400,6 +400,12 @@ execution: {handler: span}
 	if rate < 47.5 || rate > 52.5 {
 		t.Errorf("the fleet started %.1f a second, want 50 ± 5 %%", rate)
 	}
+	var admitted int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instance_limits WHERE admitted_at >= to_timestamp($1 / 1e9) AND admitted_at < to_timestamp($2 / 1e9)`,
+		from, to).Scan(&admitted); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%.1f admissions a second over the same 60 s", float64(admitted)/60)
 	var most int
 	if err := s.pool.QueryRow(ctx, `
 SELECT max((SELECT count(*) FROM instance_limits b WHERE b.limit_name = 'supplier-api'
