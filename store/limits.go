@@ -250,54 +250,11 @@ func (s *Store) CreateAdmittedInstances(ctx context.Context, task string, limits
 			return err
 		}
 		decided := slices.Clone(in)
-		keys := make([][]string, len(in))
-		var pairs [][2]string
-		for i := range decided {
-			x := &decided[i]
-			if slices.Contains(existing, x.EventID) || x.State != schemas.StateDispatched {
-				continue
-			}
-			keys[i] = make([]string, len(limits))
-			for j, name := range limits {
-				k, err := a.renderKey(name, x.Payload)
-				if err != nil {
-					x.State, x.Reason, keys[i] = schemas.StateSkipped, fmt.Sprintf("limit %s: its key %s cannot be rendered over the payload: %v",
-						name, a.rules[name].Key, strings.TrimPrefix(err.Error(), "template: ")), nil
-					break
-				}
-				keys[i][j] = k
-				pairs = append(pairs, [2]string{name, k})
-			}
-		}
+		keys, pairs := a.keysOf(limits, decided, existing)
 		if err := a.load(ctx, tx, pairs); err != nil {
 			return err
 		}
-		var ev, ls, ks []string
-		var admitted []bool
-		for i := range decided {
-			x := &decided[i]
-			if keys[i] == nil {
-				continue
-			}
-			reason, _ := a.check(limits, keys[i])
-			for j, name := range limits {
-				if u := a.use[[2]string{name, keys[i][j]}]; reason == "" && u.waiting > 0 {
-					reason = fmt.Sprintf("waiting for limit %s key %q: %d instances of the key wait before it", name, keys[i][j], u.waiting)
-				}
-			}
-			ok := reason == ""
-			if ok {
-				a.take(limits, keys[i])
-			} else {
-				x.State, x.Reason = schemas.StateWaiting, reason
-				for j, name := range limits {
-					a.use[[2]string{name, keys[i][j]}].waiting++
-				}
-			}
-			for j, name := range limits {
-				ev, ls, ks, admitted = append(ev, x.EventID), append(ls, name), append(ks, keys[i][j]), append(admitted, ok)
-			}
-		}
+		held := a.decideNew(limits, decided, keys)
 		if attempts, err = createInstances(ctx, tx, decided, false); err != nil {
 			return err
 		}
@@ -306,13 +263,79 @@ INSERT INTO instance_limits (instance_id, limit_name, key, admitted_at)
 SELECT i.id, u.l, u.k, CASE WHEN u.a THEN $6::timestamptz END
 FROM unnest($2::text[], $3::text[], $4::text[], $5::bool[]) AS u(e, l, k, a)
 JOIN instances i ON i.task = $1 AND i.event_id = u.e
-ON CONFLICT DO NOTHING`, task, ev, ls, ks, admitted, a.now)
+ON CONFLICT DO NOTHING`, task, held.events, held.limits, held.keys, held.admitted, a.now)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create %d instances of %s (limits %v): %w", len(in), task, limits, err)
 	}
 	return attempts, nil
+}
+
+// keysOf renders the keys of limits for each new firing due now of
+// decided (not among existing), by firing (nil for the others), and lists
+// the (limit, key) pairs. A firing whose payload a key cannot be rendered
+// over is made SKIPPED with the reason.
+func (a *admission) keysOf(limits []string, decided []NewInstance, existing []string) ([][]string, [][2]string) {
+	keys := make([][]string, len(decided))
+	var pairs [][2]string
+	for i := range decided {
+		x := &decided[i]
+		if slices.Contains(existing, x.EventID) || x.State != schemas.StateDispatched {
+			continue
+		}
+		keys[i] = make([]string, len(limits))
+		for j, name := range limits {
+			k, err := a.renderKey(name, x.Payload)
+			if err != nil {
+				x.State, x.Reason, keys[i] = schemas.StateSkipped, fmt.Sprintf("limit %s: its key %s cannot be rendered over the payload: %v",
+					name, a.rules[name].Key, strings.TrimPrefix(err.Error(), "template: ")), nil
+				break
+			}
+			keys[i][j] = k
+			pairs = append(pairs, [2]string{name, k})
+		}
+	}
+	return keys, pairs
+}
+
+// limitRows are the instance_limits rows of new firings, by event id.
+type limitRows struct {
+	events, limits, keys []string
+	admitted             []bool
+}
+
+// decideNew admits each new firing (keys[i] not nil) whose limits have
+// room and whose keys have nothing waiting before it, and makes the others
+// WAITING with the reason; it returns their instance_limits rows.
+func (a *admission) decideNew(limits []string, decided []NewInstance, keys [][]string) limitRows {
+	var out limitRows
+	for i := range decided {
+		x := &decided[i]
+		if keys[i] == nil {
+			continue
+		}
+		reason, _ := a.check(limits, keys[i])
+		for j, name := range limits {
+			if u := a.use[[2]string{name, keys[i][j]}]; reason == "" && u.waiting > 0 {
+				reason = fmt.Sprintf("waiting for limit %s key %q: %d instances of the key wait before it", name, keys[i][j], u.waiting)
+			}
+		}
+		ok := reason == ""
+		if ok {
+			a.take(limits, keys[i])
+		} else {
+			x.State, x.Reason = schemas.StateWaiting, reason
+			for j, name := range limits {
+				a.use[[2]string{name, keys[i][j]}].waiting++
+			}
+		}
+		for j, name := range limits {
+			out.events, out.limits = append(out.events, x.EventID), append(out.limits, name)
+			out.keys, out.admitted = append(out.keys, keys[i][j]), append(out.admitted, ok)
+		}
+	}
+	return out
 }
 
 // PromoteLimited starts the WAITING instances that their limits now admit,
@@ -324,27 +347,7 @@ ON CONFLICT DO NOTHING`, task, ev, ls, ks, admitted, a.now)
 // look at the WAITING instances.
 func (s *Store) PromoteLimited(ctx context.Context) (attempts []Attempt, next time.Duration, more bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-WITH w AS (
-	SELECT il.instance_id, row_number() OVER (PARTITION BY il.limit_name, il.key ORDER BY il.instance_id) AS rn
-	FROM instances i JOIN instance_limits il ON il.instance_id = i.id
-	WHERE i.state = 'WAITING' AND il.admitted_at IS NULL
-)
-SELECT il.instance_id, array_agg(il.limit_name ORDER BY il.limit_name), array_agg(il.key ORDER BY il.limit_name)
-FROM instance_limits il WHERE il.instance_id IN (SELECT instance_id FROM w WHERE rn <= $1)
-GROUP BY il.instance_id ORDER BY il.instance_id`, promoteScan)
-		if err != nil {
-			return err
-		}
-		type cand struct {
-			id           int64
-			limits, keys []string
-		}
-		var c cand
-		cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
-			err := row.Scan(&c.id, &c.limits, &c.keys)
-			return cand{c.id, slices.Clone(c.limits), slices.Clone(c.keys)}, err
-		})
+		cands, err := waitingCandidates(ctx, tx)
 		if err != nil || len(cands) == 0 {
 			return err
 		}
@@ -363,30 +366,7 @@ GROUP BY il.instance_id ORDER BY il.instance_id`, promoteScan)
 		if err := a.load(ctx, tx, pairs); err != nil {
 			return err
 		}
-		var ids []int64
-		var soonest time.Time
-		decide := func() {
-			ids, soonest = nil, time.Time{}
-			perPair := make(map[[2]string]int)
-			for _, c := range cands {
-				reason, at := a.check(c.limits, c.keys)
-				if reason != "" {
-					if !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
-						soonest = at
-					}
-					continue
-				}
-				a.take(c.limits, c.keys)
-				ids = append(ids, c.id)
-				for j := range c.limits {
-					p := [2]string{c.limits[j], c.keys[j]}
-					if perPair[p]++; perPair[p] >= promoteScan {
-						more = true
-					}
-				}
-			}
-		}
-		decide()
+		ids, soonest := a.decideWaiting(cands, &more)
 		// A rate's window that frees within RateLead is waited for here,
 		// under the lock, and the clock read again: the limiter wakes that
 		// much early, so the round's own statements do not make every
@@ -396,7 +376,7 @@ GROUP BY il.instance_id ORDER BY il.instance_id`, promoteScan)
 			if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&a.now); err != nil {
 				return err
 			}
-			decide()
+			ids, soonest = a.decideWaiting(cands, &more)
 		}
 		if !soonest.IsZero() {
 			next = max(soonest.Sub(a.now), time.Millisecond)
@@ -404,7 +384,73 @@ GROUP BY il.instance_id ORDER BY il.instance_id`, promoteScan)
 		if len(ids) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, `
+		attempts, err = admitWaiting(ctx, tx, ids, a.now)
+		return err
+	})
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("promote instances waiting for limits: %w", err)
+	}
+	return attempts, next, more, nil
+}
+
+// candidate is a WAITING instance with the limits (by name) and keys it
+// counts against.
+type candidate struct {
+	id           int64
+	limits, keys []string
+}
+
+// waitingCandidates returns the oldest promoteScan WAITING instances of
+// each (limit, key), by id.
+func waitingCandidates(ctx context.Context, tx pgx.Tx) ([]candidate, error) {
+	rows, err := tx.Query(ctx, `
+WITH w AS (
+	SELECT il.instance_id, row_number() OVER (PARTITION BY il.limit_name, il.key ORDER BY il.instance_id) AS rn
+	FROM instances i JOIN instance_limits il ON il.instance_id = i.id
+	WHERE i.state = 'WAITING' AND il.admitted_at IS NULL
+)
+SELECT il.instance_id, array_agg(il.limit_name ORDER BY il.limit_name), array_agg(il.key ORDER BY il.limit_name)
+FROM instance_limits il WHERE il.instance_id IN (SELECT instance_id FROM w WHERE rn <= $1)
+GROUP BY il.instance_id ORDER BY il.instance_id`, promoteScan)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
+		var c candidate
+		err := row.Scan(&c.id, &c.limits, &c.keys)
+		return c, err
+	})
+}
+
+// decideWaiting admits, oldest first, the candidates whose limits have
+// room, and returns their ids and the soonest moment a rate lets one of
+// the others in (zero: none); *more is set when a key filled its scan.
+func (a *admission) decideWaiting(cands []candidate, more *bool) (ids []int64, soonest time.Time) {
+	perPair := make(map[[2]string]int)
+	for _, c := range cands {
+		reason, at := a.check(c.limits, c.keys)
+		if reason != "" {
+			if !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
+				soonest = at
+			}
+			continue
+		}
+		a.take(c.limits, c.keys)
+		ids = append(ids, c.id)
+		for j := range c.limits {
+			p := [2]string{c.limits[j], c.keys[j]}
+			if perPair[p]++; perPair[p] >= promoteScan {
+				*more = true
+			}
+		}
+	}
+	return ids, soonest
+}
+
+// admitWaiting moves the instances ids from WAITING to DISPATCHED,
+// admitted at now, and returns their attempts.
+func admitWaiting(ctx context.Context, tx pgx.Tx, ids []int64, now time.Time) ([]Attempt, error) {
+	rows, err := tx.Query(ctx, `
 WITH lk AS (
 	-- In id order, as every batch statement locks (see reportRows.record).
 	SELECT id FROM instances WHERE id = ANY($1) AND state = 'WAITING' ORDER BY id FOR UPDATE
@@ -419,17 +465,11 @@ WITH lk AS (
 ), adm AS (
 	UPDATE instance_limits SET admitted_at = $2 WHERE instance_id IN (SELECT id FROM upd)
 )
-SELECT `+attemptColumns("upd")+` FROM upd ORDER BY id`, ids, a.now)
-		if err != nil {
-			return err
-		}
-		attempts, err = collectAttempts(rows)
-		return err
-	})
+SELECT `+attemptColumns("upd")+` FROM upd ORDER BY id`, ids, now)
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("promote instances waiting for limits: %w", err)
+		return nil, err
 	}
-	return attempts, next, more, nil
+	return collectAttempts(rows)
 }
 
 // ForgetLimitAdmissions deletes the limit rows of instances that ended
