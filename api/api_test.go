@@ -110,8 +110,12 @@ func (e *env) do(method, path, contentType string, body io.Reader) (int, map[str
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		e.t.Errorf("%s %s answered Content-Type %q, want application/json", method, path, ct)
+	want := "application/json"
+	if resp.StatusCode >= 400 {
+		want = wire.ProblemContentType
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != want {
+		e.t.Errorf("%s %s answered %d with Content-Type %q, want %s", method, path, resp.StatusCode, ct, want)
 	}
 	var out map[string]any
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {

@@ -23,8 +23,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// writeError answers e as an RFC 9457 problem document (see
+// [wire.Problem]).
 func writeError(w http.ResponseWriter, e *wire.Error) {
-	writeJSON(w, e.Status, wire.ErrorBody{Error: e})
+	w.Header().Set("Content-Type", wire.ProblemContentType)
+	w.WriteHeader(e.Status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(wire.NewProblem(e))
 }
 
 // handlerFunc is an API handler. It writes a successful answer itself and

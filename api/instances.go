@@ -43,6 +43,12 @@ func (s *Service) getInstance(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return internal(fmt.Sprintf("get instance %d", id), err)
 	}
+	one := []schemas.Instance{in}
+	if err := s.attachWaits(r.Context(), one); err != nil {
+		return internal(fmt.Sprintf("read why instance %d waits", id), err)
+	}
+	in = one[0]
+	in.Attempts = schemas.Attempts(in.Transitions)
 	if err := s.redactOne(r.Context(), &in); err != nil {
 		return internal(fmt.Sprintf("redact instance %d", id), err)
 	}
@@ -96,6 +102,9 @@ func (s *Service) listInstances(w http.ResponseWriter, r *http.Request) error {
 	if list == nil {
 		list = []schemas.Instance{}
 	}
+	if err := s.attachWaits(r.Context(), list); err != nil {
+		return internal("read why instances wait", err)
+	}
 	if err := s.redact(r.Context(), list); err != nil {
 		return internal("redact instances", err)
 	}
@@ -118,7 +127,7 @@ func (s *Service) instanceFilter(r *http.Request) (store.InstanceFilter, *wire.E
 		f.State = schemas.State(strings.ToUpper(state))
 		if !f.State.Valid() {
 			return f, badRequest("invalid_parameter", "state",
-				"state=%q is not an instance state; use one of CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED", state)
+				"state=%q is not an instance state; use one of CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED, SHADOW", state)
 		}
 	}
 	if f.Limit, e = q.limit("limit", store.MaxInstanceLimit); e != nil {

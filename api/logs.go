@@ -326,51 +326,16 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 		return internal(fmt.Sprintf("read the logs of instance %d", in.ID), err)
 	}
 	defer lr.close()
-
-	type msg struct {
-		line logLine
-		seq  uint64
-		ok   bool
-	}
-	msgs := make(chan msg)
-	readCtx, stopReading := context.WithCancel(ctx)
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		defer close(msgs)
-		for {
-			line, seq, _, ok, err := lr.next(readCtx)
-			if err != nil {
-				if readCtx.Err() == nil {
-					s.opts.Logger.Warn().Err(err).Int64("instance_id", in.ID).Msg("follow task logs; ending the stream")
-				}
-				return
-			}
-			select {
-			case msgs <- msg{line, seq, ok}:
-			case <-readCtx.Done():
-				return
-			}
-		}
-	}()
-	defer func() {
-		stopReading()
-		<-read
-	}()
+	msgs, stopReading := s.readFollowed(ctx, lr, in.ID)
+	defer stopReading()
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	send := func(format string, args ...any) bool {
-		if _, err := fmt.Fprintf(w, format, args...); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	if !send(": following the logs of instance %d\n\n", in.ID) {
+	f := &follower{s: s, w: w, rc: http.NewResponseController(w), id: in.ID, q: q}
+	if !f.send(": following the logs of instance %d\n\n", in.ID) {
 		return nil
 	}
 
@@ -378,89 +343,165 @@ func (s *Service) followLogs(w http.ResponseWriter, r *http.Request, in schemas.
 	defer heartbeat.Stop()
 	idle := time.NewTicker(followIdle / 4)
 	defer idle.Stop()
-	last, lastAt := lr.start, time.Now()
-	// Lines held until the instance records their worker or ends (see
-	// [logWriters]), in order; a held line holds those after it.
-	writers := writersOf(in)
-	var held []msg
-	show := func(m msg) bool {
-		if !m.ok || !q.keep(&m.line.LogLine) {
-			return true
-		}
-		data, _ := json.Marshal(m.line.LogLine)
-		return send("id: %d\ndata: %s\n\n", m.seq, data)
-	}
-	flush := func() bool {
-		for len(held) > 0 {
-			switch writers.judge(&held[0].line) {
-			case holdLine:
-				return true
-			case showLine:
-				if !show(held[0]) {
-					return false
-				}
-			}
-			held = held[1:]
-		}
-		return true
-	}
+	f.last, f.lastAt = lr.start, time.Now()
+	f.writers = writersOf(in)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case m, open := <-msgs:
-			if !open {
-				return nil
-			}
-			last, lastAt = m.seq, time.Now()
-			if len(held) > 0 || (m.ok && writers.judge(&m.line) == holdLine) {
-				held = append(held, m)
-				continue
-			}
-			if m.ok && writers.judge(&m.line) == dropLine {
-				continue
-			}
-			if !show(m) {
+			if !open || !f.take(m) {
 				return nil
 			}
 		case <-heartbeat.C:
-			if !send(": heartbeat\n\n") {
+			if !f.send(": heartbeat\n\n") {
 				return nil
 			}
 		case <-idle.C:
-			if len(held) > 0 {
-				now, err := s.opts.Store.GetInstance(ctx, in.ID)
-				if err != nil {
-					if ctx.Err() == nil {
-						s.opts.Logger.Error().Err(err).Int64("instance_id", in.ID).Msg("follow task logs; ending the stream")
-					}
-					return nil
-				}
-				writers = writersOf(now)
-				if !flush() {
-					return nil
-				}
-				lastAt = time.Now()
-				continue
-			}
-			if time.Since(lastAt) < followIdle {
-				continue
-			}
-			state, done, err := s.logsDone(ctx, in.ID, last)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.opts.Logger.Error().Err(err).Int64("instance_id", in.ID).Msg("follow task logs; ending the stream")
-				}
+			if !f.idle(ctx) {
 				return nil
 			}
-			if done {
-				data, _ := json.Marshal(map[string]schemas.State{"state": state})
-				send("event: end\ndata: %s\n\n", data)
-				return nil
-			}
-			lastAt = time.Now()
 		}
 	}
+}
+
+// followMsg is a message of a followed log: a line (ok false for a
+// message that is not one) and its stream sequence.
+type followMsg struct {
+	line logLine
+	seq  uint64
+	ok   bool
+}
+
+// readFollowed reads lr's messages into the channel it returns, closed
+// when reading fails or ends; stop ends the reading and waits for it.
+func (s *Service) readFollowed(ctx context.Context, lr *logReader, id int64) (msgs <-chan followMsg, stop func()) {
+	out := make(chan followMsg)
+	readCtx, stopReading := context.WithCancel(ctx)
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		defer close(out)
+		for {
+			line, seq, _, ok, err := lr.next(readCtx)
+			if err != nil {
+				if readCtx.Err() == nil {
+					s.opts.Logger.Warn().Err(err).Int64("instance_id", id).Msg("follow task logs; ending the stream")
+				}
+				return
+			}
+			select {
+			case out <- followMsg{line, seq, ok}:
+			case <-readCtx.Done():
+				return
+			}
+		}
+	}()
+	return out, func() {
+		stopReading()
+		<-read
+	}
+}
+
+// follower is one stream of followLogs: what it has sent (last, at
+// lastAt) and the lines it holds until the instance records their worker
+// or ends (see [logWriters]), in order; a held line holds those after it.
+// Its methods return false when the stream is to end.
+type follower struct {
+	s       *Service
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	id      int64
+	q       logQuery
+	writers logWriters
+	held    []followMsg
+	last    uint64
+	lastAt  time.Time
+}
+
+// send writes an event and flushes it.
+func (f *follower) send(format string, args ...any) bool {
+	if _, err := fmt.Fprintf(f.w, format, args...); err != nil {
+		return false
+	}
+	return f.rc.Flush() == nil
+}
+
+// show sends the line of m if it is one the query keeps.
+func (f *follower) show(m followMsg) bool {
+	if !m.ok || !f.q.keep(&m.line.LogLine) {
+		return true
+	}
+	data, _ := json.Marshal(m.line.LogLine)
+	return f.send("id: %d\ndata: %s\n\n", m.seq, data)
+}
+
+// flush sends the held lines the writers now show, drops those they drop,
+// and stops at the first they still hold.
+func (f *follower) flush() bool {
+	for len(f.held) > 0 {
+		switch f.writers.judge(&f.held[0].line) {
+		case holdLine:
+			return true
+		case showLine:
+			if !f.show(f.held[0]) {
+				return false
+			}
+		}
+		f.held = f.held[1:]
+	}
+	return true
+}
+
+// take sends, holds or drops the message m read.
+func (f *follower) take(m followMsg) bool {
+	f.last, f.lastAt = m.seq, time.Now()
+	if len(f.held) > 0 || (m.ok && f.writers.judge(&m.line) == holdLine) {
+		f.held = append(f.held, m)
+		return true
+	}
+	if m.ok && f.writers.judge(&m.line) == dropLine {
+		return true
+	}
+	return f.show(m)
+}
+
+// idle, on each tick of the idle ticker, releases the held lines the
+// instance now has a worker for, or, once no line came for followIdle,
+// ends the stream with the event "end" if the instance has ended.
+func (f *follower) idle(ctx context.Context) bool {
+	if len(f.held) > 0 {
+		now, err := f.s.opts.Store.GetInstance(ctx, f.id)
+		if err != nil {
+			if ctx.Err() == nil {
+				f.s.opts.Logger.Error().Err(err).Int64("instance_id", f.id).Msg("follow task logs; ending the stream")
+			}
+			return false
+		}
+		f.writers = writersOf(now)
+		if !f.flush() {
+			return false
+		}
+		f.lastAt = time.Now()
+		return true
+	}
+	if time.Since(f.lastAt) < followIdle {
+		return true
+	}
+	state, done, err := f.s.logsDone(ctx, f.id, f.last)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.s.opts.Logger.Error().Err(err).Int64("instance_id", f.id).Msg("follow task logs; ending the stream")
+		}
+		return false
+	}
+	if done {
+		data, _ := json.Marshal(map[string]schemas.State{"state": state})
+		f.send("event: end\ndata: %s\n\n", data)
+		return false
+	}
+	f.lastAt = time.Now()
+	return true
 }
 
 // logsDone reports whether the instance id has ended and its last line,

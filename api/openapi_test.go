@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"os"
 	"regexp"
@@ -512,9 +513,15 @@ func (c *answerChecker) check(method, pattern, path, body string) (int, map[stri
 	if ref, ok := strings.CutPrefix(r.Ref, "#/components/responses/"); ok {
 		r = c.doc.Components.Responses[ref]
 	}
-	media, ok := r.Content["application/json"]
+	// The answer's media type is the document's: JSON, and RFC 9457
+	// problem documents for errors.
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if want := "application/problem+json"; (resp.StatusCode >= 400) != (ct == want) && resp.StatusCode != http.StatusServiceUnavailable {
+		c.t.Errorf("%s: answered Content-Type %q (errors are %s)", name, ct, want)
+	}
+	media, ok := r.Content[ct]
 	if !ok {
-		c.t.Errorf("%s: the document gives no JSON schema for it", name)
+		c.t.Errorf("%s: the document gives no schema for its %s answer", name, ct)
 		return resp.StatusCode, nil
 	}
 	c.n++

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/schemas"
@@ -128,17 +129,30 @@ func (s *Service) publishFiring(w http.ResponseWriter, r *http.Request, ev schem
 	log := s.opts.Logger.With().Str("task", name).Str("event_id", eventID).Str("operator", ev.Operator).Logger()
 
 	if ev.RunAt.After(ev.FiredAt) {
-		subject, err := s.publishDelayed(r.Context(), ev, eventID)
-		if err != nil {
-			log.Error().Err(err).Msg("publish delayed firing")
-			return &wire.Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
-				Message: fmt.Sprintf("cannot publish the delayed firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same idempotency_key or event_id", subject, err, s.opts.Topology.FiringsStream())}
-		}
-		log.Info().Time("run_at", ev.RunAt).Msg("task fired with a delay")
-		writeJSON(w, http.StatusAccepted, wire.FireResult{Task: name, EventID: eventID, RunAt: ev.RunAt})
-		return nil
+		return s.fireLater(w, r, ev, eventID, log)
 	}
+	return s.fireNow(w, r, ev, eventID, log)
+}
 
+// fireLater publishes ev, due later, as a delayed firing and answers 202.
+func (s *Service) fireLater(w http.ResponseWriter, r *http.Request, ev schemas.TriggerEvent, eventID string, log zerolog.Logger) error {
+	name := ev.Task
+	subject, err := s.publishDelayed(r.Context(), ev, eventID)
+	if err != nil {
+		log.Error().Err(err).Msg("publish delayed firing")
+		return &wire.Error{Status: http.StatusServiceUnavailable, Code: "trigger_unavailable",
+			Message: fmt.Sprintf("cannot publish the delayed firing to %s: %v; check that NATS and the %s stream are up, then fire again with the same idempotency_key or event_id", subject, err, s.opts.Topology.FiringsStream())}
+	}
+	log.Info().Time("run_at", ev.RunAt).Msg("task fired with a delay")
+	writeJSON(w, http.StatusAccepted, wire.FireResult{Task: name, EventID: eventID, RunAt: ev.RunAt})
+	return nil
+}
+
+// fireNow publishes ev, due now, and answers with its instance once the
+// dispatcher created it (201), or 202 when the request asked not to wait
+// or the instance did not come in time.
+func (s *Service) fireNow(w http.ResponseWriter, r *http.Request, ev schemas.TriggerEvent, eventID string, log zerolog.Logger) error {
+	name := ev.Task
 	subject := s.opts.Topology.APITrigger(name)
 	if _, err := streams.Publish(r.Context(), s.js, subject, streams.TriggerMsgID(name, eventID), ev); err != nil {
 		log.Error().Err(err).Msg("publish trigger event")
@@ -459,6 +473,14 @@ func (s *Service) instanceByEvent(w http.ResponseWriter, r *http.Request) error 
 	eventID := r.PathValue("event_id")
 	in, err := s.opts.Store.InstanceByEvent(r.Context(), name, eventID)
 	if errors.Is(err, store.ErrNotFound) {
+		if ev, ok, perr := s.pendingFiring(r.Context(), name, eventID); perr == nil && ok {
+			out := []wire.PendingFiring{pendingOf(ev)}
+			if err := s.redactPending(r.Context(), out); err != nil {
+				return internal("redact the firing", err)
+			}
+			writeJSON(w, http.StatusAccepted, out[0])
+			return nil
+		}
 		return &wire.Error{Status: http.StatusNotFound, Code: "instance_not_found", Field: "event_id",
 			Message: fmt.Sprintf("task %q has no instance for event %q (yet): the dispatcher creates it when it reads the firing, or at its run_at for a delayed one; check the task name and event id, and that the dispatcher runs", name, eventID)}
 	}

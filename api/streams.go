@@ -70,6 +70,10 @@ func (s *Service) streamInfo(ctx context.Context, name string) (wire.StreamInfo,
 			AckPending:  ci.NumAckPending,
 			Redelivered: ci.NumRedelivered,
 			Waiting:     ci.NumWaiting,
+			Pool:        ci.Config.Metadata["ax_pool"],
+		}
+		if w := ci.Config.Metadata["ax_worker"]; c.Pool == "" && w != "" {
+			c.Pool = "worker:" + w
 		}
 		if ci.Delivered.Last != nil {
 			at := ci.Delivered.Last.UTC()

@@ -22,7 +22,7 @@ const handlerCheckTimeout = 2 * time.Second
 
 func taskInfo(rec store.TaskRecord) wire.TaskInfo {
 	return wire.TaskInfo{Task: rec.Definition, Version: rec.Version, Enabled: rec.Enabled, Paused: rec.Paused,
-		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
+		Shadow: rec.Shadow, ShadowSince: rec.ShadowSince, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt}
 }
 
 // taskNameRE is the rule of task.schema.json's task_name: a name becomes a

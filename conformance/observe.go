@@ -23,14 +23,18 @@ type seen struct {
 	subject string
 	msgID   string
 	op      string // the KV-Operation header of a bucket write: "" (a put), DEL or PURGE
+	reply   string
+	header  nats.Header
 	data    []byte
 }
 
 // observer records the executor side's traffic of one pool: the pool's
 // reports, every write of the leases and workers buckets, and the control
-// orders to workers. One channel takes the subscriptions' messages, so that their order is the
-// order the server handled them in: a lease created before a report is
-// seen before it.
+// orders to workers. One channel takes the subscriptions' messages, so that
+// one publisher's messages are seen in the order it sent them: a worker's
+// lease created before its report is seen before it. Messages of different
+// publishers keep no order: a worker's report may be seen before the
+// dispatcher's cancel order it answers (see [cancelVerdict]).
 type observer struct {
 	top  streams.Topology
 	pool string
@@ -55,7 +59,7 @@ func observe(nc *nats.Conn, top streams.Topology, pool string) (*observer, error
 			case <-o.quit:
 				return
 			}
-			s := seen{at: time.Now(), subject: m.Subject, data: m.Data}
+			s := seen{at: time.Now(), subject: m.Subject, reply: m.Reply, header: m.Header, data: m.Data}
 			if m.Header != nil {
 				s.msgID, s.op = m.Header.Get(streams.HeaderMsgID), m.Header.Get(kvOperationHeader)
 			}
@@ -64,7 +68,8 @@ func observe(nc *nats.Conn, top streams.Topology, pool string) (*observer, error
 			o.mu.Unlock()
 		}
 	}()
-	for _, subject := range []string{top.Reports(pool, "*"), "$KV." + top.LeasesBucket() + ".>", "$KV." + top.WorkersBucket() + ".>", top.Control("*")} {
+	for _, subject := range append([]string{top.Reports(pool, "*"), "$KV." + top.LeasesBucket() + ".>", "$KV." + top.WorkersBucket() + ".>", top.Control("*")},
+		safetySubjects(top, pool)...) {
 		sub, err := nc.ChanSubscribe(subject, o.ch)
 		if err != nil {
 			o.stop()

@@ -130,7 +130,8 @@ func chainSkip(after []schemas.After, parents map[string]schemas.ParentResult) s
 func attemptEnds(attempts []store.Attempt) []store.RunEnd {
 	var out []store.RunEnd
 	for _, a := range attempts {
-		if a.State.Terminal() {
+		// A SHADOW instance ran nothing: nothing chained after it fires.
+		if a.State.Terminal() && a.State != schemas.StateShadow {
 			out = append(out, store.RunEnd{Task: a.Task, RunID: a.RunID, NoParent: a.ParentID == 0})
 		}
 	}

@@ -291,6 +291,7 @@ func (rr *rerouting) add(m jetstream.Msg) error {
 	}
 	if a.Strategy == schemas.DispatchWorker {
 		log.Warn().Msg("the attempt is pinned to a worker that left; it waits for that worker")
+		rt.waits.noteWorkerGone(a, rr.from)
 		rr.pinned = append(rr.pinned, m)
 		rr.events = append(rr.events, store.Event{InstanceID: a.ID, Attempt: a.Attempt, Kind: EventWorkerGone,
 			Operator: "dispatcher", At: rt.now(),
@@ -299,7 +300,7 @@ func (rr *rerouting) add(m jetstream.Msg) error {
 	}
 	r, err := rt.route(a, rr.rs)
 	if err != nil {
-		log.Warn().Err(err).Dur("retry_in", rerouteDelay).Msg("no live worker may take the attempt of a worker that left; routing it again later")
+		rt.waits.noteNoWorker(a, err) // logged once per change of reason
 		return rr.fromStore(m, a)
 	}
 	out := nats.NewMsg(r.subject)
@@ -314,6 +315,7 @@ func (rr *rerouting) add(m jetstream.Msg) error {
 	if r.header != "" {
 		out.Header.Set(routeHeader, r.header)
 	}
+	rt.waits.noteRouted(a, r)
 	log.Info().Str("worker_id", r.worker).Msg("attempt of a worker that left routed again")
 	rr.batch.Add(out)
 	rr.rings[r.ring] = true
@@ -335,6 +337,7 @@ func (rr *rerouting) fromStore(m jetstream.Msg, a store.Attempt) error {
 // those pinned, records the events and rings the doorbells.
 func (rr *rerouting) finish(ctx context.Context) error {
 	rt := rr.rt
+	rt.waits.flushWaits()
 	n := rr.batch.Len()
 	if err := rr.batch.Wait(ctx); err != nil {
 		return fmt.Errorf("publish %d attempts of worker %s, which left: %w", n, rr.from, err)

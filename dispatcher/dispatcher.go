@@ -48,6 +48,9 @@ type Options struct {
 	Logger zerolog.Logger
 	// NowFunc tells the time (default time.Now).
 	NowFunc func() time.Time
+	// CalendarPoll is how often waits for calendar-aligned parents are
+	// checked (default DefaultCalendarPoll; see calendar.go).
+	CalendarPoll time.Duration
 	// RandFunc returns a number in [0, 1) for retry jitter (default math/rand/v2).
 	RandFunc func() float64
 	// Metrics is where the dispatcher registers its counters (default: a
@@ -112,6 +115,11 @@ type Service struct {
 	reaper *reaper
 	// limiter starts what waits for named limits (limits.go).
 	limiter *limiter
+	// waits records why attempts wait, once per change (see waits.go).
+	waits *waitTracker
+	// fair holds back and lets in the attempts of tasks with a fairness
+	// key, and knows each task version's slots (fairness.go).
+	fair *fairness
 }
 
 // Faults is the one seam for the faults a rehearsal (ax drill) injects
@@ -209,8 +217,10 @@ func New(opts Options) (*Service, error) {
 		workers: workers,
 		book:    newLeaseBook(),
 	}
+	s.waits = &waitTracker{now: opts.NowFunc, log: log, store: opts.Store, workers: workers, protocol: opts.Protocol}
 	s.router = &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log,
-		gone: newDepartures(), conn: opts.Conn, store: opts.Store, batchSize: opts.BatchSize, now: opts.NowFunc, metrics: m, next: s}
+		gone: newDepartures(), conn: opts.Conn, store: opts.Store, batchSize: opts.BatchSize, now: opts.NowFunc, metrics: m, next: s,
+		waits: s.waits}
 	s.deaths = &deathJudge{store: opts.Store, quarantineAfter: opts.QuarantineAfter, rand: opts.RandFunc, now: opts.NowFunc,
 		log: log, suspects: m.suspects}
 	s.reaper = &reaper{store: opts.Store, top: opts.Topology, conn: opts.Conn,
@@ -228,6 +238,7 @@ func New(opts Options) (*Service, error) {
 		held: newHolder(), next: s,
 		// Run follows the installed settings (see setUp).
 		triggersMaxAge: func() time.Duration { return s.opts.Streams.TriggersMaxAge }}
+	s.fair = newFairness(s)
 	return s, nil
 }
 
@@ -289,7 +300,7 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
 	}
-	s.reaper.js, s.router.js = js, js
+	s.reaper.js, s.router.js, s.fair.js = js, js, js
 	pub, err := streams.NewPublisher(s.opts.Conn, streams.PublisherOptions{Timeout: publishAckTimeout})
 	if err != nil {
 		return fmt.Errorf("run dispatcher: %w", err)
@@ -418,6 +429,8 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		func() error { return s.router.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
 		func() error { return s.limiter.run(runCtx) },
+		func() error { return s.runCalendar(runCtx) },
+		func() error { return s.fair.releaseLoop(runCtx) },
 		h.watchWorkers,
 	}
 }

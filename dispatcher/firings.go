@@ -135,7 +135,9 @@ func (it *intake) checkFiring(m jetstream.Msg, task string, from streams.Origin,
 			if ev.FiredAt.Truncate(time.Second).Equal(tick) {
 				firedAt = ev.FiredAt
 			}
-			ev = schemas.TriggerEvent{EventID: ev.EventID, Task: task, Source: schemas.SourceCron, FiredAt: firedAt, Reason: ev.Reason}
+			// A backfill's tick keeps its priority (trigger/backfill.go).
+			ev = schemas.TriggerEvent{EventID: ev.EventID, Task: task, Source: schemas.SourceCron, FiredAt: firedAt, Reason: ev.Reason,
+				Priority: ev.Priority}
 		} else {
 			problem, bySeq = fmt.Sprintf("a cron firing must carry the event id of a cron tick of %s (%s…), not %q",
 				task, schemas.CronEventIDPrefix+task+":", storableText(ev.EventID)), true

@@ -13,8 +13,9 @@ import (
 // version. A firing the task cannot take (disabled, another payload
 // version, a payload its payload_schema refuses, a chain firing whose
 // parent did not end as the task's after asks) makes a SKIPPED instance
-// that says why; the error is for a payload_schema that does not compile,
-// which the API never stores.
+// that says why; one of a task in shadow mode that it could take makes a
+// SHADOW instance, which nothing runs. The error is for a payload_schema
+// that does not compile, which the API never stores.
 func (it *intake) newInstance(f firing, rec store.TaskRecord, def *schemas.Task) (store.NewInstance, error) {
 	ev := f.event
 	if ev.Source == schemas.SourceCron {
@@ -61,9 +62,18 @@ func (it *intake) newInstance(f firing, rec store.TaskRecord, def *schemas.Task)
 	reason, err := skipReason(f, rec, def)
 	if reason != "" {
 		in.State, in.Reason = schemas.StateSkipped, reason
+	} else if rec.Shadow {
+		// Recorded on its tick, published to no one (see docs/migrate.md).
+		in.State, in.Reason = schemas.StateShadow, shadowReason
+	}
+	if hold := calendarHold(def); hold != "" && in.State == schemas.StateDispatched {
+		in.State, in.Reason = schemas.StateWaiting, hold // calendar.go releases it
 	}
 	return in, err
 }
+
+// shadowReason is the reason of a SHADOW instance's transition.
+const shadowReason = "task is in shadow mode: recorded, not run"
 
 // skipReason says why the firing f cannot make a running instance of its
 // task (rec, its definition with defaults def), "" when it can; the error

@@ -145,6 +145,8 @@ type router struct {
 	now       func() time.Time
 	metrics   *metrics
 	next      completer
+	// waits records why the attempts routed again wait.
+	waits *waitTracker
 }
 
 // routing is what one batch's routes share: the attempts it routed to

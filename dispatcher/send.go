@@ -66,6 +66,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 	if err != nil {
 		return sentAttempts{}, fmt.Errorf("fan out %d firings: %w", len(parents), err)
 	}
+	fair := s.fair.newHold()
 	rings := make(map[string]bool)
 	rs := newRouting()
 	// Headers (the message id, a route) ride in the same max payload.
@@ -77,17 +78,16 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		}
 		r, err := s.router.route(a, rs)
 		if err != nil {
-			s.log.Warn().Err(err).Int64("instance_id", a.ID).Int("attempt", a.Attempt).Str("task", a.Task).
-				Str("pool", a.Pool).Str("min_worker_version", a.MinWorkerVersion).Dur("retry_in", rerouteDelay).
-				Msg("no live worker may take the attempt; routing it again later")
+			s.waits.noteNoWorker(a, err) // logged once per change of reason
 			if err := s.router.addReroute(batch, a); err != nil {
 				return sentAttempts{}, err
 			}
 			continue
 		}
+		s.waits.noteRouted(a, r)
 		d := s.dispatchOf(a)
 		d.Pool = r.poolOr(a.Pool)
-		if err := addDispatch(batch, r, d, limit); err != nil {
+		if err := fair.add(ctx, batch, rings, a, r, d, limit); err != nil {
 			if tl, ok := errors.AsType[errTooLarge](err); ok {
 				// It would fail the batch on every try: it fails alone.
 				tooLarge = append(tooLarge, store.Failure{InstanceID: a.ID, Attempt: a.Attempt, Reason: tl.Error(), At: s.now(), Permanent: true})
@@ -95,8 +95,11 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 			}
 			return sentAttempts{}, err
 		}
-		rings[r.ring] = true
 	}
+	if err := fair.flush(ctx); err != nil {
+		return sentAttempts{}, err
+	}
+	s.waits.flushWaits()
 	if len(tooLarge) > 0 {
 		if err := s.reaper.failAttempts(ctx, tooLarge, nil, nil, nil, "dispatch message too large"); err != nil {
 			return sentAttempts{}, fmt.Errorf("fail %d attempts too large to dispatch: %w", len(tooLarge), err)

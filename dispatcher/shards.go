@@ -88,9 +88,7 @@ func (s *Service) childrenOf(batch *streams.AsyncBatch, p store.Attempt) ([]stor
 	if p.Strategy == schemas.DispatchBroadcast {
 		workers = s.workers.eligible(p.Pool, p.Handler, p.MinWorkerVersion, s.opts.Protocol)
 		if len(workers) == 0 {
-			s.log.Warn().Int64("instance_id", p.ID).Str("task", p.Task).Str("pool", p.Pool).
-				Str("min_worker_version", p.MinWorkerVersion).Dur("retry_in", rerouteDelay).
-				Msg("no live worker to broadcast to; routing it again later")
+			s.waits.noteNoBroadcastWorker(p) // logged once per change of reason
 			return nil, false, s.router.addReroute(batch, p)
 		}
 		n = len(workers)

@@ -275,7 +275,9 @@ func (s *Service) watchWorkers(ctx context.Context, kv jetstream.KeyValue) (func
 	if err != nil {
 		return nil, fmt.Errorf("watch bucket %s: %w", kv.Bucket(), err)
 	}
+	refused := map[string]int{}
 	apply := func(e jetstream.KeyValueEntry) {
+		s.refuseUnservable(e, refused)
 		left, err := s.workers.apply(e)
 		if err != nil {
 			s.log.Warn().Err(err).Msg("worker entry ignored")

@@ -68,6 +68,7 @@ type pending struct {
 	d       schemas.Dispatch
 	handler Handler       // what runs
 	hs      *handlerState // the handler's state on this worker
+	slots   int           // the worker's slots it holds (see slotsOf)
 	// doomed is set when the handler fails at once: the mutex key does
 	// not render.
 	doomed bool
@@ -116,6 +117,7 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 		giveBack(m, log)
 		return nil
 	}
+	p.slots = s.slotsOf(&d)
 	s.mu.Lock()
 	hs := s.handlerState(d.Handler, e.limits)
 	if hs.full() {
@@ -123,9 +125,13 @@ func (s *Service) admit(m jetstream.Msg) *pending {
 		s.requeue(p, "the handler's slots are full")
 		return nil
 	}
+	if !s.takeSlots(p.slots) {
+		s.mu.Unlock()
+		s.requeue(p, s.shortOfSlots(p.slots))
+		return nil
+	}
 	hs.busy++
 	p.hs = hs
-	s.held++
 	s.mu.Unlock()
 
 	switch {
@@ -178,7 +184,7 @@ func (p *pending) waits() bool {
 // its mutex if it took it.
 func (s *Service) unadmit(p *pending) {
 	s.mu.Lock()
-	s.held--
+	s.held -= p.slots
 	if p.hs != nil {
 		p.hs.busy--
 	}

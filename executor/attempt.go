@@ -21,6 +21,7 @@ type attempt struct {
 	lease     []byte // the lease's value, put again on every renewal
 	handler   Handler
 	hs        *handlerState // nil when the worker has no such handler
+	slots     int           // the worker's slots it holds (see Service.slotsOf)
 	mutexKey  string        // the mutex key the attempt holds, "" for none
 	mutexRev  uint64        // the mutex key's revision, the holder's
 	task      *Job
@@ -166,7 +167,7 @@ func decodeDispatch(m jetstream.Msg) (schemas.Dispatch, error) {
 func (s *Service) register(p *pending, key string, lease []byte, revision uint64, sent, startedAt time.Time) *attempt {
 	d := p.d
 	a := &attempt{svc: s, dispatch: d, key: key, lease: lease, startedAt: startedAt, revision: revision, renewedAt: sent,
-		handler: p.handler, hs: p.hs, mutexKey: p.mutexKey, mutexRev: p.mutexRev}
+		handler: p.handler, hs: p.hs, slots: p.slots, mutexKey: p.mutexKey, mutexRev: p.mutexRev}
 	a.log = s.taskLogger(&d)
 	a.hlog = s.handlerLogger(&a.dispatch, a.log)
 
@@ -284,7 +285,7 @@ func (s *Service) release(a *attempt) {
 	s.mu.Lock()
 	if !a.released {
 		a.released = true
-		s.held--
+		s.held -= a.slots
 		if a.hs != nil {
 			a.hs.busy--
 		}

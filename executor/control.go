@@ -17,6 +17,10 @@ func (s *Service) onControl(m *nats.Msg) {
 		s.log.Warn("undecodable control message; ignoring it", "error", err)
 		return
 	}
+	if c.Action == schemas.ControlRefuse {
+		s.log.Error("the dispatchers refuse this worker", "reason", c.Reason, "speaks", schemas.ExecutorProtocol)
+		return
+	}
 	if c.Action != schemas.ControlCancel {
 		s.log.Warn("unknown control action; ignoring it", "action", string(c.Action))
 		return

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-scheduler/ax/internal/wait"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
@@ -183,12 +184,9 @@ func (r *reporter) publishRetry(ctx context.Context, m *nats.Msg, refused func()
 			warned = time.Now()
 			r.log.Warn("final report not stored yet; keeping it and trying again until it is", "error", err, "subject", m.Subject, "tries", i+1, "unsent_for", time.Since(start).Round(time.Second))
 		}
-		timer := time.NewTimer(publishBackoff[min(i, len(publishBackoff)-1)])
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-		}
+		// Jittered: the workers of a fleet whose reports a server's outage
+		// refused together do not all try again at the same moments.
+		wait.SleepJitter(ctx, publishBackoff[min(i, len(publishBackoff)-1)])
 	}
 }
 

@@ -28,16 +28,36 @@ type ShadowDiff struct {
 	Tick time.Time `json:"tick,omitzero"`
 	// Ran is when the old scheduler ran it (zero for an extra one).
 	Ran time.Time `json:"ran,omitzero"`
+	// InstanceID is the instance AX recorded on the tick, when the
+	// report compared recorded instances.
+	InstanceID int64 `json:"instance_id,omitempty"`
 }
+
+// Bases of a [ShadowReport]: what AX's side of the comparison is.
+const (
+	// BasisRecorded compares the ticks AX's triggers fired: the
+	// instances recorded on them (SHADOW in shadow mode).
+	BasisRecorded = "recorded"
+	// BasisComputed compares the ticks the task's cron triggers give,
+	// for a window in which AX recorded no instance of it.
+	BasisComputed = "computed"
+)
 
 // ShadowReport compares one task's ticks with its old runs over a window.
 type ShadowReport struct {
 	Task string `json:"task"`
 	// Source names the old job ("xxl_job_info id=10").
-	Source string       `json:"source"`
-	Ticks  int          `json:"ticks"`
-	Runs   int          `json:"runs"`
-	Diffs  []ShadowDiff `json:"diffs,omitempty"`
+	Source string `json:"source"`
+	// Basis is BasisRecorded or BasisComputed.
+	Basis string `json:"basis"`
+	// From and To bound the window compared: the one asked for, with
+	// recorded instances narrowed to the task's shadow start and to the
+	// ticks already due.
+	From  time.Time    `json:"from"`
+	To    time.Time    `json:"to"`
+	Ticks int          `json:"ticks"`
+	Runs  int          `json:"runs"`
+	Diffs []ShadowDiff `json:"diffs,omitempty"`
 }
 
 // CompareTicks pairs AX's ticks with the old scheduler's runs, both

@@ -60,15 +60,25 @@ const (
 	// quarantined (failed because workers kept dying while running it)
 	// within params.window. Key: the task.
 	AlertQuarantined AlertKind = "quarantined"
+	// AlertDeadlineMissed holds for a run of a task with a deadline that
+	// is not done by it — waiting, running or failed — among the runs
+	// fired within params.window; its message names what the run waits
+	// for. Key: the task and the instance ("report/42").
+	AlertDeadlineMissed AlertKind = "deadline_missed"
 )
 
 // AlertKinds lists every alert rule kind.
 var AlertKinds = []AlertKind{AlertNoLiveExecutor, AlertFailingTasks, AlertConsecutiveFailures,
-	AlertTimeoutRate, AlertBacklog, AlertDurationJitter, AlertQuarantined}
+	AlertTimeoutRate, AlertBacklog, AlertDurationJitter, AlertQuarantined, AlertDeadlineMissed}
 
 // DefaultAlertThrottle is the least time between two notifications of one
 // alert when its rule sets no throttle.
 const DefaultAlertThrottle = 10 * time.Minute
+
+// DefaultJitterFloor is the least run time a duration_jitter alert
+// judges when its rule sets no min_duration: below it a run's time is
+// noise (a cold cache, a GC pause), not a slow task.
+const DefaultJitterFloor = time.Second
 
 // AlertRule is a rule the auditor checks, in alert_rules.
 type AlertRule struct {
@@ -116,6 +126,10 @@ type AlertParams struct {
 	// Factor is how many times the p95 of those runs the latest must take
 	// to hold (duration_jitter; default 2).
 	Factor float64
+	// MinDuration is the absolute floor of duration_jitter (default 1s):
+	// a latest run shorter than it never holds, whatever the ratio, so
+	// that 9 ms against a p95 of 3 ms raises nothing.
+	MinDuration time.Duration
 	// Throttle is the least time between two notifications of one alert
 	// (every kind; default [DefaultAlertThrottle]). Repeats within it are
 	// counted and reported together with the next notification.
@@ -129,8 +143,9 @@ var alertParamKeys = map[AlertKind][]string{
 	AlertConsecutiveFailures: {"failures"},
 	AlertTimeoutRate:         {"rate", "window", "min_attempts"},
 	AlertBacklog:             {"instances", "age"},
-	AlertDurationJitter:      {"runs", "min_runs", "factor"},
+	AlertDurationJitter:      {"runs", "min_runs", "factor", "min_duration"},
 	AlertQuarantined:         {"window"},
+	AlertDeadlineMissed:      {"window"},
 }
 
 // AlertConfigError says what is wrong with an alert rule or an alert
@@ -165,12 +180,14 @@ func (r AlertRule) DecodeParams() (AlertParams, error) {
 		return AlertParams{}, AlertConfigErrorf("level", "%q is not an alert level; use P0, P1 or P2", r.Level)
 	}
 	p := AlertParams{Failures: 3, Tasks: 5, Window: 10 * time.Minute, Rate: 0.2, MinAttempts: 5, Instances: 10,
-		Age: 5 * time.Minute, Runs: 20, MinRuns: 5, Factor: 2, Throttle: DefaultAlertThrottle}
+		Age: 5 * time.Minute, Runs: 20, MinRuns: 5, Factor: 2, MinDuration: DefaultJitterFloor, Throttle: DefaultAlertThrottle}
 	switch r.Kind {
 	case AlertTimeoutRate:
 		p.Window = 15 * time.Minute
 	case AlertQuarantined:
 		p.Window = time.Hour
+	case AlertDeadlineMissed:
+		p.Window = 48 * time.Hour
 	}
 	raw := bytes.TrimSpace(r.Params)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -203,6 +220,8 @@ func (r AlertRule) DecodeParams() (AlertParams, error) {
 			p.Window, err = durationParam(k, v, time.Minute, 7*24*time.Hour)
 		case "age":
 			p.Age, err = durationParam(k, v, time.Second, 7*24*time.Hour)
+		case "min_duration":
+			p.MinDuration, err = durationParam(k, v, 0, 24*time.Hour)
 		case "throttle":
 			p.Throttle, err = durationParam(k, v, 0, 7*24*time.Hour)
 		case "rate":

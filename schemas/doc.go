@@ -1,7 +1,8 @@
 // Package schemas is AX's vocabulary: the task definition and its JSON
 // Schema, every message that crosses NATS with its plain codecs, the
 // instance state machine's vocabulary, the operator models (alerts,
-// health, summaries) and the problem type ([Problem], [ValidationError]).
+// health, summaries, backfills, bulk queries, dead letters) and the
+// problem type ([Problem], [ValidationError]).
 // It imports nothing but the standard library, so every service, the SDK
 // and the API's client can speak it without linking what they never call.
 //

@@ -66,6 +66,7 @@ var golden = []goldenMessage{
 		Protocol:      2,
 		ReportBatches: true,
 		Republished:   true,
+		Slots:         4,
 	}},
 	{"report", "json/report.schema.json#", &Report{
 		InstanceID:   4711,
@@ -204,6 +205,10 @@ var golden = []goldenMessage{
 		},
 		Progress: &InstanceProgress{Attempt: 3, Done: 1200, Total: 1200, Message: "uploaded", At: goldenTime(5 * time.Minute)},
 		Archived: true,
+		Wait: &Wait{Kind: WaitUnservedPool, Reason: "no live worker of pool \"eu\" has registered handler \"report\"",
+			Ends: "start an executor with --pool eu that registers handler report", Since: goldenTime(2 * time.Second)},
+		Attempts: []AttemptRun{{Attempt: 3, StartedAt: ptr(goldenTime(91 * time.Second)), EndedAt: ptr(goldenTime(6 * time.Minute)),
+			Worker: "worker-eu-2", State: StateSucceeded, Error: "", DurationMS: ptr(int64(269000))}},
 	}},
 }
 

@@ -70,6 +70,9 @@ type LedgerSummary struct {
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
 	Skipped   int `json:"skipped"`
+	// Shadow counts the ticks recorded in shadow mode (state SHADOW):
+	// fired, never run.
+	Shadow int `json:"shadow"`
 }
 
 // String is the summary line: "744 ticks, 744 instances, 0 missed, 0
@@ -79,7 +82,7 @@ func (s LedgerSummary) String() string {
 	for _, x := range []struct {
 		n    int
 		what string
-	}{{s.Late, "fired late"}, {s.Failed, "failed"}, {s.Skipped, "skipped"}, {s.Due, "not yet due"}} {
+	}{{s.Late, "fired late"}, {s.Failed, "failed"}, {s.Skipped, "skipped"}, {s.Shadow, "in shadow (recorded, not run)"}, {s.Due, "not yet due"}} {
 		if x.n > 0 {
 			line += fmt.Sprintf(", %d %s", x.n, x.what)
 		}

@@ -262,6 +262,10 @@ type Dispatch struct {
 	// message, as it does a redelivered one (any version; false, left out,
 	// for a first dispatch).
 	Republished bool `json:"republished,omitempty"`
+	// Slots is how many of the worker's slots the attempt takes (the
+	// task's execution.slots; 0, left out, means 1). A worker with fewer
+	// slots in all runs it alone.
+	Slots int `json:"slots,omitempty"`
 }
 
 // ExecutorProtocol is the version of the executor protocol
@@ -458,6 +462,11 @@ type ControlAction string
 // The control actions.
 const (
 	ControlCancel ControlAction = "cancel"
+	// ControlRefuse tells a worker that the dispatchers cannot serve it
+	// (its record declares a version of the executor protocol older than
+	// the one they write): Reason names the versions; InstanceID and
+	// Attempt are 0. They route it nothing until its record changes.
+	ControlRefuse ControlAction = "refuse"
 )
 
 // Control is the core NATS message on ax.control.<worker_id>.
@@ -538,6 +547,12 @@ type Instance struct {
 	// archive: it ended long enough ago to leave the hot tables (see
 	// docs/operations.md, "Instance history and retention").
 	Archived bool `json:"archived,omitempty"`
+	// Wait says why the instance waits, while it does (see [Wait]); nil
+	// when it runs, ended, or nothing is known to hold it.
+	Wait *Wait `json:"wait,omitempty"`
+	// Attempts are the instance's attempts as its transitions tell them
+	// (see [Attempts]); set by GET /v1/instances/{id}, not by the list.
+	Attempts []AttemptRun `json:"attempts,omitempty"`
 }
 
 // InstanceEvent is something that befell an instance without changing its
@@ -578,12 +593,28 @@ const (
 	ActionRerun   OperatorAction = "rerun"   // fired an instance's firing again
 	ActionCancel  OperatorAction = "cancel"  // cancelled an instance
 	ActionDelete  OperatorAction = "delete"  // deleted a task
+	// ActionCancelFiring cancelled a pending delayed firing; ActionFireNow
+	// fired one before its due time.
+	ActionCancelFiring OperatorAction = "cancel_firing"
+	ActionFireNow      OperatorAction = "fire_now"
+	// ActionShadowStart put a task in shadow mode: its firings are
+	// recorded SHADOW, never run. ActionShadowStop ended it (a cut-over
+	// leaves the task enabled, else disabled).
+	ActionShadowStart OperatorAction = "shadow_start"
+	ActionShadowStop  OperatorAction = "shadow_stop"
 
 	ActionTokenCreate        OperatorAction = "token_create"         // made an API token
 	ActionTokenRevoke        OperatorAction = "token_revoke"         // revoked an API token
 	ActionAlertRulePut       OperatorAction = "alert_rule_put"       // created or replaced an alert rule
 	ActionAlertChannelAdd    OperatorAction = "alert_channel_add"    // added an alert channel
 	ActionAlertChannelDelete OperatorAction = "alert_channel_delete" // deleted an alert channel
+
+	ActionBackfill       OperatorAction = "backfill"        // started a backfill of a task's schedule
+	ActionBackfillPause  OperatorAction = "backfill_pause"  // paused a backfill
+	ActionBackfillResume OperatorAction = "backfill_resume" // resumed a backfill
+	ActionBackfillCancel OperatorAction = "backfill_cancel" // cancelled a backfill
+	ActionBulkRerun      OperatorAction = "bulk_rerun"      // reran the instances a query matched
+	ActionBulkCancel     OperatorAction = "bulk_cancel"     // cancelled the instances a query matched
 )
 
 // The task names of the actions on no task, in their audit records (and

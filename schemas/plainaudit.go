@@ -54,7 +54,7 @@ func appendPlainAuditRecord(b []byte, r *AuditRecord) ([]byte, bool) {
 
 // states are the instance states, which records' from and to hold.
 var states = []State{StateCreated, StateWaiting, StateDispatched, StateRunning, StateRetrying,
-	StateSucceeded, StateFailed, StateSkipped, StateCancelled}
+	StateSucceeded, StateFailed, StateSkipped, StateCancelled, StateShadow}
 
 // DecodeAuditRecord decodes an audit record as json.Unmarshal does,
 // without its reflection for the plain encoding MarshalAuditRecord writes:

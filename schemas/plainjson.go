@@ -339,6 +339,8 @@ func decodePlainDispatch(data []byte) (d Dispatch, ok bool) {
 			d.ReportBatches = r.boolean()
 		case "republished":
 			d.Republished = r.boolean()
+		case "slots":
+			d.Slots = int(r.int(strconv.IntSize))
 		default: // parents, or a key encoding/json matches otherwise
 			r.bad = true
 		}
@@ -400,6 +402,9 @@ func appendPlainDispatch(b []byte, d *Dispatch) ([]byte, bool) {
 	}
 	if d.Republished {
 		w.b = append(w.b, `,"republished":true`...)
+	}
+	if d.Slots != 0 {
+		w.int(`,"slots":`, int64(d.Slots))
 	}
 	w.b = append(w.b, '}')
 	return w.b, w.ok

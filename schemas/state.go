@@ -11,8 +11,9 @@ import (
 //	RETRYING → DISPATCHED (the next attempt)
 //
 // plus WAITING (held by max_running_instances with the serial strategy),
-// SKIPPED (discarded by strategy, disabled task, payload version mismatch)
-// and CANCELLED.
+// SKIPPED (discarded by strategy, disabled task, payload version mismatch),
+// CANCELLED, and SHADOW (a firing of a task in shadow mode, recorded and
+// never run: see docs/migrate.md).
 type State string
 
 // The instance states.
@@ -26,12 +27,15 @@ const (
 	StateFailed     State = "FAILED"
 	StateSkipped    State = "SKIPPED"
 	StateCancelled  State = "CANCELLED"
+	// StateShadow ends a firing of a task in shadow mode at its creation:
+	// recorded on its tick, never dispatched. It is no run and no failure.
+	StateShadow State = "SHADOW"
 )
 
 // Terminal reports whether no transition leaves s.
 func (s State) Terminal() bool {
 	switch s {
-	case StateSucceeded, StateFailed, StateSkipped, StateCancelled:
+	case StateSucceeded, StateFailed, StateSkipped, StateCancelled, StateShadow:
 		return true
 	}
 	return false
@@ -41,7 +45,7 @@ func (s State) Terminal() bool {
 func (s State) Valid() bool {
 	switch s {
 	case StateCreated, StateWaiting, StateDispatched, StateRunning, StateRetrying,
-		StateSucceeded, StateFailed, StateSkipped, StateCancelled:
+		StateSucceeded, StateFailed, StateSkipped, StateCancelled, StateShadow:
 		return true
 	}
 	return false
@@ -51,7 +55,7 @@ func (s State) Valid() bool {
 // transition may lead to. The empty state is before the instance exists.
 var transitions = map[State][]State{
 	"":              {StateCreated, StateWaiting, StateDispatched, StateSkipped, StateCancelled, StateFailed},
-	StateCreated:    {StateWaiting, StateDispatched, StateSkipped, StateCancelled, StateFailed},
+	StateCreated:    {StateWaiting, StateDispatched, StateSkipped, StateCancelled, StateFailed, StateShadow},
 	StateWaiting:    {StateCreated, StateDispatched, StateSkipped, StateCancelled, StateFailed},
 	StateDispatched: {StateDispatched, StateRunning, StateRetrying, StateFailed, StateCancelled, StateSkipped},
 	StateRunning:    {StateSucceeded, StateFailed, StateRetrying, StateCancelled},
@@ -77,7 +81,7 @@ func StateTable() string {
 	var b strings.Builder
 	b.WriteString("| from | may move to |\n|---|---|\n")
 	for _, from := range []State{"", StateCreated, StateWaiting, StateDispatched, StateRunning, StateRetrying,
-		StateSucceeded, StateFailed, StateSkipped, StateCancelled} {
+		StateSucceeded, StateFailed, StateSkipped, StateCancelled, StateShadow} {
 		name := "`" + string(from) + "`"
 		if from == "" {
 			name = "(creation)"

@@ -23,7 +23,7 @@ func TestDocsGiveTheStateTable(t *testing.T) {
 func TestTerminalStatesHaveNoEdges(t *testing.T) {
 	t.Parallel()
 	for _, s := range []State{StateCreated, StateWaiting, StateDispatched, StateRunning, StateRetrying,
-		StateSucceeded, StateFailed, StateSkipped, StateCancelled} {
+		StateSucceeded, StateFailed, StateSkipped, StateCancelled, StateShadow} {
 		if got := len(transitions[s]) == 0; got != s.Terminal() {
 			t.Errorf("%s: no edges out is %t, Terminal is %t", s, got, s.Terminal())
 		}

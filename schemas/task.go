@@ -50,6 +50,11 @@ type Task struct {
 	// parents, each named once, never the task itself; a definition that
 	// would close a cycle is refused when it is applied.
 	After []After `json:"after,omitempty"`
+	// Deadline is when a run must have finished: a local time "06:00" (the
+	// first such time after the run's tick, in the task's zone: its first
+	// cron trigger's) or a Go duration after the tick ("90m"). A run not
+	// done by then fires the deadline_missed alert.
+	Deadline string `json:"deadline,omitempty"`
 	// Retention is how long the task's ended instances are kept after they
 	// fired: a number of days ("90d") or a Go duration ("720h"), at least
 	// 1h. Empty keeps them as long as the installation's retention (the
@@ -135,7 +140,33 @@ type After struct {
 	// On is the parent's end that lets the child run: "success" (default),
 	// "failure" or "always".
 	On AfterCondition `json:"on,omitempty"`
+	// Window, when set, makes the entry a calendar-aligned dependency
+	// instead of a chain: a firing of the task waits until the parent's
+	// cron ticks in this window (previous_hour, previous_day or same_day,
+	// around the firing's tick in the task's zone) have succeeded, counted
+	// by each tick's identity. It never fires the task.
+	Window AfterWindow `json:"window,omitempty"`
+	// Require is how many of the window's ticks must succeed: "all" (the
+	// default, and the only one so far).
+	Require string `json:"require,omitempty"`
+	// Timeout bounds the wait after the firing's tick (a Go duration,
+	// default 24h); then OnTimeout decides.
+	Timeout string `json:"timeout,omitempty"`
+	// OnTimeout is what a firing whose parents never arrived does at its
+	// timeout: "fail" (the default), "skip" or "run".
+	OnTimeout string `json:"on_timeout,omitempty"`
 }
+
+// AfterWindow is the span of a calendar-aligned dependency's parent ticks,
+// relative to the dependent firing's tick in the task's zone.
+type AfterWindow string
+
+// The after windows.
+const (
+	WindowPreviousHour AfterWindow = "previous_hour" // the clock hour before the tick's
+	WindowPreviousDay  AfterWindow = "previous_day"  // the calendar day before the tick's
+	WindowSameDay      AfterWindow = "same_day"      // the tick's calendar day, up to the tick
+)
 
 // TriggerType is the kind of a trigger in a task definition.
 type TriggerType string
@@ -205,7 +236,15 @@ type Execution struct {
 	// the firing's instance ends SUCCEEDED when every child did, FAILED
 	// when one did not. Not with dispatch strategy "broadcast".
 	Shards int `json:"shards,omitempty"`
+	// Slots is how many of a worker's slots one attempt takes (default 1,
+	// at most [MaxTaskSlots]): a heavy report declares 4, so a worker with
+	// 16 slots runs four of them at once, or sixteen light attempts. A
+	// worker with fewer slots than this runs the attempt alone.
+	Slots int `json:"slots,omitempty"`
 }
+
+// MaxTaskSlots is the most slots one attempt may take.
+const MaxTaskSlots = 1024
 
 // Duration is a span of time in a task definition, held as a Go duration
 // string ("90s", "1h30m"). It decodes from that string or from a JSON
@@ -324,6 +363,37 @@ type DispatchPolicy struct {
 	// sorted and joined with "+" ([gpu, eu]: the pool "eu+gpu", which
 	// workers started with --pool eu+gpu serve). Refused with Tags.
 	TagsAll []string `json:"tags_all,omitempty"`
+	// Fairness, when its key is set, shares the pool's queue round-robin
+	// between the keys of the task's attempts (see [Fairness]).
+	Fairness Fairness `json:"fairness,omitzero"`
+}
+
+// Fairness shares a pool's queue between the keys of a task's attempts:
+// the dispatcher holds the attempts of a task with a fairness key back in
+// PostgreSQL and lets them into the pool's queue a few at a time,
+// round-robin over the keys, so that one key's backlog of 10,000 does not
+// delay another key's single firing behind it. Only attempts the pool's
+// workers pull (strategy "pull") are shared so.
+type Fairness struct {
+	// Key is a Go text/template rendered over the payload ("{{.tenant}}";
+	// see [ParseMutexKey] for the rules); a payload that does not render
+	// it goes under the key "" with the others that do not.
+	Key string `json:"key"`
+	// Weights gives some keys more turns per round (default 1 each, at
+	// most [MaxFairnessWeight]): {"big": 3} lets three attempts of key big
+	// in for each one of every other key.
+	Weights map[string]int `json:"weights,omitempty"`
+}
+
+// MaxFairnessWeight is the largest weight of a fairness key.
+const MaxFairnessWeight = 1000
+
+// Weight returns the weight of key: its entry in Weights, or 1.
+func (f Fairness) Weight(key string) int {
+	if w := f.Weights[key]; w > 0 {
+		return w
+	}
+	return 1
 }
 
 // PoolSep separates the pools of an instance that any of several pools

@@ -32,8 +32,8 @@ func TestDefaultAlertRules(t *testing.T) {
 		levels[r.Level]++
 		kinds[r.Kind] = true
 	}
-	if len(kinds) != len(schemas.AlertKinds) || levels[schemas.AlertP0] != 2 || levels[schemas.AlertP1] != 3 || levels[schemas.AlertP2] != 2 {
-		t.Errorf("default rules = %+v, want one per kind: two P0, three P1 (quarantined among them), two P2", rules)
+	if len(kinds) != len(schemas.AlertKinds) || levels[schemas.AlertP0] != 2 || levels[schemas.AlertP1] != 4 || levels[schemas.AlertP2] != 2 {
+		t.Errorf("default rules = %+v, want one per kind: two P0, four P1 (quarantined and deadline_missed among them), two P2", rules)
 	}
 }
 
@@ -62,7 +62,10 @@ func TestDecodeParams(t *testing.T) {
 			return p.Age == 30*time.Second && p.Instances == 1
 		}, ""},
 		{schemas.AlertDurationJitter, "P2", `{"factor": 3, "runs": 10, "min_runs": 3}`, func(p schemas.AlertParams) bool {
-			return p.Factor == 3 && p.Runs == 10 && p.MinRuns == 3
+			return p.Factor == 3 && p.Runs == 10 && p.MinRuns == 3 && p.MinDuration == time.Second
+		}, ""},
+		{schemas.AlertDurationJitter, "P2", `{"min_duration": "250ms"}`, func(p schemas.AlertParams) bool {
+			return p.MinDuration == 250*time.Millisecond
 		}, ""},
 		{"nope", "P1", ``, nil, `kind: "nope" is not an alert rule kind`},
 		{schemas.AlertBacklog, "P9", ``, nil, `level: "P9" is not an alert level`},

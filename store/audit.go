@@ -191,90 +191,16 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]schemas.AuditRe
 	case limit > MaxAuditLimit:
 		limit = MaxAuditLimit
 	}
-	var before *auditPos
+	q := auditQuery{f: f}
 	if f.Before != "" {
-		kind, id, ok := schemas.ParseAuditID(f.Before)
-		if !ok {
-			return nil, fmt.Errorf("list audit: %q is not an audit record id (t-<id> or o-<id>)", f.Before)
-		}
-		table := "instance_transitions"
-		if kind == schemas.AuditAction {
-			table = "operator_actions"
-		}
-		cond := "id = $1"
-		if kind == schemas.AuditTransition {
-			cond = holdsTransition(1)
-		}
-		p := auditPos{kind: kind, id: id}
-		err := s.pool.QueryRow(ctx, `SELECT at FROM `+table+` WHERE `+cond+` LIMIT 1`, id).Scan(&p.at)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("list audit: audit record %s: %w", f.Before, ErrNotFound)
-		}
+		p, err := s.auditBefore(ctx, f.Before)
 		if err != nil {
-			return nil, fmt.Errorf("list audit: find record %s: %w", f.Before, err)
+			return nil, fmt.Errorf("list audit: %w", err)
 		}
-		before = &p
+		q.before = p
 	}
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
-	}
-	limitArg := arg(limit)
-	// The rows of instance_transitions to expand: one more than the limit,
-	// since the row before the Before record may hold only that record
-	// (after it in the listing's order) and one that the filters leave out.
-	rowsArg := arg(limit + 1)
-	// Each table's conditions hold only the filters in use, so that each
-	// shape of query gets a plan that uses the indexes. pairs is set for the
-	// rows of instance_transitions, which the transitions are expanded from:
-	// a row is taken when either of its transitions is by the operator.
-	where := func(kind schemas.AuditKind, pairs bool) string {
-		var conds []string
-		if f.Task != "" {
-			conds = append(conds, "task = "+arg(f.Task))
-		}
-		if f.InstanceID != 0 {
-			conds = append(conds, "instance_id = "+arg(f.InstanceID))
-		}
-		if f.Operator != "" {
-			if pairs {
-				a := arg(f.Operator)
-				conds = append(conds, "(operator = "+a+" OR then_operator = "+a+")")
-			} else {
-				conds = append(conds, "operator = "+arg(f.Operator))
-			}
-		}
-		if !f.Since.IsZero() {
-			conds = append(conds, "at >= "+arg(f.Since))
-		}
-		if before != nil {
-			switch {
-			case kind == before.kind:
-				conds = append(conds, fmt.Sprintf("(at, id) < (%s, %s)", arg(before.at), arg(before.id)))
-			case kind < before.kind: // action after transition on a tie
-				conds = append(conds, "at <= "+arg(before.at))
-			default:
-				conds = append(conds, "at < "+arg(before.at))
-			}
-		}
-		if len(conds) == 0 {
-			return ""
-		}
-		return " WHERE " + strings.Join(conds, " AND ")
-	}
-	sql := `
-SELECT * FROM (
-	(SELECT ` + transitionRecordColumns + ` FROM ` + transitionsOf(`SELECT * FROM instance_transitions`+
-		where(schemas.AuditTransition, true)+` ORDER BY at DESC, id DESC LIMIT `+rowsArg) +
-		where(schemas.AuditTransition, false) + `
-	ORDER BY at DESC, id DESC LIMIT ` + limitArg + `)
-	UNION ALL
-	(SELECT ` + actionRecordColumns + ` FROM operator_actions` + where(schemas.AuditAction, false) + `
-	ORDER BY at DESC, id DESC LIMIT ` + limitArg + `)
-) r
-ORDER BY at DESC, kind DESC, id DESC LIMIT ` + limitArg
-	rows, err := s.pool.Query(ctx, sql, args...)
+	sql := q.sql(limit) // before q.args is read: it adds them
+	rows, err := s.pool.Query(ctx, sql, q.args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}
@@ -283,4 +209,104 @@ ORDER BY at DESC, kind DESC, id DESC LIMIT ` + limitArg
 		return nil, fmt.Errorf("list audit: %w", err)
 	}
 	return out, nil
+}
+
+// auditBefore finds the position of the audit record before names, the
+// one a page of ListAudit starts after.
+func (s *Store) auditBefore(ctx context.Context, before string) (*auditPos, error) {
+	kind, id, ok := schemas.ParseAuditID(before)
+	if !ok {
+		return nil, fmt.Errorf("%q is not an audit record id (t-<id> or o-<id>)", before)
+	}
+	table := "instance_transitions"
+	if kind == schemas.AuditAction {
+		table = "operator_actions"
+	}
+	cond := "id = $1"
+	if kind == schemas.AuditTransition {
+		cond = holdsTransition(1)
+	}
+	p := auditPos{kind: kind, id: id}
+	err := s.pool.QueryRow(ctx, `SELECT at FROM `+table+` WHERE `+cond+` LIMIT 1`, id).Scan(&p.at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("audit record %s: %w", before, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find record %s: %w", before, err)
+	}
+	return &p, nil
+}
+
+// auditQuery is ListAudit's statement under construction: the filter,
+// the record to start after, and the arguments its placeholders take.
+type auditQuery struct {
+	f      AuditFilter
+	before *auditPos
+	args   []any
+}
+
+// arg adds the argument v and returns its placeholder.
+func (q *auditQuery) arg(v any) string {
+	q.args = append(q.args, v)
+	return fmt.Sprintf("$%d", len(q.args))
+}
+
+// where is the conditions of a table of kind. Each table's conditions
+// hold only the filters in use, so that each shape of query gets a plan
+// that uses the indexes. pairs is set for the rows of
+// instance_transitions, which the transitions are expanded from: a row is
+// taken when either of its transitions is by the operator.
+func (q *auditQuery) where(kind schemas.AuditKind, pairs bool) string {
+	var conds []string
+	if q.f.Task != "" {
+		conds = append(conds, "task = "+q.arg(q.f.Task))
+	}
+	if q.f.InstanceID != 0 {
+		conds = append(conds, "instance_id = "+q.arg(q.f.InstanceID))
+	}
+	if q.f.Operator != "" {
+		if pairs {
+			a := q.arg(q.f.Operator)
+			conds = append(conds, "(operator = "+a+" OR then_operator = "+a+")")
+		} else {
+			conds = append(conds, "operator = "+q.arg(q.f.Operator))
+		}
+	}
+	if !q.f.Since.IsZero() {
+		conds = append(conds, "at >= "+q.arg(q.f.Since))
+	}
+	if q.before != nil {
+		switch {
+		case kind == q.before.kind:
+			conds = append(conds, fmt.Sprintf("(at, id) < (%s, %s)", q.arg(q.before.at), q.arg(q.before.id)))
+		case kind < q.before.kind: // action after transition on a tie
+			conds = append(conds, "at <= "+q.arg(q.before.at))
+		default:
+			conds = append(conds, "at < "+q.arg(q.before.at))
+		}
+	}
+	if len(conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(conds, " AND ")
+}
+
+// sql is ListAudit's statement of at most limit records.
+func (q *auditQuery) sql(limit int) string {
+	limitArg := q.arg(limit)
+	// The rows of instance_transitions to expand: one more than the limit,
+	// since the row before the Before record may hold only that record
+	// (after it in the listing's order) and one that the filters leave out.
+	rowsArg := q.arg(limit + 1)
+	return `
+SELECT * FROM (
+	(SELECT ` + transitionRecordColumns + ` FROM ` + transitionsOf(`SELECT * FROM instance_transitions`+
+		q.where(schemas.AuditTransition, true)+` ORDER BY at DESC, id DESC LIMIT `+rowsArg) +
+		q.where(schemas.AuditTransition, false) + `
+	ORDER BY at DESC, id DESC LIMIT ` + limitArg + `)
+	UNION ALL
+	(SELECT ` + actionRecordColumns + ` FROM operator_actions` + q.where(schemas.AuditAction, false) + `
+	ORDER BY at DESC, id DESC LIMIT ` + limitArg + `)
+) r
+ORDER BY at DESC, kind DESC, id DESC LIMIT ` + limitArg
 }

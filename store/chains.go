@@ -89,11 +89,15 @@ ON CONFLICT (child, parent) DO UPDATE SET position = EXCLUDED.position`, def.Tas
 	return nil
 }
 
-// afterNames returns the parents an after names, in its order.
+// afterNames returns the parents an after names, in its order: its chain
+// parents only, not its calendar-aligned ones (with a window), which
+// never fire the task (dispatcher/calendar.go).
 func afterNames(after []schemas.After) []string {
-	names := make([]string, len(after))
-	for i, a := range after {
-		names[i] = a.Task
+	names := make([]string, 0, len(after))
+	for _, a := range after {
+		if a.Window == "" {
+			names = append(names, a.Task)
+		}
 	}
 	return names
 }
@@ -183,7 +187,21 @@ func (s *Store) ChainFirings(ctx context.Context, ended []RunEnd) ([]ChainFiring
 	}
 	// For each child of an ended task and each of the child's parents, the
 	// parent's latest instance in the run, if any.
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, chainParentsSQL, textArray(tasks), textArray(runs))
+	if err != nil {
+		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
+	}
+	out, err := collectChainFirings(rows)
+	if err != nil {
+		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
+	}
+	return out, nil
+}
+
+// chainParentsSQL is the statement of [Store.ChainFirings]: for each
+// child of the tasks $1 ended in the runs $2, and each of its parents, the
+// parent's latest instance in the run, ordered by run and child.
+const chainParentsSQL = `
 WITH children AS (
 	SELECT DISTINCT e.run_id, tp.child
 	FROM unnest($1::text[], $2::text[]) AS e(task, run_id) JOIN task_parents tp ON tp.parent = e.task
@@ -195,10 +213,11 @@ LEFT JOIN LATERAL (
 	WHERE run_id = c.run_id AND task = p.parent AND parent_id IS NULL -- a shard's end is its parent's
 	ORDER BY id DESC LIMIT 1
 ) i ON true
-ORDER BY c.run_id, c.child`, textArray(tasks), textArray(runs))
-	if err != nil {
-		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
-	}
+ORDER BY c.run_id, c.child`
+
+// collectChainFirings reads the rows of chainParentsSQL into the
+// firings whose parents all ended, one per run and child.
+func collectChainFirings(rows pgx.Rows) ([]ChainFiring, error) {
 	var (
 		out     []ChainFiring
 		ready   bool
@@ -215,7 +234,7 @@ ORDER BY c.run_id, c.child`, textArray(tasks), textArray(runs))
 			out = append(out, *current)
 		}
 	}
-	_, err = pgx.ForEachRow(rows, []any{&runID, &child, &parent, &id, &state, &output}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&runID, &child, &parent, &id, &state, &output}, func() error {
 		if current == nil || current.RunID != runID || current.Task != child {
 			flush()
 			current = &ChainFiring{Task: child, RunID: runID, Parents: make(map[string]schemas.ParentResult)}
@@ -233,7 +252,7 @@ ORDER BY c.run_id, c.child`, textArray(tasks), textArray(runs))
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
+		return nil, err
 	}
 	flush()
 	return out, nil

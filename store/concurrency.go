@@ -55,59 +55,11 @@ func (s *Store) CreateLimitedInstances(ctx context.Context, task string, limit i
 		}
 		// Counted after the lock, in a statement of its own: its snapshot
 		// sees every change the lock's previous holders committed.
-		var active, waiting int
-		eventIDs := make([]string, len(in))
-		for i, x := range in {
-			eventIDs[i] = x.EventID
-		}
-		var existing []string
-		if err := tx.QueryRow(ctx, `
-SELECT count(*) FILTER (WHERE state IN `+activeStates+`), count(*) FILTER (WHERE state = 'WAITING'),
-	COALESCE(array_agg(event_id) FILTER (WHERE event_id = ANY($2)), '{}')
-FROM instances WHERE task = $1 AND (state IN `+activeStates+` OR state = 'WAITING' OR event_id = ANY($2))`,
-			task, eventIDs).Scan(&active, &waiting, &existing); err != nil {
+		active, waiting, existing, err := countLimited(ctx, tx, task, in)
+		if err != nil {
 			return err
 		}
-		decided := make([]NewInstance, 0, len(in))
-		// cancel_other: of the new firings, the last ones up to the limit
-		// run; an earlier one is replaced by a later one at once.
-		fresh := 0
-		for _, x := range in {
-			if !slices.Contains(existing, x.EventID) && x.State == schemas.StateDispatched {
-				fresh++
-			}
-		}
-		replaced := max(fresh-limit, 0)
-		cancels := 0
-		for _, x := range in {
-			if slices.Contains(existing, x.EventID) {
-				decided = append(decided, x) // returned as it is, nothing created
-				continue
-			}
-			if x.State == schemas.StateDispatched {
-				switch {
-				case strategy == schemas.BlockCancelOther && replaced > 0:
-					replaced--
-					x.State, x.Reason = schemas.StateCancelled, "a newer firing took its place (blocking_strategy cancel_other)"
-				case active < limit:
-					active++
-				case strategy == schemas.BlockCancelOther:
-					cancels++
-				case strategy == schemas.BlockDiscard:
-					x.State, x.Reason = schemas.StateSkipped, fmt.Sprintf(
-						"discarded: the task already runs its max_running_instances (%d)", limit)
-				case strategy == schemas.BlockBufferOne && waiting >= 1:
-					x.State, x.Reason = schemas.StateSkipped, fmt.Sprintf(
-						"discarded: the task runs its max_running_instances (%d) and one firing already waits (buffer_one)", limit)
-				default:
-					x.State = schemas.StateWaiting
-					x.Reason = fmt.Sprintf("waiting: the task runs its max_running_instances (%d)", limit)
-					waiting++
-				}
-			}
-			decided = append(decided, x)
-		}
-		var err error
+		decided, cancels := decideLimited(in, existing, limit, strategy, active, waiting)
 		if cancels > 0 {
 			if victims, err = cancelOldest(ctx, tx, task, cancels); err != nil {
 				return err
@@ -120,6 +72,70 @@ FROM instances WHERE task = $1 AND (state IN `+activeStates+` OR state = 'WAITIN
 		return nil, nil, fmt.Errorf("create %d instances of %s (max_running_instances %d): %w", len(in), task, limit, err)
 	}
 	return attempts, victims, nil
+}
+
+// countLimited counts task's active and WAITING instances, and names
+// those of the event ids of in that already have an instance.
+func countLimited(ctx context.Context, tx pgx.Tx, task string, in []NewInstance) (active, waiting int, existing []string, err error) {
+	eventIDs := make([]string, len(in))
+	for i, x := range in {
+		eventIDs[i] = x.EventID
+	}
+	err = tx.QueryRow(ctx, countLimitedSQL, task, eventIDs).Scan(&active, &waiting, &existing)
+	return active, waiting, existing, err
+}
+
+// countLimitedSQL is the statement of countLimited.
+const countLimitedSQL = `
+SELECT count(*) FILTER (WHERE state IN ` + activeStates + `), count(*) FILTER (WHERE state = 'WAITING'),
+	COALESCE(array_agg(event_id) FILTER (WHERE event_id = ANY($2)), '{}')
+FROM instances WHERE task = $1 AND (state IN ` + activeStates + ` OR state = 'WAITING' OR event_id = ANY($2))`
+
+// decideLimited decides the state of each firing of in by strategy, given
+// the active and waiting instances counted and the event ids existing;
+// cancels is how many of the oldest active instances cancel_other must
+// cancel.
+func decideLimited(in []NewInstance, existing []string, limit int, strategy schemas.BlockingStrategy,
+	active, waiting int) (decided []NewInstance, cancels int) {
+	decided = make([]NewInstance, 0, len(in))
+	// cancel_other: of the new firings, the last ones up to the limit
+	// run; an earlier one is replaced by a later one at once.
+	fresh := 0
+	for _, x := range in {
+		if !slices.Contains(existing, x.EventID) && x.State == schemas.StateDispatched {
+			fresh++
+		}
+	}
+	replaced := max(fresh-limit, 0)
+	for _, x := range in {
+		if slices.Contains(existing, x.EventID) {
+			decided = append(decided, x) // returned as it is, nothing created
+			continue
+		}
+		if x.State == schemas.StateDispatched {
+			switch {
+			case strategy == schemas.BlockCancelOther && replaced > 0:
+				replaced--
+				x.State, x.Reason = schemas.StateCancelled, "a newer firing took its place (blocking_strategy cancel_other)"
+			case active < limit:
+				active++
+			case strategy == schemas.BlockCancelOther:
+				cancels++
+			case strategy == schemas.BlockDiscard:
+				x.State, x.Reason = schemas.StateSkipped, fmt.Sprintf(
+					"discarded: the task already runs its max_running_instances (%d)", limit)
+			case strategy == schemas.BlockBufferOne && waiting >= 1:
+				x.State, x.Reason = schemas.StateSkipped, fmt.Sprintf(
+					"discarded: the task runs its max_running_instances (%d) and one firing already waits (buffer_one)", limit)
+			default:
+				x.State = schemas.StateWaiting
+				x.Reason = fmt.Sprintf("waiting: the task runs its max_running_instances (%d)", limit)
+				waiting++
+			}
+		}
+		decided = append(decided, x)
+	}
+	return decided, cancels
 }
 
 // cancelOldest cancels the n oldest active instances of task, for cancel_other.
@@ -153,7 +169,11 @@ SELECT id, task, run_id, attempt, worker_id, old_state IN ('DISPATCHED', 'RUNNIN
 // withWaiting names those of the tasks $1 that have WAITING instances, in
 // name order: a look at the index of the WAITING instances
 // (instances_waiting_idx), whatever the task's other instances.
+// A task with calendar-aligned dependencies holds its WAITING instances
+// for its parents; the dispatcher's calendar loop releases them
+// ([Store.ReleaseCalendar]).
 const withWaiting = `SELECT name FROM tasks WHERE name = ANY($1)
+	AND NOT jsonb_path_exists(definition, '$.after[*].window')
 	AND EXISTS (SELECT 1 FROM instances WHERE task = tasks.name AND state = 'WAITING')
 	ORDER BY name`
 
@@ -183,22 +203,44 @@ func (s *Store) PromoteWaiting(ctx context.Context, tasks []string) ([]Attempt, 
 	}
 	var out []Attempt
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Lock in name order, as every locker does, so two never deadlock;
-		// only the tasks that still have WAITING instances are looked at.
-		rows, err := tx.Query(ctx, withWaiting+` FOR UPDATE`, tasks)
-		if err != nil {
-			return err
-		}
-		waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(waiting) == 0 {
-			return err
-		}
-		rows, err = tx.Query(ctx, `
+		var err error
+		out, err = promoteWaiting(ctx, tx, tasks)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)
+	}
+	return out, nil
+}
+
+// promoteWaiting is [Store.PromoteWaiting] in tx, once a look outside it
+// found WAITING instances.
+func promoteWaiting(ctx context.Context, tx pgx.Tx, tasks []string) ([]Attempt, error) {
+	// Lock in name order, as every locker does, so two never deadlock;
+	// only the tasks that still have WAITING instances are looked at.
+	rows, err := tx.Query(ctx, withWaiting+` FOR UPDATE`, tasks)
+	if err != nil {
+		return nil, err
+	}
+	waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(waiting) == 0 {
+		return nil, err
+	}
+	rows, err = tx.Query(ctx, promoteWaitingSQL, waiting)
+	if err != nil {
+		return nil, err
+	}
+	return collectAttempts(rows)
+}
+
+// promoteWaitingSQL is the statement of promoteWaiting: it starts the
+// oldest WAITING instances of the tasks $1 up to each task's free slots.
+var promoteWaitingSQL = `
 WITH lim AS (
 	SELECT name, COALESCE((definition->'concurrency'->>'max_running_instances')::int, 0) AS n
 	FROM tasks WHERE name = ANY($1)
 ), act AS (
-	SELECT task, count(*) AS c FROM instances WHERE task = ANY($1) AND state IN `+activeStates+` GROUP BY task
+	SELECT task, count(*) AS c FROM instances WHERE task = ANY($1) AND state IN ` + activeStates + ` GROUP BY task
 ), pick AS (
 	SELECT w.id FROM lim LEFT JOIN act ON act.task = lim.name
 	CROSS JOIN LATERAL (
@@ -221,18 +263,7 @@ WITH lim AS (
 	SELECT id, task, 'WAITING', 'DISPATCHED', attempt, 'dispatcher', 'a slot of max_running_instances freed'
 	FROM upd
 )
-SELECT `+attemptColumns("upd")+` FROM upd ORDER BY id`, waiting)
-		if err != nil {
-			return err
-		}
-		out, err = collectAttempts(rows)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)
-	}
-	return out, nil
-}
+SELECT ` + attemptColumns("upd") + ` FROM upd ORDER BY id`
 
 // WaitingTasks lists the tasks that have WAITING instances: at start the
 // dispatcher promotes what it can of them, in case a slot freed while no

@@ -32,41 +32,11 @@ func (s *Store) ExplainTick(ctx context.Context, task string, at, now time.Time)
 	}
 	at = at.UTC()
 	x := schemas.Explanation{Subject: task + "@" + at.Format(time.RFC3339), Task: task, Steps: []schemas.ExplainStep{}}
-	var (
-		tr      schemas.Trigger
-		index   = -1
-		nextTix []string
-	)
-	for i, t := range rec.Definition.Triggers {
-		if t.Type != schemas.TriggerTypeCron {
-			continue
-		}
-		t = t.WithDefaults()
-		sched, err := taskdef.ParseCronSchedule(t.Schedule, t.Timezone)
-		if err != nil {
-			return schemas.Explanation{}, fmt.Errorf("explain %s: trigger %d: %w", x.Subject, i, err)
-		}
-		tick := sched.Next(at.Add(-time.Nanosecond))
-		if !tick.Equal(at) {
-			if !tick.IsZero() {
-				nextTix = append(nextTix, fmt.Sprintf("trigger %d's next tick is %s (%s)", i, tick.UTC().Format(time.RFC3339), tick.Format("15:04:05 MST")))
-			}
-			continue
-		}
-		tr, index = t, i
-		text := fmt.Sprintf("trigger %d (%q in %s, misfire %s) schedules a tick at %s, %s local time", i, t.Schedule, t.Timezone,
-			t.Misfire, at.Format(time.RFC3339), tick.Format("2006-01-02 15:04:05 MST"))
-		if kind, note := sched.WallNote(tick); kind != "" {
-			text += "; daylight saving time: " + note
-		}
-		x.Steps = append(x.Steps, schemas.ExplainStep{Kind: "schedule", Text: text})
-		break
+	tr, index, err := explainSchedule(&x, rec.Definition.Triggers, task, at)
+	if err != nil {
+		return schemas.Explanation{}, err
 	}
 	if index < 0 {
-		x.Verdict = fmt.Sprintf("no cron trigger of %s schedules a tick at %s, so nothing was due then", task, at.Format(time.RFC3339))
-		if len(nextTix) > 0 {
-			x.Verdict += ": " + strings.Join(nextTix, "; ")
-		}
 		return x, nil
 	}
 	x.Tick, x.EventID = &at, schemas.CronEventID(task, index, at)
@@ -75,19 +45,7 @@ func (s *Store) ExplainTick(ctx context.Context, task string, at, now time.Time)
 	if err != nil {
 		return schemas.Explanation{}, err
 	}
-	var during *pauseSpan
-	for i, p := range pauses {
-		if !at.Before(p.from) && (p.until.IsZero() || at.Before(p.until)) {
-			during = &pauses[i]
-			x.Steps = append(x.Steps, schemas.ExplainStep{At: p.from, Kind: p.what, Actor: p.by,
-				Text: fmt.Sprintf("the task was %s by %s", p.what, orSomeone(p.by))})
-			if !p.until.IsZero() {
-				kind := map[string]string{"paused": "resumed", "disabled": "enabled"}[p.what]
-				x.Steps = append(x.Steps, schemas.ExplainStep{At: p.until, Kind: kind, Actor: p.endedBy,
-					Text: fmt.Sprintf("the task was %s by %s", kind, orSomeone(p.endedBy))})
-			}
-		}
-	}
+	during := explainPauses(&x, pauses, at)
 	decisions, err := s.DecisionsAbout(ctx, task, at)
 	if err != nil {
 		return schemas.Explanation{}, err
@@ -117,6 +75,65 @@ func (s *Store) ExplainTick(ctx context.Context, task string, at, now time.Time)
 	x.Steps = append(x.Steps, ix.Steps...)
 	sortSteps(x.Steps)
 	return x, nil
+}
+
+// explainSchedule finds the cron trigger of triggers that schedules a tick
+// of task at at, and puts the schedule's step on x; when none does (index
+// -1), x's verdict says so, with the triggers' next ticks.
+func explainSchedule(x *schemas.Explanation, triggers []schemas.Trigger, task string, at time.Time) (tr schemas.Trigger, index int, err error) {
+	index = -1
+	var nextTix []string
+	for i, t := range triggers {
+		if t.Type != schemas.TriggerTypeCron {
+			continue
+		}
+		t = t.WithDefaults()
+		sched, err := taskdef.ParseCronSchedule(t.Schedule, t.Timezone)
+		if err != nil {
+			return tr, -1, fmt.Errorf("explain %s: trigger %d: %w", x.Subject, i, err)
+		}
+		tick := sched.Next(at.Add(-time.Nanosecond))
+		if !tick.Equal(at) {
+			if !tick.IsZero() {
+				nextTix = append(nextTix, fmt.Sprintf("trigger %d's next tick is %s (%s)", i, tick.UTC().Format(time.RFC3339), tick.Format("15:04:05 MST")))
+			}
+			continue
+		}
+		tr, index = t, i
+		text := fmt.Sprintf("trigger %d (%q in %s, misfire %s) schedules a tick at %s, %s local time", i, t.Schedule, t.Timezone,
+			t.Misfire, at.Format(time.RFC3339), tick.Format("2006-01-02 15:04:05 MST"))
+		if kind, note := sched.WallNote(tick); kind != "" {
+			text += "; daylight saving time: " + note
+		}
+		x.Steps = append(x.Steps, schemas.ExplainStep{Kind: "schedule", Text: text})
+		break
+	}
+	if index < 0 {
+		x.Verdict = fmt.Sprintf("no cron trigger of %s schedules a tick at %s, so nothing was due then", task, at.Format(time.RFC3339))
+		if len(nextTix) > 0 {
+			x.Verdict += ": " + strings.Join(nextTix, "; ")
+		}
+	}
+	return tr, index, nil
+}
+
+// explainPauses puts on x the pauses (and disables) of the task around
+// at, and returns the one at was in, if any.
+func explainPauses(x *schemas.Explanation, pauses []pauseSpan, at time.Time) *pauseSpan {
+	var during *pauseSpan
+	for i, p := range pauses {
+		if !at.Before(p.from) && (p.until.IsZero() || at.Before(p.until)) {
+			during = &pauses[i]
+			x.Steps = append(x.Steps, schemas.ExplainStep{At: p.from, Kind: p.what, Actor: p.by,
+				Text: fmt.Sprintf("the task was %s by %s", p.what, orSomeone(p.by))})
+			if !p.until.IsZero() {
+				kind := map[string]string{"paused": "resumed", "disabled": "enabled"}[p.what]
+				x.Steps = append(x.Steps, schemas.ExplainStep{At: p.until, Kind: kind, Actor: p.endedBy,
+					Text: fmt.Sprintf("the task was %s by %s", kind, orSomeone(p.endedBy))})
+			}
+		}
+	}
+	return during
 }
 
 // tickVerdict says why a tick has no instance.
@@ -173,28 +190,11 @@ func (s *Store) ExplainInstance(ctx context.Context, id int64) (schemas.Explanat
 	}
 	var dispatchedAt time.Time
 	for _, t := range in.Transitions {
-		st := schemas.ExplainStep{At: t.At, Actor: t.Operator, Kind: strings.ToLower(string(t.To))}
-		switch {
-		case t.To == schemas.StateCreated:
-			st.Text = fmt.Sprintf("the firing %s (source %s, fired at %s) made instance %d", in.EventID, in.Source,
-				in.FiredAt.UTC().Format(time.RFC3339), id)
-			if t.Reason != "" {
-				st.Text += ": " + t.Reason
-			}
-		case t.To == schemas.StateDispatched:
-			st.Text = fmt.Sprintf("attempt %d was routed to pool %s and dispatched", t.Attempt, in.Pool)
-			switch t.From {
-			case schemas.StateRetrying:
-				st.Text += fmt.Sprintf(", after the retry backoff (%s since attempt %d ended)", backoffSince(in.Transitions, t), t.Attempt-1)
-			case schemas.StateWaiting:
-				st.Text += ": a slot of max_running_instances freed"
-			}
+		st := transitionStep(in, t, id)
+		switch t.To {
+		case schemas.StateDispatched:
 			dispatchedAt = t.At
-		case t.To == schemas.StateWaiting:
-			st.Text = "held WAITING: " + cmp.Or(t.Reason, "max_running_instances is reached")
-		case t.To == schemas.StateRunning:
-			st.Text = fmt.Sprintf("attempt %d started on %s (it took its lease: its fencing token is that lease's revision)",
-				t.Attempt, cmp.Or(t.Operator, "a worker"))
+		case schemas.StateRunning:
 			if mutexKey != "" && !dispatchedAt.IsZero() && t.At.Sub(dispatchedAt) >= mutexWaitMin {
 				w, err := s.mutexWait(ctx, in, mutexKey, dispatchedAt, t)
 				if err != nil {
@@ -202,41 +202,81 @@ func (s *Store) ExplainInstance(ctx context.Context, id int64) (schemas.Explanat
 				}
 				x.Steps = append(x.Steps, w)
 			}
-		case t.To == schemas.StateRetrying:
-			st.Text = fmt.Sprintf("attempt %d ended without success: %s; the next attempt follows the retry policy", t.Attempt, cmp.Or(t.Reason, "failed"))
-			if t.Operator == "reaper" {
-				st.Text = fmt.Sprintf("attempt %d's lease expired unrenewed: its worker was presumed gone (%s); a new attempt, with a higher fence, follows",
-					t.Attempt, cmp.Or(t.Reason, "lost"))
-			}
-		case t.To == schemas.StateSkipped:
-			st.Text = "skipped, never run: " + cmp.Or(t.Reason, "by the task's policy")
-		default:
-			st.Text = fmt.Sprintf("attempt %d %s", t.Attempt, strings.ToLower(string(t.To)))
-			if t.Reason != "" {
-				st.Text += ": " + t.Reason
-			}
 		}
 		x.Steps = append(x.Steps, st)
 	}
 	for _, e := range in.Events {
-		st := schemas.ExplainStep{At: e.At, Actor: e.Operator, Kind: e.Kind}
-		switch {
-		case strings.HasPrefix(e.Kind, "stale_"):
-			st.Kind = "stale_report"
-			st.Text = fmt.Sprintf("a %s report of attempt %d from %s was refused as stale: %s (a newer attempt had fenced it out)",
-				strings.TrimPrefix(e.Kind, "stale_"), e.Attempt, cmp.Or(e.Operator, "a worker"), e.Reason)
-		case strings.HasPrefix(e.Kind, "refused_"):
-			st.Kind = "refused_report"
-			st.Text = fmt.Sprintf("a %s report of attempt %d from %s was refused: %s", strings.TrimPrefix(e.Kind, "refused_"), e.Attempt,
-				cmp.Or(e.Operator, "a worker"), e.Reason)
-		default:
-			st.Text = fmt.Sprintf("%s (attempt %d): %s", e.Kind, e.Attempt, e.Reason)
-		}
+		x.Steps = append(x.Steps, eventStep(e))
+	}
+	if st, held, err := s.fairWait(ctx, in); err != nil || held {
 		x.Steps = append(x.Steps, st)
+		if err != nil {
+			return schemas.Explanation{}, err
+		}
 	}
 	sortSteps(x.Steps)
 	x.Verdict = instanceVerdict(in)
 	return x, nil
+}
+
+// transitionStep is the step of transition t of instance in (id).
+func transitionStep(in schemas.Instance, t schemas.Transition, id int64) schemas.ExplainStep {
+	st := schemas.ExplainStep{At: t.At, Actor: t.Operator, Kind: strings.ToLower(string(t.To))}
+	switch {
+	case t.To == schemas.StateCreated:
+		st.Text = fmt.Sprintf("the firing %s (source %s, fired at %s) made instance %d", in.EventID, in.Source,
+			in.FiredAt.UTC().Format(time.RFC3339), id)
+		if t.Reason != "" {
+			st.Text += ": " + t.Reason
+		}
+	case t.To == schemas.StateDispatched:
+		st.Text = fmt.Sprintf("attempt %d was routed to pool %s and dispatched", t.Attempt, in.Pool)
+		switch t.From {
+		case schemas.StateRetrying:
+			st.Text += fmt.Sprintf(", after the retry backoff (%s since attempt %d ended)", backoffSince(in.Transitions, t), t.Attempt-1)
+		case schemas.StateWaiting:
+			st.Text += ": a slot of max_running_instances freed"
+		}
+	case t.To == schemas.StateWaiting:
+		st.Text = "held WAITING: " + cmp.Or(t.Reason, "max_running_instances is reached")
+	case t.To == schemas.StateRunning:
+		st.Text = fmt.Sprintf("attempt %d started on %s (it took its lease: its fencing token is that lease's revision)",
+			t.Attempt, cmp.Or(t.Operator, "a worker"))
+	case t.To == schemas.StateRetrying:
+		st.Text = fmt.Sprintf("attempt %d ended without success: %s; the next attempt follows the retry policy", t.Attempt, cmp.Or(t.Reason, "failed"))
+		if t.Operator == "reaper" {
+			st.Text = fmt.Sprintf("attempt %d's lease expired unrenewed: its worker was presumed gone (%s); a new attempt, with a higher fence, follows",
+				t.Attempt, cmp.Or(t.Reason, "lost"))
+		}
+	case t.To == schemas.StateSkipped:
+		st.Text = "skipped, never run: " + cmp.Or(t.Reason, "by the task's policy")
+	case t.To == schemas.StateShadow:
+		st.Text = "recorded in shadow mode, never run: " + cmp.Or(t.Reason, "the task is in shadow mode")
+	default:
+		st.Text = fmt.Sprintf("attempt %d %s", t.Attempt, strings.ToLower(string(t.To)))
+		if t.Reason != "" {
+			st.Text += ": " + t.Reason
+		}
+	}
+	return st
+}
+
+// eventStep is the step of instance event e.
+func eventStep(e schemas.InstanceEvent) schemas.ExplainStep {
+	st := schemas.ExplainStep{At: e.At, Actor: e.Operator, Kind: e.Kind}
+	switch {
+	case strings.HasPrefix(e.Kind, "stale_"):
+		st.Kind = "stale_report"
+		st.Text = fmt.Sprintf("a %s report of attempt %d from %s was refused as stale: %s (a newer attempt had fenced it out)",
+			strings.TrimPrefix(e.Kind, "stale_"), e.Attempt, cmp.Or(e.Operator, "a worker"), e.Reason)
+	case strings.HasPrefix(e.Kind, "refused_"):
+		st.Kind = "refused_report"
+		st.Text = fmt.Sprintf("a %s report of attempt %d from %s was refused: %s", strings.TrimPrefix(e.Kind, "refused_"), e.Attempt,
+			cmp.Or(e.Operator, "a worker"), e.Reason)
+	default:
+		st.Text = fmt.Sprintf("%s (attempt %d): %s", e.Kind, e.Attempt, e.Reason)
+	}
+	return st
 }
 
 // backoffSince is how long before t the attempt before it ended.
@@ -303,6 +343,8 @@ func instanceVerdict(in schemas.Instance) string {
 		return fmt.Sprintf("ran and failed: instance %d failed at attempt %d: %s", in.ID, in.Attempt, in.Error)
 	case schemas.StateSkipped:
 		return fmt.Sprintf("did not run: instance %d was skipped: %s", in.ID, cmp.Or(in.Error, lastReason(in)))
+	case schemas.StateShadow:
+		return fmt.Sprintf("recorded, not run: instance %d is a firing of the task in shadow mode (ax shadow, docs/migrate.md)", in.ID)
 	case schemas.StateCancelled:
 		return fmt.Sprintf("cancelled: instance %d was cancelled at attempt %d: %s", in.ID, in.Attempt, cmp.Or(in.Error, lastReason(in)))
 	}

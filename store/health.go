@@ -242,22 +242,7 @@ const maxStreak = 100
 // types schemas.DrillTaskType and DrillJitterTaskType) are left out.
 func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (schemas.HealthReport, error) {
 	o = o.withDefaults()
-	rep := schemas.HealthReport{
-		GeneratedAt: o.Now,
-		Rules: schemas.HealthRules{
-			ConsecutiveFailures: fmt.Sprintf("the task's latest %d or more ended instances FAILED, with no SUCCEEDED one between them "+
-				"(SKIPPED and CANCELLED instances do not count; streaks are counted up to %d)", o.MinFailures, maxStreak),
-			MissedSchedules: fmt.Sprintf("an enabled, unpaused task's cron trigger has a tick more than %v in the past that no trigger "+
-				"service has fired or settled: the first tick after the last one settled, or after the task last changed", o.Grace),
-			DurationOutliers: fmt.Sprintf("the task's latest SUCCEEDED run took more than %g × the p95 of the %d SUCCEEDED runs before it "+
-				"(judged with at least %d such runs)", o.Factor, o.Runs, o.MinRuns),
-			WithoutOwner: "the task's definition has no owner",
-		},
-		ConsecutiveFailures: []schemas.FailureStreak{},
-		MissedSchedules:     []schemas.MissedSchedule{},
-		DurationOutliers:    []schemas.SlowRun{},
-		WithoutOwner:        []string{},
-	}
+	rep := newHealthReport(o)
 	all, err := s.ListTasks(ctx)
 	if err != nil {
 		return schemas.HealthReport{}, fmt.Errorf("health report: %w", err)
@@ -291,6 +276,33 @@ func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (schemas.Heal
 	if err != nil {
 		return schemas.HealthReport{}, fmt.Errorf("health report: %w", err)
 	}
+	rep.DurationOutliers = slowRuns(rep.DurationOutliers, names, runs, o)
+	return rep, nil
+}
+
+// newHealthReport is an empty report under the rules of o.
+func newHealthReport(o HealthOptions) schemas.HealthReport {
+	return schemas.HealthReport{
+		GeneratedAt: o.Now,
+		Rules: schemas.HealthRules{
+			ConsecutiveFailures: fmt.Sprintf("the task's latest %d or more ended instances FAILED, with no SUCCEEDED one between them "+
+				"(SKIPPED and CANCELLED instances do not count; streaks are counted up to %d)", o.MinFailures, maxStreak),
+			MissedSchedules: fmt.Sprintf("an enabled, unpaused task's cron trigger has a tick more than %v in the past that no trigger "+
+				"service has fired or settled: the first tick after the last one settled, or after the task last changed", o.Grace),
+			DurationOutliers: fmt.Sprintf("the task's latest SUCCEEDED run took more than %g × the p95 of the %d SUCCEEDED runs before it "+
+				"(judged with at least %d such runs)", o.Factor, o.Runs, o.MinRuns),
+			WithoutOwner: "the task's definition has no owner",
+		},
+		ConsecutiveFailures: []schemas.FailureStreak{},
+		MissedSchedules:     []schemas.MissedSchedule{},
+		DurationOutliers:    []schemas.SlowRun{},
+		WithoutOwner:        []string{},
+	}
+}
+
+// slowRuns appends to out the tasks of names whose latest run in runs,
+// newest first, is an outlier among the runs before it.
+func slowRuns(out []schemas.SlowRun, names []string, runs map[string][]Run, o HealthOptions) []schemas.SlowRun {
 	for _, name := range names {
 		rs := runs[name]
 		if len(rs) < 2 {
@@ -301,11 +313,11 @@ func (s *Store) HealthReport(ctx context.Context, o HealthOptions) (schemas.Heal
 			history[i] = r.Duration
 		}
 		if st, slow := DurationOutlier(rs[0].Duration, history, o.Factor, o.MinRuns); slow {
-			rep.DurationOutliers = append(rep.DurationOutliers, schemas.SlowRun{Task: name, InstanceID: rs[0].InstanceID,
+			out = append(out, schemas.SlowRun{Task: name, InstanceID: rs[0].InstanceID,
 				DurationSeconds: rs[0].Duration.Seconds(), MedianSeconds: st.Median.Seconds(), P95Seconds: st.P95.Seconds(), Runs: st.Runs})
 		}
 	}
-	return rep, nil
+	return out
 }
 
 // missedSchedules finds the cron triggers of tasks that have a tick more

@@ -248,15 +248,7 @@ var ErrNotLeader = errors.New("held by another session")
 // relay's cursor): the audit stream stays the permanent record.
 func (s *Store) MoveHistory(ctx context.Context, opts MoveOptions) (MoveResult, error) {
 	var res MoveResult
-	if opts.Limit <= 0 {
-		opts.Limit = 1000
-	}
-	if opts.Period == "" {
-		opts.Period = HistoryMonth
-	}
-	if opts.Wait <= 0 {
-		opts.Wait = 10 * time.Second
-	}
+	opts = opts.withDefaults()
 	cols, err := tableColumns(ctx, s.pool, "instances")
 	if err != nil {
 		return res, fmt.Errorf("move history: %w", err)
@@ -265,69 +257,22 @@ func (s *Store) MoveHistory(ctx context.Context, opts MoveOptions) (MoveResult, 
 	if err != nil {
 		return res, fmt.Errorf("move history: %w", err)
 	}
-	var done string
-	err = s.pool.QueryRow(ctx, `SELECT done::text FROM relay_cursor WHERE name = $1`, relayName).Scan(&done)
-	if errors.Is(err, pgx.ErrNoRows) {
-		done = noneVisible
-	} else if err != nil {
-		return res, fmt.Errorf("move history: read the relay cursor: %w", err)
-	}
-	// The families to copy. The fired_at index finds the old instances
-	// first: one ended before the cutoff was fired before it.
-	var ids []int64
-	var lo, hi *time.Time
-	err = s.pool.QueryRow(ctx, `
-WITH roots AS (
-	SELECT r.id, r.fired_at FROM instances r
-	WHERE r.fired_at < $1 AND r.updated_at < $1 AND r.parent_id IS NULL
-		AND r.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED')
-		AND NOT EXISTS (SELECT 1 FROM instances c WHERE c.parent_id = r.id
-			AND (c.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED') OR c.updated_at >= $1))
-		AND NOT EXISTS (SELECT 1 FROM instances j WHERE j.run_id = r.run_id
-			AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'))
-		AND NOT EXISTS (SELECT 1 FROM instance_transitions t WHERE t.instance_id = r.id
-			AND NOT pg_visible_in_snapshot(t.xid, $3::pg_snapshot))
-		AND NOT EXISTS (SELECT 1 FROM instances c JOIN instance_transitions t ON t.instance_id = c.id
-			WHERE c.parent_id = r.id AND NOT pg_visible_in_snapshot(t.xid, $3::pg_snapshot))
-		AND NOT EXISTS (SELECT 1 FROM instance_history_keys k WHERE k.task = r.task AND k.event_id = r.event_id)
-	ORDER BY r.fired_at, r.id LIMIT $2
-), fam AS (
-	SELECT id, fired_at FROM roots
-	UNION ALL
-	SELECT c.id, c.fired_at FROM instances c JOIN roots ON c.parent_id = roots.id
-)
-SELECT COALESCE(array_agg(id ORDER BY id), '{}'), min(fired_at), max(fired_at) FROM fam`,
-		opts.EndedBefore, opts.Limit, done).Scan(&ids, &lo, &hi)
+	done, err := s.relayDone(ctx)
 	if err != nil {
-		return res, fmt.Errorf("move history: choose instances: %w", err)
+		return res, fmt.Errorf("move history: %w", err)
+	}
+	ids, lo, hi, err := s.chooseFamilies(ctx, opts, done)
+	if err != nil {
+		return res, fmt.Errorf("move history: %w", err)
 	}
 	if len(ids) > 0 {
 		if _, err := ensureHistoryPartitions(ctx, s.pool, opts.Period, *lo, *hi); err != nil {
 			return res, fmt.Errorf("move history: %w", err)
 		}
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			// The keys first: a key already there (another mover) leaves its
-			// instance out.
-			rows, err := tx.Query(ctx, `
-				INSERT INTO instance_history_keys (task, event_id, id, fired_at)
-				SELECT task, event_id, id, fired_at FROM instances WHERE id = ANY($1) ORDER BY id
-				ON CONFLICT (task, event_id) DO NOTHING RETURNING id`, ids)
-			if err != nil {
-				return fmt.Errorf("keys: %w", err)
-			}
-			if ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
-				return fmt.Errorf("keys: %w", err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO instance_history (`+strings.Join(cols, ", ")+`, events)
-				SELECT `+prefixed("i", strings.Join(cols, ","))+`, `+eventsJSON+` FROM instances i WHERE i.id = ANY($1)`, ids); err != nil {
-				return fmt.Errorf("instances: %w", err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO instance_transition_history (`+strings.Join(tcols, ", ")+`, fired_at)
-				SELECT `+prefixed("t", strings.Join(tcols, ","))+`, i.fired_at FROM instance_transitions t JOIN instances i ON i.id = t.instance_id
-				WHERE i.id = ANY($1)`, ids); err != nil {
-				return fmt.Errorf("transitions: %w", err)
-			}
-			return nil
+			var err error
+			ids, err = copyFamilies(ctx, tx, cols, tcols, ids)
+			return err
 		})
 		if err != nil {
 			return res, fmt.Errorf("move history: copy %d instances: %w", len(ids), err)
@@ -340,6 +285,98 @@ SELECT COALESCE(array_agg(id ORDER BY id), '{}'), min(fired_at), max(fired_at) F
 		return res, fmt.Errorf("move history: %w", err)
 	}
 	return res, nil
+}
+
+// withDefaults is o with its zero fields set to their defaults.
+func (o MoveOptions) withDefaults() MoveOptions {
+	if o.Limit <= 0 {
+		o.Limit = 1000
+	}
+	if o.Period == "" {
+		o.Period = HistoryMonth
+	}
+	if o.Wait <= 0 {
+		o.Wait = 10 * time.Second
+	}
+	return o
+}
+
+// relayDone is the relay's cursor: the snapshot whose transactions'
+// transitions are on AX_AUDIT; noneVisible before the relay's first.
+func (s *Store) relayDone(ctx context.Context) (string, error) {
+	var done string
+	err := s.pool.QueryRow(ctx, `SELECT done::text FROM relay_cursor WHERE name = $1`, relayName).Scan(&done)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return noneVisible, nil
+	} else if err != nil {
+		return "", fmt.Errorf("read the relay cursor: %w", err)
+	}
+	return done, nil
+}
+
+// chooseFamilies returns the ids of the families to copy, in id order,
+// and the span of their fired_at.
+func (s *Store) chooseFamilies(ctx context.Context, opts MoveOptions, done string) (ids []int64, lo, hi *time.Time, err error) {
+	// The fired_at index finds the old instances first: one ended before
+	// the cutoff was fired before it.
+	err = s.pool.QueryRow(ctx, chooseFamiliesSQL, opts.EndedBefore, opts.Limit, done).Scan(&ids, &lo, &hi)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("choose instances: %w", err)
+	}
+	return ids, lo, hi, nil
+}
+
+// chooseFamiliesSQL is the statement of chooseFamilies: at most $2 ended
+// families, ended and unchanged before $1, with no live instance in their
+// run, every transition visible in the relay's snapshot $3, and no key in
+// the history yet.
+const chooseFamiliesSQL = `
+WITH roots AS (
+	SELECT r.id, r.fired_at FROM instances r
+	WHERE r.fired_at < $1 AND r.updated_at < $1 AND r.parent_id IS NULL
+		AND r.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW')
+		AND NOT EXISTS (SELECT 1 FROM instances c WHERE c.parent_id = r.id
+			AND (c.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW') OR c.updated_at >= $1))
+		AND NOT EXISTS (SELECT 1 FROM instances j WHERE j.run_id = r.run_id
+			AND j.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW'))
+		AND NOT EXISTS (SELECT 1 FROM instance_transitions t WHERE t.instance_id = r.id
+			AND NOT pg_visible_in_snapshot(t.xid, $3::pg_snapshot))
+		AND NOT EXISTS (SELECT 1 FROM instances c JOIN instance_transitions t ON t.instance_id = c.id
+			WHERE c.parent_id = r.id AND NOT pg_visible_in_snapshot(t.xid, $3::pg_snapshot))
+		AND NOT EXISTS (SELECT 1 FROM instance_history_keys k WHERE k.task = r.task AND k.event_id = r.event_id)
+	ORDER BY r.fired_at, r.id LIMIT $2
+), fam AS (
+	SELECT id, fired_at FROM roots
+	UNION ALL
+	SELECT c.id, c.fired_at FROM instances c JOIN roots ON c.parent_id = roots.id
+)
+SELECT COALESCE(array_agg(id ORDER BY id), '{}'), min(fired_at), max(fired_at) FROM fam`
+
+// copyFamilies copies the instances ids into the history in tx, and
+// returns the ids copied: those whose key was not there yet.
+func copyFamilies(ctx context.Context, tx pgx.Tx, cols, tcols []string, ids []int64) ([]int64, error) {
+	// The keys first: a key already there (another mover) leaves its
+	// instance out.
+	rows, err := tx.Query(ctx, `
+				INSERT INTO instance_history_keys (task, event_id, id, fired_at)
+				SELECT task, event_id, id, fired_at FROM instances WHERE id = ANY($1) ORDER BY id
+				ON CONFLICT (task, event_id) DO NOTHING RETURNING id`, ids)
+	if err != nil {
+		return ids, fmt.Errorf("keys: %w", err)
+	}
+	if ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		return ids, fmt.Errorf("keys: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO instance_history (`+strings.Join(cols, ", ")+`, events)
+				SELECT `+prefixed("i", strings.Join(cols, ","))+`, `+eventsJSON+` FROM instances i WHERE i.id = ANY($1)`, ids); err != nil {
+		return ids, fmt.Errorf("instances: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO instance_transition_history (`+strings.Join(tcols, ", ")+`, fired_at)
+				SELECT `+prefixed("t", strings.Join(tcols, ","))+`, i.fired_at FROM instance_transitions t JOIN instances i ON i.id = t.instance_id
+				WHERE i.id = ANY($1)`, ids); err != nil {
+		return ids, fmt.Errorf("transitions: %w", err)
+	}
+	return ids, nil
 }
 
 // eventsJSON is the instance_events of instance i as instance_history's
@@ -367,68 +404,14 @@ func (s *Store) finishMoves(ctx context.Context, opts MoveOptions) (moved, waiti
 	if err := s.pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::xid::text`).Scan(&horizon); err != nil {
 		return 0, pending, fmt.Errorf("read the snapshot horizon: %w", err)
 	}
-	deadline := time.Now().Add(opts.Wait)
-	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
-		var older int
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE pid <> pg_backend_pid() AND datname = current_database()
-				AND backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::text::xid)`,
-			horizon).Scan(&older); err != nil {
-			return 0, pending, fmt.Errorf("look for older snapshots: %w", err)
-		}
-		if older == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 0, pending, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, pending, ctx.Err()
-		case <-time.After(delay):
-		}
+	ready, err := s.olderSnapshotsEnded(ctx, horizon, opts.Wait)
+	if err != nil || !ready {
+		return 0, pending, err
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// In id order, as every batch statement locks (see lockInstances).
-		rows, err := tx.Query(ctx, `
-			SELECT i.id FROM instances i JOIN instance_history_keys k
-				ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id
-			WHERE i.fired_at < $1 ORDER BY i.id FOR UPDATE OF i`, opts.EndedBefore)
-		if err != nil {
-			return fmt.Errorf("lock: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return fmt.Errorf("lock: %w", err)
-		}
-		// A family with a transition the copy lacks stays whole: ended
-		// instances take none, but what is not in the history must not go.
-		rows, err = tx.Query(ctx, `
-			SELECT i.id FROM instances i WHERE i.id = ANY($1)
-			AND NOT EXISTS (SELECT 1 FROM instances f JOIN instance_transitions t ON t.instance_id = f.id
-				WHERE f.id = ANY($1) AND COALESCE(f.parent_id, f.id) = COALESCE(i.parent_id, i.id)
-				AND NOT EXISTS (SELECT 1 FROM instance_transition_history h WHERE h.id = t.id AND h.fired_at = f.fired_at))`, ids)
-		if err != nil {
-			return fmt.Errorf("check transitions: %w", err)
-		}
-		ok, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return fmt.Errorf("check transitions: %w", err)
-		}
-		// Events recorded since the copy (a stale report) go along.
-		for _, stmt := range []string{
-			`UPDATE instance_history h SET events = ` + eventsJSON + ` FROM instances i
-				WHERE i.id = ANY($1) AND h.id = i.id AND h.fired_at = i.fired_at`,
-			`DELETE FROM instance_events WHERE instance_id = ANY($1)`,
-			`DELETE FROM instance_transitions WHERE instance_id = ANY($1)`,
-			`DELETE FROM instances WHERE id = ANY($1)`,
-		} {
-			if _, err := tx.Exec(ctx, stmt, ok); err != nil {
-				return fmt.Errorf("delete: %w", err)
-			}
-		}
-		moved, waiting = len(ok), len(ids)-len(ok)
-		return nil
+		var err error
+		moved, waiting, err = deleteCopied(ctx, tx, opts.EndedBefore)
+		return err
 	})
 	if err != nil {
 		return 0, pending, fmt.Errorf("delete copied instances: %w", err)
@@ -436,181 +419,74 @@ func (s *Store) finishMoves(ctx context.Context, opts MoveOptions) (moved, waiti
 	return moved, waiting, nil
 }
 
-// Retention is how long instances are kept in the history, counted from
-// when they fired, and what becomes of them then.
-type Retention struct {
-	// Keep is how long they stay; 0 keeps them forever.
-	Keep time.Duration
-	// Archive moves them to the archive tables instead of dropping them.
-	Archive bool
-}
-
-// ExpireOptions says what [Store.ExpireHistory] expires.
-type ExpireOptions struct {
-	// Now is the time retention counts to.
-	Now time.Time
-	// Default is the installation's retention, for every task not in Tasks.
-	Default Retention
-	// Tasks holds the retention of each task that sets its own.
-	Tasks map[string]Retention
-	// Limit is the most instances one row-wise pass expires; 0 means 10000.
-	Limit int
-}
-
-// ExpireResult is what one [Store.ExpireHistory] did.
-type ExpireResult struct {
-	// Dropped names the partitions dropped whole.
-	Dropped []string
-	// Archived and Deleted count the instances moved to the archive and
-	// those dropped (with a partition or one by one).
-	Archived, Deleted int
-}
-
-// ExpireHistory ends the instances in the history whose retention has run
-// out: a partition whose whole range is older than the longest retention
-// in force is dropped, after its instances that archive are copied to the
-// archive; in the partitions left, the instances of a task whose shorter
-// retention has run out are archived or deleted one by one. An archived
-// instance keeps its key in instance_history_keys, so that a repeated
-// firing still finds it; a dropped one leaves its key and its record on
-// AX_AUDIT only. Only one session should call it at a time.
-func (s *Store) ExpireHistory(ctx context.Context, opts ExpireOptions) (ExpireResult, error) {
-	var res ExpireResult
-	if opts.Limit <= 0 {
-		opts.Limit = 10000
-	}
-	forever := opts.Default.Keep <= 0
-	longest, shortest := opts.Default.Keep, opts.Default.Keep
-	tasks, keeps, archives := []string{}, []float64{}, []bool{}
-	for name, r := range opts.Tasks {
-		tasks, keeps, archives = append(tasks, name), append(keeps, r.Keep.Seconds()), append(archives, r.Archive)
-		forever = forever || r.Keep <= 0
-		longest = max(longest, r.Keep)
-		if r.Keep > 0 && (shortest <= 0 || r.Keep < shortest) {
-			shortest = r.Keep
+// olderSnapshotsEnded waits up to wait for the transactions of this
+// database whose snapshot precedes horizon to end, and reports whether
+// they did.
+func (s *Store) olderSnapshotsEnded(ctx context.Context, horizon string, wait time.Duration) (bool, error) {
+	deadline := time.Now().Add(wait)
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		var older int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE pid <> pg_backend_pid() AND datname = current_database()
+				AND backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::text::xid)`,
+			horizon).Scan(&older); err != nil {
+			return false, fmt.Errorf("look for older snapshots: %w", err)
+		}
+		if older == 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(delay):
 		}
 	}
-	if shortest <= 0 {
-		return res, nil // nothing expires
-	}
-	cols, err := tableColumns(ctx, s.pool, "instance_history")
+}
+
+// deleteCopied deletes in tx the copied instances of families wholly in
+// the history, fired before endedBefore, and returns how many left and
+// how many stay.
+func deleteCopied(ctx context.Context, tx pgx.Tx, endedBefore time.Time) (moved, waiting int, err error) {
+	// In id order, as every batch statement locks (see lockInstances).
+	rows, err := tx.Query(ctx, `
+			SELECT i.id FROM instances i JOIN instance_history_keys k
+				ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id
+			WHERE i.fired_at < $1 ORDER BY i.id FOR UPDATE OF i`, endedBefore)
 	if err != nil {
-		return res, fmt.Errorf("expire history: %w", err)
+		return 0, 0, fmt.Errorf("lock: %w", err)
 	}
-	tcols, err := tableColumns(ctx, s.pool, "instance_transition_history")
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		return res, fmt.Errorf("expire history: %w", err)
+		return 0, 0, fmt.Errorf("lock: %w", err)
 	}
-	icols, tlist := strings.Join(cols, ", "), strings.Join(tcols, ", ")
-	// pol is the policy of each task; a task not in it has the default.
-	const pol = `(SELECT * FROM unnest($1::text[], $2::float8[], $3::bool[]) AS p(task, keep, archive))`
-	args := func(more ...any) []any {
-		return append([]any{tasks, keeps, archives, opts.Default.Archive}, more...)
+	// A family with a transition the copy lacks stays whole: ended
+	// instances take none, but what is not in the history must not go.
+	rows, err = tx.Query(ctx, `
+			SELECT i.id FROM instances i WHERE i.id = ANY($1)
+			AND NOT EXISTS (SELECT 1 FROM instances f JOIN instance_transitions t ON t.instance_id = f.id
+				WHERE f.id = ANY($1) AND COALESCE(f.parent_id, f.id) = COALESCE(i.parent_id, i.id)
+				AND NOT EXISTS (SELECT 1 FROM instance_transition_history h WHERE h.id = t.id AND h.fired_at = f.fired_at))`, ids)
+	if err != nil {
+		return 0, 0, fmt.Errorf("check transitions: %w", err)
 	}
-	if !forever {
-		parts, err := historyPartitions(ctx, s.pool)
-		if err != nil {
-			return res, fmt.Errorf("expire history: %w", err)
-		}
-		for _, p := range parts {
-			if p.To.After(opts.Now.Add(-longest)) {
-				break
-			}
-			err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-				hist, trans := "instance_history_"+p.Name, "instance_transition_history_"+p.Name
-				tag, err := tx.Exec(ctx, `INSERT INTO instance_archive (`+icols+`)
-					SELECT `+prefixed("h", icols)+` FROM `+hist+` h LEFT JOIN `+pol+` pol ON pol.task = h.task
-					WHERE COALESCE(pol.archive, $4)`, args()...)
-				if err != nil {
-					return fmt.Errorf("archive: %w", err)
-				}
-				if _, err := tx.Exec(ctx, `INSERT INTO instance_transition_archive (`+tlist+`)
-					SELECT `+prefixed("t", tlist)+` FROM `+trans+` t JOIN `+hist+` h ON h.id = t.instance_id
-					LEFT JOIN `+pol+` pol ON pol.task = h.task WHERE COALESCE(pol.archive, $4)`, args()...); err != nil {
-					return fmt.Errorf("archive transitions: %w", err)
-				}
-				var total int
-				if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+hist).Scan(&total); err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, `DELETE FROM instance_history_keys k USING `+hist+` h
-					LEFT JOIN `+pol+` pol ON pol.task = h.task
-					WHERE k.task = h.task AND k.event_id = h.event_id AND k.id = h.id AND NOT COALESCE(pol.archive, $4)`,
-					args()...); err != nil {
-					return fmt.Errorf("delete keys: %w", err)
-				}
-				if _, err := tx.Exec(ctx, `DROP TABLE `+trans+`, `+hist); err != nil {
-					return fmt.Errorf("drop: %w", err)
-				}
-				res.Archived += int(tag.RowsAffected())
-				res.Deleted += total - int(tag.RowsAffected())
-				return nil
-			})
-			if err != nil {
-				return res, fmt.Errorf("expire history: partition %s: %w", p.Name, err)
-			}
-			res.Dropped = append(res.Dropped, p.Name)
+	ok, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, 0, fmt.Errorf("check transitions: %w", err)
+	}
+	// Events recorded since the copy (a stale report) go along.
+	for _, stmt := range []string{
+		`UPDATE instance_history h SET events = ` + eventsJSON + ` FROM instances i
+				WHERE i.id = ANY($1) AND h.id = i.id AND h.fired_at = i.fired_at`,
+		`DELETE FROM instance_events WHERE instance_id = ANY($1)`,
+		`DELETE FROM instance_transitions WHERE instance_id = ANY($1)`,
+		`DELETE FROM instances WHERE id = ANY($1)`,
+	} {
+		if _, err := tx.Exec(ctx, stmt, ok); err != nil {
+			return 0, 0, fmt.Errorf("delete: %w", err)
 		}
 	}
-	// One by one: the instances of the tasks whose retention is shorter.
-	for {
-		var n, archived int
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, `
-				SELECT h.id, h.fired_at, COALESCE(pol.archive, $4) FROM instance_history h LEFT JOIN `+pol+` pol ON pol.task = h.task
-				WHERE h.fired_at < $6 AND COALESCE(pol.keep, $5) > 0
-					AND h.fired_at < $7::timestamptz - make_interval(secs => COALESCE(pol.keep, $5))
-				ORDER BY h.fired_at LIMIT $8 FOR UPDATE OF h`,
-				args(opts.Default.Keep.Seconds(), opts.Now.Add(-shortest), opts.Now, opts.Limit)...)
-			if err != nil {
-				return err
-			}
-			var ids []int64
-			archive := []int64{} // never NULL: NOT id = ANY(NULL) holds for no row
-			var at []time.Time
-			var a bool
-			var id int64
-			var t time.Time
-			if _, err := pgx.ForEachRow(rows, []any{&id, &t, &a}, func() error {
-				ids, at = append(ids, id), append(at, t)
-				if a {
-					archive = append(archive, id)
-				}
-				return nil
-			}); err != nil {
-				return err
-			}
-			n, archived = len(ids), len(archive)
-			if n == 0 {
-				return nil
-			}
-			stmts := []struct {
-				sql  string
-				args []any
-			}{
-				{`INSERT INTO instance_archive (` + icols + `) SELECT ` + icols + ` FROM instance_history WHERE id = ANY($1)`, []any{archive}},
-				{`INSERT INTO instance_transition_archive (` + tlist + `) SELECT ` + tlist + `
-					FROM instance_transition_history WHERE instance_id = ANY($1)`, []any{archive}},
-				{`DELETE FROM instance_history_keys k USING instance_history h
-					WHERE h.id = ANY($1) AND h.fired_at = ANY($2) AND NOT h.id = ANY($3)
-					AND k.task = h.task AND k.event_id = h.event_id AND k.id = h.id`, []any{ids, at, archive}},
-				{`DELETE FROM instance_transition_history WHERE instance_id = ANY($1) AND fired_at = ANY($2)`, []any{ids, at}},
-				{`DELETE FROM instance_history WHERE id = ANY($1) AND fired_at = ANY($2)`, []any{ids, at}},
-			}
-			for _, st := range stmts {
-				if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return res, fmt.Errorf("expire history: instances of tasks with a shorter retention: %w", err)
-		}
-		res.Archived += archived
-		res.Deleted += n - archived
-		if n < opts.Limit {
-			return res, nil
-		}
-	}
+	return len(ok), len(ids) - len(ok), nil
 }

@@ -64,7 +64,7 @@ type NewInstance struct {
 	MutexTemplate string
 	// Route is how the instance's attempts reach an executor.
 	Route
-	// State is the state after CREATED: DISPATCHED, or SKIPPED with Reason.
+	// State is the state after CREATED: DISPATCHED, or SKIPPED or SHADOW with Reason.
 	State  schemas.State
 	Reason string
 	// CreatedReason is recorded on the CREATED transition: why the firing
@@ -403,7 +403,7 @@ WITH settings AS (
 		-- dispatched_at is the row's own time, after any wait for the
 		-- table's lock: the fence takes it for the earliest a lease of
 		-- the attempt may have been put (see dispatcher/fence.go).
-		CASE WHEN state = 'DISPATCHED' THEN clock_timestamp() END, CASE WHEN state IN ('SKIPPED', 'CANCELLED') THEN now() END,
+		CASE WHEN state = 'DISPATCHED' THEN clock_timestamp() END, CASE WHEN state IN ('SKIPPED', 'CANCELLED', 'SHADOW') THEN now() END,
 		CASE WHEN COALESCE(run_id, '') <> '' THEN run_id ELSE '`+schemas.RunIDPrefix+`' || id END, parents,
 		COALESCE(NULLIF(dispatch_strategy, ''), 'pull'), COALESCE(dispatch_key, ''), COALESCE(min_worker_version, ''),
 		parent_id, COALESCE(shard_index, 0), COALESCE(shard_count, 0)

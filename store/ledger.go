@@ -63,18 +63,9 @@ func (s *Store) Ledger(ctx context.Context, task string, from, to, now time.Time
 			to.Format(time.RFC3339), from.Format(time.RFC3339))
 	}
 	l := schemas.Ledger{Task: task, From: from.UTC(), To: to.UTC(), Triggers: []schemas.LedgerTrigger{}, Ticks: []schemas.LedgerTick{}}
-	scheds := map[int]*taskdef.CronSchedule{}
-	for i, tr := range rec.Definition.Triggers {
-		if tr.Type != schemas.TriggerTypeCron {
-			continue
-		}
-		tr = tr.WithDefaults()
-		sched, err := taskdef.ParseCronSchedule(tr.Schedule, tr.Timezone)
-		if err != nil {
-			return schemas.Ledger{}, fmt.Errorf("ledger of %s: trigger %d: %w", task, i, err)
-		}
-		scheds[i] = sched
-		l.Triggers = append(l.Triggers, schemas.LedgerTrigger{Index: i, Schedule: tr.Schedule, Timezone: tr.Timezone, Misfire: tr.Misfire, MaxCatchUp: tr.MaxCatchUp})
+	scheds, err := ledgerSchedules(&l, rec.Definition.Triggers, task)
+	if err != nil {
+		return schemas.Ledger{}, err
 	}
 	insts, err := s.ledgerInstances(ctx, task, from, to)
 	if err != nil {
@@ -109,16 +100,43 @@ func (s *Store) Ledger(ctx context.Context, task string, from, to, now time.Time
 		}
 		return a.Trigger - b.Trigger
 	})
+	l.Doubled = doubledTicks(insts)
+	l.Summary = summarize(l.Ticks, len(l.Doubled))
+	l.Line = l.Summary.String()
+	return l, nil
+}
+
+// ledgerSchedules parses the cron triggers of triggers, puts each on l,
+// and returns their schedules by trigger index.
+func ledgerSchedules(l *schemas.Ledger, triggers []schemas.Trigger, task string) (map[int]*taskdef.CronSchedule, error) {
+	scheds := map[int]*taskdef.CronSchedule{}
+	for i, tr := range triggers {
+		if tr.Type != schemas.TriggerTypeCron {
+			continue
+		}
+		tr = tr.WithDefaults()
+		sched, err := taskdef.ParseCronSchedule(tr.Schedule, tr.Timezone)
+		if err != nil {
+			return nil, fmt.Errorf("ledger of %s: trigger %d: %w", task, i, err)
+		}
+		scheds[i] = sched
+		l.Triggers = append(l.Triggers, schemas.LedgerTrigger{Index: i, Schedule: tr.Schedule, Timezone: tr.Timezone, Misfire: tr.Misfire, MaxCatchUp: tr.MaxCatchUp})
+	}
+	return scheds, nil
+}
+
+// doubledTicks are the ledger's rows of insts, the cron instances on no
+// tick of the schedule.
+func doubledTicks(insts map[string]ledgerInstance) []schemas.LedgerTick {
+	var doubled []schemas.LedgerTick
 	for _, in := range insts { // cron instances on no tick of the schedule
 		var tick schemas.LedgerTick
 		tick.EventID = in.eventID
 		fillTick(&tick, in)
 		tick.Status = schemas.TickDoubled
-		l.Doubled = append(l.Doubled, tick)
+		doubled = append(doubled, tick)
 	}
-	l.Summary = summarize(l.Ticks, len(l.Doubled))
-	l.Line = l.Summary.String()
-	return l, nil
+	return doubled
 }
 
 // fill sets the tick's instance fields from in.
@@ -167,6 +185,8 @@ func summarize(ticks []schemas.LedgerTick, doubled int) schemas.LedgerSummary {
 			s.Failed++
 		case schemas.StateSkipped:
 			s.Skipped++
+		case schemas.StateShadow:
+			s.Shadow++
 		}
 	}
 	return s

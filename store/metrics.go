@@ -60,6 +60,12 @@ type InstanceTimes struct {
 	FiredAt time.Time
 	// Running holds when each attempt was recorded RUNNING, by attempt.
 	Running map[int]time.Time
+	// StartedAt is when the handler of attempt StartedAttempt (the
+	// instance's current one) began, as its worker reported it: before
+	// it was recorded RUNNING, which waits for the started report (sent
+	// after a second, or with the final report). Zero when unknown.
+	StartedAt      time.Time
+	StartedAttempt int
 }
 
 // instanceTimes reads the instances $1 with when each attempt of theirs was
@@ -76,9 +82,9 @@ type InstanceTimes struct {
 // instance), for every batch of audit records. See
 // TestInstanceTimesReadsItsInstancesOnly.
 const instanceTimes = `
-	SELECT i.id, i.fired_at, t.attempt, t.at
+	SELECT i.id, i.fired_at, i.attempt, i.started_at, t.attempt, t.at
 	FROM unnest($1::bigint[]) AS q(id)
-	CROSS JOIN LATERAL (SELECT id, fired_at FROM instances WHERE id = q.id OFFSET 0) i
+	CROSS JOIN LATERAL (SELECT id, fired_at, attempt, started_at FROM instances WHERE id = q.id OFFSET 0) i
 	LEFT JOIN LATERAL (
 		SELECT attempt, at FROM instance_transitions
 		WHERE instance_id = q.id AND (to_state = 'RUNNING' OR then_state = 'RUNNING') OFFSET 0
@@ -100,15 +106,20 @@ func (s *Store) InstanceTimes(ctx context.Context, ids []int64) (map[int64]Insta
 		var (
 			id      int64
 			fired   time.Time
+			current int
+			started *time.Time
 			attempt *int
 			at      *time.Time
 		)
-		if err := rows.Scan(&id, &fired, &attempt, &at); err != nil {
+		if err := rows.Scan(&id, &fired, &current, &started, &attempt, &at); err != nil {
 			return nil, fmt.Errorf("read instance times: %w", err)
 		}
 		it, ok := out[id]
 		if !ok {
 			it = InstanceTimes{FiredAt: fired, Running: map[int]time.Time{}}
+			if started != nil {
+				it.StartedAt, it.StartedAttempt = *started, current
+			}
 			out[id] = it
 		}
 		if attempt != nil && at != nil {

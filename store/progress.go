@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -44,74 +46,18 @@ func (s *Store) ApplyProgress(ctx context.Context, reports []schemas.Report) ([]
 	if len(reports) == 0 {
 		return nil, nil
 	}
-	// newest[k] is the position of the newest report of attempt k.
-	newest := make(map[[2]int64]int, len(reports))
-	for i, r := range reports {
-		if r.Progress == nil {
-			return nil, fmt.Errorf("apply progress: the progress report of instance %d attempt %d has no progress", r.InstanceID, r.Attempt)
-		}
-		k := [2]int64{r.InstanceID, int64(r.Attempt)}
-		if j, ok := newest[k]; !ok || newerProgress(r, reports[j]) {
-			newest[k] = i
-		}
-	}
-	n := len(newest)
-	var (
-		ids, dones, totals       = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
-		attempts                 = make([]int32, 0, n)
-		pools, workers, messages = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		grants                   = make([]string, 0, n)
-		ats                      = make([]time.Time, 0, n)
-	)
-	for i, r := range reports {
-		if newest[[2]int64{r.InstanceID, int64(r.Attempt)}] != i {
-			continue
-		}
-		ids, attempts, pools, workers = append(ids, r.InstanceID), append(attempts, int32(r.Attempt)), append(pools, r.Pool), append(workers, r.WorkerID)
-		grants = append(grants, grantList(r.Handlers))
-		dones, totals, messages, ats = append(dones, r.Progress.Done), append(totals, r.Progress.Total), append(messages, r.Progress.Message), append(ats, r.At)
+	newest, err := newestProgress(reports)
+	if err != nil {
+		return nil, err
 	}
 	// The rows to write are locked in id order first, as every batch
 	// statement on instances does (see reportRows.record).
-	rows, err := s.pool.Query(ctx, `
-WITH r AS (
-	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::timestamptz[], $9::text[])
-	AS t(id, attempt, pool, worker_id, done, total, message, at, handlers)
-), live AS (
-	SELECT i.id FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
-	WHERE i.state IN ('DISPATCHED', 'RUNNING') AND `+holderCheck+`
-		AND (i.progress IS NULL OR (i.progress->>'attempt')::int < r.attempt
-			OR ((i.progress->>'attempt')::int = r.attempt
-				AND ((i.progress->>'at')::timestamptz, (i.progress->>'done')::bigint) < (r.at, r.done)))
-	ORDER BY i.id FOR UPDATE OF i
-), upd AS (
-	UPDATE instances i SET progress = jsonb_strip_nulls(jsonb_build_object('attempt', r.attempt, 'done', r.done,
-		'total', r.total, 'message', NULLIF(r.message, ''), 'at', r.at))
-	FROM r, live WHERE i.id = r.id AND live.id = i.id
-	RETURNING i.id
-)
-SELECT r.id, r.attempt, upd.id IS NOT NULL, i.id IS NOT NULL, COALESCE(i.state, ''), COALESCE(i.attempt, 0),
-	COALESCE(i.worker_id, ''), COALESCE(`+holderCheck+`, false)
-FROM r LEFT JOIN upd ON upd.id = r.id LEFT JOIN instances i ON i.id = r.id`,
-		ids, attempts, pools, workers, dones, totals, messages, ats, grants)
+	rows, err := s.pool.Query(ctx, applyProgressSQL, progressArgs(reports, newest)...)
 	if err != nil {
 		return nil, fmt.Errorf("apply %d progress reports: %w", len(reports), err)
 	}
-	defer rows.Close()
-	found := make(map[[2]int64]ProgressOutcome, n)
-	for rows.Next() {
-		var id int64
-		var attempt int32
-		var o ProgressOutcome
-		var holder bool
-		if err := rows.Scan(&id, &attempt, &o.Applied, &o.Found, &o.State, &o.CurrentAttempt, &o.WorkerID, &holder); err != nil {
-			return nil, fmt.Errorf("apply %d progress reports: %w", len(reports), err)
-		}
-		live := o.State == schemas.StateDispatched || o.State == schemas.StateRunning
-		o.Refused = o.Found && !holder && live && o.CurrentAttempt == int(attempt)
-		found[[2]int64{id, int64(attempt)}] = o
-	}
-	if err := rows.Err(); err != nil {
+	found, err := scanProgressOutcomes(rows, len(newest))
+	if err != nil {
 		return nil, fmt.Errorf("apply %d progress reports: %w", len(reports), err)
 	}
 	out := make([]ProgressOutcome, len(reports))
@@ -128,6 +74,91 @@ FROM r LEFT JOIN upd ON upd.id = r.id LEFT JOIN instances i ON i.id = r.id`,
 	}
 	return out, nil
 }
+
+// newestProgress returns, for each attempt k of reports, the position of
+// its newest report; it fails on a report without progress.
+func newestProgress(reports []schemas.Report) (map[[2]int64]int, error) {
+	newest := make(map[[2]int64]int, len(reports))
+	for i, r := range reports {
+		if r.Progress == nil {
+			return nil, fmt.Errorf("apply progress: the progress report of instance %d attempt %d has no progress", r.InstanceID, r.Attempt)
+		}
+		k := [2]int64{r.InstanceID, int64(r.Attempt)}
+		if j, ok := newest[k]; !ok || newerProgress(r, reports[j]) {
+			newest[k] = i
+		}
+	}
+	return newest, nil
+}
+
+// progressArgs are the newest reports of each attempt as the columns of
+// applyProgressSQL, one array each.
+func progressArgs(reports []schemas.Report, newest map[[2]int64]int) []any {
+	n := len(newest)
+	var (
+		ids, dones, totals       = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+		attempts                 = make([]int32, 0, n)
+		pools, workers, messages = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		grants                   = make([]string, 0, n)
+		ats                      = make([]time.Time, 0, n)
+	)
+	for i, r := range reports {
+		if newest[[2]int64{r.InstanceID, int64(r.Attempt)}] != i {
+			continue
+		}
+		ids, attempts, pools, workers = append(ids, r.InstanceID), append(attempts, int32(r.Attempt)), append(pools, r.Pool), append(workers, r.WorkerID)
+		grants = append(grants, grantList(r.Handlers))
+		dones, totals, messages, ats = append(dones, r.Progress.Done), append(totals, r.Progress.Total), append(messages, r.Progress.Message), append(ats, r.At)
+	}
+	return []any{ids, attempts, pools, workers, dones, totals, messages, ats, grants}
+}
+
+// scanProgressOutcomes reads the rows of applyProgressSQL, n expected,
+// into outcomes keyed by instance and attempt, and closes rows.
+func scanProgressOutcomes(rows pgx.Rows, n int) (map[[2]int64]ProgressOutcome, error) {
+	defer rows.Close()
+	found := make(map[[2]int64]ProgressOutcome, n)
+	for rows.Next() {
+		var id int64
+		var attempt int32
+		var o ProgressOutcome
+		var holder bool
+		if err := rows.Scan(&id, &attempt, &o.Applied, &o.Found, &o.State, &o.CurrentAttempt, &o.WorkerID, &holder); err != nil {
+			return nil, err
+		}
+		live := o.State == schemas.StateDispatched || o.State == schemas.StateRunning
+		o.Refused = o.Found && !holder && live && o.CurrentAttempt == int(attempt)
+		found[[2]int64{id, int64(attempt)}] = o
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return found, nil
+}
+
+// applyProgressSQL is the statement of [Store.ApplyProgress]: it writes
+// the reports newer than the progress stored whose holder may make them,
+// and returns one row per report with the instance as found.
+const applyProgressSQL = `
+WITH r AS (
+	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::timestamptz[], $9::text[])
+	AS t(id, attempt, pool, worker_id, done, total, message, at, handlers)
+), live AS (
+	SELECT i.id FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
+	WHERE i.state IN ('DISPATCHED', 'RUNNING') AND ` + holderCheck + `
+		AND (i.progress IS NULL OR (i.progress->>'attempt')::int < r.attempt
+			OR ((i.progress->>'attempt')::int = r.attempt
+				AND ((i.progress->>'at')::timestamptz, (i.progress->>'done')::bigint) < (r.at, r.done)))
+	ORDER BY i.id FOR UPDATE OF i
+), upd AS (
+	UPDATE instances i SET progress = jsonb_strip_nulls(jsonb_build_object('attempt', r.attempt, 'done', r.done,
+		'total', r.total, 'message', NULLIF(r.message, ''), 'at', r.at))
+	FROM r, live WHERE i.id = r.id AND live.id = i.id
+	RETURNING i.id
+)
+SELECT r.id, r.attempt, upd.id IS NOT NULL, i.id IS NOT NULL, COALESCE(i.state, ''), COALESCE(i.attempt, 0),
+	COALESCE(i.worker_id, ''), COALESCE(` + holderCheck + `, false)
+FROM r LEFT JOIN upd ON upd.id = r.id LEFT JOIN instances i ON i.id = r.id`
 
 // newerProgress reports whether progress report a is newer than b: a later
 // at, or the same at and more done.

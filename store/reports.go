@@ -310,6 +310,19 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 	if len(b.rows) == 0 {
 		return nil, nil
 	}
+	rows, err := q.Query(ctx, recordReportsSQL, b.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("record reports: %w", err)
+	}
+	results, err := collectRowOutcomes(rows)
+	if err != nil {
+		return nil, fmt.Errorf("record reports: %w", err)
+	}
+	return b.outcomes(results)
+}
+
+// args are the rows as the columns of recordReportsSQL, one array each.
+func (b *reportRows) args() []any {
 	n := len(b.rows)
 	var (
 		ids, attempts, pools     = make([]int64, n), make([]int32, n), make([]string, n)
@@ -337,70 +350,13 @@ func (b *reportRows) record(ctx context.Context, q querier) ([]Outcome, error) {
 			finishedAt[i] = &r.finishedAt
 		}
 	}
-	rows, err := q.Query(ctx, `
-WITH r AS (
-	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::bool[], $7::bool[],
-		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[], $14::text[], $15::bool[], $16::text[])
-	AS t(id, attempt, worker_id, operator, started, final, ok, output, error, permanent, started_at, finished_at,
-		implies_running, pool, released, handlers)
-), cur AS (
-	SELECT i.* FROM instances i WHERE i.id IN (SELECT id FROM r)
-	ORDER BY i.id FOR UPDATE OF i
-), old AS (
-	-- The reports to apply, each with its instance's state: the update
-	-- reads its reports from here, joined once. (Joined to r as well, the
-	-- update scanned r once for each row: r is a CTE the planner expects
-	-- ten rows of, and a batch has hundreds.)
-	SELECT r.*, i.state AS old_state FROM cur i JOIN r ON r.id = i.id AND r.attempt = i.attempt
-	WHERE (i.state = 'DISPATCHED' OR (r.final AND i.state = 'RUNNING')) AND (r.pool = '' OR `+holderCheck+`)
-), upd AS (
-	UPDATE instances i SET
-		state = CASE WHEN NOT r.final THEN 'RUNNING'
-			WHEN r.ok THEN 'SUCCEEDED'
-			WHEN r.released OR (NOT r.permanent AND i.attempt < i.max_attempts) THEN 'RETRYING'
-			ELSE 'FAILED' END,
-		max_attempts = CASE WHEN r.final AND r.released THEN i.max_attempts + 1 ELSE i.max_attempts END,
-		output = CASE WHEN r.final THEN r.output ELSE i.output END,
-		error = CASE WHEN r.final THEN r.error ELSE i.error END,
-		worker_id = CASE WHEN r.worker_id <> '' THEN r.worker_id ELSE i.worker_id END,
-		started_at = COALESCE(r.started_at, i.started_at),
-		finished_at = CASE WHEN NOT r.final THEN i.finished_at
-			WHEN r.released THEN NULL
-			WHEN r.ok OR r.permanent OR i.attempt >= i.max_attempts THEN r.finished_at END,
-		updated_at = now()
-	FROM old r
-	WHERE i.id = r.id AND i.attempt = r.attempt
-	RETURNING i.id, i.task, i.state, i.attempt, i.max_attempts, i.retry_policy, i.worker_id, i.run_id, i.parent_id,
-		i.error, r.old_state, r.operator AS by, r.final AS ends,
-		r.final AND r.old_state = 'DISPATCHED' AND (r.started OR r.implies_running) AS via_running,
-		r.started AS reported_start
-), tr AS (
-	-- An attempt that ends from DISPATCHED through RUNNING has both
-	-- transitions in one row (see migration 00017).
-	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason,
-		then_state, then_operator, then_reason)
-	SELECT id, task, 'DISPATCHED', 'RUNNING', attempt, by,
-		CASE WHEN reported_start THEN '' ELSE '`+impliedStartReason+`' END,
-		state, by, CASE WHEN ends THEN error ELSE '' END
-	FROM upd WHERE via_running
-	UNION ALL
-	SELECT id, task, old_state, state, attempt, by, CASE WHEN ends THEN error ELSE '' END, NULL, NULL, NULL
-	FROM upd WHERE NOT via_running
-)
-SELECT true, upd.old_state, upd.id, upd.attempt, `+outcomeColumns("upd")+` FROM upd
-UNION ALL
-SELECT false, '', r.id, r.attempt, `+outcomeColumns("i")+`
-FROM r LEFT JOIN cur i ON i.id = r.id
-WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`,
-		ids, attempts, textArray(workers), textArray(operators), starts, finals, oks, outputs, textArray(errs), permanents, timeArray(startedAt), timeArray(finishedAt), implies, textArray(pools),
-		released, textArray(grants))
-	if err != nil {
-		return nil, fmt.Errorf("record reports: %w", err)
-	}
-	results, err := collectRowOutcomes(rows)
-	if err != nil {
-		return nil, fmt.Errorf("record reports: %w", err)
-	}
+	return []any{ids, attempts, textArray(workers), textArray(operators), starts, finals, oks, outputs, textArray(errs), permanents, timeArray(startedAt), timeArray(finishedAt), implies, textArray(pools),
+		released, textArray(grants)}
+}
+
+// outcomes answers each report added from the outcome of its row: in
+// results, keyed by instance and attempt.
+func (b *reportRows) outcomes(results map[[2]int64]rowOutcome) ([]Outcome, error) {
 	out := make([]Outcome, b.n)
 	for _, r := range b.rows {
 		res, ok := results[[2]int64{r.id, int64(r.attempt)}]
@@ -431,6 +387,66 @@ WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.atte
 	}
 	return out, nil
 }
+
+// recordReportsSQL is the statement of [reportRows.record]: it locks the
+// named instances by id, applies the reports their holder may make, writes
+// the transitions, and returns one row per report row — applied (true,
+// the state before) or not (false, the instance as locked).
+var recordReportsSQL = `
+WITH r AS (
+	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bool[], $6::bool[], $7::bool[],
+		$8::jsonb[], $9::text[], $10::bool[], $11::timestamptz[], $12::timestamptz[], $13::bool[], $14::text[], $15::bool[], $16::text[])
+	AS t(id, attempt, worker_id, operator, started, final, ok, output, error, permanent, started_at, finished_at,
+		implies_running, pool, released, handlers)
+), cur AS (
+	SELECT i.* FROM instances i WHERE i.id IN (SELECT id FROM r)
+	ORDER BY i.id FOR UPDATE OF i
+), old AS (
+	-- The reports to apply, each with its instance's state: the update
+	-- reads its reports from here, joined once. (Joined to r as well, the
+	-- update scanned r once for each row: r is a CTE the planner expects
+	-- ten rows of, and a batch has hundreds.)
+	SELECT r.*, i.state AS old_state FROM cur i JOIN r ON r.id = i.id AND r.attempt = i.attempt
+	WHERE (i.state = 'DISPATCHED' OR (r.final AND i.state = 'RUNNING')) AND (r.pool = '' OR ` + holderCheck + `)
+), upd AS (
+	UPDATE instances i SET
+		state = CASE WHEN NOT r.final THEN 'RUNNING'
+			WHEN r.ok THEN 'SUCCEEDED'
+			WHEN r.released OR (NOT r.permanent AND i.attempt < i.max_attempts) THEN 'RETRYING'
+			ELSE 'FAILED' END,
+		max_attempts = CASE WHEN r.final AND r.released THEN i.max_attempts + 1 ELSE i.max_attempts END,
+		output = CASE WHEN r.final THEN r.output ELSE i.output END,
+		error = CASE WHEN r.final THEN r.error ELSE i.error END,
+		worker_id = CASE WHEN r.worker_id <> '' THEN r.worker_id ELSE i.worker_id END,
+		started_at = COALESCE(r.started_at, i.started_at),
+		finished_at = CASE WHEN NOT r.final THEN i.finished_at
+			WHEN r.released THEN NULL
+			WHEN r.ok OR r.permanent OR i.attempt >= i.max_attempts THEN r.finished_at END,
+		updated_at = now()
+	FROM old r
+	WHERE i.id = r.id AND i.attempt = r.attempt
+	RETURNING i.id, i.task, i.state, i.attempt, i.max_attempts, i.retry_policy, i.worker_id, i.run_id, i.parent_id,
+		i.error, r.old_state, r.operator AS by, r.final AS ends,
+		r.final AND r.old_state = 'DISPATCHED' AND (r.started OR r.implies_running) AS via_running,
+		r.started AS reported_start
+), tr AS (
+	-- An attempt that ends from DISPATCHED through RUNNING has both
+	-- transitions in one row (see migration 00017).
+	INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason,
+		then_state, then_operator, then_reason)
+	SELECT id, task, 'DISPATCHED', 'RUNNING', attempt, by,
+		CASE WHEN reported_start THEN '' ELSE '` + impliedStartReason + `' END,
+		state, by, CASE WHEN ends THEN error ELSE '' END
+	FROM upd WHERE via_running
+	UNION ALL
+	SELECT id, task, old_state, state, attempt, by, CASE WHEN ends THEN error ELSE '' END, NULL, NULL, NULL
+	FROM upd WHERE NOT via_running
+)
+SELECT true, upd.old_state, upd.id, upd.attempt, ` + outcomeColumns("upd") + ` FROM upd
+UNION ALL
+SELECT false, '', r.id, r.attempt, ` + outcomeColumns("i") + `
+FROM r LEFT JOIN cur i ON i.id = r.id
+WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = r.id AND upd.attempt = r.attempt)`
 
 // holderCheck is the condition on instance i and report row r under which
 // reports may change the instance: they come from the instance's pool (the

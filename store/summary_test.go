@@ -64,7 +64,7 @@ func TestInstanceSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	if sum.Total != 808 || sum.States[schemas.StateSucceeded] != 605 || sum.States[schemas.StateFailed] != 200 ||
-		sum.States[schemas.StateRunning] != 3 || sum.States[schemas.StateCancelled] != 0 || len(sum.States) != 9 {
+		sum.States[schemas.StateRunning] != 3 || sum.States[schemas.StateCancelled] != 0 || len(sum.States) != 10 {
 		t.Errorf("summary counts %d instances, by state %v; want 808: 605 SUCCEEDED, 200 FAILED, 3 RUNNING", sum.Total, sum.States)
 	}
 	if sum.SuccessRate == nil || *sum.SuccessRate != 605.0/805 {

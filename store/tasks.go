@@ -27,6 +27,11 @@ type TaskRecord struct {
 	// Paused says whether the task is paused: like a disabled task its
 	// firings make no runs, until it is resumed.
 	Paused bool
+	// Shadow says whether the task is in shadow mode: its firings are
+	// recorded SHADOW and never run (see [Store.SetTaskShadow]);
+	// ShadowSince is when it entered it, nil outside it.
+	Shadow      bool
+	ShadowSince *time.Time
 	// Definition is the definition of Version, with its defaults filled in.
 	Definition *schemas.Task
 	CreatedAt  time.Time
@@ -34,7 +39,7 @@ type TaskRecord struct {
 	UpdatedAt time.Time
 }
 
-const taskColumns = `name, version, enabled, paused, definition, created_at, updated_at`
+const taskColumns = `name, version, enabled, paused, definition, created_at, updated_at, shadow, shadow_since`
 
 // ApplyTask stores def (with its defaults filled in) as the definition of the
 // task def.TaskName and reports whether that changed anything. A new task
@@ -248,7 +253,8 @@ func scanTask(row pgx.CollectableRow) (TaskRecord, error) {
 		rec  TaskRecord
 		data []byte
 	)
-	if err := row.Scan(&rec.Name, &rec.Version, &rec.Enabled, &rec.Paused, &data, &rec.CreatedAt, &rec.UpdatedAt); err != nil {
+	if err := row.Scan(&rec.Name, &rec.Version, &rec.Enabled, &rec.Paused, &data, &rec.CreatedAt, &rec.UpdatedAt,
+		&rec.Shadow, &rec.ShadowSince); err != nil {
 		return TaskRecord{}, err
 	}
 	rec.Definition = new(schemas.Task)

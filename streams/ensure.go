@@ -84,6 +84,12 @@ func (c Config) withDefaults() Config {
 // StreamConfigs returns the configuration of every stream of the topology.
 func (t Topology) StreamConfigs(c Config) []jetstream.StreamConfig {
 	c = c.withDefaults()
+	return append(t.firingStreamConfigs(c), t.attemptStreamConfigs(c)...)
+}
+
+// firingStreamConfigs are StreamConfigs' streams of firings, in order:
+// the outside publishers', then AX's own.
+func (t Topology) firingStreamConfigs(c Config) []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{{
 		// Outside publishers write here: no header may act beyond the
 		// message that carries it, so no schedules and no rollups (the
@@ -111,7 +117,13 @@ func (t Topology) StreamConfigs(c Config) []jetstream.StreamConfig {
 		AllowMsgSchedules: true,
 		Storage:           c.Storage,
 		Replicas:          c.Replicas,
-	}, {
+	}}
+}
+
+// attemptStreamConfigs are StreamConfigs' streams of attempts and what
+// they leave, in order: dispatch, reports, audit, logs.
+func (t Topology) attemptStreamConfigs(c Config) []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{{
 		Name:        t.DispatchStream(),
 		Description: "AX attempts routed to executor pools",
 		Subjects:    []string{t.subject("dispatch", ">")},

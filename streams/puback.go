@@ -59,55 +59,8 @@ func fastPubAck(data []byte, intern func([]byte) string) (r pubAckReply, ok bool
 		if !ok || !p.byte(':') {
 			return r, false
 		}
-		switch string(key) {
-		case "stream":
-			s, ok := p.str()
-			if !ok {
-				return r, false
-			}
-			r.ack.Stream = intern(s)
-		case "domain":
-			s, ok := p.str()
-			if !ok {
-				return r, false
-			}
-			r.ack.Domain = intern(s)
-		case "val":
-			s, ok := p.str()
-			if !ok {
-				return r, false
-			}
-			r.ack.Value = string(s)
-		case "seq":
-			n, ok := p.uint(^uint64(0))
-			if !ok {
-				return r, false
-			}
-			r.ack.Sequence = n
-		case "duplicate":
-			b, ok := p.bool()
-			if !ok {
-				return r, false
-			}
-			r.ack.Duplicate = b
-		case "type":
-			if _, ok := p.str(); !ok {
-				return r, false
-			}
-		case "error":
-			// A second "error" member fills the first one's value, as
-			// encoding/json does.
-			e, ok := p.apiError(r.err, intern)
-			if !ok {
-				return r, false
-			}
-			r.err = e
-		default:
-			if !known(key) || !p.skip(0) {
-				// A name in another case matches a member for
-				// encoding/json: let it decide.
-				return r, false
-			}
+		if !p.pubAckMember(key, &r, intern) {
+			return r, false
 		}
 		if p.byte('}') {
 			return r, p.end()
@@ -116,6 +69,62 @@ func fastPubAck(data []byte, intern func([]byte) string) (r pubAckReply, ok bool
 			return r, false
 		}
 	}
+}
+
+// pubAckMember reads the value of the member key of a publish's answer
+// into r; false leaves the answer to encoding/json.
+func (p *scanner) pubAckMember(key []byte, r *pubAckReply, intern func([]byte) string) bool {
+	switch string(key) {
+	case "stream":
+		s, ok := p.str()
+		if !ok {
+			return false
+		}
+		r.ack.Stream = intern(s)
+	case "domain":
+		s, ok := p.str()
+		if !ok {
+			return false
+		}
+		r.ack.Domain = intern(s)
+	case "val":
+		s, ok := p.str()
+		if !ok {
+			return false
+		}
+		r.ack.Value = string(s)
+	case "seq":
+		n, ok := p.uint(^uint64(0))
+		if !ok {
+			return false
+		}
+		r.ack.Sequence = n
+	case "duplicate":
+		b, ok := p.bool()
+		if !ok {
+			return false
+		}
+		r.ack.Duplicate = b
+	case "type":
+		if _, ok := p.str(); !ok {
+			return false
+		}
+	case "error":
+		// A second "error" member fills the first one's value, as
+		// encoding/json does.
+		e, ok := p.apiError(r.err, intern)
+		if !ok {
+			return false
+		}
+		r.err = e
+	default:
+		if !known(key) || !p.skip(0) {
+			// A name in another case matches a member for
+			// encoding/json: let it decide.
+			return false
+		}
+	}
+	return true
 }
 
 // apiError reads the "error" member's object. Its description is usually

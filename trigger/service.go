@@ -45,6 +45,9 @@ type Options struct {
 	// ShutdownTimeout bounds how long Run, once its context ends, awaits
 	// the publishes in flight and saves the trigger state (default 10s).
 	ShutdownTimeout time.Duration
+	// BackfillPoll is how often the service looks for running backfills
+	// to fire (default [DefaultBackfillPoll]; see backfill.go).
+	BackfillPoll time.Duration
 }
 
 // Defaults of [Options].
@@ -80,6 +83,8 @@ type Service struct {
 	// msgID is the HMAC of the firings' Nats-Msg-Id, keyed with the
 	// store's CronMsgIDKey (see streams.CronMsgID); the run loop owns it.
 	msgID hash.Hash
+	// cronKey is the key of msgID, for the backfill loop's own HMAC.
+	cronKey []byte
 
 	// The run loop owns what follows: no locks.
 	heap      tickHeap
@@ -125,6 +130,9 @@ func New(opts Options) (*Service, error) {
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if opts.BackfillPoll <= 0 {
+		opts.BackfillPoll = DefaultBackfillPoll
 	}
 	log := opts.Logger.With().Str("service", "trigger").Logger()
 	return &Service{
@@ -232,6 +240,7 @@ func (s *Service) Run(ctx context.Context) error {
 		cancelRun(err)
 	}
 	wg.Go(func() { s.persist.run(persistStop, work) })
+	wg.Go(func() { s.runBackfills(runCtx, s.cronKey) })
 	reloads := make(chan reload)
 	wg.Go(func() {
 		if err := s.watchTasks(runCtx, watcher, reloads); err != nil {
@@ -254,6 +263,7 @@ func (s *Service) loadAll(ctx context.Context) error {
 		return err
 	}
 	s.msgID = hmac.New(sha256.New, key)
+	s.cronKey = key
 	recs, err := s.opts.Store.ListTasks(ctx)
 	if err != nil {
 		return err

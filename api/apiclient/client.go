@@ -275,14 +275,11 @@ func (c *Client) Cancel(ctx context.Context, id int64, reason string) (schemas.I
 }
 
 // InstanceByEvent returns the instance that the firing eventID of task made,
-// or an *[wire.Error] with Status 404 while there is none.
+// an error wrapping [ErrFiringPending] (a *[PendingError]) while it is a
+// delayed firing that waits, or an *[wire.Error] with Status 404 while
+// there is neither.
 func (c *Client) InstanceByEvent(ctx context.Context, task, eventID string) (schemas.Instance, error) {
-	var out schemas.Instance
-	err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(task)+"/runs/"+url.PathEscape(eventID), "", nil, &out)
-	if err == nil {
-		err = c.open(&out)
-	}
-	return out, err
+	return c.runOf(ctx, task, eventID)
 }
 
 // GetInstance returns the instance id with its transitions.

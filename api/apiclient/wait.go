@@ -2,6 +2,7 @@ package apiclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -54,13 +55,14 @@ func (c *Client) WatchInstance(ctx context.Context, id int64, seen func(schemas.
 
 // WaitFiring waits until the firing eventID of task has made its instance
 // (the dispatcher creates it; a delayed firing's at its time) and returns
-// it, in whatever state it is. While the API answers 404 it reads again;
+// it, in whatever state it is. While the API answers 404 (or that the
+// firing is delayed and waits) it reads again;
 // when ctx ends first it returns ctx's error.
 func (c *Client) WaitFiring(ctx context.Context, task, eventID string) (schemas.Instance, error) {
 	var in schemas.Instance
 	err := poll(ctx, func() (bool, error) {
 		got, err := c.InstanceByEvent(ctx, task, eventID)
-		if IsNotFound(err) {
+		if IsNotFound(err) || errors.Is(err, ErrFiringPending) {
 			return false, nil
 		}
 		in = got

@@ -6,9 +6,13 @@ import { APIError, call, follow, get, onUnauthorized, parseMetrics, text, token 
 import { ledgerView } from './ledger.js';
 import { limitsView } from './limits.js';
 import { explainView } from './explain.js';
+import { rangeRoutes } from './ranges.js';
+
+// The helpers the pages in other files (ranges.js) build with.
+export { act, badge, card, errorBox, fill, fmtTime, h, instLink, showPage, table, taskLink };
 
 const main = document.getElementById('main');
-const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED']);
+const terminal = new Set(['SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW']);
 
 // ---- DOM helpers ----
 
@@ -101,14 +105,58 @@ function duration(inst) {
  * it: a bar of done over total (a moving one when the total is unknown),
  * the figures and the message, and which attempt said it when.
  */
-function progressBar(p) {
+function progressBar(p, state) {
   if (!p) return '—';
+  // A SUCCEEDED instance did all its work, whatever it last reported.
+  if (state === 'SUCCEEDED' && p.total > 0 && p.done < p.total) p = { ...p, done: p.total };
   const known = p.total > 0;
   const figures = known ? `${p.done} / ${p.total} (${Math.floor(100 * p.done / p.total)} %)` : `${p.done} done`;
   return h('div', { id: 'progress', class: 'progress', 'data-done': p.done, 'data-total': p.total },
     h('progress', { max: known ? p.total : undefined, value: known ? p.done : undefined }),
     h('span', { class: 'progress-text' }, figures, p.message ? ' — ' + p.message : ''),
     h('div', { class: 'muted small' }, `attempt ${p.attempt}, reported ${fmtTime(p.at)}`));
+}
+
+/** waitText shows why an instance waits, since when, and what ends it. */
+function waitText(w) {
+  return h('div', { id: 'wait', class: 'wait', 'data-kind': w.kind },
+    h('strong', {}, w.reason), ' since ', fmtTime(w.since),
+    w.ends ? h('div', { class: 'muted small' }, 'ends when: ' + w.ends) : null);
+}
+
+/**
+ * runTimes are the instance's own times: its first start (of any attempt),
+ * when it finished, and its total time from first start to end; the last
+ * attempt's run time only where there were several.
+ */
+function runTimes(i) {
+  const runs = (i.attempts || []).filter((a) => a.started_at);
+  const first = runs.length ? runs[0].started_at : i.started_at;
+  const total = first && i.finished_at ? new Date(i.finished_at) - new Date(first) : null;
+  const rows = [['first started', fmtTime(first)], ['finished', fmtTime(i.finished_at)], ['total time', fmtDur(total)]];
+  if (runs.length > 1) rows.push(['last attempt', `started ${fmtTime(i.started_at)}, run time ${fmtDur(duration(i))}`]);
+  return rows;
+}
+
+/** attemptsTable shows one row per attempt: start, end, worker, outcome, error, duration. */
+function attemptsTable(list) {
+  return table(['attempt', 'started', 'ended', 'worker', 'outcome', 'duration', 'error'], list.map((a) => [
+    String(a.attempt), fmtTime(a.started_at), fmtTime(a.ended_at), a.worker || '—', badge(a.state),
+    a.duration_ms === undefined ? '—' : fmtDur(a.duration_ms), a.error ? h('span', { class: 'err' }, a.error) : '—']),
+  'No attempt has run yet.');
+}
+
+/**
+ * impliedShort: the start of an attempt that ended before its started
+ * report was sent is recorded with its result, which its transition says;
+ * for a short attempt that is the normal case and the words read as an
+ * error, so they show only when the attempt took long enough to matter.
+ */
+function impliedShort(tr, k) {
+  const t = tr[k];
+  if (!t.reason || !t.reason.startsWith('recorded with the final report')) return false;
+  const next = tr[k + 1];
+  return !next || new Date(next.at) - new Date(t.at) < 2000;
 }
 
 function taskLink(name) { return h('a', { href: '#/tasks/' + encodeURIComponent(name) }, name); }
@@ -172,9 +220,11 @@ function leaveView() {
  * pager links the pages of a list of the route base, newest first: Newest,
  * Newer (after the first id shown, where the API pages that way) and Older
  * (before the last id shown). params is the route's query; the links keep
- * its filters. ids are those shown, limit the page size asked for.
+ * its filters. ids are those shown, limit the page size asked for. noun,
+ * when given, labels the page by its count ("6 alerts") rather than by its
+ * first and last ids, which read as a count where ids have gaps.
  */
-function pager(base, params, ids, limit, { after = true } = {}) {
+function pager(base, params, ids, limit, { after = true, noun = '' } = {}) {
   const at = (cursor) => {
     const q = new URLSearchParams(params);
     q.delete('before');
@@ -193,7 +243,8 @@ function pager(base, params, ids, limit, { after = true } = {}) {
     link('page-newest', 'Newest', newest ? null : at()),
     after ? link('page-newer', '← Newer', newer ? at(['after', ids[0]]) : null) : null,
     link('page-older', 'Older →', older ? at(['before', ids[ids.length - 1]]) : null),
-    h('span', { class: 'muted small', id: 'page-range' }, ids.length ? `#${ids[0]} – #${ids[ids.length - 1]}` : ''));
+    h('span', { class: 'muted small', id: 'page-range' }, !ids.length ? ''
+      : noun ? `${ids.length} ${noun}, newest first` : `#${ids[0]} – #${ids[ids.length - 1]}`));
 }
 
 /**
@@ -278,7 +329,7 @@ function loginView() {
 }
 
 /** states lists the instance states in the order of the state machine. */
-const states = ['CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'];
+const states = ['CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW'];
 
 /**
  * dashboardView shows the last hour from the API's summary, which
@@ -300,6 +351,7 @@ async function dashboardView() {
   const slots = (workers.workers || []).reduce((a, w) => a + w.slots, 0);
   const busy = (workers.workers || []).reduce((a, w) => a + w.busy, 0);
   const ofHour = (state) => '#/instances?' + new URLSearchParams(state ? { state, since: '1h' } : { since: '1h' });
+  const lagGroups = groupLag(streams.streams || []);
 
   if (mine !== view) return;
   showPage(
@@ -307,29 +359,46 @@ async function dashboardView() {
     h('div', { class: 'stats' },
       stat('runs in the last hour', h('a', { id: 'stat-runs', href: ofHour() }, sum.total), (sum.total / 60).toFixed(1) + ' per minute'),
       stat('success rate', h('span', { id: 'stat-success' }, fmtPct(sum.success_rate)), `${succeeded} of ${ended} runs of the hour that ended`),
-      stat('latency p50 / p95', h('span', { id: 'stat-latency' }, fmtDur(rt.p50_ms) + ' / ' + fmtDur(rt.p95_ms)),
-        `run time (start to end), p99 ${fmtDur(rt.p99_ms)}, over ${rt.count} runs of the hour`),
+      stat('run time p50 / p95', h('span', { id: 'stat-latency' }, fmtDur(rt.p50_ms) + ' / ' + fmtDur(rt.p95_ms)),
+        `start to end of a run, p99 ${fmtDur(rt.p99_ms)}, over ${rt.count} runs of the hour`),
       stat('workers', (workers.workers || []).length, `${busy} of ${slots} slots busy`),
       stat('firing alerts', (alerts.alerts || []).length, h('a', { href: '#/alerts' }, 'see alerts'))),
     h('p', { class: 'states', id: 'states' }, states.map((st) => h('a', { href: ofHour(st), 'data-state': st },
       badge(st), ' ', h('span', { class: 'count' }, sum.states[st])))),
     h('div', { class: 'grid' },
-      card('Throughput (runs per minute, last hour)', chartBox('throughput')),
+      card('Throughput (runs per minute, last hour)', chartBox('throughput'), h('p', { id: 'throughput-clipped', class: 'muted small' })),
       card('Run time per minute, last hour', chartBox('latency'))),
     h('div', { class: 'grid' },
-      card('Fleet measures', metricsTable(metrics)),
-      card('Consumer lag', chartBox('lag'), lagTable(streams.streams || []))),
-    health ? card('Health report', healthSummary(health)) : null,
+      health ? h('section', { class: 'card', id: 'health' }, h('h2', {}, 'Health report'), healthSummary(health)) : null,
+      h('section', { class: 'card', id: 'lag-card' }, h('h2', {}, 'Consumer lag'), lagSummary(lagGroups))),
+    card('Fleet measures', metricsTable(metrics)),
   );
 
   const series = sum.series || [];
   const labels = series.map((b, i) => (i === series.length - 1 ? 'now' : new Date(b.start).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })));
+  // One spike must not flatten the normal minutes: the scale stops at
+  // twice the 95th percentile of the busy minutes, and a minute above it
+  // is drawn to the top with a marker and its figure in the note below.
+  const totals = series.map((b) => b.total);
+  const cap = robustCap(totals);
+  const clipped = totals.map((v) => (cap !== null && v > cap ? v : null));
+  const over = clipped.filter((v) => v !== null);
+  fill(document.getElementById('throughput-clipped'), over.length
+    ? `${over.length} minute${over.length > 1 ? 's' : ''} above the scale (▲), the busiest with ${Math.max(...over)} runs; the scale stops at ${cap} so that the other minutes read.`
+    : '');
   chart(document.getElementById('throughput'), {
     type: 'bar',
     data: { labels, datasets: [
       { label: 'runs', data: series.map((b) => b.total - b.failed), backgroundColor: '#3b82f6', stack: 's' },
-      { label: 'failed', data: series.map((b) => b.failed), backgroundColor: '#ef4444', stack: 's' }] },
-    options: { scales: { x: { stacked: true, ticks: { maxTicksLimit: 12 } }, y: { stacked: true, beginAtZero: true, ticks: { precision: 0 } } } },
+      { label: 'failed', data: series.map((b) => b.failed), backgroundColor: '#ef4444', stack: 's' },
+      { type: 'line', label: 'above the scale', data: clipped.map((v) => (v === null ? null : cap)), showLine: false,
+        pointStyle: 'triangle', pointRadius: 6, borderColor: '#111827', backgroundColor: '#111827' }] },
+    options: { scales: { x: { stacked: true, ticks: { maxTicksLimit: 12 } },
+      y: { stacked: true, beginAtZero: true, max: cap === null ? undefined : cap, ticks: { precision: 0 } } },
+    plugins: { tooltip: { callbacks: { footer: (items) => {
+      const v = totals[items[0].dataIndex];
+      return cap !== null && v > cap ? `${v} runs in all (above the scale)` : '';
+    } } } } },
   });
   chart(document.getElementById('latency'), {
     type: 'line',
@@ -338,13 +407,14 @@ async function dashboardView() {
       { label: 'p95 (ms)', data: series.map((b) => b.run_time.p95_ms), borderColor: '#f59e0b', pointRadius: 1, spanGaps: true }] },
     options: { scales: { x: { ticks: { maxTicksLimit: 12 } }, y: { beginAtZero: true } } },
   });
-  const consumers = (streams.streams || []).flatMap((s) => (s.consumers || []).map((c) => ({ s, c })));
+  const top = lagGroups.slice(0, lagTop);
   chart(document.getElementById('lag'), {
     type: 'bar',
-    data: { labels: consumers.map(({ s, c }) => s.name + '/' + c.name), datasets: [
-      { label: 'pending', data: consumers.map(({ c }) => c.pending), backgroundColor: '#f59e0b' },
-      { label: 'ack pending', data: consumers.map(({ c }) => c.ack_pending), backgroundColor: '#10b981' }] },
-    options: { indexAxis: 'y', scales: { x: { beginAtZero: true, ticks: { precision: 0 } } } },
+    data: { labels: top.map((g) => g.label), datasets: [
+      { label: 'pending', data: top.map((g) => g.pending), backgroundColor: '#f59e0b' },
+      { label: 'ack pending', data: top.map((g) => g.ack_pending), backgroundColor: '#10b981' }] },
+    options: { indexAxis: 'y', maintainAspectRatio: false, scales: { x: { beginAtZero: true, ticks: { precision: 0 } },
+      y: { ticks: { autoSkip: false, callback(v) { const l = this.getLabelForValue(v); return l.length > 28 ? l.slice(0, 27) + '…' : l; } } } } },
   });
   every(10000, () => { if (location.hash === '' || location.hash === '#/') route(); });
 }
@@ -380,9 +450,59 @@ function metricsTable(samples) {
     h('p', { class: 'muted small' }, 'Since this process started, from its /metrics; "—" where this process does not export the series (run the dispatcher and auditor in it, as ax dev does).'));
 }
 
-function lagTable(streams) {
-  const rows = streams.flatMap((s) => (s.consumers || []).map((c) => [s.name, c.name, c.pending, c.ack_pending, c.redelivered, fmtAgo(c.last_active)]));
-  return table(['stream', 'consumer', 'pending', 'ack pending', 'redelivered', 'last active'], rows, 'No consumers.');
+/** lagTop is how many groups of consumers the dashboard's lag shows before the rest fold. */
+const lagTop = 8;
+
+/**
+ * robustCap returns the top of a scale that lets the normal values read
+ * when a few spike: twice the 95th percentile of the non-zero values, or
+ * null when nothing exceeds it (the scale then fits everything).
+ */
+function robustCap(values) {
+  const busy = values.filter((v) => v > 0).sort((a, b) => a - b);
+  if (busy.length < 5) return null;
+  const p95 = busy[Math.min(busy.length - 1, Math.ceil(0.95 * busy.length) - 1)];
+  const cap = Math.max(1, Math.ceil(2 * p95));
+  return busy[busy.length - 1] > cap ? cap : null;
+}
+
+/**
+ * groupLag sums the consumers' lag by stream and executor pool (a
+ * dispatch consumer's pool; the workers' own queues together), largest
+ * first: with a hundred consumers the dashboard shows a few groups.
+ */
+function groupLag(streams) {
+  const groups = new Map();
+  for (const s of streams) {
+    for (const c of s.consumers || []) {
+      const pool = c.pool ? (c.pool.startsWith('worker:') ? 'worker queues' : 'pool ' + c.pool) : '';
+      const key = s.name + (pool ? ' · ' + pool : '');
+      const g = groups.get(key) || { label: key, stream: s.name, consumers: 0, pending: 0, ack_pending: 0, redelivered: 0, last: null };
+      g.consumers++;
+      g.pending += c.pending;
+      g.ack_pending += c.ack_pending;
+      g.redelivered += c.redelivered;
+      if (c.last_active && (!g.last || c.last_active > g.last)) g.last = c.last_active;
+      groups.set(key, g);
+    }
+  }
+  return [...groups.values()].sort((a, b) => (b.pending + b.ack_pending) - (a.pending + a.ack_pending) || a.label.localeCompare(b.label));
+}
+
+/** lagSummary is the lag chart of the top groups and their table, the rest folded. */
+function lagSummary(groups) {
+  const total = groups.reduce((a, g) => a + g.consumers, 0);
+  const row = (g) => [g.label, g.consumers, g.pending, g.ack_pending, g.redelivered, fmtAgo(g.last)];
+  const head = ['stream · pool', 'consumers', 'pending', 'ack pending', 'redelivered', 'last active'];
+  const top = groups.slice(0, lagTop), rest = groups.slice(lagTop);
+  const box = chartBox('lag');
+  box.style.height = Math.max(120, 28 * top.length + 40) + 'px';
+  return h('div', { id: 'lag-summary' },
+    h('p', { class: 'muted small' }, `${total} consumers in ${groups.length} groups, largest lag first; each consumer on the `,
+      h('a', { href: '#/streams', id: 'lag-streams' }, 'Streams page'), '.'),
+    box,
+    table(head, top.map(row), 'No consumers.'),
+    rest.length ? h('details', { id: 'lag-rest' }, h('summary', { class: 'small' }, `${rest.length} more groups`), table(head, rest.map(row))) : null);
 }
 
 function healthSummary(r) {
@@ -399,6 +519,14 @@ function healthSummary(r) {
       [taskLink(o.task), o.instance_id ? instLink(o.instance_id) : '—', JSON.stringify(o)]), 'None.'),
     h('h3', {}, 'Tasks without an owner'),
     (r.tasks_without_owner || []).length ? h('p', {}, (r.tasks_without_owner || []).map((t) => [taskLink(t), ' '])) : h('p', { class: 'muted' }, 'None.'));
+}
+
+/** lastRun shows a task's newest instance: its state, linked, and when it was fired. */
+function lastRun(info) {
+  const i = info.last_run;
+  if (i === undefined) return '…';
+  if (!i) return '—';
+  return h('a', { href: '#/instances/' + i.id, class: 'last-run', 'data-state': i.state }, badge(i.state), ' ', h('span', { class: 'muted small' }, fmtAgo(i.fired_at)));
 }
 
 function nextFire(info) {
@@ -435,10 +563,10 @@ async function tasksView() {
     sessionStorage.setItem('ax.search', search.value);
     const shown = tasks.filter((t) => !q || [t.task.task_name, t.task.execution.handler, t.task.owner, t.task.description]
       .some((x) => x && x.toLowerCase().includes(q)));
-    fill(body, table(['task', 'status', 'handler', 'triggers', 'next fire', 'version', 'actions'], shown.map((t) => [
+    fill(body, table(['task', 'status', 'handler', 'triggers', 'next fire', 'last run', 'version', 'actions'], shown.map((t) => [
       taskLink(t.task.task_name), taskStatus(t), h('code', {}, t.task.execution.handler),
       (t.task.triggers || []).map((tr) => tr.schedule ? tr.type + ' ' + tr.schedule : tr.type).join(', ') || '—',
-      nextFire(t), t.version, [taskActions(t, route), ' ', h('a', { class: 'button small', href: '#/tasks/' + encodeURIComponent(t.task.task_name) + '?fire' }, 'fire')],
+      nextFire(t), lastRun(t), t.version, [taskActions(t, route), ' ', h('a', { class: 'button small', href: '#/tasks/' + encodeURIComponent(t.task.task_name) + '?fire' }, 'fire')],
     ]), tasks.length ? 'No task matches.' : 'No tasks yet: apply one below.'));
   };
   search.addEventListener('input', render);
@@ -451,6 +579,10 @@ async function tasksView() {
       .then(() => { if (crons.length && body.isConnected) render(); });
   };
   fillNextFires();
+  // Nor the last run: each task's newest instance, for the first hundred.
+  Promise.all(tasks.slice(0, 100).map((t) => get('/v1/instances', { task: t.task.task_name, limit: 1 })
+    .then((r) => { t.last_run = (r.instances || [])[0] || null; }).catch(() => {})))
+    .then(() => { if (body.isConnected) render(); });
 
   const def = h('textarea', { id: 'definition', rows: 12, spellcheck: 'false',
     placeholder: 'task_name: nightly-report\nexecution:\n  handler: builtin.echo\ntriggers:\n  - type: cron\n    schedule: "0 2 * * *"' });
@@ -488,8 +620,11 @@ async function taskView(name, query) {
   const list = insts.instances || [];
   const payload = h('textarea', { id: 'payload', rows: 4, spellcheck: 'false', placeholder: '{"key": "value"}' });
   const out = h('div');
+  const schema = info.task.payload_schema;
   const fire = h('form', { id: 'fire', class: 'stack' },
     h('label', { for: 'payload' }, 'Payload (JSON, optional)'), payload,
+    schema ? h('details', { id: 'payload-schema', open: true }, h('summary', { class: 'small' }, `Payload schema (version ${info.task.schema_version || 1})`),
+      h('pre', { class: 'code small' }, JSON.stringify(schema, null, 2))) : h('p', { class: 'muted small' }, 'The task declares no payload schema: any JSON is taken.'),
     h('div', {}, h('button', { type: 'submit' }, 'Fire now')), out);
   fire.addEventListener('submit', async (e) => {
     e.preventDefault();
@@ -501,7 +636,7 @@ async function taskView(name, query) {
     try {
       const res = await call('POST', path + '/runs', req);
       if (res.instance_id) location.hash = '#/instances/' + res.instance_id;
-      else fill(out, h('p', { class: 'ok' }, `Fired: event ${res.event_id}` + (res.run_at ? ', runs at ' + fmtTime(res.run_at) : ', the instance is not made yet')));
+      else fill(out, h('p', { class: 'ok' }, `Fired: event ${res.event_id}` + (res.run_at ? ', runs at ' + fmtTime(res.run_at) + ' (see Scheduled firings)' : ', the instance is not made yet')));
     } catch (err) {
       fill(out, errorBox(err));
     }
@@ -518,6 +653,7 @@ async function taskView(name, query) {
       card('Fire now', fire),
       card('Next fire times', nexts.length ? nexts : h('p', { class: 'muted' }, 'No cron trigger.'),
         nexts.length ? h('p', { class: 'small' }, h('a', { id: 'ledger', href: '#/tasks/' + encodeURIComponent(t.task_name) + '/ledger' }, 'Ledger: every tick and what became of it')) : null)),
+    card('Scheduled firings', firingsTable(name)),
     card('Duration of recent runs', chartBox('durations')),
     card('Recent instances', h('p', { class: 'small' }, h('a', { id: 'all-instances', href: '#/instances?task=' + encodeURIComponent(t.task_name) },
       'All instances of this task, paged and filtered by time')), table(['instance', 'state', 'source', 'attempt', 'worker', 'created', 'run time'], list.map((i) => [
@@ -552,8 +688,10 @@ async function instancesView(query) {
     const { instances = [] } = await get('/v1/instances', { task: params.get('task'), state: params.get('state'),
       since: params.get('since'), until: params.get('until'), before: params.get('before'), after: params.get('after'), limit });
     if (mine !== view) return;
-    fill(body, table(['instance', 'task', 'state', 'source', 'attempt', 'worker', 'fired', 'run time'], instances.map((i) => [
-      instLink(i.id), taskLink(i.task), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.fired_at), fmtDur(duration(i))]),
+    fill(body, table(['instance', 'task', 'state', 'source', 'attempt', 'worker', 'fired', 'run time', 'waits', 'error'], instances.map((i) => [
+      instLink(i.id), taskLink(i.task), badge(i.state), i.source, `${i.attempt}/${i.max_attempts}`, i.worker_id || '—', fmtTime(i.fired_at), fmtDur(duration(i)),
+      i.wait ? h('span', { class: 'wait-kind', title: i.wait.reason }, i.wait.kind.replaceAll('_', ' ')) : '—',
+      i.error ? h('span', { class: 'err small clip', title: i.error }, i.error) : '—']),
     'No instances match.'));
     fill(nav, pager('#/instances', params, instances.map((i) => i.id), limit));
   };
@@ -568,6 +706,7 @@ async function instanceView(id, toLogs) {
   const state = h('span', { id: 'state' });
   const facts = h('div');
   const timeline = h('div');
+  const attempts = h('div', { id: 'attempts' });
   const logs = h('pre', { id: 'logs', class: 'logs' });
   const logState = h('span', { id: 'log-state', class: 'muted' }, terminal.has(inst.state) ? 'reading…' : 'following…');
   const buttons = h('span', { class: 'actions' },
@@ -586,19 +725,21 @@ async function instanceView(id, toLogs) {
     fill(facts, table(['field', 'value'], [
       ['task', [taskLink(i.task), ` (version ${i.task_version})`]],
       ['source', i.source], ['event', h('code', {}, i.event_id)],
+      ...(i.wait ? [['waits', waitText(i.wait)]] : []),
       ['attempt', `${i.attempt} of ${i.max_attempts}`], ['priority', i.priority], ['pool', i.pool || '—'], ['worker', i.worker_id || '—'],
-      ['fired', fmtTime(i.fired_at)], ['created', fmtTime(i.created_at)], ['started', fmtTime(i.started_at)], ['finished', fmtTime(i.finished_at)],
-      ['run time', fmtDur(duration(i))],
-      ['progress', progressBar(i.progress)],
+      ['fired', fmtTime(i.fired_at)], ['created', fmtTime(i.created_at)],
+      ...runTimes(i),
+      ['progress', progressBar(i.progress, i.state)],
       ['payload', i.payload ? h('pre', { class: 'code' }, JSON.stringify(i.payload, null, 2)) : '—'],
       ['output', i.output ? h('pre', { class: 'code' }, JSON.stringify(i.output, null, 2)) : '—'],
       ['error', i.error ? h('span', { class: 'err' }, i.error) : '—'],
     ]));
+    fill(attempts, attemptsTable(i.attempts || []));
     const tr = i.transitions || [];
     fill(timeline, tr.length ? h('ol', { class: 'timeline' }, tr.map((t, k) => h('li', {},
       h('div', { class: 'when' }, fmtTime(t.at), k > 0 ? h('span', { class: 'muted' }, ' +' + fmtDur(new Date(t.at) - new Date(tr[k - 1].at))) : null),
       h('div', {}, t.from ? [badge(t.from), ' → '] : null, badge(t.to), t.attempt ? ` attempt ${t.attempt}` : '',
-        ' by ', h('code', {}, t.operator || 'system'), t.reason ? h('div', { class: 'muted' }, t.reason) : null)))) : h('p', { class: 'muted' }, 'No transitions yet.'));
+        ' by ', h('code', {}, t.operator || 'system'), t.reason && !impliedShort(tr, k) ? h('div', { class: 'muted' }, t.reason) : null)))) : h('p', { class: 'muted' }, 'No transitions yet.'));
   };
   const refresh = async () => {
     try { render(await get('/v1/instances/' + id)); } catch (err) { flash(err.message, 'error'); }
@@ -609,6 +750,7 @@ async function instanceView(id, toLogs) {
   showPage(
     h('h1', {}, 'Instance #' + id + ' ', state, ' ', buttons, ' ', h('a', { id: 'explain', class: 'button small', href: '#/instances/' + id + '/explain' }, 'why?')),
     h('div', { class: 'grid' }, card('Instance', facts), card('State timeline', timeline)),
+    card('Attempts', attempts),
     h('section', { class: 'card', id: 'logs-card' }, h('h2', {}, 'Log ', logState), logs),
   );
   every(1000, () => { if (!terminal.has(state.textContent)) refresh(); });
@@ -686,7 +828,7 @@ async function alertsView(query) {
         a.state === 'firing' ? h('button', { type: 'button', class: 'small', onclick: async () => {
           if (await act('acknowledge alert ' + a.id, () => call('POST', `/v1/alerts/${a.id}/ack`, {})) !== undefined) load();
         } }, 'Acknowledge') : '']), 'No alerts.'));
-    fill(nav, pager('#/alerts', params, alerts.map((a) => a.id), limit, { after: false }));
+    fill(nav, pager('#/alerts', params, alerts.map((a) => a.id), limit, { after: false, noun: alerts.length === 1 ? 'alert' : 'alerts' }));
   };
   await load();
   if (mine !== view) return;
@@ -717,6 +859,40 @@ async function auditView(query) {
   showPage(h('h1', {}, 'Audit'), card('Audit records', filter, h('div', { class: 'list-bar' }, nav, autoRefresh(load)), body));
 }
 
+/**
+ * firingsTable lists the delayed firings that wait for their time (of one
+ * task, or all), each with its due time and buttons to cancel it or fire
+ * it now; it reloads itself after an action and every few seconds.
+ */
+function firingsTable(task) {
+  const body = h('div', { id: 'firings' }, h('p', { class: 'muted' }, 'Loading…'));
+  const load = async () => {
+    let res;
+    try { res = await get('/v1/firings', { task }); } catch (err) { fill(body, errorBox(err)); return; }
+    const firings = res.firings || [];
+    const act1 = (f, what, path) => async () => {
+      const out = await act(`${what} ${f.task} ${f.event_id}`, () => call('POST', `/v1/tasks/${encodeURIComponent(f.task)}/runs/${encodeURIComponent(f.event_id)}/${path}`, {}));
+      if (out && out.instance_id) { location.hash = '#/instances/' + out.instance_id; return; }
+      load();
+    };
+    fill(body, table(['task', 'event', 'due', 'in', 'fired', 'by', ''], firings.map((f) => [
+      taskLink(f.task), h('code', {}, f.event_id), fmtTime(f.run_at), fmtDur(new Date(f.run_at) - Date.now()), fmtTime(f.fired_at), f.operator || '—',
+      [h('button', { type: 'button', class: 'small', 'data-action': 'fire-now', 'data-event': f.event_id, onclick: act1(f, 'fire now', 'fire') }, 'Fire now'), ' ',
+        h('button', { type: 'button', class: 'small danger', 'data-action': 'cancel-firing', 'data-event': f.event_id, onclick: act1(f, 'cancel', 'cancel') }, 'Cancel')],
+    ]), 'No delayed firing waits.'), res.truncated ? h('p', { class: 'muted small' }, 'More wait than are shown.') : null);
+  };
+  load();
+  every(5000, load);
+  return body;
+}
+
+async function firingsView() {
+  showPage(h('h1', {}, 'Scheduled firings'),
+    card('Delayed firings that wait for their time', h('p', { class: 'muted small' },
+      'Fired with a delay or run_at (ax fire --delay): no instance exists until the due time, so the Instances page does not show them yet.'),
+    firingsTable('')));
+}
+
 // ---- routing ----
 
 const routes = [
@@ -729,11 +905,13 @@ const routes = [
   [/^#\/instances$/, (m, q) => instancesView(q)],
   [/^#\/instances\/(\d+)$/, (m) => instanceView(m[1], false)],
   [/^#\/instances\/(\d+)\/logs$/, (m) => instanceView(m[1], true)],
+  [/^#\/firings$/, () => firingsView()],
   [/^#\/workers$/, () => workersView()],
   [/^#\/streams$/, () => streamsView()],
   [/^#\/alerts$/, (m, q) => alertsView(q)],
   [/^#\/audit$/, (m, q) => auditView(q)],
   [/^#\/limits$/, () => limitsView({ h, showPage, card, table })],
+  ...rangeRoutes,
 ];
 
 async function route() {

@@ -25,12 +25,17 @@ const HeaderOperator = "X-Ax-Operator"
 // TaskInfo is a task as the API shows it.
 type TaskInfo struct {
 	// Task is the definition of the current version, defaults filled in.
-	Task      *schemas.Task `json:"task"`
-	Version   int           `json:"version"`
-	Enabled   bool          `json:"enabled"`
-	Paused    bool          `json:"paused"`
-	CreatedAt time.Time     `json:"created_at"`
-	UpdatedAt time.Time     `json:"updated_at"`
+	Task    *schemas.Task `json:"task"`
+	Version int           `json:"version"`
+	Enabled bool          `json:"enabled"`
+	Paused  bool          `json:"paused"`
+	// Shadow says the task is in shadow mode (ax shadow start): it fires,
+	// and its instances are recorded SHADOW, never run; ShadowSince is
+	// when it entered it.
+	Shadow      bool       `json:"shadow,omitempty"`
+	ShadowSince *time.Time `json:"shadow_since,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
 	// NextFireTimes lists the next 5 firings of each cron trigger (GET
 	// /v1/tasks/{name} only).
 	NextFireTimes []TriggerTimes `json:"next_fire_times,omitempty"`
@@ -259,6 +264,11 @@ type ConsumerInfo struct {
 	Waiting int `json:"waiting"`
 	// LastActive is when a message was last delivered, if ever.
 	LastActive *time.Time `json:"last_active,omitempty"`
+	// Pool is the executor pool a dispatch consumer serves (a pool's queue,
+	// or a worker's own queue by its worker's pool-less name "worker:<id>"),
+	// from the consumer's metadata; "" for other consumers. The console
+	// groups the lag by it.
+	Pool string `json:"pool,omitempty"`
 }
 
 // StreamList is the answer to GET /v1/streams.
@@ -399,4 +409,30 @@ type AlertChannelRequest struct {
 type HealthBody struct {
 	Status string `json:"status"`
 	Error  *Error `json:"error,omitempty"`
+}
+
+// PendingFiring is a delayed firing (run_at or delay) that waits for its
+// due time as a message schedule: no instance exists for it yet. GET
+// /v1/firings lists them; GET /v1/tasks/{name}/runs/{event_id} answers 202
+// with one.
+type PendingFiring struct {
+	// Pending is always true: it tells this answer from an instance.
+	Pending bool   `json:"pending"`
+	Task    string `json:"task"`
+	EventID string `json:"event_id"`
+	// RunAt is when the firing is due.
+	RunAt time.Time `json:"run_at"`
+	// FiredAt is when it was fired.
+	FiredAt  time.Time       `json:"fired_at"`
+	Source   schemas.Source  `json:"source"`
+	Operator string          `json:"operator,omitempty"`
+	Payload  json.RawMessage `json:"payload,omitempty"`
+}
+
+// FiringList is the answer to GET /v1/firings: the pending delayed
+// firings, soonest due first.
+type FiringList struct {
+	Firings []PendingFiring `json:"firings"`
+	// Truncated is true when more schedules were pending than were read.
+	Truncated bool `json:"truncated,omitempty"`
 }

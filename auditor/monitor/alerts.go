@@ -169,8 +169,8 @@ func (m *monitor) consecutiveFailures(ctx context.Context, r rule, tasks []strin
 }
 
 // durationJitter raises r for each of tasks whose latest SUCCEEDED run
-// took more than r.p.Factor times the p95 of the r.p.Runs before it, and
-// resolves it for the others.
+// took more than r.p.Factor times the p95 of the r.p.Runs before it and
+// at least the rule's floor r.p.MinDuration, and resolves it for the others.
 func (m *monitor) durationJitter(ctx context.Context, r rule, tasks []string) error {
 	if len(tasks) == 0 {
 		return nil
@@ -191,14 +191,15 @@ func (m *monitor) durationJitter(ctx context.Context, r rule, tasks []string) er
 			history[i] = run.Duration
 		}
 		st, slow := store.DurationOutlier(rs[0].Duration, history, r.p.Factor, r.p.MinRuns)
-		if !slow {
+		if !slow || rs[0].Duration < r.p.MinDuration {
 			normal = append(normal, task)
 			continue
 		}
 		err := m.raise(ctx, r, store.AlertSignal{Key: task, Task: task, InstanceID: rs[0].InstanceID,
-			Reason: fmt.Sprintf("the latest run of task %s took %v, more than %g × the p95 (%v) of its %d runs before it (median %v)",
+			Reason: fmt.Sprintf("the latest run of task %s took %v, more than %g × the p95 (%v) of its %d runs before it (median %v) "+
+				"and more than the rule's floor of %v (params.min_duration)",
 				task, rs[0].Duration.Round(time.Millisecond), r.p.Factor, st.P95.Round(time.Millisecond), st.Runs,
-				st.Median.Round(time.Millisecond))})
+				st.Median.Round(time.Millisecond), r.p.MinDuration)})
 		if err != nil {
 			return err
 		}
@@ -246,6 +247,8 @@ func (m *monitor) evaluateStates(ctx context.Context, now time.Time) error {
 			holds, err = quarantined(r, recentEnds)
 		case schemas.AlertBacklog:
 			holds, err = m.backlog(ctx, r, now)
+		case schemas.AlertDeadlineMissed:
+			holds, err = m.deadlines(ctx, r, now)
 		default:
 			continue
 		}

@@ -34,7 +34,7 @@ type lag struct {
 	js      jetstream.JetStream
 	streams map[string]jetstream.Stream
 	// the series each gauge has, to delete those that go.
-	consumerSeries, poolSeries map[string]bool
+	consumerSeries, poolSeries, slotSeries map[string]bool
 }
 
 // loop refreshes the lag gauges at once and then every LagInterval until
@@ -45,6 +45,9 @@ func (l *lag) loop(ctx context.Context) {
 	for {
 		if err := l.refresh(ctx); err != nil && ctx.Err() == nil {
 			l.log.Warn().Err(err).Msg("refresh consumer lag")
+		}
+		if err := l.refreshSlots(ctx); err != nil && ctx.Err() == nil {
+			l.log.Warn().Err(err).Msg("refresh the slots waiting per pool")
 		}
 		select {
 		case <-ctx.Done():

@@ -47,7 +47,7 @@ func (s *Service) monitorLoop(ctx context.Context, js jetstream.JetStream) {
 		if err != nil && !errors.Is(err, store.ErrMonitorHeld) {
 			s.log.Warn().Err(err).Dur("retry_in", s.opts.RetryInterval).Msg("monitor stopped")
 		}
-		if !wait.Sleep(ctx, s.opts.RetryInterval) {
+		if !wait.SleepJitter(ctx, s.opts.RetryInterval) {
 			return
 		}
 	}
@@ -88,7 +88,7 @@ type monitor struct {
 	// tasks are the tasks as of the last refresh.
 	tasks []store.TaskRecord
 	// the series each gauge has, to delete those that go.
-	instanceSeries, backlogSeries, alertSeries map[string]bool
+	instanceSeries, backlogSeries, alertSeries, poolAttemptSeries map[string]bool
 }
 
 // run consumes the audit trail and watches ax-workers, and refreshes the
@@ -327,5 +327,5 @@ func (m *monitor) refreshGauges(ctx context.Context, now time.Time) error {
 		}
 	}
 	m.fleet.setTaskPools(pools, now, m.metrics)
-	return nil
+	return m.refreshPoolAttempts(ctx, pools)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -603,5 +604,40 @@ func TestMonitorReadsBothAuditVersions(t *testing.T) {
 				t.Errorf("records monitored = %v, want the 16 transitions (and the apply)", got)
 			}
 		})
+	}
+}
+
+// TestDurationJitterFloor pins the absolute floor of duration_jitter: a
+// run of 9 ms after runs of 3 ms is three times their p95 and still no
+// alert, while a run over the floor (1s by default) raises one that
+// names the floor.
+func TestDurationJitterFloor(t *testing.T) {
+	t.Parallel()
+	e := newMonitorEnv(t, streams.Config{})
+	e.apply("task_name: hello\nexecution: {handler: h}\n")
+	e.apply("task_name: report\nexecution: {handler: h}\n")
+	for range 5 {
+		e.run("hello", schemas.StateSucceeded, 3*time.Millisecond, "")
+		e.run("report", schemas.StateSucceeded, 3*time.Millisecond, "")
+	}
+	e.monitored(nil)
+	e.run("hello", schemas.StateSucceeded, 9*time.Millisecond, "")
+	slow := e.run("report", schemas.StateSucceeded, 1500*time.Millisecond, "")
+	// The audit records come in order: once report's alert is open,
+	// hello's latest run has been judged.
+	var open []schemas.Alert
+	waitUntil(t, "report's duration_jitter alert", func() bool {
+		var err error
+		open, err = e.st.OpenAlerts(context.Background())
+		return err == nil && slices.ContainsFunc(open, func(a schemas.Alert) bool { return a.Key == "report" })
+	})
+	for _, a := range open {
+		if a.Rule != "duration_jitter" {
+			continue
+		}
+		if a.Key != "report" || a.InstanceID != slow ||
+			!strings.Contains(a.Reason, "more than the rule's floor of 1s (params.min_duration)") {
+			t.Errorf("open duration_jitter alert %+v; want only report's, naming the floor", a)
+		}
 	}
 }

@@ -144,7 +144,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if err != nil && !errors.Is(err, store.ErrRelayHeld) {
 			s.log.Warn().Err(err).Dur("retry_in", s.opts.RetryInterval).Msg("audit relay stopped")
 		}
-		if !wait.Sleep(ctx, s.opts.RetryInterval) {
+		if !wait.SleepJitter(ctx, s.opts.RetryInterval) {
 			return nil
 		}
 	}

@@ -178,6 +178,7 @@ replaces the whole params object. The kinds and their params:
   backlog               instances (10), age ("5m")
   duration_jitter       runs (20), min_runs (5), factor (2)
   quarantined           window ("1h")
+  deadline_missed       window ("48h"): the runs looked at, by their firing
 
 and every kind takes throttle ("10m"): the least time between two
 notifications of one alert.`,

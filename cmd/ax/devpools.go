@@ -108,8 +108,10 @@ func writeDevPools(dir, natsURL string, pools []devPool, passwords map[string]st
 	var note strings.Builder
 	for _, p := range pools {
 		pool := p.scope.Pools[0]
-		env := fmt.Sprintf("NATS_URL=%s\nNATS_USER=%s\nNATS_PASSWORD=%s\nNATS_INBOX_PREFIX=%s\nAX_POOLS=%s\nAX_WORKER_ID=%s\n",
-			natsURL, p.user, passwords[p.user], natsauth.InboxPrefix(p.user), pool, p.scope.WorkerID)
+		// AX_HANDLERS: the handlers the user may serve, comma-separated;
+		// a worker registers these (or fewer) and no other.
+		env := fmt.Sprintf("NATS_URL=%s\nNATS_USER=%s\nNATS_PASSWORD=%s\nNATS_INBOX_PREFIX=%s\nAX_POOLS=%s\nAX_WORKER_ID=%s\nAX_HANDLERS=%s\n",
+			natsURL, p.user, passwords[p.user], natsauth.InboxPrefix(p.user), pool, p.scope.WorkerID, strings.Join(p.scope.Handlers, ","))
 		path := filepath.Join(dir, "executor-"+pool+".env")
 		if err := os.WriteFile(path, []byte(env), 0o600); err != nil {
 			return "", fmt.Errorf("write the settings of pool %s: %w", pool, err)

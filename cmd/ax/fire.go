@@ -245,8 +245,8 @@ func (g *cli) follow(cmd *cobra.Command, client *apiclient.Client, res wire.Fire
 		case res.InstanceID != 0:
 			fmt.Fprintln(out, res.InstanceID)
 		case !res.RunAt.IsZero():
-			fmt.Fprintf(errOut, "fired %s as event %s, due at %s; the dispatcher creates its instance then; look for it with: ax instance list --task %s\n",
-				res.Task, res.EventID, res.RunAt.Local().Format(time.RFC3339Nano), res.Task)
+			fmt.Fprintf(errOut, "fired %s as event %s, due at %s; the dispatcher creates its instance then; until then it is listed by: ax firing list --task %s (cancel it with: ax firing cancel %s %s)\n",
+				res.Task, res.EventID, res.RunAt.Local().Format(time.RFC3339Nano), res.Task, res.Task, res.EventID)
 		default:
 			fmt.Fprintf(errOut, "fired %s as event %s, but the dispatcher has not created its instance yet (is it running?); look for it with: ax instance list --task %s\n",
 				res.Task, res.EventID, res.Task)

@@ -35,6 +35,7 @@ func newInstanceRerunCmd(g *cli) *cobra.Command {
 		timeout     time.Duration
 		payload     string
 		payloadFile string
+		bulk        bulkFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "rerun ID",
@@ -51,9 +52,13 @@ final state; the exit codes are those of ax fire.`,
 		Example: `  ax instance rerun 42
   ax instance rerun 42 --wait --timeout 10m && echo done
   ax instance rerun 42 --payload '{"day": "2025-03-02"}'
-  ax instance rerun 42 --payload-file fixed.json`,
-		Args: cobra.ExactArgs(1),
+  ax instance rerun 42 --payload-file fixed.json
+  ax instance rerun --where task=nightly-report --where state=FAILED --where since=24h --dry-run`,
+		Args: bulkArgs(&bulk),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(bulk.where) > 0 {
+				return runBulk(g, cmd, "rerun", &bulk, "")
+			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err
@@ -90,11 +95,13 @@ final state; the exit codes are those of ax fire.`,
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "with --wait, how long to wait")
 	f.StringVar(&payload, "payload", "", "payload instead of the instance's: JSON, or @FILE (@- for standard input)")
 	f.StringVar(&payloadFile, "payload-file", "", "file holding the payload instead of the instance's (- for standard input)")
+	addBulkFlags(cmd, &bulk, true)
 	return cmd
 }
 
 func newInstanceCancelCmd(g *cli) *cobra.Command {
 	var reason string
+	var bulk bulkFlags
 	cmd := &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel an instance that has not ended; a running attempt is told to stop",
@@ -102,9 +109,13 @@ func newInstanceCancelCmd(g *cli) *cobra.Command {
 the reason), a waiting or retrying one never runs again, and a running attempt's
 worker is told to stop it at once. An instance that already ended is refused.`,
 		Example: `  ax instance cancel 42
-  ax instance cancel 42 --reason "wrong input file"`,
-		Args: cobra.ExactArgs(1),
+  ax instance cancel 42 --reason "wrong input file"
+  ax instance cancel --where task=nightly-report --where state=WAITING --limit 5000 --yes`,
+		Args: bulkArgs(&bulk),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(bulk.where) > 0 {
+				return runBulk(g, cmd, "cancel", &bulk, reason)
+			}
 			asJSON, err := g.json()
 			if err != nil {
 				return err
@@ -125,6 +136,7 @@ worker is told to stop it at once. An instance that already ended is refused.`,
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the CANCELLED transition (default \"cancelled by <you>\")")
+	addBulkFlags(cmd, &bulk, false)
 	return cmd
 }
 
@@ -165,13 +177,24 @@ func printInstance(w io.Writer, in schemas.Instance) error {
 	fmt.Fprintf(tw, "STATE\t%s\n", in.State)
 	fmt.Fprintf(tw, "ATTEMPT\t%d of %d\n", in.Attempt, in.MaxAttempts)
 	fmt.Fprintf(tw, "WORKER\t%s\n", orDash(in.WorkerID))
+	if in.Wait != nil {
+		fmt.Fprintf(tw, "WAITS\t%s since %s (%s)\n", in.Wait.Reason, timeOrDash(&in.Wait.Since), in.Wait.Kind)
+		if in.Wait.Ends != "" {
+			fmt.Fprintf(tw, "UNTIL\t%s\n", in.Wait.Ends)
+		}
+	}
 	fmt.Fprintf(tw, "POOL\t%s (%s)\n", in.Pool, in.Priority)
 	fmt.Fprintf(tw, "EVENT\t%s (%s)\n", in.EventID, in.Source)
 	fmt.Fprintf(tw, "FIRED\t%s\n", timeOrDash(&in.FiredAt))
 	fmt.Fprintf(tw, "STARTED\t%s\n", timeOrDash(in.StartedAt))
 	fmt.Fprintf(tw, "FINISHED\t%s\n", timeOrDash(in.FinishedAt))
 	if in.Progress != nil {
-		fmt.Fprintf(tw, "PROGRESS\t%s (attempt %d, at %s)\n", progressText(*in.Progress), in.Progress.Attempt, timeOrDash(&in.Progress.At))
+		p := *in.Progress
+		if in.State == schemas.StateSucceeded && p.Total > 0 && p.Done < p.Total {
+			// It did all its work, whatever it last reported.
+			p.Done = p.Total
+		}
+		fmt.Fprintf(tw, "PROGRESS\t%s (attempt %d, at %s)\n", progressText(p), in.Progress.Attempt, timeOrDash(&in.Progress.At))
 	}
 	if len(in.Payload) > 0 {
 		fmt.Fprintf(tw, "PAYLOAD\t%s\n", in.Payload)
@@ -250,17 +273,21 @@ partitioned history and the archive (see docs/operations.md).`,
 				return g.printData(cmd.OutOrStdout(), list)
 			}
 			tw := newTable(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "ID\tTASK\tSTATE\tATTEMPT\tWORKER\tFIRED\tFINISHED")
+			fmt.Fprintln(tw, "ID\tTASK\tSTATE\tATTEMPT\tWORKER\tFIRED\tFINISHED\tWAITS")
 			for _, in := range list {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", in.ID, in.Task, in.State, in.Attempt, in.MaxAttempts,
-					orDash(in.WorkerID), timeOrDash(&in.FiredAt), timeOrDash(in.FinishedAt))
+				waits := "-"
+				if in.Wait != nil {
+					waits = string(in.Wait.Kind)
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", in.ID, in.Task, in.State, in.Attempt, in.MaxAttempts,
+					orDash(in.WorkerID), timeOrDash(&in.FiredAt), timeOrDash(in.FinishedAt), waits)
 			}
 			return tw.Flush()
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&q.Task, "task", "", "only the instances of this task")
-	f.StringVar(&state, "state", "", "only the instances in this state (CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED)")
+	f.StringVar(&state, "state", "", "only the instances in this state (CREATED, WAITING, DISPATCHED, RUNNING, RETRYING, SUCCEEDED, FAILED, SKIPPED, CANCELLED, SHADOW)")
 	f.IntVar(&q.Limit, "limit", 50, "most instances to show (1-500)")
 	f.Int64Var(&q.Before, "before", 0, "only the instances with a lower id (the next page)")
 	f.StringVar(&since, "since", "", "only the instances fired since this time: RFC 3339, or a duration back from now (2h)")

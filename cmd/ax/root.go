@@ -12,6 +12,7 @@ import (
 
 	"github.com/ax-scheduler/ax/api/apiclient"
 	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/internal/buildinfo"
 	"github.com/ax-scheduler/ax/schemas"
 )
 
@@ -55,6 +56,8 @@ see "ax completion bash --help" for where to put it.
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.Version = buildinfo.Get().Version
+	root.SetVersionTemplate("ax {{.Version}}\n")
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.apiURL, "api", envOr("AX_API_URL", defaultAPIURL), "base URL of the AX API (env AX_API_URL)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
@@ -63,10 +66,10 @@ see "ax completion bash --help" for where to put it.
 	// root's persistent flags (--api, --output, --token) one way: the *cli
 	// it is made with, which cobra fills before the command runs.
 	for _, newCmd := range []func(g *cli) *cobra.Command{
-		newTaskCmd, newFireCmd, newInstanceCmd, newWorkerCmd, newStreamCmd, newTokenCmd,
+		newTaskCmd, newFireCmd, newFiringCmd, newInstanceCmd, newWorkerCmd, newStreamCmd, newTokenCmd,
 		newAlertCmd, newAuditCmd, newBenchCmd, newConformanceCmd, newDevCmd, newDrillCmd,
-		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd,
-		newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd, newUserCmd,
+		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd, newBackfillCmd, newDeadLettersCmd,
+		newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd, newUserCmd, newVersionCmd,
 		newImportCmd, newShadowCmd, newLedgerCmd, newExplainCmd, newLimitCmd,
 	} {
 		root.AddCommand(newCmd(g))

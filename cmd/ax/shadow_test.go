@@ -3,18 +3,24 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/importer/importertest"
 )
 
-// TestShadowAgainstXXLJob imports XXL-JOB's jobs disabled, then compares
-// a day of their ticks with an xxl_job_log in which one scheduled run is
-// missing and one unscheduled run was added (and a manual run, which does
-// not count): the report names exactly those two. Cut-over enables the
-// tasks.
+// TestShadowAgainstXXLJob imports XXL-JOB's jobs disabled and puts them in
+// shadow mode (enabled, shadow, audited), then compares a day of their
+// ticks — computed, as AX recorded no instance of that day — with an
+// xxl_job_log in which one scheduled run is missing and one unscheduled run
+// was added (and a manual run, which does not count): the report names
+// exactly those two. Stopping without a cut-over disables a task; the
+// cut-over makes the tasks live. (internal/e2e's TestShadowRecordsAndCutsOver
+// runs the tasks' triggers and compares the recorded SHADOW instances.)
 func TestShadowAgainstXXLJob(t *testing.T) {
 	t.Parallel()
 	e := newCLIEnv(t)
@@ -25,6 +31,10 @@ func TestShadowAgainstXXLJob(t *testing.T) {
 	e.mustAx("import", "xxl-job", "--dsn", dsn, "--timezone", "Asia/Shanghai", "--apply", "--disabled", "--out", t.TempDir())
 	if out := e.mustAx("shadow", "start", "--imported"); strings.Count(out, "in shadow") != 7 {
 		t.Errorf("shadow start printed\n%s", out)
+	}
+	info := taskInfo(t, e, "xxl-12-ledgerhandler")
+	if !info.Shadow || !info.Enabled || info.ShadowSince == nil {
+		t.Errorf("after shadow start: shadow %v, enabled %v, since %v; want shadow and enabled", info.Shadow, info.Enabled, info.ShadowSince)
 	}
 
 	// Monday 2 March 2026 in Shanghai: ledger (job 12) ran every 15
@@ -55,8 +65,8 @@ func TestShadowAgainstXXLJob(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1 and the count", code, errOut)
 	}
 	want := []string{
-		"xxl-10-settlehandler (xxl_job_info id=10): 1 ticks, 1 runs, 0 differences",
-		"xxl-12-ledgerhandler (xxl_job_info id=12): 36 ticks, 36 runs, 2 differences",
+		"xxl-10-settlehandler (xxl_job_info id=10; AX's ticks computed: it recorded none in the window): 1 ticks, 1 runs, 0 differences",
+		"xxl-12-ledgerhandler (xxl_job_info id=12; AX's ticks computed: it recorded none in the window): 36 ticks, 36 runs, 2 differences",
 		"extra    tick 2026-03-02 10:30:00",
 		"missing  run  2026-03-02 12:07:00",
 		"1 extra, 1 missing, 0 late",
@@ -70,14 +80,40 @@ func TestShadowAgainstXXLJob(t *testing.T) {
 		t.Errorf("report has more than the planted differences:\n%s", out)
 	}
 
-	// Cut-over: the tasks are enabled.
+	// Stopped without a cut-over: out of shadow, disabled.
+	if out := e.mustAx("shadow", "stop", "xxl-14-quarterhandler"); !strings.Contains(out, "out of shadow: disabled") {
+		t.Errorf("shadow stop printed\n%s", out)
+	}
+	if info := taskInfo(t, e, "xxl-14-quarterhandler"); info.Shadow || info.Enabled {
+		t.Errorf("after shadow stop: shadow %v, enabled %v; want neither", info.Shadow, info.Enabled)
+	}
+
+	// Cut-over: the tasks are enabled, out of shadow.
 	if out := e.mustAx("shadow", "stop", "--imported", "--cut-over"); strings.Count(out, "cut over") != 7 {
 		t.Errorf("shadow stop printed\n%s", out)
 	}
-	for name, enabled := range map[string]bool{"xxl-12-ledgerhandler": true, "xxl-13-weekendhandler": false} {
-		var info wire.TaskInfo
-		if err := json.Unmarshal([]byte(e.mustAx("task", "get", name, "-o", "json")), &info); err != nil || info.Enabled != enabled {
-			t.Errorf("after cut-over, %s enabled %v (%v), want %v (job 13 was stopped in XXL-JOB)", name, info.Enabled, err, enabled)
+	for name, enabled := range map[string]bool{"xxl-12-ledgerhandler": true, "xxl-14-quarterhandler": true, "xxl-13-weekendhandler": false} {
+		if info := taskInfo(t, e, name); info.Enabled != enabled || info.Shadow || info.ShadowSince != nil {
+			t.Errorf("after cut-over, %s enabled %v shadow %v, want enabled %v, not in shadow (job 13 was stopped in XXL-JOB)", name, info.Enabled, info.Shadow, enabled)
 		}
 	}
+	// The audit trail: each change once, as the operator who made it.
+	acts, err := e.pool.Query(t.Context(), `SELECT action FROM operator_actions WHERE task = 'xxl-14-quarterhandler' AND action <> 'apply' ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions, err := pgx.CollectRows(acts, pgx.RowTo[string])
+	if want := []string{"disable", "enable", "shadow_start", "shadow_stop", "disable", "enable"}; err != nil || !slices.Equal(actions, want) {
+		t.Errorf("operator actions on xxl-14: %v (%v), want %v", actions, err, want)
+	}
+}
+
+// taskInfo reads a task with ax task get.
+func taskInfo(t *testing.T, e *cliEnv, name string) wire.TaskInfo {
+	t.Helper()
+	var info wire.TaskInfo
+	if err := json.Unmarshal([]byte(e.mustAx("task", "get", name, "-o", "json")), &info); err != nil {
+		t.Fatal(err)
+	}
+	return info
 }

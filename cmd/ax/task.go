@@ -175,6 +175,9 @@ with every default filled in (as YAML; -o json prints the API's JSON).`,
 			fmt.Fprintf(tw, "VERSION\t%d\n", t.Version)
 			fmt.Fprintf(tw, "ENABLED\t%t\n", t.Enabled)
 			fmt.Fprintf(tw, "PAUSED\t%t\n", t.Paused)
+			if t.Shadow {
+				fmt.Fprintf(tw, "SHADOW\tsince %s: firings recorded SHADOW, not run (ax shadow stop)\n", timeOrDash(t.ShadowSince))
+			}
 			fmt.Fprintf(tw, "CREATED\t%s\n", timeOrDash(&t.CreatedAt))
 			fmt.Fprintf(tw, "UPDATED\t%s\n", timeOrDash(&t.UpdatedAt))
 			if err := tw.Flush(); err != nil {

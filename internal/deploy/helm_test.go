@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ax-scheduler/ax/auditor/monitor"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -176,8 +176,8 @@ func render(t *testing.T, values string) map[string]object {
 }
 
 // TestChartRendersTheTopology renders the chart with two executor pools
-// and checks every Deployment, each pool's ScaledObject against the
-// consumers streams/ builds, and the Secrets.
+// and checks every Deployment, each pool's ScaledObject (one Prometheus
+// trigger on monitor.ScalingQuery), and the Secrets.
 func TestChartRendersTheTopology(t *testing.T) {
 	t.Parallel()
 	top := streams.Default()
@@ -187,8 +187,7 @@ func TestChartRendersTheTopology(t *testing.T) {
 	}
 	objects := render(t, `
 database: {url: "postgres://ax@db/ax"}
-nats:
-  monitoringEndpoint: nats.nats:8222
+prometheus: {serverAddress: "http://prom.monitoring.svc.cluster.local:9090"}
 executorPools:
   - pool: default
     replicas: 2
@@ -199,7 +198,7 @@ executorPools:
     natsUser: |
 `+indent(gpuUser, "      ")+`
     shutdownTimeoutSeconds: 600
-    autoscaling: {scaleToZero: true, maxReplicas: 4, lagThreshold: 2, activationLagThreshold: 1}
+    autoscaling: {scaleToZero: true, maxReplicas: 4, threshold: 2, activationThreshold: 1}
 `)
 
 	// The services' Deployments, and the executors' StatefulSets.
@@ -247,19 +246,19 @@ executorPools:
 		}
 	}
 
-	// Each pool: an executor Deployment serving it, and a ScaledObject on
-	// its dispatch consumers, one trigger per priority and handler.
+	// Each pool: an executor StatefulSet serving it, and a ScaledObject on
+	// its attempts, whatever handlers it lists.
 	for _, tt := range []struct {
 		name, pool   string
-		handlers     []string
 		min, max     float64
 		lag          string
+		activation   string
 		grace        float64
 		replicasSet  bool
 		wantReplicas float64
 	}{
-		{"default", "default", []string{executor.BuiltinEcho, executor.BuiltinSleep, executor.BuiltinFail}, 1, 10, "10", 45, false, 0},
-		{"gpu", "gpu+large", []string{"train.model"}, 0, 4, "2", 615, false, 0},
+		{"default", "default", 1, 10, "10", "0", 45, false, 0},
+		{"gpu", "gpu+large", 0, 4, "2", "1", 615, false, 0},
 	} {
 		d := deployments["t-ax-executor-"+tt.name]
 		if d == nil {
@@ -288,34 +287,25 @@ executorPools:
 			t.Errorf("ScaledObject of %s: replicas %v-%v, want %v-%v", tt.pool,
 				so.get("spec", "minReplicaCount"), so.get("spec", "maxReplicaCount"), tt.min, tt.max)
 		}
-		want := map[string]bool{}
-		for _, p := range schemas.Priorities {
-			for _, h := range tt.handlers {
-				want[top.PoolConsumer(tt.pool, p, h).Durable] = true
-			}
+		// One Prometheus trigger on the pool's attempts, summed: the query
+		// TestKEDAScalesPoolsOnTheirAttempts drives KEDA's decision with.
+		triggers := so.get("spec", "triggers").([]any)
+		if len(triggers) != 1 {
+			t.Errorf("ScaledObject of %s: %d triggers, want one on the pool's attempts", tt.pool, len(triggers))
+			continue
 		}
-		got := map[string]bool{}
-		for _, tr := range so.get("spec", "triggers").([]any) {
-			tr := object(tr.(map[string]any))
-			if tr.str("type") != "nats-jetstream" {
-				t.Errorf("ScaledObject of %s: a trigger of type %q", tt.pool, tr.str("type"))
-			}
-			if s := tr.str("metadata", "stream"); s != top.DispatchStream() {
-				t.Errorf("ScaledObject of %s watches stream %q, want %s", tt.pool, s, top.DispatchStream())
-			}
-			if e := tr.str("metadata", "natsServerMonitoringEndpoint"); e != "nats.nats:8222" {
-				t.Errorf("ScaledObject of %s reads %q", tt.pool, e)
-			}
-			if a := tr.str("metadata", "account"); a != "$G" {
-				t.Errorf("ScaledObject of %s: account %q", tt.pool, a)
-			}
-			if l := tr.str("metadata", "lagThreshold"); l != tt.lag {
-				t.Errorf("ScaledObject of %s: lagThreshold %q, want %s", tt.pool, l, tt.lag)
-			}
-			got[tr.str("metadata", "consumer")] = true
+		tr := object(triggers[0].(map[string]any))
+		if tr.str("type") != "prometheus" || tr.str("metadata", "query") != monitor.ScalingQuery(tt.pool) {
+			t.Errorf("ScaledObject of %s: trigger %s %q, want prometheus %q", tt.pool, tr.str("type"), tr.str("metadata", "query"), monitor.ScalingQuery(tt.pool))
 		}
-		if !maps.Equal(got, want) {
-			t.Errorf("ScaledObject of %s watches consumers %v, want those streams/ builds: %v", tt.pool, keys(got), keys(want))
+		if a := tr.str("metadata", "serverAddress"); a != "http://prom.monitoring.svc.cluster.local:9090" {
+			t.Errorf("ScaledObject of %s reads %q", tt.pool, a)
+		}
+		if th, act := tr.str("metadata", "threshold"), tr.str("metadata", "activationThreshold"); th != tt.lag || act != tt.activation {
+			t.Errorf("ScaledObject of %s: threshold %q activation %q, want %s %s", tt.pool, th, act, tt.lag, tt.activation)
+		}
+		if n := tr.str("metadata", "ignoreNullValues"); n != "false" {
+			t.Errorf("ScaledObject of %s: ignoreNullValues %q: a lost Prometheus would read 0 and scale busy executors in", tt.pool, n)
 		}
 	}
 
@@ -337,12 +327,14 @@ executorPools:
 }
 
 // TestChartRefusesAPoolItsUsersCannotServe: a pool missing from the NATS
-// authorization fails the render, naming the fix.
+// authorization fails the render, naming the fix; so does a pool that
+// still sets the consumer-lag threshold the chart no longer reads.
 func TestChartRefusesAPoolItsUsersCannotServe(t *testing.T) {
 	t.Parallel()
 	for values, want := range map[string]string{
-		"executorPools: [{pool: gpu}]":                              "pool gpu is not the pool of its NATS worker user",
-		"executorPools: [{pool: default, handlers: [train.model]}]": "pool default serves handler train.model, which its NATS worker user (natsUser) does not name",
+		"executorPools: [{pool: gpu}]":                                     "pool gpu is not the pool of its NATS worker user",
+		"executorPools: [{pool: default, handlers: [train.model]}]":        "pool default serves handler train.model, which its NATS worker user (natsUser) does not name",
+		"executorPools: [{pool: default, autoscaling: {lagThreshold: 5}}]": "lagThreshold: KEDA now scales on the pool's attempts",
 	} {
 		file := filepath.Join(t.TempDir(), "values.yaml")
 		if err := os.WriteFile(file, []byte("database: {url: postgres://x}\n"+values+"\n"), 0o600); err != nil {

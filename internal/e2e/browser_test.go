@@ -410,7 +410,7 @@ func TestConsoleUnderABacklog(t *testing.T) {
 		t.Errorf("the dashboard shows %q runs in the last hour and a success rate of %q, want %s and %s (%v)",
 			stat("runs in the last hour"), stat("success rate"), runs, rate, err)
 	}
-	if lat := stat("latency p50 / p95"); strings.Contains(lat, "—") {
+	if lat := stat("run time p50 / p95"); strings.Contains(lat, "—") {
 		t.Errorf("the dashboard shows latencies %q, want the p50 and p95 of %d runs", lat, ok+failed)
 	}
 	do(t, ctx, "read the count of failures", 60*time.Second,

@@ -46,7 +46,8 @@ func runConformance(t *testing.T, mux *executor.Mux, drain bool) *drill.Report {
 var conformanceChecks = []string{"registration: worker record", "registration: protocol version", "started: reported for a long attempt",
 	"cancel: honoured within the grace", "echo: output recorded", "retries: failed attempts retried", "permanent: failed without retry",
 	"deadline: honoured", "logs: shipped", "unknown handler: left alone", "reports: subjects, bodies and ids",
-	"lease: taken before the first report", "heartbeats: fresh", "drain: on SIGTERM"}
+	"lease: taken before the first report", "lease: taken create-only", "ack: confirmation awaited",
+	"logs: flushed before the final report", "fence: asked on a redelivery", "heartbeats: fresh", "drain: on SIGTERM"}
 
 // TestConformanceGoExecutor runs the conformance kit against the Go
 // executor with the example conformance handlers: every check passes,

@@ -45,7 +45,8 @@ var allowed = map[string][]string{
 // testOnly lists imports a folder's tests may add: test servers of the
 // packages below them, and the services an end-to-end test runs.
 var testOnly = map[string][]string{
-	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples", "drill", "conformance", "devstack"},
+	// (importer: the shadow mode's test imports from its MariaDB.)
+	"internal": {"schemas", "streams", "store", "trigger", "dispatcher", "executor", "auditor", "api", "examples", "drill", "conformance", "devstack", "importer"},
 	"drill":    {"examples"},
 	// The Quartz import test loads Quartz's tables into a test database.
 	"importer": {"store"},

@@ -14,13 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+
+	"github.com/ax-scheduler/ax/internal/buildinfo"
 )
 
 // NewRegistry returns a registry holding the Go runtime and process
-// collectors, for a process's services to register their own metrics in.
+// collectors and ax_build_info (internal/buildinfo), for a process's services to register their own metrics in.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	return reg
 }
 

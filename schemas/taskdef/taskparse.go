@@ -142,6 +142,7 @@ func semanticProblems(t *schemas.Task) []schemas.Problem {
 		problems = append(problems, triggerProblems(tr, fmt.Sprintf("triggers[%d]", i))...)
 	}
 	problems = append(problems, afterProblems(t)...)
+	problems = append(problems, deadlineProblems(t)...)
 	problems = append(problems, redactProblems(t.Redact)...)
 	if k := t.Concurrency.MutexKey; k != "" {
 		if _, err := schemas.ParseMutexKey(k); err != nil {
@@ -150,6 +151,7 @@ func semanticProblems(t *schemas.Task) []schemas.Problem {
 	}
 	problems = append(problems, dispatchProblems(t.Dispatch)...)
 	problems = append(problems, limitsProblems(t)...)
+	problems = append(problems, fairnessProblems(t)...)
 	if t.Execution.Shards > 0 && t.Dispatch.Strategy == schemas.DispatchBroadcast {
 		problems = append(problems, schemas.Problem{Field: "execution.shards", Message: `cannot be combined with dispatch strategy "broadcast", which makes one child per live executor; remove one of them`})
 	}
@@ -278,6 +280,7 @@ func afterProblems(t *schemas.Task) []schemas.Problem {
 		if a.Task == t.TaskName {
 			problems = append(problems, schemas.Problem{Field: field, Message: fmt.Sprintf("must not name the task itself: %q cannot run after its own end; remove the entry", a.Task)})
 		}
+		problems = append(problems, windowProblems(t, i, a)...)
 		if j, ok := seen[a.Task]; ok {
 			problems = append(problems, schemas.Problem{Field: field, Message: fmt.Sprintf("names %q again (after[%d] names it already); name each parent once, with one on condition", a.Task, j)})
 			continue

@@ -266,7 +266,7 @@ var taskRejects = []struct {
 	{"handler slash", handlerTask(`"handler":"a/b"`), "execution.handler", "must match"},
 	{"handler 129 chars", handlerTask(`"handler":"` + strings.Repeat("h", 129) + `"`), "execution.handler", "must match"},
 	{"handler number", "task_name: demo\nexecution: {handler: 42}\n", "execution.handler", "must be a string, not a number"},
-	{"execution unknown field", exec(`"command":"rm -rf /"`), "execution", `unknown field "command"; remove it (allowed: handler, retry, shards, timeout)`},
+	{"execution unknown field", exec(`"command":"rm -rf /"`), "execution", `unknown field "command"; remove it (allowed: handler, retry, shards, slots, timeout)`},
 
 	// execution.timeout.
 	{"timeout without unit", exec(`"timeout":"90"`), "execution.timeout", `must be a Go duration such as "90s", "10m" or "1h30m"`},
@@ -328,7 +328,7 @@ var taskRejects = []struct {
 	{"dispatch tag 33 chars", root(`"dispatch":{"tags":["` + strings.Repeat("t", 33) + `"]}`), "dispatch.tags[0]", "must match"},
 	{"dispatch tag number", root(`"dispatch":{"tags":[1]}`), "dispatch.tags[0]", "must be a string, not a number"},
 	{"dispatch nine tags", root(`"dispatch":{"tags":["a","b","c","d","e","f","g","h","i"]}`), "dispatch.tags", "must have at most 8 items (it has 9)"},
-	{"dispatch unknown field", root(`"dispatch":{"pool":"gpu"}`), "dispatch", `unknown field "pool"; remove it (allowed: hash_key, strategy, tags, tags_all, worker)`},
+	{"dispatch unknown field", root(`"dispatch":{"pool":"gpu"}`), "dispatch", `unknown field "pool"; remove it (allowed: fairness, hash_key, strategy, tags, tags_all, worker)`},
 
 	// priority, min_worker_version, schema_version.
 	{"priority unknown", root(`"priority":"high"`), "priority", "must be one of urgent, normal, low"},
@@ -368,7 +368,7 @@ var taskRejects = []struct {
 	{"payload_schema key not UTF-8", root("\"payload_schema\":{\"properties\":{\"\xff\":{}}}"), "payload_schema.properties.\ufffd", "the key is not valid UTF-8"},
 
 	// Unknown fields at every level.
-	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, archive, concurrency, description, dispatch, execution, limits, min_worker_version, owner, payload_schema, priority, redact, retention, schema_version, task_name, task_type, triggers)`},
+	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, archive, concurrency, deadline, description, dispatch, execution, limits, min_worker_version, owner, payload_schema, priority, redact, retention, schema_version, task_name, task_type, triggers)`},
 	{"unknown root field yaml", "task_name: demo\nexecution: {handler: h}\ncron: '* * * * *'\n", "", `unknown field "cron"; remove it`},
 	{"unknown field with odd name", root(`"a b":1`), "", `unknown field "a b"; remove it`},
 }

@@ -223,6 +223,9 @@ func apiPermissions(top streams.Topology) (pub, sub []string) {
 	// pending schedule by subject, and makes, pulls from or deletes no
 	// consumer there.
 	pub = append(pub, read(top.FiringsStream())...)
+	// The mutex bucket, read by key: who holds the mutex_key an instance
+	// waits for (api/waits.go).
+	pub = append(pub, read(kv(top.MutexBucket()))...)
 	pub = append(pub, flowControl)
 	return pub, sub
 }
