@@ -178,31 +178,34 @@ FROM unnest($1::text[], $2::text[], $3::bigint[]) AS p(l, k, w)`, names, keys, w
 }
 
 // check says why an attempt that counts against limits under keys (one
-// each) may not start now, and, when only a rate holds it, when it may
-// (else zero); "" when every limit has room.
-func (a *admission) check(limits, keys []string) (reason string, retryAt time.Time) {
+// each) may not start now, in words that stay the same while the cause
+// does (a recorded wait is rewritten only when they change), what would
+// end the wait, and, when only a rate holds it, when it may start (else
+// zero); "" when every limit has room.
+func (a *admission) check(limits, keys []string) (reason, ends string, retryAt time.Time) {
 	for i, name := range limits {
 		r, u := a.rules[name], a.use[[2]string{name, keys[i]}]
 		if r == nil {
-			return fmt.Sprintf("waiting for limit %s, which is not applied: apply it with ax limit apply", name), time.Time{}
+			return fmt.Sprintf("waiting for limit %s, which is not applied", name), "apply it with ax limit apply -f FILE", time.Time{}
 		}
 		if r.paused {
-			return fmt.Sprintf("waiting for limit %s key %q: the limit is paused (ax limit resume %s)", name, keys[i], name), time.Time{}
+			return fmt.Sprintf("waiting for limit %s key %q: the limit is paused", name, keys[i]), "ax limit resume " + name, time.Time{}
 		}
 		conc, rate, interval := r.bounds(keys[i])
 		if conc > 0 && u.running >= conc {
-			return fmt.Sprintf("waiting for limit %s key %q: %d running of its concurrency %d", name, keys[i], u.running, conc), time.Time{}
+			return fmt.Sprintf("waiting for limit %s key %q: it runs its concurrency of %d", name, keys[i], conc),
+				"a running attempt of the key ends", time.Time{}
 		}
 		if rate > 0 {
 			from := a.now.Add(-interval)
 			u.admitted = slices.DeleteFunc(u.admitted, func(t time.Time) bool { return !t.After(from) })
 			if len(u.admitted) >= rate {
-				return fmt.Sprintf("waiting for limit %s key %q: %d admitted in the last %v, its rate %s",
-					name, keys[i], len(u.admitted), interval, r.rateText(keys[i])), u.admitted[len(u.admitted)-rate].Add(interval)
+				return fmt.Sprintf("waiting for limit %s key %q: it admitted its rate of %s", name, keys[i], r.rateText(keys[i])),
+					"the rate's window moves on", u.admitted[len(u.admitted)-rate].Add(interval)
 			}
 		}
 	}
-	return "", time.Time{}
+	return "", "", time.Time{}
 }
 
 // take counts an admitted attempt against limits under keys.
@@ -264,6 +267,16 @@ SELECT i.id, u.l, u.k, CASE WHEN u.a THEN $6::timestamptz END
 FROM unnest($2::text[], $3::text[], $4::text[], $5::bool[]) AS u(e, l, k, a)
 JOIN instances i ON i.task = $1 AND i.event_id = u.e
 ON CONFLICT DO NOTHING`, task, held.events, held.limits, held.keys, held.admitted, a.now)
+		if err != nil || len(held.waits.events) == 0 {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+INSERT INTO instance_waits (instance_id, attempt, kind, reason, ends, since)
+SELECT i.id, i.attempt, 'limit', u.r, u.e, $5::timestamptz
+FROM unnest($2::text[], $3::text[], $4::text[]) AS u(ev, r, e)
+JOIN instances i ON i.task = $1 AND i.event_id = u.ev AND i.state = 'WAITING'
+ORDER BY 1
+ON CONFLICT (instance_id) DO NOTHING`, task, held.waits.events, held.waits.reasons, held.waits.ends, a.now)
 		return err
 	})
 	if err != nil {
@@ -303,6 +316,15 @@ func (a *admission) keysOf(limits []string, decided []NewInstance, existing []st
 type limitRows struct {
 	events, limits, keys []string
 	admitted             []bool
+	// waits are the waits of the firings made WAITING.
+	waits waitRows
+}
+
+// waitRows are instance_waits rows of kind limit: by event id (new
+// firings) or by instance id.
+type waitRows struct {
+	events, reasons, ends []string
+	ids                   []int64
 }
 
 // decideNew admits each new firing (keys[i] not nil) whose limits have
@@ -315,10 +337,11 @@ func (a *admission) decideNew(limits []string, decided []NewInstance, keys [][]s
 		if keys[i] == nil {
 			continue
 		}
-		reason, _ := a.check(limits, keys[i])
+		reason, ends, _ := a.check(limits, keys[i])
 		for j, name := range limits {
 			if u := a.use[[2]string{name, keys[i][j]}]; reason == "" && u.waiting > 0 {
-				reason = fmt.Sprintf("waiting for limit %s key %q: %d instances of the key wait before it", name, keys[i][j], u.waiting)
+				reason = fmt.Sprintf("waiting for limit %s key %q: instances of the key that came before it wait first", name, keys[i][j])
+				ends = "the instances before it start"
 			}
 		}
 		ok := reason == ""
@@ -329,6 +352,8 @@ func (a *admission) decideNew(limits []string, decided []NewInstance, keys [][]s
 			for j, name := range limits {
 				a.use[[2]string{name, keys[i][j]}].waiting++
 			}
+			w := &out.waits
+			w.events, w.reasons, w.ends = append(w.events, x.EventID), append(w.reasons, reason), append(w.ends, ends)
 		}
 		for j, name := range limits {
 			out.events, out.limits = append(out.events, x.EventID), append(out.limits, name)
@@ -366,7 +391,7 @@ func (s *Store) PromoteLimited(ctx context.Context) (attempts []Attempt, next ti
 		if err := a.load(ctx, tx, pairs); err != nil {
 			return err
 		}
-		ids, soonest := a.decideWaiting(cands, &more)
+		ids, soonest, waits := a.decideWaiting(cands, &more)
 		// A rate's window that frees within RateLead is waited for here,
 		// under the lock, and the clock read again: the limiter wakes that
 		// much early, so the round's own statements do not make every
@@ -376,10 +401,13 @@ func (s *Store) PromoteLimited(ctx context.Context) (attempts []Attempt, next ti
 			if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&a.now); err != nil {
 				return err
 			}
-			ids, soonest = a.decideWaiting(cands, &more)
+			ids, soonest, waits = a.decideWaiting(cands, &more)
 		}
 		if !soonest.IsZero() {
 			next = max(soonest.Sub(a.now), time.Millisecond)
+		}
+		if err := recordLimitWaits(ctx, tx, waits, a.now); err != nil {
+			return err
 		}
 		if len(ids) == 0 {
 			return nil
@@ -425,11 +453,12 @@ GROUP BY il.instance_id ORDER BY il.instance_id`, promoteScan)
 // decideWaiting admits, oldest first, the candidates whose limits have
 // room, and returns their ids and the soonest moment a rate lets one of
 // the others in (zero: none); *more is set when a key filled its scan.
-func (a *admission) decideWaiting(cands []candidate, more *bool) (ids []int64, soonest time.Time) {
+func (a *admission) decideWaiting(cands []candidate, more *bool) (ids []int64, soonest time.Time, waits waitRows) {
 	perPair := make(map[[2]string]int)
 	for _, c := range cands {
-		reason, at := a.check(c.limits, c.keys)
+		reason, ends, at := a.check(c.limits, c.keys)
 		if reason != "" {
+			waits.ids, waits.reasons, waits.ends = append(waits.ids, c.id), append(waits.reasons, reason), append(waits.ends, ends)
 			if !at.IsZero() && (soonest.IsZero() || at.Before(soonest)) {
 				soonest = at
 			}
@@ -444,7 +473,30 @@ func (a *admission) decideWaiting(cands []candidate, more *bool) (ids []int64, s
 			}
 		}
 	}
-	return ids, soonest
+	return ids, soonest, waits
+}
+
+// recordLimitWaits writes the wait reasons of the WAITING instances w
+// names, only where they changed (the reasons hold no counts, so a wait
+// whose cause stays is not rewritten each round).
+func recordLimitWaits(ctx context.Context, tx pgx.Tx, w waitRows, now time.Time) error {
+	if len(w.ids) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+INSERT INTO instance_waits (instance_id, attempt, kind, reason, ends, since)
+SELECT i.id, i.attempt, 'limit', u.r, u.e, $4::timestamptz
+FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, r, e)
+JOIN instances i ON i.id = u.id AND i.state = 'WAITING'
+ORDER BY 1
+ON CONFLICT (instance_id) DO UPDATE SET attempt = EXCLUDED.attempt, kind = EXCLUDED.kind, reason = EXCLUDED.reason,
+	ends = EXCLUDED.ends, since = EXCLUDED.since
+WHERE instance_waits.reason IS DISTINCT FROM EXCLUDED.reason OR instance_waits.kind IS DISTINCT FROM EXCLUDED.kind`,
+		w.ids, w.reasons, w.ends, now)
+	if err != nil {
+		return fmt.Errorf("record the waits for limits: %w", err)
+	}
+	return nil
 }
 
 // admitWaiting moves the instances ids from WAITING to DISPATCHED,
@@ -464,6 +516,8 @@ WITH lk AS (
 	FROM upd
 ), adm AS (
 	UPDATE instance_limits SET admitted_at = $2 WHERE instance_id IN (SELECT id FROM upd)
+), unwait AS (
+	DELETE FROM instance_waits WHERE instance_id IN (SELECT id FROM upd)
 )
 SELECT `+attemptColumns("upd")+` FROM upd ORDER BY id`, ids, now)
 	if err != nil {

@@ -310,10 +310,21 @@ execution: {handler: span}
 	}
 	for _, id := range ids {
 		inst := s.waitState(id, schemas.StateWaiting, 30*time.Second)
-		if r := inst.Transitions[len(inst.Transitions)-1].Reason; !strings.Contains(r, "gate") || !strings.Contains(r, "paused") {
-			t.Errorf("instance %d waits with reason %q, want the paused limit gate", id, r)
+		if r := inst.Transitions[len(inst.Transitions)-1].Reason; !strings.Contains(r, "gate") {
+			t.Errorf("instance %d waits with reason %q, want the limit gate", id, r)
 		}
 	}
+	// Its wait reason (GET /v1/instances/{id}) names the limit, the key
+	// and the pause, once a limiter's round has seen them paused.
+	waitFor(t, "the wait reasons of the paused limit", 10*time.Second, func() (bool, error) {
+		inst, err := s.client.GetInstance(ctx, ids[len(ids)-1])
+		if err != nil {
+			return false, err
+		}
+		w := inst.Wait
+		return w != nil && w.Kind == schemas.WaitLimit && strings.Contains(w.Reason, "limit gate key") &&
+			strings.Contains(w.Reason, "paused") && strings.Contains(w.Ends, "ax limit resume gate"), nil
+	})
 	// Nothing can be awaited to show that nothing happens: the limiters
 	// run a round at least every 250 ms, so 1.5 s is six rounds each.
 	time.Sleep(1500 * time.Millisecond)
