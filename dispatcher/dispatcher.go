@@ -113,6 +113,8 @@ type Service struct {
 	deaths *deathJudge
 	// reaper watches the leases and answers the fence.
 	reaper *reaper
+	// limiter starts what waits for named limits (limits.go).
+	limiter *limiter
 	// waits records why attempts wait, once per change (see waits.go).
 	waits *waitTracker
 	// fair holds back and lets in the attempts of tasks with a fairness
@@ -227,6 +229,11 @@ func New(opts Options) (*Service, error) {
 		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, departed: s.router.departed}
 	s.recorder = &recorder{store: opts.Store, top: opts.Topology, workers: workers, faults: opts.Faults,
 		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s}
+	lm, err := newLimitMetrics(opts.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("new dispatcher: register metrics: %w", err)
+	}
+	s.limiter = newLimiter(opts.Store, s, log, lm)
 	s.intake = &intake{store: opts.Store, top: opts.Topology, conn: opts.Conn, now: opts.NowFunc, log: log, metrics: m,
 		held: newHolder(), next: s,
 		// Run follows the installed settings (see setUp).
@@ -421,6 +428,7 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		func() error { return s.intake.holdLoop(runCtx, work) },
 		func() error { return s.router.reroute(runCtx, work) },
 		func() error { return s.historyLoop(runCtx) },
+		func() error { return s.limiter.run(runCtx) },
 		func() error { return s.runCalendar(runCtx) },
 		func() error { return s.fair.releaseLoop(runCtx) },
 		h.watchWorkers,

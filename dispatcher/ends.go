@@ -39,6 +39,7 @@ func (s *Service) afterEnds(ctx context.Context, batch *streams.AsyncBatch, ende
 	if err := s.addChainFirings(ctx, batch, ended); err != nil {
 		return nil, err
 	}
+	s.limiter.poke() // a slot of a named limit may have freed
 	tasks := make([]string, len(ended))
 	for i, e := range ended {
 		tasks[i] = e.Task

@@ -181,7 +181,7 @@ func (b *firingBatch) instances(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if n, _ := limited(rec.Definition); n > 0 {
+		if n, _ := limited(rec.Definition); n > 0 || len(rec.Definition.Limits) > 0 {
 			b.limited[f.task] = append(b.limited[f.task], in)
 			continue
 		}
@@ -241,6 +241,10 @@ func (b *firingBatch) createInstances(ctx context.Context) error {
 		n, strategy := limited(b.tasks[task].Definition)
 		a, v, r, err := createIsolating(ctx, b.limited[task],
 			func(ctx context.Context, in []store.NewInstance) ([]store.Attempt, []store.Victim, error) {
+				if limits := b.tasks[task].Definition.Limits; len(limits) > 0 {
+					a, err := st.CreateAdmittedInstances(ctx, task, limits, in)
+					return a, nil, err
+				}
 				return st.CreateLimitedInstances(ctx, task, n, strategy, in)
 			})
 		if err != nil {

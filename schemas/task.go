@@ -29,6 +29,9 @@ type Task struct {
 	Execution Execution `json:"execution"`
 	// Concurrency limits how many instances of the task run at once.
 	Concurrency Concurrency `json:"concurrency,omitzero"`
+	// Limits names the limits (see [Limit]) that every attempt of the task
+	// must be admitted by before it starts, each at most once.
+	Limits []string `json:"limits,omitempty"`
 	// Dispatch says which executors may run the task.
 	Dispatch DispatchPolicy `json:"dispatch,omitzero"`
 	// Priority is the default priority of the task's instances: "urgent",

@@ -28,6 +28,9 @@ const (
 	// WaitCalendarParents: the instance is WAITING for the ticks of its
 	// calendar-aligned parents (a task's after entries with a window).
 	WaitCalendarParents WaitKind = "calendar_parents"
+	// WaitLimit: the instance is WAITING for a named limit its task names
+	// (the reason names the limit and key).
+	WaitLimit WaitKind = "limit"
 )
 
 // Wait is why an instance that has not started waits: kept on the

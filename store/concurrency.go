@@ -244,7 +244,10 @@ WITH lim AS (
 ), pick AS (
 	SELECT w.id FROM lim LEFT JOIN act ON act.task = lim.name
 	CROSS JOIN LATERAL (
-		SELECT id FROM instances WHERE task = lim.name AND state = 'WAITING' ORDER BY id
+		SELECT id FROM instances WHERE task = lim.name AND state = 'WAITING'
+			-- what waits for named limits is theirs (PromoteLimited)
+			AND NOT EXISTS (SELECT 1 FROM instance_limits il WHERE il.instance_id = instances.id)
+		ORDER BY id
 		LIMIT CASE WHEN lim.n > 0 THEN GREATEST(lim.n - COALESCE(act.c, 0), 0) ELSE NULL END
 	) w
 ), lk AS (

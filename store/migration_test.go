@@ -3,6 +3,7 @@ package store_test
 import (
 	"encoding/json"
 	"io/fs"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -190,6 +191,7 @@ func TestWaitingIndexMigration(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM pg_index WHERE indexrelid = 'instances_waiting_idx'::regclass AND indisvalid`); n != 1 {
 		t.Fatalf("instances_waiting_idx valid: %d, want 1", n)
 	}
+	migrateTo(t, db, math.MaxInt64) // PromoteWaiting reads instance_limits too
 	promoted, err := st.PromoteWaiting(t.Context(), []string{"a"})
 	if err != nil || len(promoted) != 1 || promoted[0].EventID != "w1" {
 		t.Fatalf("PromoteWaiting = %+v, %v; want w1 dispatched", promoted, err)

@@ -4,6 +4,7 @@
 
 import { APIError, call, follow, get, onUnauthorized, parseMetrics, text, token } from './api.js';
 import { ledgerView } from './ledger.js';
+import { limitsView } from './limits.js';
 import { explainView } from './explain.js';
 import { rangeRoutes } from './ranges.js';
 
@@ -909,6 +910,7 @@ const routes = [
   [/^#\/streams$/, () => streamsView()],
   [/^#\/alerts$/, (m, q) => alertsView(q)],
   [/^#\/audit$/, (m, q) => auditView(q)],
+  [/^#\/limits$/, () => limitsView({ h, showPage, card, table })],
   ...rangeRoutes,
 ];
 

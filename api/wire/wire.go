@@ -368,6 +368,11 @@ type AlertList struct {
 	Alerts []schemas.Alert `json:"alerts"`
 }
 
+// LimitList is the answer to GET /v1/limits.
+type LimitList struct {
+	Limits []schemas.LimitUsage `json:"limits"`
+}
+
 // AlertRuleList is the answer to GET /v1/alert-rules.
 type AlertRuleList struct {
 	Rules []schemas.AlertRule `json:"rules"`

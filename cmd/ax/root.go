@@ -70,7 +70,7 @@ see "ax completion bash --help" for where to put it.
 		newAlertCmd, newAuditCmd, newBenchCmd, newConformanceCmd, newDevCmd, newDrillCmd,
 		newNATSServerCmd, newLogsCmd, newPodSecretCmd, newReportCmd, newSecretsCmd, newBackfillCmd, newDeadLettersCmd,
 		newDispatcherCmd, newTriggerCmd, newExecutorCmd, newAPICmd, newAuditorCmd, newUserCmd, newVersionCmd,
-		newImportCmd, newShadowCmd, newLedgerCmd, newExplainCmd,
+		newImportCmd, newShadowCmd, newLedgerCmd, newExplainCmd, newLimitCmd,
 	} {
 		root.AddCommand(newCmd(g))
 	}

@@ -150,6 +150,7 @@ func semanticProblems(t *schemas.Task) []schemas.Problem {
 		}
 	}
 	problems = append(problems, dispatchProblems(t.Dispatch)...)
+	problems = append(problems, limitsProblems(t)...)
 	problems = append(problems, fairnessProblems(t)...)
 	if t.Execution.Shards > 0 && t.Dispatch.Strategy == schemas.DispatchBroadcast {
 		problems = append(problems, schemas.Problem{Field: "execution.shards", Message: `cannot be combined with dispatch strategy "broadcast", which makes one child per live executor; remove one of them`})

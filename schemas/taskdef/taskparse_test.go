@@ -368,7 +368,7 @@ var taskRejects = []struct {
 	{"payload_schema key not UTF-8", root("\"payload_schema\":{\"properties\":{\"\xff\":{}}}"), "payload_schema.properties.\ufffd", "the key is not valid UTF-8"},
 
 	// Unknown fields at every level.
-	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, archive, concurrency, deadline, description, dispatch, execution, min_worker_version, owner, payload_schema, priority, redact, retention, schema_version, task_name, task_type, triggers)`},
+	{"unknown root field", root(`"colour":"blue"`), "", `unknown field "colour"; remove it (allowed: after, archive, concurrency, deadline, description, dispatch, execution, limits, min_worker_version, owner, payload_schema, priority, redact, retention, schema_version, task_name, task_type, triggers)`},
 	{"unknown root field yaml", "task_name: demo\nexecution: {handler: h}\ncron: '* * * * *'\n", "", `unknown field "cron"; remove it`},
 	{"unknown field with odd name", root(`"a b":1`), "", `unknown field "a b"; remove it`},
 }
