@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -307,9 +308,7 @@ func (rc *recorder) applyReports(ctx context.Context, started, final []schemas.R
 		}
 		switch {
 		case isRefused(o, r):
-			stale = append(stale, rc.noteRefused(r, fmt.Sprintf(
-				"%s report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, another worker (%q) holds it, or no grant key of the worker's credential names its handler",
-				r.Kind, o.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
+			stale = append(stale, rc.noteRefused(r, holderRefusal(r, o)))
 			continue
 		case isStale(o, r.Kind):
 			stale = append(stale, rc.noteStale(o, r.Kind, r.WorkerID))
@@ -455,6 +454,25 @@ func isRefused(o store.Outcome, r schemas.Report) bool {
 		return r.Kind != schemas.ReportStarted || o.WorkerID != r.WorkerID
 	}
 	return false
+}
+
+// holderRefusal says why the store refused r, a report on o's current
+// attempt from a worker that does not hold it: the attempt is another
+// pool's, another worker holds it, or the worker's credential grants it
+// not the attempt's handler in its pool, as far as the grant keys this
+// dispatcher has seen show (see [liveWorkers.grantedHandlers]).
+func holderRefusal(r schemas.Report, o store.Outcome) string {
+	head := fmt.Sprintf("%s report of attempt %d from worker %q of pool %s refused: ", r.Kind, o.Attempt, r.WorkerID, r.Pool)
+	switch {
+	case !slices.Contains(schemas.PoolMembers(o.Pool), r.Pool):
+		return head + fmt.Sprintf("the attempt is pool %s's", o.Pool)
+	case o.WorkerID != "" && o.WorkerID != r.WorkerID:
+		return head + fmt.Sprintf("worker %q holds the attempt", o.WorkerID)
+	case !slices.Contains(r.Handlers, o.Handler):
+		return head + fmt.Sprintf("no grant key of the worker's credential seen by this dispatcher names handler %s in pool %s (it names %q)",
+			o.Handler, r.Pool, r.Handlers)
+	}
+	return head + "the worker does not hold the attempt"
 }
 
 // noteRefused counts and logs a report refused because it did not come
