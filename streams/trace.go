@@ -101,3 +101,21 @@ func WithTraceHeaders(ctx context.Context, parent, state string) context.Context
 func TraceHeader(parent string) (Header, bool) {
 	return Header{Key: HeaderTraceParent, Value: parent}, parent != ""
 }
+
+// TraceParent returns the traceparent header of h, in any case, "" for none.
+func TraceParent(h nats.Header) string { return headerCarrier(h).Get(HeaderTraceParent) }
+
+// TraceState returns the tracestate header of h, in any case, "" for none.
+func TraceState(h nats.Header) string { return headerCarrier(h).Get(HeaderTraceState) }
+
+// CopyTrace sets the traceparent and tracestate headers of dst to those
+// of src, if it has them: a message published again on another subject
+// stays in its trace.
+func CopyTrace(dst, src nats.Header) {
+	if p := TraceParent(src); p != "" {
+		dst.Set(HeaderTraceParent, p)
+		if s := TraceState(src); s != "" {
+			dst.Set(HeaderTraceState, s)
+		}
+	}
+}
