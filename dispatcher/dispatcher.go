@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"go.opentelemetry.io/otel/trace"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
