@@ -135,6 +135,10 @@ func (it *intake) schedule(ctx context.Context, firings []firing, t *turn) func(
 			it.next.retryLater(msgsOf(firings), err)
 			return nil
 		}
+		if f.trace.Parent != "" {
+			// The server publishes the schedule with its headers.
+			m.Header.Set(streams.HeaderTraceParent, f.trace.Parent)
+		}
 		batch.Add(m)
 	}
 	return func() {
