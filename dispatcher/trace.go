@@ -37,6 +37,13 @@ import (
 // tracerName is the instrumentation scope of the dispatcher's spans.
 const tracerName = "github.com/ax-scheduler/ax/dispatcher"
 
+// The start options of the spans, made once: a span's options are the
+// one allocation left when nothing traces.
+var (
+	consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	producerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+)
+
 // tracing makes the dispatcher's spans.
 type tracing struct{ tracer trace.Tracer }
 
@@ -59,7 +66,7 @@ func traceOf(span trace.Span) store.Trace {
 // startCreate starts the span of the instance that firing f makes.
 func (t tracing) startCreate(f *firing) trace.Span {
 	parent := streams.WithTraceHeaders(context.Background(), f.trace.Parent, f.trace.State)
-	_, span := t.tracer.Start(parent, "ax.dispatcher.create", trace.WithSpanKind(trace.SpanKindConsumer))
+	_, span := t.tracer.Start(parent, "ax.dispatcher.create", consumerSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("ax.task", f.task), attribute.String("ax.event_id", f.event.EventID),
 			attribute.String("ax.source", string(f.event.Source)), attribute.String("messaging.system", "nats"),
@@ -91,7 +98,7 @@ func (t tracing) startDispatch(a *store.Attempt) trace.Span {
 		return trace.SpanFromContext(context.Background()) // no-op: nothing to continue, nothing sampled
 	}
 	parent := streams.WithTraceHeaders(context.Background(), a.Trace.Parent, a.Trace.State)
-	_, span := t.tracer.Start(parent, "ax.dispatcher.dispatch", trace.WithSpanKind(trace.SpanKindProducer))
+	_, span := t.tracer.Start(parent, "ax.dispatcher.dispatch", producerSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("ax.task", a.Task), attribute.Int64("ax.instance_id", a.ID),
 			attribute.Int("ax.attempt", a.Attempt), attribute.String("ax.pool", a.Pool),
