@@ -215,6 +215,11 @@ cleanly; it starts again on the same data.`,
 			settings.Replicas = replicas
 			// ax dev rehearses: its dispatcher takes ax drill's faults.
 			faults := drillfaults.New(drillfaults.Options{Store: st, Topology: top, Logger: log})
+			stopTracing, err := startTracing(ctx, "ax-dev", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			stack, err := devstack.Start(ctx, devstack.Options{
 				NATSURL: c.natsURL, Passwords: passwords, Store: st, Topology: top,
 				// The executor needs the topology the dispatcher ensures;
