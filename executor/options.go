@@ -133,8 +133,9 @@ type Options struct {
 	// (default time.Now). Deadlines run on the real clock.
 	NowFunc func() time.Time
 	// TracerProvider makes the spans of the attempts (ax.executor.run),
-	// whose context the handlers get. Default: OpenTelemetry's global
-	// provider, which makes none until the program installs one.
+	// whose context the handlers get; pass otel.GetTracerProvider() for
+	// the program's global one. Default: none recorded (the dispatch
+	// message's trace context still reaches the handler and the report).
 	TracerProvider trace.TracerProvider
 }
 

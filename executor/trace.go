@@ -3,10 +3,10 @@ package executor
 import (
 	"context"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -19,19 +19,20 @@ import (
 // (and the calls it makes with an instrumented client) join the firing's
 // trace. The final report names it (schemas.Report.Traceparent), so the
 // dispatcher's span of the recorded report is its child. Only the
-// OpenTelemetry API is linked: the spans go where the program's
-// TracerProvider sends them, nowhere without one.
+// OpenTelemetry API is linked (not its global provider, which links a
+// logger and more): the spans go where Options.TracerProvider sends them,
+// nowhere without one; the trace context passes on either way.
 
 // tracerName is the instrumentation scope of the executor's spans.
 const tracerName = "github.com/ax-scheduler/ax/executor"
 
-// tracer returns the worker's tracer: its option's provider's, or the
-// global provider's.
+// tracer returns the worker's tracer: its option's provider's, or one
+// that records nothing.
 func (o *Options) tracer() trace.Tracer {
 	if o.TracerProvider != nil {
 		return o.TracerProvider.Tracer(tracerName)
 	}
-	return otel.Tracer(tracerName)
+	return noop.NewTracerProvider().Tracer(tracerName)
 }
 
 // startRun starts the span of the attempt of p, a child of the trace
