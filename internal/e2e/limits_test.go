@@ -163,6 +163,26 @@ func maxOverlap(spans []span) map[string]int {
 	return out
 }
 
+// ledgerRunning counts the attempts the ledger shows worker running: its
+// start lines without their end.
+func ledgerRunning(ledger, worker string) int {
+	data, err := os.ReadFile(ledger)
+	if err != nil {
+		return 0
+	}
+	running := 0
+	for line := range strings.Lines(string(data)) {
+		if strings.HasSuffix(strings.TrimSpace(line), " "+worker) {
+			if strings.HasPrefix(line, "start ") {
+				running++
+			} else {
+				running--
+			}
+		}
+	}
+	return running
+}
+
 // secondDispatcher starts another dispatcher on s's server and database.
 func (s *system) secondDispatcher() {
 	s.t.Helper()
@@ -176,8 +196,8 @@ func (s *system) secondDispatcher() {
 
 // TestLimitConcurrencyPerTenantAcrossTheFleet holds a named limit of
 // concurrency 3 keyed by tenant over two dispatchers and four executors
-// (16 slots), one of them a process of its own killed with kill -9 while
-// it runs: counted from the spans the handlers wrote, no tenant ever has
+// (16 slots): a process of its own killed with kill -9 while it runs, and
+// three that take the rest after it: counted from the spans the handlers wrote, no tenant ever has
 // more than 3 runs at once, each tenant reaches 3, and every instance
 // succeeds (the killed worker's attempts come back with their leases).
 // Before named limits the task's limits field was refused; without the
@@ -198,9 +218,6 @@ execution:
   retry: {max_attempts: 3, initial_interval_sec: 0}
 `)
 	ledger := filepath.Join(t.TempDir(), "ledger")
-	for i := range 3 {
-		s.executor(fmt.Sprintf("steady-%d", i), spanMux(ledger, 300*time.Millisecond), 4)
-	}
 	victim := exec.Command(os.Args[0], "-test.run=^$")
 	victim.Env = append(os.Environ(), limitWorkerEnv+"="+s.srv.URL+" victim "+ledger)
 	victim.Stderr = os.Stderr
@@ -220,28 +237,20 @@ execution:
 			ids = append(ids, s.fire("per-tenant", map[string]any{"tenant": tenant, "n": i}))
 		}
 	}
+	// The victim alone serves the pool until it runs an attempt, and dies
+	// running it; then three steady workers take the rest. (Three steady
+	// workers started beside it took every attempt on a busy machine.)
 	waitFor(t, "the victim to be running an attempt", time.Minute, func() (bool, error) {
-		data, err := os.ReadFile(ledger)
-		if err != nil {
-			return false, nil
-		}
-		started := 0
-		for line := range strings.Lines(string(data)) {
-			if strings.HasSuffix(strings.TrimSpace(line), " victim") {
-				if strings.HasPrefix(line, "start ") {
-					started++
-				} else {
-					started--
-				}
-			}
-		}
-		return started > 0, nil
+		return ledgerRunning(ledger, "victim") > 0, nil
 	})
 	if err := victim.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now().UnixNano()
 	_ = victim.Wait()
+	for i := range 3 {
+		s.executor(fmt.Sprintf("steady-%d", i), spanMux(ledger, 300*time.Millisecond), 4)
+	}
 
 	// A WAITING instance names the limit and key it waits for.
 	waited := 0
