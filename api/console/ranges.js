@@ -42,6 +42,20 @@ export async function deadLettersView() {
   const body = h('div', { id: 'dead-letters' });
   const load = async () => {
     const { groups = [] } = await get('/v1/dead-letters');
+    draw(groups);
+    return groups;
+  };
+  // A replay's reruns are created by the dispatcher from the firings it
+  // publishes, a moment after the answer: the page looks again, once a
+  // second for up to 30 s, until the group has left it.
+  const replayed = async (g) => {
+    for (let i = 0; i < 30 && location.hash.startsWith('#/dead-letters'); i++) {
+      const groups = await load();
+      if (!groups.some((x) => x.task === g.task && x.error_class === g.error_class && x.count >= g.count)) return;
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  };
+  const draw = (groups) => {
     fill(body, table(['task', 'error class', 'count', 'first seen', 'last seen', 'latest', 'replay'],
       groups.map((g) => {
         const patch = h('input', { class: 'replay-patch', placeholder: 'payload patch (JSON merge patch)', value: '' });
@@ -50,8 +64,9 @@ export async function deadLettersView() {
           if (patch.value.trim()) {
             try { req.payload_patch = JSON.parse(patch.value); } catch (e) { fill(body, errorBox('the payload patch is not JSON: ' + e.message)); return; }
           }
-          await act(`replay ${g.count} of ${g.task}`, () => call('POST', '/v1/dead-letters/replay', req));
-          await load();
+          if (await act(`replay ${g.count} of ${g.task}`, () => call('POST', '/v1/dead-letters/replay', req)) !== undefined) {
+            await replayed(g);
+          }
         } }, 'replay');
         return [taskLink(g.task), h('code', { class: 'error-class' }, g.error_class), h('span', { class: 'dl-count' }, String(g.count)),
           fmtTime(g.first_seen), fmtTime(g.last_seen), instLink(g.latest_id), [patch, ' ', replay]];
