@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -9,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -24,8 +27,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/telemetry"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -117,6 +122,27 @@ execution:
 		}
 	})
 
+	t.Run("exemplar", func(t *testing.T) {
+		ts.s.apply("task_name: exemplified\nexecution:\n  handler: test.trace\n")
+		tid, parent := "7d4e6f1a2b3c4d5e6f708192a3b4c5d6", "1122334455667788"
+		id := ts.fireHTTP("exemplified", "00-"+tid+"-"+parent+"-01", `{}`)
+		ts.s.waitState(id, schemas.StateSucceeded, 60*time.Second)
+		create := one(t, ts.trace(tid, "ax.dispatcher.report", id, 1), "ax.dispatcher.create", 0)
+		// The auditor observes each latency from the audit trail, whose
+		// records carry the instance's trace context: the exemplar names
+		// the firing's trace and the instance's creation in it.
+		for _, name := range []string{"ax_scheduling_delay_seconds", "ax_trigger_to_start_seconds", "ax_start_to_end_seconds"} {
+			var got map[string]string
+			waitFor(t, "an exemplar of "+name, 60*time.Second, func() (bool, error) {
+				got = ts.exemplar(name, "exemplified")
+				return got != nil, nil
+			})
+			if got["trace_id"] != tid || got["span_id"] != create.id {
+				t.Errorf("%s's exemplar = %v, want trace_id %s, span_id %s (the instance's creation)", name, got, tid, create.id)
+			}
+		}
+	})
+
 	t.Run("cron", func(t *testing.T) {
 		ts.s.apply(`
 task_name: traced-cron
@@ -159,6 +185,8 @@ type tracedSystem struct {
 	// handlerSpans holds the span id each handler call found in its
 	// context, by instance and attempt.
 	handlerSpans map[[2]int64]string
+	// metrics serves the dispatcher's and the auditor's metrics.
+	metrics *httptest.Server
 }
 
 func newTracedSystem(t *testing.T) *tracedSystem {
@@ -203,6 +231,12 @@ func newTracedSystem(t *testing.T) *tracedSystem {
 	opts.Dispatcher.TracerProvider = provider("ax-dispatcher")
 	opts.Trigger.TracerProvider = provider("ax-trigger")
 	opts.API.TracerProvider = provider("ax-api")
+	opts.Services = append(opts.Services, natsauth.Auditor)
+	opts.Metrics = metrics.NewRegistry()
+	opts.Auditor = auditor.Options{PollInterval: 10 * time.Millisecond, RetryInterval: 100 * time.Millisecond,
+		RefreshInterval: 50 * time.Millisecond}
+	ts.metrics = httptest.NewServer(metrics.Handler(opts.Metrics))
+	t.Cleanup(ts.metrics.Close)
 	s.stack, _ = s.startStack(opts)
 	s.dispatcher, s.dispatchConn = s.stack.Dispatcher, s.stack.Conn("dispatcher")
 	s.serveAPI(s.stack.API)
@@ -264,6 +298,44 @@ func (ts *tracedSystem) fireHTTP(task, traceparent, body string) int64 {
 		t.Fatalf("fire %s: %s, %v", task, resp.Status, err)
 	}
 	return res.InstanceID
+}
+
+// exemplarRE matches an OpenMetrics histogram bucket with an exemplar:
+// the metric's name, its labels and the exemplar's labels.
+var exemplarRE = regexp.MustCompile(`^([a-z_]+)_bucket\{([^}]*)\} \S+ # \{([^}]*)\} \S+`)
+
+// exemplar scrapes the metrics as Prometheus does, asking for
+// OpenMetrics, and returns the labels of an exemplar of histogram name
+// for task, nil when it has none.
+func (ts *tracedSystem) exemplar(name, task string) map[string]string {
+	t := ts.t
+	req, err := http.NewRequest(http.MethodGet, ts.metrics.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+	resp, err := ts.metrics.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") {
+		t.Fatalf("the metrics came as %s, want OpenMetrics", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		m := exemplarRE.FindStringSubmatch(sc.Text())
+		if m == nil || m[1] != name || !strings.Contains(m[2], `task="`+task+`"`) {
+			continue
+		}
+		labels := map[string]string{}
+		for _, kv := range strings.Split(m[3], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			labels[k] = strings.Trim(v, `"`)
+		}
+		return labels
+	}
+	return nil
 }
 
 func (ts *tracedSystem) handlerSpan(id int64, attempt int) string {
