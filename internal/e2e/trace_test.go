@@ -122,6 +122,17 @@ execution:
 		}
 	})
 
+	t.Run("fair", func(t *testing.T) {
+		// A task with a fairness key has its attempts held back in
+		// PostgreSQL and let in later: the released message carries the
+		// traceparent of the span that routed it.
+		ts.s.apply("task_name: traced-fair\nexecution:\n  handler: test.trace\ndispatch:\n  fairness:\n    key: \"{{.tenant}}\"\n")
+		tid, parent := "8e1f6f1a2b3c4d5e6f708192a3b4c5d6", "2233445566778899"
+		id := ts.fireHTTP("traced-fair", "00-"+tid+"-"+parent+"-01", `{"payload": {"tenant": "a"}}`)
+		spans := ts.trace(tid, "ax.dispatcher.report", id, 1)
+		ts.checkAttempts(spans, one(t, spans, "POST /v1/tasks/{name}/runs", 0).id, id, 1, schemas.ReportSucceeded)
+	})
+
 	t.Run("exemplar", func(t *testing.T) {
 		ts.s.apply("task_name: exemplified\nexecution:\n  handler: test.trace\n")
 		tid, parent := "7d4e6f1a2b3c4d5e6f708192a3b4c5d6", "1122334455667788"
