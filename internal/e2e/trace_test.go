@@ -133,6 +133,51 @@ execution:
 		ts.checkAttempts(spans, one(t, spans, "POST /v1/tasks/{name}/runs", 0).id, id, 1, schemas.ReportSucceeded)
 	})
 
+	t.Run("lost", func(t *testing.T) {
+		// Attempt 1's worker dies: the reaper fails it when its lease
+		// expires and starts attempt 2, under a retry span of its own.
+		ts.s.apply("task_name: traced-lost\nexecution:\n  handler: test.lost\n  retry: {max_attempts: 2}\ndispatch: {tags: [lost]}\n")
+		victimConn, _ := ts.s.srv.Connect()
+		mux := executor.NewMux()
+		mux.HandleFunc("test.lost", func(ctx context.Context, _ *executor.Job) (any, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		victim, err := executor.New(executor.Options{Conn: victimConn, WorkerID: "victim", Pools: []string{"lost"}, Mux: mux,
+			Slots: 1, Logger: slog.New(zerolog.NewSlogHandler(ts.s.log)), ShutdownTimeout: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = victim.Run(ctx) // it fails once its connection is closed
+		}()
+		t.Cleanup(func() { stop(); <-done })
+
+		tid, parent := "9f2a6f1a2b3c4d5e6f708192a3b4c5d6", "33445566778899aa"
+		id := ts.fireHTTP("traced-lost", "00-"+tid+"-"+parent+"-01", `{}`)
+		ts.s.waitState(id, schemas.StateRunning, 60*time.Second)
+		victimConn.Close() // nothing renews its lease
+		rescuer := executor.NewMux()
+		rescuer.HandleFunc("test.lost", func(context.Context, *executor.Job) (any, error) { return "ok", nil })
+		defer ts.s.worker(executor.Options{WorkerID: "rescuer", Pools: []string{"lost"}, Mux: rescuer, TracerProvider: ts.executorTP})()
+		spans := ts.trace(tid, "ax.dispatcher.report", id, 2)
+		create := one(t, spans, "ax.dispatcher.create", 0)
+		retry := one(t, spans, "ax.dispatcher.retry", 2)
+		if retry.parent != create.id || retry.attrs["ax.cause"] != "lease expired" || retry.attrs["ax.instance_id"] != id {
+			t.Errorf("the reaper's retry span: parent %s, cause %v, instance %v; want the instance's creation %s, lease expired, %d",
+				retry.parent, retry.attrs["ax.cause"], retry.attrs["ax.instance_id"], create.id, id)
+		}
+		dispatch := one(t, spans, "ax.dispatcher.dispatch", 2)
+		run := one(t, spans, "ax.executor.run", 2)
+		if dispatch.parent != create.id || run.parent != dispatch.id || run.attrs["ax.worker_id"] != "rescuer" {
+			t.Errorf("attempt 2: dispatch under %s, run under %s on %v; want under %s, under %s, on rescuer",
+				dispatch.parent, run.parent, run.attrs["ax.worker_id"], create.id, dispatch.id)
+		}
+	})
+
 	t.Run("exemplar", func(t *testing.T) {
 		ts.s.apply("task_name: exemplified\nexecution:\n  handler: test.trace\n")
 		tid, parent := "7d4e6f1a2b3c4d5e6f708192a3b4c5d6", "1122334455667788"
@@ -198,6 +243,8 @@ type tracedSystem struct {
 	handlerSpans map[[2]int64]string
 	// metrics serves the dispatcher's and the auditor's metrics.
 	metrics *httptest.Server
+	// executorTP is the executors' provider.
+	executorTP *sdktrace.TracerProvider
 }
 
 func newTracedSystem(t *testing.T) *tracedSystem {
@@ -230,6 +277,7 @@ func newTracedSystem(t *testing.T) *tracedSystem {
 		return "ok", nil
 	})
 
+	ts.executorTP = provider("ax-executor")
 	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL})
 	_, js := srv.Connect()
 	pool := storetest.NewDB(t)
@@ -238,7 +286,7 @@ func newTracedSystem(t *testing.T) *tracedSystem {
 	opts := devstack.Options{NATSURL: srv.URL, Streams: streams.Config{LeaseTTL: leaseTTL},
 		Services: []natsauth.Role{natsauth.Dispatcher, natsauth.Trigger, natsauth.API},
 		Executors: []devstack.Executor{{Options: executor.Options{WorkerID: "w1", Mux: mux, Slots: 4,
-			Logger: slog.New(zerolog.NewSlogHandler(log)), TracerProvider: provider("ax-executor")}}}}
+			Logger: slog.New(zerolog.NewSlogHandler(log)), TracerProvider: ts.executorTP}}}}
 	opts.Dispatcher.TracerProvider = provider("ax-dispatcher")
 	opts.Trigger.TracerProvider = provider("ax-trigger")
 	opts.API.TracerProvider = provider("ax-api")
