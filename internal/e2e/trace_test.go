@@ -27,6 +27,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/executor"
@@ -227,6 +228,40 @@ triggers:
 		ts.checkAttempts(spans, fire.id, id, 1, schemas.ReportSucceeded)
 		wantServices(t, spans, "ax-trigger", "ax-dispatcher", "ax-executor")
 	})
+}
+
+// A backfill's firing starts its trace in the trigger service, as a cron
+// firing does, and the instance it makes continues it.
+func TestBackfillFiringIsOneTrace(t *testing.T) {
+	// Not parallel: the exporters read the OTEL_* variables it sets.
+	ts := newTracedSystem(t)
+	ts.s.apply("task_name: traced-daily\nexecution:\n  handler: test.trace\ntriggers:\n  - type: cron\n    schedule: \"0 0 3 * * *\"\n")
+	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	b, err := ts.s.client.Backfill(ts.ctx(t), "traced-daily", wire.BackfillRequest{From: day, To: day.Add(23 * time.Hour)})
+	if err != nil || b.Total != 1 {
+		t.Fatalf("backfill = %+v, %v; want one tick", b, err)
+	}
+	var fire gotSpan
+	waitFor(t, "the backfill's firing's span", 60*time.Second, func() (bool, error) {
+		for _, sp := range ts.spans() {
+			if sp.name == "ax.trigger.fire" && sp.attrs["ax.backfill"] == b.ID {
+				fire = sp
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if fire.parent != "" || fire.service != "ax-trigger" || fire.attrs["ax.task"] != "traced-daily" {
+		t.Errorf("the backfill's firing's span: parent %q in %s, task %v; want a root span of traced-daily in ax-trigger",
+			fire.parent, fire.service, fire.attrs["ax.task"])
+	}
+	spans := ts.trace(fire.trace, "ax.dispatcher.report", 0, 1)
+	create := one(t, spans, "ax.dispatcher.create", 0)
+	id, _ := create.attrs["ax.instance_id"].(int64)
+	ts.checkAttempts(spans, fire.id, id, 1, schemas.ReportSucceeded)
+	if create.attrs["ax.event_id"] != schemas.CronEventID("traced-daily", 0, day.Add(3*time.Hour)) {
+		t.Errorf("the instance's event id is %v, want the backfilled tick's", create.attrs["ax.event_id"])
+	}
 }
 
 // tracedSystem is a system whose services export their spans, each under
