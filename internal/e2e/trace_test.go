@@ -123,6 +123,22 @@ execution:
 		}
 	})
 
+	t.Run("delayed", func(t *testing.T) {
+		// Further off than the API publishes at once: a message schedule,
+		// which the server publishes with the schedule's headers.
+		tid, parent := "6c3d6f1a2b3c4d5e6f708192a3b4c5d6", "445566778899aabb"
+		res := ts.post("traced", "00-"+tid+"-"+parent+"-01", `{"delay": "2s"}`)
+		if res.InstanceID != 0 || res.RunAt.IsZero() {
+			t.Fatalf("a firing delayed by 2 s: %+v, want it accepted for later", res)
+		}
+		inst, err := ts.s.client.WaitFiring(ts.ctx(t), "traced", res.EventID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spans := ts.trace(tid, "ax.dispatcher.report", inst.ID, 1)
+		ts.checkAttempts(spans, one(t, spans, "POST /v1/tasks/{name}/runs", 0).id, inst.ID, 1, schemas.ReportSucceeded)
+	})
+
 	t.Run("fair", func(t *testing.T) {
 		// A task with a fairness key has its attempts held back in
 		// PostgreSQL and let in later: the released message carries the
@@ -372,6 +388,16 @@ func (ts *tracedSystem) ctx(t *testing.T) context.Context {
 // fireHTTP fires task by POST /v1/tasks/{name}/runs with the traceparent
 // header and returns the instance made.
 func (ts *tracedSystem) fireHTTP(task, traceparent, body string) int64 {
+	res := ts.post(task, traceparent, body)
+	if res.InstanceID == 0 {
+		ts.t.Fatalf("fire %s: no instance made: %+v", task, res)
+	}
+	return res.InstanceID
+}
+
+// post fires task by POST /v1/tasks/{name}/runs with the traceparent
+// header and returns the answer, 201 or 202.
+func (ts *tracedSystem) post(task, traceparent, body string) wire.FireResult {
 	t := ts.t
 	req, err := http.NewRequest(http.MethodPost, ts.s.apiURL+"/v1/tasks/"+task+"/runs", strings.NewReader(body))
 	if err != nil {
@@ -385,13 +411,12 @@ func (ts *tracedSystem) fireHTTP(task, traceparent, body string) int64 {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var res struct {
-		InstanceID int64 `json:"instance_id"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != http.StatusCreated {
+	var res wire.FireResult
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil ||
+		(resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusAccepted) {
 		t.Fatalf("fire %s: %s, %v", task, resp.Status, err)
 	}
-	return res.InstanceID
+	return res
 }
 
 // exemplarRE matches an OpenMetrics histogram bucket with an exemplar:
