@@ -141,7 +141,7 @@ func (h *fairHold) hold(a store.Attempt, r route, flow store.TaskFlow, d schemas
 		return false, errTooLarge{size: len(data), limit: limit}
 	}
 	h.held = append(h.held, store.FairMessage{InstanceID: a.ID, Attempt: a.Attempt, Subject: r.subject, Ring: r.ring,
-		MsgID: r.msgID, Key: key, Weight: flow.Fairness.Weight(key), Message: data})
+		MsgID: r.msgID, Key: key, Weight: flow.Fairness.Weight(key), Message: data, Traceparent: r.trace})
 	return true, nil
 }
 
@@ -251,7 +251,14 @@ func (f *fairness) publish(msgs []store.FairMessage) error {
 	batch := f.newPub()
 	rings := map[string]bool{}
 	for _, m := range msgs {
-		batch.AddData(m.Subject, m.Message, streams.Header{Key: streams.HeaderMsgID, Value: m.MsgID})
+		// The traceparent of the span that routed it: the executor's run
+		// is its child.
+		hdr := [2]streams.Header{{Key: streams.HeaderMsgID, Value: m.MsgID}}
+		n := 1
+		if tp, ok := streams.TraceHeader(m.Traceparent); ok {
+			hdr[n], n = tp, n+1
+		}
+		batch.AddData(m.Subject, m.Message, hdr[:n]...)
 		rings[m.Ring] = true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

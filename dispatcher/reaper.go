@@ -55,6 +55,7 @@ type reaper struct {
 	metrics  *metrics
 	next     completer
 	departed func(workerID string)
+	tracing  tracing
 }
 
 // leaseLost is the reason recorded on an attempt whose lease expired.
@@ -497,15 +498,7 @@ func (rp *reaper) failAttempts(ctx context.Context, failures []store.Failure, wo
 			}
 		}
 		if o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt {
-			var wait time.Duration
-			hold := false
-			if workers != nil {
-				wait = backoff(o.RetryPolicy, o.Attempt, rp.rand)
-			} else {
-				v := deaths[[2]int64{o.InstanceID, int64(o.Attempt)}]
-				wait, hold = rp.deaths.deathWait(v, backoff(o.RetryPolicy, o.Attempt, rp.rand)), v.deaths < suspectAfter
-			}
-			if err := rp.next.retryAfter(batch, o, wait, hold); err != nil {
+			if err := rp.retry(batch, o, workers != nil, deaths, cause); err != nil {
 				return err
 			}
 		}
@@ -515,6 +508,24 @@ func (rp *reaper) failAttempts(ctx context.Context, failures []store.Failure, wo
 		return err
 	}
 	return rp.next.publishAttempts(ctx, batch, promoted)
+}
+
+// retry schedules the next attempt of o, RETRYING after the reaper failed
+// its attempt because cause: by the task's backoff when it was overdue,
+// else as the death judge's verdict in deaths says (see failAttempts),
+// under a span ax.dispatcher.retry.
+func (rp *reaper) retry(batch *streams.AsyncBatch, o store.Outcome, overdue bool, deaths map[[2]int64]verdict, cause string) error {
+	var wait time.Duration
+	hold := false
+	if overdue {
+		wait = backoff(o.RetryPolicy, o.Attempt, rp.rand)
+	} else {
+		v := deaths[[2]int64{o.InstanceID, int64(o.Attempt)}]
+		wait, hold = rp.deaths.deathWait(v, backoff(o.RetryPolicy, o.Attempt, rp.rand)), v.deaths < suspectAfter
+	}
+	err := rp.next.retryAfter(batch, o, wait, hold)
+	rp.tracing.reapedRetrySpan(&o, wait, cause, err)
+	return err
 }
 
 // promoteLeftovers starts the waiting instances that a slot freed for while

@@ -160,9 +160,26 @@ func (t tracing) retrySpan(ctx context.Context, o *store.Outcome, wait time.Dura
 	if !trace.SpanFromContext(ctx).IsRecording() {
 		return
 	}
+	t.retry(ctx, o, wait, err)
+}
+
+// reapedRetrySpan records that the reaper scheduled o's next attempt after
+// wait, o's attempt failed because cause: no report came, so the span is a
+// child of the instance's trace context, beside its attempts' dispatches.
+func (t tracing) reapedRetrySpan(o *store.Outcome, wait time.Duration, cause string, err error) {
+	if o.Trace.Parent == "" {
+		return
+	}
+	t.retry(streams.WithTraceHeaders(context.Background(), o.Trace.Parent, o.Trace.State), o, wait, err,
+		attribute.String("ax.cause", cause))
+}
+
+// retry records an ax.dispatcher.retry span of o, a child of ctx's.
+func (t tracing) retry(ctx context.Context, o *store.Outcome, wait time.Duration, err error, attrs ...attribute.KeyValue) {
 	_, span := t.tracer.Start(ctx, "ax.dispatcher.retry", trace.WithAttributes(
 		attribute.String("ax.task", o.Task), attribute.Int64("ax.instance_id", o.InstanceID),
-		attribute.Int("ax.attempt", o.Attempt+1), attribute.Int64("ax.retry_wait_ms", wait.Milliseconds())))
+		attribute.Int("ax.attempt", o.Attempt+1), attribute.Int64("ax.retry_wait_ms", wait.Milliseconds())),
+		trace.WithAttributes(attrs...))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -660,6 +660,11 @@ type AuditRecord struct {
 	Details json.RawMessage `json:"details,omitempty"`
 	// At is when the change was written.
 	At time.Time `json:"at"`
+	// Traceparent is the W3C traceparent of the instance's trace (its
+	// instances.traceparent: the dispatcher's span that created it), on a
+	// transition of an instance that has one; optional, left out
+	// otherwise. The monitor links its latency histograms' exemplars to it.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // TransitionAuditID is the audit record id of transition id.

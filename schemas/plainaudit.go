@@ -48,6 +48,9 @@ func appendPlainAuditRecord(b []byte, r *AuditRecord) ([]byte, bool) {
 		w.b = append(append(w.b, `,"details":`...), r.Details...)
 	}
 	w.time(`,"at":`, r.At)
+	if r.Traceparent != "" {
+		w.str(`,"traceparent":`, r.Traceparent)
+	}
 	w.b = append(w.b, '}')
 	return w.b, w.ok
 }
@@ -103,6 +106,8 @@ func (r *plainReader) auditRecord() (rec AuditRecord) {
 			rec.Details = r.rawOrNull()
 		case "at":
 			rec.At = r.time()
+		case "traceparent":
+			rec.Traceparent = r.str()
 		default: // a key encoding/json matches otherwise
 			r.bad = true
 		}

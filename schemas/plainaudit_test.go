@@ -12,7 +12,8 @@ var auditSamples = []AuditRecord{
 	{ID: "t-41", Kind: AuditTransition, Task: "noop", InstanceID: 7, To: StateCreated, Attempt: 1, Operator: "event",
 		At: time.Date(2026, 12, 3, 6, 40, 1, 123456789, time.UTC)},
 	{ID: "t-42", Kind: AuditTransition, Task: "noop", InstanceID: 7, From: StateRunning, To: StateSucceeded, Attempt: 1,
-		Operator: "worker:bench", Reason: "ok", At: time.Date(2026, 12, 3, 6, 40, 1, 0, time.FixedZone("", 3600))},
+		Operator: "worker:bench", Reason: "ok", At: time.Date(2026, 12, 3, 6, 40, 1, 0, time.FixedZone("", 3600)),
+		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 	{ID: "o-3", Kind: AuditAction, Task: "etl", Action: ActionApply, Operator: "alice", Details: json.RawMessage(`{"version":3}`),
 		At: time.Date(2026, 12, 3, 6, 40, 1, 5, time.UTC)},
 	{ID: "o-4", Kind: AuditAction, Task: "etl", Action: ActionFire, Operator: "", At: time.Time{}},
@@ -32,6 +33,7 @@ func TestMarshalAuditRecordWritesAsMarshalDoes(t *testing.T) {
 			func(r *AuditRecord) { r.Task = s }, func(r *AuditRecord) { r.From = State(s) },
 			func(r *AuditRecord) { r.To = State(s) }, func(r *AuditRecord) { r.Action = OperatorAction(s) },
 			func(r *AuditRecord) { r.Operator = s }, func(r *AuditRecord) { r.Reason = s },
+			func(r *AuditRecord) { r.Traceparent = s },
 		} {
 			r := base
 			set(&r)

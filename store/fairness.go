@@ -62,16 +62,18 @@ func (s *Store) TaskFlows(ctx context.Context, keys []TaskVersion) (map[TaskVers
 }
 
 // FairMessage is an attempt's dispatch message held back in fair_queue:
-// published to Subject with message id MsgID, its doorbell Ring rung.
+// published to Subject with message id MsgID and the traceparent header
+// Traceparent (when not empty), its doorbell Ring rung.
 type FairMessage struct {
-	InstanceID int64
-	Attempt    int
-	Subject    string
-	Ring       string
-	MsgID      string
-	Key        string
-	Weight     int
-	Message    []byte
+	InstanceID  int64
+	Attempt     int
+	Subject     string
+	Ring        string
+	MsgID       string
+	Key         string
+	Weight      int
+	Message     []byte
+	Traceparent string
 }
 
 // HoldFair stores msgs in fair_queue; an attempt already there is left as
@@ -85,10 +87,11 @@ func (s *Store) HoldFair(ctx context.Context, msgs []FairMessage) error {
 	n := len(msgs)
 	ids, attempts, weights := make([]int64, n), make([]int32, n), make([]int32, n)
 	subjects, rings, msgIDs, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	bodies := make([][]byte, n)
+	bodies, traces := make([][]byte, n), make([]string, n)
 	for i, m := range msgs {
 		ids[i], attempts[i], weights[i] = m.InstanceID, int32(m.Attempt), int32(max(m.Weight, 1))
 		subjects[i], rings[i], msgIDs[i], keys[i], bodies[i] = m.Subject, m.Ring, m.MsgID, m.Key, m.Message
+		traces[i] = m.Traceparent
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Shared with other holds, exclusive of a release (in one order).
@@ -98,8 +101,9 @@ func (s *Store) HoldFair(ctx context.Context, msgs []FairMessage) error {
 		}
 		_, err := tx.Exec(ctx, `
 			WITH held AS (
-				INSERT INTO fair_queue (instance_id, attempt, subject, ring, msg_id, fair_key, weight, message)
-				SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::bytea[])
+				INSERT INTO fair_queue (instance_id, attempt, subject, ring, msg_id, fair_key, weight, message, traceparent)
+				SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::bytea[],
+					$9::text[])
 				ORDER BY 1, 2
 				ON CONFLICT (instance_id, attempt) DO NOTHING),
 			queues AS (
@@ -107,7 +111,7 @@ func (s *Store) HoldFair(ctx context.Context, msgs []FairMessage) error {
 				ON CONFLICT (subject) DO NOTHING)
 			INSERT INTO fair_clock (subject, fair_key, vtime)
 			SELECT DISTINCT subject, fair_key, 0 FROM unnest($3::text[], $6::text[]) AS u(subject, fair_key) ORDER BY 1, 2
-			ON CONFLICT (subject, fair_key) DO NOTHING`, ids, attempts, subjects, rings, msgIDs, keys, weights, bodies)
+			ON CONFLICT (subject, fair_key) DO NOTHING`, ids, attempts, subjects, rings, msgIDs, keys, weights, bodies, traces)
 		return err
 	})
 	if err != nil {
@@ -196,7 +200,8 @@ func pickFair(ctx context.Context, tx pgx.Tx, subject string, n int) ([]pickedFa
 	rows, err := tx.Query(ctx, `
 		SELECT f.instance_id, f.attempt, f.ring, f.msg_id, f.fair_key, f.weight, f.message,
 		       GREATEST(q.vtime, c.vtime) + f.rn::float8 / f.weight AS finish,
-		       COALESCE(i.state = $3 AND i.attempt = f.attempt, false)
+		       COALESCE(i.state = $3 AND i.attempt = f.attempt, false),
+		       COALESCE(NULLIF(f.traceparent, ''), i.traceparent, '')
 		FROM fair_queues q
 		JOIN fair_clock c ON c.subject = q.subject
 		CROSS JOIN LATERAL (
@@ -216,7 +221,7 @@ func pickFair(ctx context.Context, tx pgx.Tx, subject string, n int) ([]pickedFa
 	)
 	finish := map[string]float64{}
 	_, err = pgx.ForEachRow(rows, []any{&p.InstanceID, &p.Attempt, &p.Ring, &p.MsgID, &p.Key, &p.Weight, &p.Message,
-		&p.finish, &p.live}, func() error {
+		&p.finish, &p.live, &p.Traceparent}, func() error {
 		p.Subject = subject
 		out = append(out, p)
 		finish[p.Key] = max(finish[p.Key], p.finish)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -270,7 +271,51 @@ func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 			out, trs = append(out, trs[0]), trs[1:]
 		}
 	}
+	if err := r.traceInstances(ctx, out); err != nil {
+		return nil, c, err
+	}
 	return out, advance(c, out), nil
+}
+
+// relayTraces reads the trace context of the instances $1 that have one,
+// each by the primary key (OFFSET 0 keeps the LATERAL from being
+// flattened into a join that scans instances).
+const relayTraces = `SELECT i.id, i.traceparent FROM unnest($1::bigint[]) AS q(id)
+	CROSS JOIN LATERAL (SELECT id, traceparent FROM instances WHERE id = q.id AND traceparent <> '' OFFSET 0) i`
+
+// traceInstances sets the Traceparent of the transitions in recs to their
+// instance's (instances.traceparent), in one query per page, so that the
+// auditor's latency histograms can link an exemplar to the firing's trace.
+// An instance moved to the history tables meanwhile has none here.
+func (r *Relay) traceInstances(ctx context.Context, recs []schemas.AuditRecord) error {
+	var ids []int64
+	for _, rec := range recs {
+		if rec.Kind == schemas.AuditTransition && rec.InstanceID != 0 {
+			ids = append(ids, rec.InstanceID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	rows, err := r.conn.Query(ctx, relayTraces, slices.Compact(ids))
+	if err != nil {
+		return fmt.Errorf("next audit records: read trace contexts: %w", err)
+	}
+	traces := map[int64]string{}
+	var (
+		id     int64
+		parent string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &parent}, func() error { traces[id] = parent; return nil }); err != nil {
+		return fmt.Errorf("next audit records: read trace contexts: %w", err)
+	}
+	for i := range recs {
+		if recs[i].Kind == schemas.AuditTransition {
+			recs[i].Traceparent = traces[recs[i].InstanceID]
+		}
+	}
+	return nil
 }
 
 // advance returns c moved past recs, records of its batch read after it.

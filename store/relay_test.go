@@ -157,6 +157,50 @@ func TestRelayNextReadsEveryRecordOnceInOrder(t *testing.T) {
 	}
 }
 
+// The relay gives each transition its instance's trace context, and
+// nothing to an instance without one or to an operator action.
+func TestRelayNextCarriesTheInstancesTrace(t *testing.T) {
+	t.Parallel()
+	st := store.New(storetest.NewDB(t))
+	ctx := t.Context()
+	r := acquire(t, st)
+	applyTasks(t, st, "etl")
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	traced := insertInstance(t, st.Pool(), "etl", "ev-1", schemas.StateDispatched, schemas.StateRunning)
+	plain := insertInstance(t, st.Pool(), "etl", "ev-2", schemas.StateDispatched)
+	if _, err := st.Pool().Exec(ctx, `UPDATE instances SET traceparent = $2 WHERE id = $1`, traced, parent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RecordAction(ctx, store.Action{Action: schemas.ActionFire, Task: "etl", Operator: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for c := (store.RelayCursor{}); ; {
+		recs, next, err := r.Next(ctx, c, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, rec := range recs {
+			want := ""
+			if rec.Kind == schemas.AuditTransition && rec.InstanceID == traced {
+				want = parent
+			}
+			if rec.Traceparent != want {
+				t.Errorf("record %s of instance %d (traced %d, plain %d): traceparent %q, want %q",
+					rec.ID, rec.InstanceID, traced, plain, rec.Traceparent, want)
+			}
+			n++
+		}
+		c = next
+	}
+	if n != 7 {
+		t.Errorf("relayed %d records, want 7 (5 transitions, the apply and the fire)", n)
+	}
+}
+
 // TestRelayNextFollowsCommitOrder is why the cursor is a pair of snapshots
 // and not a transition id: a transaction that took the lower id commits last.
 func TestRelayNextFollowsCommitOrder(t *testing.T) {

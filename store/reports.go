@@ -38,6 +38,9 @@ type Outcome struct {
 	Pool, Handler string
 	// Found is false when no instance has that id.
 	Found bool
+	// Trace is the instance's trace context (see [Attempt.Trace]): the
+	// parent of the spans of what the reaper does to it.
+	Trace Trace
 }
 
 // ApplyReports records a batch of executor reports in one statement: a
@@ -429,7 +432,7 @@ WITH r AS (
 	FROM old r
 	WHERE i.id = r.id AND i.attempt = r.attempt
 	RETURNING i.id, i.task, i.state, i.attempt, i.max_attempts, i.retry_policy, i.worker_id, i.run_id, i.parent_id, i.pool, i.handler,
-		i.error, r.old_state, r.operator AS by, r.final AS ends,
+		i.traceparent, i.tracestate, i.error, r.old_state, r.operator AS by, r.final AS ends,
 		r.final AND r.old_state = 'DISPATCHED' AND (r.started OR r.implies_running) AS via_running,
 		r.started AS reported_start
 ), tr AS (
@@ -486,7 +489,8 @@ func collectRowOutcomes(rows pgx.Rows) (map[[2]int64]rowOutcome, error) {
 	w := words{}
 	dest := []any{&o.Applied, &word[schemas.State]{&o.oldState, w}, &o.InstanceID, &o.Attempt, &o.Found,
 		&word[string]{&o.Task, w}, &word[schemas.State]{&o.State, w}, &o.CurrentAttempt, &o.MaxAttempts, &retry,
-		&word[string]{&o.WorkerID, w}, &o.RunID, &o.ParentID, &word[string]{&o.Pool, w}, &word[string]{&o.Handler, w}}
+		&word[string]{&o.WorkerID, w}, &o.RunID, &o.ParentID, &word[string]{&o.Pool, w}, &word[string]{&o.Handler, w},
+		&o.Trace.Parent, &o.Trace.State}
 	for rows.Next() {
 		o, retry = rowOutcome{}, nil
 		if err := rows.Scan(dest...); err != nil {
@@ -504,7 +508,8 @@ func collectRowOutcomes(rows pgx.Rows) (map[[2]int64]rowOutcome, error) {
 func outcomeColumns(t string) string {
 	return fmt.Sprintf(`%[1]s.id IS NOT NULL, COALESCE(%[1]s.task, ''), COALESCE(%[1]s.state, ''), COALESCE(%[1]s.attempt, 0),
 	COALESCE(%[1]s.max_attempts, 0), COALESCE(%[1]s.retry_policy, '{}'), COALESCE(%[1]s.worker_id, ''),
-	COALESCE(%[1]s.run_id, ''), COALESCE(%[1]s.parent_id, 0), COALESCE(%[1]s.pool, ''), COALESCE(%[1]s.handler, '')`, t)
+	COALESCE(%[1]s.run_id, ''), COALESCE(%[1]s.parent_id, 0), COALESCE(%[1]s.pool, ''), COALESCE(%[1]s.handler, ''),
+	COALESCE(%[1]s.traceparent, ''), COALESCE(%[1]s.tracestate, '')`, t)
 }
 
 // RunningAttempt names the current attempt of a RUNNING instance.

@@ -240,10 +240,12 @@ func (b *backfiller) fire(ctx context.Context, bf *schemas.Backfill, t time.Time
 	m := nats.NewMsg(b.s.triggerPrefix + bf.Task)
 	m.Data = data
 	m.Header.Set(streams.HeaderMsgID, streams.CronMsgID(b.mac, bf.Task, eventID))
+	span := b.s.startBackfillFire(bf, t, m)
 	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	if _, err := b.s.js.PublishMsg(pctx, m); err != nil {
-		return fmt.Errorf("publish tick %s: %w", t.Format(time.RFC3339), err)
+	if _, err = b.s.js.PublishMsg(pctx, m); err != nil {
+		err = fmt.Errorf("publish tick %s: %w", t.Format(time.RFC3339), err)
 	}
-	return nil
+	endSpan(span, err)
+	return err
 }

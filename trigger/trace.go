@@ -4,11 +4,13 @@ import (
 	"context"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -40,15 +42,34 @@ func (s *Service) startFire(f *firing) string {
 	return parent
 }
 
+// startBackfillFire starts ax.trigger.fire for tick t of backfill bf,
+// published as m: a root span, as a cron firing's, with the backfill's
+// id, whose context m's traceparent header carries.
+func (s *Service) startBackfillFire(bf *schemas.Backfill, t time.Time, m *nats.Msg) trace.Span {
+	ctx, span := s.tracer.Start(context.Background(), "ax.trigger.fire", trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("ax.task", bf.Task), attribute.Int("ax.trigger_index", bf.TriggerIndex),
+			attribute.String("ax.tick", t.UTC().Format(time.RFC3339)), attribute.Int64("ax.backfill", bf.ID),
+			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject))
+		streams.InjectTrace(ctx, m.Header)
+	}
+	return span
+}
+
 // endFire ends f's span once its publish was answered.
 func endFire(f *firing) {
 	if f.span == nil {
 		return
 	}
-	if f.err != nil {
-		f.span.RecordError(f.err)
-		f.span.SetStatus(codes.Error, f.err.Error())
-	}
-	f.span.End()
+	endSpan(f.span, f.err)
 	f.span = nil
+}
+
+// endSpan ends span, which failed with err when err is not nil.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }

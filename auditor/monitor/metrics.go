@@ -1,14 +1,17 @@
 package monitor
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // BacklogAge is how long an instance must have waited (DISPATCHED, WAITING
@@ -205,11 +208,11 @@ func (m *metrics) observe(recs []schemas.AuditRecord, times map[int64]store.Inst
 		switch {
 		case r.From == "" && r.To == schemas.StateCreated:
 			if timed {
-				m.schedulingDelay.WithLabelValues(r.Task).Observe(since(it.FiredAt, r.At))
+				observeTraced(m.schedulingDelay.WithLabelValues(r.Task), since(it.FiredAt, r.At), r.Traceparent)
 			}
 		case r.To == schemas.StateRunning:
 			if timed && r.Attempt == 1 {
-				m.triggerToStart.WithLabelValues(r.Task).Observe(since(it.FiredAt, r.At))
+				observeTraced(m.triggerToStart.WithLabelValues(r.Task), since(it.FiredAt, r.At), r.Traceparent)
 			}
 		}
 		if attemptEnded(r) {
@@ -238,13 +241,29 @@ func (m *metrics) observe(recs []schemas.AuditRecord, times map[int64]store.Inst
 				if it.StartedAttempt == r.Attempt && !it.StartedAt.IsZero() && it.StartedAt.Before(started) {
 					started = it.StartedAt
 				}
-				m.startToEnd.WithLabelValues(r.Task).Observe(since(started, r.At))
+				observeTraced(m.startToEnd.WithLabelValues(r.Task), since(started, r.At), r.Traceparent)
 			}
 		}
 		if r.To.Terminal() {
 			m.instancesEnded.WithLabelValues(r.Task, string(r.To)).Inc()
 		}
 	}
+}
+
+// observeTraced observes v on h with an exemplar naming the trace of
+// traceparent (the record's, its instance's: the span that created it)
+// when that trace is sampled, so that a slow bucket links to a firing's
+// trace; plainly otherwise. Exemplars are served in the OpenMetrics
+// format only (internal/metrics.Handler).
+func observeTraced(h prometheus.Observer, v float64, traceparent string) {
+	if traceparent != "" {
+		sc := trace.SpanContextFromContext(streams.WithTraceHeaders(context.Background(), traceparent, ""))
+		if e, ok := h.(prometheus.ExemplarObserver); ok && sc.IsValid() && sc.IsSampled() {
+			e.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String(), "span_id": sc.SpanID().String()})
+			return
+		}
+	}
+	h.Observe(v)
 }
 
 // setGauges sets vec to exactly the series of values (label values joined

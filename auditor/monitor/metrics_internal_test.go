@@ -2,11 +2,14 @@ package monitor
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
 // TestHandedBackIsNoFailure counts a hand-back (RUNNING → RETRYING with a
@@ -32,5 +35,62 @@ func TestHandedBackIsNoFailure(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.retries.WithLabelValues("etl")); got != 1 {
 		t.Errorf("ax_retries_total = %v, want 1: the failure's, not the hand-back's", got)
+	}
+}
+
+// TestLatencyExemplarsNameTheSampledTrace gives an observation of a record
+// whose instance's trace is sampled an exemplar with its trace and span
+// ids, and none to one not sampled, malformed or without a trace.
+func TestLatencyExemplarsNameTheSampledTrace(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	fired := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	created := func(task string, id int64, traceparent string) schemas.AuditRecord {
+		return schemas.AuditRecord{Kind: schemas.AuditTransition, InstanceID: id, Task: task, Attempt: 1,
+			To: schemas.StateCreated, At: fired.Add(time.Duration(id) * time.Second), Traceparent: traceparent}
+	}
+	recs := []schemas.AuditRecord{created("sampled", 1, "00-"+tid+"-"+sid+"-01"),
+		created("unsampled", 2, "00-"+tid+"-"+sid+"-00"), created("malformed", 3, "00-"+tid+"-nothex-01"),
+		created("untraced", 4, "")}
+	times := map[int64]store.InstanceTimes{}
+	for _, r := range recs {
+		times[r.InstanceID] = store.InstanceTimes{FiredAt: fired}
+	}
+	m.observe(recs, times)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exemplars := map[string][]*dto.Exemplar{}
+	for _, f := range families {
+		if f.GetName() != "ax_scheduling_delay_seconds" {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			task := metric.GetLabel()[0].GetValue()
+			for _, b := range metric.GetHistogram().GetBucket() {
+				if e := b.GetExemplar(); e != nil {
+					exemplars[task] = append(exemplars[task], e)
+				}
+			}
+			if metric.GetHistogram().GetSampleCount() != 1 {
+				t.Errorf("task %s: %d observations, want 1", task, metric.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	if len(exemplars) != 1 || len(exemplars["sampled"]) != 1 {
+		t.Fatalf("exemplars by task = %v, want one of task sampled", exemplars)
+	}
+	e := exemplars["sampled"][0]
+	labels := map[string]string{}
+	for _, l := range e.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if labels["trace_id"] != tid || labels["span_id"] != sid || e.GetValue() != 1 {
+		t.Errorf("exemplar %v = %v, want trace_id %s, span_id %s, value 1", labels, e.GetValue(), tid, sid)
 	}
 }

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -9,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -24,8 +27,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ax-scheduler/ax/api/wire"
+	"github.com/ax-scheduler/ax/auditor"
 	"github.com/ax-scheduler/ax/devstack"
 	"github.com/ax-scheduler/ax/executor"
+	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/telemetry"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -117,6 +123,99 @@ execution:
 		}
 	})
 
+	t.Run("delayed", func(t *testing.T) {
+		// Further off than the API publishes at once: a message schedule,
+		// which the server publishes with the schedule's headers.
+		tid, parent := "6c3d6f1a2b3c4d5e6f708192a3b4c5d6", "445566778899aabb"
+		res := ts.post("traced", "00-"+tid+"-"+parent+"-01", `{"delay": "2s"}`)
+		if res.InstanceID != 0 || res.RunAt.IsZero() {
+			t.Fatalf("a firing delayed by 2 s: %+v, want it accepted for later", res)
+		}
+		inst, err := ts.s.client.WaitFiring(ts.ctx(t), "traced", res.EventID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spans := ts.trace(tid, "ax.dispatcher.report", inst.ID, 1)
+		ts.checkAttempts(spans, one(t, spans, "POST /v1/tasks/{name}/runs", 0).id, inst.ID, 1, schemas.ReportSucceeded)
+	})
+
+	t.Run("fair", func(t *testing.T) {
+		// A task with a fairness key has its attempts held back in
+		// PostgreSQL and let in later: the released message carries the
+		// traceparent of the span that routed it.
+		ts.s.apply("task_name: traced-fair\nexecution:\n  handler: test.trace\ndispatch:\n  fairness:\n    key: \"{{.tenant}}\"\n")
+		tid, parent := "8e1f6f1a2b3c4d5e6f708192a3b4c5d6", "2233445566778899"
+		id := ts.fireHTTP("traced-fair", "00-"+tid+"-"+parent+"-01", `{"payload": {"tenant": "a"}}`)
+		spans := ts.trace(tid, "ax.dispatcher.report", id, 1)
+		ts.checkAttempts(spans, one(t, spans, "POST /v1/tasks/{name}/runs", 0).id, id, 1, schemas.ReportSucceeded)
+	})
+
+	t.Run("lost", func(t *testing.T) {
+		// Attempt 1's worker dies: the reaper fails it when its lease
+		// expires and starts attempt 2, under a retry span of its own.
+		ts.s.apply("task_name: traced-lost\nexecution:\n  handler: test.lost\n  retry: {max_attempts: 2}\ndispatch: {tags: [lost]}\n")
+		victimConn, _ := ts.s.srv.Connect()
+		mux := executor.NewMux()
+		mux.HandleFunc("test.lost", func(ctx context.Context, _ *executor.Job) (any, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		victim, err := executor.New(executor.Options{Conn: victimConn, WorkerID: "victim", Pools: []string{"lost"}, Mux: mux,
+			Slots: 1, Logger: slog.New(zerolog.NewSlogHandler(ts.s.log)), ShutdownTimeout: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = victim.Run(ctx) // it fails once its connection is closed
+		}()
+		t.Cleanup(func() { stop(); <-done })
+
+		tid, parent := "9f2a6f1a2b3c4d5e6f708192a3b4c5d6", "33445566778899aa"
+		id := ts.fireHTTP("traced-lost", "00-"+tid+"-"+parent+"-01", `{}`)
+		ts.s.waitState(id, schemas.StateRunning, 60*time.Second)
+		victimConn.Close() // nothing renews its lease
+		rescuer := executor.NewMux()
+		rescuer.HandleFunc("test.lost", func(context.Context, *executor.Job) (any, error) { return "ok", nil })
+		defer ts.s.worker(executor.Options{WorkerID: "rescuer", Pools: []string{"lost"}, Mux: rescuer, TracerProvider: ts.executorTP})()
+		spans := ts.trace(tid, "ax.dispatcher.report", id, 2)
+		create := one(t, spans, "ax.dispatcher.create", 0)
+		retry := one(t, spans, "ax.dispatcher.retry", 2)
+		if retry.parent != create.id || retry.attrs["ax.cause"] != "lease expired" || retry.attrs["ax.instance_id"] != id {
+			t.Errorf("the reaper's retry span: parent %s, cause %v, instance %v; want the instance's creation %s, lease expired, %d",
+				retry.parent, retry.attrs["ax.cause"], retry.attrs["ax.instance_id"], create.id, id)
+		}
+		dispatch := one(t, spans, "ax.dispatcher.dispatch", 2)
+		run := one(t, spans, "ax.executor.run", 2)
+		if dispatch.parent != create.id || run.parent != dispatch.id || run.attrs["ax.worker_id"] != "rescuer" {
+			t.Errorf("attempt 2: dispatch under %s, run under %s on %v; want under %s, under %s, on rescuer",
+				dispatch.parent, run.parent, run.attrs["ax.worker_id"], create.id, dispatch.id)
+		}
+	})
+
+	t.Run("exemplar", func(t *testing.T) {
+		ts.s.apply("task_name: exemplified\nexecution:\n  handler: test.trace\n")
+		tid, parent := "7d4e6f1a2b3c4d5e6f708192a3b4c5d6", "1122334455667788"
+		id := ts.fireHTTP("exemplified", "00-"+tid+"-"+parent+"-01", `{}`)
+		ts.s.waitState(id, schemas.StateSucceeded, 60*time.Second)
+		create := one(t, ts.trace(tid, "ax.dispatcher.report", id, 1), "ax.dispatcher.create", 0)
+		// The auditor observes each latency from the audit trail, whose
+		// records carry the instance's trace context: the exemplar names
+		// the firing's trace and the instance's creation in it.
+		for _, name := range []string{"ax_scheduling_delay_seconds", "ax_trigger_to_start_seconds", "ax_start_to_end_seconds"} {
+			var got map[string]string
+			waitFor(t, "an exemplar of "+name, 60*time.Second, func() (bool, error) {
+				got = ts.exemplar(name, "exemplified")
+				return got != nil, nil
+			})
+			if got["trace_id"] != tid || got["span_id"] != create.id {
+				t.Errorf("%s's exemplar = %v, want trace_id %s, span_id %s (the instance's creation)", name, got, tid, create.id)
+			}
+		}
+	})
+
 	t.Run("cron", func(t *testing.T) {
 		ts.s.apply(`
 task_name: traced-cron
@@ -147,6 +246,40 @@ triggers:
 	})
 }
 
+// A backfill's firing starts its trace in the trigger service, as a cron
+// firing does, and the instance it makes continues it.
+func TestBackfillFiringIsOneTrace(t *testing.T) {
+	// Not parallel: the exporters read the OTEL_* variables it sets.
+	ts := newTracedSystem(t)
+	ts.s.apply("task_name: traced-daily\nexecution:\n  handler: test.trace\ntriggers:\n  - type: cron\n    schedule: \"0 0 3 * * *\"\n")
+	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	b, err := ts.s.client.Backfill(ts.ctx(t), "traced-daily", wire.BackfillRequest{From: day, To: day.Add(23 * time.Hour)})
+	if err != nil || b.Total != 1 {
+		t.Fatalf("backfill = %+v, %v; want one tick", b, err)
+	}
+	var fire gotSpan
+	waitFor(t, "the backfill's firing's span", 60*time.Second, func() (bool, error) {
+		for _, sp := range ts.spans() {
+			if sp.name == "ax.trigger.fire" && sp.attrs["ax.backfill"] == b.ID {
+				fire = sp
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if fire.parent != "" || fire.service != "ax-trigger" || fire.attrs["ax.task"] != "traced-daily" {
+		t.Errorf("the backfill's firing's span: parent %q in %s, task %v; want a root span of traced-daily in ax-trigger",
+			fire.parent, fire.service, fire.attrs["ax.task"])
+	}
+	spans := ts.trace(fire.trace, "ax.dispatcher.report", 0, 1)
+	create := one(t, spans, "ax.dispatcher.create", 0)
+	id, _ := create.attrs["ax.instance_id"].(int64)
+	ts.checkAttempts(spans, fire.id, id, 1, schemas.ReportSucceeded)
+	if create.attrs["ax.event_id"] != schemas.CronEventID("traced-daily", 0, day.Add(3*time.Hour)) {
+		t.Errorf("the instance's event id is %v, want the backfilled tick's", create.attrs["ax.event_id"])
+	}
+}
+
 // tracedSystem is a system whose services export their spans, each under
 // its own service name, to an OTLP receiver.
 type tracedSystem struct {
@@ -159,6 +292,10 @@ type tracedSystem struct {
 	// handlerSpans holds the span id each handler call found in its
 	// context, by instance and attempt.
 	handlerSpans map[[2]int64]string
+	// metrics serves the dispatcher's and the auditor's metrics.
+	metrics *httptest.Server
+	// executorTP is the executors' provider.
+	executorTP *sdktrace.TracerProvider
 }
 
 func newTracedSystem(t *testing.T) *tracedSystem {
@@ -191,6 +328,7 @@ func newTracedSystem(t *testing.T) *tracedSystem {
 		return "ok", nil
 	})
 
+	ts.executorTP = provider("ax-executor")
 	srv := streamstest.NewServer(t, streams.Config{LeaseTTL: leaseTTL})
 	_, js := srv.Connect()
 	pool := storetest.NewDB(t)
@@ -199,10 +337,16 @@ func newTracedSystem(t *testing.T) *tracedSystem {
 	opts := devstack.Options{NATSURL: srv.URL, Streams: streams.Config{LeaseTTL: leaseTTL},
 		Services: []natsauth.Role{natsauth.Dispatcher, natsauth.Trigger, natsauth.API},
 		Executors: []devstack.Executor{{Options: executor.Options{WorkerID: "w1", Mux: mux, Slots: 4,
-			Logger: slog.New(zerolog.NewSlogHandler(log)), TracerProvider: provider("ax-executor")}}}}
+			Logger: slog.New(zerolog.NewSlogHandler(log)), TracerProvider: ts.executorTP}}}}
 	opts.Dispatcher.TracerProvider = provider("ax-dispatcher")
 	opts.Trigger.TracerProvider = provider("ax-trigger")
 	opts.API.TracerProvider = provider("ax-api")
+	opts.Services = append(opts.Services, natsauth.Auditor)
+	opts.Metrics = metrics.NewRegistry()
+	opts.Auditor = auditor.Options{PollInterval: 10 * time.Millisecond, RetryInterval: 100 * time.Millisecond,
+		RefreshInterval: 50 * time.Millisecond}
+	ts.metrics = httptest.NewServer(metrics.Handler(opts.Metrics))
+	t.Cleanup(ts.metrics.Close)
 	s.stack, _ = s.startStack(opts)
 	s.dispatcher, s.dispatchConn = s.stack.Dispatcher, s.stack.Conn("dispatcher")
 	s.serveAPI(s.stack.API)
@@ -244,6 +388,16 @@ func (ts *tracedSystem) ctx(t *testing.T) context.Context {
 // fireHTTP fires task by POST /v1/tasks/{name}/runs with the traceparent
 // header and returns the instance made.
 func (ts *tracedSystem) fireHTTP(task, traceparent, body string) int64 {
+	res := ts.post(task, traceparent, body)
+	if res.InstanceID == 0 {
+		ts.t.Fatalf("fire %s: no instance made: %+v", task, res)
+	}
+	return res.InstanceID
+}
+
+// post fires task by POST /v1/tasks/{name}/runs with the traceparent
+// header and returns the answer, 201 or 202.
+func (ts *tracedSystem) post(task, traceparent, body string) wire.FireResult {
 	t := ts.t
 	req, err := http.NewRequest(http.MethodPost, ts.s.apiURL+"/v1/tasks/"+task+"/runs", strings.NewReader(body))
 	if err != nil {
@@ -257,13 +411,50 @@ func (ts *tracedSystem) fireHTTP(task, traceparent, body string) int64 {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	var res struct {
-		InstanceID int64 `json:"instance_id"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != http.StatusCreated {
+	var res wire.FireResult
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil ||
+		(resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusAccepted) {
 		t.Fatalf("fire %s: %s, %v", task, resp.Status, err)
 	}
-	return res.InstanceID
+	return res
+}
+
+// exemplarRE matches an OpenMetrics histogram bucket with an exemplar:
+// the metric's name, its labels and the exemplar's labels.
+var exemplarRE = regexp.MustCompile(`^([a-z_]+)_bucket\{([^}]*)\} \S+ # \{([^}]*)\} \S+`)
+
+// exemplar scrapes the metrics as Prometheus does, asking for
+// OpenMetrics, and returns the labels of an exemplar of histogram name
+// for task, nil when it has none.
+func (ts *tracedSystem) exemplar(name, task string) map[string]string {
+	t := ts.t
+	req, err := http.NewRequest(http.MethodGet, ts.metrics.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+	resp, err := ts.metrics.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") {
+		t.Fatalf("the metrics came as %s, want OpenMetrics", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		m := exemplarRE.FindStringSubmatch(sc.Text())
+		if m == nil || m[1] != name || !strings.Contains(m[2], `task="`+task+`"`) {
+			continue
+		}
+		labels := map[string]string{}
+		for _, kv := range strings.Split(m[3], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			labels[k] = strings.Trim(v, `"`)
+		}
+		return labels
+	}
+	return nil
 }
 
 func (ts *tracedSystem) handlerSpan(id int64, attempt int) string {

@@ -26,9 +26,13 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// Handler serves g in the Prometheus exposition format.
+// Handler serves g in the Prometheus text format, or in OpenMetrics to a
+// scraper that asks for it (Accept: application/openmetrics-text, as
+// Prometheus does by default): only OpenMetrics carries the latency
+// histograms' exemplars, which link a bucket to a firing's trace. Every
+// counter is named …_total, so the series are the same in either format.
 func Handler(g prometheus.Gatherer) http.Handler {
-	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true})
 }
 
 // Serve listens on addr and serves g on /metrics until ctx ends; then it
