@@ -17,6 +17,9 @@ WITHPG = $(GO) run ./internal/tools/withpg --
 # CHROMIUM is the browser the console's browser test (internal/e2e) drives;
 # the test reads AX_CHROMIUM too.
 CHROMIUM ?= $(or $(AX_CHROMIUM),/usr/bin/chromium)
+# PROMETHEUS is the Prometheus the dashboard test (internal/e2e) evaluates
+# the Grafana dashboard's queries in; the test reads AX_PROMETHEUS too.
+PROMETHEUS ?= $(or $(AX_PROMETHEUS),/usr/bin/prometheus)
 # AX_BENCH_FSYNC is the durability the benchmarks' private PostgreSQL runs
 # with: on (production, the default) or off. The benchmarks print what the
 # server reports either way.
@@ -36,7 +39,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test test-short test-cluster chromium mariadb lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
+.PHONY: help dev build test test-short test-cluster chromium mariadb prometheus lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -50,8 +53,8 @@ dev: build ## run every service in one process (ax dev, built into bin/ax; flags
 build: ## build the ax binary into bin/ax
 	$(GO) build -o bin/ax ./cmd/ax
 
-test: chromium mariadb ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
-	AX_CHROMIUM=$(CHROMIUM) $(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+test: chromium mariadb prometheus ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
+	AX_CHROMIUM=$(CHROMIUM) AX_PROMETHEUS=$(PROMETHEUS) $(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 test-short: ## the quick tests, go test -short: need only Go and PostgreSQL (no browser, Node, helm or NATS cluster tests)
 	$(WITHPG) $(GO) test -short -race -count=1 -timeout 30m $(PKGS)
@@ -81,6 +84,18 @@ mariadb: ## make sure the XXL-JOB import and shadow tests have MariaDB: installs
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mariadb-server >/dev/null; \
 	else \
 		echo "make test needs MariaDB's server for the XXL-JOB import test: run 'sudo apt-get install -y mariadb-server'"; \
+		exit 1; \
+	fi
+
+prometheus: ## make sure the dashboard test has Prometheus: installs Debian's prometheus as root, else says how
+	@case "$(PKGS)" in *...*|*e2e*) ;; *) exit 0 ;; esac; \
+	if [ -x "$(PROMETHEUS)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's prometheus for the dashboard test (internal/e2e/dashboard_checks_test.go)"; \
+		apt-get update -qq >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	else \
+		echo "make test needs Prometheus at $(PROMETHEUS) for the dashboard test: run 'sudo apt-get install -y prometheus' (or set AX_PROMETHEUS to a Prometheus elsewhere)"; \
 		exit 1; \
 	fi
 
