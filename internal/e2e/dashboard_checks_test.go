@@ -333,7 +333,7 @@ func (tr *dashTruth) startToEnd(sel dashSel) map[string][]float64 {
 	out := map[string][]float64{}
 	for _, r := range tr.runs {
 		in := tr.instance(r.instance)
-		if r.instance > tr.base && sel.taskOK(in.task) {
+		if r.instance > tr.base && !r.end.IsZero() && sel.taskOK(in.task) {
 			out[in.task] = append(out[in.task], r.end.Sub(r.start).Seconds())
 		}
 	}
@@ -873,7 +873,12 @@ func (e *dashEnv) scalar(expr string) (float64, error) {
 func (e *dashEnv) waitMonitored() float64 {
 	e.t.Helper()
 	var records, relayed, seen float64
-	defer func() { e.t.Logf("audit records: %g in PostgreSQL, %g relayed, %g monitored", records, relayed, seen) }()
+	defer func() {
+		e.t.Logf("audit records: %g in PostgreSQL, %g relayed, %g monitored", records, relayed, seen)
+		if e.t.Failed() {
+			e.logTargets()
+		}
+	}()
 	waitFor(e.t, "Prometheus to see every audit record relayed and monitored", 2*time.Minute, func() (bool, error) {
 		if err := e.store.Pool().QueryRow(context.Background(),
 			`SELECT (SELECT count(*) FROM instance_transition_log) + (SELECT count(*) FROM operator_actions)`).Scan(&records); err != nil {
@@ -887,6 +892,28 @@ func (e *dashEnv) waitMonitored() float64 {
 		return seen == relayed && relayed == records, err
 	})
 	return records
+}
+
+// logTargets logs Prometheus's view of its targets.
+func (e *dashEnv) logTargets() {
+	resp, err := http.Get(e.promURL + "/api/v1/targets")
+	if err != nil {
+		e.t.Logf("targets: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			ActiveTargets []struct {
+				ScrapeURL, Health, LastError string
+			} `json:"activeTargets"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err == nil {
+		for _, tg := range body.Data.ActiveTargets {
+			e.t.Logf("target %s: %s %s", tg.ScrapeURL, tg.Health, tg.LastError)
+		}
+	}
 }
 
 // TestDashboardAgainstTheTruth evaluates every query of AX's Grafana

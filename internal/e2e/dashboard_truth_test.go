@@ -102,12 +102,13 @@ func (h *dashHandlers) mux() *executor.Mux {
 	mux := executor.NewMux()
 	mux.HandleFunc("dash.run", func(ctx context.Context, job *executor.Job) (any, error) {
 		start := time.Now()
-		defer h.record(job, start)
 		var p struct{ Block bool }
 		_ = json.Unmarshal(job.Payload, &p)
 		if p.Block {
+			// A run holding its slot counts from its start: its end is zero.
 			h.mu.Lock()
 			h.blocked[job.WorkerID]++
+			h.runs = append(h.runs, handlerRun{instance: job.InstanceID, attempt: job.Attempt, worker: job.WorkerID, start: start})
 			h.mu.Unlock()
 			defer func() {
 				h.mu.Lock()
@@ -121,6 +122,7 @@ func (h *dashHandlers) mux() *executor.Mux {
 			}
 			return "released", nil
 		}
+		defer h.record(job, start)
 		time.Sleep(h.runFor)
 		return "ok", nil
 	})
