@@ -606,13 +606,13 @@ var dashboardChecks = map[string]dashCheck{
 	"Retry rate by task/A": {expected: func(tr *dashTruth, sel dashSel) map[string]bounds {
 		return ratios(tr.byTask(sel, isRetry), tr.byTask(sel, isAttempt))
 	}, why: "a ratio of rates, ±0.03"},
-	"Backlog by task/A":    {expected: func(tr *dashTruth, sel dashSel) map[string]bounds { return tr.backlog(sel) }},
-	"Trigger → start/A":    quantileCheck(0.5, (*dashTruth).triggerToStart, delayBuckets, 0.25, false),
-	"Trigger → start/B":    quantileCheck(0.95, (*dashTruth).triggerToStart, delayBuckets, 0.25, false),
-	"Trigger → start/C":    quantileCheck(0.99, (*dashTruth).triggerToStart, delayBuckets, 0.25, false),
-	"Start → end/A":        quantileCheck(0.5, (*dashTruth).startToEnd, runBuckets, 1, false),
-	"Start → end/B":        quantileCheck(0.95, (*dashTruth).startToEnd, runBuckets, 1, false),
-	"Start → end/C":        quantileCheck(0.99, (*dashTruth).startToEnd, runBuckets, 1, false),
+	"Backlog by task/A":         {expected: func(tr *dashTruth, sel dashSel) map[string]bounds { return tr.backlog(sel) }},
+	"Trigger → start/A":         quantileCheck(0.5, (*dashTruth).triggerToStart, delayBuckets, 0.25, false),
+	"Trigger → start/B":         quantileCheck(0.95, (*dashTruth).triggerToStart, delayBuckets, 0.25, false),
+	"Trigger → start/C":         quantileCheck(0.99, (*dashTruth).triggerToStart, delayBuckets, 0.25, false),
+	"Start → end/A":             quantileCheck(0.5, (*dashTruth).startToEnd, runBuckets, 1, false),
+	"Start → end/B":             quantileCheck(0.95, (*dashTruth).startToEnd, runBuckets, 1, false),
+	"Start → end/C":             quantileCheck(0.99, (*dashTruth).startToEnd, runBuckets, 1, false),
 	"Start → end p95 by task/A": quantileCheck(0.95, (*dashTruth).startToEnd, runBuckets, 1, true),
 	"Start → end p95 by task/B": {expected: func(tr *dashTruth, sel dashSel) map[string]bounds {
 		return means(tr.startToEnd(sel), 1)

@@ -411,8 +411,8 @@ func (e *dashEnv) query(expr string) ([]promSample, error) {
 		Status string `json:"status"`
 		Error  string `json:"error"`
 		Data   struct {
-			ResultType string            `json:"resultType"`
-			Result     json.RawMessage   `json:"result"`
+			ResultType string          `json:"resultType"`
+			Result     json.RawMessage `json:"result"`
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
