@@ -39,7 +39,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test test-short test-cluster chromium mariadb prometheus lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
+.PHONY: help dev build test test-short test-cluster test-dashboard chromium mariadb prometheus lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -62,6 +62,9 @@ test-short: ## the quick tests, go test -short: need only Go and PostgreSQL (no 
 test-cluster: ## the pipeline on a three-node NATS cluster through two node restarts, verbose (also in make test), and nats-server's lost limit markers (a server bug, not in make test)
 	AX_TEST_CLUSTER=1 $(GO) test -race -count=1 -v -run ClusterKeepsLimitMarkers ./internal/natsembed/
 	$(WITHPG) $(GO) test -race -count=1 -v -run NATSNodeRestarts ./internal/e2e/
+
+test-dashboard: prometheus ## every query of the Grafana dashboard against PostgreSQL and JetStream on a three-node cluster, in Debian's Prometheus, verbose (not yet in make test)
+	AX_TEST_DASHBOARD=1 $(WITHPG) $(GO) test -race -count=1 -v -run DashboardAgainstTheTruth ./internal/e2e/
 
 chromium: ## make sure the browser test has Chromium: installs Debian's chromium as root, else says how
 	@case "$(PKGS)" in *...*|*e2e*) ;; *) exit 0 ;; esac; \
