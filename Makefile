@@ -71,8 +71,7 @@ chromium: ## make sure the browser test has Chromium: installs Debian's chromium
 	if [ -x "$(CHROMIUM)" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian's chromium for the browser test (internal/e2e/browser_test.go)"; \
-		apt-get update -qq >/dev/null; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		internal/tools/apt-install.sh chromium; \
 	else \
 		echo "make test needs Chromium at $(CHROMIUM) for the browser test: run 'sudo apt-get install -y chromium' (or set AX_CHROMIUM to a Chromium elsewhere)"; \
 		exit 1; \
@@ -83,8 +82,7 @@ mariadb: ## make sure the XXL-JOB import and shadow tests have MariaDB: installs
 	if command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian's mariadb-server for the XXL-JOB import test (importer/xxljob_test.go)"; \
-		apt-get update -qq >/dev/null; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mariadb-server >/dev/null; \
+		internal/tools/apt-install.sh --no-install-recommends mariadb-server; \
 	else \
 		echo "make test needs MariaDB's server for the XXL-JOB import test: run 'sudo apt-get install -y mariadb-server'"; \
 		exit 1; \

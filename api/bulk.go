@@ -198,6 +198,7 @@ func (s *Service) publishCancels(ctx context.Context, who string, auditID int64,
 		if err != nil {
 			return err
 		}
+		streams.InjectTrace(ctx, msg.Header)
 		batch.Add(msg)
 	}
 	return batch.Wait(ctx)

@@ -157,6 +157,7 @@ func (s *Service) publishBatch(r *http.Request, subject, task string, firings []
 	m := nats.NewMsg(subject)
 	m.Data = data
 	m.Header.Set(nats.MsgIdHdr, streams.TriggerMsgID(task, "batch-"+nuid.Next()))
+	streams.InjectTrace(r.Context(), m.Header)
 	_, err = s.js.PublishMsg(r.Context(), m)
 	return err
 }

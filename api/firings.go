@@ -195,6 +195,7 @@ func (s *Service) takeFiring(r *http.Request, action schemas.OperatorAction) (sc
 	m := nats.NewMsg(subject)
 	m.Header.Set(cancelledHeader, operator(r))
 	m.Data = []byte("{}")
+	streams.InjectTrace(r.Context(), m.Header)
 	if _, err := s.js.PublishMsg(r.Context(), m); err != nil {
 		return ev, nil, internal("cancel the schedule "+subject, err)
 	}

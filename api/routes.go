@@ -122,7 +122,7 @@ func (s *Service) routes() http.Handler {
 	for _, rt := range routeTable {
 		handle := rt.handle
 		h := s.handle(func(w http.ResponseWriter, r *http.Request) error { return handle(s, w, r) })
-		mux.Handle(rt.Method+" "+rt.Pattern, s.authorize(rt.Route, refuseUnstorable(h)))
+		mux.Handle(rt.Method+" "+rt.Pattern, s.traced(rt.Route, s.authorize(rt.Route, refuseUnstorable(h))))
 	}
 	s.consoleRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { noRoute(mux, w, r) })

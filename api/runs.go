@@ -345,6 +345,7 @@ func (s *Service) publishDelayed(ctx context.Context, ev schemas.TriggerEvent, e
 	if err != nil {
 		return subject, err
 	}
+	streams.InjectTrace(ctx, m.Header)
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return subject, fmt.Errorf("publish to %s: %w", subject, err)
 	}

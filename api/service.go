@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/internal/metrics"
@@ -62,6 +63,11 @@ type Options struct {
 	// Metrics is what GET /metrics serves (default: the Go runtime and
 	// process metrics of this process).
 	Metrics prometheus.Gatherer
+	// TracerProvider makes the spans of the POST routes, children of the
+	// request's traceparent header (default OpenTelemetry's global
+	// provider, which makes none until the program installs one; the
+	// header's context is passed on to the firings either way).
+	TracerProvider trace.TracerProvider
 }
 
 // Service is the HTTP API. Its handler is safe for concurrent use.

@@ -315,6 +315,7 @@ func (rr *rerouting) add(m jetstream.Msg) error {
 	if r.header != "" {
 		out.Header.Set(routeHeader, r.header)
 	}
+	streams.CopyTrace(out.Header, m.Headers())
 	rt.waits.noteRouted(a, r)
 	log.Info().Str("worker_id", r.worker).Msg("attempt of a worker that left routed again")
 	rr.batch.Add(out)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -81,6 +82,10 @@ type Options struct {
 	// while a dispatcher older than the batches still consumes the
 	// reports: it would drop a batch as malformed.
 	SingleReports bool
+	// TracerProvider makes the dispatcher's spans (see trace.go; default
+	// OpenTelemetry's global provider, which makes none until the program
+	// installs one).
+	TracerProvider trace.TracerProvider
 }
 
 // Service is a dispatcher. Make one with [New] and start it with [Service.Run].
@@ -120,6 +125,8 @@ type Service struct {
 	// fair holds back and lets in the attempts of tasks with a fairness
 	// key, and knows each task version's slots (fairness.go).
 	fair *fairness
+	// tracing makes the spans of firings, attempts and reports.
+	tracing tracing
 }
 
 // Faults is the one seam for the faults a rehearsal (ax drill) injects
@@ -216,6 +223,7 @@ func New(opts Options) (*Service, error) {
 		metrics: m,
 		workers: workers,
 		book:    newLeaseBook(),
+		tracing: newTracing(opts.TracerProvider),
 	}
 	s.waits = &waitTracker{now: opts.NowFunc, log: log, store: opts.Store, workers: workers, protocol: opts.Protocol}
 	s.router = &router{top: opts.Topology, protocol: opts.Protocol, workers: workers, log: log,
@@ -228,14 +236,14 @@ func New(opts Options) (*Service, error) {
 		batchSize: opts.BatchSize, book: s.book, workers: workers, deaths: s.deaths,
 		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, departed: s.router.departed}
 	s.recorder = &recorder{store: opts.Store, top: opts.Topology, workers: workers, faults: opts.Faults,
-		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s}
+		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, tracing: s.tracing}
 	lm, err := newLimitMetrics(opts.Metrics)
 	if err != nil {
 		return nil, fmt.Errorf("new dispatcher: register metrics: %w", err)
 	}
 	s.limiter = newLimiter(opts.Store, s, log, lm)
 	s.intake = &intake{store: opts.Store, top: opts.Topology, conn: opts.Conn, now: opts.NowFunc, log: log, metrics: m,
-		held: newHolder(), next: s,
+		held: newHolder(), next: s, tracing: s.tracing,
 		// Run follows the installed settings (see setUp).
 		triggersMaxAge: func() time.Duration { return s.opts.Streams.TriggersMaxAge }}
 	s.fair = newFairness(s)

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -79,8 +80,10 @@ type firingBatch struct {
 	// and by task of those with it.
 	create  []store.NewInstance
 	limited map[string][]store.NewInstance
-	// byKey holds the messages of each (task, event id).
+	// byKey holds the messages of each (task, event id); spans the span
+	// of the instance each makes (see trace.go).
 	byKey map[[2]string][]jetstream.Msg
+	spans map[[2]string]trace.Span
 
 	// What the writes made: the attempts of the instances created (some
 	// SKIPPED) and of the retries started, the instances that ended
@@ -117,7 +120,8 @@ func (it *intake) newFiringBatch(firings []firing, t *turn) *firingBatch {
 
 // run reads the batch's tasks, fills its instances, writes them and
 // publishes the attempts, returning what awaits their acknowledgements.
-func (b *firingBatch) run(ctx context.Context) (sentAttempts, error) {
+func (b *firingBatch) run(ctx context.Context) (_ sentAttempts, err error) {
+	defer func() { b.endSpans(err) }()
 	if err := b.readTasks(ctx); err != nil {
 		return sentAttempts{}, err
 	}
@@ -152,6 +156,7 @@ func (b *firingBatch) instances(ctx context.Context) error {
 	b.create = make([]store.NewInstance, 0, len(b.fresh))
 	b.limited = make(map[string][]store.NewInstance)
 	b.byKey = make(map[[2]string][]jetstream.Msg, len(b.fresh))
+	b.spans = make(map[[2]string]trace.Span, len(b.fresh))
 	// A key's first message is its slice of one in firstMsgs (capacity
 	// one: a second message of the key copies it out).
 	firstMsgs := make([]jetstream.Msg, len(b.fresh))
@@ -181,6 +186,9 @@ func (b *firingBatch) instances(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		span := it.tracing.startCreate(&f)
+		in.Trace = traceOf(span)
+		b.spans[key] = span
 		if n, _ := limited(rec.Definition); n > 0 || len(rec.Definition.Limits) > 0 {
 			b.limited[f.task] = append(b.limited[f.task], in)
 			continue
@@ -271,6 +279,22 @@ func (b *firingBatch) publish(ctx context.Context) (sentAttempts, error) {
 		return sentAttempts{}, err
 	}
 	return it.next.sendAttempts(ctx, batch, append(append(b.attempts, b.retried...), promoted...))
+}
+
+// endSpans ends the spans of the batch's instances: each with the
+// instance it made, or with err when the batch failed.
+func (b *firingBatch) endSpans(err error) {
+	for i := range b.attempts {
+		a := &b.attempts[i]
+		key := [2]string{a.Task, a.EventID}
+		if span, ok := b.spans[key]; ok {
+			endCreate(span, a, nil)
+			delete(b.spans, key)
+		}
+	}
+	for _, span := range b.spans {
+		endCreate(span, nil, err)
+	}
 }
 
 // firingPoint names a point of a batch of firings' way (see

@@ -79,6 +79,9 @@ func (it *intake) readFirings(m jetstream.Msg) []firing {
 // stream); source and fired_at have their defaults.
 func (it *intake) readFiring(m jetstream.Msg, task string, from streams.Origin, data []byte, index int) (firing, bool) {
 	f := firing{msg: m, task: task, from: from}
+	if h := m.Headers(); len(h) > 0 {
+		f.trace = store.Trace{Parent: streams.TraceParent(h), State: streams.TraceState(h)}
+	}
 	ev, err := taskdef.ParseTriggerEvent(data)
 	if err == nil && from == streams.FromOutside {
 		ev = it.unproven(m, task, ev)

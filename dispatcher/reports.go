@@ -3,10 +3,12 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -29,6 +31,7 @@ type recorder struct {
 	log     zerolog.Logger
 	metrics *metrics
 	next    completer
+	tracing tracing
 }
 
 // completer is what the outcomes of the recorder and the instances of the
@@ -205,6 +208,9 @@ func (rc *recorder) readReport(m jetstream.Msg, granted func(pool, worker string
 			r.Kind, r.Attempt, m.Subject(), r.WorkerID, rc.top.Report("<pool>", "<worker_id>", r.InstanceID)))}, true
 	}
 	r.Pool, r.Handlers = pool, granted(pool, worker)
+	if r.Traceparent == "" {
+		r.Traceparent = streams.TraceParent(m.Headers())
+	}
 	return []schemas.Report{r}, nil, true
 }
 
@@ -290,6 +296,7 @@ func sortRound(reports []schemas.Report) (started, final, progress []schemas.Rep
 // after the instances that ended and the waiting instances their slots
 // start. It returns the timeline events of the reports refused or stale.
 func (rc *recorder) applyReports(ctx context.Context, started, final []schemas.Report) ([]store.StaleReport, error) {
+	start := time.Now()
 	started, final, outcomes, err := rc.applyIsolating(ctx, started, final)
 	if err != nil {
 		return nil, err
@@ -300,16 +307,18 @@ func (rc *recorder) applyReports(ctx context.Context, started, final []schemas.R
 	for i, o := range outcomes {
 		isStarted := i < len(started)
 		var r schemas.Report
+		sctx, span := ctx, trace.SpanFromContext(context.Background())
 		if isStarted {
 			r = started[i]
 		} else {
 			r = final[i-len(started)]
+			sctx, span = rc.tracing.startReport(ctx, &r, &o, start)
 		}
 		switch {
 		case isRefused(o, r):
-			stale = append(stale, rc.noteRefused(r, fmt.Sprintf(
-				"%s report of attempt %d from worker %q of pool %s refused: the attempt is not that pool's, another worker (%q) holds it, or no grant key of the worker's credential names its handler",
-				r.Kind, o.Attempt, r.WorkerID, r.Pool, o.WorkerID)))
+			refused := rc.noteRefused(r, holderRefusal(r, o))
+			stale = append(stale, refused)
+			refuseReport(span, refused.Reason)
 			continue
 		case isStale(o, r.Kind):
 			stale = append(stale, rc.noteStale(o, r.Kind, r.WorkerID))
@@ -317,7 +326,9 @@ func (rc *recorder) applyReports(ctx context.Context, started, final []schemas.R
 		if e, ok := outcomeEnd(o); ok && !isStarted {
 			ended = append(ended, e)
 		}
-		if err := rc.settle(batch, r, o, isStarted); err != nil {
+		err := rc.settle(sctx, batch, r, o, isStarted)
+		span.End()
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -331,7 +342,7 @@ func (rc *recorder) applyReports(ctx context.Context, started, final []schemas.R
 // settle acts on the outcome o of report r (a started report when
 // isStarted): it stops an attempt its own started report finds stale,
 // and adds to batch the next attempt of a failure with attempts left.
-func (rc *recorder) settle(batch *streams.AsyncBatch, r schemas.Report, o store.Outcome, isStarted bool) error {
+func (rc *recorder) settle(ctx context.Context, batch *streams.AsyncBatch, r schemas.Report, o store.Outcome, isStarted bool) error {
 	switch {
 	case isStarted && !o.Applied && o.Found && o.CurrentAttempt == o.Attempt && o.State == schemas.StateSucceeded:
 		// Overtaken by its own success: the worker finished it, and
@@ -356,7 +367,9 @@ func (rc *recorder) settle(batch *streams.AsyncBatch, r schemas.Report, o store.
 			rc.log.Warn().Int64("instance_id", o.InstanceID).Int("attempt", o.Attempt).Int64("retry_after_ms", r.RetryAfterMS).
 				Msg("report asks for a negative retry_after_ms; the task's backoff applies")
 		}
-		return rc.scheduleRetry(batch, o, wait)
+		err := rc.scheduleRetry(batch, o, wait)
+		rc.tracing.retrySpan(ctx, &o, wait, err)
+		return err
 	}
 	return nil
 }
@@ -455,6 +468,25 @@ func isRefused(o store.Outcome, r schemas.Report) bool {
 		return r.Kind != schemas.ReportStarted || o.WorkerID != r.WorkerID
 	}
 	return false
+}
+
+// holderRefusal says why the store refused r, a report on o's current
+// attempt from a worker that does not hold it: the attempt is another
+// pool's, another worker holds it, or the worker's credential grants it
+// not the attempt's handler in its pool, as far as the grant keys this
+// dispatcher has seen show (see [liveWorkers.grantedHandlers]).
+func holderRefusal(r schemas.Report, o store.Outcome) string {
+	head := fmt.Sprintf("%s report of attempt %d from worker %q of pool %s refused: ", r.Kind, o.Attempt, r.WorkerID, r.Pool)
+	switch {
+	case !slices.Contains(schemas.PoolMembers(o.Pool), r.Pool):
+		return head + fmt.Sprintf("the attempt is pool %s's", o.Pool)
+	case o.WorkerID != "" && o.WorkerID != r.WorkerID:
+		return head + fmt.Sprintf("worker %q holds the attempt", o.WorkerID)
+	case !slices.Contains(r.Handlers, o.Handler):
+		return head + fmt.Sprintf("no grant key of the worker's credential seen by this dispatcher names handler %s in pool %s (it names %q)",
+			o.Handler, r.Pool, r.Handlers)
+	}
+	return head + "the worker does not hold the attempt"
 }
 
 // noteRefused counts and logs a report refused because it did not come

@@ -35,6 +35,9 @@ type route struct {
 	// pool is the pool of an instance's set of pools that the worker
 	// takes the attempt in ("" for an instance of one pool; see anyPool).
 	pool string
+	// trace is the traceparent of the attempt's dispatch span, "" for
+	// none (see trace.go).
+	trace string
 }
 
 // routeHeader is the header of a message on a worker's own subject that
@@ -77,13 +80,16 @@ func addDispatch(batch *streams.AsyncBatch, r route, d schemas.Dispatch, limit i
 	if int64(len(data)) > limit {
 		return errTooLarge{size: len(data), limit: limit}
 	}
-	var hdr [2]streams.Header
+	var hdr [3]streams.Header
 	n := 0
 	if r.msgID != "" {
 		hdr[n], n = streams.Header{Key: streams.HeaderMsgID, Value: r.msgID}, n+1
 	}
 	if r.header != "" {
 		hdr[n], n = streams.Header{Key: routeHeader, Value: r.header}, n+1
+	}
+	if r.trace != "" {
+		hdr[n], n = streams.Header{Key: streams.HeaderTraceParent, Value: r.trace}, n+1
 	}
 	batch.AddData(r.subject, data, hdr[:n]...)
 	return nil

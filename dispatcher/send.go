@@ -76,24 +76,12 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		if a.State != schemas.StateDispatched {
 			continue
 		}
-		r, err := s.router.route(a, rs)
+		failure, err := s.sendAttempt(ctx, batch, fair, rings, rs, a, limit)
 		if err != nil {
-			s.waits.noteNoWorker(a, err) // logged once per change of reason
-			if err := s.router.addReroute(batch, a); err != nil {
-				return sentAttempts{}, err
-			}
-			continue
-		}
-		s.waits.noteRouted(a, r)
-		d := s.dispatchOf(a)
-		d.Pool = r.poolOr(a.Pool)
-		if err := fair.add(ctx, batch, rings, a, r, d, limit); err != nil {
-			if tl, ok := errors.AsType[errTooLarge](err); ok {
-				// It would fail the batch on every try: it fails alone.
-				tooLarge = append(tooLarge, store.Failure{InstanceID: a.ID, Attempt: a.Attempt, Reason: tl.Error(), At: s.now(), Permanent: true})
-				continue
-			}
 			return sentAttempts{}, err
+		}
+		if failure != nil {
+			tooLarge = append(tooLarge, *failure)
 		}
 	}
 	if err := fair.flush(ctx); err != nil {
@@ -106,6 +94,32 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 		}
 	}
 	return sentAttempts{s: s, batch: batch, rings: rings}, nil
+}
+
+// sendAttempt routes attempt a (see [router.route]) and adds its
+// dispatch message to batch, under the span of its routing; one that no
+// live worker may take now is routed again after rerouteDelay. It returns
+// the failure of an attempt whose message is too large to publish: it
+// would fail the batch on every try, so it fails alone.
+func (s *Service) sendAttempt(ctx context.Context, batch *streams.AsyncBatch, fair *fairHold, rings map[string]bool,
+	rs *routing, a store.Attempt, limit int64) (*store.Failure, error) {
+	span := s.tracing.startDispatch(&a)
+	r, err := s.router.route(a, rs)
+	if err != nil {
+		endDispatch(span, r, err)
+		s.waits.noteNoWorker(a, err) // logged once per change of reason
+		return nil, s.router.addReroute(batch, a)
+	}
+	s.waits.noteRouted(a, r)
+	d := s.dispatchOf(a)
+	d.Pool = r.poolOr(a.Pool)
+	r.trace = traceOf(span).Parent
+	err = fair.add(ctx, batch, rings, a, r, d, limit)
+	endDispatch(span, r, err)
+	if tl, ok := errors.AsType[errTooLarge](err); ok {
+		return &store.Failure{InstanceID: a.ID, Attempt: a.Attempt, Reason: tl.Error(), At: s.now(), Permanent: true}, nil
+	}
+	return nil, err
 }
 
 // dispatchOf returns the dispatch message of attempt a.

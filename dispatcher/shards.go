@@ -119,6 +119,7 @@ func (s *Service) childrenOf(batch *streams.AsyncBatch, p store.Attempt) ([]stor
 			RunID:         p.RunID,
 			Parents:       p.Parents,
 			Shard:         store.Shard{ParentID: p.ID, ShardIndex: i, ShardCount: n},
+			Trace:         p.Trace, // a shard continues its firing's trace
 		})
 	}
 	return children, true, nil

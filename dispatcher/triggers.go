@@ -35,6 +35,7 @@ type intake struct {
 	// the store on first use (see intake.signedCron).
 	cronKey cronKey
 	next    completer
+	tracing tracing
 	// at, nil in production, is called at each firingPoint of a batch of
 	// firings with its firings: tests set it (export_test.go), before Run.
 	at func(firingPoint, []firing)
@@ -54,6 +55,8 @@ type firing struct {
 	// problem is why the message cannot fire its task as it is; such a
 	// firing makes a SKIPPED instance with the problem as reason.
 	problem string
+	// trace is the trace context of the message's headers (see trace.go).
+	trace store.Trace
 }
 
 // due returns when the firing's instance may be created: its run_at, or
@@ -131,6 +134,10 @@ func (it *intake) schedule(ctx context.Context, firings []firing, t *turn) func(
 		if err != nil {
 			it.next.retryLater(msgsOf(firings), err)
 			return nil
+		}
+		if f.trace.Parent != "" {
+			// The server publishes the schedule with its headers.
+			m.Header.Set(streams.HeaderTraceParent, f.trace.Parent)
 		}
 		batch.Add(m)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -29,6 +30,7 @@ type attempt struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	log       *slog.Logger // the worker's lines about the attempt
+	span      trace.Span   // ax.executor.run (see trace.go)
 	hlog      *slog.Logger // the handler's: shipped to AX_LOGS, copied to log
 
 	revision uint64 // the lease's last revision; guarded by leaseKeeper.mu
@@ -170,8 +172,9 @@ func (s *Service) register(p *pending, key string, lease []byte, revision uint64
 		handler: p.handler, hs: p.hs, slots: p.slots, mutexKey: p.mutexKey, mutexRev: p.mutexRev}
 	a.log = s.taskLogger(&d)
 	a.hlog = s.handlerLogger(&a.dispatch, a.log)
+	a.span = s.startRun(p)
 
-	ctx, cancel := context.WithCancelCause(s.handlersCtx)
+	ctx, cancel := context.WithCancelCause(trace.ContextWithSpan(s.handlersCtx, a.span))
 	var deadline time.Time
 	if timeout := d.Timeout(); timeout > 0 {
 		var stop context.CancelFunc
@@ -219,6 +222,7 @@ func (s *Service) taskLogger(d *schemas.Dispatch) *slog.Logger {
 // lease, and releases the mutex once the handler has returned.
 func (s *Service) runAttempt(a *attempt) {
 	defer s.runners.Done()
+	defer a.span.End()
 	a.log.Debug("attempt started", "handler", a.dispatch.Handler)
 	r := s.invoke(a)
 	returned := !r.at.IsZero()
@@ -244,6 +248,8 @@ func (s *Service) runAttempt(a *attempt) {
 		a.log.Warn("lease lost after the handler succeeded; reporting the success, which counts only if the attempt is still current")
 	}
 	rep := s.outcome(a, r.out, r.err, cause, r.at)
+	rep.Traceparent = traceparentOf(a.span)
+	endRun(a.span, &rep, r.err)
 	s.flushLogs(a)
 	if err := s.reports.final(&a.dispatch, &rep, a.dispatch.ReportBatches); err != nil {
 		// Without a report the lease must expire for the dispatcher to move

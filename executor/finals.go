@@ -28,14 +28,16 @@ const maxBatchReports = 1000
 type queuedFinal struct {
 	d    *schemas.Dispatch
 	kind schemas.ReportKind
-	data []byte     // the report, encoded
-	done chan error // receives the outcome of its publish
+	data []byte // the report, encoded
+	// trace is the report's traceparent, the header of a report sent alone.
+	trace string
+	done  chan error // receives the outcome of its publish
 }
 
 // sendFinal publishes the final report of d, encoded as data, through the
 // sender, and returns once it is stored (or failed to be).
-func (r *reporter) sendFinal(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) error {
-	q := &queuedFinal{d: d, kind: kind, data: data, done: make(chan error, 1)}
+func (r *reporter) sendFinal(d *schemas.Dispatch, kind schemas.ReportKind, data []byte, traceparent string) error {
+	q := &queuedFinal{d: d, kind: kind, data: data, trace: traceparent, done: make(chan error, 1)}
 	r.mu.Lock()
 	r.finalQueue = append(r.finalQueue, q)
 	r.mu.Unlock()
@@ -109,7 +111,7 @@ func (r *reporter) publishFinals(queued []*queuedFinal) {
 // report batch, or the report alone when it is the only one.
 func (r *reporter) finalsMsg(pool string, qs []*queuedFinal) *nats.Msg {
 	if len(qs) == 1 {
-		return r.reportMsg(qs[0].d, qs[0].kind, qs[0].data)
+		return r.reportMsg(qs[0].d, qs[0].kind, qs[0].data, qs[0].trace)
 	}
 	m := nats.NewMsg(r.topo.ReportBatch(pool, r.workerID))
 	m.Data = append(m.Data, `{"reports":[`...)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -131,6 +132,11 @@ type Options struct {
 	// NowFunc returns the current time for reports, leases and heartbeats
 	// (default time.Now). Deadlines run on the real clock.
 	NowFunc func() time.Time
+	// TracerProvider makes the spans of the attempts (ax.executor.run),
+	// whose context the handlers get; pass otel.GetTracerProvider() for
+	// the program's global one. Default: none recorded (the dispatch
+	// message's trace context still reaches the handler and the report).
+	TracerProvider trace.TracerProvider
 }
 
 var workerIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)

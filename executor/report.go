@@ -81,10 +81,13 @@ func (r *reporter) msgID(d *schemas.Dispatch, kind schemas.ReportKind) string {
 
 // reportMsg returns the message of a report of kind on d, encoded as data,
 // on its attempt's own subject.
-func (r *reporter) reportMsg(d *schemas.Dispatch, kind schemas.ReportKind, data []byte) *nats.Msg {
+func (r *reporter) reportMsg(d *schemas.Dispatch, kind schemas.ReportKind, data []byte, traceparent string) *nats.Msg {
 	m := nats.NewMsg(r.subject(d))
 	m.Data = data
 	m.Header.Set(streams.HeaderMsgID, r.msgID(d, kind))
+	if traceparent != "" {
+		m.Header.Set(streams.HeaderTraceParent, traceparent)
+	}
 	return m
 }
 
@@ -110,10 +113,10 @@ func (r *reporter) final(d *schemas.Dispatch, rep *schemas.Report, batches bool)
 	case err != nil:
 		return fmt.Errorf("encode report for %s: %w", r.subject(d), err)
 	case batches && !r.single:
-		return r.sendFinal(d, rep.Kind, data)
+		return r.sendFinal(d, rep.Kind, data, rep.Traceparent)
 	}
 	var spooled string
-	err = r.publishRetry(r.ctx, r.reportMsg(d, rep.Kind, data), func() {
+	err = r.publishRetry(r.ctx, r.reportMsg(d, rep.Kind, data, rep.Traceparent), func() {
 		spooled = r.spool(d, rep.Kind, data)
 	})
 	if err == nil {

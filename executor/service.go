@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -40,8 +41,9 @@ type Service struct {
 	// what they share — the options and the slots — and runs the pull loop
 	// that hands each fetched attempt from one part to the next.
 
-	opts Options
-	log  *slog.Logger
+	opts   Options
+	log    *slog.Logger
+	tracer trace.Tracer
 
 	started atomic.Bool
 	ready   chan struct{}
@@ -96,6 +98,7 @@ func New(opts Options) (*Service, error) {
 	s := &Service{
 		opts:          o,
 		log:           log,
+		tracer:        o.tracer(),
 		in:            newIntake(o, log),
 		leases:        leases,
 		fences:        &fenceAsker{conn: o.Conn, topo: o.Topology, workerID: o.WorkerID, ttl: leases.ttl},

@@ -51,7 +51,7 @@ func (r *reporter) spool(d *schemas.Dispatch, kind schemas.ReportKind, data []by
 	if r.spoolDir == "" {
 		return ""
 	}
-	m := r.reportMsg(d, kind, data)
+	m := r.reportMsg(d, kind, data, "")
 	b, err := json.Marshal(spooledReport{Subject: m.Subject, MsgID: m.Header.Get(streams.HeaderMsgID), Report: data})
 	if err == nil {
 		err = writeSynced(r.spoolPath(d), b)

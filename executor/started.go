@@ -104,6 +104,7 @@ func (r *reporter) publishStarted(as []*attempt) {
 		rep := schemas.Report{InstanceID: a.dispatch.InstanceID, Attempt: a.dispatch.Attempt, WorkerID: r.workerID,
 			Kind: schemas.ReportStarted, At: a.startedAt, StartedAt: a.startedAt}
 		msgs[i], _ = streams.NewMsg(r.subject(&a.dispatch), r.msgID(&a.dispatch, rep.Kind), rep)
+		streams.InjectTrace(a.ctx, msgs[i].Header)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	_, errs := publishAll(ctx, r.pub, msgs)

@@ -79,6 +79,7 @@ var golden = []goldenMessage{
 		Error:        "upload report: connection reset by peer",
 		Permanent:    true,
 		RetryAfterMS: 60000,
+		Traceparent:  "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	}},
 	{"report_progress", "json/report.schema.json#", &Report{
 		InstanceID: 4711,

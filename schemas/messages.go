@@ -379,6 +379,11 @@ type Report struct {
 	// report, in place of the task's backoff; the dispatcher caps it at the
 	// retry policy's max interval. 0 (absent) means the backoff.
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+	// Traceparent is the W3C traceparent of the executor's span of the
+	// attempt (optional): the dispatcher's span of the recorded report is
+	// its child. A report alone on its subject may carry it in the
+	// traceparent header instead; a report batch can carry it only here.
+	Traceparent string `json:"traceparent,omitempty"`
 	// Progress is how far the attempt has got: set on a progress report
 	// only, and required there.
 	Progress *Progress `json:"progress,omitempty"`

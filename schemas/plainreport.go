@@ -45,6 +45,9 @@ func appendPlainReport(b []byte, rep *Report) ([]byte, bool) {
 	if rep.RetryAfterMS != 0 {
 		w.int(`,"retry_after_ms":`, rep.RetryAfterMS)
 	}
+	if rep.Traceparent != "" {
+		w.str(`,"traceparent":`, rep.Traceparent)
+	}
 	w.b = append(w.b, '}')
 	return w.b, w.ok
 }
@@ -91,6 +94,8 @@ func (r *plainReader) report(worker string) (rep Report) {
 			rep.Permanent = r.boolean()
 		case "retry_after_ms":
 			rep.RetryAfterMS = r.int(64)
+		case "traceparent":
+			rep.Traceparent = r.str()
 		default: // progress, or a key encoding/json matches otherwise
 			r.bad = true
 		}

@@ -79,6 +79,17 @@ type NewInstance struct {
 	// a parent has only its ShardCount (0 for broadcast until its
 	// children are made).
 	Shard
+	// Trace is the trace context every attempt of the instance continues.
+	Trace
+}
+
+// Trace is the W3C Trace Context of the span that created an instance
+// (traceparent and tracestate header values, "" for none): each attempt's
+// dispatch span is its child, so a retry scheduled from PostgreSQL
+// continues the firing's trace.
+type Trace struct {
+	Parent string `json:"traceparent,omitempty"`
+	State  string `json:"tracestate,omitempty"`
 }
 
 // creationBatch is a batch of firings as it travels to the creation
@@ -120,6 +131,7 @@ type batchFiring struct {
 	RunID         string                          `json:"run_id,omitempty"`
 	Parents       map[string]schemas.ParentResult `json:"parents,omitempty"`
 	Shard
+	Trace
 }
 
 // newCreationBatch encodes in, sorted and each key once, as a creationBatch.
@@ -141,7 +153,7 @@ func newCreationBatch(in []NewInstance) ([]byte, error) {
 		}
 		b.Firings[i] = batchFiring{Settings: pos, EventID: x.EventID, Payload: x.Payload, FiredAt: x.FiredAt,
 			Operator: x.Operator, State: x.State, Reason: x.Reason, CreatedReason: x.CreatedReason, RunID: x.RunID,
-			Parents: x.Parents, Shard: x.Shard}
+			Parents: x.Parents, Shard: x.Shard, Trace: x.Trace}
 	}
 	return json.Marshal(b)
 }
@@ -204,6 +216,8 @@ type Attempt struct {
 	// before, so the one published now must not be run without the
 	// dispatcher's word (see [schemas.Dispatch.Republished]).
 	Republished bool
+	// Trace is the trace context the instance's attempts continue.
+	Trace
 }
 
 // attemptColumns lists the columns scanAttempt reads, of the table named t.
@@ -212,7 +226,7 @@ func attemptColumns(t string) string {
 	%[1]s.max_attempts, %[1]s.retry_policy, %[1]s.priority, %[1]s.pool, %[1]s.handler, %[1]s.timeout_ms, %[1]s.payload,
 	%[1]s.fired_at, COALESCE(%[1]s.dispatched_at, %[1]s.created_at), %[1]s.mutex_template, %[1]s.run_id, %[1]s.parents,
 	%[1]s.dispatch_strategy, %[1]s.dispatch_key, %[1]s.min_worker_version, %[1]s.source,
-	COALESCE(%[1]s.parent_id, 0), %[1]s.shard_index, %[1]s.shard_count`, t)
+	COALESCE(%[1]s.parent_id, 0), %[1]s.shard_index, %[1]s.shard_count, %[1]s.traceparent, %[1]s.tracestate`, t)
 }
 
 // attemptScanner reads rows of attemptColumns, and the column
@@ -235,7 +249,7 @@ func newAttemptScanner(marked bool) *attemptScanner {
 		&word[string]{&a.Handler, w}, &a.TimeoutMS, &a.Payload, &a.FiredAt, &a.DispatchedAt,
 		&word[string]{&a.MutexTemplate, w}, &a.RunID, &s.parents, &word[schemas.DispatchStrategy]{&a.Strategy, w},
 		&a.Key, &word[string]{&a.MinWorkerVersion, w}, &word[schemas.Source]{&a.Source, w},
-		&a.ParentID, &a.ShardIndex, &a.ShardCount}
+		&a.ParentID, &a.ShardIndex, &a.ShardCount, &a.Trace.Parent, &a.Trace.State}
 	if marked {
 		s.dest = append(s.dest, &a.Republished)
 	}
@@ -384,9 +398,9 @@ WITH settings AS (
 	-- Each key once, sorted by key (see createInstances); ord is the position.
 	SELECT settings.*, f.* FROM ROWS FROM (jsonb_to_recordset($1::jsonb -> 'firings') AS (settings int, event_id text,
 		payload jsonb, fired_at timestamptz, operator text, state text, reason text, created_reason text, run_id text,
-		parents jsonb, parent_id bigint, shard_index int, shard_count int))
+		parents jsonb, parent_id bigint, shard_index int, shard_count int, traceparent text, tracestate text))
 		WITH ORDINALITY AS f(settings_pos, event_id, payload, fired_at, operator, state, reason, created_reason, run_id,
-		parents, parent_id, shard_index, shard_count, ord)
+		parents, parent_id, shard_index, shard_count, traceparent, tracestate, ord)
 	JOIN settings ON settings.pos = f.settings_pos + 1
 ), numbered AS (
 	-- The id is drawn first so that a new run can be named after it. (The
@@ -396,7 +410,8 @@ WITH settings AS (
 ), ins AS (
 	INSERT INTO instances (id, task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
 		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template, dispatched_at, finished_at,
-		run_id, parents, dispatch_strategy, dispatch_key, min_worker_version, parent_id, shard_index, shard_count)
+		run_id, parents, dispatch_strategy, dispatch_key, min_worker_version, parent_id, shard_index, shard_count,
+		traceparent, tracestate)
 	OVERRIDING SYSTEM VALUE
 	SELECT id, task, task_version, event_id, source, COALESCE(operator, ''), state, max_attempts, COALESCE(retry_policy, '{}'),
 		priority, pool, handler, timeout_ms, payload, fired_at, COALESCE(mutex_template, ''),
@@ -406,7 +421,7 @@ WITH settings AS (
 		CASE WHEN state = 'DISPATCHED' THEN clock_timestamp() END, CASE WHEN state IN ('SKIPPED', 'CANCELLED', 'SHADOW') THEN now() END,
 		CASE WHEN COALESCE(run_id, '') <> '' THEN run_id ELSE '`+schemas.RunIDPrefix+`' || id END, parents,
 		COALESCE(NULLIF(dispatch_strategy, ''), 'pull'), COALESCE(dispatch_key, ''), COALESCE(min_worker_version, ''),
-		parent_id, COALESCE(shard_index, 0), COALESCE(shard_count, 0)
+		parent_id, COALESCE(shard_index, 0), COALESCE(shard_count, 0), COALESCE(traceparent, ''), COALESCE(tracestate, '')
 	FROM numbered
 	-- An instance moved to the history keeps its key there (see MoveHistory).
 	WHERE NOT EXISTS (SELECT 1 FROM instance_history_keys k WHERE k.task = numbered.task AND k.event_id = numbered.event_id)

@@ -125,7 +125,9 @@ func TestTransitionPairsMigration(t *testing.T) {
 		t.Errorf("audit records of the instance = %+v, %v; want t-8 to t-5", recs, err)
 	}
 
-	// A new instance's transitions take ids after every earlier one's.
+	// A new instance's transitions take ids after every earlier one's
+	// (written by this version, on its schema).
+	migrateTo(t, db, math.MaxInt64)
 	made = create(t, st, newRunInstance("a", "e2", "", schemas.StateDispatched))
 	fresh, err := st.GetInstance(ctx, made[0].ID)
 	if err != nil {
@@ -156,12 +158,25 @@ func TestInstancesTaskMigration(t *testing.T) {
 	if n := count(t, db.Pool, fk); n != 1 {
 		t.Fatalf("after migration 00018's down, instances has %d foreign keys to tasks, want 1", n)
 	}
-	create(t, st, newRunInstance("a", "e2", "", schemas.StateDispatched))
+	// An instance written under the key, as that version wrote it: the
+	// code of this version writes columns of later migrations.
+	var e2 int64
+	if err := db.Pool.QueryRow(t.Context(), `
+		INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms, fired_at)
+		VALUES ('a', 1, 'e2', 'event', 'DISPATCHED', 1, 'normal', 'default', 'h', 1000, now()) RETURNING id`).Scan(&e2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(t.Context(), `
+		INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason, then_state, then_operator, then_reason)
+		VALUES ($1, 'a', NULL, 'CREATED', 1, 'event', '', 'DISPATCHED', 'dispatcher', '')`, e2); err != nil {
+		t.Fatal(err)
+	}
 
 	migrateTo(t, db, 18)
 	if n := count(t, db.Pool, fk); n != 0 {
 		t.Fatalf("after migration 00018, instances has %d foreign keys to tasks, want none", n)
 	}
+	migrateTo(t, db, math.MaxInt64)
 	made := create(t, st, newRunInstance("a", "e3", "", schemas.StateDispatched))
 	finishInstance(t, st, made[0].ID, true, `{}`)
 	if n := count(t, db.Pool, `SELECT count(*) FROM instances WHERE task = 'a'`); n != 3 {

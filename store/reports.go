@@ -33,6 +33,9 @@ type Outcome struct {
 	RunID string
 	// ParentID is the parent of a shard or broadcast child; 0 otherwise.
 	ParentID int64
+	// Pool and Handler are the instance's pool (several joined with
+	// schemas.PoolSep) and handler: what a refused report is told apart by.
+	Pool, Handler string
 	// Found is false when no instance has that id.
 	Found bool
 }
@@ -425,7 +428,7 @@ WITH r AS (
 		updated_at = now()
 	FROM old r
 	WHERE i.id = r.id AND i.attempt = r.attempt
-	RETURNING i.id, i.task, i.state, i.attempt, i.max_attempts, i.retry_policy, i.worker_id, i.run_id, i.parent_id,
+	RETURNING i.id, i.task, i.state, i.attempt, i.max_attempts, i.retry_policy, i.worker_id, i.run_id, i.parent_id, i.pool, i.handler,
 		i.error, r.old_state, r.operator AS by, r.final AS ends,
 		r.final AND r.old_state = 'DISPATCHED' AND (r.started OR r.implies_running) AS via_running,
 		r.started AS reported_start
@@ -483,7 +486,7 @@ func collectRowOutcomes(rows pgx.Rows) (map[[2]int64]rowOutcome, error) {
 	w := words{}
 	dest := []any{&o.Applied, &word[schemas.State]{&o.oldState, w}, &o.InstanceID, &o.Attempt, &o.Found,
 		&word[string]{&o.Task, w}, &word[schemas.State]{&o.State, w}, &o.CurrentAttempt, &o.MaxAttempts, &retry,
-		&word[string]{&o.WorkerID, w}, &o.RunID, &o.ParentID}
+		&word[string]{&o.WorkerID, w}, &o.RunID, &o.ParentID, &word[string]{&o.Pool, w}, &word[string]{&o.Handler, w}}
 	for rows.Next() {
 		o, retry = rowOutcome{}, nil
 		if err := rows.Scan(dest...); err != nil {
@@ -501,7 +504,7 @@ func collectRowOutcomes(rows pgx.Rows) (map[[2]int64]rowOutcome, error) {
 func outcomeColumns(t string) string {
 	return fmt.Sprintf(`%[1]s.id IS NOT NULL, COALESCE(%[1]s.task, ''), COALESCE(%[1]s.state, ''), COALESCE(%[1]s.attempt, 0),
 	COALESCE(%[1]s.max_attempts, 0), COALESCE(%[1]s.retry_policy, '{}'), COALESCE(%[1]s.worker_id, ''),
-	COALESCE(%[1]s.run_id, ''), COALESCE(%[1]s.parent_id, 0)`, t)
+	COALESCE(%[1]s.run_id, ''), COALESCE(%[1]s.parent_id, 0), COALESCE(%[1]s.pool, ''), COALESCE(%[1]s.handler, '')`, t)
 }
 
 // RunningAttempt names the current attempt of a RUNNING instance.

@@ -101,12 +101,15 @@ func NewScheduleMsg(subject, target, msgID string, at time.Time, v any) (*nats.M
 	return m, nil
 }
 
-// Publish publishes v to subject and waits for the stream's acknowledgement.
+// Publish publishes v to subject and waits for the stream's
+// acknowledgement. The message carries the trace context of ctx (see
+// [InjectTrace]).
 func Publish(ctx context.Context, js jetstream.JetStream, subject, msgID string, v any) (*jetstream.PubAck, error) {
 	m, err := NewMsg(subject, msgID, v)
 	if err != nil {
 		return nil, err
 	}
+	InjectTrace(ctx, m.Header)
 	ack, err := js.PublishMsg(ctx, m)
 	if err != nil {
 		return nil, fmt.Errorf("publish to %s: %w", subject, err)

@@ -454,7 +454,7 @@ func (p *Publisher) failAll(err error) {
 type Header struct{ Key, Value string }
 
 // maxHeaders is how many headers AddData takes without a nats.Msg.
-const maxHeaders = 2
+const maxHeaders = 3
 
 // outMsg is a message to publish: m, or one of AddData's.
 type outMsg struct {

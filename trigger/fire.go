@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -32,6 +34,8 @@ type firing struct {
 	// pub is the firing's place in its outbox's batch, once published.
 	pub int
 	err error
+	// span is the span of its publish, until answered (see trace.go).
+	span trace.Span
 }
 
 // outbox is a batch of firings published together, and the ticks they
@@ -233,7 +237,12 @@ func (s *Service) publish(out *outbox, f *firing) {
 		out.batch = s.pub.Batch()
 	}
 	f.pub = out.batch.Len()
-	out.batch.AddData(f.subject, f.data, streams.Header{Key: streams.HeaderMsgID, Value: f.msgID})
+	hdr := [2]streams.Header{{Key: streams.HeaderMsgID, Value: f.msgID}}
+	n := 1
+	if tp, ok := streams.TraceHeader(s.startFire(f)); ok {
+		hdr[1], n = tp, 2
+	}
+	out.batch.AddData(f.subject, f.data, hdr[:n]...)
 }
 
 // await waits for the acknowledgements of the firings not yet awaited.
@@ -244,6 +253,7 @@ func (s *Service) await(ctx context.Context, out *outbox) {
 	_ = out.batch.Await(ctx) // a firing not awaited has ctx's error
 	for _, f := range out.firings[out.awaited:] {
 		_, f.err = out.batch.Result(f.pub)
+		endFire(f)
 	}
 	out.awaited = len(out.firings)
 }

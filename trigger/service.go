@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -48,6 +49,10 @@ type Options struct {
 	// BackfillPoll is how often the service looks for running backfills
 	// to fire (default [DefaultBackfillPoll]; see backfill.go).
 	BackfillPoll time.Duration
+	// TracerProvider makes the spans of the cron firings (ax.trigger.fire;
+	// default OpenTelemetry's global provider, which makes none until the
+	// program installs one).
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults of [Options].
@@ -77,6 +82,7 @@ type Service struct {
 	js jetstream.JetStream
 	// pub publishes the firings, cheaper than js's PublishMsgAsync.
 	pub     *streams.Publisher
+	tracer  trace.Tracer
 	persist *persister
 	// triggerPrefix is the subject of a firing without its task name.
 	triggerPrefix string
@@ -149,6 +155,7 @@ func New(opts Options) (*Service, error) {
 		schedules:     make(map[string]*schedule),
 		prepared:      make(map[*entry]*firing),
 		ready:         make(chan struct{}),
+		tracer:        newTracer(opts.TracerProvider),
 	}, nil
 }
 

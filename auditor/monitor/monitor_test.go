@@ -116,15 +116,21 @@ func (e *env) instance(task string, firedAt time.Time, trs ...tr) int64 {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	e.transitions(id, task, trs...)
+	return id
+}
+
+// transitions writes trs as transitions of instance id of task.
+func (e *env) transitions(id int64, task string, trs ...tr) {
+	e.t.Helper()
 	for _, t := range trs {
-		_, err := e.st.Pool().Exec(ctx, `
+		_, err := e.st.Pool().Exec(context.Background(), `
 			INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, reason, at)
 			VALUES ($1, $2, NULLIF($3, ''), $4, $5, $6, $7, $8)`, id, task, string(t.from), string(t.to), t.attempt, t.operator, t.reason, t.at)
 		if err != nil {
 			e.t.Fatal(err)
 		}
 	}
-	return id
 }
 
 // run writes an instance of task that ran once, for d, and ended in state.

@@ -26,14 +26,18 @@ func TestStartToEndFromTheHandlersStart(t *testing.T) {
 	a := e.monitored(nil)
 	m := a.metrics
 	fired := time.Now().Add(-10 * time.Second)
+	// The instance is written as the dispatcher leaves it, its started_at
+	// the reported start, before the transitions the auditor reads it by.
 	id := e.instance("etl", fired,
 		tr{"", schemas.StateCreated, 1, "cron", "", fired},
-		tr{schemas.StateCreated, schemas.StateDispatched, 1, "dispatcher", "", fired},
-		tr{schemas.StateDispatched, schemas.StateRunning, 1, "worker:w1", "", fired.Add(3 * time.Second)},
-		tr{schemas.StateRunning, schemas.StateSucceeded, 1, "worker:w1", "", fired.Add(3100 * time.Millisecond)})
-	if _, err := e.st.Pool().Exec(context.Background(), `UPDATE instances SET started_at = $2 WHERE id = $1`, id, fired.Add(2*time.Second)); err != nil {
+		tr{schemas.StateCreated, schemas.StateDispatched, 1, "dispatcher", "", fired})
+	if _, err := e.st.Pool().Exec(context.Background(), `UPDATE instances SET state = 'SUCCEEDED', started_at = $2, finished_at = $3
+		WHERE id = $1`, id, fired.Add(2*time.Second), fired.Add(3100*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
+	e.transitions(id, "etl",
+		tr{schemas.StateDispatched, schemas.StateRunning, 1, "worker:w1", "", fired.Add(3 * time.Second)},
+		tr{schemas.StateRunning, schemas.StateSucceeded, 1, "worker:w1", "", fired.Add(3100 * time.Millisecond)})
 	waitUntil(t, "the instance counted", func() bool {
 		return testutil.ToFloat64(m.instancesEnded.WithLabelValues("etl", "SUCCEEDED")) == 1
 	})

@@ -220,6 +220,15 @@ func (c *conn) open(ctx context.Context, name string, withStore bool) (svc *serv
 		return nil, nil, err
 	}
 	svc.log.Debug().Str("gc", gcSetting.String()).Msg("garbage collector")
+	stopTracing, err := startTracing(ctx, "ax-"+name, svc.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			stopTracing()
+		}
+	}()
 	if c.requireAuth && !c.hasNATSCredentials() {
 		return nil, nil, fmt.Errorf("%s: no NATS credentials: set NATS_CREDS (--nats-creds), NATS_NKEY (--nats-nkey), "+
 			"NATS_USER with NATS_PASSWORD or NATS_PASSWORD_FILE (--nats-user, --nats-password-file), or a client certificate "+
@@ -247,5 +256,6 @@ func (c *conn) open(ctx context.Context, name string, withStore bool) (svc *serv
 		if svc.pool != nil {
 			svc.pool.Close()
 		}
+		stopTracing()
 	}, nil
 }

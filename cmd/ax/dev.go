@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
@@ -215,6 +216,11 @@ cleanly; it starts again on the same data.`,
 			settings.Replicas = replicas
 			// ax dev rehearses: its dispatcher takes ax drill's faults.
 			faults := drillfaults.New(drillfaults.Options{Store: st, Topology: top, Logger: log})
+			stopTracing, err := startTracing(ctx, "ax-dev", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			stack, err := devstack.Start(ctx, devstack.Options{
 				NATSURL: c.natsURL, Passwords: passwords, Store: st, Topology: top,
 				// The executor needs the topology the dispatcher ensures;
@@ -223,8 +229,9 @@ cleanly; it starts again on the same data.`,
 				Dispatcher: dispatcher.Options{Faults: faults, History: hist},
 				API:        api.Options{Addr: httpAddr},
 				Auditor:    auditor.Options{ConsoleURL: "http://" + httpAddr, Destinations: alertDestinations(alertAllow)},
-				Executors:  []devstack.Executor{{User: devOwnUser, Options: executor.Options{WorkerID: devWorkerID, Mux: mux}}},
-				Logger:     log, Metrics: m.registry(),
+				Executors: []devstack.Executor{{User: devOwnUser, Options: executor.Options{WorkerID: devWorkerID, Mux: mux,
+					TracerProvider: otel.GetTracerProvider()}}},
+				Logger: log, Metrics: m.registry(),
 			})
 			if err != nil {
 				return err

@@ -58,6 +58,10 @@ Applying again replaces the bounds; a paused limit stays paused.`,
   cat limits.yaml | ax limit apply -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			structured, err := g.json()
+			if err != nil {
+				return err
+			}
 			if file == "" {
 				return fmt.Errorf("name the limits file with -f FILE (or -f - for standard input)")
 			}
@@ -65,12 +69,19 @@ Applying again replaces the bounds; a paused limit stays paused.`,
 			if err != nil {
 				return err
 			}
+			var applied []schemas.LimitUsage
 			for _, l := range limits {
 				u, err := g.client().ApplyLimit(cmd.Context(), l)
 				if err != nil {
 					return g.apiError(err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "limit %s applied (%s)\n", u.Name, limitBounds(u.Limit))
+				applied = append(applied, u)
+				if !structured {
+					fmt.Fprintf(cmd.OutOrStdout(), "limit %s applied (%s)\n", u.Name, limitBounds(u.Limit))
+				}
+			}
+			if structured {
+				return g.printData(cmd.OutOrStdout(), applied)
 			}
 			return nil
 		},
@@ -197,9 +208,16 @@ func newLimitPauseCmd(g *cli, pause bool) *cobra.Command {
 		Example: "  ax limit " + strings.Fields(use)[0] + " supplier-api",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			structured, err := g.json()
+			if err != nil {
+				return err
+			}
 			u, err := g.client().SetLimitPaused(cmd.Context(), args[0], pause)
 			if err != nil {
 				return g.apiError(err)
+			}
+			if structured {
+				return g.printData(cmd.OutOrStdout(), u)
 			}
 			verb := "resumed"
 			if u.Paused {
@@ -218,8 +236,15 @@ func newLimitDeleteCmd(g *cli) *cobra.Command {
 		Example: "  ax limit delete supplier-api",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			structured, err := g.json()
+			if err != nil {
+				return err
+			}
 			if err := g.client().DeleteLimit(cmd.Context(), args[0]); err != nil {
 				return g.apiError(err)
+			}
+			if structured {
+				return g.printData(cmd.OutOrStdout(), map[string]any{"name": args[0], "deleted": true})
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "limit %s deleted\n", args[0])
 			return nil

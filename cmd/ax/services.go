@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
@@ -271,7 +272,7 @@ volume that outlives the container).`,
 			svc, err := executor.New(executor.Options{
 				Conn: o.nc, Topology: o.top, WorkerID: workerID, Pools: pools, Slots: slots,
 				Version: version, Mux: mux, Logger: slog.New(zerolog.NewSlogHandler(o.log)), ShutdownTimeout: shutdown, Codec: codec,
-				SingleReports: single, SpoolDir: spool,
+				SingleReports: single, SpoolDir: spool, TracerProvider: otel.GetTracerProvider(),
 			})
 			if err != nil {
 				return err

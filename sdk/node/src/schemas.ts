@@ -86,6 +86,8 @@ export interface Report {
   permanent?: boolean;
   /** On a failure that is not permanent: run the next attempt this many ms after the report, instead of the backoff. */
   retry_after_ms?: number;
+  /** The W3C traceparent of the attempt's trace: the dispatcher's span of the recorded report is its child. */
+  traceparent?: string;
   /** On a progress report only, and required there: how far the attempt has got. */
   progress?: Progress;
 }

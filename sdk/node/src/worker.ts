@@ -108,6 +108,12 @@ export interface Context {
   /** The dispatch message as it came. */
   readonly dispatch: Readonly<Dispatch>;
   /**
+   * The W3C traceparent the dispatch message carried (the dispatcher's
+   * span of the attempt's routing), undefined when it had none: the parent
+   * of any span the handler makes. The final report carries it back.
+   */
+  readonly traceparent?: string;
+  /**
    * The attempt's fencing token: the revision at which the worker created
    * the attempt's lease in ax-leases, greater for every later attempt of
    * the instance and for every later holder of its mutex key. Send it with
@@ -299,6 +305,8 @@ export class Worker {
   private reporting = new Set<Promise<void>>();
   private reconnectedAt = 0; // Date.now() of the connection's last reconnection, 0 before any
   private finalQueue: QueuedFinal[] = [];
+  // The traceparent header of each admitted dispatch message.
+  private traceparents = new WeakMap<Dispatch, string>();
   private sendingFinals = false;
   private batchSeq = 0;
   private held = 0;
@@ -770,6 +778,8 @@ export class Worker {
     let d: Dispatch;
     try {
       d = decodeDispatch(m.msg.subject, m.msg.data);
+      const tp = m.msg.headers?.get("traceparent");
+      if (tp) this.traceparents.set(d, tp);
     } catch (err) {
       this.log.error("undecodable dispatch message; terminating it", { subject: m.msg.subject, error: (err as Error).message });
       m.msg.respond("+TERM");
@@ -1169,6 +1179,7 @@ export class Worker {
       shardIndex: d.shard_index,
       shardCount: d.shard_count,
       dispatch: d,
+      traceparent: this.traceparents.get(d),
       fence: a.fence,
       progress: (done: number, total = 0, message = "") => this.progress(a, done, total, message),
     });
@@ -1184,6 +1195,8 @@ export class Worker {
       instance_id: a.d.instance_id, attempt: a.d.attempt, worker_id: this.workerId,
       kind: "failed", at: new Date().toISOString(), started_at: a.startedAt.toISOString(),
     };
+    const traceparent = this.traceparents.get(a.d);
+    if (traceparent) rep.traceparent = traceparent;
     const returned = r.returnedAt !== undefined;
     if (returned && r.err === undefined && cause instanceof TimeoutError && r.returnedAt!.getTime() > a.deadline.getTime()) {
       rep.error = `${cause.message} (the handler ignored its deadline and returned a result ${goDuration(r.returnedAt!.getTime() - a.deadline.getTime())} after it)`;
