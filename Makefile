@@ -63,8 +63,8 @@ test-cluster: ## the pipeline on a three-node NATS cluster through two node rest
 	AX_TEST_CLUSTER=1 $(GO) test -race -count=1 -v -run ClusterKeepsLimitMarkers ./internal/natsembed/
 	$(WITHPG) $(GO) test -race -count=1 -v -run NATSNodeRestarts ./internal/e2e/
 
-test-dashboard: prometheus ## every query of the Grafana dashboard against PostgreSQL and JetStream on a three-node cluster, in Debian's Prometheus, verbose (not yet in make test)
-	AX_TEST_DASHBOARD=1 $(WITHPG) $(GO) test -race -count=1 -v -run DashboardAgainstTheTruth ./internal/e2e/
+test-dashboard: prometheus ## every query of the Grafana dashboard against PostgreSQL and JetStream on a three-node cluster, in Debian's Prometheus, verbose (also in make test)
+	AX_PROMETHEUS=$(PROMETHEUS) $(WITHPG) $(GO) test -race -count=1 -v -run DashboardAgainstTheTruth ./internal/e2e/
 
 chromium: ## make sure the browser test has Chromium: installs Debian's chromium as root, else says how
 	@case "$(PKGS)" in *...*|*e2e*) ;; *) exit 0 ;; esac; \
@@ -93,8 +93,7 @@ prometheus: ## make sure the dashboard test has Prometheus: installs Debian's pr
 	if [ -x "$(PROMETHEUS)" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian's prometheus for the dashboard test (internal/e2e/dashboard_checks_test.go)"; \
-		apt-get update -qq >/dev/null; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		internal/tools/apt-install.sh --no-install-recommends prometheus; \
 	else \
 		echo "make test needs Prometheus at $(PROMETHEUS) for the dashboard test: run 'sudo apt-get install -y prometheus' (or set AX_PROMETHEUS to a Prometheus elsewhere)"; \
 		exit 1; \
