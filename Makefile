@@ -17,6 +17,9 @@ WITHPG = $(GO) run ./internal/tools/withpg --
 # CHROMIUM is the browser the console's browser test (internal/e2e) drives;
 # the test reads AX_CHROMIUM too.
 CHROMIUM ?= $(or $(AX_CHROMIUM),/usr/bin/chromium)
+# PROMETHEUS is the Prometheus the dashboard test (internal/e2e) evaluates
+# the Grafana dashboard's queries in; the test reads AX_PROMETHEUS too.
+PROMETHEUS ?= $(or $(AX_PROMETHEUS),/usr/bin/prometheus)
 # AX_BENCH_FSYNC is the durability the benchmarks' private PostgreSQL runs
 # with: on (production, the default) or off. The benchmarks print what the
 # server reports either way.
@@ -36,7 +39,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-.PHONY: help dev build test test-short test-cluster chromium mariadb lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
+.PHONY: help dev build test test-short test-cluster test-dashboard chromium mariadb prometheus lint fuzz bench bench-pipeline bench-burst bench-profile bench-peers bench-history drill tidy
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-15s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -60,6 +63,9 @@ test-cluster: ## the pipeline on a three-node NATS cluster through two node rest
 	AX_TEST_CLUSTER=1 $(GO) test -race -count=1 -v -run ClusterKeepsLimitMarkers ./internal/natsembed/
 	$(WITHPG) $(GO) test -race -count=1 -v -run NATSNodeRestarts ./internal/e2e/
 
+test-dashboard: prometheus ## every query of the Grafana dashboard against PostgreSQL and JetStream on a three-node cluster, in Debian's Prometheus, verbose (not yet in make test: unsteady under heavy load)
+	AX_TEST_DASHBOARD=1 AX_PROMETHEUS=$(PROMETHEUS) $(WITHPG) $(GO) test -race -count=1 -v -run DashboardAgainstTheTruth ./internal/e2e/
+
 chromium: ## make sure the browser test has Chromium: installs Debian's chromium as root, else says how
 	@case "$(PKGS)" in *...*|*e2e*) ;; *) exit 0 ;; esac; \
 	if [ -x "$(CHROMIUM)" ]; then exit 0; fi; \
@@ -79,6 +85,16 @@ mariadb: ## make sure the XXL-JOB import and shadow tests have MariaDB: installs
 		internal/tools/apt-install.sh --no-install-recommends mariadb-server; \
 	else \
 		echo "make test needs MariaDB's server for the XXL-JOB import test: run 'sudo apt-get install -y mariadb-server'"; \
+		exit 1; \
+	fi
+
+prometheus: ## make sure the dashboard test has Prometheus: installs Debian's prometheus as root, else says how
+	@if [ -x "$(PROMETHEUS)" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's prometheus for the dashboard test (internal/e2e/dashboard_checks_test.go)"; \
+		internal/tools/apt-install.sh --no-install-recommends prometheus; \
+	else \
+		echo "make test-dashboard needs Prometheus at $(PROMETHEUS): run 'sudo apt-get install -y prometheus' (or set AX_PROMETHEUS to a Prometheus elsewhere)"; \
 		exit 1; \
 	fi
 

@@ -212,7 +212,10 @@ func (m *metrics) observe(recs []schemas.AuditRecord, times map[int64]store.Inst
 			}
 		case r.To == schemas.StateRunning:
 			if timed && r.Attempt == 1 {
-				observeTraced(m.triggerToStart.WithLabelValues(r.Task), since(it.FiredAt, r.At), r.Traceparent)
+				// To the handler's start as its worker reported it, when
+				// known: the RUNNING row waits for the started report
+				// (after a second, or with the final one).
+				observeTraced(m.triggerToStart.WithLabelValues(r.Task), since(it.FiredAt, startOf(it, r.Attempt, r.At)), r.Traceparent)
 			}
 		}
 		if attemptEnded(r) {
@@ -235,13 +238,15 @@ func (m *metrics) observe(recs []schemas.AuditRecord, times map[int64]store.Inst
 			if r.To == schemas.StateRetrying && outcome != "handed_back" {
 				m.retries.WithLabelValues(r.Task).Inc()
 			}
-			if started, ok := it.Running[r.Attempt]; ok && r.From == schemas.StateRunning {
+			if running, ok := it.Running[r.Attempt]; ok && r.From == schemas.StateRunning {
 				// From the handler's start as its worker reported it, when
-				// known: the RUNNING row waits for the started report.
-				if it.StartedAttempt == r.Attempt && !it.StartedAt.IsZero() && it.StartedAt.Before(started) {
-					started = it.StartedAt
+				// known: the RUNNING row waits for the started report. An
+				// attempt whose start the instance no longer holds (a later
+				// one started since) and whose RUNNING row came with its end
+				// is left out: it ran for an unknown time, not for 0 s.
+				if started := startOf(it, r.Attempt, running); started.Before(r.At) || it.StartedAttempt == r.Attempt {
+					observeTraced(m.startToEnd.WithLabelValues(r.Task), since(started, r.At), r.Traceparent)
 				}
-				observeTraced(m.startToEnd.WithLabelValues(r.Task), since(started, r.At), r.Traceparent)
 			}
 		}
 		if r.To.Terminal() {
@@ -264,6 +269,16 @@ func observeTraced(h prometheus.Observer, v float64, traceparent string) {
 		}
 	}
 	h.Observe(v)
+}
+
+// startOf returns when an attempt's handler began: its worker's report where
+// the instance holds it and it is before running (when the attempt was
+// recorded RUNNING), else running.
+func startOf(it store.InstanceTimes, attempt int, running time.Time) time.Time {
+	if it.StartedAttempt == attempt && !it.StartedAt.IsZero() && it.StartedAt.Before(running) {
+		return it.StartedAt
+	}
+	return running
 }
 
 // setGauges sets vec to exactly the series of values (label values joined
