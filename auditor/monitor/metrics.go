@@ -87,7 +87,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		triggerToStart: hist("ax_trigger_to_start_seconds",
 			"Time from a firing's due time to its first attempt running.", delayBuckets),
 		startToEnd: hist("ax_start_to_end_seconds",
-			"Time from an attempt running to its end (succeeded, failed or retrying).", runBuckets),
+			"Time from an attempt's reported start to its end (succeeded, failed or retrying); an attempt whose start is no longer known is left out.", runBuckets),
 		instancesEnded: counter("ax_instances_ended_total",
 			"Instances that ended, by final state (SUCCEEDED, FAILED, SKIPPED, CANCELLED, SHADOW: a task in shadow mode, recorded, not run).", "task", "state"),
 		attempts: counter("ax_attempts_total",
