@@ -398,13 +398,9 @@ func (k *kit) run(ctx context.Context) error {
 	// Cancel: the long sleep, once it is reported started.
 	k.cancel(ctx, ids[Sleep])
 
-	ended := map[string]schemas.Instance{}
-	for _, kind := range []string{Echo, Fail, Permanent, Log, "deadline", Sleep} {
-		inst, err := k.waitEnd(ctx, ids[kind])
-		if err != nil {
-			return err
-		}
-		ended[kind] = inst
+	ended, err := k.waitEnds(ctx, ids, []string{Echo, Fail, Permanent, Log, "deadline", Sleep})
+	if err != nil {
+		return err
 	}
 	k.checkEcho(ended[Echo], echoPayload)
 	k.checkFail(ended[Fail])
@@ -435,6 +431,41 @@ func (k *kit) fire(ctx context.Context, kind string, payload json.RawMessage) (i
 		return 0, fmt.Errorf("conformance: %w", err)
 	}
 	return id, nil
+}
+
+// waitEnds waits for the instances of kinds to end and returns them as
+// they are. An instance that does not end within the kit's wait (a worker
+// that runs nothing, or never reports) fails the check "ends: every
+// instance ends", and the kit goes on with the instances as they are, no
+// longer waiting for the rest: their own checks then fail with what they
+// show. It returns an error only when ctx ends.
+func (k *kit) waitEnds(ctx context.Context, ids map[string]int64, kinds []string) (map[string]schemas.Instance, error) {
+	ended := map[string]schemas.Instance{}
+	var late []string
+	for _, kind := range kinds {
+		if len(late) > 0 {
+			inst, err := k.opts.Client.GetInstance(ctx, ids[kind])
+			if err != nil {
+				return nil, fmt.Errorf("conformance: %w", err)
+			}
+			if !inst.State.Terminal() {
+				late = append(late, fmt.Sprintf("%d (%s) %s", inst.ID, inst.Task, inst.State))
+			}
+			ended[kind] = inst
+			continue
+		}
+		inst, err := k.waitEnd(ctx, ids[kind])
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			late = append(late, fmt.Sprintf("%d (%s) %s", ids[kind], inst.Task, inst.State))
+		}
+		ended[kind] = inst
+	}
+	k.report.Expect("ends: every instance ends", "each conformance instance ends within "+k.opts.Wait.String(),
+		orOK(late, "all ended"), len(late) == 0)
+	return ended, nil
 }
 
 // waitEnd waits for instance id to end and returns it.

@@ -135,7 +135,11 @@ func (k *kit) checkFence(ctx context.Context) error {
 	}
 	inst, err := k.waitEnd(ctx, id)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err
+		}
+		k.report.Expect(name, expected, "not checked: "+err.Error(), false)
+		return nil
 	}
 	k.report.Fact("instance redelivered", id)
 	orig, ok := k.obs.dispatchOf(id, inst.Attempt)

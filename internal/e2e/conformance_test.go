@@ -44,7 +44,7 @@ func runConformance(t *testing.T, mux *executor.Mux, drain bool) *drill.Report {
 
 // conformanceChecks are the checks every run of the kit makes.
 var conformanceChecks = []string{"registration: worker record", "registration: protocol version", "started: reported for a long attempt",
-	"cancel: honoured within the grace", "echo: output recorded", "retries: failed attempts retried", "permanent: failed without retry",
+	"cancel: honoured within the grace", "ends: every instance ends", "echo: output recorded", "retries: failed attempts retried", "permanent: failed without retry",
 	"deadline: honoured", "logs: shipped", "unknown handler: left alone", "reports: subjects, bodies and ids",
 	"lease: taken before the first report", "lease: taken create-only", "ack: confirmation awaited",
 	"logs: flushed before the final report", "fence: asked on a redelivery", "heartbeats: fresh", "drain: on SIGTERM"}

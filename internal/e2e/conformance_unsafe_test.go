@@ -206,7 +206,10 @@ func TestConformanceFailsUnsafeWorkers(t *testing.T) {
 			}
 			servicetest.Start(t, "unsafe worker", w)
 			observer, _ := s.srv.Connect()
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			// A worker that runs nothing (acks never confirmed) makes the
+			// kit wait its whole wait for the cancel's start, for the
+			// instances' ends and for the fence's instance.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			r, err := conformance.Executor(ctx, conformance.Options{Pool: conformancePool, Client: s.client, Conn: observer,
 				Topology: s.srv.Topology, Wait: 2 * time.Minute, Logger: s.log})
