@@ -287,11 +287,19 @@ func (s *Service) finish(a *attempt, returned bool) {
 func logFinished(log *slog.Logger, rep *schemas.Report) {
 	// A success is a line per run: debug. Failures and hand-backs warn.
 	level, attrs := slog.LevelDebug, []any{}
+	if rep.Kind == schemas.ReportFailed || rep.Kind == schemas.ReportReleased {
+		level = slog.LevelWarn
+	}
+	// The success's line is built only when the logger takes debug: a
+	// line per run costs allocations a busy executor does not owe.
+	if !log.Enabled(context.Background(), level) {
+		return
+	}
 	switch rep.Kind {
 	case schemas.ReportFailed:
-		level, attrs = slog.LevelWarn, []any{"error", rep.Error, "permanent", rep.Permanent}
+		attrs = []any{"error", rep.Error, "permanent", rep.Permanent}
 	case schemas.ReportReleased:
-		level, attrs = slog.LevelWarn, []any{"reason", rep.Error}
+		attrs = []any{"reason", rep.Error}
 	}
 	log.Log(context.Background(), level, "attempt finished", append(attrs, "outcome", string(rep.Kind), "duration", rep.At.Sub(rep.StartedAt))...)
 }

@@ -40,8 +40,11 @@ func (o *Options) tracer() trace.Tracer {
 func (s *Service) startRun(p *pending) trace.Span {
 	parent := streams.ExtractTrace(context.Background(), p.msg.Headers())
 	d := &p.d
-	_, span := s.tracer.Start(parent, "ax.executor.run", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+	_, span := s.tracer.Start(parent, "ax.executor.run", trace.WithSpanKind(trace.SpanKindConsumer))
+	// Attributes only for a span that records them: without a provider
+	// the span records nothing, and building them cost a run allocations.
+	if span.IsRecording() {
+		span.SetAttributes(
 			attribute.String("ax.task", d.Task),
 			attribute.Int64("ax.instance_id", d.InstanceID),
 			attribute.Int("ax.attempt", d.Attempt),
@@ -50,7 +53,8 @@ func (s *Service) startRun(p *pending) trace.Span {
 			attribute.String("ax.worker_id", s.opts.WorkerID),
 			attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.destination.name", p.msg.Subject()),
-		))
+		)
+	}
 	return span
 }
 
