@@ -935,15 +935,6 @@ func (e *dashEnv) waitEnded(ids []int64) {
 	})
 }
 
-// scalar is the value of a query answering one series (0 for none).
-func (e *dashEnv) scalar(expr string) (float64, error) {
-	got, err := e.query(expr)
-	if err != nil || len(got) == 0 {
-		return 0, err
-	}
-	return got[0].value, nil
-}
-
 // catchUpTimeout bounds the wait for the auditor to catch up: longer than
 // the monitor consumer's AckWait (2 min), after which JetStream delivers
 // again a message whose delivery a stalled machine lost.
