@@ -210,7 +210,7 @@ func serveRegistry(t *testing.T, h http.Handler) string {
 func startDashEnv(t *testing.T) *dashEnv {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("a three-node NATS cluster and Prometheus: skipped with -short; make test runs it")
+		t.Skip("a three-node NATS cluster and Prometheus: skipped with -short; make test-dashboard runs it")
 	}
 	promBin := prometheusBinary(t)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
