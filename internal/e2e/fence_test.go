@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -206,11 +207,17 @@ execution:
 		t.Fatal(err)
 	}
 	waitFor(t, "the server to refuse a fence question on another pool's subject", time.Minute, func() (bool, error) { return v.Refused(own), nil })
-	// On its own pool's subject: the dispatcher refuses it.
-	reply, err := nc.Request(a.top.Fence("gpu", "evil", id), q, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// On its own pool's subject: the dispatcher refuses it. Its fence
+	// may not answer yet on a busy machine (no responders): ask again.
+	var reply *nats.Msg
+	waitFor(t, "the dispatcher's fence to answer", time.Minute, func() (bool, error) {
+		var err error
+		reply, err = nc.Request(a.top.Fence("gpu", "evil", id), q, time.Minute)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return false, nil
+		}
+		return err == nil, err
+	})
 	var ans schemas.FenceAnswer
 	if err := json.Unmarshal(reply.Data, &ans); err != nil || ans.Start {
 		t.Fatalf("answer %s (%v), want a refusal", reply.Data, err)
