@@ -505,7 +505,7 @@ func (ts *tracedSystem) trace(tid, last string, id int64, attempt int) []gotSpan
 	var spans []gotSpan
 	waitFor(t, fmt.Sprintf("span %s of attempt %d in trace %s", last, attempt, tid), 60*time.Second, func() (bool, error) {
 		spans = spans[:0]
-		found := false
+		found, ran := false, false
 		for _, sp := range ts.spans() {
 			if sp.trace != tid {
 				continue
@@ -513,8 +513,11 @@ func (ts *tracedSystem) trace(tid, last string, id int64, attempt int) []gotSpan
 			spans = append(spans, sp)
 			found = found || (sp.name == last && sp.attrs["ax.attempt"] == int64(attempt) &&
 				(id == 0 || sp.attrs["ax.instance_id"] == id))
+			// Each service exports its spans in batches of its own: the
+			// executor's run span may come after the dispatcher's report.
+			ran = ran || (sp.name == "ax.executor.run" && sp.attrs["ax.attempt"] == int64(attempt))
 		}
-		return found, nil
+		return found && (ran || last != "ax.dispatcher.report"), nil
 	})
 	return spans
 }
