@@ -8,6 +8,11 @@ PKGS ?= ./...
 ARGS ?=
 # FUZZTIME is how long `make fuzz` runs each fuzz test.
 FUZZTIME ?= 20s
+# FUZZ_TOOLCHAIN is the Go toolchain `make fuzz` fuzzes with. Go 1.26's fuzz
+# coordinator can fail a target with a bare "context deadline exceeded" when
+# -fuzztime runs out (go.dev/issue/75804, fixed in Go 1.27); the go command
+# takes this version from the module proxy once per machine.
+FUZZ_TOOLCHAIN ?= go1.27.3
 # STATICCHECK_VERSION is the staticcheck module version `make lint` runs
 # (v0.8.2 is the release of October 2026).
 STATICCHECK_VERSION ?= v0.8.2
@@ -109,6 +114,7 @@ lint: ## check formatting (gofmt), go vet and staticcheck
 
 fuzz: ## run every Fuzz* test for FUZZTIME (20s) each (private PostgreSQL unless TEST_DATABASE_URL is set)
 	@if [ -z "$${TEST_DATABASE_URL:-}" ]; then exec $(WITHPG) $(MAKE) --no-print-directory fuzz; fi; \
+	export GOTOOLCHAIN=$(FUZZ_TOOLCHAIN); $(GO) version; \
 	targets=$$($(GO) test -list '^Fuzz' $(PKGS) | \
 		awk '/^Fuzz/ { names[n++] = $$1; next } /^(ok|\?)/ { for (i = 0; i < n; i++) print $$2 "," names[i]; n = 0 }'); \
 	if [ -z "$$targets" ]; then echo "no fuzz tests found"; exit 0; fi; \
