@@ -64,9 +64,9 @@ type Options struct {
 	// process metrics of this process).
 	Metrics prometheus.Gatherer
 	// TracerProvider makes the spans of the POST routes, children of the
-	// request's traceparent header (default OpenTelemetry's global
-	// provider, which makes none until the program installs one; the
-	// header's context is passed on to the firings either way).
+	// request's traceparent header (default none; pass
+	// otel.GetTracerProvider() for the program's own; the header's context
+	// is passed on to the firings either way).
 	TracerProvider trace.TracerProvider
 }
 

@@ -83,8 +83,7 @@ type Options struct {
 	// reports: it would drop a batch as malformed.
 	SingleReports bool
 	// TracerProvider makes the dispatcher's spans (see trace.go; default
-	// OpenTelemetry's global provider, which makes none until the program
-	// installs one).
+	// none; pass otel.GetTracerProvider() for the program's own).
 	TracerProvider trace.TracerProvider
 }
 

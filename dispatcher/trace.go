@@ -4,10 +4,10 @@ import (
 	"context"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
@@ -49,7 +49,7 @@ type tracing struct{ tracer trace.Tracer }
 
 func newTracing(tp trace.TracerProvider) tracing {
 	if tp == nil {
-		tp = otel.GetTracerProvider()
+		tp = noop.NewTracerProvider()
 	}
 	return tracing{tracer: tp.Tracer(tracerName)}
 }

@@ -44,7 +44,7 @@ func TestTraceContextWithoutProvider(t *testing.T) {
 // BenchmarkTracingOff is what the spans of one firing cost the
 // dispatcher when nothing traces: its creation and its dispatch.
 func BenchmarkTracingOff(b *testing.B) {
-	tr := newTracing(nil) // the global provider, none installed
+	tr := newTracing(nil) // the default: no provider
 	f := &firing{task: "t", event: schemas.TriggerEvent{EventID: "e"}}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -50,8 +50,7 @@ type Options struct {
 	// to fire (default [DefaultBackfillPoll]; see backfill.go).
 	BackfillPoll time.Duration
 	// TracerProvider makes the spans of the cron firings (ax.trigger.fire;
-	// default OpenTelemetry's global provider, which makes none until the
-	// program installs one).
+	// default none; pass otel.GetTracerProvider() for the program's own).
 	TracerProvider trace.TracerProvider
 }
 

@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
@@ -17,11 +17,10 @@ import (
 // tracerName is the instrumentation scope of the trigger service's spans.
 const tracerName = "github.com/ax-scheduler/ax/trigger"
 
-// newTracer returns the tracer of tp, or of the global provider when tp
-// is nil.
+// newTracer returns the tracer of tp, or a no-op one when tp is nil.
 func newTracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
-		tp = otel.GetTracerProvider()
+		tp = noop.NewTracerProvider()
 	}
 	return tp.Tracer(tracerName)
 }

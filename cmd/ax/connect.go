@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-scheduler/ax/store"
 	"github.com/ax-scheduler/ax/streams"
@@ -207,6 +208,9 @@ type service struct {
 	nc    *nats.Conn
 	pool  *pgxpool.Pool // nil without a store
 	store *store.Store  // nil without a store
+	// tracer makes the service's spans: nil, none, unless the OTEL_*
+	// variables ask for traces (startTracing).
+	tracer trace.TracerProvider
 }
 
 // open reads the logging and topology settings, connects to NATS as name and,
@@ -220,7 +224,8 @@ func (c *conn) open(ctx context.Context, name string, withStore bool) (svc *serv
 		return nil, nil, err
 	}
 	svc.log.Debug().Str("gc", gcSetting.String()).Msg("garbage collector")
-	stopTracing, err := startTracing(ctx, "ax-"+name, svc.log)
+	var stopTracing func()
+	svc.tracer, stopTracing, err = startTracing(ctx, "ax-"+name, svc.log)
 	if err != nil {
 		return nil, nil, err
 	}

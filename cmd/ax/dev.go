@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
-	"go.opentelemetry.io/otel"
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
@@ -25,6 +24,7 @@ import (
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/internal/pgcluster"
+	"github.com/ax-scheduler/ax/trigger"
 )
 
 func newDevCmd(*cli) *cobra.Command {
@@ -216,7 +216,7 @@ cleanly; it starts again on the same data.`,
 			settings.Replicas = replicas
 			// ax dev rehearses: its dispatcher takes ax drill's faults.
 			faults := drillfaults.New(drillfaults.Options{Store: st, Topology: top, Logger: log})
-			stopTracing, err := startTracing(ctx, "ax-dev", log)
+			tracer, stopTracing, err := startTracing(ctx, "ax-dev", log)
 			if err != nil {
 				return err
 			}
@@ -226,11 +226,12 @@ cleanly; it starts again on the same data.`,
 				// The executor needs the topology the dispatcher ensures;
 				// the stack ensures it first.
 				Streams: settings, Ensure: true,
-				Dispatcher: dispatcher.Options{Faults: faults, History: hist},
-				API:        api.Options{Addr: httpAddr},
+				Dispatcher: dispatcher.Options{Faults: faults, History: hist, TracerProvider: tracer},
+				Trigger:    trigger.Options{TracerProvider: tracer},
+				API:        api.Options{Addr: httpAddr, TracerProvider: tracer},
 				Auditor:    auditor.Options{ConsoleURL: "http://" + httpAddr, Destinations: alertDestinations(alertAllow)},
 				Executors: []devstack.Executor{{User: devOwnUser, Options: executor.Options{WorkerID: devWorkerID, Mux: mux,
-					TracerProvider: otel.GetTracerProvider()}}},
+					TracerProvider: tracer}}},
 				Logger: log, Metrics: m.registry(),
 			})
 			if err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
-	"go.opentelemetry.io/otel"
 
 	"github.com/ax-scheduler/ax/api"
 	"github.com/ax-scheduler/ax/auditor"
@@ -76,8 +75,9 @@ database migrations, and runs until interrupted. Run as many replicas as you lik
 				Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
 				Streams: settings, Metrics: m.registry(),
 				QuarantineAfter: quarantine, Faults: faults,
-				SingleReports: single,
-				History:       hist,
+				SingleReports:  single,
+				History:        hist,
+				TracerProvider: o.tracer,
 			})
 			if err != nil {
 				return err
@@ -121,7 +121,8 @@ their duplicate firings collapse into one instance.`,
 				return err
 			}
 			defer closeAll()
-			svc, err := trigger.New(trigger.Options{Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log})
+			svc, err := trigger.New(trigger.Options{Conn: o.nc, Store: o.store, Topology: o.top, Logger: o.log,
+				TracerProvider: o.tracer})
 			if err != nil {
 				return err
 			}
@@ -272,7 +273,7 @@ volume that outlives the container).`,
 			svc, err := executor.New(executor.Options{
 				Conn: o.nc, Topology: o.top, WorkerID: workerID, Pools: pools, Slots: slots,
 				Version: version, Mux: mux, Logger: slog.New(zerolog.NewSlogHandler(o.log)), ShutdownTimeout: shutdown, Codec: codec,
-				SingleReports: single, SpoolDir: spool, TracerProvider: otel.GetTracerProvider(),
+				SingleReports: single, SpoolDir: spool, TracerProvider: o.tracer,
 			})
 			if err != nil {
 				return err
@@ -329,7 +330,7 @@ func newAPICmd(*cli) *cobra.Command {
 			}
 			defer closeAll()
 			svc, err := api.New(api.Options{Store: o.store, Conn: o.nc, Topology: o.top, Addr: addr, Logger: o.log,
-				Metrics: m.registry()})
+				Metrics: m.registry(), TracerProvider: o.tracer})
 			if err != nil {
 				return err
 			}
