@@ -233,6 +233,23 @@ func (c *natsCluster) dump(pool *pgxpool.Pool) {
 		}
 		rows.Close()
 	}
+	// The instances not ended, each with where it stands: a stall shows
+	// which step never came.
+	rows, err = pool.Query(ctx, `SELECT id, state, attempt, worker_id, updated_at FROM instances
+		WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED') ORDER BY id LIMIT 10`)
+	if err == nil {
+		for rows.Next() {
+			var (
+				id, attempt   int64
+				state, worker string
+				updated       time.Time
+			)
+			_ = rows.Scan(&id, &state, &attempt, &worker, &updated)
+			c.t.Logf("instance %d: %s, attempt %d, worker %q, updated %s ago", id, state, attempt, worker,
+				time.Since(updated).Round(time.Millisecond))
+		}
+		rows.Close()
+	}
 	for _, name := range c.streamNames() {
 		s, err := c.js.Stream(ctx, name)
 		if err != nil {
