@@ -259,36 +259,6 @@ func forgetFair(ctx context.Context, tx pgx.Tx, subject string, picked []pickedF
 	return tx.SendBatch(ctx, batch).Close()
 }
 
-// PoolSlots is how many worker slots the DISPATCHED attempts of a pool
-// at a priority take.
-type PoolSlots struct {
-	Pool     string
-	Priority schemas.Priority
-	Attempts int
-	Slots    int
-}
-
-// WaitingSlots returns, per pool and priority, the DISPATCHED attempts
-// and the worker slots they take (their task version's execution.slots,
-// 1 when it has none): attempts on AX_DISPATCH, held back for fairness,
-// or taken by a worker that has not yet reported them started.
-func (s *Store) WaitingSlots(ctx context.Context) ([]PoolSlots, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT i.pool, i.priority, count(*),
-		       sum(GREATEST(COALESCE((v.definition->'execution'->>'slots')::int, 1), 1))
-		FROM instances i LEFT JOIN task_versions v ON v.name = i.task AND v.version = i.task_version
-		WHERE i.state = $1
-		GROUP BY i.pool, i.priority`, schemas.StateDispatched)
-	if err != nil {
-		return nil, fmt.Errorf("count the slots of the dispatched attempts: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[PoolSlots])
-	if err != nil {
-		return nil, fmt.Errorf("count the slots of the dispatched attempts: %w", err)
-	}
-	return out, nil
-}
-
 // fairWait explains an attempt held back for fairness: its key, since
 // when, and how many attempts of its queue wait with it. ok is false when
 // the attempt is not held.

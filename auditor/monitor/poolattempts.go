@@ -38,9 +38,9 @@ func (m *monitor) refreshPoolAttempts(ctx context.Context, taskPools []string) e
 			attempts[p+labelSep+string(s)], slots[p+labelSep+string(s)] = 0, 0
 		}
 	}
-	for _, c := range counts {
-		attempts[c.Pool+labelSep+string(c.State)] = float64(c.Count)
-		slots[c.Pool+labelSep+string(c.State)] = float64(c.Slots)
+	for _, c := range counts { // one row a priority: summed
+		attempts[c.Pool+labelSep+string(c.State)] += float64(c.Count)
+		slots[c.Pool+labelSep+string(c.State)] += float64(c.Slots)
 	}
 	m.poolAttemptSeries = setGauges(m.metrics.poolAttempts, m.poolAttemptSeries, attempts)
 	m.poolSlotSeries = setGauges(m.metrics.poolSlots, m.poolSlotSeries, slots)
