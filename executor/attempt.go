@@ -94,13 +94,17 @@ func (s *Service) start(ctx context.Context, ps []*pending) {
 	lb := s.leases.takeLeases(opCtx, ps, now)
 	stop()
 	acked := s.confirmAcks(opCtx, ps, lb.errs)
+	// The handlers start now, after the lease and the ack's confirmation
+	// (two round trips, each a replicated write on a cluster): the start
+	// the reports give, and the deadline, count from here.
+	started := s.opts.NowFunc()
 	as := make([]*attempt, 0, len(ps))
 	for i, p := range ps {
 		switch err := lb.errs[i]; {
 		case err == nil && acked[i] == nil:
 			// Register it before it can be reported started, so that a
 			// cancel sent on seeing the report finds it.
-			as = append(as, s.register(p, lb.keys[i], lb.values[i], lb.acks[i].Sequence, lb.sent, now))
+			as = append(as, s.register(p, lb.keys[i], lb.values[i], lb.acks[i].Sequence, lb.sent, started))
 		case err == nil:
 			s.taskLogger(&p.d).Warn("the server did not confirm the ack of the dispatch message; "+
 				"not running the attempt, whose lease expires unrenewed and is failed as lost", "error", acked[i])

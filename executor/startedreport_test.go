@@ -1,12 +1,14 @@
 package executor_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/executor/executortest"
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // An attempt that ends within StartedDelay sends its final report alone;
@@ -48,4 +50,38 @@ func TestStartedReportOnlyForAttemptsThatRunPastTheDelay(t *testing.T) {
 	}
 	w.dispatchEmpty()
 	w.noMoreReports()
+}
+
+// The start a report gives is the handler's: after the lease is taken and
+// the dispatch's ack confirmed (on a cluster, two replicated writes), not
+// when the worker began to take the lease.
+func TestReportedStartIsAfterTheLease(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	g := newGate()
+	mux := builtins()
+	mux.Handle("gate", g)
+	opts := w.options(mux)
+	opts.StartedDelay = -1 // reported started before the handler runs
+	executortest.Run(t, opts)
+
+	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "gate"})
+	<-g.entered
+	entry, err := w.leases.Get(t.Context(), streams.LeaseKey(1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lease schemas.Lease
+	if err := json.Unmarshal(entry.Value(), &lease); err != nil {
+		t.Fatal(err)
+	}
+	started := w.nextOf(schemas.ReportStarted, 1)
+	if !started.StartedAt.After(lease.AcquiredAt) {
+		t.Errorf("reported started at %v, the lease taken at %v: the handler starts after the lease and the ack",
+			started.StartedAt, lease.AcquiredAt)
+	}
+	close(g.open)
+	if done := w.nextOf(schemas.ReportSucceeded, 1); !done.StartedAt.Equal(started.StartedAt) {
+		t.Errorf("final report started at %v, the started report at %v", done.StartedAt, started.StartedAt)
+	}
 }

@@ -844,12 +844,15 @@ export class Worker {
       if (r.status !== "fulfilled") return;
       await this.nc.request(batch[i].m.msg.reply!, "+ACK", { timeout: OP_TIMEOUT_MS });
     }));
+    // The handlers start now, after the lease and the ack's confirmation:
+    // the start the reports give, and the deadline, count from here.
+    const startedAt = new Date();
     const started: Attempt[] = [];
     results.forEach((r, i) => {
       const { d, entry, m } = batch[i];
       const log = this.taskLog(d);
       if (r.status === "fulfilled" && acked[i].status === "fulfilled") {
-        started.push(this.register(d, entry, r.value.key, r.value.lease, r.value.revision, now));
+        started.push(this.register(d, entry, r.value.key, r.value.lease, r.value.revision, startedAt));
         return;
       }
       this.unadmit(entry);
