@@ -58,8 +58,8 @@ dev: build ## run every service in one process (ax dev, built into bin/ax; flags
 build: ## build the ax binary into bin/ax
 	$(GO) build -o bin/ax ./cmd/ax
 
-test: chromium mariadb ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
-	AX_CHROMIUM=$(CHROMIUM) $(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
+test: chromium mariadb prometheus ## run all tests with the race detector (private PostgreSQL unless TEST_DATABASE_URL is set)
+	AX_CHROMIUM=$(CHROMIUM) AX_PROMETHEUS=$(PROMETHEUS) $(WITHPG) $(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 test-short: ## the quick tests, go test -short: need only Go and PostgreSQL (no browser, Node, helm or NATS cluster tests)
 	$(WITHPG) $(GO) test -short -race -count=1 -timeout 30m $(PKGS)
@@ -68,8 +68,8 @@ test-cluster: ## the pipeline on a three-node NATS cluster through two node rest
 	AX_TEST_CLUSTER=1 $(GO) test -race -count=1 -v -run ClusterKeepsLimitMarkers ./internal/natsembed/
 	$(WITHPG) $(GO) test -race -count=1 -v -run NATSNodeRestarts ./internal/e2e/
 
-test-dashboard: prometheus ## every query of the Grafana dashboard against PostgreSQL and JetStream on a three-node cluster, in Debian's Prometheus, verbose (not yet in make test: unsteady under heavy load)
-	AX_TEST_DASHBOARD=1 AX_PROMETHEUS=$(PROMETHEUS) $(WITHPG) $(GO) test -race -count=1 -v -run DashboardAgainstTheTruth ./internal/e2e/
+test-dashboard: prometheus ## every query of the Grafana dashboard against PostgreSQL and JetStream on a three-node cluster, in Debian's Prometheus, verbose (also in make test)
+	AX_PROMETHEUS=$(PROMETHEUS) $(WITHPG) $(GO) test -race -count=1 -v -run DashboardAgainstTheTruth ./internal/e2e/
 
 chromium: ## make sure the browser test has Chromium: installs Debian's chromium as root, else says how
 	@case "$(PKGS)" in *...*|*e2e*) ;; *) exit 0 ;; esac; \
@@ -94,12 +94,13 @@ mariadb: ## make sure the XXL-JOB import and shadow tests have MariaDB: installs
 	fi
 
 prometheus: ## make sure the dashboard test has Prometheus: installs Debian's prometheus as root, else says how
-	@if [ -x "$(PROMETHEUS)" ]; then exit 0; fi; \
+	@case "$(PKGS)" in *...*|*e2e*) ;; *) exit 0 ;; esac; \
+	if [ -x "$(PROMETHEUS)" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian's prometheus for the dashboard test (internal/e2e/dashboard_checks_test.go)"; \
 		internal/tools/apt-install.sh --no-install-recommends prometheus; \
 	else \
-		echo "make test-dashboard needs Prometheus at $(PROMETHEUS): run 'sudo apt-get install -y prometheus' (or set AX_PROMETHEUS to a Prometheus elsewhere)"; \
+		echo "make test needs Prometheus at $(PROMETHEUS) for the dashboard test: run 'sudo apt-get install -y prometheus' (or set AX_PROMETHEUS to a Prometheus elsewhere)"; \
 		exit 1; \
 	fi
 
