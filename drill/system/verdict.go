@@ -243,8 +243,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	var ticks []time.Time
 	cronTicks := 0
 	made := make(map[[2]string]bool, len(insts))
-	var dups []string // the runs of each attempt that ran more than once
-	var lost []string // the first lost instances and missing ticks
+	var dups []string  // the runs of each attempt that ran more than once
+	var lost []string  // the first lost instances and missing ticks
+	var stuck []string // the first instances not ended, and how they stand
 	for _, in := range insts {
 		delete(events, in.eventID)
 		if k := [2]string{in.task, in.eventID}; made[k] {
@@ -255,6 +256,9 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		switch {
 		case !in.state.Terminal():
 			res.Stuck++
+			if len(stuck) < 5 {
+				stuck = append(stuck, describeStuck(in, byInstance[in.id], runsOf)+r.eventsOf(ctx, in.id))
+			}
 		case in.state == schemas.StateSucceeded:
 			res.Succeeded++
 			if rs := runsOf[RunKey{in.id, in.attempt}]; len(rs) > 1 {
@@ -453,7 +457,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 	res.Checks = []drill.Check{
 		{Name: "firings made", Expected: "> 0", Observed: fmt.Sprint(res.Fired), Pass: res.Fired > 0},
 		named(zero("lost", res.Lost), lost),
-		zero("stuck", res.Stuck),
+		named(zero("stuck", res.Stuck), stuck),
 		zero("firings made into more than one instance (extra instances)", res.Doubled),
 		named(zero("duplicate executions of a succeeded attempt", res.Duplicates), dups),
 		zero("stale reports accepted", res.StaleAccepted),
@@ -567,6 +571,23 @@ func describeLostSuccess(run LedgerRun, in instanceRow, ts []transitionRow) stri
 		run.Instance, run.Attempt, run.Worker, run.End.UTC().Format("15:04:05.000"), in.state, in.attempt)
 	for _, t := range ts {
 		fmt.Fprintf(&b, " [%s %s→%s a%d %s %q]", t.at.UTC().Format("15:04:05.000"), t.from, t.to, t.attempt, t.operator, t.reason)
+	}
+	return b.String()
+}
+
+// describeStuck names an instance not ended for the check's observation:
+// where it stands, its transitions and the runs of its attempts, so a
+// failure says which step never came.
+func describeStuck(in instanceRow, ts []transitionRow, runsOf map[RunKey][]LedgerRun) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "instance %d (event %s) %s at attempt %d; transitions:", in.id, in.eventID, in.state, in.attempt)
+	for _, t := range ts {
+		fmt.Fprintf(&b, " [%s %s→%s a%d %s %q]", t.at.UTC().Format("15:04:05.000"), t.from, t.to, t.attempt, t.operator, t.reason)
+	}
+	for attempt := 1; attempt <= in.attempt; attempt++ {
+		if rs := runsOf[RunKey{in.id, attempt}]; len(rs) > 0 {
+			b.WriteString("; " + describeRuns(in.id, attempt, rs))
+		}
 	}
 	return b.String()
 }
