@@ -70,7 +70,7 @@ func (rc *recorder) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 	if rc.faults != nil {
 		msgs = rc.faults.RecordReports(ctx, msgs)
 	}
-	reports, stale, handled := rc.readReports(msgs)
+	reports, stale, handled := rc.readReports(ctx, msgs)
 	// The reports of one attempt in a round come from one worker, and
 	// one of each kind: one from another, or one more, waits for the next
 	// round (its own statement), so that the store, which merges an
@@ -101,7 +101,7 @@ func (rc *recorder) handleReports(ctx context.Context, msgs []jetstream.Msg) {
 // does not decode, or a report of a kind it cannot carry, is dropped with
 // a warning (a single report's message is terminated); a report batch
 // counts as its reports.
-func (rc *recorder) readReports(msgs []jetstream.Msg) (reports []schemas.Report, stale []store.StaleReport, handled []jetstream.Msg) {
+func (rc *recorder) readReports(ctx context.Context, msgs []jetstream.Msg) (reports []schemas.Report, stale []store.StaleReport, handled []jetstream.Msg) {
 	// The handlers each worker's credential grants in a pool, read once a
 	// batch: a report carries them to the store's holder check.
 	grants := map[[2]string][]string{}
@@ -109,7 +109,7 @@ func (rc *recorder) readReports(msgs []jetstream.Msg) (reports []schemas.Report,
 		k := [2]string{pool, worker}
 		h, ok := grants[k]
 		if !ok {
-			h = rc.workers.grantedHandlers(worker, pool)
+			h = rc.workers.grantedHandlers(ctx, worker, pool)
 			grants[k] = h
 		}
 		return h

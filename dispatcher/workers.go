@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -37,6 +38,11 @@ type liveWorkers struct {
 	// it left, which the dispatcher may record later.
 	grants map[string]map[grant]grantSeen
 	pruned time.Time // when grants were last pruned
+	// bucket is ax-workers, where grantedHandlers looks up the grant keys
+	// the watch has not delivered yet (nil until the watch starts), and
+	// lookedUp when it last found none for a worker and pool.
+	bucket   jetstream.KeyValue
+	lookedUp map[[2]string]time.Time
 }
 
 // grant is one pool and handler a worker's credential grants.
@@ -54,6 +60,15 @@ type grantSeen struct {
 // [liveWorkers.grantedHandlers]).
 const grantMemory = time.Hour
 
+// grantLookupTimeout bounds a look-up of a worker's grant keys in the
+// bucket, and grantLookupEvery spaces the look-ups that found none for
+// one worker and pool: reports that keep naming a worker without grants
+// (a forged worker id) cost one look-up a second, not one a batch.
+const (
+	grantLookupTimeout = 2 * time.Second
+	grantLookupEvery   = time.Second
+)
+
 type liveWorker struct {
 	schemas.Worker
 	seenAt time.Time // when the dispatcher read the heartbeat
@@ -61,7 +76,7 @@ type liveWorker struct {
 
 func newLiveWorkers(now func() time.Time) *liveWorkers {
 	return &liveWorkers{now: now, workers: make(map[string]liveWorker), suspended: make(map[string]time.Time),
-		grants: make(map[string]map[grant]grantSeen)}
+		grants: make(map[string]map[grant]grantSeen), lookedUp: make(map[[2]string]time.Time)}
 }
 
 // granted reports whether worker id's credential grants it handler in
@@ -94,12 +109,24 @@ func (v *liveWorkers) verified(w schemas.Worker, now time.Time) schemas.Worker {
 
 // grantedHandlers returns the handlers that worker id's credential grants
 // it in pool, as its grant keys show them, or showed them up to
-// grantMemory before they went; nil for none. A report is judged by them: its worker may have stopped (and
-// its keys gone) before the report is recorded. A dispatcher that starts
-// later than a bucket TTL after a worker's last heartbeat never saw its
-// grants, and refuses its reports on attempts no worker holds yet (an
-// attempt whose started report was recorded is held, and judged by that).
-func (v *liveWorkers) grantedHandlers(id, pool string) []string {
+// grantMemory before they went; nil for none. A report is judged by them:
+// its worker may have stopped (and its keys gone) before the report is
+// recorded. When the view holds none, the bucket is asked (see
+// lookupGrants): a worker writes its grant keys before its first
+// heartbeat, but its first reports can reach a busy dispatcher before the
+// watch delivers the keys. A dispatcher that starts later than a bucket
+// TTL after a worker's last heartbeat never saw its grants, and refuses
+// its reports on attempts no worker holds yet (an attempt whose started
+// report was recorded is held, and judged by that).
+func (v *liveWorkers) grantedHandlers(ctx context.Context, id, pool string) []string {
+	if out := v.seenGrants(id, pool); out != nil {
+		return out
+	}
+	return v.lookupGrants(ctx, id, pool)
+}
+
+// seenGrants is grantedHandlers as far as the view shows.
+func (v *liveWorkers) seenGrants(id, pool string) []string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var out []string
@@ -111,6 +138,52 @@ func (v *liveWorkers) grantedHandlers(id, pool string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// lookupGrants reads worker id's grant keys in pool from the bucket, adds
+// them to the view and returns their handlers; nil when there are none,
+// when the bucket is not known yet, when it was asked in vain less than
+// grantLookupEvery ago, or when it does not answer in time. Refused, the
+// success of a worker's first, quick attempt was lost and the attempt ran
+// again (ax drill system cron-no-executors, at load 10).
+func (v *liveWorkers) lookupGrants(ctx context.Context, id, pool string) []string {
+	v.mu.Lock()
+	bucket, last := v.bucket, v.lookedUp[[2]string{id, pool}]
+	v.mu.Unlock()
+	if bucket == nil || v.now().Sub(last) < grantLookupEvery {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, grantLookupTimeout)
+	defer cancel()
+	var handlers []string
+	keys, err := bucket.ListKeysFiltered(ctx, streams.GrantKey(id, pool, ">"))
+	if err == nil {
+		for k := range keys.Keys() {
+			if _, _, h, ok := streams.ParseGrantKey(k); ok {
+				handlers = append(handlers, h)
+			}
+		}
+		err = ctx.Err() // the keys end early when ctx does
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := v.now()
+	if err != nil || len(handlers) == 0 {
+		if len(v.lookedUp) >= 1024 {
+			maps.DeleteFunc(v.lookedUp, func(_ [2]string, at time.Time) bool { return now.Sub(at) >= grantLookupEvery })
+		}
+		v.lookedUp[[2]string{id, pool}] = now
+		return nil
+	}
+	delete(v.lookedUp, [2]string{id, pool})
+	if v.grants[id] == nil {
+		v.grants[id] = make(map[grant]grantSeen)
+	}
+	for _, h := range handlers {
+		v.grants[id][grant{pool, h}] = grantSeen{at: now}
+	}
+	slices.Sort(handlers)
+	return slices.Compact(handlers)
 }
 
 // pruneGrants forgets the grants whose keys went more than grantMemory
@@ -163,6 +236,13 @@ func (v *liveWorkers) setTTL(ttl time.Duration) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.ttl = ttl
+}
+
+// setBucket sets the bucket the view watches, where lookupGrants reads.
+func (v *liveWorkers) setBucket(kv jetstream.KeyValue) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.bucket = kv
 }
 
 // apply updates the view with one entry of the bucket. It reports whether
@@ -275,6 +355,7 @@ func (s *Service) watchWorkers(ctx context.Context, kv jetstream.KeyValue) (func
 	if err != nil {
 		return nil, fmt.Errorf("watch bucket %s: %w", kv.Bucket(), err)
 	}
+	s.workers.setBucket(kv)
 	refused := map[string]int{}
 	apply := func(e jetstream.KeyValueEntry) {
 		s.refuseUnservable(e, refused)

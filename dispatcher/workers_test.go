@@ -10,6 +10,7 @@ import (
 
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/streams"
+	"github.com/ax-scheduler/ax/streams/streamstest"
 )
 
 // entry is one entry of the workers bucket, as a watch delivers it.
@@ -26,6 +27,56 @@ func (e entry) Revision() uint64                { return 1 }
 func (e entry) Created() time.Time              { return time.Time{} }
 func (e entry) Delta() uint64                   { return 0 }
 func (e entry) Operation() jetstream.KeyValueOp { return e.op }
+
+// A worker writes its grant keys before its first heartbeat, but its first
+// reports can reach a busy dispatcher before the watch of ax-workers
+// delivers them: the view asks the bucket, and keeps what it finds. A
+// worker without keys is asked about once a grantLookupEvery.
+func TestGrantsReadFromTheBucketBeforeTheWatchHasThem(t *testing.T) {
+	t.Parallel()
+	srv := streamstest.NewServer(t, streams.Config{})
+	nc, js := srv.Connect()
+	kv, err := js.KeyValue(t.Context(), srv.Topology.WorkersBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := func(worker, pool, handler string) {
+		t.Helper()
+		// As an executor writes them: a plain publish (a pool may hold
+		// '+'), then a round trip so that the server has it.
+		if err := nc.Publish(srv.Topology.GrantSubject(worker, pool, handler), nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(t.Context(), worker, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grant("w1", "default", "a.b")
+	grant("w1", "default", "c")
+	grant("w1", "gpu", "x")
+
+	now := time.Unix(1_000_000, 0)
+	v := newLiveWorkers(func() time.Time { return now })
+	v.bucket = kv // no watch: the view has seen none of the keys
+	if got := v.grantedHandlers(t.Context(), "w1", "default"); !slices.Equal(got, []string{"a.b", "c"}) {
+		t.Errorf("granted handlers of w1 in default, from the bucket = %v, want a.b and c", got)
+	}
+	if got := v.seenGrants("w1", "default"); !slices.Equal(got, []string{"a.b", "c"}) {
+		t.Errorf("the view after the look-up = %v, want a.b and c kept", got)
+	}
+
+	if got := v.grantedHandlers(t.Context(), "w2", "default"); got != nil {
+		t.Errorf("granted handlers of a worker without keys = %v, want none", got)
+	}
+	grant("w2", "default", "a.b")
+	if got := v.grantedHandlers(t.Context(), "w2", "default"); got != nil {
+		t.Errorf("asked again within %v of a look-up that found none: %v, want none until then", grantLookupEvery, got)
+	}
+	now = now.Add(grantLookupEvery)
+	if got := v.grantedHandlers(t.Context(), "w2", "default"); !slices.Equal(got, []string{"a.b"}) {
+		t.Errorf("granted handlers of w2 %v later = %v, want a.b", grantLookupEvery, got)
+	}
+}
 
 // TestWorkersServeWhatTheirGrantsBack applies heartbeats and grant keys to
 // the dispatcher's view: a worker serves a pool and a handler only when its
@@ -66,14 +117,14 @@ func TestWorkersServeWhatTheirGrantsBack(t *testing.T) {
 	if got := v.eligible("default", "a.b", "", 1); len(got) != 0 {
 		t.Errorf("eligible after the grant went = %v, want none", got)
 	}
-	if got := v.grantedHandlers("w1", "default"); !slices.Equal(got, []string{"a.b", "x"}) {
+	if got := v.grantedHandlers(t.Context(), "w1", "default"); !slices.Equal(got, []string{"a.b", "x"}) {
 		t.Errorf("granted handlers after the key went = %v, want a.b and x", got)
 	}
 	now = now.Add(grantMemory + time.Second)
-	if got := v.grantedHandlers("w1", "default"); !slices.Equal(got, []string{"x"}) {
+	if got := v.grantedHandlers(t.Context(), "w1", "default"); !slices.Equal(got, []string{"x"}) {
 		t.Errorf("granted handlers %s after the key went = %v, want x alone", grantMemory, got)
 	}
-	if got := v.grantedHandlers("w2", "default"); got != nil {
+	if got := v.grantedHandlers(t.Context(), "w2", "default"); got != nil {
 		t.Errorf("granted handlers of an unknown worker = %v, want none", got)
 	}
 }
