@@ -338,8 +338,12 @@ const states = ['CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING', 'SUCC
  */
 async function dashboardView() {
   const mine = view;
+  // The hour in clock minutes: the buckets start on whole minutes, as
+  // their labels read, from the minute an hour ago to now's (partial).
+  const until = new Date();
+  const since = new Date(Math.floor(until.getTime() / 60000) * 60000 - 3600000);
   const [sum, workers, streams, alerts, health, metrics] = await Promise.all([
-    get('/v1/reports/summary', { since: '1h', step: '1m' }),
+    get('/v1/reports/summary', { since: since.toISOString(), until: until.toISOString(), step: '1m' }),
     get('/v1/workers'),
     get('/v1/streams'),
     get('/v1/alerts', { state: 'firing', limit: 100 }),
@@ -357,7 +361,7 @@ async function dashboardView() {
   showPage(
     h('h1', {}, 'Dashboard'),
     h('div', { class: 'stats' },
-      stat('runs in the last hour', h('a', { id: 'stat-runs', href: ofHour() }, sum.total), (sum.total / 60).toFixed(1) + ' per minute'),
+      stat('runs in the last hour', h('a', { id: 'stat-runs', href: ofHour() }, sum.total), (sum.total / ((until - since) / 60000)).toFixed(1) + ' per minute'),
       stat('success rate', h('span', { id: 'stat-success' }, fmtPct(sum.success_rate)), `${succeeded} of ${ended} runs of the hour that ended`),
       stat('run time p50 / p95', h('span', { id: 'stat-latency' }, fmtDur(rt.p50_ms) + ' / ' + fmtDur(rt.p95_ms)),
         `start to end of a run, p99 ${fmtDur(rt.p99_ms)}, over ${rt.count} runs of the hour`),
