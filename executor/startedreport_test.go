@@ -11,18 +11,25 @@ import (
 	"github.com/ax-scheduler/ax/streams"
 )
 
-// An attempt that ends within StartedDelay sends its final report alone;
-// one that runs longer is reported started once the delay has passed, while
-// it runs, and before its final report.
-func TestStartedReportOnlyForAttemptsThatRunPastTheDelay(t *testing.T) {
-	t.Parallel()
+// startedWorker runs a worker with the builtins and a gate handler
+// ("gate") whose StartedDelay is delay.
+func startedWorker(t *testing.T, delay time.Duration) (*world, *gate, executor.Options) {
 	w := newWorld(t)
 	g := newGate()
 	mux := builtins()
 	mux.Handle("gate", g)
 	opts := w.options(mux)
-	opts.StartedDelay = 200 * time.Millisecond
+	opts.StartedDelay = delay
 	executortest.Run(t, opts)
+	return w, g, opts
+}
+
+// An attempt that ends within StartedDelay sends its final report alone;
+// one that runs longer is reported started once the delay has passed, while
+// it runs, and before its final report.
+func TestStartedReportOnlyForAttemptsThatRunPastTheDelay(t *testing.T) {
+	t.Parallel()
+	w, g, opts := startedWorker(t, 200*time.Millisecond)
 
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: executor.BuiltinEcho})
 	quick := w.nextOf(schemas.ReportSucceeded, 1)
@@ -57,13 +64,7 @@ func TestStartedReportOnlyForAttemptsThatRunPastTheDelay(t *testing.T) {
 // when the worker began to take the lease.
 func TestReportedStartIsAfterTheLease(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	g := newGate()
-	mux := builtins()
-	mux.Handle("gate", g)
-	opts := w.options(mux)
-	opts.StartedDelay = -1 // reported started before the handler runs
-	executortest.Run(t, opts)
+	w, g, _ := startedWorker(t, -1) // reported started before the handler runs
 
 	w.dispatch(schemas.PriorityNormal, schemas.Dispatch{InstanceID: 1, Handler: "gate"})
 	<-g.entered
