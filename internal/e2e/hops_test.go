@@ -26,8 +26,8 @@ import (
 //	insert     the statement that creates the instance writes its row (dispatched_at, PostgreSQL's clock_timestamp())
 //	dispatch   the attempt reaches a core subscriber of the dispatch subjects: committed and published
 //	doorbell   the first ring of its queue's doorbell after that
-//	started    the executor takes the attempt (started_at, before it takes the lease)
 //	lease      the lease reaches a core subscriber of the leases bucket
+//	started    the server confirmed the ack: the handler's start as its worker reports it (started_at)
 //	handler    the handler runs
 //
 // Every clock is this machine's. The subscribers share the process with the
@@ -140,7 +140,10 @@ func (h *hopTrace) mark(m *nats.Msg, at time.Time, prefix string) {
 }
 
 // hopNames are the hops, each named by the mark it ends at.
-var hopNames = []string{"fired→trigger", "trigger→insert", "insert→dispatch", "dispatch→doorbell", "doorbell→started", "started→lease", "lease→handler"}
+var hopNames = []string{"fired→trigger", "trigger→insert", "insert→dispatch", "dispatch→doorbell", "doorbell→lease", "lease→started", "started→handler"}
+
+// startedHops is how many of hopNames end at or before started.
+const startedHops = 6
 
 // report joins the marks with the instances' rows and prints the hops.
 func (h *hopTrace) report(b *testing.B, s *benchRig) {
@@ -177,7 +180,7 @@ SELECT id, event_id, fired_at, dispatched_at, started_at FROM instances WHERE ta
 			incomplete++
 			return nil
 		}
-		marks := []time.Time{fired, trig, inserted, disp, ring, started, lease, hand}
+		marks := []time.Time{fired, trig, inserted, disp, ring, lease, started, hand}
 		t := traced{total: started.Sub(fired)}
 		for i := range hopNames {
 			d := marks[i+1].Sub(marks[i])
@@ -207,7 +210,7 @@ SELECT id, event_id, fired_at, dispatched_at, started_at FROM instances WHERE ta
 	var spent = make([]time.Duration, len(hopNames))
 	for _, t := range slow {
 		worst := 0
-		for i, d := range t.hops[:5] { // the hops up to started
+		for i, d := range t.hops[:startedHops] {
 			if d > t.hops[worst] {
 				worst = i
 			}
@@ -216,7 +219,7 @@ SELECT id, event_id, fired_at, dispatched_at, started_at FROM instances WHERE ta
 		blame[worst]++
 	}
 	var parts []string
-	for i, name := range hopNames[:5] {
+	for i, name := range hopNames[:startedHops] {
 		parts = append(parts, fmt.Sprintf("%s %d (mean %.1f ms)", name, blame[i], ms(spent[i]/time.Duration(len(slow)))))
 	}
 	benchf(b, "  the slowest %d (firing → started %.1f to %.1f ms) were held up most by: %s", len(slow), ms(slow[len(slow)-1].total), ms(slow[0].total), strings.Join(parts, ", "))
