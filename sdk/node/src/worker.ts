@@ -8,10 +8,12 @@ import os from "node:os";
 import { createInbox, headers, nuid, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, JetStreamApiError, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
+import { context as otelContext } from "@opentelemetry/api";
 
 import { CancelledError, goDuration, isPermanent, LeaseLostError, PermanentError, retryAfter, ShutdownError, TimeoutError } from "./errors.js";
 import { LogShipper } from "./logs.js";
 import { checkProgress, decodeDispatch, EXECUTOR_PROTOCOL, type Control, type Dispatch, type FenceAnswer, type Parent, type Progress, type Report, type ReportKind, type WorkerRecord } from "./schemas.js";
+import { endRun, startRun, traceparentOf, type DispatchTrace, type RunSpan } from "./trace.js";
 import { DEFAULT_POOL, leaseKey, PRIORITIES, Topology, WORKER_POOL, type ConsumerSettings } from "./topology.js";
 
 /** The version a worker states in ax-workers unless told another. */
@@ -108,9 +110,14 @@ export interface Context {
   /** The dispatch message as it came. */
   readonly dispatch: Readonly<Dispatch>;
   /**
-   * The W3C traceparent the dispatch message carried (the dispatcher's
-   * span of the attempt's routing), undefined when it had none: the parent
-   * of any span the handler makes. The final report carries it back.
+   * The W3C traceparent of the attempt's span, ax.executor.run: a child of
+   * the dispatcher's span that routed the attempt (the dispatch message's
+   * traceparent header), made by the OpenTelemetry tracer provider the
+   * application registered; with none, the dispatch message's traceparent
+   * itself. Undefined when the dispatch message carried none and no
+   * provider is registered. The handler runs in the span's OpenTelemetry
+   * context, so its own spans are the span's children; the final report
+   * carries it back.
    */
   readonly traceparent?: string;
   /**
@@ -223,6 +230,7 @@ interface Attempt {
   entry: Entry;
   startedAt: Date;
   deadline: Date;
+  run: RunSpan; // its span, ax.executor.run (trace.ts)
   controller: AbortController;
   timer: NodeJS.Timeout;
   log: Logger;
@@ -305,8 +313,8 @@ export class Worker {
   private reporting = new Set<Promise<void>>();
   private reconnectedAt = 0; // Date.now() of the connection's last reconnection, 0 before any
   private finalQueue: QueuedFinal[] = [];
-  // The traceparent header of each admitted dispatch message.
-  private traceparents = new WeakMap<Dispatch, string>();
+  // The subject and trace headers of each admitted dispatch message.
+  private traces = new WeakMap<Dispatch, DispatchTrace>();
   private sendingFinals = false;
   private batchSeq = 0;
   private held = 0;
@@ -778,8 +786,8 @@ export class Worker {
     let d: Dispatch;
     try {
       d = decodeDispatch(m.msg.subject, m.msg.data);
-      const tp = m.msg.headers?.get("traceparent");
-      if (tp) this.traceparents.set(d, tp);
+      const h = m.msg.headers;
+      this.traces.set(d, { subject: m.msg.subject, traceparent: h?.get("traceparent") || undefined, tracestate: h?.get("tracestate") || undefined });
     } catch (err) {
       this.log.error("undecodable dispatch message; terminating it", { subject: m.msg.subject, error: (err as Error).message });
       m.msg.respond("+TERM");
@@ -876,7 +884,10 @@ export class Worker {
       } else {
         a.startedTimer = setTimeout(() => void this.sendStarted(a), this.startedDelayMs);
       }
-      const p = this.runAttempt(a).catch((err) => this.log.error("attempt failed unexpectedly", { error: String(err) }));
+      const p = this.runAttempt(a).catch((err) => {
+        this.log.error("attempt failed unexpectedly", { error: String(err) });
+        endRun(a.run, undefined, err, `attempt failed unexpectedly: ${String(err)}`);
+      });
       this.reporting.add(p);
       void p.finally(() => this.reporting.delete(p));
     }
@@ -942,7 +953,8 @@ export class Worker {
     const controller = new AbortController();
     const deadline = new Date(startedAt.getTime() + d.timeout_ms);
     const timer = setTimeout(() => controller.abort(new TimeoutError(d.timeout_ms)), d.timeout_ms);
-    const a: Attempt = { d, key, lease, revision, fence: revision, entry, startedAt, deadline, controller, timer, log: this.taskLog(d), started: "pending" };
+    const run = startRun(d, this.traces.get(d), this.workerId, startedAt);
+    const a: Attempt = { d, key, lease, revision, fence: revision, entry, startedAt, deadline, run, controller, timer, log: this.taskLog(d), started: "pending" };
     this.running.set(key, a);
     return a;
   }
@@ -1073,6 +1085,7 @@ export class Worker {
       this.release(a);
       if (r.returnedAt === undefined || r.err !== undefined) {
         a.log.warn("lease lost; the dispatcher has moved on, so the attempt is not reported");
+        endRun(a.run, undefined, r.err, "lease lost: the attempt is not reported");
         return;
       }
       // A success is reported all the same (executor/attempt.go): a lapsed
@@ -1100,8 +1113,10 @@ export class Worker {
       // Without a report the lease must expire for the dispatcher to move on.
       this.release(a);
       a.log.error("report attempt; leaving its lease to expire", { outcome: rep.kind, error: (err as Error).message });
+      endRun(a.run, rep, r.err, `report attempt: ${(err as Error).message}`);
       return;
     }
+    endRun(a.run, rep, r.err);
     const fields: Record<string, unknown> = { outcome: rep.kind, duration_ms: Date.parse(rep.at) - a.startedAt.getTime() };
     if (rep.kind === "failed") a.log.warn("attempt finished", { ...fields, error: rep.error, permanent: rep.permanent ?? false });
     else if (rep.kind === "released") a.log.warn("attempt finished", { ...fields, reason: rep.error });
@@ -1140,7 +1155,7 @@ export class Worker {
           throw new PermanentError(`task "${a.d.task}": payload does not fit: ${(err as Error)?.message ?? String(err)}`, { cause: err });
         }
       }
-      return a.entry.run(this.context(a), payload);
+      return otelContext.with(a.run.context, () => a.entry.run(this.context(a), payload));
     })().then((out) => ({ out, returnedAt: new Date() }), (err: unknown) => ({ err: err ?? new Error("the handler threw " + String(err)), returnedAt: new Date() }));
     const aborted = new Promise<void>((resolve) => {
       if (signal.aborted) resolve();
@@ -1182,7 +1197,7 @@ export class Worker {
       shardIndex: d.shard_index,
       shardCount: d.shard_count,
       dispatch: d,
-      traceparent: this.traceparents.get(d),
+      traceparent: traceparentOf(a.run.span),
       fence: a.fence,
       progress: (done: number, total = 0, message = "") => this.progress(a, done, total, message),
     });
@@ -1198,7 +1213,7 @@ export class Worker {
       instance_id: a.d.instance_id, attempt: a.d.attempt, worker_id: this.workerId,
       kind: "failed", at: new Date().toISOString(), started_at: a.startedAt.toISOString(),
     };
-    const traceparent = this.traceparents.get(a.d);
+    const traceparent = traceparentOf(a.run.span);
     if (traceparent) rep.traceparent = traceparent;
     const returned = r.returnedAt !== undefined;
     if (returned && r.err === undefined && cause instanceof TimeoutError && r.returnedAt!.getTime() > a.deadline.getTime()) {

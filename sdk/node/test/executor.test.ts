@@ -9,7 +9,12 @@ import { fileURLToPath } from "node:url";
 import { existsSync, mkdirSync, readFileSync, symlinkSync } from "node:fs";
 import path from "node:path";
 
+import { randomBytes } from "node:crypto";
+
 import { connect, createInbox, type Msg, type NatsConnection } from "@nats-io/transport-node";
+import { context, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
+import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 
 import { CancelledError, checkProgress, connectExecutor, inboxPrefix, PermanentError, RetryAfterError, TimeoutError, Topology, Worker, type Logger } from "../src/index.js";
 import { Dev, waitFor } from "./harness.js";
@@ -44,6 +49,14 @@ const burst = new Map<number, { pacedMs?: number; after?: unknown }>();
 
 const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
+// The application's OpenTelemetry SDK, as a user registers it: the
+// worker's spans end here.
+const spans = new InMemorySpanExporter();
+context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] }));
+// The span node.echo's handler ran in, and its ctx.traceparent, by instance id.
+const echoTraces = new Map<number, { spanId?: string; traceparent?: string }>();
+
 before(async () => {
   await dev.start();
   // Its user may pull node.fenced's queue too: the fence test takes an attempt by hand.
@@ -52,6 +65,7 @@ before(async () => {
   worker = new Worker({ connection: nc, workerId: "node-test-main", slots: 4, logger: process.env.AX_TEST_VERBOSE ? undefined : quiet });
   worker.handle<{ name: string }>("node.echo", async (ctx, p) => {
     ctx.logger.info("hello from node", { name: p.name });
+    echoTraces.set(ctx.instanceId, { spanId: trace.getActiveSpan()?.spanContext().spanId, traceparent: ctx.traceparent });
     return { hello: p.name, attempt: ctx.attempt, max_attempts: ctx.maxAttempts };
   }, {
     parse: (raw) => {
@@ -319,6 +333,35 @@ describe("a Node worker", () => {
     assert.deepEqual(inst.output, { slept_ms: 3000, worker: "node-test-drained" });
     const r = await dev.api<{ workers: Array<{ id: string }> }>("GET", "/v1/workers");
     assert.ok(!r.workers.some((x) => x.id === "node-test-drained"), `the drained worker is still listed: ${JSON.stringify(r.workers)}`);
+  });
+});
+
+describe("traces", () => {
+  test("an attempt is a span of the firing's trace, its handler runs in it, and the span says how it ended", async () => {
+    await dev.applyTask("node-echo", "node.echo");
+    const traceId = randomBytes(16).toString("hex");
+    const id = await dev.fire("node-echo", { name: "traced" }, { traceparent: `00-${traceId}-${randomBytes(8).toString("hex")}-01` });
+    assert.equal((await dev.waitState(id, ["SUCCEEDED", "FAILED"])).state, "SUCCEEDED");
+    const span = await waitFor(`the span of instance ${id}`, () => spans.getFinishedSpans().find((s) => s.attributes["ax.instance_id"] === id));
+    assert.equal(span.name, "ax.executor.run");
+    assert.equal(span.kind, SpanKind.CONSUMER);
+    assert.equal(span.spanContext().traceId, traceId, "the attempt's span is not in the trace of the firing's request");
+    const parent = span.parentSpanContext;
+    assert.ok(parent && parent.isRemote && parent.traceId === traceId, `the span's parent ${JSON.stringify(parent)} is not the dispatch message's`);
+    assert.deepEqual(
+      { task: span.attributes["ax.task"], attempt: span.attributes["ax.attempt"], pool: span.attributes["ax.pool"], handler: span.attributes["ax.handler"], worker: span.attributes["ax.worker_id"], outcome: span.attributes["ax.outcome"] },
+      { task: "node-echo", attempt: 1, pool: "default", handler: "node.echo", worker: "node-test-main", outcome: "succeeded" });
+    assert.equal(span.status.code, SpanStatusCode.UNSET);
+    // The handler ran in the span; ctx.traceparent names it.
+    assert.deepEqual(echoTraces.get(id), { spanId: span.spanContext().spanId, traceparent: `00-${traceId}-${span.spanContext().spanId}-01` });
+
+    await dev.applyTask("node-permanent", "node.permanent", { retry: { max_attempts: 3, backoff: "fixed", initial_interval_sec: 1, max_interval_sec: 1 } });
+    const failed = await dev.fire("node-permanent");
+    assert.equal((await dev.waitState(failed, ["FAILED", "SUCCEEDED"])).state, "FAILED");
+    const fspan = await waitFor(`the span of instance ${failed}`, () => spans.getFinishedSpans().find((s) => s.attributes["ax.instance_id"] === failed));
+    assert.deepEqual({ code: fspan.status.code, message: fspan.status.message, outcome: fspan.attributes["ax.outcome"], permanent: fspan.attributes["ax.permanent"] },
+      { code: SpanStatusCode.ERROR, message: "the input can never work", outcome: "failed", permanent: true });
+    assert.ok(fspan.events.some((e) => e.name === "exception"), "the failed attempt's span records no exception");
   });
 });
 

@@ -111,10 +111,10 @@ export class Dev {
     rmSync(this.dir, { recursive: true, force: true });
   }
 
-  async api<T>(method: string, p: string, body?: unknown): Promise<T> {
+  async api<T>(method: string, p: string, body?: unknown, headers: Record<string, string> = {}): Promise<T> {
     const res = await fetch(this.apiURL + p, {
       method,
-      headers: { authorization: "Bearer " + this.token, "content-type": "application/json" },
+      headers: { authorization: "Bearer " + this.token, "content-type": "application/json", ...headers },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await res.text();
@@ -131,9 +131,9 @@ export class Dev {
     });
   }
 
-  /** fire fires task with payload and returns the instance's id. */
-  async fire(task: string, payload?: unknown): Promise<number> {
-    const r = await this.api<{ instance_id: number }>("POST", `/v1/tasks/${task}/runs`, payload === undefined ? {} : { payload });
+  /** fire fires task with payload (and the request's headers) and returns the instance's id. */
+  async fire(task: string, payload?: unknown, headers: Record<string, string> = {}): Promise<number> {
+    const r = await this.api<{ instance_id: number }>("POST", `/v1/tasks/${task}/runs`, payload === undefined ? {} : { payload }, headers);
     return r.instance_id;
   }
 
