@@ -43,6 +43,9 @@ type liveWorkers struct {
 	// lookedUp when it last found none for a worker and pool.
 	bucket   jetstream.KeyValue
 	lookedUp map[[2]string]time.Time
+	// lookups counts the look-ups begun in the second from lookupSecond.
+	lookups      int
+	lookupSecond time.Time
 }
 
 // grant is one pool and handler a worker's credential grants.
@@ -64,9 +67,14 @@ const grantMemory = time.Hour
 // bucket, and grantLookupEvery spaces the look-ups that found none for
 // one worker and pool: reports that keep naming a worker without grants
 // (a forged worker id) cost one look-up a second, not one a batch.
+// grantLookupsPerSecond caps the look-ups of all workers together, so that
+// reports naming ever new worker ids (a hostile worker's) cannot hold the
+// recording of everyone's reports on look-ups: beyond it a report of a
+// worker the view has not seen is judged as before the look-ups existed.
 const (
-	grantLookupTimeout = 2 * time.Second
-	grantLookupEvery   = time.Second
+	grantLookupTimeout    = 2 * time.Second
+	grantLookupEvery      = time.Second
+	grantLookupsPerSecond = 20
 )
 
 type liveWorker struct {
@@ -143,14 +151,16 @@ func (v *liveWorkers) seenGrants(id, pool string) []string {
 // lookupGrants reads worker id's grant keys in pool from the bucket, adds
 // them to the view and returns their handlers; nil when there are none,
 // when the bucket is not known yet, when it was asked in vain less than
-// grantLookupEvery ago, or when it does not answer in time. Refused, the
+// grantLookupEvery ago, when grantLookupsPerSecond look-ups began in the
+// last second, or when it does not answer in time. Refused, the
 // success of a worker's first, quick attempt was lost and the attempt ran
 // again (ax drill system cron-no-executors, at load 10).
 func (v *liveWorkers) lookupGrants(ctx context.Context, id, pool string) []string {
 	v.mu.Lock()
-	bucket, last := v.bucket, v.lookedUp[[2]string{id, pool}]
+	bucket := v.bucket
+	ok := bucket != nil && v.mayLookUp(id, pool)
 	v.mu.Unlock()
-	if bucket == nil || v.now().Sub(last) < grantLookupEvery {
+	if !ok {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, grantLookupTimeout)
@@ -184,6 +194,23 @@ func (v *liveWorkers) lookupGrants(ctx context.Context, id, pool string) []strin
 	}
 	slices.Sort(handlers)
 	return slices.Compact(handlers)
+}
+
+// mayLookUp reports whether lookupGrants may ask the bucket about worker
+// id in pool now, and counts the look-up if so. The caller holds v.mu.
+func (v *liveWorkers) mayLookUp(id, pool string) bool {
+	now := v.now()
+	if now.Sub(v.lookedUp[[2]string{id, pool}]) < grantLookupEvery {
+		return false
+	}
+	if now.Sub(v.lookupSecond) >= time.Second {
+		v.lookupSecond, v.lookups = now, 0
+	}
+	if v.lookups >= grantLookupsPerSecond {
+		return false
+	}
+	v.lookups++
+	return true
 }
 
 // pruneGrants forgets the grants whose keys went more than grantMemory

@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -75,6 +76,21 @@ func TestGrantsReadFromTheBucketBeforeTheWatchHasThem(t *testing.T) {
 	now = now.Add(grantLookupEvery)
 	if got := v.grantedHandlers(t.Context(), "w2", "default"); !slices.Equal(got, []string{"a.b"}) {
 		t.Errorf("granted handlers of w2 %v later = %v, want a.b", grantLookupEvery, got)
+	}
+
+	// Reports naming ever new worker ids cost at most
+	// grantLookupsPerSecond look-ups a second, all workers together.
+	now = now.Add(grantLookupEvery)
+	grant("w3", "default", "a.b")
+	for i := range grantLookupsPerSecond {
+		v.grantedHandlers(t.Context(), fmt.Sprintf("forged-%d", i), "default")
+	}
+	if got := v.grantedHandlers(t.Context(), "w3", "default"); got != nil {
+		t.Errorf("a look-up past %d in a second found %v, want none asked", grantLookupsPerSecond, got)
+	}
+	now = now.Add(time.Second)
+	if got := v.grantedHandlers(t.Context(), "w3", "default"); !slices.Equal(got, []string{"a.b"}) {
+		t.Errorf("granted handlers of w3 in the next second = %v, want a.b", got)
 	}
 }
 
