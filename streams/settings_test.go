@@ -44,7 +44,9 @@ func reconcile(t *testing.T, js jetstream.JetStream, c streams.Config) (streams.
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out streams.Ensured
-	err := streams.UntilStarted(ctx, func(error, time.Duration) {}, func(ctx context.Context) error {
+	err := streams.UntilStarted(ctx, func(err error, wait time.Duration) {
+		t.Logf("Reconcile: %v; again in %s", err, wait)
+	}, func(ctx context.Context) error {
 		var err error
 		out, err = streams.Default().Reconcile(ctx, js, c)
 		return err

@@ -33,9 +33,18 @@ const (
 // is not transient (a stream that is missing, a setting that is wrong:
 // the error says so and how to fix it), or ctx's error when ctx ends first.
 // setUp must be safe to call again after a failure.
+//
+// setUp is given ctx without its deadline, ended when ctx ends: a
+// JetStream request whose context has a deadline waits for it instead of
+// its own timeout, so one request a cluster never answers (a stream's
+// create dropped as the meta leader changes) would hold the start-up until
+// ctx's deadline instead of being tried again. What setUp starts on its
+// context (a watch, a consume) lives as long as ctx.
 func UntilStarted(ctx context.Context, onFail func(err error, wait time.Duration), setUp func(context.Context) error) error {
+	tryCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	for wait := FirstStartWait; ; wait = min(2*wait, MaxStartWait) {
-		err := setUp(ctx)
+		err := setUp(tryCtx)
 		if err == nil {
 			return nil
 		}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -36,5 +38,51 @@ func TestTransient(t *testing.T) {
 		if got := streams.Transient(c.err); got != c.want {
 			t.Errorf("Transient(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// A JetStream request whose ctx has a deadline waits for that deadline,
+// not its own timeout. A cluster may leave a request unanswered (a
+// stream's create dropped as the meta leader changes): a try of
+// UntilStarted must still end at the request's timeout and try again, not
+// hold the start-up until ctx ends.
+func TestUntilStartedTriesAgainAfterARequestNobodyAnswers(t *testing.T) {
+	t.Parallel()
+	s, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	// A responder that takes every request of this API prefix and answers none.
+	if _, err := nc.SubscribeSync("mute.>"); err != nil {
+		t.Fatal(err)
+	}
+	const requestTimeout = 200 * time.Millisecond
+	js, _ := jetstream.NewWithAPIPrefix(nc, "mute", jetstream.WithDefaultTimeout(requestTimeout))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var failures []error
+	tries := 0
+	err = streams.UntilStarted(ctx, func(err error, _ time.Duration) { failures = append(failures, err) },
+		func(ctx context.Context) error {
+			if tries++; tries == 1 {
+				_, err := js.Stream(ctx, "AX_DISPATCH")
+				return err
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatalf("UntilStarted = %v after %d tries, want a second try once the unanswered request timed out", err, tries)
+	}
+	if len(failures) != 1 || !errors.Is(failures[0], context.DeadlineExceeded) {
+		t.Errorf("failures reported = %v, want the one request's timeout", failures)
 	}
 }
