@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/ax-scheduler/ax/dispatcher"
 	"github.com/ax-scheduler/ax/internal/metrics"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/streams"
 )
 
 // TestConsoleRangesInBrowser drives the console's pages for work over
@@ -56,20 +54,8 @@ concurrency:
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch := streams.NewAsyncBatch(s.js)
-	for i := range 4 {
-		ev := schemas.TriggerEvent{EventID: fmt.Sprintf("s-%d", i), Payload: json.RawMessage(`{"seconds": 60}`)}
-		m, _ := streams.NewMsg(s.srv.Topology.Trigger("serial"), ev.EventID, ev)
-		batch.Add(m)
-	}
-	if err := batch.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "3 waiting instances", 60*time.Second, func() (bool, error) {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE task = 'serial' AND state = 'WAITING'`).Scan(&n)
-		return n == 3, err
-	})
+	s.fireEach("serial", 4, sleep60)
+	s.waitInState("serial", schemas.StateWaiting, 3, 60*time.Second)
 
 	bctx := browser(t, path)
 	do(t, bctx, "open the console", 60*time.Second, chromedp.Navigate(consoleURL+"/"))
@@ -104,11 +90,7 @@ concurrency:
 		click(`button.replay`),
 		chromedp.WaitVisible(chromedp.Search(`//p[contains(., "No dead letters")]`)),
 	)
-	waitFor(t, "the replayed records to succeed", 60*time.Second, func() (bool, error) {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE task = 'records' AND state = 'SUCCEEDED'`).Scan(&n)
-		return n == 4, err
-	})
+	s.waitInState("records", schemas.StateSucceeded, 4, 60*time.Second)
 
 	do(t, bctx, "select the waiting instances and cancel them", 60*time.Second,
 		chromedp.Navigate(consoleURL+"/#/bulk"),
@@ -120,9 +102,5 @@ concurrency:
 		click(`#bulk-cancel`),
 		chromedp.WaitVisible(chromedp.Search(`//p[@id="bulk-summary"][contains(., "Cancelled 3 of 3")]`)),
 	)
-	waitFor(t, "3 cancelled", 30*time.Second, func() (bool, error) {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE task = 'serial' AND state = 'CANCELLED'`).Scan(&n)
-		return n == 3, err
-	})
+	s.waitInState("serial", schemas.StateCancelled, 3, 30*time.Second)
 }

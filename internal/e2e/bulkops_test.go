@@ -12,7 +12,6 @@ import (
 	"github.com/ax-scheduler/ax/api/wire"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/streams"
 )
 
 // recordMux serves "test.record", which writes each run into book under
@@ -43,20 +42,10 @@ func recordMux(book *runBook) *executor.Mux {
 // bad(i)) and waits until all have ended.
 func (s *system) fireRecords(task string, n int, payload func(i int) map[string]any) {
 	s.t.Helper()
-	ctx := context.Background()
-	batch := streams.NewAsyncBatch(s.js)
-	for i := range n {
-		data, _ := json.Marshal(payload(i))
-		ev := schemas.TriggerEvent{EventID: fmt.Sprintf("%s-%d", task, i), Payload: data}
-		m, _ := streams.NewMsg(s.srv.Topology.Trigger(task), ev.EventID, ev)
-		batch.Add(m)
-	}
-	if err := batch.Wait(ctx); err != nil {
-		s.t.Fatal(err)
-	}
+	s.fireEach(task, n, func(i int) any { return payload(i) })
 	waitFor(s.t, "every "+task+" instance to end", 60*time.Second, func() (bool, error) {
 		var ended int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE task = $1 AND state IN ('SUCCEEDED', 'FAILED')`, task).Scan(&ended)
+		err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM instances WHERE task = $1 AND state IN ('SUCCEEDED', 'FAILED')`, task).Scan(&ended)
 		return ended == n, err
 	})
 }
@@ -124,11 +113,7 @@ func TestBulkRerunReRunsExactlyTheMatches(t *testing.T) {
 	if res.Acted != 5 || res.AuditID == 0 {
 		t.Fatalf("bulk rerun acted on %d (audit %d), want 5", res.Acted, res.AuditID)
 	}
-	waitFor(t, "the reruns to succeed", 60*time.Second, func() (bool, error) {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE task = 'records' AND state = 'SUCCEEDED'`).Scan(&n)
-		return n == 10, err
-	})
+	s.waitInState("records", schemas.StateSucceeded, 10, 60*time.Second)
 	runs := book.snapshot()
 	for i := range 10 {
 		want := 1 + i%2
@@ -194,20 +179,8 @@ concurrency:
 `)
 	ctx := context.Background()
 	created := time.Now()
-	batch := streams.NewAsyncBatch(s.js)
-	for i := range 1001 {
-		ev := schemas.TriggerEvent{EventID: fmt.Sprintf("s-%d", i), Payload: json.RawMessage(`{"seconds": 60}`)}
-		m, _ := streams.NewMsg(s.srv.Topology.Trigger("serial"), ev.EventID, ev)
-		batch.Add(m)
-	}
-	if err := batch.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "1,000 waiting instances", 60*time.Second, func() (bool, error) {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE task = 'serial' AND state = 'WAITING'`).Scan(&n)
-		return n == 1000, err
-	})
+	s.fireEach("serial", 1001, sleep60)
+	s.waitInState("serial", schemas.StateWaiting, 1000, 60*time.Second)
 	// The same firings' creation, batched the same way, calibrates a
 	// batch time on this machine (shared, under the race detector).
 	create := time.Since(created)
@@ -219,11 +192,7 @@ concurrency:
 	if res.Acted != 1000 {
 		t.Fatalf("bulk cancel acted on %d, want 1000", res.Acted)
 	}
-	waitFor(t, "1,000 cancelled", 60*time.Second, func() (bool, error) {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE task = 'serial' AND state = 'CANCELLED'`).Scan(&n)
-		return n == 1000, err
-	})
+	s.waitInState("serial", schemas.StateCancelled, 1000, 60*time.Second)
 	took := time.Since(start)
 	var statements int
 	if err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT t.xid) FROM instance_transitions t JOIN instances i ON i.id = t.instance_id
@@ -290,11 +259,7 @@ func TestDeadLettersGroupAndReplay(t *testing.T) {
 	if res.Acted != 3 {
 		t.Fatalf("replay acted on %d, want 3", res.Acted)
 	}
-	waitFor(t, "the replays to succeed", 60*time.Second, func() (bool, error) {
-		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances WHERE task = 'letters' AND state = 'SUCCEEDED'`).Scan(&n)
-		return n == 4, err
-	})
+	s.waitInState("letters", schemas.StateSucceeded, 4, 60*time.Second)
 	runs := book.snapshot()
 	for i := range 6 {
 		want := 1

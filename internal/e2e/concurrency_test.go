@@ -11,28 +11,7 @@ import (
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
-	"github.com/ax-scheduler/ax/streams"
 )
-
-// fireMany publishes n firings of task at once, straight to the stream, so
-// that the dispatcher sees them together.
-func (s *system) fireMany(task string, n int) {
-	s.t.Helper()
-	batch := streams.NewAsyncBatch(s.js)
-	for i := range n {
-		// "fire-" keeps ids of tasks such as cancel-other out of AX's own
-		// namespace (schemas.ReservedEventID).
-		ev := schemas.TriggerEvent{EventID: fmt.Sprintf("fire-%s-%d", task, i)}
-		m, err := streams.NewMsg(s.srv.Topology.Trigger(task), ev.EventID, ev)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		batch.Add(m)
-	}
-	if err := batch.Wait(context.Background()); err != nil {
-		s.t.Fatal(err)
-	}
-}
 
 // instances lists every instance of task, oldest first, with transitions.
 func (s *system) instances(task string) []schemas.Instance {
@@ -84,12 +63,7 @@ concurrency:
 `)
 	const n = 50
 	s.fireMany("one-at-a-time", n)
-	waitFor(t, "every firing to succeed", 60*time.Second, func() (bool, error) {
-		var done int
-		err := s.pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM instances WHERE task = 'one-at-a-time' AND state = 'SUCCEEDED'`).Scan(&done)
-		return done == n, err
-	})
+	s.waitInState("one-at-a-time", schemas.StateSucceeded, n, 60*time.Second)
 	type span struct{ start, end time.Time }
 	var spans []span
 	waited := 0

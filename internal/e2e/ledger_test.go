@@ -1,9 +1,7 @@
 package e2e_test
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"net/url"
 	"os/exec"
 	"slices"
@@ -12,13 +10,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
-	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
 	"github.com/ax-scheduler/ax/store"
-	"github.com/ax-scheduler/ax/trigger"
 	"github.com/ax-scheduler/ax/trigger/triggertest"
 )
 
@@ -51,46 +46,16 @@ func TestLedgerThroughDSTAndATriggerOutage(t *testing.T) {
 		return time.Date(y, mo, d, h, mi, sec, 0, berlin)
 	}
 	clock := triggertest.NewClock(at(2025, 3, 30, 0, 58, 30))
-	startTrigger := func() (stop func()) {
-		conn, _ := s.srv.Connect()
-		svc, err := trigger.New(trigger.Options{Conn: conn, Store: s.store, Clock: clock, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := servicetest.Start(t, "trigger", svc)
-		return func() {
-			if err := r.Stop(); err != nil {
-				t.Errorf("trigger: %v", err)
-			}
-		}
-	}
-	// stepTo steps the clock tick by tick up to last, and waits until the
-	// trigger has fired it and saved it as its last tick.
-	stepTo := func(last time.Time) {
-		for clock.Now().Before(last) {
-			clock.Step(t, 1)
-		}
-		clock.WaitTimers(t, 1)
-		waitFor(t, "the trigger to save its last tick", time.Minute, func() (bool, error) {
-			states, err := s.store.GetTriggerStates(context.Background(), []string{"berlin-nightly"})
-			st := states[store.TriggerKey{Task: "berlin-nightly"}]
-			return st.LastTick.Equal(last), err
-		})
-	}
-	succeeded := func(n int) {
-		waitFor(t, fmt.Sprintf("%d instances to succeed", n), 2*time.Minute, func() (bool, error) {
-			var k int
-			err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM instances WHERE task = 'berlin-nightly' AND state = 'SUCCEEDED'`).Scan(&k)
-			return k == n, err
-		})
-	}
+	trig := clockTrigger{s: s, clock: clock}
+	stepTo := func(last time.Time) { trig.stepTo("berlin-nightly", last) }
+	succeeded := func(n int) { s.waitInState("berlin-nightly", schemas.StateSucceeded, n, 2*time.Minute) }
 
 	// Spring: the trigger is down from 01:10:30 to 01:12:30.
-	stop := startTrigger()
+	stop := trig.start()
 	stepTo(at(2025, 3, 30, 1, 10, 0))
 	stop()
 	clock.Set(at(2025, 3, 30, 1, 12, 30))
-	stop = startTrigger()
+	stop = trig.start()
 	stepTo(at(2025, 3, 30, 3, 4, 0))
 	stop()
 	succeeded(64)
@@ -99,7 +64,7 @@ func TestLedgerThroughDSTAndATriggerOutage(t *testing.T) {
 	// Autumn. The restart fires, late, the latest tick missed since
 	// spring (2025-10-25 03:59 CEST), outside the ledger's range.
 	clock.Set(at(2025, 10, 26, 0, 58, 30))
-	stop = startTrigger()
+	stop = trig.start()
 	stepTo(at(2025, 10, 26, 3, 4, 0))
 	stop()
 	succeeded(1 + 125)

@@ -13,10 +13,7 @@ import (
 	"github.com/ax-scheduler/ax/drill/system/systemtest"
 	"github.com/ax-scheduler/ax/executor"
 	"github.com/ax-scheduler/ax/importer/importertest"
-	"github.com/ax-scheduler/ax/internal/servicetest"
 	"github.com/ax-scheduler/ax/schemas"
-	"github.com/ax-scheduler/ax/store"
-	"github.com/ax-scheduler/ax/trigger"
 	"github.com/ax-scheduler/ax/trigger/triggertest"
 )
 
@@ -75,29 +72,8 @@ func TestShadowRecordsAndCutsOver(t *testing.T) {
 	at := func(d, h, mi int) time.Time { return time.Date(2026, 3, d, h, mi, 0, 0, shanghai) }
 	const ledgerTask = "xxl-12-ledgerhandler"
 	clock := triggertest.NewClock(at(2, 2, 0))
-	startTrigger := func() (stop func()) {
-		conn, _ := s.srv.Connect()
-		svc, err := trigger.New(trigger.Options{Conn: conn, Store: s.store, Clock: clock, Logger: s.log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := servicetest.Start(t, "trigger", svc)
-		return func() {
-			if err := r.Stop(); err != nil {
-				t.Errorf("trigger: %v", err)
-			}
-		}
-	}
-	stepTo := func(last time.Time) {
-		for clock.Now().Before(last) {
-			clock.Step(t, 1)
-		}
-		clock.WaitTimers(t, 1)
-		waitFor(t, "the trigger to save its last tick", time.Minute, func() (bool, error) {
-			states, err := s.store.GetTriggerStates(context.Background(), []string{ledgerTask})
-			return states[store.TriggerKey{Task: ledgerTask}].LastTick.Equal(last), err
-		})
-	}
+	trig := clockTrigger{s: s, clock: clock}
+	stepTo := func(last time.Time) { trig.stepTo(ledgerTask, last) }
 	count := func(where string) int {
 		var n int
 		if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM instances WHERE `+where).Scan(&n); err != nil {
@@ -108,11 +84,11 @@ func TestShadowRecordsAndCutsOver(t *testing.T) {
 
 	// Monday 2 March 2026: the trigger is down from 10:50 to 11:05 (the
 	// ledger job's misfire is skip: its 11:00 tick is missed).
-	stop := startTrigger()
+	stop := trig.start()
 	stepTo(at(2, 10, 45))
 	stop()
 	clock.Set(at(2, 11, 5))
-	startTrigger() // stopped at the test's end
+	trig.start() // stopped at the test's end
 	stepTo(at(2, 17, 45))
 	waitFor(t, "36 SHADOW instances", time.Minute, func() (bool, error) { return count(`state = 'SHADOW'`) == 36, nil })
 	s.drained(s.srv.Topology.FiringsStream(), s.srv.Topology.FiringsConsumer().Durable)
