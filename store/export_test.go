@@ -46,3 +46,7 @@ func ListInstancesSQL(f InstanceFilter) (string, []any) {
 	sql, args, _ := listInstancesSQL(f)
 	return sql, args
 }
+
+// ChooseFamiliesSQL is the mover's choice of families, for the tests of
+// its plan.
+const ChooseFamiliesSQL = chooseFamiliesSQL

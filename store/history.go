@@ -203,11 +203,12 @@ func tableColumns(ctx context.Context, q querier, table string) ([]string, error
 type MoveResult struct {
 	// Copied is how many instances were copied into the history this time.
 	Copied int
-	// Moved is how many copied instances (of this call or an earlier one)
-	// left the hot tables.
+	// Moved is how many copied instances left the hot tables: this call's
+	// when it copied a whole Limit (another call follows), else every
+	// copied one, of this call or an earlier one.
 	Moved int
-	// Waiting is how many copied instances are still in the hot tables:
-	// a transaction older than the copy was still running.
+	// Waiting is how many of those copied instances are still in the hot
+	// tables: a transaction older than the copy was still running.
 	Waiting int
 }
 
@@ -279,7 +280,16 @@ func (s *Store) MoveHistory(ctx context.Context, opts MoveOptions) (MoveResult, 
 		}
 		res.Copied = len(ids)
 	}
-	moved, waiting, err := s.finishMoves(ctx, opts)
+	// A call that copied a whole Limit is followed by another: it deletes
+	// its own copies. One that copied fewer, a pass's last, looks for every
+	// copy still in the hot tables (those an older transaction held up, or
+	// a crash left): a pass costs in proportion to what it moves, not to
+	// the backlog once a call.
+	only := ids
+	if len(ids) < opts.Limit {
+		only = nil
+	}
+	moved, waiting, err := s.finishMoves(ctx, opts, only)
 	res.Moved, res.Waiting = moved, waiting
 	if err != nil {
 		return res, fmt.Errorf("move history: %w", err)
@@ -329,12 +339,18 @@ func (s *Store) chooseFamilies(ctx context.Context, opts MoveOptions, done strin
 // chooseFamiliesSQL is the statement of chooseFamilies: at most $2 ended
 // families, ended and unchanged before $1, with no live instance in their
 // run, every transition visible in the relay's snapshot $3, and no key in
-// the history yet.
+// the history yet. The candidates come oldest first from the fired_at
+// index, and the scan stops at the $2nd that passes: the checks of each
+// are one row of a LATERAL subquery (OFFSET 0 keeps it whole), the key's
+// first (a copy a pass has not deleted yet fails it at one look-up). As
+// anti-joins in the WHERE, the planner ran them over every old instance
+// and sorted what was left (it misjudges how many keys the history holds):
+// each call read the whole backlog, and a pass cost the backlog squared.
 const chooseFamiliesSQL = `
 WITH roots AS (
 	SELECT r.id, r.fired_at FROM instances r
-	WHERE r.fired_at < $1 AND r.updated_at < $1 AND r.parent_id IS NULL
-		AND r.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW')
+	CROSS JOIN LATERAL (SELECT
+		NOT EXISTS (SELECT 1 FROM instance_history_keys k WHERE k.task = r.task AND k.event_id = r.event_id)
 		AND NOT EXISTS (SELECT 1 FROM instances c WHERE c.parent_id = r.id
 			AND (c.state NOT IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW') OR c.updated_at >= $1))
 		AND NOT EXISTS (SELECT 1 FROM instances j WHERE j.run_id = r.run_id
@@ -343,8 +359,10 @@ WITH roots AS (
 			AND NOT pg_visible_in_snapshot(t.xid, $3::pg_snapshot))
 		AND NOT EXISTS (SELECT 1 FROM instances c JOIN instance_transitions t ON t.instance_id = c.id
 			WHERE c.parent_id = r.id AND NOT pg_visible_in_snapshot(t.xid, $3::pg_snapshot))
-		AND NOT EXISTS (SELECT 1 FROM instance_history_keys k WHERE k.task = r.task AND k.event_id = r.event_id)
-	ORDER BY r.fired_at, r.id LIMIT $2
+		AS movable OFFSET 0) m
+	WHERE r.fired_at < $1 AND r.updated_at < $1 AND r.parent_id IS NULL
+		AND r.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED', 'SHADOW') AND m.movable
+	ORDER BY r.fired_at LIMIT $2
 ), fam AS (
 	SELECT id, fired_at FROM roots
 	UNION ALL
@@ -386,14 +404,17 @@ const eventsJSON = `COALESCE((SELECT jsonb_agg(jsonb_build_object('attempt', e.a
 	FROM instance_events e WHERE e.instance_id = i.id), '[]')`
 
 // finishMoves deletes from the hot tables the instances whose copy is in
-// the history, once no transaction older than the copies runs. It returns
-// how many left and how many still wait.
-func (s *Store) finishMoves(ctx context.Context, opts MoveOptions) (moved, waiting int, err error) {
-	var pending int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances i JOIN instance_history_keys k
-		ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id WHERE i.fired_at < $1`,
-		opts.EndedBefore).Scan(&pending); err != nil {
-		return 0, 0, fmt.Errorf("count copied instances: %w", err)
+// the history — of only, or every one when only is nil — once no
+// transaction older than the copies runs. It returns how many left and how
+// many still wait.
+func (s *Store) finishMoves(ctx context.Context, opts MoveOptions, only []int64) (moved, waiting int, err error) {
+	pending := len(only)
+	if only == nil {
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances i JOIN instance_history_keys k
+			ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id WHERE i.fired_at < $1`,
+			opts.EndedBefore).Scan(&pending); err != nil {
+			return 0, 0, fmt.Errorf("count copied instances: %w", err)
+		}
 	}
 	if pending == 0 {
 		return 0, 0, nil
@@ -410,7 +431,7 @@ func (s *Store) finishMoves(ctx context.Context, opts MoveOptions) (moved, waiti
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		moved, waiting, err = deleteCopied(ctx, tx, opts.EndedBefore)
+		moved, waiting, err = deleteCopied(ctx, tx, opts.EndedBefore, only)
 		return err
 	})
 	if err != nil {
@@ -447,14 +468,21 @@ func (s *Store) olderSnapshotsEnded(ctx context.Context, horizon string, wait ti
 }
 
 // deleteCopied deletes in tx the copied instances of families wholly in
-// the history, fired before endedBefore, and returns how many left and
-// how many stay.
-func deleteCopied(ctx context.Context, tx pgx.Tx, endedBefore time.Time) (moved, waiting int, err error) {
+// the history, fired before endedBefore (and among only, unless it is
+// nil), and returns how many left and how many stay.
+func deleteCopied(ctx context.Context, tx pgx.Tx, endedBefore time.Time, only []int64) (moved, waiting int, err error) {
 	// In id order, as every batch statement locks (see lockInstances).
-	rows, err := tx.Query(ctx, `
-			SELECT i.id FROM instances i JOIN instance_history_keys k
+	lock := `SELECT i.id FROM instances i JOIN instance_history_keys k
+			ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id
+		WHERE i.fired_at < $1 ORDER BY i.id FOR UPDATE OF i`
+	args := []any{endedBefore}
+	if only != nil {
+		lock = `SELECT i.id FROM instances i JOIN instance_history_keys k
 				ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id
-			WHERE i.fired_at < $1 ORDER BY i.id FOR UPDATE OF i`, endedBefore)
+			WHERE i.id = ANY($2) AND i.fired_at < $1 ORDER BY i.id FOR UPDATE OF i`
+		args = append(args, only)
+	}
+	rows, err := tx.Query(ctx, lock, args...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("lock: %w", err)
 	}

@@ -204,6 +204,46 @@ func TestMoveHistoryWaitsForOlderSnapshots(t *testing.T) {
 	}
 }
 
+// A call that copies a whole Limit deletes its own copies only (another
+// call follows); the pass's last call, which copies fewer, deletes every
+// copy still in the hot tables, such as one an older snapshot held up.
+func TestMoveHistoryPassEndsWithEveryCopy(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	applyTasks(t, st, "a")
+	made := create(t, st, firedAt("a", "e1", time.Now().Add(-2*time.Hour)), firedAt("a", "e2", time.Now().Add(-time.Hour)))
+	relayAll(t, pool)
+	opts := store.MoveOptions{EndedBefore: time.Now().Add(time.Hour), Limit: 1, Wait: 50 * time.Millisecond}
+	old, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback(ctx)
+	if _, err := old.Exec(ctx, `SELECT count(*) FROM instances`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.MoveHistory(ctx, opts); err != nil || res != (store.MoveResult{Copied: 1, Waiting: 1}) {
+		t.Fatalf("the first call under an older snapshot = %+v, %v; want e1 copied, waiting", res, err)
+	}
+	if err := old.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := st.MoveHistory(ctx, opts); err != nil || res != (store.MoveResult{Copied: 1, Moved: 1}) {
+		t.Fatalf("the second call = %+v, %v; want e2 copied and moved", res, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM instances WHERE id = $1`, made[0].ID); n != 1 {
+		t.Fatal("a call that copied a whole Limit deleted an earlier call's copy")
+	}
+	if res, err := st.MoveHistory(ctx, opts); err != nil || res != (store.MoveResult{Moved: 1}) {
+		t.Fatalf("the pass's last call = %+v, %v; want e1's copy moved", res, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM instances`); n != 0 {
+		t.Fatalf("%d instances in the hot table after the pass, want 0", n)
+	}
+}
+
 func TestLateReportDuringTheMove(t *testing.T) {
 	t.Parallel()
 	pool := storetest.NewDB(t)
