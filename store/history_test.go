@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -61,6 +62,21 @@ func moveAll(t *testing.T, st *store.Store) store.MoveResult {
 		t.Fatalf("MoveHistory = %+v: instances still wait", res)
 	}
 	return res
+}
+
+// olderSnapshot begins a transaction that has taken its snapshot, to be
+// older than what follows; the test's end rolls it back.
+func olderSnapshot(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx, err := pool.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), `SELECT count(*) FROM instances`); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
 
 func TestHistoryHasEveryColumn(t *testing.T) {
@@ -177,14 +193,7 @@ func TestMoveHistoryWaitsForOlderSnapshots(t *testing.T) {
 	// A transaction whose snapshot predates the copy does not see the
 	// key in instance_history_keys: while it runs the hot row stays, so
 	// that its insert of the same firing still conflicts with it.
-	old, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Rollback(ctx)
-	if _, err := old.Exec(ctx, `SELECT count(*) FROM instances`); err != nil {
-		t.Fatal(err)
-	}
+	old := olderSnapshot(t, pool)
 	res, err := st.MoveHistory(ctx, store.MoveOptions{EndedBefore: time.Now().Add(time.Hour), Wait: 50 * time.Millisecond})
 	if err != nil || res.Copied != 1 || res.Moved != 0 || res.Waiting != 1 {
 		t.Fatalf("MoveHistory under an older snapshot = %+v, %v; want 1 copied, still waiting", res, err)
@@ -216,14 +225,7 @@ func TestMoveHistoryPassEndsWithEveryCopy(t *testing.T) {
 	made := create(t, st, firedAt("a", "e1", time.Now().Add(-2*time.Hour)), firedAt("a", "e2", time.Now().Add(-time.Hour)))
 	relayAll(t, pool)
 	opts := store.MoveOptions{EndedBefore: time.Now().Add(time.Hour), Limit: 1, Wait: 50 * time.Millisecond}
-	old, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Rollback(ctx)
-	if _, err := old.Exec(ctx, `SELECT count(*) FROM instances`); err != nil {
-		t.Fatal(err)
-	}
+	old := olderSnapshot(t, pool)
 	if res, err := st.MoveHistory(ctx, opts); err != nil || res != (store.MoveResult{Copied: 1, Waiting: 1}) {
 		t.Fatalf("the first call under an older snapshot = %+v, %v; want e1 copied, waiting", res, err)
 	}
