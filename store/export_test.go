@@ -50,3 +50,7 @@ func ListInstancesSQL(f InstanceFilter) (string, []any) {
 // ChooseFamiliesSQL is the mover's choice of families, for the tests of
 // its plan.
 const ChooseFamiliesSQL = chooseFamiliesSQL
+
+// CopiedHot is the mover's FROM of the copies still in the hot tables,
+// for the tests of its plan.
+const CopiedHot = copiedHot

@@ -410,9 +410,7 @@ const eventsJSON = `COALESCE((SELECT jsonb_agg(jsonb_build_object('attempt', e.a
 func (s *Store) finishMoves(ctx context.Context, opts MoveOptions, only []int64) (moved, waiting int, err error) {
 	pending := len(only)
 	if only == nil {
-		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM instances i JOIN instance_history_keys k
-			ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id WHERE i.fired_at < $1`,
-			opts.EndedBefore).Scan(&pending); err != nil {
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+copiedHot, opts.EndedBefore).Scan(&pending); err != nil {
 			return 0, 0, fmt.Errorf("count copied instances: %w", err)
 		}
 	}
@@ -467,20 +465,23 @@ func (s *Store) olderSnapshotsEnded(ctx context.Context, horizon string, wait ti
 	}
 }
 
+// copiedHot is the FROM and WHERE of the instances fired before $1 whose
+// copy is in the history: each is looked up in instance_history_keys by
+// its primary key (OFFSET 0 keeps the LATERAL from becoming a join, which
+// the planner hashes over every key of the history, seconds with 10 M,
+// for a handful of hot rows).
+const copiedHot = `instances i CROSS JOIN LATERAL (SELECT 1 FROM instance_history_keys k
+	WHERE k.task = i.task AND k.event_id = i.event_id AND k.id = i.id OFFSET 0) k
+	WHERE i.fired_at < $1`
+
 // deleteCopied deletes in tx the copied instances of families wholly in
 // the history, fired before endedBefore (and among only, unless it is
 // nil), and returns how many left and how many stay.
 func deleteCopied(ctx context.Context, tx pgx.Tx, endedBefore time.Time, only []int64) (moved, waiting int, err error) {
 	// In id order, as every batch statement locks (see lockInstances).
-	lock := `SELECT i.id FROM instances i JOIN instance_history_keys k
-			ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id
-		WHERE i.fired_at < $1 ORDER BY i.id FOR UPDATE OF i`
-	args := []any{endedBefore}
+	lock, args := `SELECT i.id FROM `+copiedHot+` ORDER BY i.id FOR UPDATE OF i`, []any{endedBefore}
 	if only != nil {
-		lock = `SELECT i.id FROM instances i JOIN instance_history_keys k
-				ON k.task = i.task AND k.event_id = i.event_id AND k.id = i.id
-			WHERE i.id = ANY($2) AND i.fired_at < $1 ORDER BY i.id FOR UPDATE OF i`
-		args = append(args, only)
+		lock, args = `SELECT i.id FROM `+copiedHot+` AND i.id = ANY($2) ORDER BY i.id FOR UPDATE OF i`, append(args, only)
 	}
 	rows, err := tx.Query(ctx, lock, args...)
 	if err != nil {

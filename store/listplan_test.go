@@ -182,3 +182,52 @@ func TestMoverChoiceReadsNoMoreThanItTakes(t *testing.T) {
 		t.Errorf("chose %d families from %v to %v, want the oldest %d not copied: %d to %d", len(ids), ids[:min(1, len(ids))], ids[max(0, len(ids)-1):], limit, copied+1, copied+limit)
 	}
 }
+
+// The mover's look for the copies still in the hot tables reads the hot
+// rows and a key each, not every key of the history: as a join, the
+// planner hashed them all (2.3 s a call with 10 M in the history, for a
+// handful of hot rows).
+func TestMoverLooksUpCopiesByTheirKeys(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	ctx := t.Context()
+	applyTasks(t, store.New(pool), "a")
+	// 50,000 keys of moved instances; 200 hot ended instances, 100 of them copied.
+	const history, hot, copied = 50000, 200, 100
+	at := time.Now().Add(-time.Hour)
+	for _, st := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO instance_history_keys (task, event_id, id, fired_at)
+		SELECT 'a', 'h-' || g, g, $2 FROM generate_series(1, $1::bigint) g`, []any{history, at}},
+		{`INSERT INTO instances (id, task, task_version, event_id, source, state, attempt, max_attempts, priority, pool, handler,
+			timeout_ms, fired_at, created_at, finished_at, updated_at) OVERRIDING SYSTEM VALUE
+		SELECT $1 + g, 'a', 1, 'm-' || g, 'event', 'SUCCEEDED', 1, 1, 'normal', 'default', 'h', 1000, $3, $3, $3, $3
+		FROM generate_series(1, $2::bigint) g`, []any{history, hot, at}},
+		{`INSERT INTO instance_history_keys (task, event_id, id, fired_at)
+		SELECT task, event_id, id, fired_at FROM instances WHERE id <= $1`, []any{history + copied}},
+		{`ANALYZE instances`, nil}, {`ANALYZE instance_history_keys`, nil},
+	} {
+		if _, err := pool.Exec(ctx, st.sql, st.args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := `SELECT count(*) FROM ` + store.CopiedHot
+	var out []byte
+	if err := pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+q, time.Now()).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plan []map[string]any
+	if err := json.Unmarshal(out, &plan); err != nil {
+		t.Fatal(err)
+	}
+	if read, most := rowsReadOf(plan[0]["Plan"].(map[string]any), "instances", "instance_history_keys"), 2*hot; read > most {
+		t.Errorf("looking for the copies among %d hot instances read %d rows, want at most %d (the history holds %d keys):\n%s",
+			hot, read, most, history+copied, out)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, q, time.Now()).Scan(&n); err != nil || n != copied {
+		t.Errorf("found %d copies still hot (%v), want %d", n, err, copied)
+	}
+}
