@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,10 @@ import (
 // AX_BENCH_KEEP_UP (default 1157/s, the 100 M a day docs/scaling.md sizes
 // for; give the audited burst's rate to compare with that). Then it lists
 // the history through the API (GET /v1/instances?archived=true) with each
-// filter, 20 times each: p50 and p99, against the goal of p99 ≤ 20 ms.
+// filter, 200 times each: p50, p99 and the slowest, against the goal of
+// p99 ≤ 20 ms.
 func BenchmarkHistoryMoverAndList(b *testing.B) {
+	const listRequests = 200 // a p99 that is not the slowest: the third of 200
 	history := envInt(b, "AX_BENCH_HISTORY", 200_000)
 	move := envInt(b, "AX_BENCH_MOVE", 100_000)
 	keepUp := envInt(b, "AX_BENCH_KEEP_UP", 1157)
@@ -32,6 +35,8 @@ func BenchmarkHistoryMoverAndList(b *testing.B) {
 
 	// The hot instances to move, ids above the history's.
 	s.writeMovable(int64(history), move)
+	meter := s.newCostMeter(b)
+	meter.start()
 	start := time.Now()
 	for {
 		if _, err := s.dispatcher.MaintainHistory(ctx); err != nil {
@@ -49,6 +54,7 @@ func BenchmarkHistoryMoverAndList(b *testing.B) {
 		}
 	}
 	took := time.Since(start)
+	meter.stop(move).log(b)
 	rate := float64(move) / took.Seconds()
 	verdict := "keeps up"
 	if rate < float64(keepUp) {
@@ -73,7 +79,7 @@ func BenchmarkHistoryMoverAndList(b *testing.B) {
 	} {
 		q.q.Archived = true
 		var took []time.Duration
-		for range 20 {
+		for range listRequests {
 			t0 := time.Now()
 			if _, err := s.client.ListInstances(ctx, q.q); err != nil {
 				b.Fatal(err)
@@ -82,8 +88,8 @@ func BenchmarkHistoryMoverAndList(b *testing.B) {
 		}
 		p50, p99 := quantile(took, 0.5), quantile(took, 0.99)
 		worst = max(worst, p99)
-		benchf(b, "list ?archived=true, %s, with %d in the history: p50 %.1f ms, p99 %.1f ms (20 requests)",
-			q.name, history+move, ms(p50), ms(p99))
+		benchf(b, "list ?archived=true, %s, with %d in the history: p50 %.1f ms, p99 %.1f ms, max %.1f ms (%d requests)",
+			q.name, history+move, ms(p50), ms(p99), ms(slices.Max(took)), listRequests)
 	}
 	goal := "met"
 	if worst > 20*time.Millisecond {
