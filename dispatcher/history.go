@@ -149,8 +149,8 @@ func (s *Service) MaintainHistory(ctx context.Context) (HistoryReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	for budget := time.Now().Add(h.Interval / 2); ; {
-		res, err := st.MoveHistory(ctx, store.MoveOptions{EndedBefore: now.Add(-h.After), Limit: movesPerRound, Period: h.Period})
+	for first, budget := true, time.Now().Add(h.Interval/2); ; first = false {
+		res, err := st.MoveHistory(ctx, store.MoveOptions{EndedBefore: now.Add(-h.After), Limit: movesPerRound, Period: h.Period, Sweep: first})
 		rep.Moved.Copied, rep.Moved.Moved, rep.Moved.Waiting = rep.Moved.Copied+res.Copied, rep.Moved.Moved+res.Moved, res.Waiting
 		if err != nil {
 			return rep, err

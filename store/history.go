@@ -204,8 +204,8 @@ type MoveResult struct {
 	// Copied is how many instances were copied into the history this time.
 	Copied int
 	// Moved is how many copied instances left the hot tables: this call's
-	// when it copied a whole Limit (another call follows), else every
-	// copied one, of this call or an earlier one.
+	// when it copied a whole Limit (another call follows) and was not a
+	// Sweep, else every copied one, of this call or an earlier one.
 	Moved int
 	// Waiting is how many of those copied instances are still in the hot
 	// tables: a transaction older than the copy was still running.
@@ -224,8 +224,14 @@ type MoveOptions struct {
 	Period HistoryPeriod
 	// Wait is how long to wait for the transactions older than the copy
 	// to end before the copies leave the hot tables; 0 means 10 s. What
-	// has to wait stays for the next call.
+	// has to wait stays for a later call.
 	Wait time.Duration
+	// Sweep makes a call that copies a whole Limit delete every copy still
+	// in the hot tables, not only its own, as a call that copies fewer
+	// does. A pass's first call sets it, so that what an older snapshot
+	// held up leaves by the next pass even if a pass ends on its time
+	// budget, not on an empty backlog.
+	Sweep bool
 }
 
 // ErrNotLeader is returned, wrapped, when a session lock such as the
@@ -281,12 +287,12 @@ func (s *Store) MoveHistory(ctx context.Context, opts MoveOptions) (MoveResult, 
 		res.Copied = len(ids)
 	}
 	// A call that copied a whole Limit is followed by another: it deletes
-	// its own copies. One that copied fewer, a pass's last, looks for every
-	// copy still in the hot tables (those an older transaction held up, or
-	// a crash left): a pass costs in proportion to what it moves, not to
-	// the backlog once a call.
+	// its own copies. One that copied fewer, a pass's last, or a Sweep
+	// looks for every copy still in the hot tables (those an older
+	// transaction held up, or a crash left): a pass costs in proportion to
+	// what it moves, not to the backlog once a call.
 	only := ids
-	if len(ids) < opts.Limit {
+	if len(ids) < opts.Limit || opts.Sweep {
 		only = nil
 	}
 	moved, waiting, err := s.finishMoves(ctx, opts, only)

@@ -214,15 +214,17 @@ func TestMoveHistoryWaitsForOlderSnapshots(t *testing.T) {
 }
 
 // A call that copies a whole Limit deletes its own copies only (another
-// call follows); the pass's last call, which copies fewer, deletes every
-// copy still in the hot tables, such as one an older snapshot held up.
+// call follows); a Sweep, or the pass's last call, which copies fewer,
+// deletes every copy still in the hot tables, such as one an older
+// snapshot held up.
 func TestMoveHistoryPassEndsWithEveryCopy(t *testing.T) {
 	t.Parallel()
 	pool := storetest.NewDB(t)
 	st := store.New(pool)
 	ctx := t.Context()
 	applyTasks(t, st, "a")
-	made := create(t, st, firedAt("a", "e1", time.Now().Add(-2*time.Hour)), firedAt("a", "e2", time.Now().Add(-time.Hour)))
+	made := create(t, st, firedAt("a", "e1", time.Now().Add(-3*time.Hour)), firedAt("a", "e2", time.Now().Add(-2*time.Hour)),
+		firedAt("a", "e3", time.Now().Add(-time.Hour)))
 	relayAll(t, pool)
 	opts := store.MoveOptions{EndedBefore: time.Now().Add(time.Hour), Limit: 1, Wait: 50 * time.Millisecond}
 	old := olderSnapshot(t, pool)
@@ -238,8 +240,13 @@ func TestMoveHistoryPassEndsWithEveryCopy(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM instances WHERE id = $1`, made[0].ID); n != 1 {
 		t.Fatal("a call that copied a whole Limit deleted an earlier call's copy")
 	}
-	if res, err := st.MoveHistory(ctx, opts); err != nil || res != (store.MoveResult{Moved: 1}) {
-		t.Fatalf("the pass's last call = %+v, %v; want e1's copy moved", res, err)
+	sweep := opts
+	sweep.Sweep = true
+	if res, err := st.MoveHistory(ctx, sweep); err != nil || res != (store.MoveResult{Copied: 1, Moved: 2}) {
+		t.Fatalf("a sweep that copies a whole Limit = %+v, %v; want e3 copied, e1 and e3 moved", res, err)
+	}
+	if res, err := st.MoveHistory(ctx, opts); err != nil || res != (store.MoveResult{}) {
+		t.Fatalf("the pass's last call = %+v, %v; want nothing left", res, err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM instances`); n != 0 {
 		t.Fatalf("%d instances in the hot table after the pass, want 0", n)
