@@ -33,12 +33,12 @@
 //
 // A pass moves in calls of up to a thousand families, oldest first. Each
 // call reads the candidates up to its limit and deletes its own copies; the
-// pass's last call (one that copied fewer) also deletes every copy an older
-// snapshot held up, looking each hot row's key up by itself. So a pass costs
-// in proportion to what it moves, whatever the backlog before it or the size
-// of the history (BenchmarkHistoryMoverAndList measures it;
-// TestMoverChoiceReadsNoMoreThanItTakes and TestMoverLooksUpCopiesByTheirKeys
-// pin the plans).
+// pass's first call (MoveOptions.Sweep) and its last (one that copied fewer)
+// also delete every copy an older snapshot held up, looking each hot row's
+// key up by itself. So a pass costs in proportion to what it moves, whatever
+// the backlog before it or the size of the history
+// (BenchmarkHistoryMoverAndList measures it; the plans are pinned by
+// TestMoverChoiceReadsNoMoreThanItTakes and TestMoverLooksUpCopiesByTheirKeys).
 //
 // One instance per firing across the move. The dispatcher's insert skips a
 // firing whose key is in instance_history_keys (one probe of one unique index,
