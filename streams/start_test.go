@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-scheduler/ax/internal/natsembed"
 	"github.com/ax-scheduler/ax/streams"
 )
 
@@ -48,19 +47,7 @@ func TestTransient(t *testing.T) {
 // hold the start-up until ctx ends.
 func TestUntilStartedTriesAgainAfterARequestNobodyAnswers(t *testing.T) {
 	t.Parallel()
-	s, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := startJS(t).Conn()
 	// A responder that takes every request of this API prefix and answers none.
 	if _, err := nc.SubscribeSync("mute.>"); err != nil {
 		t.Fatal(err)
@@ -71,7 +58,7 @@ func TestUntilStartedTriesAgainAfterARequestNobodyAnswers(t *testing.T) {
 	defer cancel()
 	var failures []error
 	tries := 0
-	err = streams.UntilStarted(ctx, func(err error, _ time.Duration) { failures = append(failures, err) },
+	err := streams.UntilStarted(ctx, func(err error, _ time.Duration) { failures = append(failures, err) },
 		func(ctx context.Context) error {
 			if tries++; tries == 1 {
 				_, err := js.Stream(ctx, "AX_DISPATCH")
