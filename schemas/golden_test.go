@@ -165,6 +165,8 @@ var golden = []goldenMessage{
 		Details:     json.RawMessage(`{"worker_id":"worker-eu-1"}`),
 		At:          goldenTime(5 * time.Minute),
 		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		FiredAt:     goldenTime(0),
+		StartedAt:   goldenTime(91 * time.Second),
 	}},
 	{"transition", "json/transition.schema.json#", &Transition{
 		ID:         90210,

@@ -665,6 +665,17 @@ type AuditRecord struct {
 	// transition of an instance that has one; optional, left out
 	// otherwise. The monitor links its latency histograms' exemplars to it.
 	Traceparent string `json:"traceparent,omitempty"`
+	// FiredAt is when the instance's firing was due (its fired_at), on the
+	// transitions the auditor's latency metrics time from it: the creation
+	// (→CREATED) and the first attempt's →RUNNING. StartedAt is when the
+	// attempt's handler began as its worker reported it, on a transition
+	// into or out of RUNNING while the instance is at that attempt and
+	// knows it. Both are optional (left out where unknown, as on a record
+	// of an instance moved to the history before the relay read it) and
+	// read by the relay with the transition, so that the monitor reads
+	// no instance back from PostgreSQL for them.
+	FiredAt   time.Time `json:"fired_at,omitzero"`
+	StartedAt time.Time `json:"started_at,omitzero"`
 }
 
 // TransitionAuditID is the audit record id of transition id.

@@ -51,6 +51,12 @@ func appendPlainAuditRecord(b []byte, r *AuditRecord) ([]byte, bool) {
 	if r.Traceparent != "" {
 		w.str(`,"traceparent":`, r.Traceparent)
 	}
+	if !r.FiredAt.IsZero() {
+		w.time(`,"fired_at":`, r.FiredAt)
+	}
+	if !r.StartedAt.IsZero() {
+		w.time(`,"started_at":`, r.StartedAt)
+	}
 	w.b = append(w.b, '}')
 	return w.b, w.ok
 }
@@ -108,6 +114,10 @@ func (r *plainReader) auditRecord() (rec AuditRecord) {
 			rec.At = r.time()
 		case "traceparent":
 			rec.Traceparent = r.str()
+		case "fired_at":
+			rec.FiredAt = r.time()
+		case "started_at":
+			rec.StartedAt = r.time()
 		default: // a key encoding/json matches otherwise
 			r.bad = true
 		}

@@ -13,7 +13,11 @@ var auditSamples = []AuditRecord{
 		At: time.Date(2026, 12, 3, 6, 40, 1, 123456789, time.UTC)},
 	{ID: "t-42", Kind: AuditTransition, Task: "noop", InstanceID: 7, From: StateRunning, To: StateSucceeded, Attempt: 1,
 		Operator: "worker:bench", Reason: "ok", At: time.Date(2026, 12, 3, 6, 40, 1, 0, time.FixedZone("", 3600)),
-		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		StartedAt:   time.Date(2026, 12, 3, 6, 40, 0, 987654321, time.UTC)},
+	{ID: "t-43", Kind: AuditTransition, Task: "noop", InstanceID: 8, From: StateDispatched, To: StateRunning, Attempt: 1,
+		Operator: "worker:bench", At: time.Date(2026, 12, 3, 6, 40, 2, 0, time.UTC),
+		FiredAt: time.Date(2026, 12, 3, 6, 40, 0, 0, time.FixedZone("", -7200)), StartedAt: time.Date(2026, 12, 3, 6, 40, 1, 5, time.UTC)},
 	{ID: "o-3", Kind: AuditAction, Task: "etl", Action: ActionApply, Operator: "alice", Details: json.RawMessage(`{"version":3}`),
 		At: time.Date(2026, 12, 3, 6, 40, 1, 5, time.UTC)},
 	{ID: "o-4", Kind: AuditAction, Task: "etl", Action: ActionFire, Operator: "", At: time.Time{}},
@@ -41,7 +45,7 @@ func TestMarshalAuditRecordWritesAsMarshalDoes(t *testing.T) {
 		}
 	}
 	for _, d := range []string{`{ }`, "[1,\n2]", `{"a":"<"}`, `"&"`, `{"a":`, `null`} {
-		r := auditSamples[2]
+		r := auditSamples[3]
 		r.Details = json.RawMessage(d)
 		writesAsMarshal(t, r, MarshalAuditRecord, appendPlainAuditRecord)
 	}

@@ -91,7 +91,8 @@ const instanceTimes = `
 	) t ON true`
 
 // InstanceTimes returns the times of the instances ids, by id, in one query;
-// ids that name no instance are missing.
+// ids that name no instance are missing. The monitor reads it for the
+// audit records that lack the times the relay puts on them.
 func (s *Store) InstanceTimes(ctx context.Context, ids []int64) (map[int64]InstanceTimes, error) {
 	out := make(map[int64]InstanceTimes, len(ids))
 	if len(ids) == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -271,23 +272,26 @@ func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 			out, trs = append(out, trs[0]), trs[1:]
 		}
 	}
-	if err := r.traceInstances(ctx, out); err != nil {
+	if err := r.describeInstances(ctx, out); err != nil {
 		return nil, c, err
 	}
 	return out, advance(c, out), nil
 }
 
-// relayTraces reads the trace context of the instances $1 that have one,
-// each by the primary key (OFFSET 0 keeps the LATERAL from being
-// flattened into a join that scans instances).
-const relayTraces = `SELECT i.id, i.traceparent FROM unnest($1::bigint[]) AS q(id)
-	CROSS JOIN LATERAL (SELECT id, traceparent FROM instances WHERE id = q.id AND traceparent <> '' OFFSET 0) i`
+// relayInstances reads what the transitions of a page carry of their
+// instances $1 (see describeInstances), each by the primary key (OFFSET 0
+// keeps the LATERAL from being flattened into a join that scans
+// instances).
+const relayInstances = `SELECT i.id, i.traceparent, i.fired_at, i.attempt, i.started_at FROM unnest($1::bigint[]) AS q(id)
+	CROSS JOIN LATERAL (SELECT id, traceparent, fired_at, attempt, started_at FROM instances WHERE id = q.id OFFSET 0) i`
 
-// traceInstances sets the Traceparent of the transitions in recs to their
-// instance's (instances.traceparent), in one query per page, so that the
-// auditor's latency histograms can link an exemplar to the firing's trace.
-// An instance moved to the history tables meanwhile has none here.
-func (r *Relay) traceInstances(ctx context.Context, recs []schemas.AuditRecord) error {
+// describeInstances sets on the transitions in recs what they carry of
+// their instance (schemas.AuditRecord), in one query per page: its
+// Traceparent, so that the auditor's latency histograms can link an
+// exemplar to the firing's trace, and the FiredAt and StartedAt the
+// monitor times them from, so that it reads no instance back. An instance
+// moved to the history tables meanwhile gives none of them.
+func (r *Relay) describeInstances(ctx context.Context, recs []schemas.AuditRecord) error {
 	var ids []int64
 	for _, rec := range recs {
 		if rec.Kind == schemas.AuditTransition && rec.InstanceID != 0 {
@@ -298,21 +302,39 @@ func (r *Relay) traceInstances(ctx context.Context, recs []schemas.AuditRecord) 
 		return nil
 	}
 	slices.Sort(ids)
-	rows, err := r.conn.Query(ctx, relayTraces, slices.Compact(ids))
+	rows, err := r.conn.Query(ctx, relayInstances, slices.Compact(ids))
 	if err != nil {
-		return fmt.Errorf("next audit records: read trace contexts: %w", err)
+		return fmt.Errorf("next audit records: read their instances: %w", err)
 	}
-	traces := map[int64]string{}
+	type instance struct {
+		traceparent string
+		firedAt     time.Time
+		attempt     int
+		startedAt   *time.Time
+	}
+	found := map[int64]instance{}
 	var (
-		id     int64
-		parent string
+		id int64
+		in instance
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &parent}, func() error { traces[id] = parent; return nil }); err != nil {
-		return fmt.Errorf("next audit records: read trace contexts: %w", err)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &in.traceparent, &in.firedAt, &in.attempt, &in.startedAt}, func() error {
+		found[id] = in
+		return nil
+	}); err != nil {
+		return fmt.Errorf("next audit records: read their instances: %w", err)
 	}
 	for i := range recs {
-		if recs[i].Kind == schemas.AuditTransition {
-			recs[i].Traceparent = traces[recs[i].InstanceID]
+		rec := &recs[i]
+		in, ok := found[rec.InstanceID]
+		if rec.Kind != schemas.AuditTransition || !ok {
+			continue
+		}
+		rec.Traceparent = in.traceparent
+		if (rec.From == "" && rec.To == schemas.StateCreated) || (rec.To == schemas.StateRunning && rec.Attempt == 1) {
+			rec.FiredAt = in.firedAt
+		}
+		if (rec.To == schemas.StateRunning || rec.From == schemas.StateRunning) && in.attempt == rec.Attempt && in.startedAt != nil {
+			rec.StartedAt = *in.startedAt
 		}
 	}
 	return nil

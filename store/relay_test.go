@@ -157,24 +157,39 @@ func TestRelayNextReadsEveryRecordOnceInOrder(t *testing.T) {
 	}
 }
 
-// The relay gives each transition its instance's trace context, and
-// nothing to an instance without one or to an operator action.
-func TestRelayNextCarriesTheInstancesTrace(t *testing.T) {
+// The relay gives each transition what it carries of its instance: the
+// trace context where the instance has one, the instance's fired_at on the
+// creation and the first attempt's →RUNNING, and the handler's reported
+// start on a transition into or out of RUNNING of the instance's current
+// attempt; nothing to an operator action.
+func TestRelayNextCarriesWhatTheMonitorTimes(t *testing.T) {
 	t.Parallel()
 	st := store.New(storetest.NewDB(t))
 	ctx := t.Context()
 	r := acquire(t, st)
 	applyTasks(t, st, "etl")
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	traced := insertInstance(t, st.Pool(), "etl", "ev-1", schemas.StateDispatched, schemas.StateRunning)
+	fired := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
+	started := fired.Add(1500 * time.Millisecond)
+	traced := insertInstance(t, st.Pool(), "etl", "ev-1", schemas.StateDispatched, schemas.StateRunning, schemas.StateSucceeded)
 	plain := insertInstance(t, st.Pool(), "etl", "ev-2", schemas.StateDispatched)
-	if _, err := st.Pool().Exec(ctx, `UPDATE instances SET traceparent = $2 WHERE id = $1`, traced, parent); err != nil {
-		t.Fatal(err)
+	// Its first attempt's records, read when the instance is at its second.
+	retried := insertInstance(t, st.Pool(), "etl", "ev-3", schemas.StateDispatched, schemas.StateRunning, schemas.StateRetrying)
+	for _, set := range []struct {
+		id      int64
+		parent  string
+		attempt int
+	}{{traced, parent, 1}, {plain, "", 1}, {retried, "", 2}} {
+		if _, err := st.Pool().Exec(ctx, `UPDATE instances SET traceparent = $2, attempt = $3, fired_at = $4,
+			started_at = CASE WHEN $1 = $5 THEN NULL ELSE $6::timestamptz END WHERE id = $1`,
+			set.id, set.parent, set.attempt, fired, plain, started); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := st.RecordAction(ctx, store.Action{Action: schemas.ActionFire, Task: "etl", Operator: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	var n int
+	var n, timed, startedSeen int
 	for c := (store.RelayCursor{}); ; {
 		recs, next, err := r.Next(ctx, c, 2)
 		if err != nil {
@@ -184,20 +199,38 @@ func TestRelayNextCarriesTheInstancesTrace(t *testing.T) {
 			break
 		}
 		for _, rec := range recs {
-			want := ""
-			if rec.Kind == schemas.AuditTransition && rec.InstanceID == traced {
-				want = parent
+			var want schemas.AuditRecord
+			if rec.Kind == schemas.AuditTransition {
+				if rec.InstanceID == traced {
+					want.Traceparent = parent
+				}
+				if (rec.From == "" && rec.To == schemas.StateCreated) || rec.To == schemas.StateRunning {
+					want.FiredAt = fired
+				}
+				if (rec.To == schemas.StateRunning || rec.From == schemas.StateRunning) && rec.InstanceID == traced {
+					want.StartedAt = started
+				}
 			}
-			if rec.Traceparent != want {
-				t.Errorf("record %s of instance %d (traced %d, plain %d): traceparent %q, want %q",
-					rec.ID, rec.InstanceID, traced, plain, rec.Traceparent, want)
+			if rec.Traceparent != want.Traceparent || !rec.FiredAt.Equal(want.FiredAt) || !rec.StartedAt.Equal(want.StartedAt) {
+				t.Errorf("record %s (%s→%s) of instance %d (traced %d, plain %d, retried %d): traceparent %q, fired_at %v, "+
+					"started_at %v; want %q, %v, %v", rec.ID, rec.From, rec.To, rec.InstanceID, traced, plain, retried,
+					rec.Traceparent, rec.FiredAt, rec.StartedAt, want.Traceparent, want.FiredAt, want.StartedAt)
+			}
+			if !rec.FiredAt.IsZero() {
+				timed++
+			}
+			if !rec.StartedAt.IsZero() {
+				startedSeen++
 			}
 			n++
 		}
 		c = next
 	}
-	if n != 7 {
-		t.Errorf("relayed %d records, want 7 (5 transitions, the apply and the fire)", n)
+	// 4 + 2 + 4 transitions; fired_at on the 3 creations and 2 →RUNNING;
+	// started_at on the traced instance's →RUNNING and RUNNING→SUCCEEDED.
+	if n != 12 || timed != 5 || startedSeen != 2 {
+		t.Errorf("relayed %d records, %d with fired_at, %d with started_at; want 12 (10 transitions, the apply and the fire), 5, 2",
+			n, timed, startedSeen)
 	}
 }
 

@@ -179,25 +179,72 @@ func attemptEnded(r schemas.AuditRecord) bool {
 		(r.To == schemas.StateSucceeded || r.To == schemas.StateFailed || r.To == schemas.StateRetrying)
 }
 
-// timedInstances returns the instances whose times the latency histograms
-// need for recs: those created, first started, or ending a running attempt.
-func timedInstances(recs []schemas.AuditRecord) []int64 {
-	var ids []int64
+// timedRecord is what a record's latency needs of its instance's times: a
+// creation and the first attempt's →RUNNING the firing's time (and the
+// latter the handler's start), a record ending a running attempt when that
+// attempt was recorded RUNNING and its handler's start. Other records need
+// none (timed false).
+func timedRecord(r schemas.AuditRecord) (timed, fired bool) {
+	switch {
+	case r.Kind != schemas.AuditTransition:
+		return false, false
+	case r.From == "" && r.To == schemas.StateCreated, r.To == schemas.StateRunning && r.Attempt == 1:
+		return true, true
+	}
+	return r.From == schemas.StateRunning && attemptEnded(r), false
+}
+
+// recordTimes returns the times of recs' instances as the records carry
+// them, and the instances of timed records that lack some, whose times the
+// caller reads from PostgreSQL. The relay puts the firing's time and the
+// handler's reported start on the records that need them
+// (schemas.AuditRecord), and an attempt's →RUNNING record comes before the
+// one that ends it, in the same page when one report carried both. A
+// record lacks them when an earlier relay wrote it, when its attempt ended
+// in a later page than it started, when its worker reported no start, or
+// when the instance moved to a later attempt before the relay read it.
+func recordTimes(recs []schemas.AuditRecord) (map[int64]store.InstanceTimes, []int64) {
+	times := map[int64]store.InstanceTimes{}
 	for _, r := range recs {
 		if r.Kind != schemas.AuditTransition {
 			continue
 		}
-		if (r.From == "" && r.To == schemas.StateCreated) || (r.To == schemas.StateRunning && r.Attempt == 1) ||
-			(r.From == schemas.StateRunning && attemptEnded(r)) {
-			ids = append(ids, r.InstanceID)
+		it, ok := times[r.InstanceID]
+		if !ok {
+			it = store.InstanceTimes{Running: map[int]time.Time{}}
+		}
+		if !r.FiredAt.IsZero() {
+			it.FiredAt = r.FiredAt
+		}
+		if !r.StartedAt.IsZero() {
+			it.StartedAt, it.StartedAttempt = r.StartedAt, r.Attempt
+		}
+		if r.To == schemas.StateRunning {
+			it.Running[r.Attempt] = r.At
+		}
+		times[r.InstanceID] = it
+	}
+	var lacking []int64
+	for _, r := range recs {
+		timed, fired := timedRecord(r)
+		if !timed {
+			continue
+		}
+		it := times[r.InstanceID]
+		_, running := it.Running[r.Attempt]
+		switch {
+		case fired && it.FiredAt.IsZero(),
+			r.To == schemas.StateRunning && it.StartedAttempt != r.Attempt,
+			r.From == schemas.StateRunning && (!running || it.StartedAttempt != r.Attempt):
+			lacking = append(lacking, r.InstanceID)
 		}
 	}
-	slices.Sort(ids)
-	return slices.Compact(ids)
+	slices.Sort(lacking)
+	return times, slices.Compact(lacking)
 }
 
-// observe counts the transitions of recs; times holds the instances of
-// timedInstances(recs).
+// observe counts the transitions of recs; times holds the times of their
+// instances (recordTimes).
 func (m *metrics) observe(recs []schemas.AuditRecord, times map[int64]store.InstanceTimes) {
 	since := func(from time.Time, to time.Time) float64 { return max(to.Sub(from).Seconds(), 0) }
 	for _, r := range recs {

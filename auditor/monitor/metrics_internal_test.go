@@ -1,6 +1,8 @@
 package monitor
 
 import (
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,5 +94,64 @@ func TestLatencyExemplarsNameTheSampledTrace(t *testing.T) {
 	}
 	if labels["trace_id"] != tid || labels["span_id"] != sid || e.GetValue() != 1 {
 		t.Errorf("exemplar %v = %v, want trace_id %s, span_id %s, value 1", labels, e.GetValue(), tid, sid)
+	}
+}
+
+// TestRecordTimesAsTheRelayCarriesThem takes an instance's times from its
+// records where they carry all that its timed records need, and lists for
+// a read from PostgreSQL every instance whose timed records lack some.
+func TestRecordTimesAsTheRelayCarriesThem(t *testing.T) {
+	fired := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	started, running := fired.Add(20*time.Millisecond), fired.Add(25*time.Millisecond)
+	tr := func(id int64, from, to schemas.State, attempt int, at time.Time) schemas.AuditRecord {
+		return schemas.AuditRecord{Kind: schemas.AuditTransition, InstanceID: id, Task: "etl", From: from, To: to,
+			Attempt: attempt, At: at}
+	}
+	with := func(r schemas.AuditRecord, firedAt, startedAt time.Time) schemas.AuditRecord {
+		r.FiredAt, r.StartedAt = firedAt, startedAt
+		return r
+	}
+	const created, dispatched, run, ok, retry = schemas.StateCreated, schemas.StateDispatched, schemas.StateRunning,
+		schemas.StateSucceeded, schemas.StateRetrying
+	recs := []schemas.AuditRecord{
+		// 1: all it needs, its attempt started and ended in one report.
+		with(tr(1, "", created, 1, fired), fired, time.Time{}), tr(1, created, dispatched, 1, fired),
+		with(tr(1, dispatched, run, 1, running), fired, started), with(tr(1, run, ok, 1, running), time.Time{}, started),
+		// 2: its attempt ends here, recorded RUNNING in an earlier page.
+		with(tr(2, run, ok, 1, running), time.Time{}, started),
+		// 3: a creation from a relay that carried no times.
+		tr(3, "", created, 1, fired),
+		// 4: a first start whose worker reported no start.
+		with(tr(4, dispatched, run, 1, running), fired, time.Time{}),
+		// 5: a second attempt's start: not timed.
+		tr(5, dispatched, run, 2, running),
+		// 6: an attempt the instance had left when the relay read it.
+		tr(6, dispatched, run, 3, running), tr(6, run, retry, 3, running),
+		{Kind: schemas.AuditAction, Task: "etl", Action: schemas.ActionFire},
+	}
+	times, lacking := recordTimes(recs)
+	if want := []int64{2, 3, 4, 6}; !slices.Equal(lacking, want) {
+		t.Errorf("lacking = %v, want %v", lacking, want)
+	}
+	it := times[1]
+	if !it.FiredAt.Equal(fired) || !it.StartedAt.Equal(started) || it.StartedAttempt != 1 || len(it.Running) != 1 ||
+		!it.Running[1].Equal(running) {
+		t.Errorf("times of instance 1 = %+v, want fired %v, started %v at attempt 1, RUNNING at %v", it, fired, started, running)
+	}
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.observe(recs[:4], times)
+	for name, h := range map[string]prometheus.Observer{"trigger_to_start": m.triggerToStart.WithLabelValues("etl"),
+		"start_to_end": m.startToEnd.WithLabelValues("etl")} {
+		var metric dto.Metric
+		if err := h.(prometheus.Histogram).Write(&metric); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]float64{"trigger_to_start": 0.020, "start_to_end": 0.005}[name]
+		if got := metric.GetHistogram(); got.GetSampleCount() != 1 || math.Abs(got.GetSampleSum()-want) > 1e-9 {
+			t.Errorf("%s: %d observations summing to %v s, want one of %v s", name, got.GetSampleCount(), got.GetSampleSum(), want)
+		}
 	}
 }

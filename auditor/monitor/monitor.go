@@ -264,9 +264,19 @@ func (m *monitor) handleRecords(ctx context.Context, msgs []jetstream.Msg) {
 
 // applyRecords evaluates the alert rules fed by recs, then counts them.
 func (m *monitor) applyRecords(ctx context.Context, recs []schemas.AuditRecord) error {
-	times, err := m.opts.Store.InstanceTimes(ctx, timedInstances(recs))
-	if err != nil {
-		return err
+	times, lacking := recordTimes(recs)
+	if len(lacking) > 0 {
+		read, err := m.opts.Store.InstanceTimes(ctx, lacking)
+		if err != nil {
+			return err
+		}
+		for _, id := range lacking {
+			if it, ok := read[id]; ok {
+				times[id] = it
+			} else {
+				delete(times, id) // moved to the history: untimed, as before
+			}
+		}
 	}
 	if err := m.evaluateRecords(ctx, recs); err != nil {
 		return err

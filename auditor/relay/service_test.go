@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -204,6 +205,7 @@ func (e *env) checkTrail() []schemas.AuditRecord {
 	e.t.Helper()
 	want := e.outbox()
 	trail := e.trail()
+	fired := e.firedAt()
 	seen := make(map[string]bool, len(trail))
 	lastOfInstance := make(map[int64]int64)
 	for _, r := range trail {
@@ -219,6 +221,12 @@ func (e *env) checkTrail() []schemas.AuditRecord {
 		}
 		if !sameRecord(r, w) {
 			e.t.Errorf("AX_AUDIT holds\n%+v\nthe store has\n%+v", r, w)
+		}
+		// What the relay adds of the instance (store.Relay's tests check
+		// every case): the firing's time on a creation.
+		if r.Kind == schemas.AuditTransition && r.From == "" && !r.FiredAt.Equal(fired[r.InstanceID]) {
+			e.t.Errorf("record %s, the creation of instance %d, carries fired_at %v, want %v", r.ID, r.InstanceID,
+				r.FiredAt, fired[r.InstanceID])
 		}
 		if r.Kind == schemas.AuditTransition {
 			_, id, _ := schemas.ParseAuditID(r.ID)
@@ -236,6 +244,26 @@ func (e *env) checkTrail() []schemas.AuditRecord {
 	return trail
 }
 
+// firedAt returns the fired_at of every instance, by id.
+func (e *env) firedAt() map[int64]time.Time {
+	e.t.Helper()
+	rows, err := e.st.Pool().Query(context.Background(), `SELECT id, fired_at FROM instances`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[int64]time.Time{}
+	var (
+		id int64
+		at time.Time
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error { out[id] = at; return nil }); err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// sameRecord reports whether a record on AX_AUDIT is the outbox's b,
+// leaving out what the relay adds of the instance.
 func sameRecord(a, b schemas.AuditRecord) bool {
 	if !a.At.Equal(b.At) {
 		return false
@@ -251,6 +279,7 @@ func sameRecord(a, b schemas.AuditRecord) bool {
 		return false
 	}
 	a.At, b.At, a.Details, b.Details = time.Time{}, time.Time{}, nil, nil
+	a.FiredAt, a.StartedAt = time.Time{}, time.Time{}
 	return reflect.DeepEqual(a, b)
 }
 
