@@ -27,13 +27,21 @@ func (s *Store) CancelInstances(ctx context.Context, in []CancelRequest) ([]Vict
 	if err != nil {
 		return nil, fmt.Errorf("cancel %d instances: encode: %w", len(in), err)
 	}
-	rows, err := s.pool.Query(ctx, `
+	var out []Victim
+	err = queryWith(ctx, s.pool, byKey, func(rows pgx.Rows) (err error) {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Victim, error) {
+			var v Victim
+			err := row.Scan(&v.InstanceID, &v.Task, &v.RunID, &v.Attempt, &v.WorkerID, &v.WasRunning)
+			return v, err
+		})
+		return err
+	}, `
 WITH r AS (
 	SELECT DISTINCT ON (id) * FROM jsonb_to_recordset($1::jsonb) AS t(id bigint, operator text, reason text)
 ), old AS (
-	SELECT i.id, i.state AS old_state FROM instances i JOIN r USING (id)
-	WHERE i.state IN ('CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING')
-	ORDER BY i.id FOR UPDATE OF i -- in id order, as every batch statement locks (see reportRows.record)
+	-- In id order, as every batch statement locks (see reportRows.record).
+	SELECT i.id, i.state AS old_state
+	FROM `+lockedInstances("r")+` WHERE i.state IN ('CREATED', 'WAITING', 'DISPATCHED', 'RUNNING', 'RETRYING')
 ), upd AS (
 	UPDATE instances i SET state = 'CANCELLED', finished_at = now(), updated_at = now(),
 		error = 'cancelled: ' || r.reason
@@ -44,14 +52,6 @@ WITH r AS (
 	SELECT id, task, old_state, 'CANCELLED', attempt, operator, reason FROM upd
 )
 SELECT id, task, run_id, attempt, worker_id, old_state IN ('DISPATCHED', 'RUNNING') FROM upd`, batch)
-	if err != nil {
-		return nil, fmt.Errorf("cancel %d instances: %w", len(in), err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Victim, error) {
-		var v Victim
-		err := row.Scan(&v.InstanceID, &v.Task, &v.RunID, &v.Attempt, &v.WorkerID, &v.WasRunning)
-		return v, err
-	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel %d instances: %w", len(in), err)
 	}

@@ -226,11 +226,12 @@ func promoteWaiting(ctx context.Context, tx pgx.Tx, tasks []string) ([]Attempt, 
 	if err != nil || len(waiting) == 0 {
 		return nil, err
 	}
-	rows, err = tx.Query(ctx, promoteWaitingSQL, waiting)
-	if err != nil {
-		return nil, err
-	}
-	return collectAttempts(rows)
+	var out []Attempt
+	err = queryWith(ctx, tx, byKey, func(rows pgx.Rows) (err error) {
+		out, err = collectAttempts(rows)
+		return err
+	}, promoteWaitingSQL, waiting)
+	return out, err
 }
 
 // promoteWaitingSQL is the statement of promoteWaiting: it starts the
@@ -252,8 +253,7 @@ WITH lim AS (
 	) w
 ), lk AS (
 	-- In id order, as every batch statement locks (see reportRows.record).
-	SELECT i.id FROM instances i JOIN pick USING (id) WHERE i.state = 'WAITING'
-	ORDER BY i.id FOR UPDATE OF i
+	SELECT i.id FROM ` + lockedInstances("pick") + ` WHERE i.state = 'WAITING'
 ), upd AS (
 	UPDATE instances i SET state = 'DISPATCHED', dispatched_at = clock_timestamp(), updated_at = now()
 	FROM lk WHERE i.id = lk.id AND i.state = 'WAITING'

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // NotCountedReasonPrefix begins the reason of an attempt whose worker
@@ -45,13 +47,24 @@ func (s *Store) CountDeaths(ctx context.Context, in []Failure) (map[[2]int64]int
 	for i, f := range in {
 		ids[i], attempts[i] = f.InstanceID, int32(f.Attempt)
 	}
-	rows, err := s.pool.Query(ctx, `
+	out := make(map[[2]int64]int, len(in))
+	err := queryWith(ctx, s.pool, byKey, func(rows pgx.Rows) error {
+		var (
+			id              int64
+			attempt, deaths int32
+		)
+		_, err := pgx.ForEachRow(rows, []any{&id, &attempt, &deaths}, func() error {
+			out[[2]int64{id, int64(attempt)}] = int(deaths)
+			return nil
+		})
+		return err
+	}, `
 WITH r AS (
 	SELECT DISTINCT * FROM unnest($1::bigint[], $2::int[]) AS t(id, attempt)
 ), cur AS (
-	SELECT i.id FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
-	WHERE i.state IN ('DISPATCHED', 'RUNNING')
-	ORDER BY i.id FOR UPDATE OF i
+	-- In id order, as every batch statement locks (see reportRows.record).
+	SELECT i.id FROM `+lockedInstances("r")+`
+	JOIN r ON r.id = i.id AND r.attempt = i.attempt WHERE i.state IN ('DISPATCHED', 'RUNNING')
 )
 UPDATE instances i SET
 	deaths = CASE WHEN i.death_attempt < i.attempt THEN i.deaths + 1 ELSE i.deaths END,
@@ -60,19 +73,6 @@ FROM cur WHERE i.id = cur.id
 RETURNING i.id, i.attempt, i.deaths`, ids, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("count worker deaths of %d attempts: %w", len(in), err)
-	}
-	defer rows.Close()
-	out := make(map[[2]int64]int, len(in))
-	for rows.Next() {
-		var id int64
-		var attempt, deaths int32
-		if err := rows.Scan(&id, &attempt, &deaths); err != nil {
-			return nil, fmt.Errorf("count worker deaths: %w", err)
-		}
-		out[[2]int64{id, int64(attempt)}] = int(deaths)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count worker deaths: %w", err)
 	}
 	return out, nil
 }

@@ -451,31 +451,49 @@ type batchQuerier interface {
 // parameter (a JSON document the planner counts as 100 rows either way),
 // yet the server's choice, plan_cache_mode auto, kept planning it anew for
 // every batch: about a quarter of the backend's CPU per instance created
-// (BenchmarkCreateInstances; docs/benchmarks.md). The setting is made and
-// reset around the statement in one round trip, in its implicit
-// transaction: if the statement fails, its rollback undoes the SET too.
-func queryGeneric(ctx context.Context, q batchQuerier, sql string, args ...any) ([]Attempt, error) {
+// (BenchmarkCreateInstances; docs/benchmarks.md).
+func queryGeneric(ctx context.Context, q batchQuerier, sql string, args ...any) (out []Attempt, err error) {
+	err = queryWith(ctx, q, "plan_cache_mode = force_generic_plan", func(rows pgx.Rows) (err error) {
+		out, err = collectMarkedAttempts(rows)
+		return err
+	}, sql, args...)
+	return out, err
+}
+
+// byKey is the setting a batch statement that locks instances runs with
+// (see lockedInstances): no sequential scan where an index serves, so that
+// whatever the table's statistics when the statement was planned, it finds
+// its instances by the primary key.
+const byKey = "enable_seqscan = off"
+
+// queryWith runs sql with setting ("name = value") for it alone and hands
+// its rows to read, which closes them. The setting is made and reset
+// around the statement in one round trip, in its implicit transaction (or
+// the caller's): if the statement fails, its rollback undoes the SET too.
+// The statement's work is committed once queryWith returns nil, not once
+// its rows are read: the implicit transaction ends after the reset.
+func queryWith(ctx context.Context, q batchQuerier, setting string, read func(pgx.Rows) error, sql string, args ...any) error {
+	name, _, _ := strings.Cut(setting, " ")
 	b := &pgx.Batch{}
-	b.Queue(`SET plan_cache_mode = force_generic_plan`)
+	b.Queue("SET " + setting)
 	b.Queue(sql, args...)
-	b.Queue(`RESET plan_cache_mode`)
+	b.Queue("RESET " + name)
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, err
+		return err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out, err := collectMarkedAttempts(rows)
-	if err != nil {
-		return nil, err
+	if err := read(rows); err != nil {
+		return err
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, err
+		return err
 	}
-	return out, br.Close()
+	return br.Close()
 }
 
 // Coordinates reports whether the instance is the parent of a sharded or
@@ -544,14 +562,17 @@ func (s *Store) StartRetries(ctx context.Context, in []RetryStart) ([]Attempt, e
 	for i, r := range in {
 		ids[i], attempts[i] = r.InstanceID, int32(r.Attempt)
 	}
-	rows, err := s.pool.Query(ctx, `
+	var out []Attempt
+	err := queryWith(ctx, s.pool, byKey, func(rows pgx.Rows) (err error) {
+		out, err = collectMarkedAttempts(rows)
+		return err
+	}, `
 WITH input AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[]) AS t(id, attempt)
 ), lk AS (
 	-- In id order, as every batch statement locks (see reportRows.record).
-	SELECT i.id FROM instances i JOIN input ON i.id = input.id AND i.attempt = input.attempt - 1
-	WHERE i.state = 'RETRYING'
-	ORDER BY i.id FOR UPDATE OF i
+	SELECT i.id FROM `+lockedInstances("input")+`
+	JOIN input ON i.id = input.id AND i.attempt = input.attempt - 1 WHERE i.state = 'RETRYING'
 ), upd AS (
 	UPDATE instances i SET state = 'DISPATCHED', attempt = input.attempt, dispatched_at = clock_timestamp(),
 		worker_id = '', updated_at = now()
@@ -565,13 +586,11 @@ WITH input AS (
 )
 SELECT `+attemptColumns("upd")+`, false AS republished FROM upd
 UNION ALL
-SELECT `+attemptColumns("i")+`, true FROM instances i JOIN input ON i.id = input.id AND i.attempt = input.attempt
-WHERE i.state = 'DISPATCHED'`,
+SELECT `+attemptColumns("i")+`, true FROM input
+-- by the primary key (see lockedInstances)
+CROSS JOIN LATERAL (SELECT * FROM instances WHERE id = input.id OFFSET 0) i
+WHERE i.attempt = input.attempt AND i.state = 'DISPATCHED'`,
 		ids, attempts)
-	if err != nil {
-		return nil, fmt.Errorf("start %d retries: %w", len(in), err)
-	}
-	out, err := collectMarkedAttempts(rows)
 	if err != nil {
 		return nil, fmt.Errorf("start %d retries: %w", len(in), err)
 	}

@@ -102,20 +102,6 @@ func TestBatchStatementsLockInOneOrder(t *testing.T) {
 	st := store.New(pool)
 	applyTasks(t, st, "locks")
 	ctx := t.Context()
-	reports := func(kind schemas.ReportKind, ids []int64) []schemas.Report {
-		out := make([]schemas.Report, len(ids))
-		for i, id := range ids {
-			out[i] = schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w", Kind: kind, StartedAt: time.Now(), At: time.Now()}
-		}
-		return out
-	}
-	failures := func(ids []int64) []store.Failure {
-		out := make([]store.Failure, len(ids))
-		for i, id := range ids {
-			out[i] = store.Failure{InstanceID: id, Attempt: 1, Reason: "lease expired", At: time.Now()}
-		}
-		return out
-	}
 	cases := []struct {
 		name  string
 		state schemas.State
@@ -205,6 +191,125 @@ func TestCreateInstancesInOneOrder(t *testing.T) {
 		}
 		if n != lockRows {
 			t.Fatalf("round %d: %d instances, want %d", round, n, lockRows)
+		}
+	}
+}
+
+// reports are reports of kind from worker w on attempt 1 of each instance.
+func reports(kind schemas.ReportKind, ids []int64) []schemas.Report {
+	out := make([]schemas.Report, len(ids))
+	for i, id := range ids {
+		out[i] = schemas.Report{InstanceID: id, Attempt: 1, WorkerID: "w", Kind: kind, StartedAt: time.Now(), At: time.Now()}
+	}
+	return out
+}
+
+// failures fail attempt 1 of each instance.
+func failures(ids []int64) []store.Failure {
+	out := make([]store.Failure, len(ids))
+	for i, id := range ids {
+		out[i] = store.Failure{InstanceID: id, Attempt: 1, Reason: "lease expired", At: time.Now()}
+	}
+	return out
+}
+
+// TestBatchStatementsFindTheirInstancesByKey runs each batch statement
+// that locks instances (store's lockedInstances) with plans made while the
+// table was small, as a connection keeps a generic plan made before a
+// burst (after a quiet spell, or once the history mover emptied the
+// table), on a table grown since without new statistics: each finds its
+// instances by the primary key and scans none of the table. A join of the
+// table with the batch was planned then as a scan of every instance for
+// each batch (a steady 500 firings/s spent ~0.9 ms a report statement of
+// five reports so). A cancel, an operator's statement, locks the same way
+// but is left out: its update joins its requests (a JSON document the
+// planner counts as a hundred rows) to the table, which such statistics
+// still have it hash whole.
+func TestBatchStatementsFindTheirInstancesByKey(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewOneConn(t)
+	st := store.New(pool)
+	applyTasks(t, st, "keys")
+	ctx := t.Context()
+	// Every plan generic, as the server chooses for a statement run often,
+	// and no statistics but those taken while the table is small.
+	if _, err := pool.Exec(ctx, `ALTER TABLE instances SET (autovacuum_enabled = false);
+		DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET plan_cache_mode = force_generic_plan', current_database()); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	pool.Reset()
+	progress := func(ids []int64) []schemas.Report {
+		out := reports(schemas.ReportProgress, ids)
+		for i := range out {
+			out[i].Progress = &schemas.Progress{Done: 1, Total: 2}
+		}
+		return out
+	}
+	cases := []struct {
+		name  string
+		state schemas.State
+		run   func(ids []int64) error
+	}{
+		{"started reports", schemas.StateDispatched, func(ids []int64) error {
+			_, err := st.ApplyReports(ctx, reports(schemas.ReportStarted, ids), nil)
+			return err
+		}},
+		{"final reports", schemas.StateRunning, func(ids []int64) error {
+			_, err := st.ApplyReports(ctx, nil, reports(schemas.ReportSucceeded, ids))
+			return err
+		}},
+		{"failures", schemas.StateRunning, func(ids []int64) error { _, err := st.FailAttempts(ctx, failures(ids)); return err }},
+		{"deaths", schemas.StateRunning, func(ids []int64) error { _, err := st.CountDeaths(ctx, failures(ids)); return err }},
+		{"progress", schemas.StateRunning, func(ids []int64) error { _, err := st.ApplyProgress(ctx, progress(ids)); return err }},
+		{"retries", schemas.StateRetrying, func(ids []int64) error { _, err := st.StartRetries(ctx, retryStarts(ids)); return err }},
+		{"parents", schemas.StateDispatched, func(ids []int64) error { _, err := st.StartParents(ctx, parentStarts(ids)); return err }},
+	}
+	small := make([][]int64, len(cases))
+	for i, c := range cases {
+		small[i] = makeBatch(t, pool, st, "keys", i, 5, c.state)
+	}
+	// 40 instances: the statistics of a new installation's table, or of
+	// one the history mover emptied.
+	if _, err := pool.Exec(ctx, `ANALYZE instances`); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cases {
+		if err := c.run(small[i]); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms, fired_at)
+		SELECT 'keys', 1, 'grown-' || g, 'event', 'RUNNING', 3, 'normal', 'default', 'builtin.echo', 60000, now()
+		FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	// rowsRead returns the rows of instances read so far, by any scan.
+	rowsRead := func() (n int64) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0)
+			FROM pg_stat_user_tables WHERE relname = 'instances'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const n = 5
+	for i, c := range cases {
+		ids := makeBatch(t, pool, st, "keys", len(cases)+i, n, c.state)
+		before := rowsRead()
+		if err := c.run(ids); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		// Each instance looked up to lock it, to update it, and once
+		// more by some (the retries' answer, a parent's children).
+		read := rowsRead() - before
+		t.Logf("%s of %d instances in a table of 20,000: %d rows of instances read", c.name, n, read)
+		if read > 4*n {
+			t.Errorf("%s of %d instances in a table of 20,000 read %d rows of instances, want at most %d",
+				c.name, n, read, 4*n)
 		}
 	}
 }

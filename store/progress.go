@@ -52,12 +52,11 @@ func (s *Store) ApplyProgress(ctx context.Context, reports []schemas.Report) ([]
 	}
 	// The rows to write are locked in id order first, as every batch
 	// statement on instances does (see reportRows.record).
-	rows, err := s.pool.Query(ctx, applyProgressSQL, progressArgs(reports, newest)...)
-	if err != nil {
-		return nil, fmt.Errorf("apply %d progress reports: %w", len(reports), err)
-	}
-	found, err := scanProgressOutcomes(rows, len(newest))
-	if err != nil {
+	var found map[[2]int64]ProgressOutcome
+	if err := queryWith(ctx, s.pool, byKey, func(rows pgx.Rows) (err error) {
+		found, err = scanProgressOutcomes(rows, len(newest))
+		return err
+	}, applyProgressSQL, progressArgs(reports, newest)...); err != nil {
 		return nil, fmt.Errorf("apply %d progress reports: %w", len(reports), err)
 	}
 	out := make([]ProgressOutcome, len(reports))
@@ -139,17 +138,18 @@ func scanProgressOutcomes(rows pgx.Rows, n int) (map[[2]int64]ProgressOutcome, e
 // applyProgressSQL is the statement of [Store.ApplyProgress]: it writes
 // the reports newer than the progress stored whose holder may make them,
 // and returns one row per report with the instance as found.
-const applyProgressSQL = `
+var applyProgressSQL = `
 WITH r AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::timestamptz[], $9::text[])
 	AS t(id, attempt, pool, worker_id, done, total, message, at, handlers)
 ), live AS (
-	SELECT i.id FROM instances i JOIN r ON r.id = i.id AND r.attempt = i.attempt
+	-- In id order, as every batch statement locks (see reportRows.record).
+	SELECT i.id FROM ` + lockedInstances("r") + `
+	JOIN r ON r.id = i.id AND r.attempt = i.attempt
 	WHERE i.state IN ('DISPATCHED', 'RUNNING') AND ` + holderCheck + `
 		AND (i.progress IS NULL OR (i.progress->>'attempt')::int < r.attempt
 			OR ((i.progress->>'attempt')::int = r.attempt
 				AND ((i.progress->>'at')::timestamptz, (i.progress->>'done')::bigint) < (r.at, r.done)))
-	ORDER BY i.id FOR UPDATE OF i
 ), upd AS (
 	UPDATE instances i SET progress = jsonb_strip_nulls(jsonb_build_object('attempt', r.attempt, 'done', r.done,
 		'total', r.total, 'message', NULLIF(r.message, ''), 'at', r.at))
@@ -158,7 +158,8 @@ WITH r AS (
 )
 SELECT r.id, r.attempt, upd.id IS NOT NULL, i.id IS NOT NULL, COALESCE(i.state, ''), COALESCE(i.attempt, 0),
 	COALESCE(i.worker_id, ''), COALESCE(` + holderCheck + `, false)
-FROM r LEFT JOIN upd ON upd.id = r.id LEFT JOIN instances i ON i.id = r.id`
+FROM r LEFT JOIN upd ON upd.id = r.id
+LEFT JOIN LATERAL (SELECT * FROM instances WHERE id = r.id OFFSET 0) i ON true -- by the primary key (see lockedInstances)`
 
 // newerProgress reports whether progress report a is newer than b: a later
 // at, or the same at and more done.

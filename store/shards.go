@@ -27,14 +27,16 @@ func (s *Store) StartParents(ctx context.Context, in []ParentStart) ([]int64, er
 	for i, p := range in {
 		ids[i], counts[i] = p.InstanceID, int32(p.ShardCount)
 	}
-	rows, err := s.pool.Query(ctx, `
+	var out []int64
+	err := queryWith(ctx, s.pool, byKey, func(rows pgx.Rows) (err error) {
+		out, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	}, `
 WITH input AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[]) AS t(id, shard_count)
 ), lk AS (
 	-- In id order, as every batch statement locks (see reportRows.record).
-	SELECT i.id FROM instances i JOIN input USING (id)
-	WHERE i.state = 'DISPATCHED' AND i.parent_id IS NULL
-	ORDER BY i.id FOR UPDATE OF i
+	SELECT i.id FROM `+lockedInstances("input")+` WHERE i.state = 'DISPATCHED' AND i.parent_id IS NULL
 ), upd AS (
 	UPDATE instances i SET state = 'RUNNING', shard_count = input.shard_count, updated_at = now()
 	FROM input, lk
@@ -46,10 +48,6 @@ WITH input AS (
 	FROM upd
 )
 SELECT id FROM upd ORDER BY id`, ids, counts)
-	if err != nil {
-		return nil, fmt.Errorf("start %d parents: %w", len(in), err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return nil, fmt.Errorf("start %d parents: %w", len(in), err)
 	}
@@ -65,7 +63,15 @@ func (s *Store) EndParents(ctx context.Context, runs []string) ([]RunEnd, error)
 	if len(runs) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, `
+	var out []RunEnd
+	err := queryWith(ctx, s.pool, byKey, func(rows pgx.Rows) (err error) {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunEnd, error) {
+			var e RunEnd
+			err := row.Scan(&e.Task, &e.RunID)
+			return e, err
+		})
+		return err
+	}, `
 WITH done AS (
 	SELECT p.id, bool_and(c.state = 'SUCCEEDED') AS ok,
 		string_agg(c.shard_index || ' (' || c.state || ')', ', ' ORDER BY c.shard_index)
@@ -76,8 +82,7 @@ WITH done AS (
 	HAVING count(*) = p.shard_count AND bool_and(c.state IN ('SUCCEEDED', 'FAILED', 'SKIPPED', 'CANCELLED'))
 ), lk AS (
 	-- In id order, as every batch statement locks (see reportRows.record).
-	SELECT i.id FROM instances i JOIN done USING (id) WHERE i.state = 'RUNNING'
-	ORDER BY i.id FOR UPDATE OF i
+	SELECT i.id FROM `+lockedInstances("done")+` WHERE i.state = 'RUNNING'
 ), upd AS (
 	UPDATE instances i SET
 		state = CASE WHEN done.ok THEN 'SUCCEEDED' ELSE 'FAILED' END,
@@ -93,14 +98,6 @@ WITH done AS (
 	FROM upd
 )
 SELECT task, run_id FROM upd ORDER BY id`, runs)
-	if err != nil {
-		return nil, fmt.Errorf("end the parents in %d runs: %w", len(runs), err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunEnd, error) {
-		var e RunEnd
-		err := row.Scan(&e.Task, &e.RunID)
-		return e, err
-	})
 	if err != nil {
 		return nil, fmt.Errorf("end the parents in %d runs: %w", len(runs), err)
 	}
