@@ -220,8 +220,8 @@ func failures(ids []int64) []store.Failure {
 // table), on a table grown since without new statistics: each finds its
 // instances by the primary key and scans none of the table. A join of the
 // table with the batch was planned then as a scan of every instance for
-// each batch (a steady 500 firings/s spent ~0.9 ms a report statement of
-// five reports so). A cancel, an operator's statement, locks the same way
+// each batch (a steady 500 firings/s spent ~1 ms a report statement of a
+// few reports so). A cancel, an operator's statement, locks the same way
 // but is left out: its update joins its requests (a JSON document the
 // planner counts as a hundred rows) to the table, which such statistics
 // still have it hash whole.
