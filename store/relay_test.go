@@ -170,19 +170,29 @@ func TestRelayNextCarriesWhatTheMonitorTimes(t *testing.T) {
 	applyTasks(t, st, "etl")
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	fired := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
-	started := fired.Add(1500 * time.Millisecond)
 	traced := insertInstance(t, st.Pool(), "etl", "ev-1", schemas.StateDispatched, schemas.StateRunning, schemas.StateSucceeded)
-	plain := insertInstance(t, st.Pool(), "etl", "ev-2", schemas.StateDispatched)
+	other := insertInstance(t, st.Pool(), "etl", "ev-2", schemas.StateDispatched, schemas.StateRunning, schemas.StateSucceeded)
+	plain := insertInstance(t, st.Pool(), "etl", "ev-3", schemas.StateDispatched)
 	// Its first attempt's records, read when the instance is at its second.
-	retried := insertInstance(t, st.Pool(), "etl", "ev-3", schemas.StateDispatched, schemas.StateRunning, schemas.StateRetrying)
-	for _, set := range []struct {
+	retried := insertInstance(t, st.Pool(), "etl", "ev-4", schemas.StateDispatched, schemas.StateRunning, schemas.StateRetrying)
+	// Each instance its own times, so that a page mixing them shows whose
+	// a record carries.
+	firedOf, startedOf := map[int64]time.Time{}, map[int64]time.Time{}
+	for k, set := range []struct {
 		id      int64
 		parent  string
 		attempt int
-	}{{traced, parent, 1}, {plain, "", 1}, {retried, "", 2}} {
-		if _, err := st.Pool().Exec(ctx, `UPDATE instances SET traceparent = $2, attempt = $3, fired_at = $4,
-			started_at = CASE WHEN $1 = $5 THEN NULL ELSE $6::timestamptz END WHERE id = $1`,
-			set.id, set.parent, set.attempt, fired, plain, started); err != nil {
+	}{{traced, parent, 1}, {plain, "", 1}, {retried, "", 2}, {other, "", 1}} {
+		firedOf[set.id] = fired.Add(time.Duration(k) * time.Second)
+		if set.id != plain {
+			startedOf[set.id] = firedOf[set.id].Add(time.Duration(100+k) * time.Millisecond)
+		}
+		var started *time.Time
+		if at, ok := startedOf[set.id]; ok {
+			started = &at
+		}
+		if _, err := st.Pool().Exec(ctx, `UPDATE instances SET traceparent = $2, attempt = $3, fired_at = $4, started_at = $5
+			WHERE id = $1`, set.id, set.parent, set.attempt, firedOf[set.id], started); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,7 +201,7 @@ func TestRelayNextCarriesWhatTheMonitorTimes(t *testing.T) {
 	}
 	var n, timed, startedSeen int
 	for c := (store.RelayCursor{}); ; {
-		recs, next, err := r.Next(ctx, c, 2)
+		recs, next, err := r.Next(ctx, c, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,15 +215,15 @@ func TestRelayNextCarriesWhatTheMonitorTimes(t *testing.T) {
 					want.Traceparent = parent
 				}
 				if (rec.From == "" && rec.To == schemas.StateCreated) || rec.To == schemas.StateRunning {
-					want.FiredAt = fired
+					want.FiredAt = firedOf[rec.InstanceID]
 				}
-				if (rec.To == schemas.StateRunning || rec.From == schemas.StateRunning) && rec.InstanceID == traced {
-					want.StartedAt = started
+				if (rec.To == schemas.StateRunning || rec.From == schemas.StateRunning) && rec.InstanceID != retried {
+					want.StartedAt = startedOf[rec.InstanceID]
 				}
 			}
 			if rec.Traceparent != want.Traceparent || !rec.FiredAt.Equal(want.FiredAt) || !rec.StartedAt.Equal(want.StartedAt) {
-				t.Errorf("record %s (%s→%s) of instance %d (traced %d, plain %d, retried %d): traceparent %q, fired_at %v, "+
-					"started_at %v; want %q, %v, %v", rec.ID, rec.From, rec.To, rec.InstanceID, traced, plain, retried,
+				t.Errorf("record %s (%s→%s) of instance %d (traced %d, plain %d, retried %d, other %d): traceparent %q, "+
+					"fired_at %v, started_at %v; want %q, %v, %v", rec.ID, rec.From, rec.To, rec.InstanceID, traced, plain, retried, other,
 					rec.Traceparent, rec.FiredAt, rec.StartedAt, want.Traceparent, want.FiredAt, want.StartedAt)
 			}
 			if !rec.FiredAt.IsZero() {
@@ -226,10 +236,11 @@ func TestRelayNextCarriesWhatTheMonitorTimes(t *testing.T) {
 		}
 		c = next
 	}
-	// 4 + 2 + 4 transitions; fired_at on the 3 creations and 2 →RUNNING;
-	// started_at on the traced instance's →RUNNING and RUNNING→SUCCEEDED.
-	if n != 12 || timed != 5 || startedSeen != 2 {
-		t.Errorf("relayed %d records, %d with fired_at, %d with started_at; want 12 (10 transitions, the apply and the fire), 5, 2",
+	// 4 + 2 + 4 + 4 transitions; fired_at on the 4 creations and 3
+	// →RUNNING; started_at on the →RUNNING and RUNNING→SUCCEEDED of the
+	// traced and the other instance.
+	if n != 16 || timed != 7 || startedSeen != 4 {
+		t.Errorf("relayed %d records, %d with fired_at, %d with started_at; want 16 (14 transitions, the apply and the fire), 7, 4",
 			n, timed, startedSeen)
 	}
 }
