@@ -587,10 +587,19 @@ func (r *run) longRuns(ctx context.Context, n int, work time.Duration) ([]string
 // ended, every run of a live worker has ended and every firing and report
 // has been handled (a killed dispatcher's, redelivered after the ack wait,
 // and a stopped worker's late reports included), twice in a row a
-// poll apart, for up to opts.Settle.
+// poll apart, for up to opts.Settle. In a cron scenario that must hold
+// for two of the trigger's periods: the drill knows a cron firing only by
+// its instance, and the trigger service may fire one more tick after its
+// trigger was removed, until it has seen the removal (a tick made 0.1 s
+// after a settle of two polls was counted stuck while it ran).
 func (r *run) settle(ctx context.Context) error {
+	window := settlePoll
+	if r.sc.Cron {
+		window = 2 * time.Second
+	}
 	deadline := time.Now().Add(r.opts.Settle)
-	for stable := 0; stable < 2 && time.Now().Before(deadline); {
+	var stableSince time.Time
+	for stable := 0; (stable < 2 || time.Since(stableSince) < window) && time.Now().Before(deadline); {
 		done, err := r.settled(ctx)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return ctxErr
@@ -598,15 +607,21 @@ func (r *run) settle(ctx context.Context) error {
 		if err != nil {
 			r.opts.Logger.Debug().Err(err).Msg("wait for the drill's instances to end") // PostgreSQL or NATS is coming back
 		}
-		if done {
-			stable++
-		} else {
+		switch {
+		case !done:
 			stable = 0
+		case stable == 0:
+			stable, stableSince = 1, time.Now()
+		default:
+			stable++
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(settlePoll)
 	}
 	return nil // what has not ended is stuck: collect counts it
 }
+
+// settlePoll spaces settle's looks.
+const settlePoll = 250 * time.Millisecond
 
 func (r *run) settled(ctx context.Context) (bool, error) {
 	rows, err := r.sb.Pool.Query(ctx, `SELECT event_id, state FROM instances WHERE task = ANY($1)`, []string{r.task, r.pois})
