@@ -3,6 +3,8 @@ package system
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -257,7 +259,7 @@ func (r *run) collect(ctx context.Context) (Result, error) {
 		case !in.state.Terminal():
 			res.Stuck++
 			if len(stuck) < 5 {
-				stuck = append(stuck, describeStuck(in, byInstance[in.id], runsOf)+r.eventsOf(ctx, in.id))
+				stuck = append(stuck, describeStuck(in, byInstance[in.id], runsOf)+r.eventsOf(ctx, in.id)+r.logsOf(in))
 			}
 		case in.state == schemas.StateSucceeded:
 			res.Succeeded++
@@ -591,6 +593,44 @@ func describeStuck(in instanceRow, ts []transitionRow, runsOf map[RunKey][]Ledge
 	}
 	return b.String()
 }
+
+// logsOf quotes the sandbox processes' log lines that name instance in
+// (its id or its event id), at most maxLogLines, for a stuck instance's
+// observation: which step never came (a publish refused, a batch
+// redelivered, a report refused) is in the dispatcher's and the
+// executors' logs, which go with the sandbox. "" when none names it.
+func (r *run) logsOf(in instanceRow) string {
+	files, _ := filepath.Glob(filepath.Join(r.sb.Dir(), "logs", "*.log"))
+	marks := []string{fmt.Sprintf(`"instance_id":%d,`, in.id), fmt.Sprintf(`"instance_id":%d}`, in.id),
+		fmt.Sprintf("instance_id=%d ", in.id), fmt.Sprintf("instance_id=%d\n", in.id), in.eventID}
+	var quoted []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			if !slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(line, m) }) {
+				continue
+			}
+			if len(quoted) == maxLogLines {
+				return "; logs: " + strings.Join(quoted, " | ") + " | …"
+			}
+			line = strings.TrimSpace(line)
+			if len(line) > 300 {
+				line = line[:300] + "…"
+			}
+			quoted = append(quoted, filepath.Base(f)+": "+line)
+		}
+	}
+	if len(quoted) == 0 {
+		return ""
+	}
+	return "; logs: " + strings.Join(quoted, " | ")
+}
+
+// maxLogLines bounds the log lines logsOf quotes for one instance.
+const maxLogLines = 12
 
 // eventsOf names the timeline events of instance id (a refused or stale
 // report, a suspect), for a check's observation; "" when it has none.

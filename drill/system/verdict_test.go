@@ -1,6 +1,9 @@
 package system
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -29,5 +32,40 @@ func TestLegal(t *testing.T) {
 		if got := legal(c.prev, c.next); got != c.want {
 			t.Errorf("%s: legal = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestLogsOfQuotesTheLinesNamingAStuckInstance quotes each process's log
+// lines that name the instance by id or by event id, and no other.
+func TestLogsOfQuotesTheLinesNamingAStuckInstance(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"dispatcher.log": `{"level":"error","message":"batch failed; redelivering it","event_id":"ev-42"}` + "\n" +
+			`{"level":"info","instance_id":160,"message":"another"}` + "\n" +
+			`{"level":"warn","instance_id":1601,"message":"dispatch refused"}` + "\n",
+		"executor-e1.log": "12:00:00 INF attempt finished instance_id=1601 outcome=succeeded\n" +
+			"12:00:01 INF attempt finished instance_id=16011 outcome=succeeded\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, "logs", name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &run{sb: &Sandbox{dir: dir}}
+	got := r.logsOf(instanceRow{id: 1601, eventID: "ev-42"})
+	for _, want := range []string{"batch failed", "dispatch refused", "instance_id=1601 outcome"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("logsOf = %q, want it to quote %q", got, want)
+		}
+	}
+	for _, not := range []string{"another", "16011"} {
+		if strings.Contains(got, not) {
+			t.Errorf("logsOf = %q, quotes a line of another instance (%q)", got, not)
+		}
+	}
+	if got := r.logsOf(instanceRow{id: 7, eventID: "ev-7"}); got != "" {
+		t.Errorf("logsOf of an instance no line names = %q, want none", got)
 	}
 }
