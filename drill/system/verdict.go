@@ -602,7 +602,10 @@ func describeStuck(in instanceRow, ts []transitionRow, runsOf map[RunKey][]Ledge
 func (r *run) logsOf(in instanceRow) string {
 	files, _ := filepath.Glob(filepath.Join(r.sb.Dir(), "logs", "*.log"))
 	marks := []string{fmt.Sprintf(`"instance_id":%d,`, in.id), fmt.Sprintf(`"instance_id":%d}`, in.id),
-		fmt.Sprintf("instance_id=%d ", in.id), fmt.Sprintf("instance_id=%d\n", in.id), in.eventID}
+		fmt.Sprintf("instance_id=%d ", in.id), fmt.Sprintf("instance_id=%d\n", in.id)}
+	if in.eventID != "" {
+		marks = append(marks, in.eventID)
+	}
 	var quoted []string
 	for _, f := range files {
 		data, err := os.ReadFile(f)

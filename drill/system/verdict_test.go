@@ -65,7 +65,9 @@ func TestLogsOfQuotesTheLinesNamingAStuckInstance(t *testing.T) {
 			t.Errorf("logsOf = %q, quotes a line of another instance (%q)", got, not)
 		}
 	}
-	if got := r.logsOf(instanceRow{id: 7, eventID: "ev-7"}); got != "" {
-		t.Errorf("logsOf of an instance no line names = %q, want none", got)
+	for _, in := range []instanceRow{{id: 7, eventID: "ev-7"}, {id: 8}} {
+		if got := r.logsOf(in); got != "" {
+			t.Errorf("logsOf of instance %d (event %q), which no line names, = %q, want none", in.id, in.eventID, got)
+		}
 	}
 }
