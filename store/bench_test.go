@@ -87,15 +87,15 @@ func burstFirings(round, n int) []store.NewInstance {
 
 // cpuTimes returns the CPU time of this process and of the PostgreSQL backend pid.
 func cpuTimes(b *testing.B, pid int) (self, backend time.Duration) {
-	backend, err := cpustat.Tree(pid)
+	tree, err := cpustat.Tree(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	self, err = cpustat.Self()
+	own, err := cpustat.Self()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return self, backend
+	return own.CPU, tree.CPU
 }
 
 // pgSettings names the server's durability settings.

@@ -92,6 +92,7 @@ type result struct {
 	APIBurst       float64 // instances/s of the API's burst (AX API)
 	MachineCPU     float64 // µs per job, the whole machine
 	OwnCPU         float64 // µs per job, the benchmark process and PostgreSQL
+	Faults         float64 // page faults per job, the benchmark process and PostgreSQL
 	Succeeded      int
 	Failed         int
 	// Settings is the settings line AX's benchmark printed.
@@ -219,6 +220,7 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	row("audited bulk machine CPU/job", "AX audited", "River burst", machine, "µs")
 	row("audited bulk own CPU/job", "AX audited", "River burst", own, "µs")
 	row("audited 1/msg machine CPU/job", "AX audited 1", "River burst", machine, "µs")
+	row("audited bulk page faults/job", "AX audited", "River burst", func(r result) float64 { return r.Faults }, "")
 	row("steady start p50", "AX steady", "River steady", p50, "ms")
 	row("steady start p99", "AX steady", "River steady", p99, "ms")
 	row("steady start p99.9", "AX steady", "River steady", p999, "ms")
@@ -245,7 +247,8 @@ func (r result) format(subject string) string {
 		head = fmt.Sprintf("p50 %6.1f ms  p99 %6.1f ms  p99.9 %6.1f ms  request p50 %.1f ms p99 %.1f ms  burst %.0f/s",
 			r.P50, r.P99, r.P999, r.ReqP50, r.ReqP99, r.APIBurst)
 	}
-	return fmt.Sprintf("%s  CPU/job machine %6.0f µs, own %5.0f µs  (%d succeeded, %d failed)", head, r.MachineCPU, r.OwnCPU, r.Succeeded, r.Failed)
+	return fmt.Sprintf("%s  CPU/job machine %6.0f µs, own %5.0f µs, page faults %4.1f  (%d succeeded, %d failed)",
+		head, r.MachineCPU, r.OwnCPU, r.Faults, r.Succeeded, r.Failed)
 }
 
 // printGoals says, for each goal of issue #28 (docs/benchmarks.md), what
@@ -356,7 +359,7 @@ func axBench(ctx context.Context, c *cluster, path, name string, env []string) (
 		res := result{
 			Rate: m["instances/s"], P50: m["p50_start_ms"], P99: m["p99_start_ms"], P999: m["p999_start_ms"],
 			ReqP50: m["p50_request_ms"], ReqP99: m["p99_request_ms"], APIBurst: m["api_burst_instances/s"],
-			MachineCPU: m["machine_cpu_us/inst"], OwnCPU: m["own_cpu_us/inst"],
+			MachineCPU: m["machine_cpu_us/inst"], OwnCPU: m["own_cpu_us/inst"], Faults: m["faults/inst"],
 			Succeeded: int(m["succeeded"]), Failed: int(m["failed"]), Settings: settings,
 		}
 		if v, ok := m["fired/s"]; ok {
@@ -433,7 +436,7 @@ type meter struct {
 	c          *cluster
 	postmaster int
 	machine    cpustat.Machine
-	own        time.Duration
+	own        cpustat.Usage
 }
 
 func (c *cluster) startMeter() (*meter, error) {
@@ -446,20 +449,20 @@ func (c *cluster) startMeter() (*meter, error) {
 	return m, err
 }
 
-func (m *meter) read() (cpustat.Machine, time.Duration, error) {
+func (m *meter) read() (cpustat.Machine, cpustat.Usage, error) {
 	machine, err := cpustat.ReadMachine()
 	if err != nil {
-		return cpustat.Machine{}, 0, err
+		return cpustat.Machine{}, cpustat.Usage{}, err
 	}
 	self, err := cpustat.Self()
 	if err != nil {
-		return cpustat.Machine{}, 0, err
+		return cpustat.Machine{}, cpustat.Usage{}, err
 	}
 	pg, err := cpustat.Tree(m.postmaster)
 	if err != nil {
-		return cpustat.Machine{}, 0, err
+		return cpustat.Machine{}, cpustat.Usage{}, err
 	}
-	return machine, self + pg, nil
+	return machine, cpustat.Usage{CPU: self.CPU + pg.CPU, Faults: self.Faults + pg.Faults}, nil
 }
 
 func (m *meter) stop(res *result, n int) error {
@@ -468,7 +471,9 @@ func (m *meter) stop(res *result, n int) error {
 		return err
 	}
 	res.MachineCPU = machine.Sub(m.machine).Busy.Seconds() / float64(n) * 1e6
-	res.OwnCPU = (own - m.own).Seconds() / float64(n) * 1e6
+	d := own.Sub(m.own)
+	res.OwnCPU = d.CPU.Seconds() / float64(n) * 1e6
+	res.Faults = float64(d.Faults) / float64(n)
 	return nil
 }
 

@@ -2,12 +2,16 @@
 // whole machine's busy time (from /proc/stat) and that of a process tree
 // such as a PostgreSQL server (from /proc/<pid>/stat). CPU time per unit of
 // work is the figure that holds from one machine to another, where a rate
-// does not.
+// does not. Beside the CPU it reads the page faults the CPU went to, and
+// what a fault costs on this machine: memory a process touches for the
+// first time costs a fault a page, and a virtual machine whose host backs
+// its memory lazily makes that cost large.
 package cpustat
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -89,21 +93,35 @@ func LoadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// Self returns the user and system CPU time of this process so far.
-func Self() (time.Duration, error) {
+// Usage is what a process (or a tree of them) spent so far.
+type Usage struct {
+	// CPU is user and system time.
+	CPU time.Duration
+	// Faults are minor page faults: pages the kernel mapped in without
+	// I/O, most of them memory touched for the first time.
+	Faults int64
+}
+
+// Sub returns the usage from an earlier reading to u.
+func (u Usage) Sub(earlier Usage) Usage {
+	return Usage{CPU: u.CPU - earlier.CPU, Faults: u.Faults - earlier.Faults}
+}
+
+// Self returns what this process spent so far.
+func Self() (Usage, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, fmt.Errorf("read this process's CPU time: %w", err)
+		return Usage{}, fmt.Errorf("read this process's CPU time: %w", err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+	return Usage{CPU: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), Faults: ru.Minflt}, nil
 }
 
 // proc is what readProc takes from /proc/<pid>/stat.
 type proc struct {
 	ppid int
-	// cpu is the process's own user and system time; children is that of
-	// its children that have exited and been waited for.
-	cpu, children time.Duration
+	// own is the process's own usage; children is that of its children
+	// that have exited and been waited for.
+	own, children Usage
 	comm          string
 }
 
@@ -118,14 +136,17 @@ func readProc(pid int) (proc, error) {
 		return proc{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
 	f := strings.Fields(string(data[end+1:]))
-	// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
+	// f[0] is field 3 (state): ppid is field 4, minflt and cminflt 10
+	// and 11, utime..cstime 14..17.
 	if len(f) < 15 {
 		return proc{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
 	}
 	num := func(k int) int64 { v, _ := strconv.ParseInt(f[k-3], 10, 64); return v }
 	return proc{
-		ppid: int(num(4)), cpu: ticks(num(14) + num(15)), children: ticks(num(16) + num(17)),
-		comm: string(data[open+1 : end]),
+		ppid:     int(num(4)),
+		own:      Usage{CPU: ticks(num(14) + num(15)), Faults: num(10)},
+		children: Usage{CPU: ticks(num(16) + num(17)), Faults: num(11)},
+		comm:     string(data[open+1 : end]),
 	}, nil
 }
 
@@ -142,19 +163,19 @@ func Parent(pid int) (ppid int, comm string, err error) {
 	return p.ppid, pp.comm, nil
 }
 
-// Tree returns the CPU time of process root and its children: its own, its
+// Tree returns what process root and its children spent: its own, its
 // exited children's (which the kernel adds to it when it waits for them),
 // and its live children's. For a PostgreSQL postmaster that is the whole
 // server: every backend and background process is its child.
-func Tree(root int) (time.Duration, error) {
+func Tree(root int) (Usage, error) {
 	r, err := readProc(root)
 	if err != nil {
-		return 0, fmt.Errorf("read the CPU time of process %d: %w", root, err)
+		return Usage{}, fmt.Errorf("read the CPU time of process %d: %w", root, err)
 	}
-	sum := r.cpu + r.children
+	sum := Usage{CPU: r.own.CPU + r.children.CPU, Faults: r.own.Faults + r.children.Faults}
 	entries, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
-		return 0, err
+		return Usage{}, err
 	}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(filepath.Base(e))
@@ -166,10 +187,51 @@ func Tree(root int) (time.Duration, error) {
 			continue // exited meanwhile
 		}
 		if err == nil && p.ppid == root {
-			sum += p.cpu
+			sum.CPU += p.own.CPU
+			sum.Faults += p.own.Faults
 		}
 	}
 	return sum, nil
 }
 
 func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+
+// FaultCost measures what a page fault costs this machine: the time to
+// touch each page of fresh anonymous memory once (the kernel maps a zeroed
+// page in for each touch), per page, the least of three tries of pages
+// pages each so that a busy moment does not count.
+func FaultCost(pages int) (time.Duration, error) {
+	size := pages * os.Getpagesize()
+	best := time.Duration(math.MaxInt64)
+	for range 3 {
+		mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+		if err != nil {
+			return 0, fmt.Errorf("measure a page fault: %w", err)
+		}
+		start := time.Now()
+		for i := 0; i < size; i += os.Getpagesize() {
+			mem[i] = 1
+		}
+		best = min(best, time.Since(start))
+		if err := syscall.Munmap(mem); err != nil {
+			return 0, fmt.Errorf("measure a page fault: %w", err)
+		}
+	}
+	return best / time.Duration(pages), nil
+}
+
+// SyscallCost measures what the least system call costs this machine
+// (getppid), the least of three tries of n calls each: a cost every
+// message a process sends or receives pays a few times, which a virtual
+// machine's mitigations (page-table isolation) can make ten times larger.
+func SyscallCost(n int) time.Duration {
+	best := time.Duration(math.MaxInt64)
+	for range 3 {
+		start := time.Now()
+		for range n {
+			syscall.Getppid()
+		}
+		best = min(best, time.Since(start))
+	}
+	return best / time.Duration(n)
+}

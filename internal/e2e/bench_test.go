@@ -147,8 +147,20 @@ func (s *system) benchSettings(b *testing.B, ttl time.Duration) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return fmt.Sprintf("postgres %s fsync=%s synchronous_commit=%s full_page_writes=%s; lease TTL %s; JetStream %s storage (nats-server %s embedded); %s; %d CPUs, load average %s",
-		version, fsync, syncCommit, fullPages, ttl, st.CachedInfo().Config.Storage, server.VERSION, benchGCSetting, cpustat.Cores(), cpustat.LoadAverage())
+	return fmt.Sprintf("postgres %s fsync=%s synchronous_commit=%s full_page_writes=%s; lease TTL %s; JetStream %s storage (nats-server %s embedded); %s; %d CPUs, load average %s, %s",
+		version, fsync, syncCommit, fullPages, ttl, st.CachedInfo().Config.Storage, server.VERSION, benchGCSetting, cpustat.Cores(), cpustat.LoadAverage(), faultCost(b))
+}
+
+// faultCost says what a page fault and a system call cost this machine
+// (cpustat.FaultCost, cpustat.SyscallCost): figures to compare machines
+// by, and to read the page faults a benchmark prints with.
+func faultCost(b *testing.B) string {
+	d, err := cpustat.FaultCost(1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return fmt.Sprintf("a page fault %.1f µs, a system call %.2f µs", float64(d.Nanoseconds())/1e3,
+		float64(cpustat.SyscallCost(100000).Nanoseconds())/1e3)
 }
 
 // fireNoop publishes one firing of "noop", asynchronously into batch.
@@ -506,6 +518,9 @@ type costMeter struct {
 type costSample struct {
 	machineBusy, machineTotal float64 // seconds of CPU, summed over cores
 	own, postgres             float64 // seconds of CPU
+	// ownFaults and postgresFaults are the minor page faults of this
+	// process and of the PostgreSQL server's processes.
+	ownFaults, postgresFaults int64
 	// mallocs, allocBytes and gcs are this process's heap allocations,
 	// bytes allocated and completed collections (runtime.MemStats).
 	mallocs, allocBytes, gcs uint64
@@ -589,6 +604,7 @@ func (m *costMeter) stop(n int) cost {
 	c.d = costSample{
 		machineBusy: after.machineBusy - b.machineBusy, machineTotal: after.machineTotal - b.machineTotal,
 		own: after.own - b.own, postgres: after.postgres - b.postgres,
+		ownFaults: after.ownFaults - b.ownFaults, postgresFaults: after.postgresFaults - b.postgresFaults,
 		mallocs: after.mallocs - b.mallocs, allocBytes: after.allocBytes - b.allocBytes, gcs: after.gcs - b.gcs,
 		natsIn: after.natsIn - b.natsIn, jsAPI: after.jsAPI - b.jsAPI, jsAPIErrors: after.jsAPIErrors - b.jsAPIErrors,
 		streams: map[string]uint64{}, commits: after.commits - b.commits, rollbacks: after.rollbacks - b.rollbacks,
@@ -611,6 +627,7 @@ func (m *costMeter) stop(n int) cost {
 	}
 	m.b.ReportMetric(c.d.machineBusy/float64(n)*1e6, "machine_cpu_us/inst")
 	m.b.ReportMetric((c.d.own+c.d.postgres)/float64(n)*1e6, "own_cpu_us/inst")
+	m.b.ReportMetric(float64(c.d.ownFaults+c.d.postgresFaults)/float64(n), "faults/inst")
 	m.b.ReportMetric(float64(c.d.mallocs)/float64(n), "allocs/inst")
 	m.b.ReportMetric(float64(c.d.jsAPI)/float64(n), "js_api/inst")
 	m.b.ReportMetric(float64(c.deadlockLines), "deadlock_lines")
@@ -629,7 +646,7 @@ func (m *costMeter) sample() costSample {
 	if err != nil {
 		m.b.Fatal(err)
 	}
-	c.own = own.Seconds()
+	c.own, c.ownFaults = own.CPU.Seconds(), own.Faults
 	var mem runtime.MemStats
 	runtime.ReadMemStats(&mem)
 	c.mallocs, c.allocBytes, c.gcs = mem.Mallocs, mem.TotalAlloc, uint64(mem.NumGC)
@@ -638,7 +655,7 @@ func (m *costMeter) sample() costSample {
 		if err != nil {
 			m.b.Fatal(err)
 		}
-		c.postgres = pg.Seconds()
+		c.postgres, c.postgresFaults = pg.CPU.Seconds(), pg.Faults
 	}
 	v, err := m.s.srv.Varz(nil)
 	if err != nil {
@@ -724,6 +741,12 @@ func (c cost) log(b *testing.B) {
 			us(c.d.own+c.d.postgres), us(c.d.own), us(c.d.postgres))
 	} else {
 		benchf(b, "CPU of this process (NATS server, dispatcher, executor, firing): %.0f µs per instance; PostgreSQL's is not on this machine or not visible", us(c.d.own))
+	}
+	if c.havePG {
+		benchf(b, "page faults per instance: %.1f in this process + %.1f in PostgreSQL (memory touched for the first time; the settings line says what one costs here)",
+			float64(c.d.ownFaults)/n, float64(c.d.postgresFaults)/n)
+	} else {
+		benchf(b, "page faults per instance: %.1f in this process (memory touched for the first time; the settings line says what one costs here)", float64(c.d.ownFaults)/n)
 	}
 	benchf(b, "allocations of this process (NATS server, dispatcher, executor, firing): %.0f per instance, %.0f bytes per instance; %d collections (%.1f per 1,000 instances)",
 		float64(c.d.mallocs)/n, float64(c.d.allocBytes)/n, c.d.gcs, float64(c.d.gcs)/n*1000)
