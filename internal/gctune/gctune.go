@@ -9,6 +9,16 @@
 // size between collections: a few tens of megabytes more, a fraction of
 // the collections.
 //
+// Five times a large live heap is not a few tens of megabytes: a process
+// that embeds the NATS server (ax dev) holds its streams' block caches,
+// and a dispatcher may hold a large backlog. Memory a process grows into
+// costs a page fault a page the first time it is touched (and again after
+// the runtime returns it to the system), which on a virtual machine whose
+// host backs its memory lazily is ~10 µs a page. So the default is kept
+// only while the heap's growth between collections stays within
+// [Headroom]: after each collection GOGC is set from the live heap, down
+// to Go's 100 (see [PercentFor]).
+//
 // What the operator sets wins: a GOGC in the environment is kept as the
 // runtime read it, and GOMEMLIMIT (read by the runtime too) makes the
 // collector run harder as the heap nears the limit, whatever GOGC says.
@@ -21,14 +31,26 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // DefaultPercent is the GOGC AX's services run with when the environment
 // sets none.
 const DefaultPercent = 400
+
+// Headroom is how far past the live heap the default lets the heap grow
+// between collections before lowering GOGC: DefaultPercent holds while
+// the live heap is at most a quarter of it (16 MiB).
+const Headroom = 64 << 20
+
+// MinPercent is the lowest GOGC the default lowers to: Go's own default.
+const MinPercent = 100
 
 // LimitShare is the share of a cgroup's memory limit that becomes the
 // soft memory limit when GOMEMLIMIT is unset: the rest is left to what
@@ -45,7 +67,8 @@ type Setting struct {
 	// Percent is GOGC in effect; -1 is off.
 	Percent int
 	// PercentFrom says where Percent comes from: "GOGC" (the environment)
-	// or "default" (DefaultPercent).
+	// or "default" (DefaultPercent, lowered as the live heap grows past a
+	// quarter of Headroom).
 	PercentFrom string
 	// MemoryLimit is the soft memory limit in bytes; math.MaxInt64 is none.
 	MemoryLimit int64
@@ -64,7 +87,11 @@ func (s Setting) String() string {
 	if s.MemoryLimit != math.MaxInt64 {
 		limit = fmt.Sprintf("%d MiB", s.MemoryLimit>>20)
 	}
-	return fmt.Sprintf("GOGC=%s (%s), memory limit %s (%s)", gogc, s.PercentFrom, limit, s.MemoryLimitFrom)
+	from := s.PercentFrom
+	if from == "default" {
+		from = fmt.Sprintf("default, lowered to keep the growth within %d MiB, not below %d", Headroom>>20, MinPercent)
+	}
+	return fmt.Sprintf("GOGC=%s (%s), memory limit %s (%s)", gogc, from, limit, s.MemoryLimitFrom)
 }
 
 // Apply sets the collector for an AX service: GOGC=[DefaultPercent] unless
@@ -72,8 +99,57 @@ func (s Setting) String() string {
 // unless the environment sets GOMEMLIMIT. It changes the whole process's
 // runtime settings; call it once, at start-up, before the services run.
 func Apply() Setting {
-	return apply(os.Getenv, cgroupLimitFiles)
+	s := apply(os.Getenv, cgroupLimitFiles)
+	if s.PercentFrom == "default" {
+		startTuner.Do(func() { tune(Headroom) })
+	}
+	return s
 }
+
+var startTuner sync.Once
+
+// PercentFor returns the GOGC that lets a heap of live bytes grow by at
+// most headroom between collections: DefaultPercent for a small live
+// heap, never less than MinPercent.
+func PercentFor(live, headroom uint64) int {
+	if live == 0 {
+		return DefaultPercent
+	}
+	return int(max(MinPercent, min(DefaultPercent, headroom*100/live)))
+}
+
+// tune sets GOGC by PercentFor after every collection until stop is
+// called (Apply's tuner: for the life of the process). It runs on the
+// runtime's cleanup goroutine, woken once a cycle by a sentinel the
+// collection found unreachable.
+func tune(headroom uint64) (stop func()) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	percent := -1
+	var stopped atomic.Bool
+	var arm func()
+	arm = func() {
+		runtime.AddCleanup(new(tunerSentinel), func(struct{}) {
+			if stopped.Load() {
+				return
+			}
+			metrics.Read(sample)
+			if sample[0].Value.Kind() == metrics.KindUint64 {
+				if p := PercentFor(sample[0].Value.Uint64(), headroom); p != percent {
+					percent = p
+					debug.SetGCPercent(p)
+				}
+			}
+			arm()
+		}, struct{}{})
+	}
+	arm()
+	return func() { stopped.Store(true) }
+}
+
+// tunerSentinel is allocated for each cycle of tune: big enough not to
+// be a tiny allocation, which may share its block with live objects and
+// stay reachable.
+type tunerSentinel [16]byte
 
 func apply(getenv func(string) string, limitFiles []string) Setting {
 	s := Setting{PercentFrom: "GOGC", MemoryLimitFrom: "GOMEMLIMIT"}

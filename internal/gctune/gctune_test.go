@@ -4,8 +4,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 )
 
 // The tests change the process's collector settings, so none runs in
@@ -91,11 +94,59 @@ func TestSettingString(t *testing.T) {
 		s    Setting
 		want string
 	}{
-		{Setting{400, "default", math.MaxInt64, "none"}, "GOGC=400 (default), memory limit none (none)"},
+		{Setting{400, "default", math.MaxInt64, "none"}, "GOGC=400 (default, lowered to keep the growth within 64 MiB, not below 100), memory limit none (none)"},
 		{Setting{-1, "GOGC", 512 << 20, "GOMEMLIMIT"}, "GOGC=off (GOGC), memory limit 512 MiB (GOMEMLIMIT)"},
 	} {
 		if got := tc.s.String(); got != tc.want {
 			t.Errorf("%+v.String() = %q, want %q", tc.s, got, tc.want)
 		}
 	}
+}
+
+func TestPercentFor(t *testing.T) {
+	for _, tc := range []struct {
+		live, headroom uint64
+		want           int
+	}{
+		{0, Headroom, DefaultPercent},
+		{4 << 20, Headroom, DefaultPercent},
+		{16 << 20, Headroom, DefaultPercent},
+		{32 << 20, Headroom, 200},
+		{64 << 20, Headroom, MinPercent},
+		{1 << 30, Headroom, MinPercent},
+	} {
+		if got := PercentFor(tc.live, tc.headroom); got != tc.want {
+			t.Errorf("PercentFor(%d MiB, %d MiB) = %d, want %d", tc.live>>20, tc.headroom>>20, got, tc.want)
+		}
+	}
+}
+
+// TestTunerFollowsTheLiveHeap holds a live heap past the tuner's headroom,
+// and lets it go: GOGC follows, collection by collection.
+func TestTunerFollowsTheLiveHeap(t *testing.T) {
+	restoreRuntime(t)
+	debug.SetGCPercent(DefaultPercent)
+	stop := tune(4 << 20)
+	defer stop()
+	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	await := func(want uint64) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			runtime.GC()
+			metrics.Read(gogc)
+			if got := gogc[0].Value.Uint64(); got == want {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("GOGC is %d a minute of collections later, want %d", got, want)
+			}
+			time.Sleep(time.Millisecond) // the tuner runs after the cycle, on the cleanup goroutine
+		}
+	}
+	live := make([]byte, 16<<20)
+	live[0] = 1
+	await(MinPercent)
+	runtime.KeepAlive(live)
+	live = nil
+	await(DefaultPercent)
 }
