@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -108,19 +109,24 @@ func decodePlainAuditBatch(data []byte) (recs []AuditRecord, ok bool) {
 		case n == 2 && string(key) == "task":
 			r.str()
 		case n == 3 && string(key) == "records" && r.eat('['):
-			recs = []AuditRecord{}
+			// Each record of the plain encoding starts with its id: as
+			// many as that key appears, or a few more where a record's
+			// details hold it, so the list is made once.
+			recs = make([]AuditRecord, 0, bytes.Count(r.data[r.pos:], []byte(`{"id":`)))
 			r.space()
 			if r.eat(']') {
 				return
 			}
+			prev := &AuditRecord{}
 			for !r.bad {
 				in := plainReader{data: r.data, pos: r.pos}
-				rec := in.auditRecord()
+				rec := in.auditRecord(prev)
 				if in.bad || !in.closed {
 					r.bad = true
 					return
 				}
 				recs = append(recs, rec)
+				prev = &recs[len(recs)-1]
 				r.pos = in.pos
 				r.space()
 				if r.eat(']') {

@@ -77,7 +77,7 @@ func DecodeAuditRecord(data []byte) (AuditRecord, error) {
 // data is plain (see plainReader); ok is false for anything else.
 func decodePlainAuditRecord(data []byte) (rec AuditRecord, ok bool) {
 	r := plainReader{data: data}
-	rec = r.auditRecord()
+	rec = r.auditRecord(&AuditRecord{})
 	if !r.end() {
 		return AuditRecord{}, false
 	}
@@ -85,7 +85,9 @@ func decodePlainAuditRecord(data []byte) (rec AuditRecord, ok bool) {
 }
 
 // auditRecord reads an audit record object from the reader's position.
-func (r *plainReader) auditRecord() (rec AuditRecord) {
+// Its task, operator and reason are prev's strings where they are equal
+// (the records of a batch share them), else copies.
+func (r *plainReader) auditRecord(prev *AuditRecord) (rec AuditRecord) {
 	r.members(func(key []byte) {
 		switch string(key) {
 		case "id":
@@ -93,7 +95,7 @@ func (r *plainReader) auditRecord() (rec AuditRecord) {
 		case "kind":
 			rec.Kind = knownString(r, AuditTransition, AuditAction)
 		case "task":
-			rec.Task = r.str()
+			rec.Task = r.strAs(prev.Task)
 		case "instance_id":
 			rec.InstanceID = r.int(64)
 		case "from":
@@ -105,9 +107,9 @@ func (r *plainReader) auditRecord() (rec AuditRecord) {
 		case "action":
 			rec.Action = OperatorAction(r.str())
 		case "operator":
-			rec.Operator = r.str()
+			rec.Operator = r.strAs(prev.Operator)
 		case "reason":
-			rec.Reason = r.str()
+			rec.Reason = r.strAs(prev.Reason)
 		case "details":
 			rec.Details = r.rawOrNull()
 		case "at":

@@ -3,6 +3,7 @@ package schemas
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -165,4 +166,25 @@ func BenchmarkDecodeAuditRecord(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkDecodeAuditBatch measures DecodeAuditMessage on a batch of 500
+// transition records of one task, the relay's full page.
+func BenchmarkDecodeAuditBatch(b *testing.B) {
+	recs := make([]AuditRecord, 500)
+	for i := range recs {
+		recs[i] = auditSamples[1]
+		recs[i].ID = fmt.Sprintf("t-%d", i+1)
+		recs[i].InstanceID = int64(i + 1)
+	}
+	data, err := AppendAuditBatch(nil, recs[0].Task, recs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got, err := DecodeAuditMessage(data); err != nil || len(got) != len(recs) {
+			b.Fatalf("DecodeAuditMessage = %d records, %v; want %d", len(got), err, len(recs))
+		}
+	}
 }
