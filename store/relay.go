@@ -71,6 +71,10 @@ func (c RelayCursor) done() string {
 // it. A Relay is not safe for concurrent use.
 type Relay struct {
 	conn *pgx.Conn
+	// read holds a page's transitions as read, before the merge copies
+	// them: kept from page to page, so that a burst's full pages do not
+	// grow a list of a few hundred bytes a record each time.
+	read []schemas.AuditRecord
 }
 
 // AcquireRelay opens a connection with the settings of the store's pool and
@@ -260,10 +264,11 @@ func (r *Relay) page(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
 	}
-	trs, err := pgx.CollectRows(rows, newAuditScanner().scan)
+	trs, err := pgx.AppendRows(r.read[:0], rows, newAuditScanner().scan)
 	if err != nil {
 		return nil, c, fmt.Errorf("next audit records: read transitions: %w", err)
 	}
+	r.read = trs[:0]
 	out := make([]schemas.AuditRecord, 0, min(limit, len(acts)+len(trs)))
 	for len(out) < limit && (len(acts) > 0 || len(trs) > 0) {
 		if len(trs) == 0 || (len(acts) > 0 && !trs[0].At.Before(acts[0].At)) {

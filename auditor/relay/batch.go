@@ -63,17 +63,9 @@ func (s *Service) messages(recs []schemas.AuditRecord) ([]auditMsg, error) {
 		}
 		return msgs, nil
 	}
-	var order []string
-	byTask := map[string][]schemas.AuditRecord{}
-	for _, r := range recs {
-		if _, ok := byTask[r.Task]; !ok {
-			order = append(order, r.Task)
-		}
-		byTask[r.Task] = append(byTask[r.Task], r)
-	}
 	var msgs []auditMsg
-	for _, task := range order {
-		group := byTask[task]
+	for _, group := range byTask(recs) {
+		task := group[0].Task
 		for len(group) > 0 {
 			n, size := 0, 0
 			for n < len(group) && (n == 0 || size < maxBatchBytes) {
@@ -93,6 +85,35 @@ func (s *Service) messages(recs []schemas.AuditRecord) ([]auditMsg, error) {
 		msgs[i].part = strconv.Itoa(i+1) + "/" + strconv.Itoa(len(msgs))
 	}
 	return msgs, nil
+}
+
+// byTask splits recs by task, in the order each task first appears, each
+// group in recs' order. A page of one task (the common page) is recs
+// itself; otherwise each group is sized once, not grown record by record
+// (a record is a few hundred bytes).
+func byTask(recs []schemas.AuditRecord) [][]schemas.AuditRecord {
+	at := map[string]int{} // each task's group
+	var sizes []int
+	for i := range recs {
+		k, ok := at[recs[i].Task]
+		if !ok {
+			k, at[recs[i].Task] = len(sizes), len(sizes)
+			sizes = append(sizes, 0)
+		}
+		sizes[k]++
+	}
+	if len(sizes) == 1 {
+		return [][]schemas.AuditRecord{recs}
+	}
+	groups := make([][]schemas.AuditRecord, len(sizes))
+	for k, n := range sizes {
+		groups[k] = make([]schemas.AuditRecord, 0, n)
+	}
+	for i := range recs {
+		k := at[recs[i].Task]
+		groups[k] = append(groups[k], recs[i])
+	}
+	return groups
 }
 
 // parsePart reads a HeaderAuditPart value.
