@@ -237,7 +237,8 @@ func (m *monitor) consume(ctx context.Context, cons jetstream.Consumer, batches 
 // messages. When PostgreSQL fails the batch is left for redelivery, after
 // a delay.
 func (m *monitor) handleRecords(ctx context.Context, msgs []jetstream.Msg) {
-	recs := make([]schemas.AuditRecord, 0, len(msgs))
+	var decoded [][]schemas.AuditRecord
+	n := 0
 	keep := msgs[:0:0]
 	for _, msg := range msgs {
 		rs, err := schemas.DecodeAuditMessage(msg.Data())
@@ -246,8 +247,20 @@ func (m *monitor) handleRecords(ctx context.Context, msgs []jetstream.Msg) {
 			_ = msg.Term()
 			continue
 		}
-		recs = append(recs, rs...)
+		decoded, n = append(decoded, rs), n+len(rs)
 		keep = append(keep, msg)
+	}
+	// A message of version 2 holds a page of a task's records, a few
+	// hundred bytes each: one message's list is taken as it is, several
+	// are joined into a list made once.
+	var recs []schemas.AuditRecord
+	if len(decoded) == 1 {
+		recs = decoded[0]
+	} else {
+		recs = make([]schemas.AuditRecord, 0, n)
+		for _, rs := range decoded {
+			recs = append(recs, rs...)
+		}
 	}
 	err := m.applyRecords(ctx, recs)
 	for _, msg := range keep {
