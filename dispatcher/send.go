@@ -51,7 +51,8 @@ func (sa sentAttempts) await(ctx context.Context) error {
 // live worker may take now is routed again after rerouteDelay, with a
 // warning naming its pool and min_worker_version.
 func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, attempts []store.Attempt) (sentAttempts, error) {
-	var parents, routed []store.Attempt
+	var parents []store.Attempt
+	routed := make([]store.Attempt, 0, len(attempts))
 	for _, a := range attempts {
 		switch {
 		case a.Coordinates() && (a.State == schemas.StateDispatched || a.State == schemas.StateRunning):
@@ -72,6 +73,7 @@ func (s *Service) sendAttempts(ctx context.Context, batch *streams.AsyncBatch, a
 	// Headers (the message id, a route) ride in the same max payload.
 	limit := s.opts.Conn.MaxPayload() - 1<<10
 	var tooLarge []store.Failure
+	batch.Grow(len(routed) + len(children))
 	for _, a := range append(routed, children...) {
 		if a.State != schemas.StateDispatched {
 			continue

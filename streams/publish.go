@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -175,6 +176,18 @@ func (b *AsyncBatch) AddData(subject string, data []byte, hdr ...Header) {
 		}
 	}
 	b.Add(m)
+}
+
+// Grow makes room for n more messages, so that a batch of a known size
+// is not regrown as they are added.
+func (b *AsyncBatch) Grow(n int) {
+	if b.p == nil {
+		b.futures = slices.Grow(b.futures, n)
+		return
+	}
+	b.p.mu.Lock()
+	defer b.p.mu.Unlock()
+	b.entries = slices.Grow(b.entries, n)
 }
 
 // Len returns how many messages were added.

@@ -88,6 +88,7 @@ func TestPublisherAcknowledges(t *testing.T) {
 	p := newPublisher(t, ps.nc, streams.PublisherOptions{})
 	b := p.Batch()
 	const n = 500
+	b.Grow(n) // room made before: each result still its own publish's
 	for i := range n {
 		b.Add(msg("t."+strconv.Itoa(i%7), strconv.Itoa(i)))
 	}
