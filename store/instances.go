@@ -362,7 +362,7 @@ func createInstances(ctx context.Context, q batchQuerier, in []NewInstance, plai
 		return nil, fmt.Errorf("create %d instances: encode: %w", n, &DataError{err: err})
 	}
 	if plain {
-		out, err := insertInstances(ctx, q, batch, plainInsert, false)
+		out, err := insertInstances(ctx, q, batch, len(in), plainInsert, false)
 		if pe, ok := errors.AsType[*pgconn.PgError](err); !ok || pe.Code != "23505" || pe.ConstraintName != "instances_task_event_id_key" {
 			if err != nil {
 				return nil, fmt.Errorf("create %d instances: %w", n, err)
@@ -370,7 +370,7 @@ func createInstances(ctx context.Context, q batchQuerier, in []NewInstance, plai
 			return out, nil
 		}
 	}
-	out, err := insertInstances(ctx, q, batch, conflictInsert, true)
+	out, err := insertInstances(ctx, q, batch, len(in), conflictInsert, true)
 	if err != nil {
 		return nil, fmt.Errorf("create %d instances: %w", n, err)
 	}
@@ -380,14 +380,14 @@ func createInstances(ctx context.Context, q batchQuerier, in []NewInstance, plai
 // insertInstances runs the creation statement for the JSON batch, its
 // instances inserted as how says (plainInsert or conflictInsert), and with
 // the instances of the batch's keys that exist when existing is set.
-func insertInstances(ctx context.Context, q batchQuerier, batch []byte, how string, existing bool) ([]Attempt, error) {
+func insertInstances(ctx context.Context, q batchQuerier, batch []byte, n int, how string, existing bool) ([]Attempt, error) {
 	found := ""
 	if existing {
 		found = `
 UNION ALL
 SELECT ` + attemptColumns("i") + `, true FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`
 	}
-	return queryGeneric(ctx, q, `
+	return queryGeneric(ctx, q, n, `
 WITH settings AS (
 	SELECT * FROM ROWS FROM (jsonb_to_recordset($1::jsonb -> 'settings') AS (task text, task_version int, source text,
 		priority text, pool text, handler text, timeout_ms bigint, max_attempts int, retry_policy jsonb,
@@ -447,14 +447,15 @@ type batchQuerier interface {
 }
 
 // queryGeneric runs the creation statement with PostgreSQL's generic plan
-// and reads its attempts. The statement's estimates do not depend on its
+// and reads its attempts, about size of them (the batch's firings: the
+// list is made once). The statement's estimates do not depend on its
 // parameter (a JSON document the planner counts as 100 rows either way),
 // yet the server's choice, plan_cache_mode auto, kept planning it anew for
 // every batch: about a quarter of the backend's CPU per instance created
 // (BenchmarkCreateInstances; docs/benchmarks.md).
-func queryGeneric(ctx context.Context, q batchQuerier, sql string, args ...any) (out []Attempt, err error) {
+func queryGeneric(ctx context.Context, q batchQuerier, size int, sql string, args ...any) (out []Attempt, err error) {
 	err = queryWith(ctx, q, "plan_cache_mode = force_generic_plan", func(rows pgx.Rows) (err error) {
-		out, err = collectMarkedAttempts(rows)
+		out, err = collect(rows, true, size)
 		return err
 	}, sql, args...)
 	return out, err
@@ -502,15 +503,20 @@ func (a Attempt) Coordinates() bool {
 	return a.ParentID == 0 && (a.ShardCount > 0 || a.Strategy == schemas.DispatchBroadcast)
 }
 
-func collectAttempts(rows pgx.Rows) ([]Attempt, error) { return collect(rows, false) }
+func collectAttempts(rows pgx.Rows) ([]Attempt, error) { return collect(rows, false, 0) }
 
 // collectMarkedAttempts reads rows of attemptColumns followed by the
 // column "republished".
-func collectMarkedAttempts(rows pgx.Rows) ([]Attempt, error) { return collect(rows, true) }
+func collectMarkedAttempts(rows pgx.Rows) ([]Attempt, error) { return collect(rows, true, 0) }
 
-func collect(rows pgx.Rows, marked bool) ([]Attempt, error) {
+// collect reads rows of attemptColumns (and "republished" when marked)
+// into a list made for size of them.
+func collect(rows pgx.Rows, marked bool, size int) ([]Attempt, error) {
 	defer rows.Close()
 	var out []Attempt
+	if size > 0 {
+		out = make([]Attempt, 0, size)
+	}
 	scanner := newAttemptScanner(marked)
 	for rows.Next() {
 		a, err := scanner.scan(rows)
