@@ -209,10 +209,7 @@ func recordTimes(recs []schemas.AuditRecord) (map[int64]store.InstanceTimes, []i
 		if r.Kind != schemas.AuditTransition {
 			continue
 		}
-		it, ok := times[r.InstanceID]
-		if !ok {
-			it = store.InstanceTimes{Running: map[int]time.Time{}}
-		}
+		it := times[r.InstanceID]
 		if !r.FiredAt.IsZero() {
 			it.FiredAt = r.FiredAt
 		}
@@ -220,6 +217,9 @@ func recordTimes(recs []schemas.AuditRecord) (map[int64]store.InstanceTimes, []i
 			it.StartedAt, it.StartedAttempt = r.StartedAt, r.Attempt
 		}
 		if r.To == schemas.StateRunning {
+			if it.Running == nil { // most instances have one attempt's
+				it.Running = make(map[int]time.Time, 1)
+			}
 			it.Running[r.Attempt] = r.At
 		}
 		times[r.InstanceID] = it
