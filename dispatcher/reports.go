@@ -126,7 +126,14 @@ func (rc *recorder) readReports(ctx context.Context, msgs []jetstream.Msg) (repo
 		if ok {
 			handled = append(handled, m)
 		}
-		reports, stale = append(reports, rs...), append(stale, refused...)
+		if reports == nil {
+			// The first message's list as it is: a report batch holds
+			// hundreds, and most rounds read one.
+			reports = rs
+		} else {
+			reports = append(reports, rs...)
+		}
+		stale = append(stale, refused...)
 	}
 	return reports, stale, handled
 }
@@ -142,7 +149,7 @@ func (rc *recorder) readBatch(m jetstream.Msg, pool, worker string, handlers []s
 		_ = m.Term()
 		return nil, nil, false
 	}
-	var reports []schemas.Report
+	reports := make([]schemas.Report, 0, len(b.Reports))
 	var stale []store.StaleReport
 	seen := make(map[[2]int64]bool, len(b.Reports))
 	for _, r := range b.Reports {

@@ -77,10 +77,18 @@ func (f firing) due() time.Time {
 // its own delayed firings. It passes its turn (see [turn]) once the
 // batch's publishes are sent, and then awaits their acknowledgements.
 func (it *intake) handleTriggers(ctx context.Context, msgs []jetstream.Msg, t *turn) {
-	var now, later []firing
+	// Read first, so that the list of those due now (most, and a
+	// message may carry a thousand) is made once.
+	read, n := make([][]firing, len(msgs)), 0
+	for i, m := range msgs {
+		read[i] = it.readFirings(m)
+		n += len(read[i])
+	}
+	now := make([]firing, 0, n)
+	var later []firing
 	at := it.now()
-	for _, m := range msgs {
-		for _, f := range it.readFirings(m) {
+	for _, fs := range read {
+		for _, f := range fs {
 			switch due := f.due(); {
 			case !due.After(at):
 				now = append(now, f)
