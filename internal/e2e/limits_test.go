@@ -62,6 +62,15 @@ func runLimitWorker(url, id, ledger string) error {
 // <instance> <attempt> <unix ns> <worker>" to ledger, works for work, then appends
 // the same line with "end": the runs' spans as the handlers saw them.
 func spanMux(ledger string, work time.Duration) *executor.Mux {
+	return spanMuxTogether(ledger, work, 0, 0)
+}
+
+// spanMuxTogether is spanMux whose runs, once started, wait until
+// together runs of their tenant are running on workers other than
+// "victim" (by the ledger), or until wait passes, before they work for
+// work: a limit of together is reached however slowly a busy machine
+// starts each run, and a run admitted beyond it still overlaps them.
+func spanMuxTogether(ledger string, work time.Duration, together int, wait time.Duration) *executor.Mux {
 	mux := executor.NewMux()
 	write := func(what string, job *executor.Job, tenant string) error {
 		f, err := os.OpenFile(ledger, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -81,6 +90,14 @@ func spanMux(ledger string, work time.Duration) *executor.Mux {
 		_ = json.Unmarshal(job.Payload, &p)
 		if err := write("start", job, p.Tenant); err != nil {
 			return nil, err
+		}
+		for deadline := time.Now().Add(wait); together > 0 && time.Now().Before(deadline) &&
+			tenantRunning(ledger, p.Tenant) < together; {
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 		select {
 		case <-time.After(work):
@@ -183,6 +200,28 @@ func ledgerRunning(ledger, worker string) int {
 	return running
 }
 
+// tenantRunning counts the runs of tenant the ledger shows running on
+// workers other than "victim" (whose runs a kill leaves without an end).
+func tenantRunning(ledger, tenant string) int {
+	data, err := os.ReadFile(ledger)
+	if err != nil {
+		return 0
+	}
+	running := 0
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) != 6 || f[1] != tenant || f[5] == "victim" {
+			continue
+		}
+		if f[0] == "start" {
+			running++
+		} else {
+			running--
+		}
+	}
+	return running
+}
+
 // secondDispatcher starts another dispatcher on s's server and database.
 func (s *system) secondDispatcher() {
 	s.t.Helper()
@@ -248,12 +287,13 @@ execution:
 	}
 	killedAt := time.Now().UnixNano()
 	_ = victim.Wait()
-	// Runs of two seconds: three of a tenant overlap however slowly a
-	// busy machine starts them (at 300 ms, and once at 1 s, they reached
-	// only 2 at load 12: the next of a tenant starts only once the one
+	// Each run waits for three of its tenant to run (or 20 s) and then
+	// works a second: runs of a fixed length reached only 2 at once on a
+	// busy machine (at 300 ms, 1 s and, with two suites side by side on a
+	// slower machine, 2 s: the next of a tenant starts only once the one
 	// before it has ended, been recorded and released its place).
 	for i := range 3 {
-		s.executor(fmt.Sprintf("steady-%d", i), spanMux(ledger, 2*time.Second), 4)
+		s.executor(fmt.Sprintf("steady-%d", i), spanMuxTogether(ledger, time.Second, 3, 20*time.Second), 4)
 	}
 
 	// A WAITING instance names the limit and key it waits for.
