@@ -180,29 +180,9 @@ func maxOverlap(spans []span) map[string]int {
 	return out
 }
 
-// ledgerRunning counts the attempts the ledger shows worker running: its
-// start lines without their end.
-func ledgerRunning(ledger, worker string) int {
-	data, err := os.ReadFile(ledger)
-	if err != nil {
-		return 0
-	}
-	running := 0
-	for line := range strings.Lines(string(data)) {
-		if strings.HasSuffix(strings.TrimSpace(line), " "+worker) {
-			if strings.HasPrefix(line, "start ") {
-				running++
-			} else {
-				running--
-			}
-		}
-	}
-	return running
-}
-
-// tenantRunning counts the runs of tenant the ledger shows running on
-// workers other than "victim" (whose runs a kill leaves without an end).
-func tenantRunning(ledger, tenant string) int {
+// ledgerRunning counts the runs the ledger shows running (a start line
+// without its end) whose tenant and worker match.
+func ledgerRunning(ledger string, match func(tenant, worker string) bool) int {
 	data, err := os.ReadFile(ledger)
 	if err != nil {
 		return 0
@@ -210,7 +190,7 @@ func tenantRunning(ledger, tenant string) int {
 	running := 0
 	for line := range strings.Lines(string(data)) {
 		f := strings.Fields(line)
-		if len(f) != 6 || f[1] != tenant || f[5] == "victim" {
+		if len(f) != 6 || !match(f[1], f[5]) {
 			continue
 		}
 		if f[0] == "start" {
@@ -220,6 +200,12 @@ func tenantRunning(ledger, tenant string) int {
 		}
 	}
 	return running
+}
+
+// tenantRunning counts the runs of tenant running on workers other than
+// "victim" (whose runs a kill leaves without an end).
+func tenantRunning(ledger, tenant string) int {
+	return ledgerRunning(ledger, func(t, worker string) bool { return t == tenant && worker != "victim" })
 }
 
 // secondDispatcher starts another dispatcher on s's server and database.
@@ -280,7 +266,7 @@ execution:
 	// running it; then three steady workers take the rest. (Three steady
 	// workers started beside it took every attempt on a busy machine.)
 	waitFor(t, "the victim to be running an attempt", time.Minute, func() (bool, error) {
-		return ledgerRunning(ledger, "victim") > 0, nil
+		return ledgerRunning(ledger, func(_, worker string) bool { return worker == "victim" }) > 0, nil
 	})
 	if err := victim.Process.Kill(); err != nil {
 		t.Fatal(err)
