@@ -187,11 +187,11 @@ func (s *Store) ChainFirings(ctx context.Context, ended []RunEnd) ([]ChainFiring
 	}
 	// For each child of an ended task and each of the child's parents, the
 	// parent's latest instance in the run, if any.
-	rows, err := s.pool.Query(ctx, chainParentsSQL, textArray(tasks), textArray(runs))
-	if err != nil {
-		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
-	}
-	out, err := collectChainFirings(rows)
+	var out []ChainFiring
+	err := queryWith(ctx, s.pool, genericPlan, func(rows pgx.Rows) (err error) {
+		out, err = collectChainFirings(rows)
+		return err
+	}, chainParentsSQL, textArray(tasks), textArray(runs))
 	if err != nil {
 		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
 	}
@@ -200,7 +200,8 @@ func (s *Store) ChainFirings(ctx context.Context, ended []RunEnd) ([]ChainFiring
 
 // chainParentsSQL is the statement of [Store.ChainFirings]: for each
 // child of the tasks $1 ended in the runs $2, and each of its parents, the
-// parent's latest instance in the run, ordered by run and child.
+// parent's latest instance in the run, ordered by run and child. It runs
+// with the generic plan (genericPlan): lookups by index whatever the ends.
 const chainParentsSQL = `
 WITH children AS (
 	SELECT DISTINCT e.run_id, tp.child

@@ -171,7 +171,7 @@ SELECT id, task, run_id, attempt, worker_id, old_state IN ('DISPATCHED', 'RUNNIN
 // (instances_waiting_idx), whatever the task's other instances.
 // A task with calendar-aligned dependencies holds its WAITING instances
 // for its parents; the dispatcher's calendar loop releases them
-// ([Store.ReleaseCalendar]).
+// ([Store.ReleaseCalendar]). It runs with the generic plan (genericPlan).
 const withWaiting = `SELECT name FROM tasks WHERE name = ANY($1)
 	AND NOT jsonb_path_exists(definition, '$.after[*].window')
 	AND EXISTS (SELECT 1 FROM instances WHERE task = tasks.name AND state = 'WAITING')
@@ -190,11 +190,11 @@ func (s *Store) PromoteWaiting(ctx context.Context, tasks []string) ([]Attempt, 
 	// Most batches of ends free no slot anyone waits for: one look, outside
 	// a transaction, tells, and then counting the tasks' active instances
 	// would be all waste.
-	rows, err := s.pool.Query(ctx, withWaiting, tasks)
-	if err != nil {
-		return nil, fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)
-	}
-	waiting, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	var waiting []string
+	err := queryWith(ctx, s.pool, genericPlan, func(rows pgx.Rows) (err error) {
+		waiting, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}, withWaiting, tasks)
 	if err != nil || len(waiting) == 0 {
 		if err != nil {
 			err = fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)

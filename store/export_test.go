@@ -9,6 +9,13 @@ import (
 // WithWaiting is the look PromoteWaiting takes first, for the tests of its plan.
 const WithWaiting = withWaiting
 
+// TasksNamed and ChainParentsSQL are the statements of GetTasks and
+// ChainFirings, for the tests of their plans.
+const (
+	TasksNamed      = tasksNamed
+	ChainParentsSQL = chainParentsSQL
+)
+
 // FailureStreaks and RecentRuns are the health report's reads of a task's
 // latest instances, for the tests of their plans.
 const (

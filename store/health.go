@@ -13,8 +13,9 @@ import (
 	"github.com/ax-scheduler/ax/schemas/taskdef"
 )
 
-// failureStreaks reads, for each task of $1, its latest $2 ended instances
-// that are not a firing's children, newest first.
+// failureStreaks reads, for each task of $1 that is not a rehearsal's,
+// its latest $2 ended instances that are not a firing's children, newest
+// first.
 const failureStreaks = `
 	SELECT t.task, r.id, r.state, r.error, r.finished_at
 	FROM unnest($1::text[]) AS t(task)
@@ -23,10 +24,11 @@ const failureStreaks = `
 		WHERE task >= t.task AND task <= t.task AND state IN ('SUCCEEDED', 'FAILED') AND parent_id IS NULL
 		ORDER BY task, id DESC LIMIT $2
 	) r
+	WHERE ` + notRehearsal + `
 	ORDER BY t.task, r.id DESC`
 
-// recentRuns reads, for each task of $1, its latest $2 SUCCEEDED runs that
-// are not a firing's children, newest first.
+// recentRuns reads, for each task of $1 that is not a rehearsal's, its
+// latest $2 SUCCEEDED runs that are not a firing's children, newest first.
 const recentRuns = `
 	SELECT t.task, r.id, (extract(epoch FROM r.finished_at - r.started_at) * 1000000)::bigint, r.finished_at
 	FROM unnest($1::text[]) AS t(task)
@@ -36,7 +38,12 @@ const recentRuns = `
 			AND finished_at IS NOT NULL AND parent_id IS NULL
 		ORDER BY task, id DESC LIMIT $2
 	) r
+	WHERE ` + notRehearsal + `
 	ORDER BY t.task, r.id DESC`
+
+// latestPlan are the settings failureStreaks and recentRuns run with (see
+// readLatest): no bitmap scans, and the generic plan.
+var latestPlan = []string{"enable_bitmapscan = off", genericPlan[0]}
 
 // readLatest runs q, failureStreaks or recentRuns, with args and calls each
 // for its rows. Its plan is to be, for each task, a scan of
@@ -51,37 +58,18 @@ const recentRuns = `
 // table not analysed since a burst began, the planner expects a couple of
 // dozen instances of the task and reads all of them (5,000-20,000 in a
 // burst) by a bitmap scan, to sort them for a LIMIT of 100. See
-// TestHealthReadsReadTheirRowsOnly. The setting is made and reset around
-// the statement in one round trip, in its implicit transaction, as
-// queryGeneric does: if the statement fails, its rollback undoes the SET.
+// TestHealthReadsReadTheirRowsOnly. The plan is the generic one
+// (genericPlan): the auditor reads a few tasks a batch of audit records.
 func (s *Store) readLatest(ctx context.Context, q string, args []any, each func(pgx.Rows) error) error {
-	b := &pgx.Batch{}
-	b.Queue(`SET enable_bitmapscan = off`)
-	b.Queue(q, args...)
-	b.Queue(`RESET enable_bitmapscan`)
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		if err := each(rows); err != nil {
-			rows.Close()
-			return err
+	return queryWith(ctx, s.pool, latestPlan, func(rows pgx.Rows) error {
+		defer rows.Close()
+		for rows.Next() {
+			if err := each(rows); err != nil {
+				return err
+			}
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if _, err := br.Exec(); err != nil {
-		return err
-	}
-	return br.Close()
+		return rows.Err()
+	}, q, args...)
 }
 
 // FailureStreaks returns, for each of tasks whose latest ended instance
@@ -93,12 +81,11 @@ func (s *Store) readLatest(ctx context.Context, q string, args []any, each func(
 // failure, not eight.
 func (s *Store) FailureStreaks(ctx context.Context, tasks []string, limit int) (map[string]schemas.FailureStreak, error) {
 	out := make(map[string]schemas.FailureStreak)
-	tasks, err := s.withoutRehearsals(ctx, tasks)
-	if err != nil || len(tasks) == 0 || limit <= 0 {
-		return out, err
+	if len(tasks) == 0 || limit <= 0 {
+		return out, nil
 	}
 	broken := make(map[string]bool)
-	err = s.readLatest(ctx, failureStreaks, []any{tasks, limit}, func(rows pgx.Rows) error {
+	err := s.readLatest(ctx, failureStreaks, []any{tasks, limit}, func(rows pgx.Rows) error {
 		var (
 			task, errText string
 			id            int64
@@ -144,11 +131,10 @@ type Run struct {
 // run, its parent's, not one per child.
 func (s *Store) RecentRuns(ctx context.Context, tasks []string, n int) (map[string][]Run, error) {
 	out := make(map[string][]Run)
-	tasks, err := s.withoutRehearsals(ctx, tasks)
-	if err != nil || len(tasks) == 0 || n <= 0 {
-		return out, err
+	if len(tasks) == 0 || n <= 0 {
+		return out, nil
 	}
-	err = s.readLatest(ctx, recentRuns, []any{tasks, n}, func(rows pgx.Rows) error {
+	err := s.readLatest(ctx, recentRuns, []any{tasks, n}, func(rows pgx.Rows) error {
 		var (
 			task   string
 			r      Run

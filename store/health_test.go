@@ -1,11 +1,13 @@
 package store_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -259,6 +261,13 @@ func TestHealthReadsReadTheirRowsOnly(t *testing.T) {
 					t.Errorf("analysed %v: %s of %s read %d rows of instances, want at most %d:\n%v",
 						analysed, q.name, task, read, want, plan)
 				}
+				// The plan the auditor runs: the generic one (store's
+				// genericPlan), made without the task or the limit.
+				generic := explainGeneric(t, pool, q.sql, fmt.Sprintf(`'{%s}', %d`, task, limit))
+				if read := rowsRead(generic, "instances"); read > want {
+					t.Errorf("analysed %v: %s of %s read %d rows of instances with the generic plan, want at most %d:\n%v",
+						analysed, q.name, task, read, want, generic)
+				}
 			}
 		}
 	}
@@ -276,33 +285,62 @@ func TestHealthReadsReadTheirRowsOnly(t *testing.T) {
 	}
 }
 
-// TestHealthReadsLeaveBitmapScansAlone: the health report's reads turn
-// bitmap scans off for their statement only; the connection they ran on
-// plans with them afterwards, after a read that returned rows and after
-// one that failed.
-func TestHealthReadsLeaveBitmapScansAlone(t *testing.T) {
+// explainGeneric runs sql with args (its parameters, written as SQL) under
+// the generic plan, as the health reads run (no bitmap scans), on a
+// connection of its own, and returns the plan as EXPLAIN ANALYZE gives it.
+func explainGeneric(t *testing.T, pool *pgxpool.Pool, sql, args string) map[string]any {
+	t.Helper()
+	ctx := t.Context()
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, stmt := range []string{`SET plan_cache_mode = force_generic_plan`, `SET enable_bitmapscan = off`, `PREPARE q AS ` + sql} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	var out []byte
+	if err := conn.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE q(`+args+`)`).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plan []map[string]any
+	if err := json.Unmarshal(out, &plan); err != nil {
+		t.Fatal(err)
+	}
+	return plan[0]["Plan"].(map[string]any)
+}
+
+// TestHealthReadsLeaveTheSettingsAlone: the health report's reads turn
+// bitmap scans off and the generic plan on for their statement only; the
+// connection they ran on plans as before afterwards, after a read that
+// returned rows and after one that failed.
+func TestHealthReadsLeaveTheSettingsAlone(t *testing.T) {
 	t.Parallel()
 	pool := storetest.NewOneConn(t) // every statement on the connection the reads used
 	st := store.New(pool)
 	ctx := t.Context()
 	applyTasks(t, st, "bm")
 	insertInstance(t, pool, "bm", "e1", schemas.StateDispatched, schemas.StateRunning, schemas.StateFailed)
-	setting := func(after string) {
+	settings := func(after string) {
 		t.Helper()
-		var v string
-		if err := pool.QueryRow(ctx, `SHOW enable_bitmapscan`).Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		if v != "on" {
-			t.Errorf("enable_bitmapscan %q after %s, want the server's on", v, after)
+		for name, want := range map[string]string{"enable_bitmapscan": "on", "plan_cache_mode": "auto"} {
+			var v string
+			if err := pool.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			if v != want {
+				t.Errorf("%s %q after %s, want the server's %s", name, v, after, want)
+			}
 		}
 	}
 	if streaks, err := st.FailureStreaks(ctx, []string{"bm"}, 10); err != nil || len(streaks) != 1 {
 		t.Fatalf("FailureStreaks = %v, %v; want bm's", streaks, err)
 	}
-	setting("FailureStreaks")
+	settings("FailureStreaks")
 	if _, err := st.ReadLatest(ctx, `SELECT 1/0`); err == nil {
 		t.Fatal("a read that divides by zero did not fail")
 	}
-	setting("a failed read")
+	settings("a failed read")
 }

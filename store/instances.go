@@ -447,14 +447,14 @@ type batchQuerier interface {
 }
 
 // queryGeneric runs the creation statement with PostgreSQL's generic plan
-// and reads its attempts, about size of them (the batch's firings: the
-// list is made once). The statement's estimates do not depend on its
-// parameter (a JSON document the planner counts as 100 rows either way),
-// yet the server's choice, plan_cache_mode auto, kept planning it anew for
-// every batch: about a quarter of the backend's CPU per instance created
+// (see genericPlan) and reads its attempts, about size of them (the
+// batch's firings: the list is made once). Its estimates do not depend on
+// its parameter either (a JSON document the planner counts as 100 rows
+// whatever it holds), yet it was planned anew for every batch: about a
+// quarter of the backend's CPU per instance created
 // (BenchmarkCreateInstances; docs/benchmarks.md).
 func queryGeneric(ctx context.Context, q batchQuerier, size int, sql string, args ...any) (out []Attempt, err error) {
-	err = queryWith(ctx, q, "plan_cache_mode = force_generic_plan", func(rows pgx.Rows) (err error) {
+	err = queryWith(ctx, q, genericPlan, func(rows pgx.Rows) (err error) {
 		out, err = collect(rows, true, size)
 		return err
 	}, sql, args...)
@@ -465,24 +465,42 @@ func queryGeneric(ctx context.Context, q batchQuerier, size int, sql string, arg
 // (see lockedInstances): no sequential scan where an index serves, so that
 // whatever the table's statistics when the statement was planned, it finds
 // its instances by the primary key.
-const byKey = "enable_seqscan = off"
+var byKey = []string{"enable_seqscan = off"}
 
-// queryWith runs sql with setting ("name = value") for it alone and hands
-// its rows to read, which closes them. The setting is made and reset
-// around the statement in one round trip, in its implicit transaction (or
-// the caller's): if the statement fails, its rollback undoes the SET too.
-// The statement's work is committed once queryWith returns nil, not once
-// its rows are read: the implicit transaction ends after the reset.
-func queryWith(ctx context.Context, q batchQuerier, setting string, read func(pgx.Rows) error, sql string, args ...any) error {
-	name, _, _ := strings.Cut(setting, " ")
+// genericPlan is the setting of a statement that the services run often
+// with a short list (of names, of runs) and whose plan is the same
+// whatever the list: PostgreSQL's generic plan, made once per connection.
+// Left to choose (plan_cache_mode auto), the server compares the generic
+// plan, made for a list of ten, with the custom plans it made for the two
+// or three elements the list holds at a low rate, finds the custom ones
+// cheaper, and plans the statement anew on every call: 40 to 340 µs of
+// the backend's CPU a call (pg_stat_statements' planning time, steady
+// 500 firings/s; TestShortListStatementsArePlannedOnce).
+var genericPlan = []string{"plan_cache_mode = force_generic_plan"}
+
+// queryWith runs sql with settings ("name = value" each) for it alone and
+// hands its rows to read, which closes them. The settings are made and
+// reset around the statement in one round trip, in its implicit
+// transaction (or the caller's): if the statement fails, its rollback
+// undoes the SETs too. The statement's work is committed once queryWith
+// returns nil, not once its rows are read: the implicit transaction ends
+// after the resets.
+func queryWith(ctx context.Context, q batchQuerier, settings []string, read func(pgx.Rows) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
-	b.Queue("SET " + setting)
+	for _, s := range settings {
+		b.Queue("SET " + s)
+	}
 	b.Queue(sql, args...)
-	b.Queue("RESET " + name)
+	for _, s := range settings {
+		name, _, _ := strings.Cut(s, " ")
+		b.Queue("RESET " + name)
+	}
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return err
+	for range settings {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -491,8 +509,10 @@ func queryWith(ctx context.Context, q batchQuerier, setting string, read func(pg
 	if err := read(rows); err != nil {
 		return err
 	}
-	if _, err := br.Exec(); err != nil {
-		return err
+	for range settings {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 	}
 	return br.Close()
 }

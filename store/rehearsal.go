@@ -1,54 +1,27 @@
 package store
 
 import (
-	"context"
-	"fmt"
 	"strings"
 
 	"github.com/ax-scheduler/ax/schemas"
 )
 
+// rehearsalTypes are schemas.RehearsalTaskTypes as a condition on a
+// definition's task_type. TestRehearsalTasksNamesEveryType pins the list to
+// schemas.RehearsalTaskTypes.
+const rehearsalTypes = `IN ('drill', 'drill-jitter', 'conformance')`
+
 // rehearsalTasks is a subquery of the names of the rehearsals' tasks
 // (schemas.RehearsalTaskTypes: a drill's copies, the conformance kit's
 // tasks), the deleted ones too: their instances fail on purpose, so the
 // alert rules' sums, the failure streaks, the recent runs and the
-// instance summary leave them out. TestRehearsalTasksNamesEveryType pins
-// the list to schemas.RehearsalTaskTypes.
-const rehearsalTasks = `(SELECT name FROM tasks WHERE definition->>'task_type' IN ('drill', 'drill-jitter', 'conformance'))`
+// instance summary leave them out.
+const rehearsalTasks = `(SELECT name FROM tasks WHERE definition->>'task_type' ` + rehearsalTypes + `)`
 
-// withoutRehearsals returns tasks less the rehearsals' (see
-// rehearsalTasks), in their order.
-func (s *Store) withoutRehearsals(ctx context.Context, tasks []string) ([]string, error) {
-	if len(tasks) == 0 {
-		return tasks, nil
-	}
-	rows, err := s.pool.Query(ctx, `SELECT name FROM `+rehearsalTasks+` r WHERE name = ANY($1)`, tasks)
-	if err != nil {
-		return nil, fmt.Errorf("leave out the rehearsals' tasks: %w", err)
-	}
-	defer rows.Close()
-	skip := map[string]bool{}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return nil, fmt.Errorf("leave out the rehearsals' tasks: %w", err)
-		}
-		skip[name] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("leave out the rehearsals' tasks: %w", err)
-	}
-	if len(skip) == 0 {
-		return tasks, nil
-	}
-	out := make([]string, 0, len(tasks))
-	for _, t := range tasks {
-		if !skip[t] {
-			out = append(out, t)
-		}
-	}
-	return out, nil
-}
+// notRehearsal is the condition that the task named t.task is not one of
+// rehearsalTasks: a look-up of its row by name, for statements that take a
+// few tasks (rehearsalTasks would read every task's definition).
+const notRehearsal = `NOT EXISTS (SELECT FROM tasks r WHERE r.name = t.task AND r.definition->>'task_type' ` + rehearsalTypes + `)`
 
 // rehearsalTypesSQL is schemas.RehearsalTaskTypes as rehearsalTasks
 // writes them, for the test that pins one to the other.

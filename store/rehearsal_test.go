@@ -1,14 +1,11 @@
 package store
 
-import (
-	"strings"
-	"testing"
-)
+import "testing"
 
-// TestRehearsalTasksNamesEveryType pins rehearsalTasks, a constant of the
+// TestRehearsalTasksNamesEveryType pins rehearsalTypes, a constant of the
 // queries, to schemas.RehearsalTaskTypes.
 func TestRehearsalTasksNamesEveryType(t *testing.T) {
-	if want := rehearsalTypesSQL(); !strings.Contains(rehearsalTasks, want) {
-		t.Errorf("rehearsalTasks = %s, want it to hold %s", rehearsalTasks, want)
+	if want := rehearsalTypesSQL(); rehearsalTypes != want {
+		t.Errorf("rehearsalTypes = %s, want %s", rehearsalTypes, want)
 	}
 }

@@ -149,6 +149,10 @@ func (s *Store) ListTasks(ctx context.Context) ([]TaskRecord, error) {
 	return recs, nil
 }
 
+// tasksNamed is the statement of [Store.GetTasks], run with the generic
+// plan (genericPlan): a lookup by name whatever the names.
+const tasksNamed = `SELECT ` + taskColumns + ` FROM tasks WHERE name = ANY($1) AND deleted_at IS NULL`
+
 // GetTasks returns the tasks named in names, keyed by name, in one query.
 // Names that match no task are missing from the map; repeated names are fine.
 func (s *Store) GetTasks(ctx context.Context, names []string) (map[string]TaskRecord, error) {
@@ -156,11 +160,11 @@ func (s *Store) GetTasks(ctx context.Context, names []string) (map[string]TaskRe
 	if len(names) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE name = ANY($1) AND deleted_at IS NULL`, names)
-	if err != nil {
-		return nil, fmt.Errorf("get tasks: %w", err)
-	}
-	recs, err := pgx.CollectRows(rows, scanTask)
+	var recs []TaskRecord
+	err := queryWith(ctx, s.pool, genericPlan, func(rows pgx.Rows) (err error) {
+		recs, err = pgx.CollectRows(rows, scanTask)
+		return err
+	}, tasksNamed, names)
 	if err != nil {
 		return nil, fmt.Errorf("get tasks: %w", err)
 	}
