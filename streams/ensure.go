@@ -126,7 +126,7 @@ func (t Topology) attemptStreamConfigs(c Config) []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{{
 		Name:        t.DispatchStream(),
 		Description: "AX attempts routed to executor pools",
-		Subjects:    []string{t.subject("dispatch", ">")},
+		Subjects:    []string{t.subject("dispatch", ">"), t.Keeper(t.DispatchStream())},
 		Retention:   jetstream.WorkQueuePolicy,
 		Duplicates:  c.DuplicateWindow,
 		Storage:     c.Storage,
@@ -134,7 +134,7 @@ func (t Topology) attemptStreamConfigs(c Config) []jetstream.StreamConfig {
 	}, {
 		Name:        t.ReportsStream(),
 		Description: "AX executors' reports on attempts",
-		Subjects:    []string{t.subject("report", ">")},
+		Subjects:    []string{t.subject("report", ">"), t.Keeper(t.ReportsStream())},
 		Retention:   jetstream.WorkQueuePolicy,
 		Duplicates:  c.DuplicateWindow,
 		Storage:     c.Storage,

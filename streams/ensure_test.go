@@ -25,24 +25,28 @@ func earlierTriggers(top streams.Topology) jetstream.StreamConfig {
 	}
 }
 
-func startJS(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	s, err := natsembed.Start(natsembed.Options{StoreDir: t.TempDir()})
+func startJS(t *testing.T) jetstream.JetStream { return startJSAt(t, t.TempDir()) }
+
+// startJSAt starts a JetStream server that stores under dir, until the
+// test ends, and connects to it.
+func startJSAt(tb testing.TB, dir string) jetstream.JetStream {
+	tb.Helper()
+	s, err := natsembed.Start(natsembed.Options{StoreDir: dir})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(nc.Close)
+	tb.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return js
 }

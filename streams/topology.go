@@ -400,6 +400,11 @@ func (t Topology) ReadyWorker(workerID string) string {
 
 func (t Topology) stream(name string) string { return strings.ToUpper(t.prefix) + "_" + name }
 
+// Keeper is the subject of the keeper of stream (AX_DISPATCH or
+// AX_REPORTS; see [Keeper]): ax.keep.<stream>, a subject of that stream
+// that no consumer filters.
+func (t Topology) Keeper(stream string) string { return t.subject("keep", stream) }
+
 // TriggersStream is the stream of outside publishers' firings
 // (ax.trigger.<task>): no message schedules, no rollups, so no header of
 // a message there acts beyond that message.

@@ -36,6 +36,7 @@ func Actions(top streams.Topology) []Action {
 		{What: "publish the one-shot schedule of a delayed firing", Subject: top.SchedFiring("hello", "e1")},
 		{What: "publish the one-shot schedule of a retry", Subject: top.Sched("retry-1-2")},
 		{What: "route work to a pool", Subject: top.Dispatch(own, schemas.PriorityNormal, "hello")},
+		{What: "publish a work-queue stream's keeper (see architecture.md)", Subject: top.Keeper(top.DispatchStream())},
 		{What: "publish a report on its pool's work", Subject: top.Report(own, worker, 1)},
 		{What: "publish a report on another pool's work", Subject: top.Report(other, worker, 1)},
 		{What: "publish a report batch as its worker", Subject: top.ReportBatch(own, worker)},

@@ -5,13 +5,15 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-scheduler/ax/streams"
 )
 
 // State is what an attack on the topology must leave as it was: the
 // streams, their messages and their consumers.
 type State struct {
 	Streams   map[string]jetstream.StreamConfig   // by stream name
-	Msgs      map[string]uint64                   // messages per stream
+	Msgs      map[string]uint64                   // messages per stream, a keeper aside
 	Consumers map[string]jetstream.ConsumerConfig // by "stream/consumer"
 	Waiting   map[string]uint64                   // a consumer's messages not yet delivered
 	Delivered map[string]uint64                   // a consumer's messages delivered, unacknowledged
@@ -31,7 +33,11 @@ func Snapshot(t testing.TB, js jetstream.JetStream) State {
 		}
 		info := st.CachedInfo()
 		s.Streams[name] = info.Config
-		s.Msgs[name] = info.State.Msgs
+		// A work-queue stream's keeper is replaced while the dispatcher
+		// runs (streams.Keeper): the messages that count are the others.
+		if s.Msgs[name], err = streams.Default().Held(ctx, st); err != nil {
+			t.Fatal(err)
+		}
 		for c := range st.ListConsumers(ctx).Info() {
 			s.Consumers[name+"/"+c.Name] = c.Config
 			s.Waiting[name+"/"+c.Name] = c.NumPending
