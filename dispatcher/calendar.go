@@ -51,19 +51,7 @@ func (s *Service) runCalendar(ctx context.Context) error {
 	if poll <= 0 {
 		poll = DefaultCalendarPoll
 	}
-	t := time.NewTimer(poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if err := s.calendarPass(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Msg("calendar dependencies not checked; trying again")
-		}
-		t.Reset(poll)
-	}
+	return s.every(ctx, poll, "calendar dependencies not checked; trying again", s.calendarPass)
 }
 
 // calendarPass checks every instance waiting for calendar-aligned parents.

@@ -405,6 +405,24 @@ func (s *Service) setUp(ctx context.Context, js jetstream.JetStream) (handles, e
 	return h, nil
 }
 
+// every runs pass every d until ctx ends. A failure is logged with
+// message and the next pass tries again.
+func (s *Service) every(ctx context.Context, d time.Duration, message string, pass func(context.Context) error) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := pass(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg(message)
+		}
+		t.Reset(d)
+	}
+}
+
 // loops are the dispatcher's parts, each a loop that runs until runCtx
 // ends (its batches on work): the intake of the triggers and the
 // firings, the recorder of the reports, the reaper, the probe of the
