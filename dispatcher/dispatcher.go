@@ -365,6 +365,7 @@ type handles struct {
 	leases, workersKV          jetstream.KeyValue
 	leaseWatch                 jetstream.KeyWatcher
 	watchWorkers               func() error
+	keepers                    []*streams.Keeper
 }
 
 // setUp reconciles the topology with Options.Streams, follows the
@@ -402,7 +403,29 @@ func (s *Service) setUp(ctx context.Context, js jetstream.JetStream) (handles, e
 		return h, fmt.Errorf("bucket %s: %w", s.top.WorkersBucket(), err)
 	}
 	s.workers.setTTL(status.TTL())
+	// The work-queue streams' keepers, the first ones before the first
+	// dispatch (see streams.Keeper).
+	h.keepers = s.top.Keepers(js)
+	for _, k := range h.keepers {
+		if err := k.Keep(ctx); err != nil {
+			return h, err
+		}
+	}
 	return h, nil
+}
+
+// keepLastBlocks keeps the work-queue streams' last blocks from emptying
+// (see streams.Keeper) every streams.KeeperInterval until ctx ends. A
+// failure is logged and tried again at the next interval: a stream
+// without its keeper costs more CPU per ack, nothing else.
+func (s *Service) keepLastBlocks(ctx context.Context, keepers []*streams.Keeper) error {
+	return s.every(ctx, streams.KeeperInterval, "work-queue stream not kept; trying again", func(ctx context.Context) error {
+		var errs []error
+		for _, k := range keepers {
+			errs = append(errs, k.Keep(ctx))
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // every runs pass every d until ctx ends. A failure is logged with
@@ -427,8 +450,8 @@ func (s *Service) every(ctx context.Context, d time.Duration, message string, pa
 // ends (its batches on work): the intake of the triggers and the
 // firings, the recorder of the reports, the reaper, the probe of the
 // leases bucket, the fence, the holder of delayed firings, the router of
-// departed workers' queues, the history's maintenance and the watch of
-// the workers.
+// departed workers' queues, the history's maintenance, the keepers of
+// the work-queue streams and the watch of the workers.
 func (s *Service) loops(runCtx, work context.Context, h handles) []func() error {
 	// Both consumers take any message a client may publish, a bulk
 	// trigger or a report batch up to max_payload: both are bounded by
@@ -456,6 +479,7 @@ func (s *Service) loops(runCtx, work context.Context, h handles) []func() error 
 		func() error { return s.limiter.run(runCtx) },
 		func() error { return s.runCalendar(runCtx) },
 		func() error { return s.fair.releaseLoop(runCtx) },
+		func() error { return s.keepLastBlocks(runCtx, h.keepers) },
 		h.watchWorkers,
 	}
 }

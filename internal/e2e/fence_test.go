@@ -88,7 +88,8 @@ func (s *system) purgeLease(id int64, attempt int) {
 	}
 }
 
-// dispatchEmpty waits until AX_DISPATCH holds no message: each was acked or terminated.
+// dispatchEmpty waits until AX_DISPATCH holds no attempt (its keeper
+// aside): each was acked or terminated.
 func (s *system) dispatchEmpty() {
 	s.t.Helper()
 	waitFor(s.t, "AX_DISPATCH to be empty", time.Minute, func() (bool, error) {
@@ -96,7 +97,8 @@ func (s *system) dispatchEmpty() {
 		if err != nil {
 			return false, err
 		}
-		return st.CachedInfo().State.Msgs == 0, nil
+		n, err := s.srv.Topology.Held(context.Background(), st)
+		return n == 0, err
 	})
 }
 

@@ -214,7 +214,8 @@ func TestProgressOfAnAttemptThatEndsInTheSameBatch(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return st.CachedInfo().State.Msgs == 2, nil
+		n, err := top.Held(ctx, st)
+		return n == 2, err
 	})
 	if _, err := s.js.ResumeConsumer(ctx, top.ReportsStream(), top.RecorderConsumer().Durable); err != nil {
 		t.Fatal(err)

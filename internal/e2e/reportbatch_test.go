@@ -37,18 +37,18 @@ func finalOf(id int64, worker string, kind schemas.ReportKind) schemas.Report {
 	return r
 }
 
-// reportsLeft is how many messages AX_REPORTS holds.
+// reportsLeft is how many reports AX_REPORTS holds (its keeper aside).
 func (s *system) reportsLeft() uint64 {
 	s.t.Helper()
 	st, err := s.js.Stream(context.Background(), s.srv.Topology.ReportsStream())
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	info, err := st.Info(context.Background())
+	n, err := s.srv.Topology.Held(context.Background(), st)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return info.State.Msgs
+	return n
 }
 
 // TestReportBatch sends the dispatcher one report batch, as a worker of the

@@ -98,12 +98,19 @@ func TestShadowRecordsAndCutsOver(t *testing.T) {
 	if n := runs.Load(); n != 0 {
 		t.Errorf("handlers ran %d times in shadow mode, want 0", n)
 	}
-	info, err := s.js.Stream(context.Background(), s.srv.Topology.DispatchStream())
+	// Nothing dispatched: AX_DISPATCH holds no attempt (its keeper aside)
+	// and none of its consumers was given one.
+	dispatch, err := s.js.Stream(context.Background(), s.srv.Topology.DispatchStream())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := info.CachedInfo().State; st.LastSeq != 0 {
-		t.Errorf("AX_DISPATCH holds %d messages (last sequence %d): a SHADOW instance was dispatched", st.Msgs, st.LastSeq)
+	if n, err := s.srv.Topology.Held(context.Background(), dispatch); err != nil || n != 0 {
+		t.Errorf("AX_DISPATCH holds %d attempts (%v): a SHADOW instance was dispatched", n, err)
+	}
+	for c := range dispatch.ListConsumers(context.Background()).Info() {
+		if c.Delivered.Consumer != 0 {
+			t.Errorf("consumer %s of AX_DISPATCH was given %d messages: a SHADOW instance was dispatched", c.Name, c.Delivered.Consumer)
+		}
 	}
 
 	// The ledger marks the recorded ticks.
