@@ -548,7 +548,8 @@ type cost struct {
 
 type statementCost struct {
 	calls   int64
-	totalMS float64
+	totalMS float64 // executing and planning
+	planMS  float64 // planning: 0 unless pg_stat_statements.track_planning is on
 	rows    int64
 	query   string
 }
@@ -706,20 +707,21 @@ func (m *costMeter) sample() costSample {
 }
 
 // topStatements returns the statements of this benchmark's database by
-// total execution time, the costliest first, leaving out the benchmark's
-// own (marked with a leading comment).
+// total time, executing and planning (planning is counted when the server
+// runs with pg_stat_statements.track_planning on), the costliest first,
+// leaving out the benchmark's own (marked with a leading comment).
 func (m *costMeter) topStatements() []statementCost {
 	rows, err := m.s.pool.Query(context.Background(), `/* bench */
-SELECT calls, total_exec_time, rows, regexp_replace(query, '\s+', ' ', 'g')
+SELECT calls, total_exec_time + total_plan_time, total_plan_time, rows, regexp_replace(query, '\s+', ' ', 'g')
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND query NOT LIKE '/* bench */%'
-ORDER BY total_exec_time DESC LIMIT 12`)
+ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`)
 	if err != nil {
 		m.b.Fatal(err)
 	}
 	var out []statementCost
 	var sc statementCost
-	_, err = pgx.ForEachRow(rows, []any{&sc.calls, &sc.totalMS, &sc.rows, &sc.query}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&sc.calls, &sc.totalMS, &sc.planMS, &sc.rows, &sc.query}, func() error {
 		out = append(out, sc)
 		return nil
 	})
@@ -776,18 +778,28 @@ func (c cost) log(b *testing.B) {
 		return
 	}
 	var calls int64
-	var totalMS float64
+	var totalMS, planMS float64
 	for _, sc := range c.statements {
 		calls += sc.calls
 		totalMS += sc.totalMS
+		planMS += sc.planMS
 	}
-	benchf(b, "statements by total execution time (pg_stat_statements, top %d: %.3f calls and %.0f µs per instance):", len(c.statements), float64(calls)/n, totalMS*1e3/n)
+	planned := "planning not counted: pg_stat_statements.track_planning is off"
+	if planMS > 0 {
+		planned = fmt.Sprintf("%.0f µs of it planning", planMS*1e3/n)
+	}
+	benchf(b, "statements by total time (pg_stat_statements, top %d: %.3f calls and %.0f µs per instance, %s):",
+		len(c.statements), float64(calls)/n, totalMS*1e3/n, planned)
 	for _, sc := range c.statements {
 		q := sc.query
 		if len(q) > 110 {
 			q = q[:110] + "…"
 		}
-		benchf(b, "  %7d calls %9.1f ms %6.1f µs/inst %8d rows  %s", sc.calls, sc.totalMS, sc.totalMS*1e3/n, sc.rows, q)
+		plan := ""
+		if planMS > 0 {
+			plan = fmt.Sprintf(" (plan %.1f ms)", sc.planMS)
+		}
+		benchf(b, "  %7d calls %9.1f ms%s %6.1f µs/inst %8d rows  %s", sc.calls, sc.totalMS, plan, sc.totalMS*1e3/n, sc.rows, q)
 	}
 }
 
