@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,10 +24,9 @@ import (
 // block never empties, and an ack writes a tombstone there instead. A
 // block holds a few MB: once it is full the next one begins without the
 // keeper, so [Keeper.Keep] publishes a new keeper, and purges the one
-// before, whenever the stream took a message since its last one. The
-// dispatcher calls it every [KeeperInterval]; each stream holds one
-// keeper (two for a moment, and one per dispatcher while several keep
-// it).
+// before, whenever the stream took a message since the last keeper. The
+// dispatchers call it every [KeeperInterval]; each stream holds one
+// keeper (two for a moment while one replaces the other).
 
 // KeeperInterval is how often the dispatcher keeps the work-queue
 // streams' last blocks (see [Keeper]).
@@ -42,8 +42,8 @@ type Keeper struct {
 	stream  string
 	subject string
 	handle  jetstream.Stream
-	// seq is the stream sequence of the keeper this Keeper published
-	// last; 0 before the first.
+	// seq is the stream sequence of the last keeper this Keeper
+	// published or found last in the stream; 0 before the first.
 	seq uint64
 }
 
@@ -56,9 +56,9 @@ func (t Topology) Keepers(js jetstream.JetStream) []*Keeper {
 	}
 }
 
-// Keep publishes a keeper and purges the earlier ones, unless the stream
-// took no message since this Keeper's last keeper: then the block that
-// keeper sits in is still the last.
+// Keep publishes a keeper and purges the earlier ones, unless the
+// stream's last message is a keeper (this Keeper's or another
+// dispatcher's): then the block it sits in is still the last.
 func (k *Keeper) Keep(ctx context.Context) error {
 	if k.handle == nil {
 		h, err := k.js.Stream(ctx, k.stream)
@@ -66,10 +66,20 @@ func (k *Keeper) Keep(ctx context.Context) error {
 			return fmt.Errorf("keep stream %s: %w", k.stream, err)
 		}
 		k.handle = h
-	} else if k.seq != 0 {
+	} else {
 		info, err := k.handle.Info(ctx)
 		if err != nil {
 			return fmt.Errorf("keep stream %s: %w", k.stream, err)
+		}
+		if last := info.State.LastSeq; last != k.seq {
+			// Another dispatcher's keeper may be last: take it as ours.
+			m, err := k.handle.GetLastMsgForSubject(ctx, k.subject)
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return fmt.Errorf("keep stream %s: read its keeper: %w", k.stream, err)
+			}
+			if err == nil && m.Sequence == last {
+				k.seq = last
+			}
 		}
 		if info.State.LastSeq == k.seq {
 			return nil

@@ -121,7 +121,8 @@ func TestKeeperKeepsTheLastBlock(t *testing.T) {
 }
 
 // TestKeeperPublishesOnlyAfterMessages: Keep publishes a keeper when the
-// stream took a message since its last one, and then only one is left.
+// stream took a message since the last keeper, and then only one is left;
+// two dispatchers' Keepers do not replace each other's keeper.
 func TestKeeperPublishesOnlyAfterMessages(t *testing.T) {
 	t.Parallel()
 	ks := startKeeperSystem(t)
@@ -152,6 +153,24 @@ func TestKeeperPublishesOnlyAfterMessages(t *testing.T) {
 	}
 	if after, m := state(); after != last+2 || m != 1 {
 		t.Errorf("Keep after an attempt: last sequence %d (was %d), %d keepers; want a new keeper, the one before purged", after, last, m)
+	}
+	// A second dispatcher's Keeper puts its first keeper; then neither
+	// replaces the other's while the stream takes nothing.
+	other := ks.top.Keepers(ks.js)[0]
+	if err := other.Keep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last, _ = state()
+	for range 3 {
+		for _, k := range []*streams.Keeper{keeper, other} {
+			if err := k.Keep(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if after, m := state(); after != last || m != 1 {
+		t.Errorf("two Keepers with no message between: last sequence %d (was %d), %d keepers; want one keeper, not replaced",
+			after, last, m)
 	}
 }
 
