@@ -551,6 +551,7 @@ type statementCost struct {
 	totalMS float64 // executing and planning
 	planMS  float64 // planning: 0 unless pg_stat_statements.track_planning is on
 	rows    int64
+	wal     int64 // WAL records the statement wrote
 	query   string
 }
 
@@ -712,7 +713,7 @@ func (m *costMeter) sample() costSample {
 // leaving out the benchmark's own (marked with a leading comment).
 func (m *costMeter) topStatements() []statementCost {
 	rows, err := m.s.pool.Query(context.Background(), `/* bench */
-SELECT calls, total_exec_time + total_plan_time, total_plan_time, rows, regexp_replace(query, '\s+', ' ', 'g')
+SELECT calls, total_exec_time + total_plan_time, total_plan_time, rows, wal_records, regexp_replace(query, '\s+', ' ', 'g')
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND query NOT LIKE '/* bench */%'
 ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`)
@@ -721,7 +722,7 @@ ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`)
 	}
 	var out []statementCost
 	var sc statementCost
-	_, err = pgx.ForEachRow(rows, []any{&sc.calls, &sc.totalMS, &sc.planMS, &sc.rows, &sc.query}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&sc.calls, &sc.totalMS, &sc.planMS, &sc.rows, &sc.wal, &sc.query}, func() error {
 		out = append(out, sc)
 		return nil
 	})
@@ -799,7 +800,7 @@ func (c cost) log(b *testing.B) {
 		if planMS > 0 {
 			plan = fmt.Sprintf(" (plan %.1f ms)", sc.planMS)
 		}
-		benchf(b, "  %7d calls %9.1f ms%s %6.1f µs/inst %8d rows  %s", sc.calls, sc.totalMS, plan, sc.totalMS*1e3/n, sc.rows, q)
+		benchf(b, "  %7d calls %9.1f ms%s %6.1f µs/inst %8d rows %5.1f WAL/inst  %s", sc.calls, sc.totalMS, plan, sc.totalMS*1e3/n, sc.rows, float64(sc.wal)/n, q)
 	}
 }
 
