@@ -161,10 +161,18 @@ func (r *Relay) SaveCursor(ctx context.Context, c RelayCursor) error {
 // Next returns up to limit records that come after c, in the order they
 // must be published, and the cursor that follows them; no records when
 // nothing new has committed. Save the cursor with [Relay.SaveCursor] once
-// the records are published. When c's batch is exhausted, Next stores its end
-// and begins the next batch: it takes a snapshot and stores it as the new
-// batch's Current before it returns the batch's first records, so that the
-// batch stays the same rows whoever publishes it.
+// the records are published — except one that ends its batch (Current
+// empty: the page held fewer than limit records, so none of the batch is
+// left), which may wait for the next batch: when c's batch is exhausted,
+// Next begins the next one, taking a snapshot and storing it as the new
+// batch's Current, with c's batch as Done, before it returns the batch's
+// first records, so that the batch stays the same rows whoever publishes
+// it. Until that write, a new leader finds the ended batch's last records
+// on AX_AUDIT after the stored cursor and skips them ([Relay.Skip]); a
+// leader that goes idle saves the end, so that the stored cursor does not
+// lag behind what is published. At a steady trickle of commits every batch
+// is one short page: one write a batch instead of three (its begin, its
+// page, its end).
 func (r *Relay) Next(ctx context.Context, c RelayCursor, limit int) ([]schemas.AuditRecord, RelayCursor, error) {
 	c.Done = c.done()
 	for {
@@ -188,17 +196,25 @@ func (r *Relay) Next(ctx context.Context, c RelayCursor, limit int) ([]schemas.A
 			if err := r.SaveCursor(ctx, begun); err != nil {
 				return nil, c, fmt.Errorf("next audit records: begin batch: %w", err)
 			}
-			return recs, next, nil
+			return recs, ended(next, len(recs), limit), nil
 		}
 		recs, next, err := r.page(ctx, c, limit)
 		if err != nil || len(recs) > 0 {
-			return recs, next, err
+			return recs, ended(next, len(recs), limit), err
 		}
 		c = RelayCursor{Done: c.Current}
-		if err := r.SaveCursor(ctx, c); err != nil {
-			return nil, c, fmt.Errorf("next audit records: end batch: %w", err)
-		}
 	}
+}
+
+// ended returns next, the cursor after a page of n records read with
+// limit, as the end of its batch when the page was the batch's last: one
+// of fewer than limit records read every record of the batch left (see
+// page).
+func ended(next RelayCursor, n, limit int) RelayCursor {
+	if n < limit {
+		return RelayCursor{Done: next.Current}
+	}
+	return next
 }
 
 // inBatch is the condition that a row of an outbox table belongs to the batch

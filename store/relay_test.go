@@ -28,7 +28,9 @@ func acquire(t *testing.T, st *store.Store) *store.Relay {
 }
 
 // drain reads every record after c with pages of limit, saving the cursor
-// after each page as the auditor does, and returns their ids in order.
+// as the auditor does (after each page that leaves its batch unfinished,
+// and the end of the last batch once nothing is left), and returns their
+// ids in order.
 func drain(t *testing.T, r *store.Relay, c store.RelayCursor, limit int) ([]string, store.RelayCursor) {
 	t.Helper()
 	var ids []string
@@ -41,11 +43,19 @@ func drain(t *testing.T, r *store.Relay, c store.RelayCursor, limit int) ([]stri
 			t.Fatalf("Next returned %d records, limit %d", len(recs), limit)
 		}
 		if len(recs) == 0 {
+			if err := r.SaveCursor(t.Context(), next); err != nil {
+				t.Fatal(err)
+			}
 			return ids, next
 		}
+		if (len(recs) < limit) != (next.Current == "") {
+			t.Fatalf("a page of %d records (limit %d) returned the cursor %+v: want the batch's end after a short page only", len(recs), limit, next)
+		}
 		ids = append(ids, auditIDs(recs)...)
-		if err := r.SaveCursor(t.Context(), next); err != nil {
-			t.Fatal(err)
+		if next.Current != "" {
+			if err := r.SaveCursor(t.Context(), next); err != nil {
+				t.Fatal(err)
+			}
 		}
 		c = next
 	}

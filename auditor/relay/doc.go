@@ -15,7 +15,8 @@
 // leader reads the outbox in batches that follow commit order, publishes each
 // batch asynchronously and awaits the acknowledgements together, and then
 // saves its cursor on the lock's connection, so a deposed leader can no
-// longer move it.
+// longer move it. A page that ends its batch is saved with the next batch's
+// begin, or when the leader finds nothing new (see [store.Relay.Next]).
 //
 // Exactly once rests on three things. Every message carries Nats-Msg-Id =
 // the id of its (last) record ("t-<transition id>", "o-<action id>"), so

@@ -35,6 +35,17 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 	if err != nil {
 		return err
 	}
+	// unsaved is whether cur, the end of a batch, is published and not yet
+	// stored: the next batch's begin stores it (store.Relay.Next), or the
+	// leader before it idles or stops.
+	unsaved := false
+	saveEnd := func() error {
+		if !unsaved {
+			return nil
+		}
+		unsaved = false
+		return relay.SaveCursor(work, cur)
+	}
 	for {
 		recs, next, err := relay.Next(ctx, cur, s.opts.BatchSize)
 		if err != nil {
@@ -42,11 +53,15 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 		}
 		if len(recs) == 0 {
 			cur = next
+			if err := saveEnd(); err != nil {
+				return err
+			}
 			if !wait.Sleep(ctx, s.opts.PollInterval) {
 				return nil
 			}
 			continue
 		}
+		unsaved = false // Next began a batch, storing the end of the one before
 		if end, err = s.publish(work, batch, recs, end); err != nil {
 			return err
 		}
@@ -55,15 +70,17 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 				return err
 			}
 		}
-		if err := relay.SaveCursor(work, next); err != nil {
-			return err
+		cur = next
+		if unsaved = next.Current == ""; !unsaved {
+			if err := relay.SaveCursor(work, next); err != nil {
+				return err
+			}
 		}
 		s.recordsRelayed.Add(float64(len(recs)))
-		cur = next
 		log.Debug().Int("records", len(recs)).Str("last", recs[len(recs)-1].ID).Uint64("stream_seq", end.seq).
 			Msg("audit records published")
 		if ctx.Err() != nil {
-			return nil
+			return saveEnd()
 		}
 	}
 }

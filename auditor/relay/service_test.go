@@ -380,6 +380,68 @@ func TestCrashBetweenPublishAndCursorSave(t *testing.T) {
 	}
 }
 
+// TestCursorIsWrittenOnceABatch: at a trickle of commits each batch is one
+// page of fewer records than the batch size, and the leader writes its
+// cursor once a batch — the batch's begin, which stores the end of the one
+// before — instead of three times (begin, page, end: each a commit that
+// waits for its WAL flush). Once idle, it stores the last batch's end, so
+// that the history mover does not wait for the next batch.
+func TestCursorIsWrittenOnceABatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.st.Pool().Exec(ctx, `
+CREATE TABLE cursor_writes (done text, current text);
+CREATE FUNCTION count_cursor_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO cursor_writes VALUES (NEW.done::text, NEW.current::text); RETURN NULL; END $$;
+CREATE TRIGGER count_cursor_write AFTER INSERT OR UPDATE ON relay_cursor FOR EACH ROW EXECUTE FUNCTION count_cursor_write()`); err != nil {
+		t.Fatal(err)
+	}
+	var pages atomic.Int32
+	e.start(ctx, 500, func(s *Service) {
+		s.afterPublish = func([]schemas.AuditRecord) error {
+			pages.Add(1)
+			return nil
+		}
+	})
+	const rounds = 10
+	for range rounds {
+		e.seed("etl", 1) // a change of the task and 4 transitions: 1 or 2 batches
+		e.waitStream(uint64(len(e.outbox())))
+	}
+	idle := func() (bool, error) {
+		var current *string
+		err := e.st.Pool().QueryRow(ctx, `SELECT current::text FROM relay_cursor`).Scan(&current)
+		return current == nil, err
+	}
+	waittest.For(t, "the idle leader to store its last batch's end", 30*time.Second, idle)
+	var writes int
+	if err := e.st.Pool().QueryRow(ctx, `SELECT count(*) FROM cursor_writes`).Scan(&writes); err != nil {
+		t.Fatal(err)
+	}
+	n := int(pages.Load())
+	if n < rounds {
+		t.Fatalf("%d pages published for %d rounds", n, rounds)
+	}
+	// Each page began its batch (one write); the leader idled after each
+	// round and stored the end (one write), unless the next round's
+	// commit came first.
+	if writes > 2*n {
+		t.Errorf("%d cursor writes for %d batches of one short page each, want at most %d (a begin each, an end when idle)", writes, n, 2*n)
+	}
+	// No write stored a page's position: each stored a batch's begin or
+	// its end.
+	var mid int
+	if err := e.st.Pool().QueryRow(ctx, `SELECT count(*) FROM cursor_writes w WHERE w.current IS NOT NULL
+		AND (SELECT count(*) FROM cursor_writes v WHERE v.current = w.current) > 1`).Scan(&mid); err != nil {
+		t.Fatal(err)
+	}
+	if mid != 0 {
+		t.Errorf("%d cursor writes stored a batch's snapshot it had stored already (a page's save): want one write a batch", mid)
+	}
+	e.checkTrail()
+}
+
 // TestStopFinishesTheBatchInFlight stops an auditor while a batch is being
 // published: the batch is finished and its cursor saved before Run returns.
 func TestStopFinishesTheBatchInFlight(t *testing.T) {
