@@ -54,10 +54,47 @@ func (m *monitor) loadRules(ctx context.Context) (enabled []rule, disabled []str
 func (m *monitor) raise(ctx context.Context, r rule, sig store.AlertSignal) error {
 	sig.Rule, sig.Level, sig.At = r.Name, r.Level, m.now()
 	a, err := m.opts.Store.RaiseAlert(ctx, sig)
-	if err != nil || a.State != schemas.AlertFiring {
+	if err != nil {
 		return err
 	}
+	m.opened(a.Rule, a.Key)
+	if a.State != schemas.AlertFiring {
+		return nil
+	}
 	return m.notifyFiring(ctx, a, r.p.Throttle)
+}
+
+// opened notes that rule's alert for key is open.
+func (m *monitor) opened(rule, key string) {
+	if m.open == nil {
+		return
+	}
+	if m.open[rule] == nil {
+		m.open[rule] = map[string]bool{}
+	}
+	m.open[rule][key] = true
+}
+
+// mayChange returns the tasks whose alert of rule the records just seen
+// may change: those for which raise holds (a rule fed by records raises
+// an alert for a task only on that task's own new record of the kind it
+// counts, a failure or a slow run), and those with an open alert to
+// resolve. A task with neither is left alone: resolving what is not open
+// changes nothing. Before the first refresh, when the open alerts are not
+// known, every task may change. An alert that another auditor raised after
+// this one's refresh read the open alerts (a leader deposed while it
+// raised) is resolved once the next refresh (RefreshInterval) has read it.
+func (m *monitor) mayChange(rule string, tasks []string, raise func(task string) bool) []string {
+	if m.open == nil {
+		return tasks
+	}
+	var out []string
+	for _, t := range tasks {
+		if raise(t) || m.open[rule][t] {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // notifyFiring sends the notification of firing alert a unless one went
@@ -76,6 +113,7 @@ func (m *monitor) notifyFiring(ctx context.Context, a schemas.Alert, throttle ti
 // resolved sends the resolution of each alert that was notified firing.
 func (m *monitor) resolved(alerts []schemas.Alert, err error) error {
 	for _, a := range alerts {
+		delete(m.open[a.Rule], a.Key)
 		m.log.Info().Int64("alert_id", a.ID).Str("rule", a.Rule).Str("key", a.Key).Msg("alert resolved")
 		if a.LastNotifiedAt != nil {
 			m.enqueue(m.notification(a, StatusResolved, 0))
@@ -134,6 +172,12 @@ const maxErrorText = 500
 // r.p.Failures ended instances FAILED, and resolves it for the others:
 // their latest end is a success. failed counts the failures just seen.
 func (m *monitor) consecutiveFailures(ctx context.Context, r rule, tasks []string, failed map[string]int) error {
+	// A task whose records here are successes only cannot have a new
+	// streak: the rule can only resolve its open alert.
+	tasks = m.mayChange(r.Name, tasks, func(task string) bool { return failed[task] > 0 })
+	if len(tasks) == 0 {
+		return nil
+	}
 	streaks, err := m.opts.Store.FailureStreaks(ctx, tasks, max(r.p.Failures, 100))
 	if err != nil {
 		return err
@@ -204,6 +248,7 @@ func (m *monitor) durationJitter(ctx context.Context, r rule, tasks []string) er
 			return err
 		}
 	}
+	normal = m.mayChange(r.Name, normal, func(string) bool { return false })
 	return m.resolved(m.opts.Store.ResolveAlerts(ctx, r.Name, normal, m.now()))
 }
 
@@ -282,7 +327,9 @@ func (m *monitor) flushRepeats(ctx context.Context, throttles map[string]time.Du
 			values[string(lvl)+labelSep+string(st)] = 0
 		}
 	}
+	m.open = map[string]map[string]bool{}
 	for _, a := range open {
+		m.opened(a.Rule, a.Key)
 		values[string(a.Level)+labelSep+string(a.State)]++
 		throttle, enabled := throttles[a.Rule]
 		if !enabled || a.State != schemas.AlertFiring || a.Count <= a.NotifiedCount {

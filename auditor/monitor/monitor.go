@@ -87,6 +87,10 @@ type monitor struct {
 	workerTTL time.Duration
 	// tasks are the tasks as of the last refresh.
 	tasks []store.TaskRecord
+	// open holds the keys of the open alerts (firing or acked) by rule, as
+	// of the last refresh and this term's raises and resolves since; nil
+	// until the first refresh. See [monitor.mayChange].
+	open map[string]map[string]bool
 	// the series each gauge has, to delete those that go.
 	instanceSeries, backlogSeries, alertSeries, poolAttemptSeries, poolSlotSeries map[string]bool
 }

@@ -647,3 +647,68 @@ func TestDurationJitterFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordRulesReadOnlyWhatMayChange: the rules fed by records
+// (consecutive_failures, duration_jitter) read a task's failure streak only
+// when its records hold a failure or its alert is open, and resolve only
+// open alerts: a healthy task's successes cost the monitor no read of its
+// streak and no resolving statement. The alerts still fire and resolve,
+// also one another auditor raised (a leader deposed while it raised),
+// once a refresh has read it.
+func TestRecordRulesReadOnlyWhatMayChange(t *testing.T) {
+	t.Parallel()
+	const (
+		streakRead = "state IN ('SUCCEEDED', 'FAILED')"
+		resolve    = "key = ANY($2) AND state <> 'resolved'"
+	)
+	pool, counter := storetest.NewCounted(t)
+	e := newMonitorEnv(t, streams.Config{})
+	e.st = store.New(pool)
+	e.apply("task_name: etl\nexecution: {handler: h}\n")
+	e.apply("task_name: mail\nexecution: {handler: h}\n")
+	a := e.monitored(nil)
+	seen := func(n float64) {
+		t.Helper()
+		waitUntil(t, fmt.Sprintf("the monitor to see %v records", n), func() bool {
+			return testutil.ToFloat64(a.metrics.recordsSeen) >= n
+		})
+	}
+	records := 0.0
+	for range 5 {
+		e.run("etl", schemas.StateSucceeded, time.Second, "")
+		records += 4
+	}
+	seen(records)
+	if n, r := counter.Count(streakRead), counter.Count(resolve); n != 0 || r != 0 {
+		t.Errorf("5 successes and no open alert: %d reads of a failure streak and %d resolving statements, want none", n, r)
+	}
+
+	for range 3 {
+		e.run("etl", schemas.StateFailed, time.Second, "boom")
+		records += 4
+	}
+	waitUntil(t, "consecutive_failures to fire for etl", func() bool {
+		open, err := e.st.OpenAlerts(context.Background())
+		return err == nil && len(open) == 1 && open[0].Rule == "consecutive_failures" && open[0].Key == "etl"
+	})
+	if n := counter.Count(streakRead); n == 0 {
+		t.Error("the failures were evaluated without reading the streak")
+	}
+	e.run("etl", schemas.StateSucceeded, time.Second, "")
+	waitUntil(t, "the success to resolve etl's alert", func() bool {
+		open, err := e.st.OpenAlerts(context.Background())
+		return err == nil && len(open) == 0
+	})
+
+	// Raised by another auditor: resolved by a success once a refresh
+	// (every 20 ms here) has read it.
+	if _, err := e.st.RaiseAlert(context.Background(), store.AlertSignal{Rule: "consecutive_failures", Level: schemas.AlertP1,
+		Key: "mail", Task: "mail", Reason: "raised elsewhere", At: time.Now(), Count: 3}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "a success of mail to resolve the alert raised elsewhere", func() bool {
+		e.run("mail", schemas.StateSucceeded, time.Second, "")
+		open, err := e.st.OpenAlerts(context.Background())
+		return err == nil && len(open) == 0
+	})
+}
