@@ -369,8 +369,17 @@ func (a *admission) decideNew(limits []string, decided []NewInstance, keys [][]s
 // it (0 when none does, or when a key's backlog needs another round at
 // once). Any number of dispatchers may call it at once: they take the
 // limits' locks in turn. When nothing waits on a limit it costs one
-// look at the WAITING instances.
+// statement, a look at the WAITING instances outside a transaction (a
+// dispatcher's limiter runs a round after every batch of ends); what
+// waits is read again in the transaction that admits it.
 func (s *Store) PromoteLimited(ctx context.Context) (attempts []Attempt, next time.Duration, more bool, err error) {
+	cands, err := waitingCandidates(ctx, s.pool)
+	if err != nil || len(cands) == 0 {
+		if err != nil {
+			err = fmt.Errorf("promote instances waiting for limits: %w", err)
+		}
+		return nil, 0, false, err
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		cands, err := waitingCandidates(ctx, tx)
 		if err != nil || len(cands) == 0 {
@@ -430,8 +439,8 @@ type candidate struct {
 
 // waitingCandidates returns the oldest promoteScan WAITING instances of
 // each (limit, key), by id.
-func waitingCandidates(ctx context.Context, tx pgx.Tx) ([]candidate, error) {
-	rows, err := tx.Query(ctx, `
+func waitingCandidates(ctx context.Context, q querier) ([]candidate, error) {
+	rows, err := q.Query(ctx, `
 WITH w AS (
 	SELECT il.instance_id, row_number() OVER (PARTITION BY il.limit_name, il.key ORDER BY il.instance_id) AS rn
 	FROM instances i JOIN instance_limits il ON il.instance_id = i.id
