@@ -52,6 +52,9 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 			return err
 		}
 		if len(recs) == 0 {
+			// Nothing more: next ends cur's batch, if it had one (its
+			// last page was a full one), and is stored before the idle.
+			unsaved = unsaved || cur.Current != ""
 			cur = next
 			if err := saveEnd(); err != nil {
 				return err

@@ -442,6 +442,23 @@ CREATE TRIGGER count_cursor_write AFTER INSERT OR UPDATE ON relay_cursor FOR EAC
 	e.checkTrail()
 }
 
+// TestIdleLeaderStoresTheEnd: pages of one record are all full, so no
+// page ends its batch; the leader finds each batch's end on the next read,
+// and once nothing more is there it stores that end before it idles.
+func TestIdleLeaderStoresTheEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(context.Background(), 1, nil)
+	e.seed("etl", 2)
+	e.waitStream(uint64(len(e.outbox())))
+	waittest.For(t, "the idle leader to store its last batch's end", 30*time.Second, func() (bool, error) {
+		var current *string
+		err := e.st.Pool().QueryRow(context.Background(), `SELECT current::text FROM relay_cursor`).Scan(&current)
+		return current == nil, err
+	})
+	e.checkTrail()
+}
+
 // TestStopFinishesTheBatchInFlight stops an auditor while a batch is being
 // published: the batch is finished and its cursor saved before Run returns.
 func TestStopFinishesTheBatchInFlight(t *testing.T) {
