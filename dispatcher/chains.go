@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,28 +20,11 @@ const chainHeadroom = 4 << 10
 // (trigger.schema.json).
 const maxReason = 1024
 
-// addChainFirings adds to batch the chain firings that the ends of a batch
-// of instances make due (see [store.Store.ChainFirings]). It must run after
-// those ends were committed. Publishing a firing again is harmless: its
-// event id makes it one firing, in JetStream and in PostgreSQL.
-func (s *Service) addChainFirings(ctx context.Context, batch *streams.AsyncBatch, ended []store.RunEnd) error {
-	if len(ended) == 0 {
-		return nil
-	}
-	firings, err := s.opts.Store.ChainFirings(ctx, ended)
-	if err != nil {
-		return err
-	}
-	for _, f := range firings {
-		if err := s.addChainFiring(batch, f); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// addChainFiring adds the firing of a chained task whose parents all ended:
-// its reason lists how they ended ("after a (SUCCEEDED), b (FAILED)"), and
+// addChainFiring adds to batch the firing of a chained task whose parents
+// all ended (see [store.Store.ChainFirings]), once those ends were
+// committed. Publishing a firing again is harmless: its event id makes it
+// one firing, in JetStream and in PostgreSQL. Its reason lists how the
+// parents ended ("after a (SUCCEEDED), b (FAILED)"), and
 // it carries their outputs unless together they do not fit in a message.
 func (s *Service) addChainFiring(batch *streams.AsyncBatch, f store.ChainFiring) error {
 	names := make([]string, 0, len(f.Parents))

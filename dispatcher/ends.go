@@ -13,11 +13,13 @@ import (
 
 // afterEnds acts on instances that ended, after their ends were committed:
 // it ends the parents of sharded and broadcast firings whose children have
-// all ended (see [store.Store.EndParents]), adds to batch the firings of the tasks chained after them, and starts
-// the WAITING instances of their tasks that a freed slot of
-// max_running_instances lets run, adding those attempts to batch too (and
-// to the pools whose doorbell publishAttempts rings). Both are idempotent,
-// so a batch retried after a crash does no harm.
+// all ended (see [store.Store.EndParents]), adds to batch the firings of
+// the tasks chained after them, and starts the WAITING instances of their
+// tasks that a freed slot of max_running_instances lets run, adding those
+// attempts to batch too (and to the pools whose doorbell publishAttempts
+// rings), and pokes the limiter when instances wait for named limits. What
+// is due is found in one round trip ([store.Store.DueAfterEnds]). Both are
+// idempotent, so a batch retried after a crash does no harm.
 func (s *Service) afterEnds(ctx context.Context, batch *streams.AsyncBatch, ended []store.RunEnd) ([]store.Attempt, error) {
 	if len(ended) == 0 {
 		return nil, nil
@@ -36,15 +38,19 @@ func (s *Service) afterEnds(ctx context.Context, batch *streams.AsyncBatch, ende
 		return nil, err
 	}
 	ended = append(ended, parents...)
-	if err := s.addChainFirings(ctx, batch, ended); err != nil {
+	due, err := s.opts.Store.DueAfterEnds(ctx, ended)
+	if err != nil {
 		return nil, err
 	}
-	s.limiter.poke() // a slot of a named limit may have freed
-	tasks := make([]string, len(ended))
-	for i, e := range ended {
-		tasks[i] = e.Task
+	for _, f := range due.Firings {
+		if err := s.addChainFiring(batch, f); err != nil {
+			return nil, err
+		}
 	}
-	return s.opts.Store.PromoteWaiting(ctx, tasks)
+	if due.Limited {
+		s.limiter.poke() // a slot of a named limit may have freed
+	}
+	return s.opts.Store.StartWaiting(ctx, due.Waiting)
 }
 
 // stopVictims tells the workers of cancelled instances that were running to

@@ -14,7 +14,8 @@ import (
 // (schemas.Limit): the intake admits a firing at once when its limits have
 // room (store.CreateAdmittedInstances) and creates it WAITING otherwise;
 // the limiter promotes the WAITING ones (store.PromoteLimited) when a slot
-// frees (the completer pokes it after ends), when a rate's window moves
+// frees (the completer pokes it after ends when instances wait for limits:
+// store.Due.Limited), when a rate's window moves
 // on (it sleeps until the moment the store names) and, at the least,
 // every limiterIdle (a limit resumed or raised by the API, a slot freed
 // on another dispatcher). Every dispatcher runs one; the limits' row locks

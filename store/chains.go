@@ -173,6 +173,20 @@ type ChainFiring struct {
 // each calls it after its own commit, so the later of the two reads sees
 // both ends: one of them at least returns the firing.
 func (s *Store) ChainFirings(ctx context.Context, ended []RunEnd) ([]ChainFiring, error) {
+	var out []ChainFiring
+	q, ok := chainFiringsQuery(ended, &out)
+	if !ok {
+		return nil, nil
+	}
+	if err := queriesWith(ctx, s.pool, genericPlan, q); err != nil {
+		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(ended), err)
+	}
+	return out, nil
+}
+
+// chainFiringsQuery returns the statement of [Store.ChainFirings] for
+// ended, which reads its firings into out; false when no end has a run.
+func chainFiringsQuery(ended []RunEnd, out *[]ChainFiring) (statement, bool) {
 	var tasks, runs []string
 	seen := make(map[RunEnd]bool, len(ended))
 	for _, e := range ended {
@@ -183,19 +197,14 @@ func (s *Store) ChainFirings(ctx context.Context, ended []RunEnd) ([]ChainFiring
 		tasks, runs = append(tasks, e.Task), append(runs, e.RunID)
 	}
 	if len(tasks) == 0 {
-		return nil, nil
+		return statement{}, false
 	}
 	// For each child of an ended task and each of the child's parents, the
 	// parent's latest instance in the run, if any.
-	var out []ChainFiring
-	err := queryWith(ctx, s.pool, genericPlan, func(rows pgx.Rows) (err error) {
-		out, err = collectChainFirings(rows)
+	return statement{sql: chainParentsSQL, args: []any{textArray(tasks), textArray(runs)}, read: func(rows pgx.Rows) (err error) {
+		*out, err = collectChainFirings(rows)
 		return err
-	}, chainParentsSQL, textArray(tasks), textArray(runs))
-	if err != nil {
-		return nil, fmt.Errorf("find chain firings of %d ends: %w", len(tasks), err)
-	}
-	return out, nil
+	}}, true
 }
 
 // chainParentsSQL is the statement of [Store.ChainFirings]: for each

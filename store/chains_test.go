@@ -320,3 +320,68 @@ func TestChainFirings(t *testing.T) {
 		t.Errorf("after the new versions, the ends of a and b fire %q, want %q", tasks, want)
 	}
 }
+
+// TestDueAfterEndsIsOneRoundTrip ends an instance of a task that has a
+// chained child and a WAITING instance, beside an instance that waits for
+// a named limit: one round trip finds the child's firing, the task's
+// WAITING instances and that an instance waits for a limit, where the
+// dispatcher asked in three (the chain look-up, the look at the WAITING
+// instances, and its limiter's look, poked after every batch of ends) — at
+// a steady rate, after every small batch of ends.
+func TestDueAfterEndsIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	pool, sent := storetest.NewCounted(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	for _, def := range []*schemas.Task{chainTask(t, "a"), chainTask(t, "b", "a")} {
+		if _, _, err := st.ApplyTask(ctx, def, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created, err := st.CreateInstances(ctx, []store.NewInstance{
+		newRunInstance("a", "root", "", schemas.StateDispatched),
+		newRunInstance("a", "later", "", schemas.StateWaiting),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := created[slices.IndexFunc(created, func(a store.Attempt) bool { return a.EventID == "root" })]
+	finishInstance(t, st, root.ID, true, `{}`)
+	run := root.RunID
+
+	before := sent.RoundTrips()
+	due, err := st.DueAfterEnds(ctx, []store.RunEnd{{Task: "a", RunID: run}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trips := sent.RoundTrips() - before; trips != 1 {
+		t.Errorf("DueAfterEnds took %d round trips, want 1", trips)
+	}
+	if len(due.Firings) != 1 || due.Firings[0].Task != "b" || due.Firings[0].RunID != run {
+		t.Errorf("firings %+v, want b in run %s", due.Firings, run)
+	}
+	if !slices.Equal(due.Waiting, []string{"a"}) {
+		t.Errorf("tasks with WAITING instances %q, want [a]", due.Waiting)
+	}
+	if due.Limited {
+		t.Error("DueAfterEnds says instances wait for limits; none does")
+	}
+
+	// An instance waits for a paused limit; an end without a run finds it
+	// and the WAITING instances, and no firing.
+	if _, err := st.ApplyLimit(ctx, schemas.Limit{Name: "api", Concurrency: 1, Paused: true}); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := st.CreateAdmittedInstances(ctx, "b", []string{"api"},
+		[]store.NewInstance{newRunInstance("b", "held", "", schemas.StateDispatched)}); err != nil || len(w) != 1 || w[0].State != schemas.StateWaiting {
+		t.Fatalf("CreateAdmittedInstances under a paused limit = %v, %v; want the firing WAITING", w, err)
+	}
+	if due, err = st.DueAfterEnds(ctx, []store.RunEnd{{Task: "a"}}); err != nil || len(due.Firings) != 0 ||
+		!slices.Equal(due.Waiting, []string{"a"}) || !due.Limited {
+		t.Errorf("DueAfterEnds of an end without a run = %+v, %v; want no firing, [a] and an instance waiting for a limit", due, err)
+	}
+	promoted, err := st.StartWaiting(ctx, due.Waiting)
+	if err != nil || len(promoted) != 1 || promoted[0].EventID != "later" {
+		t.Errorf("StartWaiting(%q) = %+v, %v; want the WAITING instance started", due.Waiting, promoted, err)
+	}
+}

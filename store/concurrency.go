@@ -186,23 +186,34 @@ func (s *Store) PromoteWaiting(ctx context.Context, tasks []string) ([]Attempt, 
 	if len(tasks) == 0 {
 		return nil, nil
 	}
-	tasks = slices.Compact(slices.Sorted(slices.Values(tasks)))
 	// Most batches of ends free no slot anyone waits for: one look, outside
 	// a transaction, tells, and then counting the tasks' active instances
 	// would be all waste.
 	var waiting []string
-	err := queryWith(ctx, s.pool, genericPlan, func(rows pgx.Rows) (err error) {
-		waiting, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err := queriesWith(ctx, s.pool, genericPlan, waitingQuery(tasks, &waiting)); err != nil {
+		return nil, fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)
+	}
+	return s.StartWaiting(ctx, waiting)
+}
+
+// waitingQuery returns the look of [Store.PromoteWaiting] at tasks, which
+// reads the tasks with WAITING instances into out.
+func waitingQuery(tasks []string, out *[]string) statement {
+	tasks = slices.Compact(slices.Sorted(slices.Values(tasks)))
+	return statement{sql: withWaiting, args: []any{tasks}, read: func(rows pgx.Rows) (err error) {
+		*out, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
-	}, withWaiting, tasks)
-	if err != nil || len(waiting) == 0 {
-		if err != nil {
-			err = fmt.Errorf("start waiting instances of %d tasks: %w", len(tasks), err)
-		}
-		return nil, err
+	}}
+}
+
+// StartWaiting is [Store.PromoteWaiting] of tasks a look found WAITING
+// instances of ([Store.DueAfterEnds]); none costs nothing.
+func (s *Store) StartWaiting(ctx context.Context, tasks []string) ([]Attempt, error) {
+	if len(tasks) == 0 {
+		return nil, nil
 	}
 	var out []Attempt
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		out, err = promoteWaiting(ctx, tx, tasks)
 		return err

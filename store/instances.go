@@ -480,18 +480,34 @@ var byKey = []string{"enable_seqscan = off"}
 var genericPlan = []string{"plan_cache_mode = force_generic_plan"}
 
 // queryWith runs sql with settings ("name = value" each) for it alone and
-// hands its rows to read, which closes them. The settings are made and
-// reset around the statement in one round trip, in its implicit
-// transaction (or the caller's): if the statement fails, its rollback
-// undoes the SETs too. The statement's work is committed once queryWith
-// returns nil, not once its rows are read: the implicit transaction ends
-// after the resets.
+// hands its rows to read, which closes them (see queriesWith).
 func queryWith(ctx context.Context, q batchQuerier, settings []string, read func(pgx.Rows) error, sql string, args ...any) error {
+	return queriesWith(ctx, q, settings, statement{sql: sql, args: args, read: read})
+}
+
+// statement is one query of queriesWith and the function that reads its
+// rows.
+type statement struct {
+	sql  string
+	args []any
+	read func(pgx.Rows) error
+}
+
+// queriesWith runs the statements with settings ("name = value" each) for
+// them alone and hands each one's rows to its read, which closes them. The
+// settings are made and reset around the statements in one round trip, in
+// their implicit transaction (or the caller's): if a statement fails, its
+// rollback undoes the SETs too. Their work is committed once queriesWith
+// returns nil, not once their rows are read: the implicit transaction ends
+// after the resets.
+func queriesWith(ctx context.Context, q batchQuerier, settings []string, stmts ...statement) error {
 	b := &pgx.Batch{}
 	for _, s := range settings {
 		b.Queue("SET " + s)
 	}
-	b.Queue(sql, args...)
+	for _, st := range stmts {
+		b.Queue(st.sql, st.args...)
+	}
 	for _, s := range settings {
 		name, _, _ := strings.Cut(s, " ")
 		b.Queue("RESET " + name)
@@ -503,12 +519,14 @@ func queryWith(ctx context.Context, q batchQuerier, settings []string, read func
 			return err
 		}
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	if err := read(rows); err != nil {
-		return err
+	for _, st := range stmts {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		if err := st.read(rows); err != nil {
+			return err
+		}
 	}
 	for range settings {
 		if _, err := br.Exec(); err != nil {

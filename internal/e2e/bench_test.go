@@ -710,13 +710,14 @@ func (m *costMeter) sample() costSample {
 // topStatements returns the statements of this benchmark's database by
 // total time, executing and planning (planning is counted when the server
 // runs with pg_stat_statements.track_planning on), the costliest first,
-// leaving out the benchmark's own (marked with a leading comment).
+// leaving out the benchmark's own (marked with a leading comment): the
+// first 12, or AX_BENCH_STATEMENTS.
 func (m *costMeter) topStatements() []statementCost {
 	rows, err := m.s.pool.Query(context.Background(), `/* bench */
 SELECT calls, total_exec_time + total_plan_time, total_plan_time, rows, wal_records, regexp_replace(query, '\s+', ' ', 'g')
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND query NOT LIKE '/* bench */%'
-ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`)
+ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, envInt(m.b, "AX_BENCH_STATEMENTS", 12))
 	if err != nil {
 		m.b.Fatal(err)
 	}

@@ -11,11 +11,21 @@ import (
 )
 
 // Statements records the SQL of every statement a pool of [NewCounted]
-// sends, alone or in a batch, for tests of how many round trips code
-// makes. It is safe for concurrent use.
+// sends, alone or in a batch, and the round trips that sent them, for
+// tests of how many statements and round trips code makes. It is safe for
+// concurrent use.
 type Statements struct {
-	mu  sync.Mutex
-	sql []string
+	mu    sync.Mutex
+	sql   []string
+	trips int
+}
+
+// RoundTrips returns how many statements sent alone and batches sent so
+// far.
+func (s *Statements) RoundTrips() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.trips
 }
 
 // Count returns how many statements sent so far hold text.
@@ -38,29 +48,35 @@ func (s *Statements) All() []string {
 	return append([]string(nil), s.sql...)
 }
 
-func (s *Statements) add(sql string) {
+func (s *Statements) add(sql string, trip bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sql = append(s.sql, sql)
+	if sql != "" {
+		s.sql = append(s.sql, sql)
+	}
+	if trip {
+		s.trips++
+	}
 }
 
 // TraceQueryStart records a statement sent alone.
 func (s *Statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	s.add(data.SQL)
+	s.add(data.SQL, true)
 	return ctx
 }
 
 // TraceQueryEnd does nothing.
 func (*Statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// TraceBatchStart does nothing.
-func (*Statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+// TraceBatchStart records a round trip.
+func (s *Statements) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	s.add("", true)
 	return ctx
 }
 
 // TraceBatchQuery records a statement sent in a batch.
 func (s *Statements) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
-	s.add(data.SQL)
+	s.add(data.SQL, false)
 }
 
 // TraceBatchEnd does nothing.
