@@ -33,6 +33,12 @@ const (
 	// fairInterval is how often the queues are topped up when no attempt
 	// was held meanwhile.
 	fairInterval = 25 * time.Millisecond
+	// fairIdle is how often a dispatcher looks for attempts held for fair
+	// dispatch while it found none: a dispatcher that holds some releases
+	// them at once, and the others look every fairInterval once they see
+	// them (those a dispatcher held and died before releasing wait at most
+	// this long).
+	fairIdle = time.Second
 )
 
 // fairness holds back and lets in the attempts of tasks with a fairness
@@ -160,10 +166,11 @@ func (h *fairHold) flush(ctx context.Context) error {
 	return nil
 }
 
-// releaseLoop tops up the fair queues every fairInterval, and at once
-// after attempts were held, until ctx ends.
+// releaseLoop tops up the fair queues every fairInterval while attempts
+// are held, and at once after this dispatcher held some; while none is
+// held it looks every fairIdle, until ctx ends.
 func (f *fairness) releaseLoop(ctx context.Context) error {
-	t := time.NewTicker(fairInterval)
+	t := time.NewTimer(0) // held before a restart: at once
 	defer t.Stop()
 	var stream jetstream.Stream
 	for {
@@ -173,25 +180,39 @@ func (f *fairness) releaseLoop(ctx context.Context) error {
 		case <-t.C:
 		case <-f.kick:
 		}
+		next := fairInterval
 		if stream == nil {
 			s, err := f.js.Stream(ctx, f.top.DispatchStream())
 			if err != nil {
 				f.log.Warn().Err(err).Msg("read the dispatch stream for fair dispatch")
-				continue
 			}
 			stream = s
 		}
-		if err := f.releaseAll(ctx, stream); err != nil && ctx.Err() == nil {
-			f.log.Warn().Err(err).Msg("release attempts held for fair dispatch")
+		if stream != nil {
+			held, err := f.releaseAll(ctx, stream)
+			if err != nil && ctx.Err() == nil {
+				f.log.Warn().Err(err).Msg("release attempts held for fair dispatch")
+			}
+			if err == nil && !held {
+				next = fairIdle
+			}
 		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(next)
 	}
 }
 
-// releaseAll tops up every queue that has attempts held.
-func (f *fairness) releaseAll(ctx context.Context, stream jetstream.Stream) error {
+// releaseAll tops up every queue that has attempts held, and tells whether
+// any has.
+func (f *fairness) releaseAll(ctx context.Context, stream jetstream.Stream) (held bool, err error) {
 	subjects, err := f.store.FairSubjects(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, subject := range subjects {
 		room := func() (int, error) {
@@ -203,11 +224,11 @@ func (f *fairness) releaseAll(ctx context.Context, stream jetstream.Stream) erro
 		}
 		n, err := f.store.ReleaseFair(ctx, subject, room, f.publish)
 		if err != nil {
-			return err
+			return true, err
 		}
 		f.measure(subject, n, time.Now())
 	}
-	return nil
+	return len(subjects) > 0, nil
 }
 
 // measure smooths the release rate of subject with n let in now.
