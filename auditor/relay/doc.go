@@ -35,7 +35,10 @@
 // only ever grows by the next record in the outbox's fixed order.
 //
 // The leader polls the outbox every Options.PollInterval while it is idle:
-// no service rings it after a commit.
+// no service rings it after a commit. After a batch that read the outbox to
+// its end it waits half that before it begins the next, so that at a steady
+// rate a batch holds what committed meanwhile, not the few records of one
+// round trip.
 //
 // # Reading a batch in pages
 //

@@ -85,8 +85,23 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 		if ctx.Err() != nil {
 			return saveEnd()
 		}
+		// A batch that read the outbox to its end: at a steady rate what
+		// committed meanwhile is a few records, so the next batch waits
+		// for more (see pace).
+		if unsaved && !wait.Sleep(ctx, s.pace()) {
+			return saveEnd()
+		}
 	}
 }
+
+// pace is how long the leader waits after a batch that read the outbox to
+// its end before it begins the next: half the PollInterval. Each batch
+// costs its round trips to PostgreSQL (a snapshot and the first rows, a
+// page, the instances' times, the cursor) and a message a task on
+// AX_AUDIT whatever it holds; at a steady rate a batch begun at once holds
+// only what committed during the one before. The cursor is not stored
+// meanwhile: the next batch's begin stores it.
+func (s *Service) pace() time.Duration { return s.opts.PollInterval / 2 }
 
 // resume returns the tail of AX_AUDIT (its last sequence only: this leader
 // has published nothing) and the cursor past the stream's last record: a

@@ -442,6 +442,61 @@ CREATE TRIGGER count_cursor_write AFTER INSERT OR UPDATE ON relay_cursor FOR EAC
 	e.checkTrail()
 }
 
+// TestSteadyTrickleIsRelayedInPacedBatches commits instances one after
+// another for a second: after a batch that read the outbox to its end, the
+// leader waits half its PollInterval (200 ms here) before it begins the
+// next, so the second's commits travel in about ten batches (each of one
+// or more pages). Begun at once, each batch held what committed during the
+// one before: over 200 batches in the second, each its round trips to
+// PostgreSQL and its messages on AX_AUDIT.
+func TestSteadyTrickleIsRelayedInPacedBatches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.seed("etl", 1)
+	var batches atomic.Int32
+	e.start(ctx, 500, func(s *Service) {
+		s.opts.PollInterval = 200 * time.Millisecond
+		s.afterPublish = func(page []schemas.AuditRecord) error {
+			if len(page) < 500 { // the page read the outbox to its end
+				batches.Add(1)
+			}
+			return nil
+		}
+	})
+	e.waitStream(uint64(len(e.outbox())))
+	before := batches.Load()
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		e.addInstance("etl")
+	}
+	e.waitStream(uint64(len(e.outbox())))
+	// A batch every 100 ms and one more for the commits after the last;
+	// a slow machine makes fewer, larger batches.
+	if n := batches.Load() - before; n > 13 {
+		t.Errorf("a second of commits was relayed in %d batches, want at most 13 (one every 100 ms)", n)
+	}
+	e.checkTrail()
+}
+
+// addInstance commits an instance of task with its four transitions, two
+// rows, as the dispatcher writes them.
+func (e *env) addInstance(task string) {
+	e.t.Helper()
+	_, err := e.st.Pool().Exec(context.Background(), `
+WITH ins AS (
+	INSERT INTO instances (task, task_version, event_id, source, state, max_attempts, priority, pool, handler, timeout_ms, fired_at)
+	VALUES ($1, 1, gen_random_uuid()::text, 'event', 'SUCCEEDED', 1, 'normal', 'default', 'h', 1000, now())
+	RETURNING id, task
+)
+INSERT INTO instance_transitions (instance_id, task, from_state, to_state, attempt, operator, then_state, then_operator)
+SELECT id, task, f, t, 1, 'dispatcher', t2, 'dispatcher'
+FROM ins, (VALUES (1, NULL, 'CREATED', 'DISPATCHED'), (2, 'DISPATCHED', 'RUNNING', 'SUCCEEDED')) v(o, f, t, t2)
+ORDER BY o`, task)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // TestIdleLeaderStoresTheEnd: pages of one record are all full, so no
 // page ends its batch; the leader finds each batch's end on the next read,
 // and once nothing more is there it stores that end before it idles.

@@ -181,7 +181,7 @@ to the alert channels (ax alert).`,
 	c.natsFlags(cmd)
 	c.requireAuthFlag(cmd)
 	c.databaseFlags(cmd)
-	cmd.Flags().DurationVar(&pollInterval, "poll-interval", relay.DefaultPollInterval, "how often the leader looks for new records when it is idle")
+	cmd.Flags().DurationVar(&pollInterval, "poll-interval", relay.DefaultPollInterval, "how often the leader looks for new records when it is idle (half that after a batch that read them all)")
 	cmd.Flags().DurationVar(&lagInterval, "lag-interval", monitor.DefaultLagInterval, "how often the monitoring auditor reads the consumers' lag from JetStream")
 	auditVersionFlag(cmd, &auditVersion)
 	cmd.Flags().StringVar(&consoleURL, "console-url", envOr("AX_CONSOLE_URL", monitor.DefaultConsoleURL),
