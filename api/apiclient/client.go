@@ -40,12 +40,33 @@ type Client struct {
 }
 
 // NewClient returns a client of the API at baseURL (e.g.
-// "http://127.0.0.1:8080"); a nil httpClient means http.DefaultClient.
+// "http://127.0.0.1:8080"); a nil httpClient means one over a shared
+// [NewTransport].
 func NewClient(baseURL string, httpClient *http.Client) *Client {
 	if httpClient == nil {
-		httpClient = http.DefaultClient
+		httpClient = defaultHTTPClient
 	}
 	return &Client{base: strings.TrimRight(baseURL, "/"), http: httpClient}
+}
+
+// defaultHTTPClient is the HTTP client of a [NewClient] given none.
+var defaultHTTPClient = &http.Client{Transport: NewTransport()}
+
+// MaxIdleConnsPerHost is how many idle connections to the API a
+// [NewTransport] keeps.
+const MaxIdleConnsPerHost = 64
+
+// NewTransport returns a transport for a client that has many requests in
+// flight at once (ax bench, a service firing from many goroutines): a
+// clone of [http.DefaultTransport] that keeps up to MaxIdleConnsPerHost
+// idle connections to the API. The default keeps two: with more requests
+// in flight, every connection beyond two was closed when its request
+// ended and the next requests dialled new ones, each a TCP handshake and
+// a new connection for the API to serve.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
+	return t
 }
 
 // InstanceQuery selects instances for [Client.ListInstances]; zero fields

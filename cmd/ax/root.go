@@ -80,7 +80,9 @@ see "ax completion bash --help" for where to put it.
 
 // client returns an API client that sends the API token: --token, else
 // $AX_TOKEN. The API records the token's name as the operator of changes.
-func (g *cli) client() *apiclient.Client { return g.clientWith(&http.Client{Timeout: time.Minute}) }
+func (g *cli) client() *apiclient.Client {
+	return g.clientWith(&http.Client{Timeout: time.Minute, Transport: apiclient.NewTransport()})
+}
 
 // clientWith is client over hc.
 func (g *cli) clientWith(hc *http.Client) *apiclient.Client {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"runtime/pprof"
@@ -143,7 +144,11 @@ func (s *system) serveAPI(a *api.Service) {
 	hs := httptest.NewServer(a.Handler())
 	s.t.Cleanup(hs.Close)
 	s.admin = apitest.Admin(s.t, s.store)
-	s.client = apiclient.NewClient(hs.URL, hs.Client())
+	// The transport ax's commands use (ax bench's requests in flight
+	// reuse their connections), its idle ones closed before the server.
+	hc := &http.Client{Transport: apiclient.NewTransport()}
+	s.t.Cleanup(hc.CloseIdleConnections)
+	s.client = apiclient.NewClient(hs.URL, hc)
 	s.client.Token = s.admin
 	s.apiURL = hs.URL
 }
