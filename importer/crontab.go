@@ -123,6 +123,11 @@ type crontabState struct {
 func (st *crontabState) line(text, source string) (Entry, bool) {
 	trimmed := strings.TrimSpace(text)
 	switch {
+	case strings.ContainsRune(text, 0):
+		// Whatever it sets or runs would reach PostgreSQL, which cannot
+		// store the character (a MAILTO= made every task's owner refused).
+		return Entry{Source: source, Text: text, Notes: []string{
+			"the line holds a NUL character (\\u0000), which PostgreSQL cannot store; remove it and import again"}}, true
 	case trimmed == "":
 		st.comments = nil
 		return Entry{}, false

@@ -250,3 +250,37 @@ func refCrontab(t *testing.T, line string, loc *time.Location, start time.Time, 
 	}
 	return out
 }
+
+// TestCrontabRefusesLinesWithNUL reads a crontab whose MAILTO= and one
+// command hold a NUL character, which PostgreSQL cannot store: each such
+// line is refused with the reason, and the other lines import as tasks AX
+// takes (the fuzzer found MAILTO=0\x00 making every task's owner one AX
+// refuses).
+func TestCrontabRefusesLinesWithNUL(t *testing.T) {
+	t.Parallel()
+	text := "MAILTO=ops\x00\n0 1 * * * echo a\x00b\n0 2 * * * /usr/bin/backup\n"
+	rep, err := importer.Crontab(strings.NewReader(text), importer.CrontabOptions{Timezone: "UTC"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i, c, r := rep.Counts(); i != 1 || c != 0 || r != 2 {
+		var b strings.Builder
+		rep.Print(&b)
+		t.Fatalf("imported %d, changed %d, refused %d, want 1 imported and 2 refused:\n%s", i, c, r, b.String())
+	}
+	for _, e := range rep.Entries {
+		if e.Task == nil {
+			if len(e.Notes) == 0 || !strings.Contains(e.Notes[0], "NUL character") {
+				t.Errorf("%s refused with %q, want the NUL character named", e.Source, e.Notes)
+			}
+			continue
+		}
+		data, err := json.Marshal(e.Task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := taskdef.ParseTask(data); err != nil || e.Task.Owner != "" {
+			t.Errorf("%s imported a task AX refuses (%v) or with the refused MAILTO's owner %q", e.Source, err, e.Task.Owner)
+		}
+	}
+}
