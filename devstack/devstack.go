@@ -24,6 +24,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -345,7 +346,10 @@ func labelled(opts Options, name string, f func()) {
 }
 
 // ensure ensures the topology on a connection of the dispatcher's user,
-// closed after.
+// closed after. It tries again while the failure is one waiting may cure
+// (streams.UntilStarted), as the services' own start-ups do: a cluster
+// just started may not yet have heard from a peer it would place a
+// replica on.
 func (s *Stack) ensure(ctx context.Context, opts Options) error {
 	nc, err := s.connect(opts, "ensure", string(natsauth.Dispatcher))
 	if err != nil {
@@ -357,7 +361,12 @@ func (s *Stack) ensure(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("ensure the topology: %w", err)
 	}
-	if err := opts.Topology.Ensure(ctx, js, opts.Streams); err != nil {
+	err = streams.UntilStarted(ctx, func(err error, wait time.Duration) {
+		opts.Logger.Warn().Err(err).Dur("retry_in", wait).Msg("ensuring the topology failed; trying again")
+	}, func(ctx context.Context) error {
+		return opts.Topology.Ensure(ctx, js, opts.Streams)
+	})
+	if err != nil {
 		return fmt.Errorf("ensure the topology: %w", err)
 	}
 	return nil
