@@ -21,10 +21,15 @@ type Due struct {
 	Limited bool
 }
 
+// waitingOnLimits is the FROM and WHERE of the instances (i) that wait for
+// a named limit, one row a limit not yet admitting them (il): what
+// [Store.PromoteLimited] looks at.
+const waitingOnLimits = `FROM instances i JOIN instance_limits il ON il.instance_id = i.id
+	WHERE i.state = 'WAITING' AND il.admitted_at IS NULL`
+
 // limitedWaiting tells whether any instance waits for a named limit: the
 // look of [Store.PromoteLimited], asked only whether it would find any.
-const limitedWaiting = `SELECT EXISTS (SELECT 1 FROM instances i JOIN instance_limits il ON il.instance_id = i.id
-	WHERE i.state = 'WAITING' AND il.admitted_at IS NULL)`
+const limitedWaiting = `SELECT EXISTS (SELECT 1 ` + waitingOnLimits + `)`
 
 // DueAfterEnds returns what the ends of a batch make due, read in one round
 // trip: at a steady rate the dispatcher asks after every small batch of

@@ -443,8 +443,7 @@ func waitingCandidates(ctx context.Context, q querier) ([]candidate, error) {
 	rows, err := q.Query(ctx, `
 WITH w AS (
 	SELECT il.instance_id, row_number() OVER (PARTITION BY il.limit_name, il.key ORDER BY il.instance_id) AS rn
-	FROM instances i JOIN instance_limits il ON il.instance_id = i.id
-	WHERE i.state = 'WAITING' AND il.admitted_at IS NULL
+	`+waitingOnLimits+`
 )
 SELECT il.instance_id, array_agg(il.limit_name ORDER BY il.limit_name), array_agg(il.key ORDER BY il.limit_name)
 FROM instance_limits il WHERE il.instance_id IN (SELECT instance_id FROM w WHERE rn <= $1)
