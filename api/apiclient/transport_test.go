@@ -17,7 +17,7 @@ import (
 // at once, as ax bench does at 500 firings/s, through a client made with no
 // HTTP client of its own: the rounds after the first reuse the first
 // round's connections. Over http.DefaultClient, which keeps two idle
-// connections a host, every round dialled six new ones.
+// connections a host, every round dialled six new ones (55 in all).
 func TestManyRequestsInFlightReuseTheirConnections(t *testing.T) {
 	t.Parallel()
 	var dialled atomic.Int32
@@ -46,7 +46,11 @@ func TestManyRequestsInFlightReuseTheirConnections(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	if n := dialled.Load(); n > inFlight {
-		t.Errorf("%d rounds of %d requests at once dialled %d connections, want at most %d", rounds, inFlight, n, inFlight)
+	// A connection goes back to the idle ones just after its answer, so a
+	// round may dial before the round before has given all of its back
+	// (9 in one run of make test): at most twice the requests in flight,
+	// where two idle connections a host dialled six a round.
+	if n := dialled.Load(); n > 2*inFlight {
+		t.Errorf("%d rounds of %d requests at once dialled %d connections, want at most %d", rounds, inFlight, n, 2*inFlight)
 	}
 }
