@@ -64,8 +64,8 @@ type consumerGauges struct {
 
 // refresh lists the consumers of every lag stream — one paged
 // $JS.API.CONSUMER.LIST request per stream, which answers every consumer's
-// info — and, for each pool consumer with messages waiting, reads the
-// first of them (one $JS.API.STREAM.MSG.GET) for the age of the oldest.
+// info — and, for each pool consumer with attempts no worker took, reads
+// the first of them (one $JS.API.STREAM.MSG.GET) for the age of the oldest.
 // Each series is replaced as a whole: a consumer that went takes its
 // series with it. A stream that fails keeps its previous series.
 func (l *lag) refresh(ctx context.Context) error {
@@ -103,7 +103,7 @@ func (l *lag) refresh(ctx context.Context) error {
 			key := pool + labelSep + prio
 			waiting[key] += float64(ci.NumPending)
 			age := 0.0
-			if ci.NumPending > 0 {
+			if ci.NumPending > 0 || ci.NumAckPending > 0 {
 				if age, err = l.oldestWaiting(ctx, stream, ci); err != nil {
 					errs = append(errs, err)
 				}
@@ -173,9 +173,12 @@ func (l *lag) list(ctx context.Context, name string) ([]*jetstream.ConsumerInfo,
 	return out, stream, nil
 }
 
-// oldestWaiting returns how long the oldest message the consumer has yet
-// to deliver has been in the stream, by the server's clock: the first
-// message on its filter subject after the last one it delivered.
+// oldestWaiting returns how long the oldest attempt on the consumer's
+// queue that no worker took has been in the stream, by the server's
+// clock: one not yet delivered, or delivered and neither acknowledged
+// nor started (held for a slot, or given back for later). AX_DISPATCH is
+// a work queue, which keeps no acknowledged message: it is the first
+// message on the consumer's filter subject after its ack floor.
 func (l *lag) oldestWaiting(ctx context.Context, stream jetstream.Stream, ci *jetstream.ConsumerInfo) (float64, error) {
 	subjects := ci.Config.FilterSubjects
 	if ci.Config.FilterSubject != "" {
@@ -183,7 +186,7 @@ func (l *lag) oldestWaiting(ctx context.Context, stream jetstream.Stream, ci *je
 	}
 	age := 0.0
 	for _, subj := range subjects {
-		msg, err := stream.GetMsg(ctx, ci.Delivered.Stream+1, jetstream.WithGetMsgSubject(subj))
+		msg, err := stream.GetMsg(ctx, ci.AckFloor.Stream+1, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			// Taken since the consumer's info was read.
 			continue

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"slices"
@@ -116,6 +117,19 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 		t.Fatalf("fetched %d messages again, want the redelivery", redelivered)
 	}
 	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityNormal, "test.h"), 4)
+	// The one attempt of default/low was given back for later: none
+	// waits for delivery, yet it waits for a worker.
+	publish(top.Dispatch(schemas.DefaultPool, schemas.PriorityLow, "test.h"), 1)
+	low := consumer(dispatch, top.PoolConsumer(schemas.DefaultPool, schemas.PriorityLow, "test.h"))
+	given, err := low.FetchNoWait(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range given.Messages() {
+		if err := m.NakWithDelay(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
 	triggers := consumer(top.TriggersStream(), top.DispatcherConsumer())
 	publish(top.Trigger("etl"), 4)
 	// An ephemeral reader makes no series.
@@ -198,19 +212,20 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 			}
 			if pool := info.Config.Metadata["ax_pool"]; pool != "" {
 				waiting[[2]string{pool, info.Config.Metadata["ax_priority"]}] += float64(info.NumPending)
-				// The oldest waiting attempt is the first message after
-				// the last the consumer delivered.
+				// The oldest waiting attempt is the oldest message on the
+				// consumer's subject that no worker acknowledged: AX_DISPATCH
+				// is a work queue, which keeps no acknowledged message.
 				stream, err := js.Stream(ctx, dispatch)
 				if err != nil {
 					t.Fatal(err)
 				}
 				age := 0.0
 				k := [2]string{pool, info.Config.Metadata["ax_priority"]}
-				if info.NumPending > 0 {
-					first, err := stream.GetMsg(ctx, info.Delivered.Stream+1, jetstream.WithGetMsgSubject(info.Config.FilterSubject))
-					if err != nil {
-						t.Fatal(err)
-					}
+				first, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(info.Config.FilterSubject))
+				if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+					t.Fatal(err)
+				}
+				if err == nil {
 					age = time.Since(first.Time).Seconds()
 					if at, ok := oldestAt[k]; !ok || first.Time.Before(at) {
 						oldestAt[k] = first.Time
@@ -254,6 +269,7 @@ func TestMonitorReportsConsumerLag(t *testing.T) {
 		{"ax_pool_waiting", map[string]string{"pool": "default", "priority": "normal"}, 5},
 		{"ax_pool_waiting", map[string]string{"pool": "default", "priority": "urgent"}, 2},
 		{"ax_pool_waiting", map[string]string{"pool": "default", "priority": "low"}, 0},
+		{"ax_consumer_ack_pending", map[string]string{"stream": dispatch, "consumer": top.PoolConsumer(schemas.DefaultPool, schemas.PriorityLow, "test.h").Durable}, 1},
 		{"ax_pool_waiting", map[string]string{"pool": "gpu", "priority": "normal"}, 3},
 		{"ax_consumer_ack_pending", map[string]string{"stream": dispatch, "consumer": normalName}, 2},
 		{"ax_consumer_redelivered", map[string]string{"stream": dispatch, "consumer": normalName}, 1},
