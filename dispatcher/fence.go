@@ -139,6 +139,17 @@ func (b *leaseBook) expired(key [2]int64) {
 	b.mu.Unlock()
 }
 
+// attempts returns the attempts whose lease put or expiry the book holds.
+func (b *leaseBook) attempts() [][2]int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([][2]int64, 0, len(b.holders))
+	for k := range b.holders {
+		out = append(out, k)
+	}
+	return out
+}
+
 // known reports whether a lease put of attempt key was noted.
 func (b *leaseBook) known(key [2]int64) bool {
 	b.mu.Lock()

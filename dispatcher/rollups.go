@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,23 +54,36 @@ func (rp *reaper) appendVanished(ctx context.Context, leases jetstream.KeyValue,
 		}
 	}
 	if len(lost) > n {
-		rp.log.Warn().Int("leases", len(lost)-n).Msg("running attempts whose lease vanished without a marker and was not restored; failing them as lost")
+		rp.log.Warn().Int("leases", len(lost)-n).Msg("attempts whose lease vanished without a marker and was not restored; failing them as lost")
 	}
 	return lost
 }
 
 // sweepVanished lists the keys of the leases bucket once and returns the
-// running attempts whose lease was missing at the previous sweep too, as
-// candidates for [reaper.expireLeases]. It keeps in missing what is
-// missing now.
+// attempts whose lease was missing at the previous sweep too, as
+// candidates for [reaper.expireLeases], which fails only those still
+// unfinished. It keeps in missing what is missing now.
 func (rp *reaper) sweepVanished(ctx context.Context, leases jetstream.KeyValue, missing vanishedLeases) ([]store.Failure, error) {
 	// Every running attempt: its lease was made before it was reported
-	// started, and two sweeps a TTL apart leave a live holder time to
-	// restore it.
+	// started. And every attempt whose lease put the watch saw and whose
+	// expiry the reaper has not dealt with: one whose started report
+	// JetStream refused is DISPATCHED with a lease, and a full store that
+	// refuses the report refuses the lease's expiry marker too. Two sweeps
+	// a TTL apart leave a live holder time to restore its lease.
 	running, err := rp.store.RunningAttempts(ctx, rp.now())
-	if err != nil || len(running) == 0 {
+	if err != nil {
 		clear(missing)
 		return nil, err
+	}
+	candidates := rp.book.attempts()
+	for _, r := range running {
+		candidates = append(candidates, [2]int64{r.InstanceID, int64(r.Attempt)})
+	}
+	slices.SortFunc(candidates, func(a, b [2]int64) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	candidates = slices.Compact(candidates)
+	if len(candidates) == 0 {
+		clear(missing)
+		return nil, nil
 	}
 	held := make(map[string]bool)
 	lister, err := leases.ListKeys(ctx)
@@ -85,15 +99,14 @@ func (rp *reaper) sweepVanished(ctx context.Context, leases jetstream.KeyValue, 
 	var gone []store.Failure
 	var fresh []string
 	now := make(vanishedLeases)
-	for _, r := range running {
-		k := streams.LeaseKey(r.InstanceID, r.Attempt)
+	for _, key := range candidates {
+		k := streams.LeaseKey(key[0], int(key[1]))
 		if held[k] {
 			continue
 		}
-		key := [2]int64{r.InstanceID, int64(r.Attempt)}
 		now[key] = true
 		if missing[key] {
-			gone = append(gone, store.Failure{InstanceID: r.InstanceID, Attempt: r.Attempt, Reason: leaseLost, At: rp.now()})
+			gone = append(gone, store.Failure{InstanceID: key[0], Attempt: int(key[1]), Reason: leaseLost, At: rp.now()})
 		} else {
 			fresh = append(fresh, k)
 		}

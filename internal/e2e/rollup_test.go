@@ -181,6 +181,31 @@ func TestRollUpsOfLeasesAndWorkersAreHarmless(t *testing.T) {
 	}
 }
 
+// startVictim runs a worker of the default pool, one slot, whose
+// builtin.sleep handler writes its runs in the ledger it returns and
+// sleeps a minute, with startedDelay its StartedDelay (0: the default),
+// on a connection of its own: closing it is the worker's death.
+func (a *authSystem) startVictim(startedDelay time.Duration) (*runLedger, *nats.Conn) {
+	a.t.Helper()
+	l := &runLedger{runs: map[[2]int64]int{}}
+	mux := executor.NewMux()
+	mux.HandleFunc(executor.BuiltinSleep, l.sleepFor(time.Minute))
+	victimConn := a.connect(string(natsauth.Executor))
+	victim, err := executor.New(executor.Options{Conn: victimConn, WorkerID: defaultWorker, StartedDelay: startedDelay,
+		Pools: []string{schemas.DefaultPool}, Mux: mux, Slots: 1, Logger: slog.New(zerolog.NewSlogHandler(a.log)), ShutdownTimeout: time.Millisecond})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = victim.Run(ctx) // it fails once its connection is closed
+	}()
+	a.t.Cleanup(func() { stop(); <-done })
+	return l, victimConn
+}
+
 // TestRolledAwayLeaseOfADeadWorkerIsReaped: a worker's connection dies
 // while it runs an attempt, and before its lease expires the gpu pool's
 // executor credential purges ax-leases with a roll-up, which leaves no
@@ -190,22 +215,7 @@ func TestRollUpsOfLeasesAndWorkersAreHarmless(t *testing.T) {
 func TestRolledAwayLeaseOfADeadWorkerIsReaped(t *testing.T) {
 	t.Parallel()
 	a := newAuthSystem(t)
-	l := &runLedger{runs: map[[2]int64]int{}}
-	mux := executor.NewMux()
-	mux.HandleFunc(executor.BuiltinSleep, l.sleepFor(time.Minute))
-	victimConn := a.connect(string(natsauth.Executor))
-	victim, err := executor.New(executor.Options{Conn: victimConn, WorkerID: defaultWorker,
-		Pools: []string{schemas.DefaultPool}, Mux: mux, Slots: 1, Logger: slog.New(zerolog.NewSlogHandler(a.log)), ShutdownTimeout: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = victim.Run(ctx) // it fails once its connection is closed
-	}()
-	t.Cleanup(func() { stop(); <-done })
+	_, victimConn := a.startVictim(0)
 
 	a.apply("task_name: orphan\nexecution: {handler: builtin.sleep, timeout: 5m, retry: {max_attempts: 2}}\n")
 	id := a.fire("orphan", nil)
@@ -214,11 +224,55 @@ func TestRolledAwayLeaseOfADeadWorkerIsReaped(t *testing.T) {
 		return slices.Contains(a.leaseKeys(), streams.LeaseKey(id, 1)), nil
 	})
 	victimConn.Close() // the worker is gone: nothing renews its lease
+	a.rollUpAndAwaitTheReaper(id, schemas.StateRunning)
+	if n := counterValue(t, a.reg, "ax_kv_rollups_detected_total", "bucket", a.top.LeasesBucket()); n < 1 {
+		t.Errorf("ax_kv_rollups_detected_total{bucket=%q} = %v, want at least 1", a.top.LeasesBucket(), n)
+	}
+}
+
+// TestVanishedLeaseOfAnAttemptNotReportedStartedIsReaped: as above, but
+// the worker dies before its started report was stored (JetStream refused
+// it: a full store, which refuses the lease's expiry marker too), so the
+// attempt is DISPATCHED in PostgreSQL while its lease vanishes without a
+// marker. The reaper's sweep takes every attempt whose lease put its watch
+// saw, not only the RUNNING ones, and fails it as lost within about two
+// lease TTLs; before, the instance stayed DISPATCHED for ever (ax drill
+// system's jetstream-full: "stuck 2").
+func TestVanishedLeaseOfAnAttemptNotReportedStartedIsReaped(t *testing.T) {
+	t.Parallel()
+	a := newAuthSystem(t)
+	// Its started report would go an hour after the start.
+	l, victimConn := a.startVictim(time.Hour)
+
+	a.apply("task_name: unreported\nexecution: {handler: builtin.sleep, timeout: 5m, retry: {max_attempts: 2}}\n")
+	id := a.fire("unreported", nil)
+	waitFor(t, "the lease", time.Minute, func() (bool, error) {
+		return slices.Contains(a.leaseKeys(), streams.LeaseKey(id, 1)), nil
+	})
+	waitFor(t, "the handler to run", time.Minute, func() (bool, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.runs) > 0, nil
+	})
+	victimConn.Close() // the worker is gone: nothing renews its lease
+	if inst, err := a.store.GetInstance(context.Background(), id); err != nil || inst.State != schemas.StateDispatched {
+		t.Fatalf("the instance is %v (%v), want DISPATCHED: its started report must not have been recorded", inst.State, err)
+	}
+	a.rollUpAndAwaitTheReaper(id, schemas.StateDispatched)
+}
+
+// rollUpAndAwaitTheReaper purges ax-leases with a roll-up as the gpu
+// pool's executor, which leaves no expiry marker for the reaper's watch,
+// and waits for the reaper to fail attempt 1 of instance id, which the
+// roll-up found in state from, as lost: within two lease TTLs and two
+// seconds of the roll-up.
+func (a *authSystem) rollUpAndAwaitTheReaper(id int64, from schemas.State) {
+	t := a.t
+	t.Helper()
 	if n := a.rollUp(a.connect(gpuExecutor), a.top.LeasesBucket(), "$KV."+a.top.LeasesBucket()+"."+streams.LeaseKey(999999, 1)); n != 0 {
 		t.Fatalf("KV_%s holds %d messages older than the roll-up, want 0: the attack did nothing", a.top.LeasesBucket(), n)
 	}
 	rolled := time.Now()
-
 	var lostAt time.Time
 	waitFor(t, "the reaper to fail attempt 1 as lost", 4*leaseTTL+5*time.Second, func() (bool, error) {
 		inst, err := a.store.GetInstance(context.Background(), id)
@@ -226,9 +280,9 @@ func TestRolledAwayLeaseOfADeadWorkerIsReaped(t *testing.T) {
 			return false, err
 		}
 		for _, tr := range inst.Transitions {
-			if tr.From == schemas.StateRunning && tr.Attempt == 1 {
+			if tr.From == from && tr.Attempt == 1 && tr.To != schemas.StateRunning {
 				if tr.Operator != "reaper" {
-					t.Fatalf("attempt 1 left RUNNING by %q (%s), want the reaper", tr.Operator, tr.Reason)
+					t.Fatalf("attempt 1 left %s for %s by %q (%s), want the reaper", from, tr.To, tr.Operator, tr.Reason)
 				}
 				lostAt = tr.At
 				return true, nil
@@ -238,9 +292,6 @@ func TestRolledAwayLeaseOfADeadWorkerIsReaped(t *testing.T) {
 	})
 	if lag := lostAt.Sub(rolled); lag > 2*leaseTTL+2*time.Second {
 		t.Errorf("attempt 1 failed as lost %v after the roll-up, want within two lease TTLs (%v) and two seconds", lag, 2*leaseTTL)
-	}
-	if n := counterValue(t, a.reg, "ax_kv_rollups_detected_total", "bucket", a.top.LeasesBucket()); n < 1 {
-		t.Errorf("ax_kv_rollups_detected_total{bucket=%q} = %v, want at least 1", a.top.LeasesBucket(), n)
 	}
 }
 
