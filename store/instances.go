@@ -452,7 +452,7 @@ type batchQuerier interface {
 // its parameter either (a JSON document the planner counts as 100 rows
 // whatever it holds), yet it was planned anew for every batch: about a
 // quarter of the backend's CPU per instance created
-// (BenchmarkCreateInstances; docs/benchmarks.md).
+// (BenchmarkCreateInstances).
 func queryGeneric(ctx context.Context, q batchQuerier, size int, sql string, args ...any) (out []Attempt, err error) {
 	err = queryWith(ctx, q, genericPlan, func(rows pgx.Rows) (err error) {
 		out, err = collect(rows, true, size)
