@@ -19,7 +19,9 @@
 //   - River burst: -n no-op jobs inserted with InsertMany in batches of
 //     1,000, MaxWorkers 1,000, first insert → every job completed;
 //   - AX steady: BenchmarkPipelineLatency at -rate firings a second for
-//     -seconds, firing → handler start;
+//     -seconds, firing → handler start, without its hop listener (a
+//     subscriber to every firing, dispatch and lease, which a deployment
+//     does not have);
 //   - River steady: -rate jobs a second (an InsertMany every 10 ms),
 //     FetchCooldown 10 ms, insert → handler start;
 //   - AX audited 1: the audited burst with a trigger message a firing;
@@ -140,7 +142,7 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	fmt.Printf("settings: %s; River %s; %d CPUs, load average %s at the start\n",
 		settings, riverVersion(), cpustat.Cores(), cpustat.LoadAverage())
 	fmt.Printf("AX's settings are those its benchmarks print, below (by default the production lease TTL of 30 s, JetStream on file storage)\n")
-	fmt.Printf("subjects: burst of %d no-op jobs (first submit → last completion; AX fires in bulk, 1,000 firings a trigger message, River inserts with InsertMany, 1,000 jobs a statement); AX audited: the AX burst with the auditor beside it (first submit → every transition on AX_AUDIT), AX audited 1 the same with a trigger message a firing; steady %d/s for %d s (submit → handler start), AX's with the auditor; AX API: the same rate through the HTTP API (ax bench --rate), then %d firings in requests of 1,000 (ax bench --batch 1000)\n\n", n, rate, seconds, n)
+	fmt.Printf("subjects: burst of %d no-op jobs (first submit → last completion; AX fires in bulk, 1,000 firings a trigger message, River inserts with InsertMany, 1,000 jobs a statement); AX audited: the AX burst with the auditor beside it (first submit → every transition on AX_AUDIT), AX audited 1 the same with a trigger message a firing; steady %d/s for %d s (submit → handler start), AX's with the auditor and without the hop listener of its standalone run; AX API: the same rate through the HTTP API (ax bench --rate), then %d firings in requests of 1,000 (ax bench --batch 1000)\n\n", n, rate, seconds, n)
 
 	subjects := []string{"AX burst", "AX audited", "AX audited 1", "River burst", "AX steady", "River steady", "AX API"}
 	results := map[string][]result{}
@@ -168,7 +170,7 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 					"AX_BENCH_AUDITOR=1"})
 			case "AX steady":
 				res, err = axBench(ctx, c, axTest, "PipelineLatency", []string{"AX_BENCH_RATE=" + strconv.Itoa(rate), "AX_BENCH_SECONDS=" + strconv.Itoa(seconds),
-					"AX_BENCH_AUDITOR=1"})
+					"AX_BENCH_AUDITOR=1", "AX_BENCH_HOPS=0"})
 			case "AX API":
 				res, err = axBench(ctx, c, axTest, "APIPath", []string{"AX_BENCH_RATE=" + strconv.Itoa(rate), "AX_BENCH_SECONDS=" + strconv.Itoa(seconds),
 					"AX_BENCH_N=" + strconv.Itoa(n), "AX_BENCH_AUDITOR=1"})

@@ -459,17 +459,27 @@ func writeAllocs(b *testing.B, path string) {
 // second (default 1000) for AX_BENCH_SECONDS (default 5) and reports the p50
 // and p99 latency from firing to handler start: the pipeline's latency when
 // it keeps up, without a backlog, and where it goes hop by hop (see
-// [hopTrace]: a listener of its own on the subjects the hops cross).
+// [hopTrace]: a listener of its own on the subjects the hops cross, whose
+// CPU and deliveries count in the run's; AX_BENCH_HOPS=0 leaves it out, as
+// a deployment has none).
 func BenchmarkPipelineLatency(b *testing.B) {
 	rate := envInt(b, "AX_BENCH_RATE", 1000)
 	seconds := envInt(b, "AX_BENCH_SECONDS", 5)
+	listen := true
+	switch v := os.Getenv("AX_BENCH_HOPS"); v {
+	case "", "1":
+	case "0":
+		listen = false
+	default:
+		b.Fatalf("AX_BENCH_HOPS=%q: want 1 (trace the hops, the default) or 0 (no listener)", v)
+	}
 	s := benchSystem(b)
 	const tick = 10 * time.Millisecond
 	perTick := max(rate/int(time.Second/tick), 1)
 	meter := s.newCostMeter(b)
 	startCPUProfile(b)
 	startTrace(b)
-	s.hops.start(b, s)
+	s.hops.start(b, s, listen)
 	meter.start()
 	fired := 0
 	var states map[schemas.State]int
@@ -488,8 +498,12 @@ func BenchmarkPipelineLatency(b *testing.B) {
 	if s.audited {
 		audited = "the auditor on"
 	}
-	benchf(b, "steady %.0f firings/s for %d s, %s: firing → handler start p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms; %d SUCCEEDED, %d FAILED",
-		firedPerSecond, seconds*b.N, audited, p50, p99, p999, states[schemas.StateSucceeded], states[schemas.StateFailed])
+	hops := "the hop listener on (its CPU counted below; AX_BENCH_HOPS=0 leaves it out)"
+	if !listen {
+		hops = "no hop listener (AX_BENCH_HOPS=0)"
+	}
+	benchf(b, "steady %.0f firings/s for %d s, %s, %s: firing → handler start p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms; %d SUCCEEDED, %d FAILED",
+		firedPerSecond, seconds*b.N, audited, hops, p50, p99, p999, states[schemas.StateSucceeded], states[schemas.StateFailed])
 	s.hops.report(b, s)
 	cost.log(b)
 }

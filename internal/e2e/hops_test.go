@@ -68,9 +68,18 @@ func (h *hopTrace) handlerStarted(id int64) {
 	h.mu.Unlock()
 }
 
-// start subscribes to the subjects the hops cross, on a connection of its
-// own, and takes the first readings of the GC and the checkpoints.
-func (h *hopTrace) start(b *testing.B, s *benchRig) {
+// start takes the first readings of the GC and the checkpoints and, when
+// listen, subscribes to the subjects the hops cross, on a connection of its
+// own. The listener is the benchmark's, not the pipeline's: the server
+// delivers it a copy of every firing, dispatch, doorbell and lease, and
+// its CPU counts in the process's.
+func (h *hopTrace) start(b *testing.B, s *benchRig, listen bool) {
+	runtime.ReadMemStats(&h.gcBefore)
+	h.checkpointsOK = s.pool.QueryRow(context.Background(),
+		`/* bench */ SELECT checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter`).Scan(&h.checkpoints[0], &h.checkpoints[1]) == nil
+	if !listen {
+		return
+	}
 	nc, _ := s.srv.Connect()
 	top := s.srv.Topology
 	prefix := top.Prefix()
@@ -100,9 +109,6 @@ func (h *hopTrace) start(b *testing.B, s *benchRig) {
 		close(ch)
 		<-done
 	})
-	runtime.ReadMemStats(&h.gcBefore)
-	h.checkpointsOK = s.pool.QueryRow(context.Background(),
-		`/* bench */ SELECT checkpoints_timed, checkpoints_req FROM pg_stat_bgwriter`).Scan(&h.checkpoints[0], &h.checkpoints[1]) == nil
 	h.mu.Lock()
 	h.on = true
 	h.mu.Unlock()
@@ -145,13 +151,25 @@ var hopNames = []string{"fired→trigger", "trigger→insert", "insert→dispatc
 // startedHops is how many of hopNames end at or before started.
 const startedHops = 6
 
-// report joins the marks with the instances' rows and prints the hops.
+// report joins the marks with the instances' rows and prints the hops
+// (when start listened), then the GC's cycles and PostgreSQL's checkpoints
+// over the run.
 func (h *hopTrace) report(b *testing.B, s *benchRig) {
+	var gc runtime.MemStats
+	runtime.ReadMemStats(&gc)
+	if len(h.subs) == 0 {
+		benchf(b, "hops: not traced (AX_BENCH_HOPS=0: no listener on the bus beside the pipeline)")
+	} else {
+		h.reportHops(b, s)
+	}
+	h.reportRuntime(b, s, gc)
+}
+
+// reportHops prints the hops of the instances traced end to end.
+func (h *hopTrace) reportHops(b *testing.B, s *benchRig) {
 	for _, ns := range h.subs {
 		_ = ns.Unsubscribe()
 	}
-	var gc runtime.MemStats
-	runtime.ReadMemStats(&gc)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.on = false
@@ -223,6 +241,11 @@ SELECT id, event_id, fired_at, dispatched_at, started_at FROM instances WHERE ta
 		parts = append(parts, fmt.Sprintf("%s %d (mean %.1f ms)", name, blame[i], ms(spent[i]/time.Duration(len(slow)))))
 	}
 	benchf(b, "  the slowest %d (firing → started %.1f to %.1f ms) were held up most by: %s", len(slow), ms(slow[len(slow)-1].total), ms(slow[0].total), strings.Join(parts, ", "))
+}
+
+// reportRuntime prints the GC's cycles and pauses since start, gc the
+// runtime's statistics now, and PostgreSQL's checkpoints.
+func (h *hopTrace) reportRuntime(b *testing.B, s *benchRig, gc runtime.MemStats) {
 	pauses := gc.PauseTotalNs - h.gcBefore.PauseTotalNs
 	var longest uint64
 	for i := h.gcBefore.NumGC; i < gc.NumGC && i < h.gcBefore.NumGC+256; i++ {
