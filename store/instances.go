@@ -81,6 +81,10 @@ type NewInstance struct {
 	Shard
 	// Trace is the trace context every attempt of the instance continues.
 	Trace
+	// TaskStamp is the Stamp of the task's record the instance was made
+	// from, or empty: the instance is created only if the task's row is
+	// still that version (see [IsTaskChanged]).
+	TaskStamp string
 }
 
 // Trace is the W3C Trace Context of the span that created an instance
@@ -115,6 +119,7 @@ type firingSettings struct {
 	MaxAttempts   int              `json:"max_attempts"`
 	RetryPolicy   schemas.Retry    `json:"retry_policy,omitzero"`
 	MutexTemplate string           `json:"mutex_template,omitempty"`
+	TaskStamp     string           `json:"task_stamp,omitempty"`
 	Route
 }
 
@@ -144,7 +149,7 @@ func newCreationBatch(in []NewInstance) ([]byte, error) {
 		// settings: the batch is larger, not wrong.
 		set := firingSettings{Task: x.Task, TaskVersion: x.TaskVersion, Source: x.Source, Priority: x.Priority, Pool: x.Pool,
 			Handler: x.Handler, TimeoutMS: x.TimeoutMS, MaxAttempts: x.MaxAttempts, RetryPolicy: x.RetryPolicy,
-			MutexTemplate: x.MutexTemplate, Route: x.Route}
+			MutexTemplate: x.MutexTemplate, TaskStamp: x.TaskStamp, Route: x.Route}
 		pos, ok := index[set]
 		if !ok {
 			pos = len(b.Settings)
@@ -377,23 +382,23 @@ func createInstances(ctx context.Context, q batchQuerier, in []NewInstance, plai
 	return out, nil
 }
 
-// insertInstances runs the creation statement for the JSON batch, its
-// instances inserted as how says (plainInsert or conflictInsert), and with
-// the instances of the batch's keys that exist when existing is set.
-func insertInstances(ctx context.Context, q batchQuerier, batch []byte, n int, how string, existing bool) ([]Attempt, error) {
-	found := ""
-	if existing {
-		found = `
-UNION ALL
-SELECT ` + attemptColumns("i") + `, true FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`
-	}
-	return queryGeneric(ctx, q, n, `
-WITH settings AS (
+// creationInput is the head of the creation statement: the batch's
+// settings and firings ($1, a creationBatch) as rows, each with its new
+// instance's id (numbered), and the check of the tasks they were made from
+// (changed).
+const creationInput = `
+WITH settings AS NOT MATERIALIZED (
 	SELECT * FROM ROWS FROM (jsonb_to_recordset($1::jsonb -> 'settings') AS (task text, task_version int, source text,
 		priority text, pool text, handler text, timeout_ms bigint, max_attempts int, retry_policy jsonb,
-		mutex_template text, dispatch_strategy text, dispatch_key text, min_worker_version text))
+		mutex_template text, dispatch_strategy text, dispatch_key text, min_worker_version text, task_stamp text))
 		WITH ORDINALITY AS s(task, task_version, source, priority, pool, handler, timeout_ms, max_attempts, retry_policy,
-		mutex_template, dispatch_strategy, dispatch_key, min_worker_version, pos)
+		mutex_template, dispatch_strategy, dispatch_key, min_worker_version, task_stamp, pos)
+), changed AS (
+	-- Settings made from a task's row as it was (task_stamp, its xmin)
+	-- whose row has changed since: the first refuses the statement
+	-- (IsTaskChanged) before the insert takes a row.
+	SELECT ax_task_changed(s.task) FROM settings s
+	WHERE s.task_stamp IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.name = s.task AND t.xmin::text = s.task_stamp)
 ), input AS (
 	-- Each key once, sorted by key (see createInstances); ord is the position.
 	SELECT settings.*, f.* FROM ROWS FROM (jsonb_to_recordset($1::jsonb -> 'firings') AS (settings int, event_id text,
@@ -407,7 +412,19 @@ WITH settings AS (
 	-- sequence named, not looked up by pg_get_serial_sequence: that is a
 	-- scan of pg_depend for each row.)
 	SELECT nextval('instances_id_seq'::regclass) AS id, input.* FROM input
-), ins AS (
+`
+
+// insertInstances runs the creation statement for the JSON batch, its
+// instances inserted as how says (plainInsert or conflictInsert), and with
+// the instances of the batch's keys that exist when existing is set.
+func insertInstances(ctx context.Context, q batchQuerier, batch []byte, n int, how string, existing bool) ([]Attempt, error) {
+	found := ""
+	if existing {
+		found = `
+UNION ALL
+SELECT ` + attemptColumns("i") + `, true FROM instances i JOIN input ON i.task = input.task AND i.event_id = input.event_id`
+	}
+	return queryGeneric(ctx, q, n, creationInput+`), ins AS (
 	INSERT INTO instances (id, task, task_version, event_id, source, operator, state, max_attempts, retry_policy,
 		priority, pool, handler, timeout_ms, payload, fired_at, mutex_template, dispatched_at, finished_at,
 		run_id, parents, dispatch_strategy, dispatch_key, min_worker_version, parent_id, shard_index, shard_count,
@@ -425,6 +442,7 @@ WITH settings AS (
 	FROM numbered
 	-- An instance moved to the history keeps its key there (see MoveHistory).
 	WHERE NOT EXISTS (SELECT 1 FROM instance_history_keys k WHERE k.task = numbered.task AND k.event_id = numbered.event_id)
+		AND NOT EXISTS (SELECT FROM changed)
 	`+how+`
 	RETURNING *
 ), created AS (

@@ -189,3 +189,77 @@ func TestCreationLeavesThePlanModeAlone(t *testing.T) {
 		mode(fmt.Sprintf("creating %v", events))
 	}
 }
+
+// TestCreateInstancesRefusesAChangedTask: an instance made from a task's
+// record as GetTasks read it (its Stamp) is created only while the task's
+// row is that version. Once the task has changed — here paused — the batch
+// that holds it is refused whole with IsTaskChanged, by every statement that
+// creates instances, and a record read anew creates it.
+func TestCreateInstancesRefusesAChangedTask(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewDB(t)
+	st := store.New(pool)
+	ctx := t.Context()
+	applyTasks(t, st, "a", "b")
+	read := func() map[string]store.TaskRecord {
+		t.Helper()
+		recs, err := st.GetTasks(ctx, []string{"a", "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, rec := range recs {
+			if rec.Stamp == "" {
+				t.Fatalf("GetTasks: task %s has no stamp", name)
+			}
+		}
+		return recs
+	}
+	stamped := func(recs map[string]store.TaskRecord, task, event string) store.NewInstance {
+		in := newRunInstance(task, event, "", schemas.StateDispatched)
+		in.TaskStamp = recs[task].Stamp
+		return in
+	}
+	count := func() (n int) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM instances`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	old := read()
+	if _, err := st.CreateInstances(ctx, []store.NewInstance{stamped(old, "a", "a1"), stamped(old, "b", "b1")}); err != nil {
+		t.Fatalf("create from the tasks as read: %v", err)
+	}
+	if _, err := st.SetTaskPaused(ctx, "a", true, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	fresh := read()
+	if fresh["a"].Stamp == old["a"].Stamp || fresh["b"].Stamp != old["b"].Stamp {
+		t.Fatalf("stamps after pausing a: a %s → %s, b %s → %s; want a's new and b's the same",
+			old["a"].Stamp, fresh["a"].Stamp, old["b"].Stamp, fresh["b"].Stamp)
+	}
+	_, err := st.CreateInstances(ctx, []store.NewInstance{stamped(old, "a", "a2"), stamped(old, "b", "b2")})
+	if !store.IsTaskChanged(err) {
+		t.Fatalf("create from a's record before its pause: err %v, want IsTaskChanged", err)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d instances after the refused batch, want the 2 made before it", n)
+	}
+	_, _, err = st.CreateLimitedInstances(ctx, "a", 1, schemas.BlockSerial, []store.NewInstance{stamped(old, "a", "a3")})
+	if !store.IsTaskChanged(err) {
+		t.Fatalf("CreateLimitedInstances from a's record before its pause: err %v, want IsTaskChanged", err)
+	}
+	_, err = st.CreateAdmittedInstances(ctx, "a", nil, []store.NewInstance{stamped(old, "a", "a4")})
+	if !store.IsTaskChanged(err) {
+		t.Fatalf("CreateAdmittedInstances from a's record before its pause: err %v, want IsTaskChanged", err)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d instances after the refused statements, want 2", n)
+	}
+	if _, err := st.CreateInstances(ctx, []store.NewInstance{stamped(old, "b", "b2"), stamped(fresh, "a", "a2")}); err != nil {
+		t.Fatalf("create from a's record read again and b's unchanged one: %v", err)
+	}
+	if n := count(); n != 4 {
+		t.Fatalf("%d instances, want 4", n)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ax-scheduler/ax/schemas"
 )
@@ -15,6 +16,20 @@ import (
 // ErrNotFound is returned, wrapped with what was looked for, when a task or
 // an instance does not exist. Test for it with errors.Is.
 var ErrNotFound = errors.New("not found")
+
+// IsTaskChanged reports whether err is the refusal of a statement that
+// creates instances (CreateInstances, CreateLimitedInstances,
+// CreateAdmittedInstances) to create one made from a task's record whose
+// row has changed since [Store.GetTasks] read it (a NewInstance's TaskStamp
+// that is no longer the row's): the statement created nothing, and the
+// instances are to be made anew from the task as it is.
+func IsTaskChanged(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == taskChangedCode
+}
+
+// taskChangedCode is the SQLSTATE of ax_task_changed (migration 00033).
+const taskChangedCode = "AXT01"
 
 // TaskRecord is a task definition as the store keeps it.
 type TaskRecord struct {
@@ -37,6 +52,12 @@ type TaskRecord struct {
 	CreatedAt  time.Time
 	// UpdatedAt is when the definition or the enabled flag last changed.
 	UpdatedAt time.Time
+	// Stamp names the version of the task's row that was read (its xmin),
+	// set by [Store.GetTasks] only: every change of the row (a definition,
+	// a flag, a delete) makes a new one. A NewInstance made from the
+	// record carries it as TaskStamp, and CreateInstances refuses to
+	// create it once the row has changed (see [IsTaskChanged]).
+	Stamp string
 }
 
 const taskColumns = `name, version, enabled, paused, definition, created_at, updated_at, shadow, shadow_since`
@@ -151,10 +172,11 @@ func (s *Store) ListTasks(ctx context.Context) ([]TaskRecord, error) {
 
 // tasksNamed is the statement of [Store.GetTasks], run with the generic
 // plan (genericPlan): a lookup by name whatever the names.
-const tasksNamed = `SELECT ` + taskColumns + ` FROM tasks WHERE name = ANY($1) AND deleted_at IS NULL`
+const tasksNamed = `SELECT ` + taskColumns + `, xmin::text FROM tasks WHERE name = ANY($1) AND deleted_at IS NULL`
 
-// GetTasks returns the tasks named in names, keyed by name, in one query.
-// Names that match no task are missing from the map; repeated names are fine.
+// GetTasks returns the tasks named in names, keyed by name, in one query,
+// each with its Stamp. Names that match no task are missing from the map;
+// repeated names are fine.
 func (s *Store) GetTasks(ctx context.Context, names []string) (map[string]TaskRecord, error) {
 	out := make(map[string]TaskRecord, len(names))
 	if len(names) == 0 {
@@ -162,7 +184,7 @@ func (s *Store) GetTasks(ctx context.Context, names []string) (map[string]TaskRe
 	}
 	var recs []TaskRecord
 	err := queryWith(ctx, s.pool, genericPlan, func(rows pgx.Rows) (err error) {
-		recs, err = pgx.CollectRows(rows, scanTask)
+		recs, err = pgx.CollectRows(rows, scanStampedTask)
 		return err
 	}, tasksNamed, names)
 	if err != nil {
@@ -253,17 +275,30 @@ func (s *Store) DeleteTask(ctx context.Context, name, operator string) (TaskReco
 }
 
 func scanTask(row pgx.CollectableRow) (TaskRecord, error) {
-	var (
-		rec  TaskRecord
-		data []byte
-	)
-	if err := row.Scan(&rec.Name, &rec.Version, &rec.Enabled, &rec.Paused, &data, &rec.CreatedAt, &rec.UpdatedAt,
-		&rec.Shadow, &rec.ShadowSince); err != nil {
-		return TaskRecord{}, err
+	var rec TaskRecord
+	err := scanTaskInto(row, &rec)
+	return rec, err
+}
+
+// scanStampedTask reads the columns of taskColumns and the row's stamp.
+func scanStampedTask(row pgx.CollectableRow) (TaskRecord, error) {
+	var rec TaskRecord
+	err := scanTaskInto(row, &rec, &rec.Stamp)
+	return rec, err
+}
+
+// scanTaskInto reads the columns of taskColumns into rec, and those after
+// them into more.
+func scanTaskInto(row pgx.CollectableRow, rec *TaskRecord, more ...any) error {
+	var data []byte
+	dest := append([]any{&rec.Name, &rec.Version, &rec.Enabled, &rec.Paused, &data, &rec.CreatedAt, &rec.UpdatedAt,
+		&rec.Shadow, &rec.ShadowSince}, more...)
+	if err := row.Scan(dest...); err != nil {
+		return err
 	}
 	rec.Definition = new(schemas.Task)
 	if err := json.Unmarshal(data, rec.Definition); err != nil {
-		return TaskRecord{}, fmt.Errorf("decode definition of task %s version %d: %w", rec.Name, rec.Version, err)
+		return fmt.Errorf("decode definition of task %s version %d: %w", rec.Name, rec.Version, err)
 	}
-	return rec, nil
+	return nil
 }
