@@ -242,7 +242,7 @@ func New(opts Options) (*Service, error) {
 	}
 	s.limiter = newLimiter(opts.Store, s, log, lm)
 	s.intake = &intake{store: opts.Store, top: opts.Topology, conn: opts.Conn, now: opts.NowFunc, log: log, metrics: m,
-		held: newHolder(), next: s, tracing: s.tracing,
+		held: newHolder(), next: s, tracing: s.tracing, tasks: newTaskCache(),
 		// Run follows the installed settings (see setUp).
 		triggersMaxAge: func() time.Duration { return s.opts.Streams.TriggersMaxAge }}
 	s.fair = newFairness(s)

@@ -76,6 +76,9 @@ type firingBatch struct {
 	// The named tasks, and each one's definition with its defaults.
 	tasks map[string]store.TaskRecord
 	defs  map[string]*schemas.Task
+	// problems counts the firings whose problem makes them SKIPPED, for
+	// the refusals metric once the batch is written.
+	problems int
 	// The instances to create: of tasks without max_running_instances,
 	// and by task of those with it.
 	create  []store.NewInstance
@@ -119,32 +122,58 @@ func (it *intake) newFiringBatch(firings []firing, t *turn) *firingBatch {
 }
 
 // run reads the batch's tasks, fills its instances, writes them and
-// publishes the attempts, returning what awaits their acknowledgements.
+// publishes the attempts, returning what awaits their acknowledgements. A
+// write refused because a task changed since it was read (the cache's
+// record, or one changed right after its read) wrote nothing: the batch
+// reads its tasks anew and makes its instances again, up to
+// maxTaskRereads times before it is left to be redelivered.
 func (b *firingBatch) run(ctx context.Context) (_ sentAttempts, err error) {
 	defer func() { b.endSpans(err) }()
-	if err := b.readTasks(ctx); err != nil {
-		return sentAttempts{}, err
+	for reread := 0; ; reread++ {
+		if err := b.readTasks(ctx, reread > 0); err != nil {
+			return sentAttempts{}, err
+		}
+		if err := b.instances(ctx); err != nil {
+			return sentAttempts{}, err
+		}
+		err := b.write(ctx)
+		if store.IsTaskChanged(err) && reread < maxTaskRereads {
+			b.endSpans(err)
+			continue
+		}
+		if err != nil {
+			return sentAttempts{}, err
+		}
+		break
 	}
-	if err := b.instances(ctx); err != nil {
-		return sentAttempts{}, err
-	}
-	if err := b.write(ctx); err != nil {
-		return sentAttempts{}, err
+	if b.problems > 0 {
+		b.it.metrics.refused.WithLabelValues("validate", "skipped").Add(float64(b.problems))
 	}
 	return b.publish(ctx)
 }
 
-// readTasks reads the tasks the fresh firings name, once a batch.
-func (b *firingBatch) readTasks(ctx context.Context) error {
-	tasks, err := b.it.store.GetTasks(ctx, b.names)
+// maxTaskRereads bounds the times a batch of firings reads its tasks anew
+// because one changed between its read and the batch's write.
+const maxTaskRereads = 3
+
+// readTasks finds the tasks the fresh firings name: those the dispatcher
+// has not met (or all of them, again) read in one query.
+func (b *firingBatch) readTasks(ctx context.Context, again bool) error {
+	cache := b.it.tasks
+	if again {
+		cache.drop(b.names)
+	}
+	b.tasks = make(map[string]store.TaskRecord, len(b.names))
+	b.defs = make(map[string]*schemas.Task, len(b.names))
+	missing := cache.get(b.names, b.tasks, b.defs)
+	if len(missing) == 0 {
+		return nil
+	}
+	read, err := b.it.store.GetTasks(ctx, missing)
 	if err != nil {
 		return err
 	}
-	b.tasks = tasks
-	b.defs = make(map[string]*schemas.Task, len(tasks))
-	for name, rec := range tasks {
-		b.defs[name] = rec.Definition.WithDefaults()
-	}
+	cache.put(read, b.tasks, b.defs)
 	return nil
 }
 
@@ -153,6 +182,7 @@ func (b *firingBatch) readTasks(ctx context.Context) error {
 // dropped with a warning: there is no instance to record it on.
 func (b *firingBatch) instances(ctx context.Context) error {
 	it := b.it
+	b.problems = 0
 	b.create = make([]store.NewInstance, 0, len(b.fresh))
 	b.limited = make(map[string][]store.NewInstance)
 	b.byKey = make(map[[2]string][]jetstream.Msg, len(b.fresh))
@@ -180,12 +210,13 @@ func (b *firingBatch) instances(ctx context.Context) error {
 		firstMsgs[i] = f.msg
 		b.byKey[key] = firstMsgs[i : i+1 : i+1]
 		if f.problem != "" {
-			it.metrics.refused.WithLabelValues("validate", "skipped").Inc()
+			b.problems++
 		}
 		in, err := it.newInstance(f, rec, b.defs[f.task])
 		if err != nil {
 			return err
 		}
+		in.TaskStamp = rec.Stamp
 		span := it.tracing.startCreate(&f)
 		in.Trace = traceOf(span)
 		b.spans[key] = span

@@ -36,6 +36,8 @@ type intake struct {
 	cronKey cronKey
 	next    completer
 	tracing tracing
+	// tasks keeps the tasks the batches read (see taskCache).
+	tasks *taskCache
 	// at, nil in production, is called at each firingPoint of a batch of
 	// firings with its firings: tests set it (export_test.go), before Run.
 	at func(firingPoint, []firing)
