@@ -1,9 +1,13 @@
 package dispatcher
 
 import (
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/ax-scheduler/ax/schemas"
+	"github.com/ax-scheduler/ax/store"
 )
 
 // TestCachedTaskIsReadAgainWhenItChanges fires a task, which puts it in the
@@ -40,4 +44,53 @@ func TestCachedTaskIsReadAgainWhenItChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("e4", schemas.StateDispatched, 2, "other")
+}
+
+// TestTaskCacheKeepsARecordForItsTTL: a record read is found until
+// cachedTaskTTL has passed or it is dropped, and the cache starts again
+// empty rather than hold more than maxCachedTasks.
+func TestTaskCacheKeepsARecordForItsTTL(t *testing.T) {
+	t.Parallel()
+	clock := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	c := newTaskCache()
+	c.now = func() time.Time { return clock }
+	record := func(name string) store.TaskRecord {
+		return store.TaskRecord{Name: name, Version: 1, Stamp: "7",
+			Definition: &schemas.Task{TaskName: name, Execution: schemas.Execution{Handler: "h"}}}
+	}
+	missing := func(names ...string) []string {
+		recs, defs := map[string]store.TaskRecord{}, map[string]*schemas.Task{}
+		miss := c.get(names, recs, defs)
+		for name, rec := range recs {
+			if defs[name] == nil || defs[name].Execution.Timeout == "" || rec.Stamp != "7" {
+				t.Fatalf("task %s found as %+v with definition %+v: want its record and its definition with defaults", name, rec, defs[name])
+			}
+		}
+		return miss
+	}
+	if got := missing("a"); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("empty cache: missing %v, want [a]", got)
+	}
+	c.put(map[string]store.TaskRecord{"a": record("a"), "b": record("b")}, map[string]store.TaskRecord{}, map[string]*schemas.Task{})
+	if got := missing("a", "b", "c"); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("after a and b were read: missing %v, want [c]", got)
+	}
+	c.drop([]string{"a"})
+	if got := missing("a", "b"); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after a was dropped: missing %v, want [a]", got)
+	}
+	clock = clock.Add(cachedTaskTTL)
+	if got := missing("b"); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("after the TTL: missing %v, want [b]", got)
+	}
+	many := make(map[string]store.TaskRecord, maxCachedTasks)
+	for i := range maxCachedTasks {
+		name := fmt.Sprintf("t%d", i)
+		many[name] = record(name)
+	}
+	c.put(many, map[string]store.TaskRecord{}, map[string]*schemas.Task{})
+	c.put(map[string]store.TaskRecord{"last": record("last")}, map[string]store.TaskRecord{}, map[string]*schemas.Task{})
+	if n := len(c.tasks); n != 1 {
+		t.Fatalf("after %d tasks and one more: %d kept, want the cache started again with the last one", maxCachedTasks, n)
+	}
 }
