@@ -219,13 +219,7 @@ func TestCreateInstancesRefusesAChangedTask(t *testing.T) {
 		in.TaskStamp = recs[task].Stamp
 		return in
 	}
-	count := func() (n int) {
-		t.Helper()
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM instances`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	instances := func() int { return count(t, pool, `SELECT count(*) FROM instances`) }
 	old := read()
 	if _, err := st.CreateInstances(ctx, []store.NewInstance{stamped(old, "a", "a1"), stamped(old, "b", "b1")}); err != nil {
 		t.Fatalf("create from the tasks as read: %v", err)
@@ -242,7 +236,7 @@ func TestCreateInstancesRefusesAChangedTask(t *testing.T) {
 	if !store.IsTaskChanged(err) {
 		t.Fatalf("create from a's record before its pause: err %v, want IsTaskChanged", err)
 	}
-	if n := count(); n != 2 {
+	if n := instances(); n != 2 {
 		t.Fatalf("%d instances after the refused batch, want the 2 made before it", n)
 	}
 	_, _, err = st.CreateLimitedInstances(ctx, "a", 1, schemas.BlockSerial, []store.NewInstance{stamped(old, "a", "a3")})
@@ -253,13 +247,13 @@ func TestCreateInstancesRefusesAChangedTask(t *testing.T) {
 	if !store.IsTaskChanged(err) {
 		t.Fatalf("CreateAdmittedInstances from a's record before its pause: err %v, want IsTaskChanged", err)
 	}
-	if n := count(); n != 2 {
+	if n := instances(); n != 2 {
 		t.Fatalf("%d instances after the refused statements, want 2", n)
 	}
 	if _, err := st.CreateInstances(ctx, []store.NewInstance{stamped(old, "b", "b2"), stamped(fresh, "a", "a2")}); err != nil {
 		t.Fatalf("create from a's record read again and b's unchanged one: %v", err)
 	}
-	if n := count(); n != 4 {
+	if n := instances(); n != 4 {
 		t.Fatalf("%d instances, want 4", n)
 	}
 }
