@@ -380,7 +380,7 @@ func advance(c RelayCursor, recs []schemas.AuditRecord) RelayCursor {
 // after publishing and before saving its cursor left those records there.
 // The batch fixes the order, so every record of it up to id is published.
 func (r *Relay) Skip(ctx context.Context, c RelayCursor, id string) (next RelayCursor, skipped bool, err error) {
-	_, next, found, err := r.Through(ctx, c, id)
+	_, next, found, err := r.through(ctx, c, id, false)
 	if err != nil || !found {
 		return c, false, err
 	}
@@ -393,6 +393,12 @@ func (r *Relay) Skip(ctx context.Context, c RelayCursor, id string) (next RelayC
 // batch fixes the order, so they are the records a relay read in pages
 // from c up to id.
 func (r *Relay) Through(ctx context.Context, c RelayCursor, id string) (recs []schemas.AuditRecord, next RelayCursor, found bool, err error) {
+	return r.through(ctx, c, id, true)
+}
+
+// through is Through, which returns the records only when keep is set.
+func (r *Relay) through(ctx context.Context, c RelayCursor, id string, keep bool) (recs []schemas.AuditRecord, next RelayCursor,
+	found bool, err error) {
 	kind, rowID, ok := schemas.ParseAuditID(id)
 	if !ok || c.Current == "" {
 		return nil, c, false, nil
@@ -413,9 +419,9 @@ func (r *Relay) Through(ctx context.Context, c RelayCursor, id string) (recs []s
 	if !in {
 		return nil, c, false, nil
 	}
-	// The record is ahead in the batch: follow the batch's order up to it.
-	// A leader saves its cursor after every page, so it lies within the
-	// page the dead leader published last.
+	// The record is ahead in the batch: follow the batch's order up to it,
+	// a page or many (a leader stores its cursor within a batch only once
+	// a while: the relay's SaveInterval).
 	for cur := c; ; {
 		page, nextCur, err := r.page(ctx, cur, 500)
 		if err != nil {
@@ -425,11 +431,17 @@ func (r *Relay) Through(ctx context.Context, c RelayCursor, id string) (recs []s
 			return nil, c, false, fmt.Errorf("audit records through %s: it is in the batch but not after the cursor", id)
 		}
 		for k, rec := range page {
-			if rec.ID == id {
-				return append(recs, page[:k+1]...), advance(cur, page[:k+1]), true, nil
+			if rec.ID != id {
+				continue
 			}
+			if keep {
+				recs = append(recs, page[:k+1]...)
+			}
+			return recs, advance(cur, page[:k+1]), true, nil
 		}
-		recs = append(recs, page...)
+		if keep {
+			recs = append(recs, page...)
+		}
 		cur = nextCur
 	}
 }

@@ -28,9 +28,9 @@ func acquire(t *testing.T, st *store.Store) *store.Relay {
 }
 
 // drain reads every record after c with pages of limit, saving the cursor
-// as the auditor does (after each page that leaves its batch unfinished,
-// and the end of the last batch once nothing is left), and returns their
-// ids in order.
+// as an auditor whose SaveInterval is shorter than a page does (after each
+// page that leaves its batch unfinished, and the end of the last batch once
+// nothing is left), and returns their ids in order.
 func drain(t *testing.T, r *store.Relay, c store.RelayCursor, limit int) ([]string, store.RelayCursor) {
 	t.Helper()
 	var ids []string

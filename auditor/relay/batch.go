@@ -2,10 +2,12 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-scheduler/ax/schemas"
@@ -127,11 +129,14 @@ func parsePart(v string) (k, n int, ok bool) {
 // finishPage completes the page whose last record is page, of which the
 // stream ends with part k of n (the message end.id): a leader stopped
 // while it published that page, after its k-th message was stored. It reads
-// the page again from cur (the cursor saved before it), makes the same
-// messages, publishes the n-k the stream lacks after end, and saves the
-// cursor past the page.
-func (s *Service) finishPage(ctx context.Context, batch *streams.AsyncBatch, relay *store.Relay, cur store.RelayCursor,
-	page string, k, n int, end tail, log zerolog.Logger) (tail, store.RelayCursor, error) {
+// the page again from where it began, makes the same messages, publishes
+// the n-k the stream lacks after end, and saves the cursor past the page.
+func (s *Service) finishPage(ctx context.Context, batch *streams.AsyncBatch, stream jetstream.Stream, relay *store.Relay,
+	cur store.RelayCursor, page string, k, n int, end tail, log zerolog.Logger) (tail, store.RelayCursor, error) {
+	cur, err := s.pageStart(ctx, stream, relay, cur, end.seq-uint64(k))
+	if err != nil {
+		return tail{}, cur, fmt.Errorf("resume audit relay: %w", err)
+	}
 	recs, next, found, err := relay.Through(ctx, cur, page)
 	if err != nil {
 		return tail{}, cur, fmt.Errorf("resume audit relay: %w", err)
@@ -160,4 +165,29 @@ func (s *Service) finishPage(ctx context.Context, batch *streams.AsyncBatch, rel
 	log.Info().Str("page", page).Int("parts_published", n-k).Uint64("stream_seq", end.seq).
 		Msg("audit relay resumed within a page a previous leader had published in part")
 	return end, next, nil
+}
+
+// pageStart returns the cursor where the page after message seq of AX_AUDIT
+// began: past that message's page (its HeaderAuditPage; a version 1
+// message's own record), when that lies after cur in cur's batch, else
+// cur. The stored cursor cur may lie pages before it: the leader stores it
+// once a SaveInterval within a batch.
+func (s *Service) pageStart(ctx context.Context, stream jetstream.Stream, relay *store.Relay, cur store.RelayCursor,
+	seq uint64) (store.RelayCursor, error) {
+	if seq == 0 {
+		return cur, nil
+	}
+	msg, err := stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return cur, nil // deleted by hand: the page is read from cur
+	}
+	if err != nil {
+		return cur, fmt.Errorf("read message %d of %s: %w", seq, s.top.AuditStream(), err)
+	}
+	last := msg.Header.Get(HeaderAuditPage)
+	if last == "" {
+		last = msg.Header.Get(streams.HeaderMsgID)
+	}
+	start, _, err := relay.Skip(ctx, cur, last)
+	return start, err
 }

@@ -13,19 +13,20 @@
 // [store.Store.AcquireRelay]); when that connection dies the lock is released
 // and a follower, which tries every Options.RetryInterval, takes over. The
 // leader reads the outbox in batches that follow commit order, publishes each
-// batch asynchronously and awaits the acknowledgements together, and then
+// batch asynchronously and awaits the acknowledgements together, and
 // saves its cursor on the lock's connection, so a deposed leader can no
-// longer move it. A page that ends its batch is saved with the next batch's
-// begin, or when the leader finds nothing new (see [store.Relay.Next]).
+// longer move it: when a batch begins (with the end of the one before, see
+// [store.Relay.Next]), within a batch once every Options.SaveInterval, and
+// when the leader finds nothing new or stops.
 //
 // Exactly once rests on three things. Every message carries Nats-Msg-Id =
 // the id of its (last) record ("t-<transition id>", "o-<action id>"), so
 // JetStream drops a repeat inside its duplicate window. A new leader reads the
 // last message of AX_AUDIT and skips every record up to it (and, when that
 // message is not its page's last part — headers Ax-Audit-Page and
-// Ax-Audit-Part k/n — re-reads the page and publishes only the missing
-// parts): a leader that died between
-// its publish and its cursor save left those records there, and the
+// Ax-Audit-Part k/n — re-reads the page, from the end of the message
+// before its first part, and publishes only the missing parts): a leader
+// that died before it stored its cursor left those records there, and the
 // batch's order is fixed before its first record is published (see
 // [store.Relay.Next]), so what precedes the last message is published too —
 // also beyond the duplicate window. And every message expects the stream
@@ -35,10 +36,11 @@
 // only ever grows by the next record in the outbox's fixed order.
 //
 // The leader polls the outbox every Options.PollInterval while it is idle:
-// no service rings it after a commit. After a batch that read the outbox to
-// its end it waits half that before it begins the next, so that at a steady
-// rate a batch holds what committed meanwhile, not the few records of one
-// round trip.
+// no service rings it after a commit. A batch that follows one that read
+// the outbox to its end begins half that after the one before began, so
+// that at a steady rate a batch holds what committed meanwhile, not the few
+// records of one round trip; after a batch that took longer — a backlog's —
+// the next begins at once.
 //
 // # Reading a batch in pages
 //

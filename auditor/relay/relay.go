@@ -35,28 +35,19 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 	if err != nil {
 		return err
 	}
-	// unsaved is whether cur, the end of a batch, is published and not yet
-	// stored: the next batch's begin stores it (store.Relay.Next), or the
-	// leader before it idles or stops.
-	unsaved := false
-	saveEnd := func() error {
-		if !unsaved {
-			return nil
-		}
-		unsaved = false
-		return relay.SaveCursor(work, cur)
-	}
+	at := &position{relay: relay, now: s.now, cur: cur, savedAt: s.now()}
 	for {
-		recs, next, err := relay.Next(ctx, cur, s.opts.BatchSize)
+		asked := s.now()
+		recs, next, err := relay.Next(ctx, at.cur, s.opts.BatchSize)
 		if err != nil {
 			return err
 		}
 		if len(recs) == 0 {
 			// Nothing more: next ends cur's batch, if it had one (its
 			// last page was a full one), and is stored before the idle.
-			unsaved = unsaved || cur.Current != ""
-			cur = next
-			if err := saveEnd(); err != nil {
+			at.unsaved = at.unsaved || at.cur.Current != ""
+			at.cur = next
+			if err := at.save(work); err != nil {
 				return err
 			}
 			if !wait.Sleep(ctx, s.opts.PollInterval) {
@@ -64,7 +55,6 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 			}
 			continue
 		}
-		unsaved = false // Next began a batch, storing the end of the one before
 		if end, err = s.publish(work, batch, recs, end); err != nil {
 			return err
 		}
@@ -73,29 +63,76 @@ func (s *Service) lead(ctx context.Context, pub *streams.Publisher, stream jetst
 				return err
 			}
 		}
-		cur = next
-		if unsaved = next.Current == ""; !unsaved {
-			if err := relay.SaveCursor(work, next); err != nil {
-				return err
-			}
-		}
+		at.published(next, asked)
 		s.recordsRelayed.Add(float64(len(recs)))
 		log.Debug().Int("records", len(recs)).Str("last", recs[len(recs)-1].ID).Uint64("stream_seq", end.seq).
 			Msg("audit records published")
 		if ctx.Err() != nil {
-			return saveEnd()
+			return at.save(work)
 		}
-		// A batch that read the outbox to its end: at a steady rate what
-		// committed meanwhile is a few records, so the next batch waits
-		// for more (see pace).
-		if unsaved && !wait.Sleep(ctx, s.pace()) {
-			return saveEnd()
+		if next.Current != "" {
+			if s.now().Sub(at.savedAt) >= s.opts.SaveInterval {
+				if err := at.save(work); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		// The page read the outbox to its end: the next batch begins a
+		// pace after this one began (see pace) — at once after a batch
+		// that took longer, a backlog's.
+		if rest := s.pace() - s.now().Sub(at.begun); rest > 0 && !wait.Sleep(ctx, rest) {
+			return at.save(work)
 		}
 	}
 }
 
-// pace is how long the leader waits after a batch that read the outbox to
-// its end before it begins the next: half the PollInterval. Each batch
+// position is where the leader has published up to, and what of it is
+// stored. The leader stores its cursor when a batch begins (store.Relay.Next
+// does, with the end of the batch before), within a batch once every
+// SaveInterval, and before it idles or stops. A stored cursor behind what
+// AX_AUDIT holds costs a new leader only a longer skip (see resume): a burst
+// that publishes a page every few milliseconds pays a commit a
+// SaveInterval, not one a page.
+type position struct {
+	relay *store.Relay
+	now   func() time.Time
+	// cur is the cursor past the last page published; unsaved is whether
+	// it is ahead of the stored one, and savedAt when one was last stored.
+	cur     store.RelayCursor
+	unsaved bool
+	savedAt time.Time
+	// batch is the snapshot of the batch the last page was of, and begun
+	// when the leader asked for the batch's first page.
+	batch string
+	begun time.Time
+}
+
+// published moves p past a page, next being the cursor Next returned with
+// it when asked at asked.
+func (p *position) published(next store.RelayCursor, asked time.Time) {
+	batch := next.Current
+	if batch == "" { // the page ended its batch, whose snapshot is now Done
+		batch = next.Done
+	}
+	if batch != p.batch {
+		// Next began the batch, storing its begin.
+		p.batch, p.begun, p.savedAt = batch, asked, p.now()
+	}
+	p.cur, p.unsaved = next, true
+}
+
+// save stores p's cursor when it is ahead of the stored one.
+func (p *position) save(ctx context.Context) error {
+	if !p.unsaved {
+		return nil
+	}
+	p.unsaved, p.savedAt = false, p.now()
+	return p.relay.SaveCursor(ctx, p.cur)
+}
+
+// pace is how often at most the leader begins a batch that follows one
+// that read the outbox to its end: every half PollInterval. Each batch
 // costs its round trips to PostgreSQL (a snapshot and the first rows, a
 // page, the instances' times, the cursor) and a message a task on
 // AX_AUDIT whatever it holds; at a steady rate a batch begun at once holds
@@ -133,7 +170,7 @@ func (s *Service) resume(ctx context.Context, batch *streams.AsyncBatch, stream 
 	id := msg.Header.Get(streams.HeaderMsgID)
 	if page := msg.Header.Get(HeaderAuditPage); page != "" {
 		if k, n, ok := parsePart(msg.Header.Get(HeaderAuditPart)); ok && k < n {
-			return s.finishPage(ctx, batch, relay, cur, page, k, n, tail{seq: end.seq, id: id}, log)
+			return s.finishPage(ctx, batch, stream, relay, cur, page, k, n, tail{seq: end.seq, id: id}, log)
 		}
 		id = page
 	}

@@ -21,6 +21,7 @@ import (
 // Defaults of [Options] (the others are [job.Base]'s).
 const (
 	DefaultPollInterval = 200 * time.Millisecond
+	DefaultSaveInterval = time.Second
 	DefaultAckTimeout   = 30 * time.Second
 )
 
@@ -37,6 +38,11 @@ type Options struct {
 	// PollInterval is how long the leader waits before it looks at the
 	// outbox again when it found nothing new (default DefaultPollInterval).
 	PollInterval time.Duration
+	// SaveInterval is how often, at most, the leader stores its cursor
+	// within a batch of many pages (default DefaultSaveInterval). A new
+	// leader skips what AX_AUDIT holds beyond the stored cursor, so a
+	// longer interval costs a takeover only a longer skip.
+	SaveInterval time.Duration
 	// AckTimeout bounds the wait for a batch's acknowledgements (default
 	// DefaultAckTimeout).
 	AckTimeout time.Duration
@@ -66,6 +72,8 @@ type Service struct {
 	// published: the relay publishes those it returns and, with an error,
 	// stops right there, as a crash within the page would.
 	cutPage func(msgs []auditMsg) ([]auditMsg, error)
+	// now is the relay's clock (time.Now; tests set their own).
+	now func() time.Time
 }
 
 // New validates opts and fills in the defaults. It does no I/O.
@@ -74,6 +82,7 @@ func New(opts Options) (*Service, error) {
 		return nil, err
 	}
 	job.Default(&opts.PollInterval, DefaultPollInterval)
+	job.Default(&opts.SaveInterval, DefaultSaveInterval)
 	job.Default(&opts.AckTimeout, DefaultAckTimeout)
 	if opts.Version == 0 {
 		opts.Version = schemas.AuditBatchVersion
@@ -85,6 +94,7 @@ func New(opts Options) (*Service, error) {
 	s := &Service{
 		opts: opts,
 		top:  opts.Topology,
+		now:  time.Now,
 		log:  opts.Logger.With().Str("service", "auditor").Logger(),
 		recordsRelayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_audit_records_relayed_total",
 			Help: "Audit records this auditor published to AX_AUDIT."}),

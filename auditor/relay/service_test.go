@@ -318,11 +318,30 @@ func TestRelaysEveryRecordOnceInOrder(t *testing.T) {
 var errCrash = errors.New("crash between publish and cursor save")
 
 // TestCrashBetweenPublishAndCursorSave kills a leader after AX_AUDIT
-// acknowledged a batch and before its cursor was saved. The next leader
-// must neither lose nor repeat a record — and must not even try to publish
-// one again, so the duplicate window plays no part.
+// acknowledged a batch's third page and before its cursor was saved. The
+// next leader must neither lose nor repeat a record — and must not even
+// try to publish one again, so the duplicate window plays no part —
+// whether the cursor was stored after every page (a SaveInterval shorter
+// than a page) or only at the batch's begin (a SaveInterval longer than
+// the batch).
 func TestCrashBetweenPublishAndCursorSave(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		every time.Duration
+		saved int64
+	}{
+		{"stored after every page", time.Nanosecond, 99}, // the apply, then transitions 1-49 and 50-99
+		{"stored at the batch's begin", time.Hour, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			crashBetweenPublishAndCursorSave(t, c.every, c.saved)
+		})
+	}
+}
+
+func crashBetweenPublishAndCursorSave(t *testing.T, every time.Duration, wantSaved int64) {
 	e := newEnv(t)
 	e.seed("etl", 100) // 1 apply and 400 transitions
 
@@ -334,6 +353,7 @@ func TestCrashBetweenPublishAndCursorSave(t *testing.T) {
 	crash, kill := context.WithCancel(context.Background())
 	defer kill()
 	first := e.start(crash, 50, func(s *Service) {
+		s.opts.SaveInterval = every
 		s.afterPublish = func(recs []schemas.AuditRecord) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -354,8 +374,8 @@ func TestCrashBetweenPublishAndCursorSave(t *testing.T) {
 	if err := e.st.Pool().QueryRow(context.Background(), `SELECT last_transition_id FROM relay_cursor`).Scan(&saved); err != nil {
 		t.Fatal(err)
 	}
-	if saved != 99 { // the apply, then transitions 1-49 and 50-99
-		t.Fatalf("saved cursor is at transition %d, want 99: the third batch must be published but not saved", saved)
+	if saved != wantSaved {
+		t.Fatalf("saved cursor is at transition %d, want %d: the third page must be published but not saved", saved, wantSaved)
 	}
 
 	e.start(context.Background(), 50, func(s *Service) {
@@ -443,9 +463,9 @@ CREATE TRIGGER count_cursor_write AFTER INSERT OR UPDATE ON relay_cursor FOR EAC
 }
 
 // TestSteadyTrickleIsRelayedInPacedBatches commits instances one after
-// another for a second: after a batch that read the outbox to its end, the
-// leader waits half its PollInterval (200 ms here) before it begins the
-// next, so the second's commits travel in about ten batches (each of one
+// another for a second: a batch that follows one that read the outbox to
+// its end begins half the PollInterval (200 ms here) after the one before
+// began, so the second's commits travel in about ten batches (each of one
 // or more pages). Begun at once, each batch held what committed during the
 // one before: over 200 batches in the second, each its round trips to
 // PostgreSQL and its messages on AX_AUDIT.
@@ -475,6 +495,44 @@ func TestSteadyTrickleIsRelayedInPacedBatches(t *testing.T) {
 	if n := batches.Load() - before; n > 13 {
 		t.Errorf("a second of commits was relayed in %d batches, want at most 13 (one every 100 ms)", n)
 	}
+	e.checkTrail()
+}
+
+// TestBatchAfterABacklogBeginsAtOnce: a batch that took longer than the
+// pace (half the PollInterval), as a backlog's batch of many pages does,
+// is followed at once by the next, which holds what committed meanwhile.
+// The PollInterval here is an hour, and the leader's clock moves an hour
+// on during the first batch.
+func TestBatchAfterABacklogBeginsAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.seed("etl", 50) // 1 apply and 200 transitions: a batch of five pages of 50
+	var (
+		mu    sync.Mutex
+		clock = time.Now()
+		pages int
+	)
+	added := make(chan struct{})
+	e.start(context.Background(), 50, func(s *Service) {
+		s.opts.PollInterval = time.Hour
+		s.now = func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return clock
+		}
+		s.afterPublish = func([]schemas.AuditRecord) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if pages++; pages == 1 {
+				e.addInstance("etl") // after the batch's snapshot: the next batch's
+				clock = clock.Add(time.Hour)
+				close(added)
+			}
+			return nil
+		}
+	})
+	<-added
+	e.waitStream(uint64(len(e.outbox())))
 	e.checkTrail()
 }
 
@@ -694,17 +752,42 @@ func TestVersionTwoCarriesATaskRecordsOfAPageInOneMessage(t *testing.T) {
 // TestCrashWithinAPage kills a leader after AX_AUDIT stored the first of a
 // page's messages (a task's records) and before the others: the next leader
 // publishes the rest of the page — not skipping it, as it would skip up to
-// a page's last record — and then goes on: no record lost or repeated.
+// a page's last record — and then goes on: no record lost or repeated. The
+// page is the batch's first, at its stored begin, or its second, a page
+// past the cursor the leader stored at the begin (a SaveInterval longer
+// than the batch): the next leader finds where the page began from the
+// message before it.
 func TestCrashWithinAPage(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name string
+		page int32 // the page of the batch the leader dies within
+		size int   // the batch size
+	}{
+		{"the batch's first page", 1, 500},
+		{"a page past the stored cursor", 2, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			crashWithinAPage(t, c.page, c.size)
+		})
+	}
+}
+
+func crashWithinAPage(t *testing.T, page int32, size int) {
 	e := newEnv(t)
 	e.seed("etl", 20)
-	e.seed("mail", 20) // 2 applies and 160 transitions: one page of two tasks
+	e.seed("mail", 20)
+	e.seed("etl", 20) // 2 applies and 240 transitions: pages of two tasks
 	crash, kill := context.WithCancel(context.Background())
 	defer kill()
-	var parts atomic.Int32
-	first := e.start(crash, 500, func(s *Service) {
+	var pages, parts atomic.Int32
+	first := e.start(crash, size, func(s *Service) {
+		s.opts.SaveInterval = time.Hour
 		s.cutPage = func(msgs []auditMsg) ([]auditMsg, error) {
+			if pages.Add(1) < page {
+				return msgs, nil
+			}
 			parts.Store(int32(len(msgs)))
 			kill()
 			return msgs[:1], errCrash
@@ -715,11 +798,15 @@ func TestCrashWithinAPage(t *testing.T) {
 	if n := parts.Load(); n < 2 {
 		t.Fatalf("the page made %d messages, want one a task", n)
 	}
-	if got := e.messages(); got != 1 {
-		t.Fatalf("AX_AUDIT holds %d messages after the crash, want the page's first", got)
+	var current *string
+	if err := e.st.Pool().QueryRow(context.Background(), `SELECT current::text FROM relay_cursor`).Scan(&current); err != nil {
+		t.Fatal(err)
 	}
-	e.start(context.Background(), 500, nil)
-	e.waitStream(162)
+	if current == nil {
+		t.Fatal("the stored cursor is at no batch's begin")
+	}
+	e.start(context.Background(), size, nil)
+	e.waitStream(242)
 	e.seed("report", 5)
 	e.waitStream(uint64(len(e.outbox())))
 	e.checkTrail()
