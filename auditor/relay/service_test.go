@@ -781,11 +781,12 @@ func crashWithinAPage(t *testing.T, page int32, size int) {
 	e.seed("etl", 20) // 2 applies and 240 transitions: pages of two tasks
 	crash, kill := context.WithCancel(context.Background())
 	defer kill()
-	var pages, parts atomic.Int32
+	var pages, parts, published atomic.Int32
 	first := e.start(crash, size, func(s *Service) {
 		s.opts.SaveInterval = time.Hour
 		s.cutPage = func(msgs []auditMsg) ([]auditMsg, error) {
 			if pages.Add(1) < page {
+				published.Add(int32(len(msgs)))
 				return msgs, nil
 			}
 			parts.Store(int32(len(msgs)))
@@ -798,12 +799,15 @@ func crashWithinAPage(t *testing.T, page int32, size int) {
 	if n := parts.Load(); n < 2 {
 		t.Fatalf("the page made %d messages, want one a task", n)
 	}
+	if got, want := e.messages(), uint64(published.Load())+1; got != want {
+		t.Fatalf("AX_AUDIT holds %d messages after the crash, want %d: the pages before and the page's first", got, want)
+	}
 	var current *string
 	if err := e.st.Pool().QueryRow(context.Background(), `SELECT current::text FROM relay_cursor`).Scan(&current); err != nil {
 		t.Fatal(err)
 	}
 	if current == nil {
-		t.Fatal("the stored cursor is at no batch's begin")
+		t.Fatal("the stored cursor ends a batch, want it at the crashed batch's begin")
 	}
 	e.start(context.Background(), size, nil)
 	e.waitStream(242)
