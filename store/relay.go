@@ -160,19 +160,20 @@ func (r *Relay) SaveCursor(ctx context.Context, c RelayCursor) error {
 
 // Next returns up to limit records that come after c, in the order they
 // must be published, and the cursor that follows them; no records when
-// nothing new has committed. Save the cursor with [Relay.SaveCursor] once
-// the records are published — except one that ends its batch (Current
-// empty: the page held fewer than limit records, so none of the batch is
-// left), which may wait for the next batch: when c's batch is exhausted,
-// Next begins the next one, taking a snapshot and storing it as the new
-// batch's Current, with c's batch as Done, before it returns the batch's
-// first records, so that the batch stays the same rows whoever publishes
-// it. Until that write, a new leader finds the ended batch's last records
-// on AX_AUDIT after the stored cursor and skips them ([Relay.Skip]); a
-// leader that goes idle saves the end, so that the stored cursor does not
-// lag behind what is published. At a steady trickle of commits every batch
-// is one short page: one write a batch instead of three (its begin, its
-// page, its end).
+// nothing new has committed. Save the cursor with [Relay.SaveCursor] only
+// after the records before it are published, and as often as a new
+// leader's skip may be long: a cursor that ends its batch (Current empty:
+// the page held fewer than limit records, so none of the batch is left)
+// need not be saved at all, for when c's batch is exhausted, Next begins
+// the next one, taking a snapshot and storing it as the new batch's
+// Current, with c's batch as Done, before it returns the batch's first
+// records, so that the batch stays the same rows whoever publishes it.
+// Until a write, a new leader finds the records published since on
+// AX_AUDIT after the stored cursor and skips them ([Relay.Skip]); a leader
+// that goes idle saves the end, so that the stored cursor does not lag
+// behind what is published. At a steady trickle of commits every batch is
+// one short page: one write a batch instead of three (its begin, its page,
+// its end).
 func (r *Relay) Next(ctx context.Context, c RelayCursor, limit int) ([]schemas.AuditRecord, RelayCursor, error) {
 	c.Done = c.done()
 	for {

@@ -184,10 +184,16 @@ func (s *Service) pageStart(ctx context.Context, stream jetstream.Stream, relay 
 	if err != nil {
 		return cur, fmt.Errorf("read message %d of %s: %w", seq, s.top.AuditStream(), err)
 	}
-	last := msg.Header.Get(HeaderAuditPage)
-	if last == "" {
-		last = msg.Header.Get(streams.HeaderMsgID)
-	}
-	start, _, err := relay.Skip(ctx, cur, last)
+	start, _, err := relay.Skip(ctx, cur, pageEnd(msg))
 	return start, err
+}
+
+// pageEnd returns the id of the last record of the page msg, a message of
+// AX_AUDIT, was published from: its HeaderAuditPage, or for a version 1
+// message (a page's records a message each) its own record.
+func pageEnd(msg *jetstream.RawStreamMsg) string {
+	if page := msg.Header.Get(HeaderAuditPage); page != "" {
+		return page
+	}
+	return msg.Header.Get(streams.HeaderMsgID)
 }

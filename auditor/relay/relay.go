@@ -167,13 +167,13 @@ func (s *Service) resume(ctx context.Context, batch *streams.AsyncBatch, stream 
 	if err != nil {
 		return tail{}, cur, fmt.Errorf("resume audit relay: read message %d of %s: %w", end.seq, s.top.AuditStream(), err)
 	}
-	id := msg.Header.Get(streams.HeaderMsgID)
 	if page := msg.Header.Get(HeaderAuditPage); page != "" {
 		if k, n, ok := parsePart(msg.Header.Get(HeaderAuditPart)); ok && k < n {
-			return s.finishPage(ctx, batch, stream, relay, cur, page, k, n, tail{seq: end.seq, id: id}, log)
+			part := tail{seq: end.seq, id: msg.Header.Get(streams.HeaderMsgID)}
+			return s.finishPage(ctx, batch, stream, relay, cur, page, k, n, part, log)
 		}
-		id = page
 	}
+	id := pageEnd(msg)
 	next, skipped, err := relay.Skip(ctx, cur, id)
 	if err != nil {
 		return tail{}, cur, fmt.Errorf("resume audit relay: %w", err)
