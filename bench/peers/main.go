@@ -219,6 +219,7 @@ func run(ctx context.Context, rounds, n, rate, seconds int, fast bool) error {
 	row("burst own CPU/job (no aud.)", "AX burst", "River burst", own, "µs")
 	row("audited bulk jobs/s", "AX audited", "River burst", rateOf, "")
 	row("audited 1/msg jobs/s", "AX audited 1", "River burst", rateOf, "")
+	fmt.Printf("%-29s %12s\n", "AX audited bulk ÷ AX burst", fmt.Sprintf("%.2f", med("AX audited", rateOf)/med("AX burst", rateOf)))
 	row("audited bulk machine CPU/job", "AX audited", "River burst", machine, "µs")
 	row("audited bulk own CPU/job", "AX audited", "River burst", own, "µs")
 	row("audited 1/msg machine CPU/job", "AX audited 1", "River burst", machine, "µs")
