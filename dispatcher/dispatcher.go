@@ -233,7 +233,8 @@ func New(opts Options) (*Service, error) {
 	s.reaper = &reaper{store: opts.Store, top: opts.Topology, conn: opts.Conn,
 		streams: func() streams.Config { return s.opts.Streams }, timeoutCheck: opts.TimeoutCheck, timeoutGrace: opts.TimeoutGrace,
 		batchSize: opts.BatchSize, book: s.book, workers: workers, deaths: s.deaths,
-		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, departed: s.router.departed, tracing: s.tracing}
+		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, departed: s.router.departed, tracing: s.tracing,
+		unsent: newUnsentFailures()}
 	s.recorder = &recorder{store: opts.Store, top: opts.Topology, workers: workers, faults: opts.Faults,
 		now: opts.NowFunc, rand: opts.RandFunc, log: log, metrics: m, next: s, tracing: s.tracing}
 	lm, err := newLimitMetrics(opts.Metrics)

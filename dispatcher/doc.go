@@ -225,7 +225,13 @@
 // safe: only then is the worker taken for dead. Expiries the reaper cannot
 // apply (PostgreSQL or NATS failing) are kept and tried again every second,
 // never dropped; so are the start-up sweep and the promotion of waiting
-// instances. Once a lease TTL the reaper also lists the bucket's keys against
+// instances. A failure whose write committed and whose retry's publish
+// failed is kept as applied, and applied again until the retry is sent
+// (no candidate list names a RETRYING attempt again); the retries of a
+// dispatcher that died between the two are found by every reaper, at start
+// and once a minute: instances its write moved to RETRYING over 15 s ago
+// whose retry no schedule in AX_FIRINGS holds, sent again
+// (ax_dispatcher_retries_recovered_total; see unsent.go). Once a lease TTL the reaper also lists the bucket's keys against
 // the RUNNING attempts, for leases that a roll-up purged without a marker
 // (docs/security.md, "Which headers take effect where").
 // TestFinalReportsUnrecordedPastTheLeaseAreNotReaped and
@@ -243,9 +249,10 @@
 // live-instance index, leaves those whose final report is in AX_REPORTS to it
 // (as above), fails the others (timeout: …, then RETRYING or FAILED by the
 // task's policy and backoff) and tells their worker to stop
-// (ax.control.<worker>), so the old run cannot go on beside a retry. This is
-// the one periodic query of the dispatcher: a deadline is not an event NATS
-// can deliver without a schedule message per running attempt.
+// (ax.control.<worker>), so the old run cannot go on beside a retry. This
+// and the minutely look for lost retries are the dispatcher's periodic
+// queries: a deadline is not an event NATS can deliver without a schedule
+// message per running attempt.
 //
 // PostgreSQL, not the lease, decides whose report counts: the next attempt's
 // higher number fences the old one out, so a late report from a worker that

@@ -87,7 +87,7 @@ func limited(def *schemas.Task) (int, schemas.BlockingStrategy) {
 // for waits within holdWindow only).
 func (s *Service) retryAfter(batch *streams.AsyncBatch, o store.Outcome, wait time.Duration, hold bool) error {
 	next := o.Attempt + 1
-	eventID := schemas.RetryEventIDPrefix + strconv.FormatInt(o.InstanceID, 10) + "-" + strconv.Itoa(next)
+	eventID := retryEventID(o.InstanceID, next)
 	ev := schemas.TriggerEvent{
 		EventID: eventID,
 		Task:    o.Task,
@@ -112,6 +112,12 @@ func (s *Service) retryAfter(batch *streams.AsyncBatch, o store.Outcome, wait ti
 	}
 	batch.Add(msg)
 	return nil
+}
+
+// retryEventID is the event id of the firing of attempt of an instance,
+// a retry: retry-<instance>-<attempt>.
+func retryEventID(instanceID int64, attempt int) string {
+	return schemas.RetryEventIDPrefix + strconv.FormatInt(instanceID, 10) + "-" + strconv.Itoa(attempt)
 }
 
 // cancelAttempt tells a worker to stop an attempt (core NATS: if the worker

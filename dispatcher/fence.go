@@ -169,8 +169,12 @@ func (b *leaseBook) holder(key [2]int64) string {
 	return b.holders[key]
 }
 
-// forget drops the attempts of fs, whose expiry was dealt with.
+// forget drops the attempts of fs, whose expiry was dealt with; a nil
+// book holds none.
 func (b *leaseBook) forget(fs []store.Failure) {
+	if b == nil {
+		return
+	}
 	b.mu.Lock()
 	for _, f := range fs {
 		delete(b.holders, [2]int64{f.InstanceID, int64(f.Attempt)})

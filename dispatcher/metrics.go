@@ -26,6 +26,9 @@ type metrics struct {
 	// reaperLeft counts the expired leases and overdue attempts the reaper
 	// did not fail because their final report waited in AX_REPORTS.
 	reaperLeft *prometheus.CounterVec
+	// retriesRecovered counts the retries the reaper sent again because
+	// their dispatcher died before it published them (see unsent.go).
+	retriesRecovered prometheus.Counter
 	// refused counts firings refused for what they hold, by stage and action.
 	refused *prometheus.CounterVec
 	// unstorable counts reports holding what PostgreSQL cannot store, by
@@ -79,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, result := range []string{"applied", "dropped", "refused"} {
 		m.progress.WithLabelValues(result) // shown at 0 before the first report
 	}
-	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence,
+	for _, c := range []prometheus.Collector{m.batches, m.messages, m.seconds, m.stale, m.refusedReports, m.progress, m.reaperLeft, m.retriesRecovered, m.refused, m.unstorable, m.rerouted, m.handedBack, m.fence,
 		m.batchFailures, m.publishRefusals, m.writable, m.storeUsed, m.storeLimit, m.settingMismatch, m.rollups,
 		m.workerDeaths, m.suspects, m.quarantined} {
 		if err := reg.Register(c); err != nil {
@@ -126,6 +129,8 @@ func (m *metrics) reportMetrics() {
 			"or a newer progress was stored; refused: not from the attempt's holder)."}, []string{"result"})
 	m.reaperLeft = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_dispatcher_reaper_left_to_report_total",
 		Help: "Expired leases and overdue attempts the reaper did not fail because their final report waited in AX_REPORTS, by cause (lease expired, timeout); counted at each look."}, []string{"cause"})
+	m.retriesRecovered = prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_dispatcher_retries_recovered_total",
+		Help: "Retries of attempts the reaper failed that were never sent (a dispatcher died between its write and the publish) and that a reaper sent later."})
 	m.handedBack = prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_dispatcher_handed_back_total",
 		Help: "Attempts handed back by a worker that stopped (SIGTERM) before they ended: each started again at once as a new attempt that spends none of the task's max_attempts."})
 	m.fence = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_fence_answers_total",

@@ -56,7 +56,13 @@ type reaper struct {
 	next     completer
 	departed func(workerID string)
 	tracing  tracing
+	// unsent are the failures applied in part, kept to apply again.
+	unsent *unsentFailures
 }
+
+// timeoutPrefix begins the reason recorded on an attempt that outlived its
+// timeout.
+const timeoutPrefix = "timeout:"
 
 // leaseLost is the reason recorded on an attempt whose lease expired.
 const leaseLost = "lease expired: the worker stopped renewing it (it died, hung or lost its connection)"
@@ -106,16 +112,21 @@ func (rp *reaper) reap(ctx, work context.Context, leases jetstream.KeyValue, w j
 	defer timeouts.Stop()
 	vanished := time.NewTicker(max(status.TTL(), time.Second))
 	defer vanished.Stop()
+	recovery := time.NewTicker(recoverEvery)
+	defer recovery.Stop()
 	for {
 		r.step(work)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-r.retry.C:
+		case <-rp.unsent.wake:
 		case <-timeouts.C:
 			rp.checkOverdue(work, reports)
 		case <-vanished.C:
 			r.lost = rp.appendVanished(work, leases, r.missing, r.lost)
+		case <-recovery.C:
+			r.recovered = false
 		case e, ok := <-w.Updates():
 			if !ok {
 				return fmt.Errorf("watch %s: watcher closed", rp.top.LeasesBucket())
@@ -138,8 +149,13 @@ type reaping struct {
 	lost    []store.Failure
 	missing vanishedLeases
 	// swept and promoted say that the sweep of the leases and the
-	// promotion of leftover waiting instances, done once at start, are.
-	swept, promoted bool
+	// promotion of leftover waiting instances, done once at start, are;
+	// recovered that the lost retries were looked for, at start and each
+	// recoverEvery.
+	swept, promoted, recovered bool
+	// recoverFrom is the instance id after which the next look for lost
+	// retries begins.
+	recoverFrom int64
 	// retry fires the next step after a failure, or after a grace.
 	retry *time.Timer
 }
@@ -149,6 +165,11 @@ type reaping struct {
 // an outage (their holders' final reports may still come, see outage.go).
 func (r *reaping) step(work context.Context) {
 	rp := r.rp
+	if rp.unsent.len() > 0 {
+		if err := rp.applyUnsent(work); err != nil {
+			r.failed(err, "applying failed attempts again failed; trying again", 0)
+		}
+	}
 	if !r.swept {
 		if gone, err := rp.sweepLeases(work, r.leases); err != nil {
 			r.failed(err, "sweeping leases failed; trying again", 0)
@@ -166,6 +187,13 @@ func (r *reaping) step(work context.Context) {
 	}
 	// graceLeft is asked on every step: it dates a reconnection it sees.
 	left := rp.graceLeft()
+	if !r.recovered && left == 0 {
+		if next, err := rp.recoverRetries(work, r.recoverFrom); err != nil {
+			r.failed(err, "recovering lost retries failed; trying again", 0)
+		} else {
+			r.recovered, r.recoverFrom = true, next
+		}
+	}
 	if len(r.lost) == 0 {
 		return
 	}
@@ -291,7 +319,7 @@ func (rp *reaper) failOverdue(ctx context.Context, reports jetstream.Stream) err
 	workers := make(map[[2]int64]string, len(overdue))
 	for i, o := range overdue {
 		failures[i] = store.Failure{InstanceID: o.InstanceID, Attempt: o.Attempt, At: rp.now(),
-			Reason: fmt.Sprintf("timeout: the attempt outlived its timeout of %v and its executor did not stop it", o.Timeout)}
+			Reason: fmt.Sprintf(timeoutPrefix+" the attempt outlived its timeout of %v and its executor did not stop it", o.Timeout)}
 		workers[[2]int64{o.InstanceID, int64(o.Attempt)}] = o.WorkerID
 	}
 	failures, err = rp.withoutFinalReport(ctx, reports, failures, "timeout")
@@ -459,8 +487,21 @@ func isReportOf(data []byte, instanceID int64, attempt int, final bool) bool {
 // worker of each attempt to tell to stop; holders, for lapsed leases, the
 // worker each lease named, for the attempts the store knows no worker of,
 // and deaths the verdict on each (see deaths.go); cause is why, in a word.
+// A failure that fails to apply is kept for the reaper's loop, which
+// applies it again until it is (see unsent.go), and its error returned.
 func (rp *reaper) failAttempts(ctx context.Context, failures []store.Failure, workers map[[2]int64]string, holders *leaseBook,
 	deaths map[[2]int64]verdict, cause string) error {
+	f := reaped{failures: failures, workers: workers, holders: holders, deaths: deaths, cause: cause}
+	err := rp.apply(ctx, f)
+	if err != nil {
+		rp.unsent.keep(true, f)
+	}
+	return err
+}
+
+// apply applies the failure f: the guarded write, then what it sets going.
+func (rp *reaper) apply(ctx context.Context, f reaped) error {
+	failures, workers, holders, deaths, cause := f.failures, f.workers, f.holders, f.deaths, f.cause
 	outcomes, err := rp.store.FailAttempts(ctx, failures)
 	if err != nil {
 		return err
