@@ -26,7 +26,6 @@ import (
 // guarded write changes nothing the second time, its outcomes (the
 // instance RETRYING, or ended, at that attempt) set the same firings going,
 // and their message ids dedupe what the first try did publish.
-
 //
 // A dispatcher that dies between the write and the publish keeps nothing:
 // the reaper of every dispatcher looks, at start and each recoverEvery,

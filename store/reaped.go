@@ -20,10 +20,10 @@ type ReapedRetry struct {
 }
 
 // ReapedRetries returns, in id order from after on, at most limit
-// instances RETRYING for longer than age (by PostgreSQL's clock) whose move to RETRYING was
-// the reaper's: those whose next attempt the reaper may have failed to
-// send (its write committed, then its dispatcher died before the retry was
-// published). The query reads the live instances' index and, for each
+// instances RETRYING for longer than age (by PostgreSQL's clock) whose
+// move to RETRYING was the reaper's: those whose next attempt the reaper
+// may have failed to send (its write committed, then its dispatcher died
+// before the retry was published). The query reads the live instances' index and, for each
 // RETRYING one, its latest transition.
 func (s *Store) ReapedRetries(ctx context.Context, age time.Duration, after int64, limit int) ([]ReapedRetry, error) {
 	rows, err := s.pool.Query(ctx, `
