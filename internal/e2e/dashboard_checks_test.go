@@ -834,7 +834,8 @@ var dashboardChecks = map[string]dashCheck{
 		return map[string]bounds{key("answer", "start"): {0, dispatched}}
 	}, why: "no answer but yes (start): a delivery after a reconnection asks too, and a busy machine makes some (the attempt never ran and runs once); at most one a dispatch"},
 	"Stale and refused reports, fence answers, hand-backs/D": zero("no worker stops"),
-	"Reaper left to the report/A":                            zero("no lease expires"),
+	"Reaper: left to the report, retries recovered/A":        zero("no lease expires"),
+	"Reaper: left to the report, retries recovered/B":        zero("no retry is lost"),
 	"Refused firings, unstorable reports/A":                  zero("every firing is good"),
 	"Refused firings, unstorable reports/B":                  zero("every report is good"),
 	"Routed again from departed workers/A":                   zero("no worker departs"),
