@@ -487,24 +487,27 @@ func isReportOf(data []byte, instanceID int64, attempt int, final bool) bool {
 // worker of each attempt to tell to stop; holders, for lapsed leases, the
 // worker each lease named, for the attempts the store knows no worker of,
 // and deaths the verdict on each (see deaths.go); cause is why, in a word.
-// A failure that fails to apply is kept for the reaper's loop, which
-// applies it again until it is (see unsent.go), and its error returned.
+// A failure whose write committed but whose publishes failed is kept for
+// the reaper's loop, which applies it again until it is (see unsent.go),
+// and its error returned. One whose write failed is not: its attempts are
+// as they were, and the caller, which names them again, tries again.
 func (rp *reaper) failAttempts(ctx context.Context, failures []store.Failure, workers map[[2]int64]string, holders *leaseBook,
 	deaths map[[2]int64]verdict, cause string) error {
 	f := reaped{failures: failures, workers: workers, holders: holders, deaths: deaths, cause: cause}
-	err := rp.apply(ctx, f)
-	if err != nil {
+	written, err := rp.apply(ctx, f)
+	if err != nil && written {
 		rp.unsent.keep(true, f)
 	}
 	return err
 }
 
-// apply applies the failure f: the guarded write, then what it sets going.
-func (rp *reaper) apply(ctx context.Context, f reaped) error {
+// apply applies the failure f: the guarded write, then what it sets
+// going. written says whether the write committed.
+func (rp *reaper) apply(ctx context.Context, f reaped) (written bool, err error) {
 	failures, workers, holders, deaths, cause := f.failures, f.workers, f.holders, f.deaths, f.cause
 	outcomes, err := rp.store.FailAttempts(ctx, failures)
 	if err != nil {
-		return err
+		return false, err
 	}
 	quarantine := make(map[[2]int64]bool)
 	for _, f := range failures {
@@ -540,15 +543,15 @@ func (rp *reaper) apply(ctx context.Context, f reaped) error {
 		}
 		if o.State == schemas.StateRetrying && o.CurrentAttempt == o.Attempt {
 			if err := rp.retry(batch, o, workers != nil, deaths, cause); err != nil {
-				return err
+				return true, err
 			}
 		}
 	}
 	promoted, err := rp.next.afterEnds(ctx, batch, ended)
 	if err != nil {
-		return err
+		return true, err
 	}
-	return rp.next.publishAttempts(ctx, batch, promoted)
+	return true, rp.next.publishAttempts(ctx, batch, promoted)
 }
 
 // retry schedules the next attempt of o, RETRYING after the reaper failed

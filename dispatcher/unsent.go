@@ -20,9 +20,10 @@ import (
 // so no candidate list (a lapsed lease's, an overdue attempt's, a fence
 // question's) names them again: a publish that then fails (a stream
 // without its leader, a lost connection) would leave the instance
-// RETRYING with no retry on its way, for ever. So a failure is kept until
-// everything it sets going is published, and the reaper's loop applies
-// the kept ones again first on every step. Applying one again is safe: the
+// RETRYING with no retry on its way, for ever. So a failure whose write
+// committed is kept until everything it sets going is published, and the
+// reaper's loop applies the kept ones again first on every step (one whose
+// write failed changed nothing: its caller names its attempts again). Applying one again is safe: the
 // guarded write changes nothing the second time, its outcomes (the
 // instance RETRYING, or ended, at that attempt) set the same firings going,
 // and their message ids dedupe what the first try did publish.
@@ -96,7 +97,7 @@ func (u *unsentFailures) len() int {
 func (rp *reaper) applyUnsent(ctx context.Context) error {
 	kept := rp.unsent.take()
 	for i, f := range kept {
-		if err := rp.apply(ctx, f); err != nil {
+		if _, err := rp.apply(ctx, f); err != nil {
 			rp.unsent.keep(false, kept[i:]...)
 			return err
 		}

@@ -67,6 +67,44 @@ func TestReaperSendsTheRetryWhosePublishFailed(t *testing.T) {
 	}
 }
 
+// TestReaperKeepsNoFailureWhoseWriteFailed fails an attempt while
+// PostgreSQL cannot be reached (the write is never sent): nothing changed,
+// so nothing is kept to apply again — the caller names the attempt again.
+// Before, every failed try was kept, and a reaper that tried through an
+// outage kept one more each time, each applied again once it ended.
+func TestReaperKeepsNoFailureWhoseWriteFailed(t *testing.T) {
+	t.Parallel()
+	b := newDeathBed(t, "A")
+	ctx, d, id := t.Context(), b.d, b.id["A"]
+	_, firings, reports := b.streams()
+	lost := []store.Failure{{InstanceID: id, Attempt: 1, Reason: leaseLost, At: time.Now()}}
+	down, cancel := context.WithCancel(ctx)
+	cancel()
+	for range 3 {
+		if err := d.reaper.failAttempts(down, lost, nil, nil, nil, "lease expired"); err == nil {
+			t.Fatal("failAttempts with PostgreSQL out of reach = nil; want its error")
+		}
+	}
+	if n := d.reaper.unsent.len(); n != 0 {
+		t.Fatalf("%d failures kept whose write failed; want 0", n)
+	}
+	if in, err := b.st.GetInstance(ctx, id); err != nil || in.State != schemas.StateDispatched {
+		t.Fatalf("the instance is %v (%v); want DISPATCHED, as before the failed write", in.State, err)
+	}
+
+	r := &reaping{rp: d.reaper, reports: reports, holders: newLeaseBook(), missing: make(vanishedLeases),
+		retry: time.NewTimer(time.Hour), swept: true, promoted: true, recovered: true}
+	t.Cleanup(func() { r.retry.Stop() })
+	r.lost = lost
+	r.step(ctx)
+	if in, err := b.st.GetInstance(ctx, id); err != nil || in.State != schemas.StateRetrying {
+		t.Fatalf("after the caller's next try the instance is %v (%v); want RETRYING", in.State, err)
+	}
+	if _, err := firings.GetLastMsgForSubject(ctx, d.top.AXTrigger("t")); err != nil {
+		t.Fatalf("after the caller's next try no retry was sent: %v", err)
+	}
+}
+
 // TestReaperRecoversTheRetriesADeadDispatcherNeverSent leaves instances
 // RETRYING as a reaper leaves them when its dispatcher dies between its
 // write and the publish of the retry: L (a worker died; its reaper wrote a
