@@ -226,14 +226,15 @@
 // apply (PostgreSQL or NATS failing) are kept and tried again every second,
 // never dropped; so are the start-up sweep and the promotion of waiting
 // instances. A failure whose write committed and whose retry's publish
-// failed is kept as applied, and applied again until the retry is sent
-// (no candidate list names a RETRYING attempt again); the retries of a
-// dispatcher that died between the two are found by every reaper, at start
-// and once a minute: instances its write moved to RETRYING over 15 s ago
-// whose retry no schedule in AX_FIRINGS holds, sent again
-// (ax_dispatcher_retries_recovered_total; see unsent.go). Once a lease TTL the reaper also lists the bucket's keys against
-// the RUNNING attempts, for leases that a roll-up purged without a marker
-// (docs/security.md, "Which headers take effect where").
+// failed is kept, and applied again until the retry is sent (no candidate
+// list names a RETRYING attempt again); the retries of a dispatcher that
+// died between the two are found by every reaper, at start and once a
+// minute: instances its write moved to RETRYING over 15 s ago whose retry
+// no schedule in AX_FIRINGS holds, sent again
+// (ax_dispatcher_retries_recovered_total; see unsent.go). Once a lease TTL
+// the reaper also lists the bucket's keys against the RUNNING attempts, for
+// leases that a roll-up purged without a marker (docs/security.md, "Which
+// headers take effect where").
 // TestFinalReportsUnrecordedPastTheLeaseAreNotReaped and
 // TestExactlyOnceThroughADispatcherKillAndAPostgresOutage (a real ax
 // dispatcher killed with kill -9 while holding final reports, PostgreSQL down
